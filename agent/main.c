@@ -1,3 +1,216 @@
-/* main.c - the hearth command line. */
+/* main.c - `hearth` entry point: parses the shared option table and
+ * dispatches to a subcommand. */
+#include "agent/cli.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
-int main(void) { puts("hearth"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { HR_OPT_STR, HR_OPT_INT, HR_OPT_I64, HR_OPT_FLOAT, HR_OPT_FLAG } hr_opt_kind;
+
+typedef struct {
+    const char *lname;
+    char sname;
+    hr_opt_kind kind;
+    size_t off;
+    const char *arg;
+    const char *help;
+} hr_opt;
+
+#define O(f) offsetof(hr_cli, f)
+static const hr_opt hr_opts[] = {
+    {"model", 'm', HR_OPT_STR, O(model), "FILE", "GGUF model file"},
+    {"prompt", 'p', HR_OPT_STR, O(prompt), "TEXT", "prompt text"},
+    {"file", 'f', HR_OPT_STR, O(prompt_file), "FILE", "read the prompt from a file"},
+    {"n-predict", 'n', HR_OPT_INT, O(n_predict), "N", "tokens to generate (run; default 128)"},
+    {"threads", 't', HR_OPT_INT, O(threads), "N", "worker threads (default: all cores)"},
+    {"ctx", 'c', HR_OPT_INT, O(ctx), "N", "context size in tokens (default min(train, 4096))"},
+    {"batch", 'b', HR_OPT_INT, O(batch), "N", "prompt batch size (default 64)"},
+    {"temp", 0, HR_OPT_FLOAT, O(temp), "T", "sampling temperature, 0 = greedy (default 0.8)"},
+    {"top-k", 0, HR_OPT_INT, O(top_k), "K", "top-k filter, 0 = off (default 40)"},
+    {"top-p", 0, HR_OPT_FLOAT, O(top_p), "P", "top-p filter, 1 = off (default 0.95)"},
+    {"min-p", 0, HR_OPT_FLOAT, O(min_p), "P", "min-p filter, 0 = off (default 0.05)"},
+    {"repeat-penalty", 0, HR_OPT_FLOAT, O(repeat_penalty), "X", "repetition penalty (1 = off)"},
+    {"presence-penalty", 0, HR_OPT_FLOAT, O(presence_penalty), "X", "presence penalty"},
+    {"frequency-penalty", 0, HR_OPT_FLOAT, O(frequency_penalty), "X", "frequency penalty"},
+    {"seed", 's', HR_OPT_I64, O(seed), "S", "RNG seed (default: time)"},
+    {"ids", 0, HR_OPT_STR, O(ids), "1,2,3", "token ids (logits)"},
+    {"out", 'o', HR_OPT_STR, O(out), "FILE", "output file"},
+    {"compare", 0, HR_OPT_STR, O(compare), "FILE", "reference logits to compare with (logits)"},
+    {"arch", 0, HR_OPT_STR, O(arch), "NAME", "mkmodel: llama or qwen2 (default llama)"},
+    {"type", 0, HR_OPT_STR, O(type), "TYPE", "mkmodel: weight type, e.g. q4_0, q4_k_m, f16"},
+    {"shape", 0, HR_OPT_STR, O(shape), "NAME", "mkmodel: tinyllama, small, tiny, llama7b"},
+    {"vocab", 0, HR_OPT_STR, O(vocab), "FILE", "mkmodel: copy the tokenizer from this GGUF"},
+    {"embd", 0, HR_OPT_INT, O(embd), "N", "mkmodel: embedding width"},
+    {"layers", 0, HR_OPT_INT, O(layers), "N", "mkmodel: layer count"},
+    {"heads", 0, HR_OPT_INT, O(heads), "N", "mkmodel: attention heads"},
+    {"heads-kv", 0, HR_OPT_INT, O(heads_kv), "N", "mkmodel: KV heads"},
+    {"ffn", 0, HR_OPT_INT, O(ffn), "N", "mkmodel: feed-forward width"},
+    {"vocab-size", 0, HR_OPT_INT, O(vocab_size), "N", "mkmodel: vocabulary size"},
+    {"n-prompt", 'P', HR_OPT_INT, O(n_prompt), "N", "bench: prompt tokens (default 128)"},
+    {"n-gen", 'N', HR_OPT_INT, O(n_gen), "N", "bench: generated tokens (default 64)"},
+    {"reps", 'r', HR_OPT_INT, O(reps), "N", "bench: repetitions (default 3)"},
+    {"kv", 0, HR_OPT_FLAG, O(kv), NULL, "info: print every metadata key"},
+    {"log", 0, HR_OPT_STR, O(log_level), "LEVEL", "log level: debug info warn error"},
+    {"verbose", 'v', HR_OPT_FLAG, O(verbose), NULL, "log at info level"},
+    {"help", 'h', HR_OPT_FLAG, O(help), NULL, "show help"},
+};
+#undef O
+
+static const struct {
+    const char *name;
+    hr_cmd_fn fn;
+    const char *usage;
+} hr_cmds[] = {
+    {"run", hr_cmd_run,
+     "run -m MODEL -p PROMPT [-n N] [-t T] [--temp T --top-k K --top-p P --seed S] [--ctx C]\n"
+     "      generate text, streamed to stdout; speeds go to stderr"},
+    {"logits", hr_cmd_logits,
+     "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]\n"
+     "      teacher-forced logits, float32 rows of n_vocab per position"},
+    {"info", hr_cmd_info, "info -m MODEL [--kv]\n      architecture, sizes, tensor types"},
+    {"mkmodel", hr_cmd_mkmodel,
+     "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"
+     "      [--embd N --layers N --heads N --heads-kv N --ffn N --vocab-size N] [--seed S]\n"
+     "      write a random-weight model"},
+    {"bench", hr_cmd_bench,
+     "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3]\n"
+     "      prompt and generation tokens/s, weight bytes per token, memory bandwidth"},
+};
+
+static void hr_usage(FILE *f) {
+    fprintf(f, "usage: hearth COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof hr_cmds / sizeof hr_cmds[0]; i++)
+        fprintf(f, "  %s\n", hr_cmds[i].usage);
+    fprintf(f, "\noptions:\n");
+    for (size_t i = 0; i < sizeof hr_opts / sizeof hr_opts[0]; i++) {
+        const hr_opt *o = &hr_opts[i];
+        char left[64];
+        if (o->sname)
+            snprintf(left, sizeof left, "-%c, --%s %s", o->sname, o->lname, o->arg ? o->arg : "");
+        else
+            snprintf(left, sizeof left, "    --%s %s", o->lname, o->arg ? o->arg : "");
+        fprintf(f, "  %-30s %s\n", left, o->help);
+    }
+}
+
+static int hr_set_opt(hr_cli *cli, const hr_opt *o, const char *val) {
+    char *end = NULL;
+    void *dst = (char *)cli + o->off;
+    errno = 0;
+    switch (o->kind) {
+    case HR_OPT_STR:
+        *(const char **)dst = val;
+        return 0;
+    case HR_OPT_INT: {
+        long v = strtol(val, &end, 10);
+        if (errno || !*val || *end || v < -1000000000L || v > 1000000000L)
+            return hr_cli_fail("option --%s: '%s' is not an integer", o->lname, val);
+        *(int *)dst = (int)v;
+        return 0;
+    }
+    case HR_OPT_I64: {
+        long long v = strtoll(val, &end, 10);
+        if (errno || !*val || *end)
+            return hr_cli_fail("option --%s: '%s' is not an integer", o->lname, val);
+        *(int64_t *)dst = v;
+        return 0;
+    }
+    case HR_OPT_FLOAT: {
+        float v = strtof(val, &end);
+        if (errno || !*val || *end)
+            return hr_cli_fail("option --%s: '%s' is not a number", o->lname, val);
+        *(float *)dst = v;
+        return 0;
+    }
+    case HR_OPT_FLAG:
+        *(bool *)dst = true;
+        return 0;
+    }
+    return 1;
+}
+
+static int hr_parse(hr_cli *cli, int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const hr_opt *o = NULL;
+        const char *inline_val = NULL;
+        if (a[0] == '-' && a[1] == '-' && a[2]) {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            for (size_t k = 0; k < sizeof hr_opts / sizeof hr_opts[0]; k++)
+                if (strlen(hr_opts[k].lname) == len && strncmp(hr_opts[k].lname, name, len) == 0)
+                    o = &hr_opts[k];
+            if (!o)
+                return hr_cli_fail("unknown option '%s' (see hearth --help)", a);
+            if (eq)
+                inline_val = eq + 1;
+        } else if (a[0] == '-' && a[1] && !a[2] && !(a[1] >= '0' && a[1] <= '9')) {
+            for (size_t k = 0; k < sizeof hr_opts / sizeof hr_opts[0]; k++)
+                if (hr_opts[k].sname == a[1])
+                    o = &hr_opts[k];
+            if (!o)
+                return hr_cli_fail("unknown option '%s' (see hearth --help)", a);
+        } else {
+            if (cli->n_args >= 16)
+                return hr_cli_fail("too many arguments");
+            cli->args[cli->n_args++] = a;
+            continue;
+        }
+        if (o->kind == HR_OPT_FLAG) {
+            if (hr_set_opt(cli, o, ""))
+                return 1;
+            continue;
+        }
+        const char *val = inline_val;
+        if (!val) {
+            if (i + 1 >= argc)
+                return hr_cli_fail("option --%s needs a value (%s)", o->lname, o->arg);
+            val = argv[++i];
+        }
+        if (hr_set_opt(cli, o, val))
+            return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        hr_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("hearth 0.1.0\n");
+        return 0;
+    }
+    hr_cli cli = {.n_predict = 128, .threads = 0, .batch = 64, .temp = 0.8f, .top_k = 40,
+                  .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = -1,
+                  .n_prompt = 128, .n_gen = 64, .reps = 3};
+    for (size_t i = 0; i < sizeof hr_cmds / sizeof hr_cmds[0]; i++) {
+        if (strcmp(argv[1], hr_cmds[i].name) != 0)
+            continue;
+        if (hr_parse(&cli, argc - 2, argv + 2))
+            return 2;
+        if (cli.help) {
+            printf("usage: hearth %s\n", hr_cmds[i].usage);
+            return 0;
+        }
+        if (cli.verbose)
+            hr_log_set_level(HR_LOG_LEVEL_INFO);
+        if (cli.log_level) {
+            hr_log_level lv;
+            if (hr_log_parse_level(cli.log_level, &lv))
+                return hr_cli_fail("unknown log level '%s'", cli.log_level) ? 2 : 2;
+            hr_log_set_level(lv);
+        }
+        return hr_cmds[i].fn(&cli);
+    }
+    hr_cli_fail("unknown command '%s' (see hearth --help)", argv[1]);
+    return 2;
+}

@@ -22,6 +22,8 @@
 
 #define HR_GGUF_MAX_DIMS 4
 #define HR_GGUF_DEFAULT_ALIGNMENT 32
+/* Arrays of arrays nested deeper than this are refused (HR_EUNSUPPORTED). */
+#define HR_GGUF_MAX_NESTING 8
 
 typedef enum {
     HR_GGUF_UINT8 = 0,
@@ -38,6 +40,15 @@ typedef enum {
     HR_GGUF_INT64 = 11,
     HR_GGUF_FLOAT64 = 12,
 } hr_gguf_vtype;
+
+/* Returned by the type getters for a missing kv or a value that is not an
+ * array. */
+#define HR_GGUF_NONE ((hr_gguf_vtype)-1)
+
+/* Bytes of one scalar of type t; 0 for STRING, ARRAY and unknown ids. */
+size_t hr_gguf_vtype_size(hr_gguf_vtype t);
+/* "uint32", "string", "array", ...; "unknown" otherwise. */
+const char *hr_gguf_vtype_name(hr_gguf_vtype t);
 
 typedef struct hr_gguf hr_gguf;
 
@@ -86,6 +97,13 @@ int hr_gguf_arr_str(const hr_gguf *g, int64_t kv, uint64_t j, const char **s, si
 /* Element j of a numeric or bool array converted to double / int64. */
 int hr_gguf_arr_f64(const hr_gguf *g, int64_t kv, uint64_t j, double *out);
 int hr_gguf_arr_i64(const hr_gguf *g, int64_t kv, uint64_t j, int64_t *out);
+/* The above return HR_ENOENT for a missing kv (kv < 0, e.g. straight from
+ * hr_gguf_find_key), HR_EFORMAT when the kv is not an array of a fitting
+ * type (arr_i64 refuses float arrays and uint64 values above INT64_MAX),
+ * HR_ERANGE when j >= length. */
+/* Packed little-endian elements of a numeric/bool array, straight from the
+ * mapping (possibly unaligned: memcpy them); NULL for other kvs. */
+const void *hr_gguf_arr_data(const hr_gguf *g, int64_t kv);
 
 /* Generic value access for printing / nested arrays. A value handle is an
  * opaque pointer valid for the hr_gguf's lifetime. */
@@ -94,8 +112,21 @@ const hr_gguf_value *hr_gguf_kv_value(const hr_gguf *g, int64_t kv);
 hr_gguf_vtype hr_gguf_value_type(const hr_gguf_value *v);
 uint64_t hr_gguf_value_arr_len(const hr_gguf_value *v);            /* 0 unless array */
 const hr_gguf_value *hr_gguf_value_arr_at(const hr_gguf_value *v, uint64_t j); /* nested only */
-/* Formats a value for humans (arrays abbreviated past max_elems). */
+/* Formats a value for humans (arrays abbreviated past max_elems; a
+ * negative max_elems prints every element). Always NUL-terminates when
+ * cap > 0. */
 void hr_gguf_value_format(const hr_gguf_value *v, char *buf, size_t cap, int max_elems);
+/* Value-level getters, the same rules as the kv-level ones (HR_EFORMAT on
+ * a type that does not fit, HR_ERANGE for j >= length). value_i64 takes
+ * integer scalars; value_f64 takes any numeric scalar. Arrays: */
+hr_gguf_vtype hr_gguf_value_arr_type(const hr_gguf_value *v); /* HR_GGUF_NONE unless array */
+int hr_gguf_value_str(const hr_gguf_value *v, const char **s, size_t *len);
+int hr_gguf_value_i64(const hr_gguf_value *v, int64_t *out);
+int hr_gguf_value_f64(const hr_gguf_value *v, double *out);
+int hr_gguf_value_arr_str(const hr_gguf_value *v, uint64_t j, const char **s, size_t *len);
+int hr_gguf_value_arr_i64(const hr_gguf_value *v, uint64_t j, int64_t *out);
+int hr_gguf_value_arr_f64(const hr_gguf_value *v, uint64_t j, double *out);
+const void *hr_gguf_value_arr_data(const hr_gguf_value *v); /* numeric/bool arrays */
 
 /* ---- tensors ---- */
 int64_t hr_gguf_n_tensors(const hr_gguf *g);
@@ -131,5 +162,24 @@ int hr_gguf_writer_add_tensor(hr_gguf_writer *w, const char *name, int type, int
                               const int64_t *ne, const void *data, uint64_t size);
 /* Streams to path (tensor data written as added); err says what failed. */
 int hr_gguf_writer_write(hr_gguf_writer *w, const char *path, char err[HR_ERR_LEN]);
+
+/* Additions. Setting a key that is already set replaces its value. A
+ * general.alignment kv (uint32, power of two) overrides the default 32.
+ * Setters return HR_EINVAL on bad arguments, HR_ENOMEM; the message of the
+ * last failed call is hr_gguf_writer_error() ("" if none). */
+/* Any scalar type; v points to its C value (uint8_t ... double, bool). */
+int hr_gguf_writer_set_scalar(hr_gguf_writer *w, const char *key, hr_gguf_vtype type,
+                              const void *v);
+/* Deep copy of a value of an open hr_gguf (any type, nested arrays too). */
+int hr_gguf_writer_set_value(hr_gguf_writer *w, const char *key, const hr_gguf_value *v);
+/* A value given as its GGUF encoding (what follows the type field: for an
+ * ARRAY the element type, count and elements, nested arrays included);
+ * validated like the reader does (HR_EFORMAT / HR_EUNSUPPORTED). */
+int hr_gguf_writer_set_encoded(hr_gguf_writer *w, const char *key, hr_gguf_vtype type,
+                               const void *enc, size_t len);
+/* Like add_tensor but borrows data: it must stay valid until write. */
+int hr_gguf_writer_add_tensor_nocopy(hr_gguf_writer *w, const char *name, int type, int n_dims,
+                                     const int64_t *ne, const void *data, uint64_t size);
+const char *hr_gguf_writer_error(const hr_gguf_writer *w);
 
 #endif

@@ -1,0 +1,538 @@
+/* cmd_engine.c - single-process subcommands: run, logits, info, mkmodel,
+ * bench. */
+#include "agent/cli.h"
+
+#include "common/log.h"
+#include "kernels/quant.h"
+#include "mmap/gguf.h"
+#include "model/mkmodel.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "profiler/membw.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int hr_cli_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hearth: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return 1;
+}
+
+double hr_cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+bool hr_cli_is_tty(void) { return isatty(STDERR_FILENO) != 0; }
+
+static int hr_default_threads(const hr_cli *o) {
+    if (o->threads > 0)
+        return o->threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n > 64 ? 64 : n) : 1;
+}
+
+/* Everything a single-process command holds. */
+typedef struct {
+    hr_gguf *g;
+    hr_model *m;
+    hr_tokenizer *tok;
+    hr_ctx *ctx;
+} hr_engine;
+
+static void hr_engine_close(hr_engine *e) {
+    hr_ctx_destroy(e->ctx);
+    hr_tokenizer_destroy(e->tok);
+    hr_model_free(e->m);
+    hr_gguf_close(e->g);
+    memset(e, 0, sizeof *e);
+}
+
+static int hr_engine_open(hr_engine *e, const hr_cli *o, bool need_tok) {
+    char err[HR_ERR_LEN] = "";
+    memset(e, 0, sizeof *e);
+    if (!o->model)
+        return hr_cli_fail("no model given (use -m MODEL.gguf)");
+    int rc = hr_gguf_open(&e->g, o->model, err);
+    if (rc)
+        return hr_cli_fail("cannot open model: %s", err);
+    if ((rc = hr_model_load(&e->m, e->g, err))) {
+        hr_engine_close(e);
+        return hr_cli_fail("%s: %s", o->model, err);
+    }
+    if (need_tok && (rc = hr_tokenizer_create(&e->tok, e->g, err))) {
+        hr_engine_close(e);
+        return hr_cli_fail("%s: tokenizer: %s", o->model, err);
+    }
+    return 0;
+}
+
+static int hr_engine_ctx(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch) {
+    char err[HR_ERR_LEN] = "";
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.n_threads = hr_default_threads(o);
+    int rc = hr_ctx_create(&e->ctx, e->m, &cp, err);
+    if (rc)
+        return hr_cli_fail("%s", err);
+    return 0;
+}
+
+static char *hr_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        *len = n;
+    }
+    return buf;
+}
+
+int hr_cmd_run(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    char *file_text = NULL;
+    size_t text_len = 0;
+    const char *text = o->prompt;
+    if (o->prompt_file) {
+        file_text = hr_read_file(o->prompt_file, &text_len);
+        if (!file_text)
+            return hr_cli_fail("cannot read prompt file %s", o->prompt_file);
+        text = file_text;
+    } else if (text) {
+        text_len = strlen(text);
+    } else {
+        return hr_cli_fail("no prompt given (use -p TEXT or -f FILE)");
+    }
+    hr_engine e;
+    if (hr_engine_open(&e, o, true)) {
+        free(file_text);
+        return 1;
+    }
+    int rc = 1;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    hr_sampler *smp = NULL;
+    const hr_hparams *hp = hr_model_hparams(e.m);
+    int n_ids = 0;
+    int cap = (int)text_len + 8;
+    ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids || hr_tokenizer_encode(e.tok, text, text_len, hr_tokenizer_add_bos(e.tok), false,
+                                    ids, cap, &n_ids) != 0) {
+        hr_cli_fail("cannot tokenize the prompt");
+        goto done;
+    }
+    if (n_ids == 0) {
+        hr_cli_fail("the prompt is empty");
+        goto done;
+    }
+    int n_ctx = o->ctx > 0 ? o->ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (n_ids >= n_ctx) {
+        hr_cli_fail("prompt has %d tokens but the context holds %d (raise --ctx)", n_ids, n_ctx);
+        goto done;
+    }
+    int n_predict = o->n_predict < 0 ? n_ctx - n_ids : o->n_predict;
+    if (n_ids + n_predict > n_ctx) {
+        HR_LOG_WARN("run", "generation limited to %d tokens by the context size %d",
+                    n_ctx - n_ids, n_ctx);
+        n_predict = n_ctx - n_ids;
+    }
+    if (hr_engine_ctx(&e, o, n_ctx, o->batch))
+        goto done;
+    hr_sampler_params sp = hr_sampler_params_default();
+    sp.temperature = o->temp;
+    sp.top_k = o->top_k;
+    sp.top_p = o->top_p;
+    sp.min_p = o->min_p;
+    sp.repeat_penalty = o->repeat_penalty;
+    sp.presence_penalty = o->presence_penalty;
+    sp.frequency_penalty = o->frequency_penalty;
+    sp.seed = o->seed >= 0 ? (uint64_t)o->seed : (uint64_t)time(NULL);
+    smp = hr_sampler_create(&sp, hp->n_vocab);
+    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    if (!smp || !logits) {
+        hr_cli_fail("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_ids; i++)
+        hr_sampler_accept(smp, ids[i]);
+    double t0 = hr_cli_now();
+    if (hr_ctx_eval(e.ctx, ids, n_ids, 0, logits, false, err)) {
+        hr_cli_fail("prompt evaluation failed: %s", err);
+        goto done;
+    }
+    double t_prompt = hr_cli_now() - t0;
+    hr_detok dt;
+    hr_detok_init(&dt, false);
+    char piece[512];
+    int n_gen = 0, pos = n_ids;
+    double t1 = hr_cli_now();
+    for (int i = 0; i < n_predict; i++) {
+        int32_t id = hr_sampler_sample(smp, logits);
+        hr_sampler_accept(smp, id);
+        n_gen++;
+        if (hr_tokenizer_is_eog(e.tok, id))
+            break;
+        int nb = hr_detok_push(&dt, e.tok, id, piece, sizeof piece);
+        if (nb > 0) {
+            fwrite(piece, 1, (size_t)nb, stdout);
+            fflush(stdout);
+        }
+        if (i + 1 == n_predict)
+            break;
+        if (hr_ctx_eval(e.ctx, &id, 1, pos++, logits, false, err)) {
+            hr_cli_fail("generation failed: %s", err);
+            goto done;
+        }
+    }
+    int nb = hr_detok_flush(&dt, piece, sizeof piece);
+    if (nb > 0)
+        fwrite(piece, 1, (size_t)nb, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    double t_gen = hr_cli_now() - t1;
+    fprintf(stderr, "prompt: %d tokens in %.3f s, %.2f tokens/s | generation: %d tokens in %.3f s, "
+                    "%.2f tokens/s\n",
+            n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
+            n_gen / (t_gen > 0 ? t_gen : 1e-9));
+    rc = 0;
+done:
+    hr_sampler_destroy(smp);
+    free(logits);
+    free(ids);
+    free(file_text);
+    hr_engine_close(&e);
+    return rc;
+}
+
+static int hr_parse_ids(const char *s, int32_t **out, int *n) {
+    int cap = 16, k = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    while (v && *s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || x > 0x7fffffff) {
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, (size_t)cap * 2 * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[k++] = (int32_t)x;
+        s = end;
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+    if (!v || k == 0) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+int hr_cmd_logits(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!o->ids || hr_parse_ids(o->ids, &ids, &n))
+        return hr_cli_fail("--ids needs a comma-separated list of token ids");
+    if (!o->out && !o->compare) {
+        free(ids);
+        return hr_cli_fail("give -o OUT and/or --compare REF");
+    }
+    hr_engine e;
+    if (hr_engine_open(&e, o, false)) {
+        free(ids);
+        return 1;
+    }
+    int rc = 1;
+    float *logits = NULL, *ref = NULL;
+    const hr_hparams *hp = hr_model_hparams(e.m);
+    size_t nv = (size_t)hp->n_vocab;
+    if (hr_engine_ctx(&e, o, n + 1, o->batch))
+        goto done;
+    logits = malloc((size_t)n * nv * sizeof *logits);
+    if (!logits) {
+        hr_cli_fail("out of memory");
+        goto done;
+    }
+    if (hr_ctx_eval(e.ctx, ids, n, 0, logits, true, err)) {
+        hr_cli_fail("evaluation failed: %s", err);
+        goto done;
+    }
+    if (o->out) {
+        FILE *f = fopen(o->out, "wb");
+        if (!f || fwrite(logits, sizeof(float), (size_t)n * nv, f) != (size_t)n * nv) {
+            if (f)
+                fclose(f);
+            hr_cli_fail("cannot write %s", o->out);
+            goto done;
+        }
+        if (fclose(f) != 0) {
+            hr_cli_fail("cannot write %s", o->out);
+            goto done;
+        }
+    }
+    if (o->compare) {
+        size_t len = 0;
+        ref = (float *)hr_read_file(o->compare, &len);
+        if (!ref || len != (size_t)n * nv * sizeof(float)) {
+            hr_cli_fail("%s: expected %zu bytes (%d rows of %zu floats), got %zu", o->compare,
+                        (size_t)n * nv * sizeof(float), n, nv, ref ? len : 0);
+            goto done;
+        }
+        double worst = 0.0;
+        int worst_pos = 0, agree = 0;
+        for (int p = 0; p < n; p++) {
+            const float *a = logits + (size_t)p * nv, *b = ref + (size_t)p * nv;
+            double md = 0.0, mr = 0.0;
+            for (size_t i = 0; i < nv; i++) {
+                double d = a[i] - b[i];
+                md = d < 0 ? (-d > md ? -d : md) : (d > md ? d : md);
+                double r = b[i] < 0 ? -b[i] : b[i];
+                mr = r > mr ? r : mr;
+            }
+            double rel = md / (mr > 0 ? mr : 1.0);
+            if (rel > worst) {
+                worst = rel;
+                worst_pos = p;
+            }
+            agree += hr_argmax(a, (int)nv) == hr_argmax(b, (int)nv);
+        }
+        printf("compare: %d positions, max rel error %.3e (position %d), argmax agree %d/%d\n", n,
+               worst, worst_pos, agree, n);
+    }
+    rc = 0;
+done:
+    free(ids);
+    free(logits);
+    free(ref);
+    hr_engine_close(&e);
+    return rc;
+}
+
+int hr_cmd_info(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    if (!o->model)
+        return hr_cli_fail("no model given (use -m MODEL.gguf)");
+    hr_gguf *g = NULL;
+    if (hr_gguf_open(&g, o->model, err))
+        return hr_cli_fail("cannot open model: %s", err);
+    printf("file:        %s (%.1f MiB, GGUF v%u, %lld metadata keys, %lld tensors)\n", o->model,
+           hr_gguf_file_size(g) / 1048576.0, hr_gguf_version(g), (long long)hr_gguf_n_kv(g),
+           (long long)hr_gguf_n_tensors(g));
+    const char *name = NULL;
+    if (hr_gguf_get_str(g, "general.name", &name) == 0)
+        printf("name:        %s\n", name);
+    hr_model *m = NULL;
+    int rc = hr_model_load(&m, g, err);
+    if (rc == 0) {
+        const hr_hparams *hp = hr_model_hparams(m);
+        printf("arch:        %s\n", hp->arch_name);
+        printf("shape:       embd %d, layers %d, heads %d (kv %d, dim %d), ffn %d, vocab %d\n",
+               hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
+               hp->n_vocab);
+        printf("rope:        %s, base %g, %d dims; rms eps %g; train ctx %d; output %s\n",
+               hp->rope_neox ? "neox" : "normal", hp->rope_base, hp->n_rot, hp->rms_eps,
+               hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
+        uint64_t lb = 0;
+        for (int il = 0; il < hp->n_layer; il++)
+            lb += hr_model_layer_bytes(m, il);
+        printf("weights:     %.1f MiB in layers (%.2f MiB per layer avg), %.1f MiB output head\n",
+               lb / 1048576.0, lb / 1048576.0 / hp->n_layer, hr_model_output_bytes(m) / 1048576.0);
+        hr_model_free(m);
+    } else {
+        printf("model:       not loadable: %s\n", err);
+    }
+    /* per-type summary */
+    int64_t count[HR_TYPE_COUNT] = {0};
+    uint64_t bytes[HR_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < hr_gguf_n_tensors(g); i++) {
+        const hr_gguf_tensor *t = hr_gguf_tensor_at(g, i);
+        if (t->type >= 0 && t->type < HR_TYPE_COUNT) {
+            count[t->type]++;
+            bytes[t->type] += t->size;
+        }
+    }
+    printf("tensor types:\n");
+    for (int t = 0; t < HR_TYPE_COUNT; t++)
+        if (count[t])
+            printf("  %-6s %5lld tensors %10.2f MiB\n", hr_type_name(t), (long long)count[t],
+                   bytes[t] / 1048576.0);
+    if (o->kv) {
+        printf("metadata:\n");
+        char buf[256];
+        for (int64_t i = 0; i < hr_gguf_n_kv(g); i++) {
+            hr_gguf_value_format(hr_gguf_kv_value(g, i), buf, sizeof buf, 8);
+            printf("  %s = %s\n", hr_gguf_key(g, i), buf);
+        }
+    }
+    hr_gguf_close(g);
+    return rc == 0 ? 0 : 1;
+}
+
+static void hr_mk_progress(int done, int total, void *ud) {
+    (void)ud;
+    if (hr_cli_is_tty()) {
+        fprintf(stderr, "\rwriting tensors: %d/%d", done, total);
+        if (done == total)
+            fprintf(stderr, "\n");
+    } else if (done == total || done % 50 == 0) {
+        fprintf(stderr, "writing tensors: %d/%d\n", done, total);
+    }
+}
+
+int hr_cmd_mkmodel(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    if (!o->out)
+        return hr_cli_fail("mkmodel needs -o OUT.gguf");
+    hr_mkmodel_params p = hr_mkmodel_params_default();
+    if (o->shape && hr_mkmodel_shape(&p, o->shape))
+        return hr_cli_fail("unknown shape '%s' (tinyllama, small, tiny, llama7b)", o->shape);
+    if (o->arch)
+        p.arch = o->arch;
+    if (o->type)
+        p.ftype = o->type;
+    if (o->embd > 0)
+        p.n_embd = o->embd;
+    if (o->layers > 0)
+        p.n_layer = o->layers;
+    if (o->heads > 0)
+        p.n_head = o->heads;
+    if (o->heads_kv > 0)
+        p.n_head_kv = o->heads_kv;
+    if (o->ffn > 0)
+        p.n_ff = o->ffn;
+    if (o->vocab_size > 0)
+        p.n_vocab = o->vocab_size;
+    if (o->ctx > 0)
+        p.n_ctx = o->ctx;
+    if (o->seed >= 0)
+        p.seed = (uint64_t)o->seed;
+    p.vocab_from = o->vocab;
+    double t0 = hr_cli_now();
+    int rc = hr_mkmodel_write(&p, o->out, hr_mk_progress, NULL, err);
+    if (rc)
+        return hr_cli_fail("mkmodel: %s", err);
+    fprintf(stderr, "wrote %s (%s, embd %d x %d layers, %s) in %.1f s\n", o->out, p.arch, p.n_embd,
+            p.n_layer, p.ftype, hr_cli_now() - t0);
+    return 0;
+}
+
+static int hr_dbl_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int hr_cmd_bench(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    hr_engine e;
+    if (hr_engine_open(&e, o, false))
+        return 1;
+    int rc = 1;
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    const hr_hparams *hp = hr_model_hparams(e.m);
+    int np = o->n_prompt > 0 ? o->n_prompt : 1, ng = o->n_gen > 0 ? o->n_gen : 1;
+    int reps = o->reps > 0 ? (o->reps > 20 ? 20 : o->reps) : 1;
+    int nt = hr_default_threads(o);
+    if (hr_engine_ctx(&e, o, np + ng + 1, np < 256 ? np : 256))
+        goto done;
+    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    ids = malloc((size_t)np * sizeof *ids);
+    if (!logits || !ids) {
+        hr_cli_fail("out of memory");
+        goto done;
+    }
+    uint64_t wbytes = hr_model_output_bytes(e.m) + hr_model_tok_embd(e.m)->row_bytes;
+    for (int il = 0; il < hp->n_layer; il++)
+        wbytes += hr_model_layer_bytes(e.m, il);
+    printf("model: %s, %s, %d layers, %.1f MiB of weights read per token, %d threads, isa %s\n",
+           o->model, hp->arch_name, hp->n_layer, wbytes / 1048576.0, nt,
+           hr_isa_name(hr_kernels_best()->isa));
+    double bw0 = hr_membw_read(nt, (size_t)1 << 30, 5);
+    double pp[20], tg[20];
+    uint64_t rng = 12345;
+    for (int r = 0; r < reps; r++) {
+        for (int i = 0; i < np; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = (int32_t)((rng >> 33) % (uint64_t)hp->n_vocab);
+        }
+        double t0 = hr_cli_now();
+        if (hr_ctx_eval(e.ctx, ids, np, 0, logits, false, err)) {
+            hr_cli_fail("%s", err);
+            goto done;
+        }
+        double t1 = hr_cli_now();
+        int32_t id = hr_argmax(logits, hp->n_vocab);
+        for (int i = 0; i < ng; i++) {
+            if (hr_ctx_eval(e.ctx, &id, 1, np + i, logits, false, err)) {
+                hr_cli_fail("%s", err);
+                goto done;
+            }
+            id = hr_argmax(logits, hp->n_vocab);
+        }
+        double t2 = hr_cli_now();
+        pp[r] = np / (t1 - t0);
+        tg[r] = ng / (t2 - t1);
+        fprintf(stderr, "rep %d: prompt %.2f tokens/s, generation %.2f tokens/s\n", r + 1, pp[r],
+                tg[r]);
+    }
+    double bw1 = hr_membw_read(nt, (size_t)1 << 30, 5);
+    qsort(pp, (size_t)reps, sizeof pp[0], hr_dbl_cmp);
+    qsort(tg, (size_t)reps, sizeof tg[0], hr_dbl_cmp);
+    double bw = (bw0 + bw1) / 2;
+    double eff = tg[reps / 2] * (double)wbytes / 1e9;
+    printf("prompt processing: %.2f tokens/s (%d tokens, median of %d)\n", pp[reps / 2], np, reps);
+    printf("generation:        %.2f tokens/s (%d tokens, median of %d)\n", tg[reps / 2], ng, reps);
+    printf("weights per token: %.1f MiB\n", wbytes / 1048576.0);
+    printf("effective bandwidth: %.2f GB/s; measured memory read bandwidth: %.2f GB/s "
+           "(%.2f before, %.2f after)\n",
+           eff, bw, bw0, bw1);
+    printf("bandwidth ratio: %.1f%%\n", 100.0 * eff / bw);
+    rc = 0;
+done:
+    free(logits);
+    free(ids);
+    hr_engine_close(&e);
+    return rc;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The main job, end to end on one machine: installs dependencies, builds,
+# generates a TinyLlama-1.1B-shaped random-weight Q4_0 model (once), and
+# answers a prompt with it.
+# Usage: deploy/demo.sh ["prompt text"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh
+bash deploy/build.sh
+mkdir -p models
+model=models/tinyllama-shape-q4_0.gguf
+vocab_args=()
+if [ -f ../shared/models/tiny-llama-f32.gguf ]; then
+  vocab_args=(--vocab ../shared/models/tiny-llama-f32.gguf)
+fi
+if [ ! -f "$model" ]; then
+  ./build/hearth mkmodel -o "$model" --shape tinyllama --type q4_0 "${vocab_args[@]}"
+fi
+./build/hearth info -m "$model"
+prompt=${1:-"Once upon a time, there was a little robot who lived in a box."}
+echo "== prompt: $prompt"
+./build/hearth run -m "$model" -p "$prompt" -n 48 --temp 0.8 --seed 7

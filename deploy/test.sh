@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test: the full suite on a
+# release build, then the unit tests again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, then the format check.
+# Usage: deploy/test.sh        (expects the shared fixtures in ../shared)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== release build + all tests"
+bash deploy/build.sh
+(cd build && ctest --output-on-failure -j1)
+
+echo "== sanitizer build (ASan + UBSan) + unit tests"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHR_WERROR=ON -DHR_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit -j1)
+
+echo "== format check"
+files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
+clang-format --dry-run --Werror $files
+echo "all tests passed"

@@ -1,0 +1,196 @@
+/* ops.c - norms, RoPE, softmax, SwiGLU, attention and threaded matmul. */
+#include "kernels/ops.h"
+
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- matmul ---- */
+
+size_t hr_matmul_wbuf_size(int type, int64_t n_in, int n_tok) {
+    const hr_type_traits *tt = hr_type_get(type);
+    if (!tt || tt->vec_dot_type == HR_TYPE_F32)
+        return 0;
+    return hr_type_row_bytes(tt->vec_dot_type, n_in) * (size_t)n_tok;
+}
+
+typedef struct {
+    int n_w;
+    const hr_weight *const *w;
+    float *const *y;
+    const float *x;
+    void *act;
+    size_t act_row_bytes;
+    int act_type;
+    int n_tok;
+    long total_rows;
+    const hr_kernels *k;
+    hr_quant_fn quant;
+} hr_mm_job;
+
+static void hr_mm_quant_worker(void *ctx, int ith, int nth) {
+    hr_mm_job *j = ctx;
+    int64_t n_in = j->w[0]->n_in;
+    for (int t = ith; t < j->n_tok; t += nth)
+        j->quant(j->x + (size_t)t * n_in, (char *)j->act + (size_t)t * j->act_row_bytes, n_in);
+}
+
+/* Rows per tile when several tokens share the weight rows (keeps the
+ * tile's weights in L1/L2 while the activations stream past). */
+#define HR_MM_TILE_ROWS 16
+
+static void hr_mm_dot_worker(void *ctx, int ith, int nth) {
+    hr_mm_job *j = ctx;
+    long b, e;
+    hr_split_range(j->total_rows, ith, nth, 4, &b, &e);
+    long base = 0;
+    for (int wi = 0; wi < j->n_w && base < e; wi++) {
+        const hr_weight *w = j->w[wi];
+        long lo = b > base ? b - base : 0;
+        long hi = e - base < w->n_out ? e - base : w->n_out;
+        base += w->n_out;
+        if (lo >= hi)
+            continue;
+        const char *wd = w->data;
+        hr_vec_dot_fn dot = j->k->vec_dot[w->type];
+        float *y = j->y[wi];
+        int64_t n_in = w->n_in;
+        if (j->n_tok == 1) {
+            for (long r = lo; r < hi; r++)
+                y[r] = dot(n_in, wd + (size_t)r * w->row_bytes, j->act);
+            continue;
+        }
+        for (long r0 = lo; r0 < hi; r0 += HR_MM_TILE_ROWS) {
+            long r1 = r0 + HR_MM_TILE_ROWS < hi ? r0 + HR_MM_TILE_ROWS : hi;
+            for (int t = 0; t < j->n_tok; t++) {
+                const char *a = (const char *)j->act + (size_t)t * j->act_row_bytes;
+                float *yt = y + (size_t)t * w->n_out;
+                for (long r = r0; r < r1; r++)
+                    yt[r] = dot(n_in, wd + (size_t)r * w->row_bytes, a);
+            }
+        }
+    }
+}
+
+void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
+               const float *x, int n_tok, void *wbuf) {
+    const hr_kernels *k = hr_kernels_best();
+    const hr_type_traits *tt = hr_type_get(w[0]->type);
+    hr_mm_job j = {.n_w = n_w, .w = w, .y = y, .x = x, .n_tok = n_tok, .k = k};
+    j.act_type = tt->vec_dot_type;
+    for (int i = 0; i < n_w; i++)
+        j.total_rows += w[i]->n_out;
+    if (j.act_type == HR_TYPE_F32) {
+        j.act = (void *)x;
+        j.act_row_bytes = (size_t)w[0]->n_in * sizeof(float);
+    } else {
+        j.act = wbuf;
+        j.act_row_bytes = hr_type_row_bytes(j.act_type, w[0]->n_in);
+        j.quant = k->quant[j.act_type];
+        if (n_tok == 1)
+            j.quant(x, wbuf, w[0]->n_in);
+        else
+            hr_pool_run(pool, hr_mm_quant_worker, &j);
+    }
+    hr_pool_run(pool, hr_mm_dot_worker, &j);
+}
+
+/* ---- element-wise ---- */
+
+void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    if (g) {
+        for (int i = 0; i < n; i++)
+            out[i] = x[i] * scale * g[i];
+    } else {
+        for (int i = 0; i < n; i++)
+            out[i] = x[i] * scale;
+    }
+}
+
+void hr_add(float *x, const float *b, int n) {
+    for (int i = 0; i < n; i++)
+        x[i] += b[i];
+}
+
+void hr_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void hr_swiglu(float *out, const float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params *rp) {
+    int half = rp->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float theta = (float)pos * powf(rp->freq_base, -2.0f * (float)i / (float)rp->n_rot);
+        if (rp->freq_factors)
+            theta /= rp->freq_factors[i];
+        float c = cosf(theta), s = sinf(theta);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            int i0 = rp->neox ? i : 2 * i;
+            int i1 = rp->neox ? i + half : 2 * i + 1;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c - b * s;
+            v[i1] = a * s + b * c;
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    const hr_attn_args *a;
+    const float *q;
+    float *out;
+    int n_tok, pos0;
+    hr_vec_dot_fn dot_f16;
+} hr_attn_job;
+
+static void hr_attn_worker(void *ctx, int ith, int nth) {
+    hr_attn_job *j = ctx;
+    const hr_attn_args *a = j->a;
+    int hd = a->head_dim, group = a->n_head / a->n_kv;
+    int q_stride = a->n_head * hd, kv_stride = a->n_kv * hd;
+    float *sc = a->scratch + (size_t)ith * a->n_ctx;
+    float scale = 1.0f / sqrtf((float)hd);
+    long n_items = (long)j->n_tok * a->n_head;
+    for (long it = ith; it < n_items; it += nth) {
+        int t = (int)(it / a->n_head), h = (int)(it % a->n_head);
+        int kvh = h / group;
+        int n_pos = j->pos0 + t + 1;
+        const float *qh = j->q + (size_t)t * q_stride + (size_t)h * hd;
+        for (int p = 0; p < n_pos; p++)
+            sc[p] = scale * j->dot_f16(hd, a->k + (size_t)p * kv_stride + (size_t)kvh * hd, qh);
+        hr_softmax(sc, n_pos);
+        float *o = j->out + (size_t)t * q_stride + (size_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = j->dot_f16(n_pos, a->vt + ((size_t)kvh * hd + d) * a->n_ctx, sc);
+    }
+}
+
+void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
+                  float *out) {
+    hr_attn_job j = {.a = a, .q = q, .out = out, .n_tok = n_tok, .pos0 = pos0};
+    j.dot_f16 = hr_kernels_best()->vec_dot[HR_TYPE_F16];
+    hr_pool_run(pool, hr_attn_worker, &j);
+}

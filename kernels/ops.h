@@ -1,0 +1,69 @@
+/* ops.h - the non-matmul building blocks of a transformer layer, and the
+ * threaded matrix products over quantized weights.
+ *
+ * Shapes are given next to each argument; all activations are f32 and
+ * row-major ([n_tok][dim]). Functions taking a hr_pool run on its threads;
+ * the rest are single-threaded. None allocates. */
+#ifndef HR_KERNELS_OPS_H
+#define HR_KERNELS_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/pool.h"
+
+/* A weight matrix as stored in GGUF: n_out rows of n_in elements. */
+typedef struct {
+    int type;         /* hr_type */
+    int64_t n_in;     /* ne[0] */
+    int64_t n_out;    /* ne[1] */
+    size_t row_bytes; /* bytes per row */
+    const void *data; /* borrowed (usually the read-only mapping) */
+} hr_weight;
+
+/* Bytes of work buffer hr_matmul needs for n_tok rows of n_in inputs
+ * against weights of this type. */
+size_t hr_matmul_wbuf_size(int type, int64_t n_in, int n_tok);
+
+/* y_j[t][r] = sum_i W_j[r][i] * x[t][i] for each of the n_w weights (all
+ * with the same n_in and the same activation format, hr_type_traits'
+ * vec_dot_type, so the input is converted once).
+ * x: [n_tok][n_in] f32; y_j: [n_tok][W_j.n_out] f32; wbuf: scratch of
+ * hr_matmul_wbuf_size() bytes. */
+void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
+               const float *x, int n_tok, void *wbuf);
+
+/* out[i] = x[i] / rms(x) * g[i]  (g may be NULL) ; n elements. */
+void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps);
+/* x[i] += b[i] */
+void hr_add(float *x, const float *b, int n);
+/* In-place softmax over n values. */
+void hr_softmax(float *x, int n);
+/* out[i] = silu(gate[i]) * up[i] */
+void hr_swiglu(float *out, const float *gate, const float *up, int n);
+
+typedef struct {
+    int n_rot;                  /* rotated dims per head (<= head_dim) */
+    float freq_base;            /* rope.freq_base */
+    bool neox;                  /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
+    const float *freq_factors;  /* [n_rot/2] divisors (Llama-3 rope_freqs) or NULL */
+} hr_rope_params;
+
+/* Rotates n_heads heads of head_dim values at position pos, in place. */
+void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params *rp);
+
+/* Causal GQA attention over an F16 KV cache.
+ * q: [n_tok][n_head*hd]; k: [n_ctx][n_kv*hd] f16; vt: [n_kv*hd][n_ctx] f16
+ * (transposed); token t sits at position pos0+t and sees positions
+ * 0..pos0+t. out: [n_tok][n_head*hd]. scratch: n_threads * n_ctx floats. */
+typedef struct {
+    int n_head, n_kv, head_dim, n_ctx;
+    const uint16_t *k;
+    const uint16_t *vt;
+    float *scratch;
+} hr_attn_args;
+void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
+                  float *out);
+
+#endif

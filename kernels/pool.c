@@ -1,0 +1,157 @@
+/* pool.c - persistent spinning-then-sleeping worker pool. */
+#include "kernels/pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HR_CPU_RELAX() _mm_pause()
+#else
+#define HR_CPU_RELAX() ((void)0)
+#endif
+
+/* Spin iterations (pause instructions) a worker waits for the next job
+ * before sleeping: roughly a few hundred microseconds. */
+#define HR_POOL_SPIN 20000
+
+typedef struct {
+    struct hr_pool *pool;
+    int ith;
+    pthread_t thread;
+} hr_worker;
+
+struct hr_pool {
+    int n;
+    hr_worker *workers; /* n - 1 workers; the caller is thread 0 */
+    _Atomic unsigned gen;  /* bumped for every job */
+    _Atomic int pending;   /* workers still running the current job */
+    _Atomic int n_sleeping;
+    _Atomic int stop;
+    hr_pool_fn fn;
+    void *ctx;
+    int nth; /* threads taking part in the current job */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void *hr_worker_main(void *arg) {
+    hr_worker *w = arg;
+    struct hr_pool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               !atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+            if (++spins < HR_POOL_SPIN) {
+                HR_CPU_RELAX();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->n_sleeping, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->n_sleeping, 1);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        if (atomic_load(&p->stop))
+            return NULL;
+        seen = g;
+        if (w->ith < p->nth)
+            p->fn(p->ctx, w->ith, p->nth);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+hr_pool *hr_pool_create(int n_threads) {
+    if (n_threads < 1)
+        n_threads = 1;
+    hr_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) {
+            free(p);
+            return NULL;
+        }
+        for (int i = 1; i < n_threads; i++) {
+            hr_worker *w = &p->workers[i - 1];
+            w->pool = p;
+            w->ith = i;
+            if (pthread_create(&w->thread, NULL, hr_worker_main, w) != 0) {
+                p->n = i; /* keep the ones created */
+                break;
+            }
+        }
+    }
+    return p;
+}
+
+void hr_pool_destroy(hr_pool *p) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++)
+        pthread_join(p->workers[i - 1].thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->workers);
+    free(p);
+}
+
+int hr_pool_size(const hr_pool *p) { return p->n; }
+
+void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
+    if (nth > p->n)
+        nth = p->n;
+    if (nth < 1)
+        nth = 1;
+    if (p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->nth = nth;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with n_sleeping */
+    if (atomic_load(&p->n_sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(ctx, 0, nth);
+    int spins = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+        if (++spins < 1000000)
+            HR_CPU_RELAX();
+        else
+            sched_yield();
+    }
+}
+
+void hr_pool_run(hr_pool *p, hr_pool_fn fn, void *ctx) { hr_pool_run_n(p, p->n, fn, ctx); }
+
+void hr_split_range(long n, int ith, int nth, long align, long *begin, long *end) {
+    if (align < 1)
+        align = 1;
+    long units = (n + align - 1) / align;
+    long per = units / nth, rem = units % nth;
+    long b = ith * per + (ith < rem ? ith : rem);
+    long e = b + per + (ith < rem ? 1 : 0);
+    b *= align;
+    e *= align;
+    *begin = b < n ? b : n;
+    *end = e < n ? e : n;
+}

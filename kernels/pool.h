@@ -1,0 +1,28 @@
+/* pool.h - persistent worker threads for the kernels.
+ *
+ * hr_pool_run(pool, fn, ctx) runs fn(ctx, ith, nth) on every thread of the
+ * pool (the caller is thread 0) and returns when all have finished. Workers
+ * are created once, spin briefly between jobs (so back-to-back kernels in a
+ * forward pass cost no wake-up) and then sleep on a condition variable, so
+ * an idle agent does not burn its cores. Nothing is allocated per run.
+ *
+ * Thread-safety: one caller at a time per pool. */
+#ifndef HR_KERNELS_POOL_H
+#define HR_KERNELS_POOL_H
+
+typedef struct hr_pool hr_pool;
+typedef void (*hr_pool_fn)(void *ctx, int ith, int nth);
+
+/* n_threads >= 1 (1 means the caller alone). Returns NULL on failure. */
+hr_pool *hr_pool_create(int n_threads);
+void hr_pool_destroy(hr_pool *p); /* NULL is a no-op */
+int hr_pool_size(const hr_pool *p);
+void hr_pool_run(hr_pool *p, hr_pool_fn fn, void *ctx);
+/* Runs with only the first nth threads (1 <= nth <= size); others idle. */
+void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx);
+
+/* Splits [0, n) into nth near-equal contiguous parts, rounded to multiples
+ * of `align`; part ith is [*begin, *end). */
+void hr_split_range(long n, int ith, int nth, long align, long *begin, long *end);
+
+#endif

@@ -1,0 +1,280 @@
+/* mkmodel.c - random-weight GGUF model generator. */
+#include "model/mkmodel.h"
+
+#include "kernels/quant.h"
+#include "mmap/gguf.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+hr_mkmodel_params hr_mkmodel_params_default(void) {
+    hr_mkmodel_params p = {.arch = "llama", .ftype = "q4_0", .n_ctx = 2048, .seed = 42};
+    hr_mkmodel_shape(&p, "tinyllama");
+    return p;
+}
+
+int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
+    static const struct {
+        const char *name;
+        int e, l, h, kv, ff, v;
+    } shapes[] = {
+        {"tinyllama", 2048, 22, 32, 4, 5632, 32000}, {"small", 256, 4, 8, 4, 768, 32000},
+        {"tiny", 64, 2, 4, 2, 160, 32000},           {"llama7b", 4096, 32, 32, 32, 11008, 32000},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (strcmp(shapes[i].name, name) == 0) {
+            p->n_embd = shapes[i].e;
+            p->n_layer = shapes[i].l;
+            p->n_head = shapes[i].h;
+            p->n_head_kv = shapes[i].kv;
+            p->n_ff = shapes[i].ff;
+            p->n_vocab = shapes[i].v;
+            return 0;
+        }
+    }
+    return HR_ENOENT;
+}
+
+/* Which type each tensor gets under a file type ("mostly" type + mix). */
+typedef struct {
+    const char *name;
+    int base;      /* matrices */
+    int more_bits; /* attn_v / ffn_down on "more bits" layers (K_M mixes) */
+    int output;    /* output.weight */
+    int embd;      /* token_embd.weight */
+} hr_ftype;
+
+static const hr_ftype hr_ftypes[] = {
+    {"f32", HR_TYPE_F32, HR_TYPE_F32, HR_TYPE_F32, HR_TYPE_F32},
+    {"f16", HR_TYPE_F16, HR_TYPE_F16, HR_TYPE_F16, HR_TYPE_F16},
+    {"bf16", HR_TYPE_BF16, HR_TYPE_BF16, HR_TYPE_BF16, HR_TYPE_BF16},
+    {"q8_0", HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_Q8_0},
+    {"q4_0", HR_TYPE_Q4_0, HR_TYPE_Q4_0, HR_TYPE_Q6_K, HR_TYPE_Q4_0},
+    {"q4_1", HR_TYPE_Q4_1, HR_TYPE_Q4_1, HR_TYPE_Q6_K, HR_TYPE_Q4_1},
+    {"q5_0", HR_TYPE_Q5_0, HR_TYPE_Q5_0, HR_TYPE_Q6_K, HR_TYPE_Q5_0},
+    {"q5_1", HR_TYPE_Q5_1, HR_TYPE_Q5_1, HR_TYPE_Q6_K, HR_TYPE_Q5_1},
+    {"q4_k", HR_TYPE_Q4_K, HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q4_K},
+    {"q4_k_m", HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q4_K},
+    {"q5_k", HR_TYPE_Q5_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_Q5_K},
+    {"q5_k_m", HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q5_K},
+    {"q6_k", HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K},
+};
+
+static bool hr_use_more_bits(int i, int n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+static uint64_t hr_mk_rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Approximately normal values (sum of 4 uniforms) with standard deviation std. */
+static void hr_mk_fill(float *x, int64_t n, float std, uint64_t *s) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = hr_mk_rng(s);
+        float u = 0.0f;
+        for (int k = 0; k < 4; k++)
+            u += (float)((r >> (16 * k)) & 0xFFFF) / 65535.0f;
+        x[i] = (u - 2.0f) * 1.7320508f * std; /* var of sum of 4 U(0,1) = 1/3 */
+    }
+}
+
+static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n_in,
+                        int64_t n_out, float std, float constant, uint64_t *rng, char *err) {
+    size_t rb = hr_type_row_bytes(type, n_in);
+    if (rb == 0)
+        return hr_seterr(err, HR_EINVAL, "tensor %s: %lld columns do not fit type %s", name,
+                         (long long)n_in, hr_type_name(type));
+    void *buf = malloc(rb * (size_t)n_out);
+    float *row = malloc((size_t)n_in * sizeof(float));
+    if (!buf || !row) {
+        free(buf);
+        free(row);
+        return hr_seterr(err, HR_ENOMEM, "out of memory for tensor %s", name);
+    }
+    for (int64_t r = 0; r < n_out; r++) {
+        if (std > 0.0f)
+            hr_mk_fill(row, n_in, std, rng);
+        else
+            for (int64_t i = 0; i < n_in; i++)
+                row[i] = constant;
+        hr_quantize_row(type, row, (char *)buf + (size_t)r * rb, n_in);
+    }
+    int64_t ne[2] = {n_in, n_out};
+    int rc = hr_gguf_writer_add_tensor(w, name, type, n_out == 1 ? 1 : 2, ne, buf,
+                                       rb * (size_t)n_out);
+    free(buf);
+    free(row);
+    if (rc)
+        return hr_seterr(err, rc, "cannot add tensor %s", name);
+    return 0;
+}
+
+/* A byte-fallback SentencePiece vocabulary: <unk>, <s>, </s>, 256 byte
+ * tokens, single printable ASCII pieces, then filler pieces. */
+static int hr_mk_vocab(hr_gguf_writer *w, int n_vocab, char *err) {
+    if (n_vocab < 3 + 256 + 95)
+        return hr_seterr(err, HR_EINVAL, "synthetic vocabulary needs >= 354 tokens, got %d",
+                         n_vocab);
+    char **toks = calloc((size_t)n_vocab, sizeof *toks);
+    float *scores = malloc((size_t)n_vocab * sizeof *scores);
+    int32_t *types = malloc((size_t)n_vocab * sizeof *types);
+    int rc = 0;
+    if (!toks || !scores || !types) {
+        rc = hr_seterr(err, HR_ENOMEM, "out of memory for vocabulary");
+        goto done;
+    }
+    for (int i = 0; i < n_vocab; i++) {
+        char buf[32];
+        if (i == 0)
+            snprintf(buf, sizeof buf, "<unk>");
+        else if (i == 1)
+            snprintf(buf, sizeof buf, "<s>");
+        else if (i == 2)
+            snprintf(buf, sizeof buf, "</s>");
+        else if (i < 259)
+            snprintf(buf, sizeof buf, "<0x%02X>", i - 3);
+        else if (i < 259 + 95)
+            snprintf(buf, sizeof buf, "%c", (char)(' ' + (i - 259)));
+        else
+            snprintf(buf, sizeof buf, "\xe2\x96\x81w%d", i);
+        if (i == 259)
+            snprintf(buf, sizeof buf, "\xe2\x96\x81"); /* the space piece */
+        toks[i] = strdup(buf);
+        if (!toks[i]) {
+            rc = hr_seterr(err, HR_ENOMEM, "out of memory for vocabulary");
+            goto done;
+        }
+        scores[i] = i < 259 ? 0.0f : -(float)i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    if ((rc = hr_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
+        (rc = hr_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks,
+                                         (uint64_t)n_vocab)) ||
+        (rc = hr_gguf_writer_set_arr(w, "tokenizer.ggml.scores", HR_GGUF_FLOAT32, scores,
+                                     (uint64_t)n_vocab)) ||
+        (rc = hr_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", HR_GGUF_INT32, types,
+                                     (uint64_t)n_vocab)) ||
+        (rc = hr_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
+        (rc = hr_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) ||
+        (rc = hr_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)))
+        hr_seterr(err, rc, "cannot write vocabulary");
+done:
+    for (int i = 0; toks && i < n_vocab; i++)
+        free(toks[i]);
+    free(toks);
+    free(scores);
+    free(types);
+    return rc;
+}
+
+int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb,
+                     void *ud, char err[HR_ERR_LEN]) {
+    const hr_ftype *ft = NULL;
+    for (size_t i = 0; i < sizeof hr_ftypes / sizeof hr_ftypes[0]; i++)
+        if (strcmp(hr_ftypes[i].name, p->ftype) == 0)
+            ft = &hr_ftypes[i];
+    if (!ft)
+        return hr_seterr(err, HR_EINVAL,
+                         "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q4_k_m "
+                         "q5_k q5_k_m q6_k)",
+                         p->ftype);
+    bool qwen2 = strcmp(p->arch, "qwen2") == 0;
+    if (!qwen2 && strcmp(p->arch, "llama") != 0)
+        return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes llama or qwen2, not '%s'",
+                         p->arch);
+    if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 ||
+        p->n_ff <= 0 || p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
+        return hr_seterr(err, HR_EINVAL,
+                         "invalid shape: embd %d layers %d heads %d/%d ffn %d vocab %d",
+                         p->n_embd, p->n_layer, p->n_head, p->n_head_kv, p->n_ff, p->n_vocab);
+    const char *A = p->arch;
+    int E = p->n_embd, D = E / p->n_head, KD = D * p->n_head_kv;
+    hr_gguf_writer *w = hr_gguf_writer_create();
+    if (!w)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    int rc = 0;
+    char key[128];
+#define HR_KEY(s) (snprintf(key, sizeof key, "%s.%s", A, s), key)
+    hr_gguf_writer_set_str(w, "general.architecture", A);
+    hr_gguf_writer_set_str(w, "general.name", "hearth random-weight model");
+    hr_gguf_writer_set_u32(w, HR_KEY("context_length"), (uint32_t)(p->n_ctx > 0 ? p->n_ctx : 2048));
+    hr_gguf_writer_set_u32(w, HR_KEY("embedding_length"), (uint32_t)E);
+    hr_gguf_writer_set_u32(w, HR_KEY("block_count"), (uint32_t)p->n_layer);
+    hr_gguf_writer_set_u32(w, HR_KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count"), (uint32_t)p->n_head);
+    hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    hr_gguf_writer_set_u32(w, HR_KEY("rope.dimension_count"), (uint32_t)D);
+    hr_gguf_writer_set_f32(w, HR_KEY("attention.layer_norm_rms_epsilon"), qwen2 ? 1e-6f : 1e-5f);
+    hr_gguf_writer_set_f32(w, HR_KEY("rope.freq_base"),
+                           p->rope_base > 0 ? p->rope_base : (qwen2 ? 1e6f : 10000.0f));
+#undef HR_KEY
+    if (p->vocab_from) {
+        hr_gguf *src = NULL;
+        rc = hr_gguf_open(&src, p->vocab_from, err);
+        if (rc)
+            goto done;
+        int64_t kv = hr_gguf_find_key(src, "tokenizer.ggml.tokens");
+        if (kv < 0 || (int64_t)hr_gguf_arr_len(src, kv) != p->n_vocab) {
+            rc = hr_seterr(err, HR_EINVAL, "%s: vocabulary has %lld tokens, model wants %d",
+                           p->vocab_from, kv < 0 ? 0LL : (long long)hr_gguf_arr_len(src, kv),
+                           p->n_vocab);
+            hr_gguf_close(src);
+            goto done;
+        }
+        rc = hr_gguf_writer_copy_kv(w, src, "tokenizer.");
+        hr_gguf_close(src);
+        if (rc) {
+            hr_seterr(err, rc, "cannot copy tokenizer from %s", p->vocab_from);
+            goto done;
+        }
+    } else if ((rc = hr_mk_vocab(w, p->n_vocab, err))) {
+        goto done;
+    }
+    uint64_t rng = p->seed * 0x2545F4914F6CDD1Dull + 1;
+    int total = 3 + p->n_layer * (qwen2 ? 12 : 9), done_n = 0;
+    float s_in = 1.0f / sqrtf((float)E), s_ff = 1.0f / sqrtf((float)p->n_ff);
+#define HR_T(name, type, nin, nout, std, c)                                                       \
+    do {                                                                                           \
+        if ((rc = hr_mk_tensor(w, name, type, nin, nout, std, c, &rng, err)))                      \
+            goto done;                                                                             \
+        if (cb)                                                                                    \
+            cb(++done_n, total, ud);                                                               \
+    } while (0)
+    HR_T("token_embd.weight", ft->embd, E, p->n_vocab, 1.0f, 0.0f);
+    for (int il = 0; il < p->n_layer; il++) {
+        char nm[96];
+        int tv = hr_use_more_bits(il, p->n_layer) ? ft->more_bits : ft->base;
+#define HR_L(suffix, type, nin, nout, std, c)                                                     \
+    snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                              \
+    HR_T(nm, type, nin, nout, std, c)
+        HR_L("attn_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
+        HR_L("attn_q.weight", ft->base, E, E, s_in, 0.0f);
+        HR_L("attn_k.weight", ft->base, E, KD, s_in, 0.0f);
+        HR_L("attn_v.weight", tv, E, KD, s_in, 0.0f);
+        HR_L("attn_output.weight", ft->base, E, E, s_in, 0.0f);
+        if (qwen2) {
+            HR_L("attn_q.bias", HR_TYPE_F32, E, 1, 0.02f, 0.0f);
+            HR_L("attn_k.bias", HR_TYPE_F32, KD, 1, 0.02f, 0.0f);
+            HR_L("attn_v.bias", HR_TYPE_F32, KD, 1, 0.02f, 0.0f);
+        }
+        HR_L("ffn_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
+        HR_L("ffn_gate.weight", ft->base, E, p->n_ff, s_in, 0.0f);
+        HR_L("ffn_up.weight", ft->base, E, p->n_ff, s_in, 0.0f);
+        HR_L("ffn_down.weight", tv, p->n_ff, E, s_ff, 0.0f);
+#undef HR_L
+    }
+    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
+    HR_T("output.weight", ft->output, E, p->n_vocab, s_in, 0.0f);
+#undef HR_T
+    rc = hr_gguf_writer_write(w, path, err);
+done:
+    hr_gguf_writer_destroy(w);
+    return rc;
+}

@@ -1,0 +1,103 @@
+/* model.h - transformer hyper-parameters, weights view and the forward
+ * pass over a window of layers, with its KV cache.
+ *
+ * hr_model is an immutable view of a GGUF file's weights (borrowed from
+ * the hr_gguf, which must outlive it); it is thread-safe to share. A
+ * hr_ctx owns the KV cache for one contiguous layer window [layer_begin,
+ * layer_end) plus work buffers sized up front for n_batch tokens, and a
+ * thread pool; it is used by one thread at a time. The per-token path
+ * allocates nothing.
+ *
+ * Supported architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM),
+ * qwen2 (q/k/v bias, NEOX RoPE, tied embeddings), qwen3 (per-head q/k
+ * RMSNorm). Anything else is refused with a clear message. */
+#ifndef HR_MODEL_MODEL_H
+#define HR_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+#include "mmap/gguf.h"
+
+typedef enum { HR_ARCH_LLAMA = 0, HR_ARCH_QWEN2 = 1, HR_ARCH_QWEN3 = 2 } hr_arch;
+
+typedef struct {
+    hr_arch arch;
+    char arch_name[32];
+    int n_vocab;
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;  /* key_length (may differ from n_embd / n_head) */
+    int n_ff;
+    int n_ctx_train;
+    int n_rot;
+    float rms_eps;
+    float rope_base;
+    bool rope_neox;
+    bool tied_output; /* output head reuses token_embd */
+} hr_hparams;
+
+typedef struct {
+    hr_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    hr_weight bq, bk, bv;           /* qwen2 biases (data NULL if absent) */
+    hr_weight q_norm, k_norm;       /* qwen3 per-head norms (data NULL if absent) */
+} hr_layer_weights;
+
+typedef struct hr_model hr_model;
+
+/* Reads hyper-parameters and resolves every tensor, checking shapes and
+ * types against the hyper-parameters. */
+int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]);
+void hr_model_free(hr_model *m);
+const hr_hparams *hr_model_hparams(const hr_model *m);
+const hr_layer_weights *hr_model_layer(const hr_model *m, int il);
+const hr_weight *hr_model_tok_embd(const hr_model *m);
+const hr_weight *hr_model_output(const hr_model *m);
+/* Weight bytes touched per token by layers [b, e) (+ embedding row / head). */
+uint64_t hr_model_layer_bytes(const hr_model *m, int il);
+uint64_t hr_model_output_bytes(const hr_model *m);
+
+/* hidden[i][:] = embedding row of ids[i]; hidden: [n][n_embd] f32. */
+int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
+                   char err[HR_ERR_LEN]);
+
+typedef struct {
+    int n_ctx;       /* KV cache positions (0 = model's training context, capped at 4096) */
+    int n_batch;     /* most tokens per hr_ctx_layers call */
+    int n_threads;   /* pool size (>= 1) */
+    int layer_begin; /* window [layer_begin, layer_end) */
+    int layer_end;   /* 0 = n_layer */
+} hr_ctx_params;
+
+hr_ctx_params hr_ctx_params_default(void);
+
+typedef struct hr_ctx hr_ctx;
+
+int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char err[HR_ERR_LEN]);
+void hr_ctx_destroy(hr_ctx *c);
+const hr_ctx_params *hr_ctx_get_params(const hr_ctx *c);
+hr_pool *hr_ctx_pool(hr_ctx *c);
+/* Bytes of KV cache + work buffers this context allocated. */
+size_t hr_ctx_memory(const hr_ctx *c);
+
+/* Runs the window's layers over hidden: [n][n_embd] f32 in place, for
+ * tokens at positions pos..pos+n-1 (their K/V are stored in the cache).
+ * Needs 1 <= n <= n_batch and pos+n <= n_ctx. */
+int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]);
+
+/* Output norm + LM head for rows [row0, row0+n_rows) of hidden
+ * ([*][n_embd]); logits: [n_rows][n_vocab]. n_rows <= n_batch. */
+int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *logits);
+
+/* Convenience for a context that covers every layer: embeds ids, runs all
+ * layers in chunks of n_batch, and writes logits for the last token (or
+ * for every token when all_logits; logits then holds [n][n_vocab]). */
+int hr_ctx_eval(hr_ctx *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
+                char err[HR_ERR_LEN]);
+
+#endif

@@ -1,0 +1,176 @@
+/* test_model.c - forward pass against llama.cpp reference logits for every
+ * model in ../shared/models, greedy continuation, and layer-window
+ * hand-over equivalence. */
+#include "tests/check.h"
+
+#include "kernels/quant.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "model/sampler.h"
+
+#include <jansson.h>
+
+typedef struct {
+    const char *name;
+    bool quantized;
+} hr_fixture;
+
+static const hr_fixture fixtures[] = {
+    {"tiny-llama-f32", false},      {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
+    {"small-llama-q8_0", true},     {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
+    {"small-llama-q6_k", true},     {"small-qwen2-q4_k_m", true},
+};
+
+static float *read_floats(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *buf = malloc((size_t)len);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *n = (size_t)len / sizeof(float);
+    return buf;
+}
+
+static int read_ids(json_t *root, const char *key, int32_t *ids, int cap) {
+    json_t *arr = json_object_get(root, key);
+    int n = 0;
+    for (size_t i = 0; arr && i < json_array_size(arr) && n < cap; i++)
+        ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return n;
+}
+
+/* Per-position max |a-b| / max |b|; returns the worst, counts argmax agreement. */
+static double compare_rows(const float *a, const float *b, int n_rows, int nv, int *agree) {
+    double worst = 0.0;
+    *agree = 0;
+    for (int p = 0; p < n_rows; p++) {
+        const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
+        double md = 0.0, mr = 0.0;
+        for (int i = 0; i < nv; i++) {
+            md = fmax(md, fabs((double)x[i] - y[i]));
+            mr = fmax(mr, fabs((double)y[i]));
+        }
+        worst = fmax(worst, md / mr);
+        *agree += hr_argmax(x, nv) == hr_argmax(y, nv);
+    }
+    return worst;
+}
+
+static void test_fixture(const hr_fixture *fx, int n_threads) {
+    char path[512], err[HR_ERR_LEN] = "";
+    char rel[128];
+    snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
+    hr_gguf *g = NULL;
+    int rc = hr_gguf_open(&g, hr_shared_path(rel, path, sizeof path), err);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", fx->name, err);
+        return;
+    }
+    hr_model *m = NULL;
+    rc = hr_model_load(&m, g, err);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", fx->name, err);
+        hr_gguf_close(g);
+        return;
+    }
+    snprintf(rel, sizeof rel, "reference/%s.json", fx->name);
+    json_error_t jerr;
+    json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
+    CHECK(root != NULL);
+    int32_t ids[256], greedy[64];
+    int n = read_ids(root, "prompt_ids", ids, 256);
+    int n_greedy = read_ids(root, "greedy_ids", greedy, 64);
+    json_decref(root);
+    snprintf(rel, sizeof rel, "reference/%s.logits", fx->name);
+    size_t n_ref = 0;
+    float *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
+    const hr_hparams *hp = hr_model_hparams(m);
+    int nv = hp->n_vocab;
+    CHECK_EQ(n_ref, (size_t)n * nv);
+
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 128;
+    cp.n_batch = 8; /* several prefill chunks */
+    cp.n_threads = n_threads;
+    hr_ctx *c = NULL;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+    float *lg = malloc((size_t)n * nv * sizeof(float));
+    CHECK_EQ(hr_ctx_eval(c, ids, n, 0, lg, true, err), 0);
+    int agree = 0;
+    double worst = compare_rows(lg, ref, n, nv, &agree);
+    printf("%-20s threads %d: max rel err %.3e, argmax agree %d/%d\n", fx->name, n_threads, worst,
+           agree, n);
+    if (fx->quantized) {
+        CHECK(worst <= 5e-2);
+        CHECK(agree * 5 >= n * 4);
+    } else {
+        CHECK(worst <= 2e-3);
+        CHECK_EQ(agree, n);
+    }
+
+    /* Greedy continuation: must equal the reference for float weights. */
+    float *last = malloc((size_t)nv * sizeof(float));
+    memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));
+    int match = 0, pos = n;
+    for (int i = 0; i < n_greedy; i++) {
+        int32_t id = hr_argmax(last, nv);
+        if (id == greedy[i] && match == i)
+            match++;
+        CHECK_EQ(hr_ctx_eval(c, &id, 1, pos++, last, false, err), 0);
+    }
+    printf("%-20s greedy: %d/%d leading tokens match\n", fx->name, match, n_greedy);
+    if (strcmp(fx->name, "tiny-llama-f32") == 0)
+        CHECK_EQ(match, n_greedy);
+
+    /* Window hand-over: layers [0,a) then [a,L) equals [0,L). */
+    for (int a = 1; a < hp->n_layer; a++) {
+        hr_ctx_params p1 = cp, p2 = cp;
+        p1.layer_end = a;
+        p2.layer_begin = a;
+        p2.layer_end = hp->n_layer;
+        hr_ctx *c1 = NULL, *c2 = NULL;
+        CHECK_EQ(hr_ctx_create(&c1, m, &p1, err), 0);
+        CHECK_EQ(hr_ctx_create(&c2, m, &p2, err), 0);
+        float *h = malloc((size_t)n * hp->n_embd * sizeof(float));
+        float *lw = malloc((size_t)n * nv * sizeof(float));
+        CHECK_EQ(hr_model_embed(m, ids, n, h, err), 0);
+        for (int done = 0; done < n; done += cp.n_batch) {
+            int nb = n - done < cp.n_batch ? n - done : cp.n_batch;
+            float *hh = h + (size_t)done * hp->n_embd;
+            CHECK_EQ(hr_ctx_layers(c1, hh, nb, done, err), 0);
+            CHECK_EQ(hr_ctx_layers(c2, hh, nb, done, err), 0);
+            CHECK_EQ(hr_ctx_output(c2, hh, 0, nb, lw + (size_t)done * nv), 0);
+        }
+        int ag2 = 0;
+        double d = compare_rows(lw, lg, n, nv, &ag2);
+        CHECK(d == 0.0);
+        CHECK_EQ(ag2, n);
+        free(h);
+        free(lw);
+        hr_ctx_destroy(c1);
+        hr_ctx_destroy(c2);
+    }
+    free(last);
+    free(lg);
+    free(ref);
+    hr_ctx_destroy(c);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        test_fixture(&fixtures[i], i % 2 ? 2 : 1);
+    /* threads must not change results */
+    test_fixture(&fixtures[0], 2);
+    return hr_check_finish("test_model");
+}

@@ -1,0 +1,232 @@
+/* test_ops.c - thread pool, element-wise ops, RoPE, attention and the
+ * threaded matmul against straightforward reference computations. */
+#include "tests/check.h"
+
+#include "kernels/ops.h"
+#include "kernels/pool.h"
+#include "kernels/quant.h"
+
+#include <stdatomic.h>
+
+static uint64_t rng_state = 88172645463325252ull;
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static _Atomic long pool_sum;
+static void pool_fn(void *ctx, int ith, int nth) {
+    long *v = ctx;
+    long b, e;
+    hr_split_range(1000, ith, nth, 1, &b, &e);
+    long s = 0;
+    for (long i = b; i < e; i++)
+        s += v[i];
+    atomic_fetch_add(&pool_sum, s);
+}
+
+static void test_pool(void) {
+    long v[1000], want = 0;
+    for (int i = 0; i < 1000; i++) {
+        v[i] = i * 7 % 13;
+        want += v[i];
+    }
+    for (int nt = 1; nt <= 4; nt++) {
+        hr_pool *p = hr_pool_create(nt);
+        CHECK(p != NULL);
+        CHECK_EQ(hr_pool_size(p), nt);
+        for (int rep = 0; rep < 200; rep++) {
+            atomic_store(&pool_sum, 0);
+            hr_pool_run(p, pool_fn, v);
+            if (atomic_load(&pool_sum) != want) {
+                CHECK_EQ(atomic_load(&pool_sum), want);
+                break;
+            }
+        }
+        CHECK_EQ(atomic_load(&pool_sum), want);
+        hr_pool_destroy(p);
+    }
+    hr_pool_destroy(NULL);
+    /* split covers [0,n) exactly, aligned */
+    for (int nth = 1; nth <= 5; nth++) {
+        long prev = 0;
+        for (int i = 0; i < nth; i++) {
+            long b, e;
+            hr_split_range(103, i, nth, 4, &b, &e);
+            CHECK_EQ(b, prev);
+            CHECK(b % 4 == 0 || b == 103);
+            prev = e;
+        }
+        CHECK_EQ(prev, 103);
+    }
+}
+
+static void test_elementwise(void) {
+    float x[37], o[37], g[37];
+    for (int i = 0; i < 37; i++) {
+        x[i] = frand() * 3;
+        g[i] = frand();
+    }
+    hr_rmsnorm(o, x, g, 37, 1e-5f);
+    double ss = 0;
+    for (int i = 0; i < 37; i++)
+        ss += x[i] * x[i];
+    double sc = 1.0 / sqrt(ss / 37 + 1e-5);
+    for (int i = 0; i < 37; i++)
+        CHECK_NEAR(o[i], x[i] * sc * g[i], 1e-5);
+    float s[5] = {1, 2, 3, 4, 1000};
+    hr_softmax(s, 5);
+    CHECK_NEAR(s[4], 1.0, 1e-6);
+    float s2[3] = {0, 0, log(2.0)};
+    hr_softmax(s2, 3);
+    CHECK_NEAR(s2[0], 0.25, 1e-6);
+    CHECK_NEAR(s2[2], 0.5, 1e-6);
+    float gt[3] = {0, 1, -2}, up[3] = {5, 2, 3}, out[3];
+    hr_swiglu(out, gt, up, 3);
+    CHECK_NEAR(out[0], 0.0, 1e-7);
+    CHECK_NEAR(out[1], 2.0 / (1 + exp(-1.0)), 1e-6);
+    CHECK_NEAR(out[2], 3.0 * -2.0 / (1 + exp(2.0)), 1e-6);
+}
+
+static void test_rope(void) {
+    enum { HD = 16, NH = 3 };
+    float x[NH * HD], y[NH * HD];
+    for (int i = 0; i < NH * HD; i++)
+        x[i] = y[i] = frand();
+    float ff[HD / 2];
+    for (int i = 0; i < HD / 2; i++)
+        ff[i] = 1.0f + i * 0.5f;
+    for (int neox = 0; neox < 2; neox++) {
+        for (int use_ff = 0; use_ff < 2; use_ff++) {
+            memcpy(y, x, sizeof x);
+            hr_rope_params rp = {.n_rot = HD, .freq_base = 10000.0f, .neox = neox,
+                                 .freq_factors = use_ff ? ff : NULL};
+            int pos = 7;
+            hr_rope(y, NH, HD, pos, &rp);
+            for (int h = 0; h < NH; h++) {
+                for (int i = 0; i < HD / 2; i++) {
+                    double th = pos * pow(10000.0, -2.0 * i / HD) / (use_ff ? ff[i] : 1.0);
+                    int i0 = neox ? i : 2 * i, i1 = neox ? i + HD / 2 : 2 * i + 1;
+                    double a = x[h * HD + i0], b = x[h * HD + i1];
+                    CHECK_NEAR(y[h * HD + i0], a * cos(th) - b * sin(th), 1e-4);
+                    CHECK_NEAR(y[h * HD + i1], a * sin(th) + b * cos(th), 1e-4);
+                }
+            }
+        }
+    }
+    /* position 0 is the identity */
+    memcpy(y, x, sizeof x);
+    hr_rope_params rp0 = {.n_rot = HD, .freq_base = 10000.0f};
+    hr_rope(y, NH, HD, 0, &rp0);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+}
+
+static void test_attention(void) {
+    enum { H = 4, KV = 2, D = 8, CTX = 16, NT = 3, POS0 = 5 };
+    uint16_t k[CTX * KV * D], vt[KV * D * CTX];
+    float kf[CTX][KV * D], vf[CTX][KV * D];
+    for (int p = 0; p < CTX; p++)
+        for (int i = 0; i < KV * D; i++) {
+            k[p * KV * D + i] = hr_fp32_to_fp16(frand());
+            vt[i * CTX + p] = hr_fp32_to_fp16(frand());
+            kf[p][i] = hr_fp16_to_fp32(k[p * KV * D + i]);
+            vf[p][i] = hr_fp16_to_fp32(vt[i * CTX + p]);
+        }
+    float q[NT * H * D], out[NT * H * D];
+    for (int i = 0; i < NT * H * D; i++)
+        q[i] = frand();
+    hr_pool *pool = hr_pool_create(2);
+    float scratch[2 * CTX];
+    hr_attn_args a = {.n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = CTX, .k = k, .vt = vt,
+                      .scratch = scratch};
+    hr_attention(pool, &a, q, NT, POS0, out);
+    for (int t = 0; t < NT; t++) {
+        for (int h = 0; h < H; h++) {
+            int kvh = h / (H / KV), np = POS0 + t + 1;
+            double sc[CTX], mx = -1e30, sum = 0;
+            for (int p = 0; p < np; p++) {
+                double d = 0;
+                for (int i = 0; i < D; i++)
+                    d += q[(t * H + h) * D + i] * kf[p][kvh * D + i];
+                sc[p] = d / sqrt((double)D);
+                mx = fmax(mx, sc[p]);
+            }
+            for (int p = 0; p < np; p++)
+                sum += (sc[p] = exp(sc[p] - mx));
+            for (int i = 0; i < D; i++) {
+                double o = 0;
+                for (int p = 0; p < np; p++)
+                    o += sc[p] / sum * vf[p][kvh * D + i];
+                CHECK_NEAR(out[(t * H + h) * D + i], o, 1e-5);
+            }
+        }
+    }
+    hr_pool_destroy(pool);
+}
+
+static void test_matmul_type(int type, hr_pool *pool) {
+    const hr_type_traits *tt = hr_type_get(type);
+    int64_t n_in = tt->block_elems >= 256 ? 512 : 96;
+    int n_out = 37, n_tok = 5;
+    size_t rb = hr_type_row_bytes(type, n_in);
+    char *wq = malloc(rb * n_out);
+    float *wf = malloc(sizeof(float) * n_in * n_out), *x = malloc(sizeof(float) * n_in * n_tok);
+    for (int r = 0; r < n_out; r++) {
+        for (int i = 0; i < n_in; i++)
+            wf[r * n_in + i] = frand();
+        hr_quantize_row(type, wf + r * n_in, wq + r * rb, n_in);
+        hr_dequantize_row(type, wq + r * rb, wf + r * n_in, n_in);
+    }
+    for (int i = 0; i < n_in * n_tok; i++)
+        x[i] = frand();
+    hr_weight w = {.type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .data = wq};
+    const hr_weight *ws[2] = {&w, &w};
+    float *y1 = malloc(sizeof(float) * n_out * n_tok), *y2 = malloc(sizeof(float) * n_out * n_tok);
+    float *ys[2] = {y1, y2};
+    void *wbuf = malloc(hr_matmul_wbuf_size(type, n_in, n_tok) + 1);
+    for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
+        hr_matmul(pool, 2, ws, ys, x, nt, wbuf);
+        double worst = 0;
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < n_out; r++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < n_in; i++) {
+                    ref += (double)wf[r * n_in + i] * x[t * n_in + i];
+                    mag += fabs((double)wf[r * n_in + i] * x[t * n_in + i]);
+                }
+                worst = fmax(worst, fabs(y1[t * n_out + r] - ref) / mag);
+                CHECK(y1[t * n_out + r] == y2[t * n_out + r]);
+            }
+        /* activation quantization (8-bit) bounds the error relative to sum |w x| */
+        if (worst > 1.5e-2)
+            fprintf(stderr, "matmul %s n_tok %d: worst rel err %.3e\n", tt->name, nt, worst);
+        CHECK(worst <= 1.5e-2);
+    }
+    free(wq);
+    free(wf);
+    free(x);
+    free(y1);
+    free(y2);
+    free(wbuf);
+}
+
+static void test_matmul(void) {
+    static const int types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q8_0,
+                                HR_TYPE_Q4_0, HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1,
+                                HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
+    hr_pool *pool = hr_pool_create(2);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        test_matmul_type(types[i], pool);
+    hr_pool_destroy(pool);
+}
+
+int main(void) {
+    test_pool();
+    test_elementwise();
+    test_rope();
+    test_attention();
+    test_matmul();
+    return hr_check_finish("test_ops");
+}
