@@ -30,6 +30,8 @@ typedef struct {
     int top_k;
     int64_t seed;
     bool kv;
+    bool bos;
+    bool special;
     bool verbose;
     bool help;
     int n_args;
@@ -43,6 +45,7 @@ int hr_cmd_logits(hr_cli *o);
 int hr_cmd_info(hr_cli *o);
 int hr_cmd_mkmodel(hr_cli *o);
 int hr_cmd_bench(hr_cli *o);
+int hr_cmd_tokenize(hr_cli *o);
 
 /* Prints "hearth: <msg>" to stderr (one clear line) and returns 1. */
 int hr_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

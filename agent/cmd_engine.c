@@ -120,6 +120,26 @@ static char *hr_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* Encodes text into a malloc'ed array (*ids, *n), growing it as needed. */
+static int hr_encode_alloc(const hr_tokenizer *tok, const char *text, size_t len, bool bos,
+                           bool special, int32_t **ids, int *n) {
+    int cap = (int)(len < 1000000 ? len : 1000000) + 8;
+    *ids = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *buf = realloc(*ids, (size_t)cap * sizeof *buf);
+        if (!buf)
+            return HR_ENOMEM;
+        *ids = buf;
+        int rc = hr_tokenizer_encode(tok, text, len, bos, special, buf, cap, n);
+        if (rc)
+            return rc;
+        if (*n <= cap)
+            return 0;
+        cap = *n;
+    }
+    return HR_EINTERNAL;
+}
+
 int hr_cmd_run(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
     char *file_text = NULL;
@@ -146,10 +166,8 @@ int hr_cmd_run(hr_cli *o) {
     hr_sampler *smp = NULL;
     const hr_hparams *hp = hr_model_hparams(e.m);
     int n_ids = 0;
-    int cap = (int)text_len + 8;
-    ids = malloc((size_t)cap * sizeof *ids);
-    if (!ids || hr_tokenizer_encode(e.tok, text, text_len, hr_tokenizer_add_bos(e.tok), false,
-                                    ids, cap, &n_ids) != 0) {
+    if (hr_encode_alloc(e.tok, text, text_len, hr_tokenizer_add_bos(e.tok), false, &ids,
+                        &n_ids) != 0) {
         hr_cli_fail("cannot tokenize the prompt");
         goto done;
     }
@@ -233,6 +251,53 @@ done:
     free(ids);
     free(file_text);
     hr_engine_close(&e);
+    return rc;
+}
+
+int hr_cmd_tokenize(hr_cli *o) {
+    char *file_text = NULL;
+    size_t len = 0;
+    const char *text = o->n_args > 0 ? o->args[0] : o->prompt;
+    if (o->prompt_file) {
+        file_text = hr_read_file(o->prompt_file, &len);
+        if (!file_text)
+            return hr_cli_fail("cannot read %s", o->prompt_file);
+        text = file_text;
+    } else if (text) {
+        len = strlen(text);
+    } else {
+        return hr_cli_fail("no text given (hearth tokenize -m MODEL TEXT, or -f FILE)");
+    }
+    char err[HR_ERR_LEN] = "";
+    hr_gguf *g = NULL;
+    hr_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    int rc = 1, n = 0;
+    if (!o->model) {
+        hr_cli_fail("no model given (use -m MODEL.gguf)");
+        goto done;
+    }
+    if (hr_gguf_open(&g, o->model, err)) {
+        hr_cli_fail("cannot open model: %s", err);
+        goto done;
+    }
+    if (hr_tokenizer_create(&tok, g, err)) {
+        hr_cli_fail("%s: tokenizer: %s", o->model, err);
+        goto done;
+    }
+    if (hr_encode_alloc(tok, text, len, o->bos, o->special, &ids, &n) != 0) {
+        hr_cli_fail("cannot tokenize the text");
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        printf("%s%d", i ? " " : "", ids[i]);
+    printf("\n");
+    rc = 0;
+done:
+    free(ids);
+    free(file_text);
+    hr_tokenizer_destroy(tok);
+    hr_gguf_close(g);
     return rc;
 }
 

@@ -55,6 +55,8 @@ static const hr_opt hr_opts[] = {
     {"n-gen", 'N', HR_OPT_INT, O(n_gen), "N", "bench: generated tokens (default 64)"},
     {"reps", 'r', HR_OPT_INT, O(reps), "N", "bench: repetitions (default 3)"},
     {"kv", 0, HR_OPT_FLAG, O(kv), NULL, "info: print every metadata key"},
+    {"bos", 0, HR_OPT_FLAG, O(bos), NULL, "tokenize: prepend BOS"},
+    {"special", 0, HR_OPT_FLAG, O(special), NULL, "tokenize: parse control tokens in the text"},
     {"log", 0, HR_OPT_STR, O(log_level), "LEVEL", "log level: debug info warn error"},
     {"verbose", 'v', HR_OPT_FLAG, O(verbose), NULL, "log at info level"},
     {"help", 'h', HR_OPT_FLAG, O(help), NULL, "show help"},
@@ -72,6 +74,9 @@ static const struct {
     {"logits", hr_cmd_logits,
      "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]\n"
      "      teacher-forced logits, float32 rows of n_vocab per position"},
+    {"tokenize", hr_cmd_tokenize,
+     "tokenize -m MODEL [--bos] [--special] TEXT | -f FILE\n"
+     "      print the token ids of TEXT on one line"},
     {"info", hr_cmd_info, "info -m MODEL [--kv]\n      architecture, sizes, tensor types"},
     {"mkmodel", hr_cmd_mkmodel,
      "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"

@@ -140,8 +140,12 @@ void hr_swiglu(float *out, const float *gate, const float *up, int n) {
 
 void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params *rp) {
     int half = rp->n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        float theta = (float)pos * powf(rp->freq_base, -2.0f * (float)i / (float)rp->n_rot);
+    /* theta_i = pos * base^(-2i/n_rot), built by repeated multiplication in
+     * f32 as llama.cpp does, so both engines rotate by identical angles. */
+    const float theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
+    float theta_base = (float)pos;
+    for (int i = 0; i < half; i++, theta_base *= theta_scale) {
+        float theta = theta_base;
         if (rp->freq_factors)
             theta /= rp->freq_factors[i];
         float c = cosf(theta), s = sinf(theta);
@@ -171,14 +175,19 @@ static void hr_attn_worker(void *ctx, int ith, int nth) {
     const hr_attn_args *a = j->a;
     int hd = a->head_dim, group = a->n_head / a->n_kv;
     int q_stride = a->n_head * hd, kv_stride = a->n_kv * hd;
-    float *sc = a->scratch + (size_t)ith * a->n_ctx;
+    float *sc = a->scratch + (size_t)ith * (a->n_ctx + hd);
     float scale = 1.0f / sqrtf((float)hd);
     long n_items = (long)j->n_tok * a->n_head;
     for (long it = ith; it < n_items; it += nth) {
         int t = (int)(it / a->n_head), h = (int)(it % a->n_head);
         int kvh = h / group;
         int n_pos = j->pos0 + t + 1;
-        const float *qh = j->q + (size_t)t * q_stride + (size_t)h * hd;
+        /* Q is rounded to f16 like the cache it meets (as llama.cpp does
+         * with an F16 KV cache), so logits track that engine closely. */
+        float *qh = sc + a->n_ctx;
+        const float *q0 = j->q + (size_t)t * q_stride + (size_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            qh[d] = hr_fp16_to_fp32(hr_fp32_to_fp16(q0[d]));
         for (int p = 0; p < n_pos; p++)
             sc[p] = scale * j->dot_f16(hd, a->k + (size_t)p * kv_stride + (size_t)kvh * hd, qh);
         hr_softmax(sc, n_pos);

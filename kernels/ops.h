@@ -56,7 +56,7 @@ void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params 
 /* Causal GQA attention over an F16 KV cache.
  * q: [n_tok][n_head*hd]; k: [n_ctx][n_kv*hd] f16; vt: [n_kv*hd][n_ctx] f16
  * (transposed); token t sits at position pos0+t and sees positions
- * 0..pos0+t. out: [n_tok][n_head*hd]. scratch: n_threads * n_ctx floats. */
+ * 0..pos0+t. out: [n_tok][n_head*hd]. scratch: n_threads * (n_ctx + head_dim) floats. */
 typedef struct {
     int n_head, n_kv, head_dim, n_ctx;
     const uint16_t *k;

@@ -147,6 +147,22 @@ static inline void hr_kq_unpack_scales(const uint8_t s[HR_K_SCALE_SIZE], uint8_t
     memcpy(mn + 4, &mn_hi, 4);
 }
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+/* SIMD form of hr_kq_unpack_scales: bytes 0-7 scales, 8-15 mins. Reads 16
+ * bytes at s (the 12 scale bytes and 4 bytes of the block that follow). */
+static inline __m128i hr_kq_unpack_scales_sse(const uint8_t *s) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)s);
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* w0 w2 w1 w2 */
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* w0 w0 w1 w1 */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
+#endif
+
 /* Round to nearest, ties to even, for |x| < 2^22 (ggml's nearest_int). */
 static inline int hr_nearest_int(float x) {
     float v = x + 12582912.0f; /* 1.5 * 2^23 */

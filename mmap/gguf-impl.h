@@ -17,13 +17,13 @@ struct hr_gguf_value {
     hr_gguf_vtype arr_type; /* element type when type == ARRAY */
     uint64_t n;             /* array length, or string length in bytes */
     union {
-        uint64_t u;                  /* UINT8/16/32/64, BOOL (raw byte) */
-        int64_t i;                   /* INT8/16/32/64 */
-        double f;                    /* FLOAT32 (exact) / FLOAT64 */
-        const char *s;               /* STRING: NUL-terminated, in the arena */
-        const uint8_t *raw;          /* numeric/bool array: packed LE, in the mapping */
-        const hr_gguf_sref *strs;    /* string array: n refs */
-        const hr_gguf_value *elems;  /* array of arrays: n array values */
+        uint64_t u;                 /* UINT8/16/32/64, BOOL (raw byte) */
+        int64_t i;                  /* INT8/16/32/64 */
+        double f;                   /* FLOAT32 (exact) / FLOAT64 */
+        const char *s;              /* STRING: NUL-terminated, in the arena */
+        const uint8_t *raw;         /* numeric/bool array: packed LE, in the mapping */
+        const hr_gguf_sref *strs;   /* string array: n refs */
+        const hr_gguf_value *elems; /* array of arrays: n array values */
     } as;
 };
 

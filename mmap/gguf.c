@@ -114,16 +114,15 @@ size_t hr_gguf_vtype_size(hr_gguf_vtype t) {
 }
 
 const char *hr_gguf_vtype_name(hr_gguf_vtype t) {
-    static const char *names[] = {"uint8", "int8",   "uint16", "int16", "uint32",
-                                  "int32", "float32", "bool",  "string", "array",
-                                  "uint64", "int64", "float64"};
+    static const char *names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                  "int32",  "float32", "bool",   "string", "array",
+                                  "uint64", "int64",   "float64"};
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
 static bool vtype_is_int(hr_gguf_vtype t) {
-    return t == HR_GGUF_UINT8 || t == HR_GGUF_INT8 || t == HR_GGUF_UINT16 ||
-           t == HR_GGUF_INT16 || t == HR_GGUF_UINT32 || t == HR_GGUF_INT32 ||
-           t == HR_GGUF_UINT64 || t == HR_GGUF_INT64;
+    return t == HR_GGUF_UINT8 || t == HR_GGUF_INT8 || t == HR_GGUF_UINT16 || t == HR_GGUF_INT16 ||
+           t == HR_GGUF_UINT32 || t == HR_GGUF_INT32 || t == HR_GGUF_UINT64 || t == HR_GGUF_INT64;
 }
 
 static bool vtype_is_signed(hr_gguf_vtype t) {
@@ -396,8 +395,8 @@ static int parse_kvs(rd *r, uint64_t n_kv, gguf_kv *kvs) {
     int rc;
     for (uint64_t i = 0; i < n_kv; i++) {
         uint64_t at = r->pos;
-        const uint8_t *key;
-        uint64_t klen;
+        const uint8_t *key = NULL;
+        uint64_t klen = 0;
         const char *kcopy = NULL;
         snprintf(r->what, sizeof r->what, "kv %" PRIu64, i);
         if ((rc = rd_str(r, "key", true, &key, &klen, &kcopy)))
@@ -426,8 +425,8 @@ static int parse_kvs(rd *r, uint64_t n_kv, gguf_kv *kvs) {
 
 static int parse_tensor(rd *r, uint64_t i, hr_gguf_tensor *t) {
     int rc;
-    const uint8_t *name;
-    uint64_t nlen;
+    const uint8_t *name = NULL;
+    uint64_t nlen = 0;
     const char *ncopy = NULL;
     snprintf(r->what, sizeof r->what, "tensor %" PRIu64, i);
     if ((rc = rd_str(r, "tensor name", true, &name, &nlen, &ncopy)))
@@ -450,8 +449,8 @@ static int parse_tensor(rd *r, uint64_t i, hr_gguf_tensor *t) {
         memcpy(&v, r->p + r->pos, 8);
         r->pos += 8;
         if (v == 0 || v > (uint64_t)INT64_MAX)
-            return fail(r, HR_EFORMAT, at + 8ull * d, "ne[%" PRIu32 "] = %" PRId64
-                        " is not positive", d, (int64_t)v);
+            return fail(r, HR_EFORMAT, at + 8ull * d,
+                        "ne[%" PRIu32 "] = %" PRId64 " is not positive", d, (int64_t)v);
         ne[d] = (int64_t)v;
     }
     uint32_t type;
@@ -471,15 +470,16 @@ static int parse_tensor(rd *r, uint64_t i, hr_gguf_tensor *t) {
                         ne[0], ne[1], ne[2], ne[3]);
     if (ne[0] % tr->block_elems != 0)
         return fail(r, HR_EFORMAT, at,
-                    "ne[0] = %" PRId64 " is not a multiple of the block size %d of type %s",
-                    ne[0], tr->block_elems, tr->name ? tr->name : "?");
+                    "ne[0] = %" PRId64 " is not a multiple of the block size %d of type %s", ne[0],
+                    tr->block_elems, tr->name ? tr->name : "?");
     int64_t bytes;
     if (__builtin_mul_overflow(ne[0] / tr->block_elems, (int64_t)tr->block_bytes, &bytes) ||
         __builtin_mul_overflow(bytes, ne[1], &bytes) ||
         __builtin_mul_overflow(bytes, ne[2], &bytes) ||
         __builtin_mul_overflow(bytes, ne[3], &bytes))
-        return fail(r, HR_EFORMAT, at, "byte size of %" PRId64 " elements of type %s overflows int64",
-                    nel, tr->name ? tr->name : "?");
+        return fail(r, HR_EFORMAT, at,
+                    "byte size of %" PRId64 " elements of type %s overflows int64", nel,
+                    tr->name ? tr->name : "?");
     if (offset % r->alignment != 0)
         return fail(r, HR_EFORMAT, type_at + 4,
                     "data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64, offset,
@@ -613,8 +613,8 @@ static int parse_header(rd *r, uint32_t *version, uint64_t *n_tensors, uint64_t 
             return fail(r, HR_EUNSUPPORTED, 0,
                         "byte-swapped magic 'FUGG': big-endian GGUF is not supported");
         return fail(r, HR_EFORMAT, 0,
-                    "bad magic %02x %02x %02x %02x (expected 'GGUF'): not a GGUF file", m[0],
-                    m[1], m[2], m[3]);
+                    "bad magic %02x %02x %02x %02x (expected 'GGUF'): not a GGUF file", m[0], m[1],
+                    m[2], m[3]);
     }
     r->pos = 4;
     if ((rc = rd_u32(r, version, "header version")))
@@ -623,22 +623,20 @@ static int parse_header(rd *r, uint32_t *version, uint64_t *n_tensors, uint64_t 
     if (v != 2 && v != 3) {
         if (v != 0 && (v & 0xffffu) == 0)
             return fail(r, HR_EUNSUPPORTED, 4,
-                        "byte-swapped version 0x%08" PRIx32
-                        ": big-endian GGUF is not supported",
+                        "byte-swapped version 0x%08" PRIx32 ": big-endian GGUF is not supported",
                         v);
-        return fail(r, HR_EUNSUPPORTED, 4, "unsupported version %" PRIu32 " (only 2 and 3)%s",
-                    v, v == 1 ? "; convert GGUF v1 files with a newer tool" : "");
+        return fail(r, HR_EUNSUPPORTED, 4, "unsupported version %" PRIu32 " (only 2 and 3)%s", v,
+                    v == 1 ? "; convert GGUF v1 files with a newer tool" : "");
     }
     if ((rc = rd_u64(r, n_tensors, "tensor count")) || (rc = rd_u64(r, n_kv, "kv count")))
         return rc;
     if (*n_kv > remaining(r) / MIN_KV_BYTES)
         return fail(r, HR_EFORMAT, 16,
-                    "n_kv %" PRIu64 " exceeds what the remaining %" PRIu64 " bytes can hold",
-                    *n_kv, remaining(r));
+                    "n_kv %" PRIu64 " exceeds what the remaining %" PRIu64 " bytes can hold", *n_kv,
+                    remaining(r));
     if (*n_tensors > remaining(r) / MIN_TENSOR_BYTES)
         return fail(r, HR_EFORMAT, 8,
-                    "n_tensors %" PRIu64 " exceeds what the remaining %" PRIu64
-                    " bytes can hold",
+                    "n_tensors %" PRIu64 " exceeds what the remaining %" PRIu64 " bytes can hold",
                     *n_tensors, remaining(r));
     return 0;
 }
@@ -662,8 +660,8 @@ static int parse(hr_gguf **out, const uint8_t *p, uint64_t size, const char *nam
     r.elem = -1;
     r.alignment = HR_GGUF_DEFAULT_ALIGNMENT;
 
-    uint32_t version;
-    uint64_t n_tensors, n_kv;
+    uint32_t version = 0;
+    uint64_t n_tensors = 0, n_kv = 0;
     int rc = parse_header(&r, &version, &n_tensors, &n_kv);
     if (rc)
         return rc;
@@ -750,17 +748,18 @@ static int parse(hr_gguf **out, const uint8_t *p, uint64_t size, const char *nam
         t->data = p + t->offset;
         int64_t prev = table_insert(g->t_index, g->t_mask, t->name, i, tensor_name, g);
         if (prev >= 0) {
-            rc = hr_seterr(err, HR_EFORMAT,
-                           "%s: duplicate tensor name '%.64s' (tensors %" PRId64 " and %" PRId64
-                           ")",
-                           name, t->name, prev, i);
+            rc =
+                hr_seterr(err, HR_EFORMAT,
+                          "%s: duplicate tensor name '%.64s' (tensors %" PRId64 " and %" PRId64 ")",
+                          name, t->name, prev, i);
             goto fail;
         }
     }
     /* A vocab-only file may end right after its kvs, without padding. */
     g->data_offset = g->n_tensors == 0 && data_offset > size ? size : data_offset;
     build_layers(g);
-    HR_LOG_DEBUG(TAG, "%s: GGUF v%" PRIu32 ", %" PRId64 " kv, %" PRId64 " tensors, data at %" PRIu64,
+    HR_LOG_DEBUG(TAG,
+                 "%s: GGUF v%" PRIu32 ", %" PRId64 " kv, %" PRId64 " tensors, data at %" PRIu64,
                  name, version, g->n_kv, g->n_tensors, g->data_offset);
     *out = g;
     return 0;
@@ -808,8 +807,8 @@ int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]) {
         if (map == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return hr_seterr(err, e == ENOMEM ? HR_ENOMEM : HR_EIO,
-                             "%s: cannot map %zu bytes: %s", path, size, strerror(e));
+            return hr_seterr(err, e == ENOMEM ? HR_ENOMEM : HR_EIO, "%s: cannot map %zu bytes: %s",
+                             path, size, strerror(e));
         }
     }
     close(fd);

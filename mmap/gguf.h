@@ -53,16 +53,22 @@ const char *hr_gguf_vtype_name(hr_gguf_vtype t);
 typedef struct hr_gguf hr_gguf;
 
 typedef struct {
-    const char *name;               /* NUL-terminated, owned by the hr_gguf */
-    int type;                       /* hr_type id (kernels/quant.h) */
-    int n_dims;                     /* 1..4 */
-    int64_t ne[HR_GGUF_MAX_DIMS];   /* ne[0] = row length; unused dims = 1 */
-    uint64_t offset;                /* absolute file offset of the data */
-    uint64_t size;                  /* bytes */
-    const void *data;               /* into the mapping */
+    const char *name;             /* NUL-terminated, owned by the hr_gguf */
+    int type;                     /* hr_type id (kernels/quant.h) */
+    int n_dims;                   /* 1..4 */
+    int64_t ne[HR_GGUF_MAX_DIMS]; /* ne[0] = row length; unused dims = 1 */
+    uint64_t offset;              /* absolute file offset of the data */
+    uint64_t size;                /* bytes */
+    const void *data;             /* into the mapping */
 } hr_gguf_tensor;
 
-/* Opens and validates path. On success *out owns the mapping. */
+/* Opens and validates path. On success *out owns the mapping.
+ * Errors: HR_ENOENT / HR_EDENIED / HR_EIO / HR_EINVAL (not a regular file)
+ * for the file itself; HR_EFORMAT for malformed content (bad magic,
+ * truncation, counts or lengths past the end, empty or duplicate names,
+ * bad alignment, dims, sizes, offsets); HR_EUNSUPPORTED for v1, big-endian
+ * files, unknown tensor types and arrays nested past HR_GGUF_MAX_NESTING;
+ * HR_ENOMEM. Thread-safe (no shared state). */
 int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]);
 /* Same over a caller buffer (borrowed; must outlive the hr_gguf). */
 int hr_gguf_open_memory(hr_gguf **out, const void *data, size_t size, char err[HR_ERR_LEN]);
@@ -70,9 +76,11 @@ void hr_gguf_close(hr_gguf *g); /* NULL is a no-op */
 
 uint32_t hr_gguf_version(const hr_gguf *g);
 uint64_t hr_gguf_alignment(const hr_gguf *g);
-const void *hr_gguf_base(const hr_gguf *g);  /* start of the mapping */
+const void *hr_gguf_base(const hr_gguf *g); /* start of the mapping */
 uint64_t hr_gguf_file_size(const hr_gguf *g);
-uint64_t hr_gguf_data_offset(const hr_gguf *g); /* start of tensor data */
+/* Start of tensor data (clamped to the file size in a tensor-less file
+ * that ends without padding). */
+uint64_t hr_gguf_data_offset(const hr_gguf *g);
 
 /* ---- metadata ---- */
 int64_t hr_gguf_n_kv(const hr_gguf *g);
@@ -110,7 +118,7 @@ const void *hr_gguf_arr_data(const hr_gguf *g, int64_t kv);
 typedef struct hr_gguf_value hr_gguf_value;
 const hr_gguf_value *hr_gguf_kv_value(const hr_gguf *g, int64_t kv);
 hr_gguf_vtype hr_gguf_value_type(const hr_gguf_value *v);
-uint64_t hr_gguf_value_arr_len(const hr_gguf_value *v);            /* 0 unless array */
+uint64_t hr_gguf_value_arr_len(const hr_gguf_value *v);                        /* 0 unless array */
 const hr_gguf_value *hr_gguf_value_arr_at(const hr_gguf_value *v, uint64_t j); /* nested only */
 /* Formats a value for humans (arrays abbreviated past max_elems; a
  * negative max_elems prints every element). Always NUL-terminates when
@@ -156,7 +164,8 @@ int hr_gguf_writer_set_arr(hr_gguf_writer *w, const char *key, hr_gguf_vtype ele
                            const void *data, uint64_t n);
 int hr_gguf_writer_set_arr_str(hr_gguf_writer *w, const char *key, const char *const *strs,
                                uint64_t n);
-/* Copies every kv of src (used to carry a tokenizer into a new model). */
+/* Copies every kv of src (used to carry a tokenizer into a new model)
+ * whose key starts with prefix (NULL or "": all of them). */
 int hr_gguf_writer_copy_kv(hr_gguf_writer *w, const hr_gguf *src, const char *prefix);
 int hr_gguf_writer_add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims,
                               const int64_t *ne, const void *data, uint64_t size);

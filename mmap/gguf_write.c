@@ -349,8 +349,8 @@ int hr_gguf_writer_copy_kv(hr_gguf_writer *w, const hr_gguf *src, const char *pr
     return 0;
 }
 
-static int add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims,
-                      const int64_t *ne, const void *data, uint64_t size, bool copy) {
+static int add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne,
+                      const void *data, uint64_t size, bool copy) {
     if (!name || !name[0])
         return werr(w, HR_EINVAL, "add_tensor: empty or NULL name");
     const hr_type_traits *tr = hr_type_get(type);
@@ -365,8 +365,8 @@ static int add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims,
     for (int d = 0; d < HR_GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
         if (t.ne[d] <= 0)
-            return werr(w, HR_EINVAL, "tensor '%.64s': ne[%d] = %" PRId64 " is not positive",
-                        name, d, t.ne[d]);
+            return werr(w, HR_EINVAL, "tensor '%.64s': ne[%d] = %" PRId64 " is not positive", name,
+                        d, t.ne[d]);
     }
     if (t.ne[0] % tr->block_elems)
         return werr(w, HR_EINVAL,
@@ -382,8 +382,7 @@ static int add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims,
         return werr(w, HR_EINVAL, "tensor '%.64s': size overflows int64", name);
     if ((uint64_t)bytes != size)
         return werr(w, HR_EINVAL,
-                    "tensor '%.64s': size %" PRIu64 " does not match %" PRId64
-                    " bytes of type %s",
+                    "tensor '%.64s': size %" PRIu64 " does not match %" PRId64 " bytes of type %s",
                     name, size, bytes, tr->name ? tr->name : "?");
     if (!data)
         return werr(w, HR_EINVAL, "tensor '%.64s': NULL data", name);
@@ -393,6 +392,7 @@ static int add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims,
     if (size > SIZE_MAX)
         return werr(w, HR_ENOMEM, "tensor '%.64s': %" PRIu64 " bytes do not fit in memory", name,
                     size);
+    t.size = size;
     t.name = dupstr(name);
     if (copy && t.name) {
         t.owned = malloc((size_t)size);
@@ -403,8 +403,7 @@ static int add_tensor(hr_gguf_writer *w, const char *name, int type, int n_dims,
     if (!t.name || !t.data || !grow((void **)&w->ts, &w->cap_t, w->n_t, sizeof *w->ts)) {
         free(t.name);
         free(t.owned);
-        return werr(w, HR_ENOMEM, "tensor '%.64s': out of memory (%" PRIu64 " bytes)", name,
-                    size);
+        return werr(w, HR_ENOMEM, "tensor '%.64s': out of memory (%" PRIu64 " bytes)", name, size);
     }
     w->ts[w->n_t++] = t;
     return 0;
@@ -474,8 +473,7 @@ int hr_gguf_writer_write(hr_gguf_writer *w, const char *path, char err[HR_ERR_LE
         return hr_seterr(err, HR_ENOMEM, "%s: header of %" PRIu64 " bytes too large", path, hdr);
     uint8_t *buf = malloc((size_t)hdr);
     if (!buf)
-        return hr_seterr(err, HR_ENOMEM, "%s: cannot allocate %" PRIu64 " header bytes", path,
-                         hdr);
+        return hr_seterr(err, HR_ENOMEM, "%s: cannot allocate %" PRIu64 " header bytes", path, hdr);
     uint8_t *p = put(buf, "GGUF", 4);
     p = put_u32(p, 3);
     p = put_u64(p, w->n_t);

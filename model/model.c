@@ -416,7 +416,8 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
     c->att = hr_ctx_alloc(c, B * QD * 4);
     c->gate = hr_ctx_alloc(c, B * F * 4);
     c->up = hr_ctx_alloc(c, B * F * 4);
-    c->attn_scratch = hr_ctx_alloc(c, (size_t)c->p.n_threads * c->p.n_ctx * 4);
+    c->attn_scratch =
+        hr_ctx_alloc(c, (size_t)c->p.n_threads * ((size_t)c->p.n_ctx + hp->head_dim) * 4);
     c->wbuf = hr_ctx_alloc(c, wb);
     if (!c->hb || !c->xb || !c->xb2 || !c->q || !c->kk || !c->vv || !c->att || !c->gate ||
         !c->up || !c->attn_scratch || !c->wbuf) {

@@ -43,12 +43,31 @@ static int hr_dbl_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double hr_membw_read(int n_threads, size_t bytes, int reps) {
-    bytes = (bytes + 4095) & ~(size_t)4095;
+double hr_membw_read_pool(hr_pool *pool, int n_threads, const void *buf, size_t bytes, int reps) {
+    bytes &= ~(size_t)63;
+    if (!pool || !buf || bytes == 0)
+        return -1.0;
     if (reps < 1)
         reps = 1;
     if (reps > 32)
         reps = 32;
+    if (n_threads < 1 || n_threads > hr_pool_size(pool))
+        n_threads = hr_pool_size(pool);
+    hr_bw_job j = {.buf = buf, .n_words = bytes / 8};
+    double gbs[32];
+    hr_pool_run_n(pool, n_threads, hr_bw_worker, &j); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = hr_now_s();
+        hr_pool_run_n(pool, n_threads, hr_bw_worker, &j);
+        double dt = hr_now_s() - t0;
+        gbs[r] = (double)bytes / dt / 1e9;
+    }
+    qsort(gbs, (size_t)reps, sizeof gbs[0], hr_dbl_cmp);
+    return gbs[reps / 2];
+}
+
+double hr_membw_read(int n_threads, size_t bytes, int reps) {
+    bytes = (bytes + 4095) & ~(size_t)4095;
     void *mem = NULL;
     if (posix_memalign(&mem, 4096, bytes) != 0)
         return -1.0;
@@ -58,17 +77,8 @@ double hr_membw_read(int n_threads, size_t bytes, int reps) {
         free(mem);
         return -1.0;
     }
-    hr_bw_job j = {.buf = mem, .n_words = bytes / 8};
-    double gbs[32];
-    hr_pool_run(pool, hr_bw_worker, &j); /* warm-up */
-    for (int r = 0; r < reps; r++) {
-        double t0 = hr_now_s();
-        hr_pool_run(pool, hr_bw_worker, &j);
-        double dt = hr_now_s() - t0;
-        gbs[r] = (double)bytes / dt / 1e9;
-    }
+    double r = hr_membw_read_pool(pool, n_threads, mem, bytes, reps);
     hr_pool_destroy(pool);
     free(mem);
-    qsort(gbs, (size_t)reps, sizeof gbs[0], hr_dbl_cmp);
-    return gbs[reps / 2];
+    return r;
 }

@@ -6,8 +6,14 @@
 
 #include <stddef.h>
 
+#include "kernels/pool.h"
+
 /* Reads `bytes` (rounded to 4 KiB) `reps` times with n_threads threads and
  * returns the median read bandwidth in GB/s (1e9 bytes/s); <= 0 on error. */
 double hr_membw_read(int n_threads, size_t bytes, int reps);
+
+/* The same over a caller's buffer (borrowed, at least `bytes` long, already
+ * touched) with the first n_threads threads of pool. */
+double hr_membw_read_pool(hr_pool *pool, int n_threads, const void *buf, size_t bytes, int reps);
 
 #endif

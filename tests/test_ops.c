@@ -138,7 +138,7 @@ static void test_attention(void) {
     for (int i = 0; i < NT * H * D; i++)
         q[i] = frand();
     hr_pool *pool = hr_pool_create(2);
-    float scratch[2 * CTX];
+    float scratch[2 * (CTX + D)];
     hr_attn_args a = {.n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = CTX, .k = k, .vt = vt,
                       .scratch = scratch};
     hr_attention(pool, &a, q, NT, POS0, out);
@@ -149,7 +149,8 @@ static void test_attention(void) {
             for (int p = 0; p < np; p++) {
                 double d = 0;
                 for (int i = 0; i < D; i++)
-                    d += q[(t * H + h) * D + i] * kf[p][kvh * D + i];
+                    d += hr_fp16_to_fp32(hr_fp32_to_fp16(q[(t * H + h) * D + i])) *
+                         kf[p][kvh * D + i];
                 sc[p] = d / sqrt((double)D);
                 mx = fmax(mx, sc[p]);
             }

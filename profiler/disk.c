@@ -1,0 +1,245 @@
+/* disk.c - read throughput of the file system holding the model, measured
+ * by reading the model file itself (never by writing scratch data):
+ * sequential 1 MiB reads and random 4 KiB reads with O_DIRECT (page cache
+ * bypassed; where O_DIRECT is refused, the range is evicted with
+ * posix_fadvise first), and page faults on an evicted range of a read-only
+ * mapping, which is what a non-resident layer window costs during decode.
+ * The mmap test evicts at most 32 MiB of the file from the page cache. */
+#include "profiler/profiler-impl.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define HR_DISK_BLOCK (1u << 20) /* sequential read size */
+#define HR_DISK_RAND 4096u       /* random read size */
+
+void hr_prof_disk_unknown(hr_prof_disk *dk) {
+    memset(dk, 0, sizeof *dk);
+    dk->rotational = dk->read_ahead_kb = -1;
+    dk->seq_mbs = dk->rand_mbs = dk->rand_iops = dk->mmap_mbs = -1.0;
+    hr_prof_strlcpy(dk->method, "none", sizeof dk->method);
+}
+
+void hr_prof_disk_info(hr_prof_disk *dk, const char *path, const char *sysroot) {
+    hr_prof_disk_unknown(dk);
+    if (!path)
+        return;
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+        hr_prof_strlcpy(real, path, sizeof real);
+    hr_prof_strlcpy(dk->path, real, sizeof dk->path);
+    struct stat st;
+    if (stat(real, &st) != 0) {
+        HR_LOG_WARN(HR_PROF_TAG, "cannot stat %s: %s", real, strerror(errno));
+        return;
+    }
+    unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+    /* longest mount point with this device that prefixes the path */
+    char mi[512];
+    hr_prof_path(mi, sizeof mi, sysroot, "/proc/self/mountinfo");
+    FILE *f = fopen(mi, "r");
+    if (!f) {
+        HR_LOG_WARN(HR_PROF_TAG, "cannot read %s: file system of %s unknown", mi, real);
+    } else {
+        char line[2048];
+        size_t best = 0;
+        while (fgets(line, sizeof line, f)) {
+            unsigned a, b;
+            char mnt[512];
+            if (sscanf(line, "%*s %*s %u:%u %*s %511s", &a, &b, mnt) != 3 || a != maj || b != min)
+                continue;
+            size_t ml = strlen(mnt);
+            bool prefix = strcmp(mnt, "/") == 0 ||
+                          (strncmp(real, mnt, ml) == 0 && (real[ml] == '/' || real[ml] == 0));
+            if (!prefix || (best && ml <= best))
+                continue;
+            best = ml ? ml : 1;
+            hr_prof_strlcpy(dk->mount, mnt, sizeof dk->mount);
+            const char *dash = strstr(line, " - ");
+            char fstype[32] = "", source[256] = "";
+            if (dash && sscanf(dash + 3, "%31s %255s", fstype, source) >= 1)
+                hr_prof_strlcpy(dk->fs_type, fstype, sizeof dk->fs_type);
+        }
+        fclose(f);
+    }
+    /* block device: /sys/dev/block/MAJ:MIN -> .../block/<disk>[/<partition>] */
+    char link[512], target[512];
+    snprintf(link, sizeof link, "%s/sys/dev/block/%u:%u", sysroot ? sysroot : "", maj, min);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return; /* tmpfs, overlay, network file systems: no block device */
+    target[n] = 0;
+    const char *base = strrchr(target, '/');
+    hr_prof_strlcpy(dk->device, base ? base + 1 : target, sizeof dk->device);
+    char p2[700];
+    int64_t v;
+    snprintf(p2, sizeof p2, "%s/queue/rotational", link);
+    if (hr_prof_read_i64(p2, &v) != 0) {
+        snprintf(p2, sizeof p2, "%s/../queue/rotational", link); /* a partition */
+        if (hr_prof_read_i64(p2, &v) != 0)
+            v = -1;
+    }
+    dk->rotational = (int)v;
+    snprintf(p2, sizeof p2, "%s/queue/read_ahead_kb", link);
+    if (hr_prof_read_i64(p2, &v) != 0) {
+        snprintf(p2, sizeof p2, "%s/../queue/read_ahead_kb", link);
+        if (hr_prof_read_i64(p2, &v) != 0)
+            v = -1;
+    }
+    dk->read_ahead_kb = (int)v;
+}
+
+static uint64_t hr_rng(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 17;
+}
+
+/* Reads [off, off+len) in blocks of bs; returns bytes read or -1. */
+static long long hr_read_range(int fd, void *buf, uint64_t off, uint64_t len, size_t bs,
+                               double deadline) {
+    long long got = 0;
+    while ((uint64_t)got < len) {
+        ssize_t r = pread(fd, buf, bs, (off_t)(off + (uint64_t)got));
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += r;
+        if (hr_prof_now() > deadline)
+            break;
+    }
+    return got;
+}
+
+void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
+    int fd = open(path, O_RDONLY | O_DIRECT);
+    bool direct = fd >= 0;
+    if (!direct)
+        fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        HR_LOG_WARN(HR_PROF_TAG, "cannot open %s: disk speed unknown (%s)", path,
+                    strerror(errno));
+        return;
+    }
+    struct stat st;
+    void *buf = NULL;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)(4 * HR_DISK_RAND) ||
+        posix_memalign(&buf, 4096, HR_DISK_BLOCK) != 0) {
+        HR_LOG_WARN(HR_PROF_TAG, "%s is too small or unreadable: disk speed unknown", path);
+        close(fd);
+        return;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    uint64_t seq_len = quick ? (16u << 20) : (64u << 20);
+    if (seq_len > (size & ~(uint64_t)(HR_DISK_BLOCK - 1)))
+        seq_len = size & ~(uint64_t)(HR_DISK_BLOCK - 1);
+    if (seq_len == 0)
+        seq_len = size & ~(uint64_t)4095;
+    /* sequential: from the middle of the file, where the layers are */
+    uint64_t off = (size / 2) & ~(uint64_t)(HR_DISK_BLOCK - 1);
+    if (off + seq_len > size)
+        off = 0;
+    double budget = quick ? 0.15 : 0.5;
+    long long got = -1;
+    double t0 = 0, dt = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!direct)
+            posix_fadvise(fd, (off_t)off, (off_t)seq_len, POSIX_FADV_DONTNEED);
+        t0 = hr_prof_now();
+        got = hr_read_range(fd, buf, off, seq_len, HR_DISK_BLOCK, t0 + budget);
+        dt = hr_prof_now() - t0;
+        if (got >= 0 || !direct || errno != EINVAL)
+            break;
+        /* this file system takes the O_DIRECT flag at open but not the read */
+        close(fd);
+        fd = open(path, O_RDONLY);
+        direct = false;
+        if (fd < 0)
+            break;
+    }
+    if (fd < 0 || got <= 0) {
+        HR_LOG_WARN(HR_PROF_TAG, "reading %s failed: disk speed unknown", path);
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+        return;
+    }
+    hr_prof_strlcpy(dk->method, direct ? "direct" : "evicted", sizeof dk->method);
+    dk->seq_mbs = (double)got / dt / 1e6;
+    /* random 4 KiB reads, queue depth 1, over the whole file */
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)st.st_ino;
+    int max_reads = quick ? 300 : 2000, n = 0;
+    uint64_t n_slots = size / HR_DISK_RAND;
+    t0 = hr_prof_now();
+    double rb = quick ? 0.1 : 0.3;
+    for (; n < max_reads; n++) {
+        uint64_t o = (hr_rng(&rng) % n_slots) * HR_DISK_RAND;
+        if (!direct)
+            posix_fadvise(fd, (off_t)o, HR_DISK_RAND, POSIX_FADV_DONTNEED);
+        if (pread(fd, buf, HR_DISK_RAND, (off_t)o) < 0)
+            break;
+        if (hr_prof_now() - t0 > rb)
+            break;
+    }
+    dt = hr_prof_now() - t0;
+    if (n > 0 && dt > 0) {
+        dk->rand_iops = (double)n / dt;
+        dk->rand_mbs = dk->rand_iops * HR_DISK_RAND / 1e6;
+    }
+    close(fd);
+    free(buf);
+    /* page faults on an evicted range of a mapping (default advice: the
+     * kernel's read-around applies, as during decode) */
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return;
+    uint64_t mlen = quick ? (16u << 20) : (32u << 20);
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0)
+        pg = 4096;
+    uint64_t moff = (size / 4) & ~(uint64_t)(pg - 1);
+    if (moff + mlen > size)
+        mlen = (size - moff) & ~(uint64_t)(pg - 1);
+    posix_fadvise(fd, (off_t)moff, (off_t)mlen, POSIX_FADV_DONTNEED);
+    const volatile unsigned char *map =
+        mlen ? mmap(NULL, mlen, PROT_READ, MAP_SHARED, fd, (off_t)moff) : MAP_FAILED;
+    if (map == MAP_FAILED) {
+        close(fd);
+        return;
+    }
+    size_t n_pages = (size_t)(mlen / (uint64_t)pg);
+    unsigned char *vec = malloc(n_pages);
+    size_t absent = 0;
+    if (vec && mincore((void *)map, mlen, vec) == 0)
+        for (size_t i = 0; i < n_pages; i++)
+            absent += !(vec[i] & 1);
+    free(vec);
+    if (absent * 2 < n_pages) {
+        /* pages in use elsewhere (e.g. mapped by a running agent) stay cached */
+        HR_LOG_WARN(HR_PROF_TAG,
+                    "could not evict %s from the page cache (%zu of %zu pages absent): "
+                    "mmap read speed unknown",
+                    path, absent, n_pages);
+    } else {
+        unsigned sum = 0;
+        t0 = hr_prof_now();
+        for (size_t i = 0; i < n_pages; i++)
+            sum += map[i * (size_t)pg];
+        dt = hr_prof_now() - t0;
+        if (dt > 0)
+            dk->mmap_mbs = (double)absent * (double)pg / dt / 1e6;
+        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages in %.3f s (sum %u)", absent, dt, sum);
+    }
+    munmap((void *)map, mlen);
+    close(fd);
+}

@@ -1,0 +1,54 @@
+/* profiler-impl.h - helpers shared by the profiler's .c files. Internal to
+ * profiler/: no other module includes this. */
+#ifndef HR_PROFILER_IMPL_H
+#define HR_PROFILER_IMPL_H
+
+#include "profiler/profiler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HR_PROF_TAG "profiler"
+
+/* Monotonic clock, seconds. */
+double hr_prof_now(void);
+/* Sorts v[0..n) and returns its median (-1 when n == 0). */
+double hr_prof_median(double *v, int n);
+
+/* buf = sysroot + abs ("" or NULL sysroot: abs unchanged). */
+void hr_prof_path(char *buf, size_t cap, const char *sysroot, const char *abs);
+/* Reads up to cap-1 bytes of a (small, pseudo-) file, NUL-terminated.
+ * Returns the byte count or -1 when it cannot be opened or read. */
+long hr_prof_read_text(const char *path, char *buf, size_t cap);
+/* First integer in a file; returns 0 or -1. */
+int hr_prof_read_i64(const char *path, int64_t *out);
+/* Copies a string, truncating, always NUL-terminated. */
+void hr_prof_strlcpy(char *dst, const char *src, size_t cap);
+/* 64-bit FNV-1a of a string. */
+uint64_t hr_prof_hash(const char *s, uint64_t h);
+#define HR_PROF_HASH_INIT 1469598103934665603ull
+
+/* sysinfo.c: /proc, /sys, uname. Each degrades to unknown with a warning. */
+void hr_prof_read_os(hr_prof_os *os, const char *sysroot);
+void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot);
+int hr_prof_read_gpus(char gpus[][64], int max, const char *sysroot);
+void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot);
+void hr_prof_topo_unknown(hr_prof_topo *t);
+
+/* topo.c: hwloc. Returns 0 or a negative code (t left unknown). */
+int hr_prof_topo_hwloc(hr_prof_topo *t);
+
+/* disk.c */
+void hr_prof_disk_unknown(hr_prof_disk *dk);
+/* Mount point, file system, block device of path (no timing). */
+void hr_prof_disk_info(hr_prof_disk *dk, const char *path, const char *sysroot);
+/* Timed reads of the file itself (never writes). */
+void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick);
+
+/* cpu.c: kernel rates, memory bandwidth, op costs. Fills d->rates,
+ * d->opcosts, d->membw_*, d->kv_copy_gbs, d->eltwise. */
+int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const int *threads,
+                        int n_threads, int64_t row_len, bool quick, char err[HR_ERR_LEN]);
+
+#endif

@@ -1,0 +1,359 @@
+/* profiler.h - device, model and link profiles, and the cost model that turns
+ * them into a predicted time for one decode token through a window of layers.
+ *
+ * Device profile: measured with hearth's own kernels (hr_matmul per weight
+ * type at n_tok = 1 and 32, hr_attention, the element-wise ops), memory
+ * bandwidth, KV-cache copy speed, disk reads of the model file itself with
+ * the page cache bypassed (O_DIRECT) or evicted, memory and cgroup limits
+ * from /proc and /sys, topology from hwloc, OS, GPUs. Results are cached on
+ * disk so an unchanged machine is not re-measured on every start.
+ *
+ * Model profile: per layer the weight bytes, parameters and FLOPs per type,
+ * hr_matmul calls, element-wise work; embedding and output sizes, KV bytes
+ * per token and hidden-state bytes per hop.
+ *
+ * Link profile: round-trip time and throughput to a peer over ZeroMQ with
+ * hidden-state-sized messages, against the echo responder defined here.
+ *
+ * Units are in the field names: _bytes, _gbs (1e9 B/s), _mbs (1e6 B/s),
+ * _gflops (1e9 FLOP/s), _ms, _us, _ns. A measurement that could not be made
+ * is -1 (integers) or < 0 (doubles), printed as "unknown" and written to
+ * JSON as null. Missing /proc or /sys entries degrade to unknown with a
+ * warning; they never fail a profile.
+ *
+ * The JSON schema (HR_PROF_SCHEMA, version HR_PROF_VERSION) is documented
+ * in profiler/SCHEMA.md; hr_prof_doc_to_json / hr_prof_doc_parse are the
+ * writer and the parser the scheduler uses.
+ *
+ * Thread-safety: measuring functions use their own thread pools and must not
+ * run concurrently with each other (they would measure each other); the
+ * JSON, model-profile and cost functions are reentrant. */
+#ifndef HR_PROFILER_PROFILER_H
+#define HR_PROFILER_PROFILER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+
+#define HR_PROF_SCHEMA "hearth.profile"
+#define HR_PROF_VERSION 1
+#define HR_PROF_MAX_TYPES 8   /* weight types measured per device / used per layer */
+#define HR_PROF_MAX_THREADS 4 /* thread counts measured */
+#define HR_PROF_MAX_NUMA 16
+#define HR_PROF_MAX_GPUS 8
+#define HR_PROF_MAX_LINKS 16
+#define HR_PROF_MAX_RATES (HR_PROF_MAX_TYPES * HR_PROF_MAX_THREADS)
+/* Environment variable naming the cache folder (wins over XDG_CACHE_HOME). */
+#define HR_PROF_CACHE_ENV "HEARTH_CACHE_DIR"
+
+/* ---- device profile ---- */
+
+typedef struct {
+    const char *model_path; /* file whose reads give the disk numbers (NULL: no disk test) */
+    int types[HR_PROF_MAX_TYPES];     /* weight types to measure (hr_type ids) */
+    int n_types;                      /* 0: q4_0, q4_k, q6_k, q8_0 */
+    int threads[HR_PROF_MAX_THREADS]; /* thread counts to measure */
+    int n_threads;                    /* 0: 1, physical cores, all PUs (deduplicated) */
+    int64_t row_len;                  /* n_in of the test matrices (0: 4096; rounded up to 256) */
+    bool quick;                       /* fewer repetitions, smaller buffers: under 2 s */
+    bool use_cache;                   /* read/write the cache (default true) */
+    bool force;                       /* measure even on a cache hit (and rewrite it) */
+    const char *cache_dir;            /* NULL: $HEARTH_CACHE_DIR, $XDG_CACHE_HOME/hearth,
+                                         ~/.cache/hearth */
+    const char *sysroot; /* prefix for /proc and /sys reads (tests); NULL or "" = real */
+} hr_prof_params;
+
+hr_prof_params hr_prof_params_default(void);
+
+/* Matrix-vector (decode) and matrix-matrix (prefill) rates of hr_matmul for
+ * one weight type at one thread count. A call of B weight bytes at n_tok = 1
+ * is predicted to take matvec_call_us + B / matvec_gbs. */
+typedef struct {
+    int type;              /* hr_type */
+    int n_threads;
+    double matvec_gbs;     /* weight bytes streamed from DRAM per second, GB/s */
+    double matvec_call_us; /* fixed cost per call: activation quantization, dispatch, us */
+    double matmat_gflops;  /* n_tok = 32, 2 FLOP per weight per token, GFLOP/s */
+} hr_prof_rate;
+
+/* Per-thread-count costs of the non-matmul work of a layer. hr_attention
+ * for one token is predicted to take pool_us + n_head x n_pos x
+ * (attn_pos_ns + attn_dim_ns x head_dim). */
+typedef struct {
+    int n_threads;
+    double pool_us;     /* one empty hr_pool_run, us */
+    double attn_pos_ns; /* per head and attended position, ns */
+    double attn_dim_ns; /* per head, position and head_dim element, ns */
+} hr_prof_opcost;
+
+/* Single-threaded element-wise ops (run on the calling thread), ns per
+ * element. */
+typedef struct {
+    double norm_ns;   /* hr_rmsnorm */
+    double add_ns;    /* hr_add */
+    double rope_ns;   /* hr_rope, per rotated element (heads x n_rot) */
+    double swiglu_ns; /* hr_swiglu */
+    double f16_ns;    /* fp32 -> fp16 KV-cache store */
+} hr_prof_eltwise;
+
+/* Element counts of those ops per layer and token. */
+typedef struct {
+    int64_t norm, add, rope, swiglu, f16;
+} hr_prof_elems;
+
+typedef struct {
+    int os_index;
+    int n_cores, n_pus;
+    int64_t mem_bytes; /* local memory of the node, bytes */
+} hr_prof_numa;
+
+typedef struct {
+    char source[16]; /* "hwloc", "sysfs" or "unknown" */
+    int n_packages, n_numa, n_cores, n_pus, n_l3; /* -1 unknown */
+    int smt;                                      /* PUs per core; -1 unknown */
+    int64_t l3_bytes;                             /* one L3 domain, bytes; -1 unknown */
+    int n_numa_listed;                            /* entries in numa[] */
+    hr_prof_numa numa[HR_PROF_MAX_NUMA];
+} hr_prof_topo;
+
+typedef struct {
+    int64_t total_bytes, available_bytes, free_bytes; /* /proc/meminfo; -1 unknown */
+    int64_t cached_bytes;                             /* page cache (Cached) */
+    int64_t file_lru_bytes;                           /* Active(file) + Inactive(file) */
+    int64_t swap_total_bytes, swap_free_bytes;
+    int swappiness;   /* /proc/sys/vm/swappiness; -1 unknown */
+    char lru[16];     /* page-cache reclaim: "classic" two-list LRU or "mglru" */
+    int cg_version;   /* memory cgroup: 0 none found, 1 or 2 */
+    char cg_path[256];
+    int64_t cg_limit_bytes; /* effective limit (smallest over ancestors); -1 none/unknown */
+    int64_t cg_usage_bytes; /* -1 unknown */
+    int64_t cg_file_bytes;  /* page cache charged to the cgroup; -1 unknown */
+    /* What weights can keep in page cache: available, bounded by the cgroup
+     * limit minus the cgroup's non-file usage. Bytes; -1 unknown. */
+    int64_t weights_avail_bytes;
+} hr_prof_mem;
+
+typedef struct {
+    char path[256];    /* file read */
+    char mount[256];   /* mount point holding it */
+    char fs_type[32];  /* "ext4", "tmpfs", ... */
+    char device[64];   /* "vda", "nvme0n1" or "" */
+    int rotational;    /* 1 spinning, 0 not, -1 unknown */
+    int read_ahead_kb; /* -1 unknown */
+    char method[16];   /* "direct" (O_DIRECT), "evicted" (fadvise), "cached" or "none" */
+    double seq_mbs;    /* 1 MiB sequential reads, MB/s */
+    double rand_mbs;   /* 4 KiB random reads at queue depth 1, MB/s */
+    double rand_iops;  /* the same as reads per second */
+    double mmap_mbs;   /* faulting an evicted range of a read-only mapping (what a
+                          non-resident window costs), MB/s */
+} hr_prof_disk;
+
+typedef struct {
+    char sysname[32], release[96], machine[32];
+    char name[96];      /* PRETTY_NAME from /etc/os-release */
+    char hostname[64];
+    char cpu_model[96]; /* /proc/cpuinfo "model name" */
+    char isa[16];       /* kernels chosen: "scalar", "avx2", "avx512" */
+} hr_prof_os;
+
+typedef struct {
+    int version;         /* HR_PROF_VERSION */
+    double created;      /* unix time, s */
+    double duration_s;   /* measuring time (of the original run when from the cache) */
+    bool quick;
+    bool from_cache;
+    char fingerprint[20]; /* hex hash of what invalidates the cache */
+    hr_prof_os os;
+    hr_prof_topo topo;
+    hr_prof_mem mem;
+    hr_prof_disk disk;
+    int n_gpus;
+    char gpus[HR_PROF_MAX_GPUS][64]; /* "nvidia 10de:2330 card0"; reported, not used */
+    double membw_1t_gbs;  /* streaming read, one thread, GB/s */
+    double membw_all_gbs; /* streaming read, membw_threads threads, GB/s */
+    int membw_threads;
+    double kv_copy_gbs;   /* memcpy of KV-cache-sized blocks, bytes copied per s, GB/s */
+    hr_prof_eltwise eltwise;
+    int64_t row_len;      /* n_in of the matrices measured */
+    int n_opcosts;
+    hr_prof_opcost opcosts[HR_PROF_MAX_THREADS];
+    int n_rates;
+    hr_prof_rate rates[HR_PROF_MAX_RATES];
+} hr_prof_device;
+
+/* Measures this machine (or reads the cache when its fingerprint and the
+ * request match and free memory has not changed materially; memory and
+ * cgroup numbers are always re-read). Fails only on bad parameters or when
+ * no CPU rate at all could be measured. */
+int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char err[HR_ERR_LEN]);
+
+/* The cheap part only (OS, topology, memory, cgroup, GPUs): no timing. */
+void hr_prof_device_sysinfo(hr_prof_device *out, const char *sysroot);
+
+/* The rate for (type, n_threads): exact, else the same type at the nearest
+ * thread count, else NULL. */
+const hr_prof_rate *hr_prof_device_rate(const hr_prof_device *d, int type, int n_threads);
+const hr_prof_opcost *hr_prof_device_opcost(const hr_prof_device *d, int n_threads);
+/* The measured thread count with the best matvec rate for these types (all
+ * listed types summed equally); 1 if nothing was measured. */
+int hr_prof_device_best_threads(const hr_prof_device *d, const int *types, int n_types);
+
+/* Cache file path for parameters p (what hr_prof_device_measure uses). */
+int hr_prof_cache_dir(const hr_prof_params *p, char *buf, size_t cap);
+
+/* ---- model profile ---- */
+
+typedef struct {
+    int type;        /* hr_type */
+    uint64_t bytes;  /* weight bytes read per decode token */
+    uint64_t params; /* weights (one FLOP pair per token each) */
+} hr_prof_tbytes;
+
+typedef struct {
+    uint64_t bytes;  /* weight bytes per decode token (matrices + norms) */
+    double flops;    /* matmul FLOPs per token: 2 x params */
+    int n_calls;     /* hr_matmul calls per token (weights grouped by activation format) */
+    int n_types;
+    hr_prof_tbytes types[HR_PROF_MAX_TYPES];
+} hr_prof_layer;
+
+typedef struct {
+    char name[96], arch[32];
+    uint64_t file_bytes;
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
+    bool tied_output;
+    int embd_type;            /* token_embd type */
+    uint64_t embd_bytes;      /* whole embedding table */
+    uint64_t embd_row_bytes;  /* read per token (input layer) */
+    hr_prof_layer output;     /* output norm + LM head, one call */
+    uint64_t kv_bytes_per_token; /* per layer: K + V, F16 */
+    uint64_t hidden_bytes;    /* one hidden state on the wire (n_embd x f16) */
+    hr_prof_elems elems;      /* element-wise work per layer and token */
+    int n_layers_listed;      /* entries in layers (= n_layer after a successful build) */
+    hr_prof_layer *layers;    /* [n_layer], owned: release with hr_prof_model_clear */
+} hr_prof_model;
+
+/* Builds the profile of a loaded model (g may be NULL: no name, file size). */
+int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
+                        char err[HR_ERR_LEN]);
+void hr_prof_model_clear(hr_prof_model *pm); /* frees layers; safe on a zeroed struct */
+/* Deep copy (dst is overwritten, not cleared first). */
+int hr_prof_model_copy(hr_prof_model *dst, const hr_prof_model *src);
+/* Weight bytes of layers [b, e) (+ input row and/or output head). */
+uint64_t hr_prof_model_window_bytes(const hr_prof_model *pm, int b, int e, bool input,
+                                    bool output);
+/* Distinct matmul weight types of the model (layers + output), at most max. */
+int hr_prof_model_types(const hr_prof_model *pm, int *types, int max);
+
+/* ---- link profile ---- */
+
+typedef struct {
+    char endpoint[256];
+    int msg_bytes;   /* hidden-state-sized payload probed, bytes */
+    int n_samples;   /* round trips timed */
+    double rtt_us;   /* median round trip of a msg_bytes message, us */
+    double rtt_min_us;
+    double bw_mbs;   /* one-way throughput of back-to-back 1 MiB messages, MB/s */
+} hr_prof_link;
+
+/* Times n_samples echo round trips of msg_bytes against the responder at
+ * endpoint and a burst for throughput. zctx: a zmq context to use, or NULL
+ * for a private one. Fails with HR_ETIMEDOUT when nothing answers within
+ * timeout_ms per message. Thread-safe (own socket). */
+int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, int msg_bytes,
+                         int n_samples, int timeout_ms, char err[HR_ERR_LEN]);
+
+/* Echo responder the agent hosts for peers' link probes: a ROUTER socket
+ * that answers each well-formed probe (echo or short ack) and drops anything
+ * else. Create binds (endpoint may be "tcp://127.0.0.1:0" for any port);
+ * serve loops on the calling thread until stop; the socket moves to the
+ * serving thread (create, then serve on exactly one thread). */
+typedef struct hr_prof_echo hr_prof_echo;
+int hr_prof_echo_create(hr_prof_echo **out, void *zctx, const char *endpoint,
+                        char err[HR_ERR_LEN]);
+const char *hr_prof_echo_endpoint(const hr_prof_echo *e); /* bound address */
+int hr_prof_echo_serve(hr_prof_echo *e);                   /* returns 0 after stop */
+void hr_prof_echo_stop(hr_prof_echo *e);                   /* thread-safe */
+uint64_t hr_prof_echo_served(const hr_prof_echo *e);       /* probes answered */
+void hr_prof_echo_destroy(hr_prof_echo *e); /* after serve returned; NULL is a no-op */
+
+/* ---- cost model ---- */
+
+typedef struct {
+    int n_threads;           /* 0: the best measured for the window's types */
+    int n_past;              /* positions attended per token (context filled) */
+    uint64_t resident_bytes; /* window weight bytes resident in page cache (UINT64_MAX: all) */
+    bool input;              /* window includes the embedding lookup (head) */
+    bool output;             /* window includes output norm + LM head */
+    int n_hops;              /* hidden-state sends charged to this window per token */
+} hr_prof_cost_params;
+
+hr_prof_cost_params hr_prof_cost_params_default(void);
+
+/* Predicted time for one decode token through layers [b, e):
+ *   memory  = sum over matrices of bytes / matvec_gbs(type, threads)   (ms)
+ *   compute = matmul calls x matvec_call_us + pool dispatches
+ *             + attention elems x attn_ns + element-wise x eltwise_ns  (ms)
+ *   disk    = non-resident bytes / disk mmap_mbs                      (ms)
+ *   comm    = n_hops x (rtt_us / 2 + hidden_bytes / bw_mbs)            (ms)
+ * Streaming and arithmetic overlap inside hr_matmul, so "memory" holds the
+ * measured matvec time of the resident bytes; "compute" is what does not
+ * scale with weight bytes. Non-resident bytes are charged the disk term on
+ * top of their memory term. */
+typedef struct {
+    int n_threads;    /* used */
+    double compute_ms;
+    double memory_ms;
+    double disk_ms;
+    double comm_ms;
+    double total_ms;
+    double prefill_ms; /* per prompt token at the matmat rate (batches of 32) */
+} hr_prof_cost;
+
+int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const hr_prof_link *l,
+                        int b, int e, const hr_prof_cost_params *p, hr_prof_cost *out,
+                        char err[HR_ERR_LEN]);
+
+/* Steady-state resident bytes when a token cycles through `cycled` bytes of
+ * mapped weights with `avail` bytes of page cache: all when they fit, else
+ * none (LRU evicts each page before the next pass needs it; measured on
+ * this kernel, cgroup v1: a 629 MB file cycled under a 580 MB limit is
+ * re-read whole every pass). */
+uint64_t hr_prof_steady_resident(uint64_t cycled, int64_t avail);
+
+/* ---- documents (JSON) ---- */
+
+typedef struct {
+    int n_threads, n_past;
+    int n_layer_ms;          /* entries in layer_ms */
+    double *layer_ms;        /* [n_layer] resident decode ms per layer, owned */
+    hr_prof_cost token;      /* whole model, single device, as profiled */
+    uint64_t resident_bytes; /* assumed for `token` */
+} hr_prof_prediction;
+
+typedef struct {
+    bool has_device, has_model, has_prediction;
+    hr_prof_device device;
+    hr_prof_model model;
+    int n_links;
+    hr_prof_link links[HR_PROF_MAX_LINKS];
+    hr_prof_prediction prediction;
+} hr_prof_doc;
+
+/* Frees what a parsed or built doc owns (model layers, layer_ms). */
+void hr_prof_doc_clear(hr_prof_doc *doc);
+/* Serializes doc as JSON (indented when pretty). *out is malloc'ed. */
+int hr_prof_doc_to_json(const hr_prof_doc *doc, bool pretty, char **out, char err[HR_ERR_LEN]);
+/* Parses JSON written by hr_prof_doc_to_json (any version-1 document;
+ * unknown keys are ignored, missing optional ones become unknown). doc is
+ * zeroed first; clear it after use even on failure. */
+int hr_prof_doc_parse(const char *json, size_t len, hr_prof_doc *doc, char err[HR_ERR_LEN]);
+/* Device only (what the cache holds), same rules. */
+int hr_prof_device_to_json(const hr_prof_device *d, char **out, char err[HR_ERR_LEN]);
+int hr_prof_device_parse(const char *json, size_t len, hr_prof_device *d, char err[HR_ERR_LEN]);
+
+#endif

@@ -1,0 +1,627 @@
+/* cost.c - input validation, the closed-form cost model of halda.h, the
+ * brute-force search used to verify the solver, and thread-count choice. */
+#include "scheduler/halda-impl.h"
+
+#include "common/error.h"
+#include "common/log.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+double hr_sched_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+hr_sched_opts hr_sched_opts_default(void) {
+    hr_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.overlap = HR_SCHED_OVERLAP_MAX;
+    o.use_gpu = false;
+    o.thread_tol = 0.03;
+    o.time_limit_s = 10.0;
+    o.max_enum = 5e7;
+    return o;
+}
+
+hr_sched_device hr_sched_device_default(void) {
+    hr_sched_device d;
+    memset(&d, 0, sizeof d);
+    d.os = HR_SCHED_OS_LINUX;
+    return d;
+}
+
+int hr_sched_plan_fail(hr_sched_plan *plan, int code, const char *msg) {
+    if (plan) {
+        memset(plan, 0, sizeof *plan);
+        plan->status = code;
+        plan->latency_ms = INFINITY;
+        snprintf(plan->explanation, sizeof plan->explanation, "%s", msg ? msg : hr_strerror(code));
+    }
+    return code;
+}
+
+int hr_sched_pick_threads(const double *ms, int n, double tol) {
+    if (!ms || n <= 0)
+        return 0;
+    if (n > HR_SCHED_MAX_THREADS)
+        n = HR_SCHED_MAX_THREADS;
+    if (!(tol >= 0.0) || !isfinite(tol))
+        tol = 0.0;
+    double best = INFINITY;
+    for (int t = 0; t < n; t++)
+        if (ms[t] > 0.0 && isfinite(ms[t]) && ms[t] < best)
+            best = ms[t];
+    if (!isfinite(best))
+        return 0;
+    for (int t = 0; t < n; t++)
+        if (ms[t] > 0.0 && ms[t] <= best * (1.0 + tol))
+            return t + 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+static const char *dev_label(const hr_sched_device *d, int i, char *buf, size_t cap) {
+    if (d->name[0])
+        snprintf(buf, cap, "device %d '%s'", i, d->name);
+    else
+        snprintf(buf, cap, "device %d", i);
+    return buf;
+}
+
+static bool finite_ge0(double v) { return isfinite(v) && v >= 0.0; }
+
+static int check_rates(const double *r, int n, const char *what, const char *who, char *err) {
+    for (int t = 0; t < n; t++)
+        if (!finite_ge0(r[t]))
+            return hr_seterr(err, HR_EINVAL, "%s: %s[%d] = %g must be a finite ms value >= 0", who,
+                             what, t, r[t]);
+    return 0;
+}
+
+static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_dev,
+                        const hr_sched_opts *o, double hidden, char *err) {
+    char who[HR_SCHED_NAME_LEN + 32];
+    if (!memchr(d->name, '\0', sizeof d->name))
+        return hr_seterr(err, HR_EINVAL, "device %d: name is not NUL-terminated", i);
+    dev_label(d, i, who, sizeof who);
+    if ((int)d->os < HR_SCHED_OS_LINUX || (int)d->os > HR_SCHED_OS_OTHER)
+        return hr_seterr(err, HR_EINVAL, "%s: unknown os %d", who, (int)d->os);
+    if (d->n_thread_rates < 0 || d->n_thread_rates > HR_SCHED_MAX_THREADS)
+        return hr_seterr(err, HR_EINVAL, "%s: n_thread_rates = %d not in 0..%d", who,
+                         d->n_thread_rates, HR_SCHED_MAX_THREADS);
+    int rc = check_rates(d->prefill_ms, d->n_thread_rates, "prefill_ms", who, err);
+    if (rc)
+        return rc;
+    if ((rc = check_rates(d->decode_ms, d->n_thread_rates, "decode_ms", who, err)))
+        return rc;
+    int pt = hr_sched_pick_threads(d->prefill_ms, d->n_thread_rates, o->thread_tol);
+    int dt = hr_sched_pick_threads(d->decode_ms, d->n_thread_rates, o->thread_tol);
+    double t = d->t_layer_ms;
+    if (!finite_ge0(t))
+        return hr_seterr(err, HR_EINVAL, "%s: t_layer_ms = %g must be finite and > 0", who, t);
+    if (t == 0.0) {
+        if (dt == 0)
+            return hr_seterr(err, HR_EINVAL, "%s: t_layer_ms is 0 and no decode_ms is measured",
+                             who);
+        t = d->decode_ms[dt - 1];
+    }
+    struct {
+        const char *name;
+        double v;
+    } nums[] = {{"mem_bytes", d->mem_bytes},
+                {"disk_bps", d->disk_bps},
+                {"rtt_ms", d->rtt_ms},
+                {"link_bps", d->link_bps},
+                {"t_head_ms", d->t_head_ms},
+                {"vram_bytes", d->vram_bytes},
+                {"t_layer_gpu_ms", d->t_layer_gpu_ms}};
+    for (size_t j = 0; j < sizeof nums / sizeof nums[0]; j++)
+        if (!finite_ge0(nums[j].v))
+            return hr_seterr(err, HR_EINVAL, "%s: %s = %g must be finite and >= 0", who,
+                             nums[j].name, nums[j].v);
+    if (n_dev > 1 && d->link_bps <= 0.0)
+        return hr_seterr(err, HR_EINVAL, "%s: link_bps must be > 0 in a ring of %d devices", who,
+                         n_dev);
+    bool gpu = o->use_gpu && d->vram_bytes > 0.0;
+    if (gpu && d->t_layer_gpu_ms <= 0.0)
+        return hr_seterr(err, HR_EINVAL, "%s: vram_bytes > 0 needs t_layer_gpu_ms > 0", who);
+    c->d[i].t = t;
+    c->d[i].g = gpu ? d->t_layer_gpu_ms : 0.0;
+    c->d[i].vram = gpu ? d->vram_bytes : 0.0;
+    c->d[i].h = n_dev > 1 ? d->rtt_ms / 2.0 + 1e3 * hidden / d->link_bps : 0.0;
+    c->d[i].mem_eff = d->mem_bytes;
+    c->d[i].disk = d->disk_bps;
+    c->d[i].lru = d->os != HR_SCHED_OS_LINUX && d->os != HR_SCHED_OS_ANDROID;
+    c->d[i].th = i == c->head ? d->t_head_ms : 0.0;
+    memcpy(c->d[i].name, d->name, sizeof c->d[i].name);
+    c->d[i].prefill_threads = pt;
+    c->d[i].decode_threads = dt;
+    return 0;
+}
+
+int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_device *devs,
+                      int n_dev, const hr_sched_opts *o, char *err) {
+    memset(c, 0, sizeof *c);
+    if (!m)
+        return hr_seterr(err, HR_EINVAL, "scheduler: model is NULL");
+    if (n_dev < 1)
+        return hr_seterr(err, HR_EINVAL, "scheduler: no devices (n_dev = %d)", n_dev);
+    if (n_dev > HR_SCHED_MAX_DEV)
+        return hr_seterr(err, HR_EINVAL, "scheduler: %d devices, at most %d supported", n_dev,
+                         HR_SCHED_MAX_DEV);
+    if (!devs)
+        return hr_seterr(err, HR_EINVAL, "scheduler: devices array is NULL");
+    if (m->n_layer < 1 || m->n_layer > HR_SCHED_MAX_LAYER)
+        return hr_seterr(err, HR_EINVAL, "scheduler: n_layer = %d not in 1..%d", m->n_layer,
+                         HR_SCHED_MAX_LAYER);
+    if (!(isfinite(m->layer_bytes) && m->layer_bytes > 0.0))
+        return hr_seterr(err, HR_EINVAL, "scheduler: layer_bytes = %g must be finite and > 0",
+                         m->layer_bytes);
+    if (!finite_ge0(m->hidden_bytes) || !finite_ge0(m->kv_bytes_per_layer) ||
+        !finite_ge0(m->output_bytes))
+        return hr_seterr(err, HR_EINVAL,
+                         "scheduler: hidden_bytes = %g, kv_bytes_per_layer = %g, output_bytes = "
+                         "%g must be finite and >= 0",
+                         m->hidden_bytes, m->kv_bytes_per_layer, m->output_bytes);
+    if ((int)o->overlap != HR_SCHED_OVERLAP_MAX && (int)o->overlap != HR_SCHED_OVERLAP_SUM)
+        return hr_seterr(err, HR_EINVAL, "scheduler: unknown overlap model %d", (int)o->overlap);
+    if (!(o->thread_tol >= 0.0 && o->thread_tol <= 1.0) || !finite_ge0(o->time_limit_s) ||
+        !(o->max_enum >= 0.0) || o->k_fixed < 0 || o->k_max < 0)
+        return hr_seterr(err, HR_EINVAL,
+                         "scheduler: bad options (thread_tol %g, time_limit_s %g, max_enum %g, "
+                         "k_fixed %d, k_max %d)",
+                         o->thread_tol, o->time_limit_s, o->max_enum, o->k_fixed, o->k_max);
+    c->n = n_dev;
+    c->L = m->n_layer;
+    c->overlap = o->overlap;
+    c->use_gpu = o->use_gpu;
+    c->b = m->layer_bytes;
+    c->kv = m->kv_bytes_per_layer;
+    c->out = m->output_bytes;
+    c->head = -1;
+    for (int i = 0; i < n_dev; i++) {
+        if (!devs[i].is_head)
+            continue;
+        if (c->head >= 0)
+            return hr_seterr(err, HR_EINVAL, "scheduler: devices %d and %d are both marked head",
+                             c->head, i);
+        c->head = i;
+    }
+    if (c->head < 0)
+        c->head = 0;
+    for (int i = 0; i < n_dev; i++) {
+        int rc = check_device(c, &devs[i], i, n_dev, o, m->hidden_bytes, err);
+        if (rc)
+            return rc;
+    }
+    char who[HR_SCHED_NAME_LEN + 32];
+    c->d[c->head].mem_eff -= c->out;
+    if (c->d[c->head].mem_eff < 0.0)
+        return hr_seterr(err, HR_EINFEASIBLE,
+                         "scheduler: head %s has %.3f GiB but the output head needs %.3f GiB",
+                         dev_label(&devs[c->head], c->head, who, sizeof who),
+                         devs[c->head].mem_bytes / GIB, c->out / GIB);
+    if (o->k_fixed > 0 && (o->k_fixed > c->L || c->L % o->k_fixed != 0))
+        return hr_seterr(err, HR_EINVAL, "scheduler: k_fixed = %d does not divide n_layer = %d",
+                         o->k_fixed, c->L);
+    for (int k = 1; k <= c->L; k++) {
+        if (c->L % k != 0 || (o->k_fixed > 0 && k != o->k_fixed) || (o->k_max > 0 && k > o->k_max))
+            continue;
+        if (c->n_k == HR_SCHED_MAX_K)
+            break;
+        c->k_list[c->n_k++] = k;
+    }
+    return 0;
+}
+
+/* floor(x) as an int clamped to [0, hi]; x may be huge. */
+static int floor_clamp(double x, int hi) {
+    if (!(x >= 0.0))
+        return 0;
+    x = floor(x + 1e-9);
+    return x >= (double)hi ? hi : (int)x;
+}
+
+void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc) {
+    memset(kc, 0, sizeof *kc);
+    kc->k = k;
+    kc->W = c->L / k;
+    double kk = (double)k;
+    for (int i = 0; i < c->n; i++) {
+        double me = c->d[i].mem_eff;
+        int fit = floor_clamp(me / (kk * (c->b + c->kv)), kc->W);
+        int cap = fit;
+        if (c->d[i].disk > 0.0 && k >= 2)
+            cap = floor_clamp(me / (c->b + kk * c->kv), kc->W);
+        int gcap =
+            c->d[i].vram > 0.0 ? floor_clamp(c->d[i].vram / (kk * (c->b + c->kv)), kc->W) : 0;
+        kc->d[i].fit = fit;
+        kc->d[i].cap = cap;
+        kc->d[i].gcap = gcap;
+        kc->d[i].ub = cap + gcap < kc->W ? cap + gcap : kc->W;
+        kc->d[i].stream = cap > fit;
+        if (kc->d[i].stream) {
+            kc->d[i].pin_a = kk * (c->b + c->kv) * 1e3 / ((kk - 1.0) * c->d[i].disk);
+            kc->d[i].pin_c = me * 1e3 / ((kk - 1.0) * c->d[i].disk);
+            kc->d[i].lru_a = c->b * 1e3 / c->d[i].disk;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- cost model */
+
+static double load_ms(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int wc) {
+    if (!kc->d[i].stream)
+        return 0.0;
+    if (c->d[i].lru)
+        return wc > kc->d[i].fit ? kc->d[i].lru_a * wc : 0.0;
+    double v = kc->d[i].pin_a * wc - kc->d[i].pin_c;
+    return v > 0.0 ? v : 0.0;
+}
+
+static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
+                      const double *cm, const double *ld, double S, double H, double E, int bneck,
+                      double lat, hr_sched_plan *p) {
+    int k = kc->k, n_active = 0;
+    memset(p, 0, sizeof *p);
+    p->k = k;
+    p->n_layer = c->L;
+    p->layers_per_round = kc->W;
+    p->n_dev = c->n;
+    p->head = c->head;
+    p->overlap = c->overlap;
+    p->latency_ms = lat;
+    p->tokens_per_s = lat > 0.0 ? 1e3 / lat : 0.0;
+    p->round_ms = S + E;
+    p->link_ms = k * H;
+    p->disk_exposed_ms = k * E;
+    p->head_ms = lat - k * (S + E);
+    p->optimal = true;
+    int offset = 0;
+    for (int step = 0; step < c->n; step++) {
+        /* ring order: head first, then the others in input order */
+        int i = step == 0 ? c->head : (step <= c->head ? step - 1 : step);
+        hr_sched_dev_plan *d = &p->dev[i];
+        int wc = w[i] - (ng ? ng[i] : 0);
+        d->is_head = i == c->head;
+        d->active = d->is_head || w[i] > 0;
+        d->ring_pos = -1;
+        d->w = w[i];
+        d->n_gpu = ng ? ng[i] : 0;
+        d->layers = k * w[i];
+        d->t_layer_ms = c->d[i].t;
+        d->prefill_threads = c->d[i].prefill_threads;
+        d->decode_threads = c->d[i].decode_threads;
+        if (!d->active)
+            continue;
+        d->ring_pos = n_active;
+        p->order[n_active++] = i;
+        d->offset = offset;
+        offset += w[i];
+        d->compute_ms = k * cm[i];
+        p->compute_ms += k * cm[i];
+        d->link_ms = H > 0.0 ? k * c->d[i].h : 0.0;
+        d->disk_load_ms = k * ld[i];
+        d->overloaded = kc->d[i].stream && wc > kc->d[i].fit;
+        d->read_bytes = d->overloaded ? k * ld[i] * c->d[i].disk * 1e-3 : 0.0;
+        double out = d->is_head ? c->out : 0.0;
+        d->mem_bytes = d->overloaded ? c->d[i].mem_eff + out : k * wc * (c->b + c->kv) + out;
+        if (c->overlap == HR_SCHED_OVERLAP_MAX) {
+            d->bottleneck = i == bneck;
+            d->disk_exposed_ms = i == bneck ? k * E : 0.0;
+        } else {
+            double z = ld[i] - (S - cm[i]);
+            d->disk_exposed_ms = z > 0.0 ? k * z : 0.0;
+        }
+    }
+    for (int i = 0; i < c->n; i++)
+        memcpy(p->dev[i].name, c->d[i].name, sizeof p->dev[i].name);
+    p->n_active = n_active;
+}
+
+double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
+                     hr_sched_plan *plan) {
+    double cm[HR_SCHED_MAX_DEV], ld[HR_SCHED_MAX_DEV];
+    int sum = 0, n_active = 0;
+    double C = 0.0, Hs = 0.0;
+    for (int i = 0; i < c->n; i++) {
+        int n = ng ? ng[i] : 0;
+        int wc = w[i] - n;
+        if (w[i] < 0 || n < 0 || wc < 0 || n > kc->d[i].gcap || wc > kc->d[i].cap)
+            return INFINITY;
+        sum += w[i];
+        cm[i] = c->d[i].t * wc + c->d[i].g * n;
+        ld[i] = load_ms(c, kc, i, wc);
+        C += cm[i];
+        if (i == c->head || w[i] > 0) {
+            n_active++;
+            Hs += c->d[i].h;
+        }
+    }
+    if (sum != kc->W)
+        return INFINITY;
+    double H = n_active >= 2 ? Hs : 0.0;
+    double S = C + H, E = 0.0;
+    int bneck = -1;
+    for (int i = 0; i < c->n; i++) {
+        double z = ld[i] - (S - cm[i]);
+        if (z <= 0.0)
+            continue;
+        if (c->overlap == HR_SCHED_OVERLAP_SUM) {
+            E += z;
+        } else if (z > E) {
+            E = z;
+            bneck = i;
+        }
+    }
+    double lat = kc->k * (S + E) + c->d[c->head].th;
+    if (plan)
+        fill_plan(c, kc, w, ng, cm, ld, S, H, E, bneck, lat, plan);
+    return lat;
+}
+
+int hr_sched_explain_infeasible(const hr_sched_ctx *c, char *err) {
+    double need = c->L * (c->b + c->kv) + c->out, have = c->out;
+    bool disk = false, gpu = false;
+    for (int i = 0; i < c->n; i++) {
+        have += c->d[i].mem_eff;
+        disk = disk || c->d[i].disk > 0.0;
+        gpu = gpu || c->d[i].vram > 0.0;
+    }
+    if (!disk && !gpu)
+        return hr_seterr(err, HR_EINFEASIBLE,
+                         "scheduler: the model needs %.3f GiB (%d layers x %.3f GiB weights + "
+                         "KV, output head) but the devices hold %.3f GiB and none can stream "
+                         "from disk (disk_bps = 0 everywhere)",
+                         need / GIB, c->L, (c->b + c->kv) / GIB, have / GIB);
+    int best_k = 0, best_sum = -1, best_w = 0;
+    for (int j = 0; j < c->n_k; j++) {
+        hr_sched_kctx kc;
+        hr_sched_kctx_init(c, c->k_list[j], &kc);
+        int sum = 0;
+        for (int i = 0; i < c->n; i++)
+            sum += kc.d[i].ub;
+        if (best_k == 0 || (double)sum / kc.W > (double)best_sum / best_w) {
+            best_k = kc.k;
+            best_sum = sum;
+            best_w = kc.W;
+        }
+    }
+    return hr_seterr(err, HR_EINFEASIBLE,
+                     "scheduler: no plan for any allowed k: at best (k = %d) the devices take %d "
+                     "of %d layers per round; model %.3f GiB, devices %.3f GiB; a device that "
+                     "streams from disk must hold one window (%.3f GiB per layer) beside the KV "
+                     "of all its layers",
+                     best_k, best_sum, best_w, need / GIB, have / GIB, c->b / GIB);
+}
+
+void hr_sched_explain(hr_sched_plan *p) {
+    char *s = p->explanation;
+    size_t cap = sizeof p->explanation, len = 0;
+#define APPEND(...)                                                                                \
+    do {                                                                                           \
+        if (len < cap) {                                                                           \
+            int n_ = snprintf(s + len, cap - len, __VA_ARGS__);                                    \
+            len += n_ > 0 ? (size_t)n_ : 0;                                                        \
+        }                                                                                          \
+    } while (0)
+    APPEND("k=%d x %d layers, %d of %d devices in the ring", p->k, p->layers_per_round, p->n_active,
+           p->n_dev);
+    const char *sep = "; left out:";
+    for (int i = 0; i < p->n_dev; i++)
+        if (!p->dev[i].active) {
+            APPEND("%s %s", sep, p->dev[i].name[0] ? p->dev[i].name : "?");
+            sep = ",";
+        }
+    sep = "; streaming from disk:";
+    for (int i = 0; i < p->n_dev; i++)
+        if (p->dev[i].overloaded) {
+            APPEND("%s %s%s", sep, p->dev[i].name[0] ? p->dev[i].name : "?",
+                   p->dev[i].bottleneck ? " (bottleneck)" : "");
+            sep = ",";
+        }
+    sep = "; per k:";
+    for (int j = 0; j < p->n_k; j++) {
+        if (isfinite(p->k_latency_ms[j]))
+            APPEND("%s %d=%.1fms", sep, p->k_list[j], p->k_latency_ms[j]);
+        else
+            APPEND("%s %d=none", sep, p->k_list[j]);
+        sep = ",";
+    }
+#undef APPEND
+    if (len >= cap && cap > 4)
+        memcpy(s + cap - 4, "...", 4);
+}
+
+int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                      const hr_sched_opts *opts, int k, const int *w, const int *n_gpu,
+                      hr_sched_plan *out, char err[HR_ERR_LEN]) {
+    hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
+    hr_sched_ctx c;
+    char msg[HR_ERR_LEN];
+    int rc = hr_sched_ctx_init(&c, model, devs, n_dev, &o, msg);
+    if (rc)
+        goto fail;
+    if (!w) {
+        rc = hr_seterr(msg, HR_EINVAL, "scheduler: w is NULL");
+        goto fail;
+    }
+    if (k < 1 || c.L % k != 0) {
+        rc = hr_seterr(msg, HR_EINVAL, "scheduler: k = %d does not divide n_layer = %d", k, c.L);
+        goto fail;
+    }
+    hr_sched_kctx kc;
+    hr_sched_kctx_init(&c, k, &kc);
+    hr_sched_plan tmp, *p = out ? out : &tmp;
+    double lat = hr_sched_eval(&c, &kc, w, n_gpu, p);
+    if (!isfinite(lat)) {
+        rc = hr_seterr(msg, HR_EINFEASIBLE,
+                       "scheduler: assignment breaks a memory rule or does not sum to %d "
+                       "layers per round",
+                       kc.W);
+        goto fail;
+    }
+    p->n_k = 1;
+    p->k_list[0] = k;
+    p->k_latency_ms[0] = lat;
+    p->optimal = false;
+    hr_sched_explain(p);
+    return 0;
+fail:
+    if (err)
+        snprintf(err, HR_ERR_LEN, "%s", msg);
+    return hr_sched_plan_fail(out, rc, msg);
+}
+
+double hr_sched_cost(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                     const hr_sched_opts *opts, int k, const int *w, const int *n_gpu) {
+    hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
+    hr_sched_ctx c;
+    if (hr_sched_ctx_init(&c, model, devs, n_dev, &o, NULL) || !w || k < 1 || c.L % k != 0)
+        return INFINITY;
+    hr_sched_kctx kc;
+    hr_sched_kctx_init(&c, k, &kc);
+    return hr_sched_eval(&c, &kc, w, n_gpu, NULL);
+}
+
+/* ---------------------------------------------------------------- brute force */
+
+typedef struct {
+    const hr_sched_ctx *c;
+    const hr_sched_kctx *kc;
+    int w[HR_SCHED_MAX_DEV], ng[HR_SCHED_MAX_DEV];
+    int suffix_ub[HR_SCHED_MAX_DEV + 1];
+    double best;
+    int best_w[HR_SCHED_MAX_DEV], best_ng[HR_SCHED_MAX_DEV];
+} hr_sched_enum;
+
+static void enum_leaf(hr_sched_enum *e) {
+    double lat = hr_sched_eval(e->c, e->kc, e->w, e->ng, NULL);
+    if (lat < e->best) {
+        e->best = lat;
+        memcpy(e->best_w, e->w, sizeof e->w);
+        memcpy(e->best_ng, e->ng, sizeof e->ng);
+    }
+}
+
+static void enum_gpu(hr_sched_enum *e, int i) {
+    if (i == e->c->n) {
+        enum_leaf(e);
+        return;
+    }
+    int lo = e->w[i] - e->kc->d[i].cap, hi = e->kc->d[i].gcap;
+    if (lo < 0)
+        lo = 0;
+    if (hi > e->w[i])
+        hi = e->w[i];
+    for (int v = lo; v <= hi; v++) {
+        e->ng[i] = v;
+        enum_gpu(e, i + 1);
+    }
+    e->ng[i] = 0;
+}
+
+static void enum_w(hr_sched_enum *e, int i, int left) {
+    if (left > e->suffix_ub[i])
+        return;
+    if (i == e->c->n - 1) {
+        e->w[i] = left;
+        enum_gpu(e, 0);
+        return;
+    }
+    int hi = left < e->kc->d[i].ub ? left : e->kc->d[i].ub;
+    for (int v = 0; v <= hi; v++) {
+        e->w[i] = v;
+        enum_w(e, i + 1, left - v);
+    }
+}
+
+static double binom(int n, int r) {
+    double v = 1.0;
+    for (int j = 1; j <= r; j++)
+        v = v * (n - r + j) / j;
+    return v;
+}
+
+int hr_sched_exhaustive(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                        const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]) {
+    double t0 = hr_sched_now_ms();
+    hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
+    hr_sched_ctx c;
+    char msg[HR_ERR_LEN];
+    int rc = hr_sched_ctx_init(&c, model, devs, n_dev, &o, msg);
+    if (rc)
+        goto fail;
+    double count = 0.0;
+    for (int j = 0; j < c.n_k; j++) {
+        hr_sched_kctx kc;
+        hr_sched_kctx_init(&c, c.k_list[j], &kc);
+        double pts = binom(kc.W + c.n - 1, c.n - 1);
+        for (int i = 0; i < c.n; i++)
+            pts *= kc.d[i].gcap + 1.0;
+        count += pts;
+    }
+    if (count > o.max_enum) {
+        rc = hr_seterr(msg, HR_ERANGE, "scheduler: brute force would visit %.3g assignments (> %g)",
+                       count, o.max_enum);
+        goto fail;
+    }
+    static hr_sched_enum zero_enum;
+    hr_sched_enum e = zero_enum;
+    hr_sched_kctx best_kc;
+    double best = INFINITY;
+    int best_w[HR_SCHED_MAX_DEV], best_ng[HR_SCHED_MAX_DEV];
+    double k_lat[HR_SCHED_MAX_K];
+    for (int j = 0; j < c.n_k; j++) {
+        hr_sched_kctx kc;
+        hr_sched_kctx_init(&c, c.k_list[j], &kc);
+        e.c = &c;
+        e.kc = &kc;
+        e.best = INFINITY;
+        e.suffix_ub[c.n] = 0;
+        for (int i = c.n - 1; i >= 0; i--)
+            e.suffix_ub[i] = e.suffix_ub[i + 1] + kc.d[i].ub;
+        enum_w(&e, 0, kc.W);
+        k_lat[j] = e.best;
+        if (e.best < best * (1.0 - 1e-12)) {
+            best = e.best;
+            best_kc = kc;
+            memcpy(best_w, e.best_w, sizeof best_w);
+            memcpy(best_ng, e.best_ng, sizeof best_ng);
+        }
+    }
+    if (!isfinite(best)) {
+        rc = hr_sched_explain_infeasible(&c, msg);
+        goto fail;
+    }
+    if (out) {
+        hr_sched_eval(&c, &best_kc, best_w, best_ng, out);
+        out->n_k = c.n_k;
+        memcpy(out->k_list, c.k_list, sizeof out->k_list);
+        memcpy(out->k_latency_ms, k_lat, sizeof k_lat[0] * (size_t)c.n_k);
+        out->solve_ms = hr_sched_now_ms() - t0;
+        hr_sched_explain(out);
+    }
+    return 0;
+fail:
+    if (err)
+        snprintf(err, HR_ERR_LEN, "%s", msg);
+    return hr_sched_plan_fail(out, rc, msg);
+}
+
+int hr_sched_plan_window(const hr_sched_plan *p, int dev, int round, int *first, int *count) {
+    if (!p || p->k < 1 || dev < 0 || dev >= p->n_dev || round < 0 || round >= p->k || !first ||
+        !count)
+        return HR_EINVAL;
+    *first = round * p->layers_per_round + p->dev[dev].offset;
+    *count = p->dev[dev].active ? p->dev[dev].w : 0;
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* halda-impl.h - scheduler internals shared by cost.c (cost model, brute force)
+ * and halda.c (the GLPK programs). Both derive every bound from the same
+ * per-k tables here, so the programs and the closed-form cost agree exactly.
+ * No other module includes this. */
+#ifndef HR_SCHEDULER_HALDA_IMPL_H
+#define HR_SCHEDULER_HALDA_IMPL_H
+
+#include "scheduler/halda.h"
+
+/* Validated inputs, k-independent. */
+typedef struct {
+    int n, L, head;
+    hr_sched_overlap overlap;
+    bool use_gpu;
+    double b;   /* bytes per layer */
+    double kv;  /* KV bytes per layer */
+    double out; /* output head bytes, on the head */
+    struct {
+        double t;       /* ms per CPU layer */
+        double g;       /* ms per GPU layer */
+        double h;       /* ms per hop to the next device */
+        double mem_eff; /* bytes for layers + KV (head: minus output_bytes) */
+        double disk;    /* bytes/s, 0 = no streaming */
+        double vram;    /* bytes */
+        double th;      /* ms per token of embedding + output head (head only, else 0) */
+        bool lru;       /* lru reclaim (else pinned) */
+        int prefill_threads, decode_threads;
+        char name[HR_SCHED_NAME_LEN];
+    } d[HR_SCHED_MAX_DEV];
+    int n_k;
+    int k_list[HR_SCHED_MAX_K];
+} hr_sched_ctx;
+
+/* Per-k tables. wc = w - n_gpu (CPU layers per round). */
+typedef struct {
+    int k, W;
+    struct {
+        int fit;      /* max wc with every layer resident */
+        int cap;      /* max wc at all (window fit, or fit when not streaming) */
+        int gcap;     /* max n_gpu */
+        int ub;       /* max w = min(W, cap + gcap) */
+        bool stream;  /* may overload: disk > 0, k >= 2, cap > fit */
+        double pin_a; /* pinned: load ms/round = max(0, pin_a * wc - pin_c) */
+        double pin_c;
+        double lru_a; /* lru: load ms/round = wc > fit ? lru_a * wc : 0 */
+    } d[HR_SCHED_MAX_DEV];
+} hr_sched_kctx;
+
+/* Validates and fills *c (opts already defaulted). Returns 0, HR_EINVAL or
+ * HR_EINFEASIBLE with err. */
+int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *model, const hr_sched_device *devs,
+                      int n_dev, const hr_sched_opts *opts, char *err);
+void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc);
+/* Closed-form latency (ms per token) of (w, ng) for kc->k; INFINITY when
+ * infeasible. ng may be NULL. Fills plan when not NULL and feasible. */
+double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
+                     hr_sched_plan *plan);
+/* Marks plan failed with code and message. Returns code. */
+int hr_sched_plan_fail(hr_sched_plan *plan, int code, const char *msg);
+/* Explains why no k admits a plan, into err. Returns HR_EINFEASIBLE. */
+int hr_sched_explain_infeasible(const hr_sched_ctx *c, char *err);
+/* Fills plan->explanation after a search. */
+void hr_sched_explain(hr_sched_plan *plan);
+double hr_sched_now_ms(void);
+
+#endif

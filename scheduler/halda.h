@@ -1,0 +1,254 @@
+/* halda.h - the layer-assignment planner: cost model, Halda ILP on GLPK, plan output.
+ *
+ * Devices form a ring with the head first. The model's L layers are cut into
+ * k rounds of W = L / k layers; in every round device m computes a window of
+ * w_m consecutive layers (sum_m w_m = W), so it owns k * w_m layers in all and
+ * a token's hidden state goes around the ring k times. hr_sched_solve() picks
+ * k (a divisor of L) and the w_m that minimise the predicted decode latency of
+ * one token, leaving out (w_m = 0) devices that would only slow the ring.
+ *
+ * COST MODEL (all times in ms, bytes in bytes, rates in bytes/s)
+ *
+ * For a k-round plan, device m runs wc_m = w_m - n_m layers of its window on
+ * the CPU and n_m on its accelerator (n_m = 0 while there is no GPU backend,
+ * see hr_sched_opts.use_gpu). Per round:
+ *
+ *   c_m   = wc_m * t_layer_ms + n_m * t_layer_gpu_ms        compute, ms/round
+ *   h_m   = rtt_ms / 2 + 1000 * hidden_bytes / link_bps      one hop m -> next, ms
+ *   H     = sum over active m of h_m, or 0 with one active   hops, ms/round
+ *   S     = sum_m c_m + H                                    ring time, ms/round
+ *   rest_m = S - c_m                                         what m can overlap, ms
+ *
+ * The head is always active (it embeds tokens and runs the output head); any
+ * other device is active iff w_m > 0. Memory of device m, with
+ * mem_eff_m = mem_bytes - (output_bytes if head):
+ *
+ *   KV of all k * wc_m CPU layers stays resident (kv_bytes_per_layer each);
+ *   window fit (hard):  wc_m * (layer_bytes + k * kv_bytes_per_layer) <= mem_eff_m
+ *   all resident iff:   k * wc_m * (layer_bytes + kv_bytes_per_layer) <= mem_eff_m
+ *   disk_bps == 0:      all resident is a hard constraint (no streaming)
+ *   GPU layers:         k * n_m * (layer_bytes + kv_bytes_per_layer) <= vram_bytes
+ *
+ * A device whose layers do not all stay resident ("overloaded") streams from
+ * disk every token and prefetches its next window while the rest of the ring
+ * computes. Bytes read per round depend on how the OS reclaims pages
+ * (hr_sched_os):
+ *
+ *   pinned (Linux, Android): hearth keeps a resident set and streams the rest
+ *     through a buffer of one window's streamed part, evenly over the k windows.
+ *     With o_m = max(0, k * wc_m * (layer_bytes + kv) - mem_eff_m) bytes of
+ *     overflow, resident r and buffer u = (k*wc_m*layer_bytes - r) / k must
+ *     satisfy r + u <= memory, so the read per round is o_m / (k - 1) bytes
+ *     (k >= 2; with k = 1 a window cannot be prefetched beside itself, which
+ *     the window-fit rule already excludes). Larger k reads less.
+ *   lru (macOS, Windows, other): the page cache evicts least-recently-used
+ *     pages; a cyclic access pattern larger than the cache misses every time,
+ *     so an overloaded device re-reads its whole window every round:
+ *     wc_m * layer_bytes bytes. (prima.cpp keeps overloaded macOS devices in
+ *     separate sets M1/M2 for this reason; here one binary variable does it.)
+ *
+ *   load_m = 1000 * read_bytes_per_round / disk_bps          disk, ms/round
+ *
+ * Exposed disk time per round (hr_sched_overlap):
+ *   HR_SCHED_OVERLAP_MAX (default): E = max(0, max_m (load_m - rest_m)).
+ *     This is the exact steady state of the cyclic pipeline: the round period
+ *     is max(S, max_m (c_m + load_m)); one stall delays everyone downstream and
+ *     so also hides the other devices' loads.
+ *   HR_SCHED_OVERLAP_SUM: E = sum_m max(0, load_m - rest_m), each device's stall
+ *     counted as if the others never stalled (pessimistic).
+ *
+ *   latency (ms per token) = k * (S + E) + t_head_ms(head)
+ *
+ * t_head_ms covers the embedding lookup, output norm, LM head and sampling,
+ * once per token on the head. Embedding rows are read one per token and are
+ * not charged memory; the output matrix (output_bytes) must stay resident on
+ * the head. The ring order is the head, then the active devices in input
+ * order: every term above uses the sending device's own link figures, so the
+ * order does not change the cost.
+ *
+ * SOLVER. For every divisor k of L one mixed-integer program (GLPK
+ * glp_intopt) with integer w_m, n_m, binary activity y_m (w_m <= cap_m * y_m,
+ * w_m >= y_m), binary overload s_m for lru devices, continuous load_m >= ...
+ * and E >= load_m - rest_m (or z_m per device for SUM). All memory rules are
+ * integer bounds on wc_m, so the program is exact for this cost model and no
+ * M1..M4 set iteration is needed; the head-alone plan is evaluated directly.
+ * Accelerator calibration (prima.cpp raises n_m on devices whose VRAM the
+ * solution leaves unused) would act after each per-k solve, by fixing a
+ * lower bound on n_m and solving again; it is not done while use_gpu is off.
+ *
+ * Thread-safety: everything here is reentrant except hr_sched_solve(), which
+ * drives GLPK: call it from one thread at a time.
+ */
+#ifndef HR_SCHEDULER_HALDA_H
+#define HR_SCHEDULER_HALDA_H
+
+#include "common/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define HR_SCHED_MAX_DEV 64
+#define HR_SCHED_MAX_LAYER 4096
+#define HR_SCHED_MAX_THREADS 256
+#define HR_SCHED_MAX_K 64 /* divisors of any n <= 4096 fit */
+#define HR_SCHED_NAME_LEN 64
+#define HR_SCHED_SCHEMA_VERSION 1
+
+typedef enum {
+    HR_SCHED_OS_LINUX = 0, /* pinned reclaim */
+    HR_SCHED_OS_ANDROID,   /* pinned reclaim */
+    HR_SCHED_OS_MACOS,     /* lru reclaim */
+    HR_SCHED_OS_WINDOWS,   /* lru reclaim */
+    HR_SCHED_OS_OTHER,     /* lru reclaim */
+} hr_sched_os;
+
+typedef enum {
+    HR_SCHED_OVERLAP_MAX = 0, /* exact pipeline steady state */
+    HR_SCHED_OVERLAP_SUM,     /* per-device stalls added up */
+} hr_sched_overlap;
+
+/* One device, as measured by the profiler. Zero-initialise (or use
+ * hr_sched_device_default()) and fill; names are NUL-terminated. */
+typedef struct {
+    char name[HR_SCHED_NAME_LEN];
+    bool is_head;          /* exactly one device, or none: device 0 is then the head */
+    hr_sched_os os;        /* page reclaim behaviour, see the cost model */
+    double t_layer_ms;     /* ms: compute + memory time of one resident layer, one decode token;
+                              0 = take decode_ms[] at the chosen thread count */
+    double mem_bytes;      /* bytes available to hearth for weights + KV (after OS, other
+                              programs, work buffers and ~1 layer of streaming slack) */
+    double disk_bps;       /* bytes/s sequential read of the model file; 0 = never stream */
+    double rtt_ms;         /* ms round trip to the next device */
+    double link_bps;       /* bytes/s to the next device (> 0 when n_dev > 1) */
+    double t_head_ms;      /* ms per token for embedding + output head + sampling (head only) */
+    double vram_bytes;     /* accelerator memory for layers; 0 = none */
+    double t_layer_gpu_ms; /* ms per layer on the accelerator (> 0 when vram is used) */
+    /* Thread plans (Sandwich): ms per layer with t = 1..n_thread_rates threads,
+     * lower is better, 0 = not measured. Prefill: one prompt batch; decode: one
+     * token. The plan takes the smallest t within opts.thread_tol of the best. */
+    int n_thread_rates;
+    double prefill_ms[HR_SCHED_MAX_THREADS];
+    double decode_ms[HR_SCHED_MAX_THREADS];
+} hr_sched_device;
+
+/* The model, as the profiler sees it. */
+typedef struct {
+    int n_layer;               /* L, 1..HR_SCHED_MAX_LAYER */
+    double layer_bytes;        /* bytes of one layer's weights (mean over layers) */
+    double hidden_bytes;       /* bytes sent per hop per token (n_embd * 2 for f16) */
+    double kv_bytes_per_layer; /* bytes of one layer's KV cache at the planned context */
+    double output_bytes;       /* bytes of output norm + LM head, resident on the head */
+} hr_sched_model;
+
+typedef struct {
+    hr_sched_overlap overlap;
+    bool use_gpu;        /* false: n_m fixed to 0 (no GPU backend yet) */
+    int k_fixed;         /* 0 = search every divisor of L; else only this k */
+    int k_max;           /* 0 = no limit; else only k <= k_max */
+    double thread_tol;   /* relative slack for thread counts, default 0.03 */
+    double time_limit_s; /* per ILP; 0 = none. Hitting it marks the plan not optimal */
+    double max_enum;     /* hr_sched_exhaustive: refuse above this many (k, w) points */
+} hr_sched_opts;
+
+/* Per device in a plan, indexed like the input devices. Per token = all k rounds. */
+typedef struct {
+    char name[HR_SCHED_NAME_LEN];
+    bool active; /* in the ring */
+    bool is_head;
+    bool overloaded;        /* streams weights from disk every token */
+    bool bottleneck;        /* its disk sets the exposed time (OVERLAP_MAX) */
+    int ring_pos;           /* 0 = head, -1 = left out */
+    int w;                  /* layers per round (window size) */
+    int n_gpu;              /* of which on the accelerator */
+    int layers;             /* k * w */
+    int offset;             /* first layer of its window in round r is r * W + offset */
+    double compute_ms;      /* k * c_m, ms per token */
+    double link_ms;         /* k * h_m, ms per token */
+    double disk_load_ms;    /* k * load_m, ms per token, before overlap */
+    double disk_exposed_ms; /* ms per token of it not hidden behind the ring */
+    double read_bytes;      /* bytes read from disk per token */
+    double mem_bytes;       /* resident demand: weights kept + stream buffer + KV (+output) */
+    double t_layer_ms;      /* ms per CPU layer used by the model */
+    int prefill_threads;    /* 0 = not measured, runtime default */
+    int decode_threads;
+} hr_sched_dev_plan;
+
+typedef struct {
+    int status; /* 0, or the negative HR_E* code when no plan was made */
+    int k;      /* rounds; 0 in a failed plan */
+    int n_layer;
+    int layers_per_round; /* W = n_layer / k */
+    int n_dev;
+    int n_active;
+    int head;
+    int order[HR_SCHED_MAX_DEV]; /* ring order: input indices of the n_active devices */
+    hr_sched_dev_plan dev[HR_SCHED_MAX_DEV];
+    hr_sched_overlap overlap;
+    double latency_ms;      /* predicted ms per token (the objective) */
+    double tokens_per_s;    /* 1000 / latency_ms */
+    double compute_ms;      /* per token: k * sum c_m */
+    double link_ms;         /* per token: k * H */
+    double disk_exposed_ms; /* per token: k * E */
+    double head_ms;         /* t_head_ms of the head */
+    double round_ms;        /* S + E */
+    bool optimal;           /* proven optimal for the model (no time limit hit) */
+    int n_ilp;              /* programs solved */
+    double solve_ms;        /* wall time of hr_sched_solve / hr_sched_exhaustive */
+    int n_k;                /* candidates considered */
+    int k_list[HR_SCHED_MAX_K];
+    double k_latency_ms[HR_SCHED_MAX_K]; /* best per k; INFINITY = infeasible */
+    char explanation[512];
+} hr_sched_plan;
+
+hr_sched_opts hr_sched_opts_default(void);
+hr_sched_device hr_sched_device_default(void);
+
+/* Plans the ring. Borrows all inputs; fills *out (also on failure: status,
+ * k = 0 and the reason in explanation). Returns 0, HR_EINVAL on bad input,
+ * HR_EINFEASIBLE when no k admits a plan, HR_EINTERNAL when GLPK fails; err
+ * (may be NULL) says why. opts may be NULL (defaults). Not thread-safe (GLPK). */
+int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                   const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]);
+
+/* The cost model for one assignment: k rounds, w[n_dev] layers per round,
+ * n_gpu[n_dev] of them on the accelerator (NULL = none). Returns ms per token,
+ * or INFINITY when the inputs are invalid or the assignment breaks a memory
+ * rule or sum(w) != n_layer / k. Reentrant. */
+double hr_sched_cost(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                     const hr_sched_opts *opts, int k, const int *w, const int *n_gpu);
+
+/* Like hr_sched_cost, but fills a whole plan with the breakdown. Returns 0,
+ * HR_EINVAL or HR_EINFEASIBLE (with err). Reentrant. */
+int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                      const hr_sched_opts *opts, int k, const int *w, const int *n_gpu,
+                      hr_sched_plan *out, char err[HR_ERR_LEN]);
+
+/* Brute force over every allowed k and every w (and n_gpu when use_gpu), for
+ * verification on small inputs. HR_ERANGE when the search would visit more
+ * than opts->max_enum assignments. Same results and errors as hr_sched_solve
+ * otherwise (ties: smallest k, then first found). Reentrant. */
+int hr_sched_exhaustive(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                        const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]);
+
+/* Smallest thread count t (1-based) with ms[t-1] <= (1 + tol) * min ms, over
+ * the entries > 0 among the first n; 0 when none is measured. Reentrant. */
+int hr_sched_pick_threads(const double *ms, int n, double tol);
+
+/* Layers of device dev in round r (0-based): [*first, *first + *count).
+ * Returns 0 or HR_EINVAL (bad plan, dev or round). */
+int hr_sched_plan_window(const hr_sched_plan *plan, int dev, int round, int *first, int *count);
+
+/* Human-readable table. Writes at most cap bytes (NUL-terminated when cap > 0)
+ * and returns the length the full text needs, like snprintf; HR_EINVAL on a
+ * NULL plan. Reentrant. */
+int hr_sched_plan_format(const hr_sched_plan *plan, char *buf, size_t cap);
+/* The same table written to fp. Returns 0, HR_EINVAL or HR_EIO. */
+int hr_sched_plan_print(const hr_sched_plan *plan, FILE *fp);
+
+/* JSON of the plan ("schema_version": HR_SCHED_SCHEMA_VERSION). On success
+ * *json is a NUL-terminated string the caller frees with free(). Returns 0,
+ * HR_EINVAL or HR_ENOMEM. Reentrant. */
+int hr_sched_plan_json(const hr_sched_plan *plan, char **json, char err[HR_ERR_LEN]);
+
+#endif

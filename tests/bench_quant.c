@@ -1,0 +1,271 @@
+/* bench_quant.c - throughput of the vec_dot kernels, in GB/s of weight bytes,
+ * per weight type and ISA table. Not a CTest test; build by hand:
+ *
+ *   gcc -std=c11 -O2 -D_GNU_SOURCE -I. -c kernels/quant.c -O3
+ *   gcc ... -mavx2 -mfma -mf16c -mbmi2 -O3 -c kernels/quant_avx2.c
+ *   gcc ... -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma
+ *       -mf16c -mbmi2 -O3 -c kernels/quant_avx512.c
+ *   gcc -std=c11 -O2 -D_GNU_SOURCE -I. tests/bench_quant.c quant*.o common/error.c
+ *       common/log.c -lm -lpthread -o bench_quant
+ *
+ *   bench_quant [type]     matrix x vector, n = 4096, ~512 KiB of weights (L2
+ *                          resident): compute headroom per byte
+ *   bench_quant --mem [T]  ~256 MiB of weights streamed from DRAM with 1..T
+ *                          threads, next to a plain read-bandwidth baseline */
+#include "kernels/quant-impl.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t g_rng = 88172645463325252ull;
+
+static float rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)(g_rng >> 40) / 16777216.0f - 0.5f;
+}
+
+static const int g_types[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K,
+                              HR_TYPE_Q8_0, HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1,
+                              HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_F32};
+#define N_TYPES (int)(sizeof(g_types) / sizeof(g_types[0]))
+
+typedef struct {
+    const char *name;
+    const hr_kernels *k;
+} table_ref;
+
+static int tables(table_ref *t) {
+    static hr_kernels plain512;
+    int n = 0;
+    t[n++] = (table_ref){"scalar", hr_kernels_for_isa(HR_ISA_SCALAR)};
+    const hr_kernels *a2 = hr_kernels_for_isa(HR_ISA_AVX2);
+    const hr_kernels *a5 = hr_kernels_for_isa(HR_ISA_AVX512);
+    if (a2)
+        t[n++] = (table_ref){"avx2", a2};
+    if (a5) {
+        plain512 = *a2;
+        hr_quant_fill_avx512(&plain512, false);
+        t[n++] = (table_ref){"avx512-novnni", &plain512};
+        t[n++] = (table_ref){"avx512", a5};
+    }
+    return n;
+}
+
+/* fills rows x n weights of type ty: quantizes one chunk, repeats it */
+static void *make_weights(int ty, int64_t n, int64_t rows, size_t *bytes) {
+    const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
+    const size_t rb = hr_type_row_bytes(ty, n);
+    *bytes = rb * (size_t)rows;
+    uint8_t *w = aligned_alloc(64, (*bytes + 63) / 64 * 64);
+    const int64_t chunk_rows = rows < 64 ? rows : 64;
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t r = 0; r < chunk_rows; r++) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rnd() * 0.1f;
+        s->quant[ty](x, w + rb * (size_t)r, n);
+    }
+    for (int64_t r = chunk_rows; r < rows; r += chunk_rows) {
+        const int64_t c = rows - r < chunk_rows ? rows - r : chunk_rows;
+        memcpy(w + rb * (size_t)r, w, rb * (size_t)c);
+    }
+    free(x);
+    return w;
+}
+
+static void *make_act(int ty, int64_t n) {
+    const int aty = hr_type_get(ty)->vec_dot_type;
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd();
+    void *a = aligned_alloc(64, (hr_type_row_bytes(aty, n) + 63) / 64 * 64);
+    hr_kernels_for_isa(HR_ISA_SCALAR)->quant[aty](x, a, n);
+    free(x);
+    return a;
+}
+
+typedef struct {
+    hr_vec_dot_fn fn;
+    const uint8_t *w;
+    const void *a;
+    size_t row_bytes;
+    int64_t n, r0, r1;
+    int passes;
+    float *out;
+} job;
+
+static void *run_job(void *p) {
+    job *j = p;
+    for (int it = 0; it < j->passes; it++)
+        for (int64_t r = j->r0; r < j->r1; r++)
+            j->out[r] = j->fn(j->n, j->w + j->row_bytes * (size_t)r, j->a);
+    return NULL;
+}
+
+/* GB/s of weight bytes for `passes` matvecs split over nth threads */
+static double matvec_gbs(hr_vec_dot_fn fn, const void *w, const void *a, size_t rb, int64_t n,
+                         int64_t rows, int passes, int nth, float *out) {
+    pthread_t th[16];
+    job jobs[16];
+    for (int t = 0; t < nth; t++)
+        jobs[t] = (job){fn, w, a, rb, n, rows * t / nth, rows * (t + 1) / nth, passes, out};
+    const double t0 = now_s();
+    for (int t = 1; t < nth; t++)
+        pthread_create(&th[t], NULL, run_job, &jobs[t]);
+    run_job(&jobs[0]);
+    for (int t = 1; t < nth; t++)
+        pthread_join(th[t], NULL);
+    const double dt = now_s() - t0;
+    return (double)rb * (double)rows * passes / dt / 1e9;
+}
+
+static void bench_l2(const char *only) {
+    table_ref t[4];
+    const int nt = tables(t);
+    const int64_t n = 4096;
+    printf("vec_dot, n=%lld, ~512 KiB of weights (L2-resident), 1 thread, GB/s of weight bytes "
+           "(best pass)\n",
+           (long long)n);
+    printf("%-6s %9s", "type", "KiB");
+    for (int k = 0; k < nt; k++)
+        printf(" %14s", t[k].name);
+    printf("\n");
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int ty = g_types[ti];
+        if (only && strcmp(only, hr_type_name(ty)) != 0)
+            continue;
+        const size_t rb = hr_type_row_bytes(ty, n);
+        const int64_t rows = (int64_t)((512u << 10) / rb) > 0 ? (int64_t)((512u << 10) / rb) : 1;
+        size_t bytes;
+        void *w = make_weights(ty, n, rows, &bytes);
+        void *a = make_act(ty, n);
+        float *out = malloc((size_t)rows * sizeof(float));
+        printf("%-6s %9.0f", hr_type_name(ty), (double)bytes / 1024);
+        for (int k = 0; k < nt; k++) {
+            hr_vec_dot_fn fn = t[k].k->vec_dot[ty];
+            /* best single pass out of many short ones: robust to preemption
+             * by other jobs on a shared machine */
+            matvec_gbs(fn, w, a, rb, n, rows, 3, 1, out); /* warm caches */
+            double best = 0;
+            const double t_end = now_s() + 0.3;
+            for (int r = 0; r < 100000 && (r < 50 || now_s() < t_end); r++) {
+                const double g = matvec_gbs(fn, w, a, rb, n, rows, 1, 1, out);
+                best = g > best ? g : best;
+            }
+            printf(" %14.2f", best);
+            fflush(stdout);
+        }
+        printf("\n");
+        free(w);
+        free(a);
+        free(out);
+    }
+}
+
+/* plain streaming read: sum of 64-bit words */
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} read_job;
+
+static void *read_words(void *arg) {
+    read_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
+    }
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static double read_gbs(const void *buf, size_t bytes, int nth) {
+    pthread_t th[16];
+    read_job jobs[16];
+    const size_t words = bytes / 8;
+    for (int t = 0; t < nth; t++)
+        jobs[t] = (read_job){(const uint64_t *)buf + words * t / nth, words / nth, 0};
+    const double t0 = now_s();
+    for (int t = 1; t < nth; t++)
+        pthread_create(&th[t], NULL, read_words, &jobs[t]);
+    read_words(&jobs[0]);
+    for (int t = 1; t < nth; t++)
+        pthread_join(th[t], NULL);
+    const double dt = now_s() - t0;
+    volatile uint64_t sink = 0;
+    for (int t = 0; t < nth; t++)
+        sink += jobs[t].sum;
+    (void)sink;
+    return (double)bytes / dt / 1e9;
+}
+
+static void bench_mem(int max_threads) {
+    const hr_kernels *best = hr_kernels_best();
+    const int64_t n = 4096;
+    const size_t target = (size_t)256 << 20;
+    printf("DRAM: ~256 MiB of weights per type, n=%lld, best table (%s), GB/s of weight bytes\n",
+           (long long)n, hr_isa_name(best->isa));
+    {
+        uint8_t *buf = aligned_alloc(64, target);
+        memset(buf, 1, target);
+        printf("%-6s", "read");
+        for (int th = 1; th <= max_threads; th++) {
+            double g = 0;
+            for (int r = 0; r < 3; r++) {
+                const double v = read_gbs(buf, target, th);
+                g = v > g ? v : g;
+            }
+            printf("   %dT %7.2f", th, g);
+        }
+        printf("   (plain 64-bit read loop)\n");
+        free(buf);
+    }
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int ty = g_types[ti];
+        const size_t rb = hr_type_row_bytes(ty, n);
+        const int64_t rows = (int64_t)(target / rb);
+        size_t bytes;
+        void *w = make_weights(ty, n, rows, &bytes);
+        void *a = make_act(ty, n);
+        float *out = malloc((size_t)rows * sizeof(float));
+        printf("%-6s", hr_type_name(ty));
+        for (int th = 1; th <= max_threads; th++) {
+            double g = 0;
+            for (int r = 0; r < 3; r++) {
+                const double v = matvec_gbs(best->vec_dot[ty], w, a, rb, n, rows, 1, th, out);
+                g = v > g ? v : g;
+            }
+            printf("   %dT %7.2f", th, g);
+            fflush(stdout);
+        }
+        printf("\n");
+        free(w);
+        free(a);
+        free(out);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--mem") == 0) {
+        int th = argc > 2 ? atoi(argv[2]) : 2;
+        bench_mem(th < 1 ? 1 : th > 16 ? 16 : th);
+    } else {
+        bench_l2(argc > 1 ? argv[1] : NULL);
+    }
+    return 0;
+}

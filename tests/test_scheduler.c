@@ -1,0 +1,583 @@
+/* test_scheduler.c - Halda planner: the GLPK solution against brute force on
+ * random instances, hand-computed costs, the prima.cpp home-cluster example,
+ * thread plans, plan output, and bad or infeasible inputs. */
+#include "tests/check.h"
+
+#include "common/error.h"
+#include "scheduler/halda.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <time.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static double urand(double lo, double hi) {
+    return lo + (hi - lo) * (double)(rnd() >> 11) / 9007199254740992.0;
+}
+static int irand(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+static bool chance(double p) { return urand(0.0, 1.0) < p; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static hr_sched_device dev(const char *name, double t_layer_ms, double mem, double disk, double rtt,
+                           double link) {
+    hr_sched_device d = hr_sched_device_default();
+    snprintf(d.name, sizeof d.name, "%s", name);
+    d.t_layer_ms = t_layer_ms;
+    d.mem_bytes = mem;
+    d.disk_bps = disk;
+    d.rtt_ms = rtt;
+    d.link_bps = link;
+    return d;
+}
+
+static int plan_sum_layers(const hr_sched_plan *p) {
+    int s = 0;
+    for (int i = 0; i < p->n_dev; i++)
+        s += p->dev[i].layers;
+    return s;
+}
+
+/* Scenario 0: anything; 1: memory short, fast disks; 2: no disks; 3: one
+ * strong device among weak ones with slow links. */
+static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int scenario) {
+    int n = irand(2, 5);
+    /* keep brute force cheap: fewer layers with more devices */
+    int L = n >= 5 ? irand(8, 28) : n == 4 ? irand(8, 36) : irand(8, 40);
+    double b = urand(0.2, 1.0) * GIB;
+    m->n_layer = L;
+    m->layer_bytes = b;
+    m->kv_bytes_per_layer = chance(0.3) ? 0.0 : b * urand(0.0, 0.05);
+    m->hidden_bytes = urand(4096, 32768);
+    m->output_bytes = chance(0.3) ? 0.0 : b * urand(0.2, 2.0);
+    double model = L * b;
+    int head = chance(0.3) ? -1 : irand(0, n - 1);
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%d", i);
+        double t = chance(0.7) ? urand(2, 30) : urand(50, 300);
+        double mem = model * (chance(0.5) ? urand(0.0, 0.4) : urand(0.2, 1.3));
+        double disk_ms = urand(1, 100); /* ms to read one layer */
+        double disk = chance(0.3) ? 0.0 : b * 1e3 / disk_ms;
+        double rtt = chance(0.7) ? urand(0.2, 8) : urand(20, 120);
+        if (scenario == 1) {
+            mem = model * urand(0.05, 0.45);
+            disk = b * 1e3 / urand(0.5, 8);
+            t = urand(5, 60);
+            rtt = urand(0.2, 4);
+        } else if (scenario == 2) {
+            disk = 0.0;
+            mem = model * urand(0.2, 1.0);
+        } else if (scenario == 3 && i > 0) {
+            t = urand(40, 200);
+            rtt = urand(10, 80);
+        } else if (scenario == 3) {
+            t = urand(2, 10);
+            mem = model * 1.5;
+        }
+        d[i] = dev(name, t, mem, disk, rtt, urand(5e6, 1.25e8));
+        d[i].is_head = i == head;
+        d[i].t_head_ms = urand(0, 20);
+        if (chance(0.25))
+            d[i].os = HR_SCHED_OS_MACOS;
+    }
+    *n_dev = n;
+}
+
+static void test_random_optimality(void) {
+    int compared = 0, infeasible = 0, k_gt1 = 0, excluded = 0, streaming = 0, sum_model = 0;
+    int disk0 = 0;
+    double t_solve = 0.0, t_enum = 0.0, max_solve = 0.0;
+    for (int it = 0; it < 320; it++) {
+        hr_sched_model m;
+        hr_sched_device d[5];
+        int n;
+        gen_instance(&m, d, &n, it % 4);
+        hr_sched_opts o = hr_sched_opts_default();
+        if (it % 3 == 2) {
+            o.overlap = HR_SCHED_OVERLAP_SUM;
+            sum_model++;
+        }
+        static hr_sched_plan p, e;
+        char err1[HR_ERR_LEN] = "", err2[HR_ERR_LEN] = "";
+        double t0 = now_s();
+        int rc1 = hr_sched_solve(&m, d, n, &o, &p, err1);
+        double t1 = now_s();
+        int rc2 = hr_sched_exhaustive(&m, d, n, &o, &e, err2);
+        double t2 = now_s();
+        t_solve += t1 - t0;
+        t_enum += t2 - t1;
+        if (t1 - t0 > max_solve)
+            max_solve = t1 - t0;
+        CHECK_EQ(rc1, rc2);
+        if (rc1 != rc2)
+            fprintf(stderr, "instance %d: solve '%s' vs brute force '%s'\n", it, err1, err2);
+        if (it % 4 == 2)
+            disk0++;
+        if (rc2 == HR_EINFEASIBLE) {
+            infeasible++;
+            CHECK_EQ(p.k, 0);
+            CHECK(strlen(err1) > 0);
+            continue;
+        }
+        CHECK_EQ(rc2, 0);
+        if (rc1 != 0 || rc2 != 0)
+            continue;
+        compared++;
+        double tol = 1e-6 * e.latency_ms;
+        CHECK_NEAR(p.latency_ms, e.latency_ms, tol);
+        if (fabs(p.latency_ms - e.latency_ms) > tol)
+            fprintf(stderr, "instance %d (scenario %d): solve k=%d %.9g, brute k=%d %.9g\n", it,
+                    it % 4, p.k, p.latency_ms, e.k, e.latency_ms);
+        CHECK(p.optimal);
+        CHECK_EQ(plan_sum_layers(&p), m.n_layer);
+        /* the plan's latency is the cost model's value for its assignment */
+        int w[5];
+        for (int i = 0; i < n; i++)
+            w[i] = p.dev[i].w;
+        CHECK_NEAR(hr_sched_cost(&m, d, n, &o, p.k, w, NULL), p.latency_ms, 1e-9 * p.latency_ms);
+        k_gt1 += p.k > 1;
+        excluded += p.n_active < n;
+        for (int i = 0; i < n; i++)
+            if (p.dev[i].overloaded) {
+                streaming++;
+                break;
+            }
+    }
+    printf("random: %d compared (%d with overlap=sum, %d of the no-disk kind), %d infeasible; "
+           "k>1 in %d, devices left out in %d, streaming in %d\n",
+           compared, sum_model, disk0, infeasible, k_gt1, excluded, streaming);
+    printf("random: solve %.1f ms mean, %.1f ms max; brute force %.1f ms mean\n",
+           1e3 * t_solve / 320, 1e3 * max_solve, 1e3 * t_enum / 320);
+    CHECK(compared >= 200);
+    CHECK(k_gt1 >= 20);
+    CHECK(excluded >= 20);
+    CHECK(streaming >= 20);
+    CHECK(infeasible >= 1);
+}
+
+static void test_gpu_optimality(void) {
+    int compared = 0, used = 0;
+    for (int it = 0; it < 40; it++) {
+        hr_sched_model m;
+        hr_sched_device d[5];
+        int n;
+        gen_instance(&m, d, &n, it % 4);
+        if (n > 3)
+            n = 3;
+        m.n_layer = irand(4, 12);
+        for (int i = 0; i < n; i++) {
+            if (chance(0.6)) {
+                d[i].vram_bytes = m.layer_bytes * urand(0, m.n_layer);
+                d[i].t_layer_gpu_ms = urand(0.5, 40);
+            }
+        }
+        hr_sched_opts o = hr_sched_opts_default();
+        o.use_gpu = true;
+        if (it % 2)
+            o.overlap = HR_SCHED_OVERLAP_SUM;
+        static hr_sched_plan p, e;
+        int rc1 = hr_sched_solve(&m, d, n, &o, &p, NULL);
+        int rc2 = hr_sched_exhaustive(&m, d, n, &o, &e, NULL);
+        CHECK_EQ(rc1, rc2);
+        if (rc1 || rc2)
+            continue;
+        compared++;
+        CHECK_NEAR(p.latency_ms, e.latency_ms, 1e-6 * e.latency_ms);
+        if (fabs(p.latency_ms - e.latency_ms) > 1e-6 * e.latency_ms) {
+            hr_sched_plan_print(&p, stderr);
+            hr_sched_plan_print(&e, stderr);
+        }
+        for (int i = 0; i < n; i++)
+            used += p.dev[i].n_gpu > 0;
+    }
+    printf("gpu: %d compared, accelerator used %d times\n", compared, used);
+    CHECK(compared >= 20);
+    CHECK(used >= 5);
+}
+
+static void test_hand_costs(void) {
+    hr_sched_model m = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 1e4};
+    hr_sched_device d[2] = {dev("a", 10, 100e9, 0, 2, 1e7), dev("b", 20, 100e9, 0, 4, 1e6)};
+    d[0].t_head_ms = 5;
+    /* k=1, w=(3,1): S = 3*10 + 20 + (1 + 1) + (2 + 10) = 64 ms, + head 5 */
+    int w[2] = {3, 1};
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w, NULL), 69.0, 1e-9);
+    /* head alone: no hops */
+    int w2[2] = {4, 0};
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w2, NULL), 45.0, 1e-9);
+    /* k=2, w=(1,1): 2 * (10 + 20 + 14) + 5 */
+    int w3[2] = {1, 1};
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 2, w3, NULL), 93.0, 1e-9);
+    int bad[2] = {2, 1};
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, bad, NULL)));
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 3, w, NULL)));
+    static hr_sched_plan p;
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+    CHECK_EQ(p.k, 1);
+    CHECK_EQ(p.dev[0].w, 4); /* b only slows the ring */
+    CHECK_EQ(p.n_active, 1);
+    CHECK_EQ(p.dev[1].ring_pos, -1);
+    CHECK_NEAR(p.latency_ms, 45.0, 1e-9);
+
+    /* one pinned device, 4 layers of 1 GB, 2 GB of memory, 1 GB/s disk */
+    hr_sched_model m1 = {.n_layer = 4, .layer_bytes = 1e9};
+    hr_sched_device s = dev("s", 10, 2e9, 1e9, 0, 0);
+    int one[1] = {1}, two[1] = {2}, four[1] = {4};
+    CHECK(isinf(hr_sched_cost(&m1, &s, 1, NULL, 1, four, NULL))); /* window cannot fit */
+    /* k=2: overflow 2 GB, read 2 GB per round = 2000 ms, nothing to overlap */
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 2, two, NULL), 2 * (20 + 2000.0), 1e-6);
+    /* k=4: read 2 GB / 3 per round */
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 4, one, NULL), 4 * (10 + 2000.0 / 3), 1e-6);
+    CHECK_EQ(hr_sched_solve(&m1, &s, 1, NULL, &p, NULL), 0);
+    CHECK_EQ(p.k, 4);
+    CHECK(p.dev[0].overloaded);
+    CHECK_NEAR(p.dev[0].read_bytes, 4 * 2e9 / 3, 1.0);
+    /* lru: an overloaded device re-reads its window every round */
+    s.os = HR_SCHED_OS_MACOS;
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 2, two, NULL), 2 * (20 + 2000.0), 1e-6);
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 4, one, NULL), 4 * (10 + 1000.0), 1e-6);
+    CHECK_EQ(hr_sched_solve(&m1, &s, 1, NULL, &p, NULL), 0);
+    CHECK_EQ(p.k, 2); /* tie with k=4: the smaller k wins */
+
+    /* overlap: a fast partner hides the streaming device's disk */
+    hr_sched_model m2 = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 0};
+    hr_sched_device r[2] = {dev("h", 10, 1.5e9, 1e9, 0, 1e9), dev("x", 300, 100e9, 0, 0, 1e9)};
+    /* k=2, w=(1,1): h overflows 0.5 GB, reads 0.5 GB / (k-1) per round = 500 ms, of which
+     * x's 300 ms hide 300 */
+    int wr[2] = {1, 1};
+    CHECK_NEAR(hr_sched_cost(&m2, r, 2, NULL, 2, wr, NULL), 2 * (310 + 200.0), 1e-6);
+}
+
+static void test_properties(void) {
+    static hr_sched_plan p;
+    hr_sched_model m = {.n_layer = 32,
+                        .layer_bytes = 0.25 * GIB,
+                        .hidden_bytes = 8192,
+                        .kv_bytes_per_layer = 0.01 * GIB,
+                        .output_bytes = 0.2 * GIB};
+    /* memory is plentiful: k = 1, nothing read from disk */
+    hr_sched_device d[3] = {dev("a", 8, 16 * GIB, 2e9, 1, 1e8), dev("b", 9, 16 * GIB, 2e9, 1, 1e8),
+                            dev("slow", 200, 16 * GIB, 2e9, 90, 1e6)};
+    d[0].is_head = true;
+    CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, &p, NULL), 0);
+    CHECK_EQ(p.k, 1);
+    CHECK_NEAR(p.disk_exposed_ms, 0.0, 1e-12);
+    CHECK_EQ(p.dev[2].w, 0); /* slow compute and a slow link: left out */
+    CHECK(!p.dev[2].active);
+    CHECK_EQ(p.order[0], 0);
+    CHECK_EQ(plan_sum_layers(&p), 32);
+
+    /* memory short everywhere, fast disks: k > 1 */
+    d[0].mem_bytes = d[1].mem_bytes = 2.5 * GIB;
+    d[2].mem_bytes = 1 * GIB;
+    CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, &p, NULL), 0);
+    CHECK(p.k > 1);
+    CHECK_EQ(plan_sum_layers(&p), 32);
+
+    /* head short of memory with a slow disk, a roomy partner: k = 1 on the partner */
+    hr_sched_device e[2] = {dev("head", 5, 1 * GIB, 0.2e9, 1, 1e8),
+                            dev("roomy", 12, 32 * GIB, 0.2e9, 1, 1e8)};
+    CHECK_EQ(hr_sched_solve(&m, e, 2, NULL, &p, NULL), 0);
+    CHECK_EQ(p.k, 1);
+    CHECK(!p.dev[0].overloaded && !p.dev[1].overloaded);
+    CHECK(p.dev[1].w > p.dev[0].w);
+    /* the same with a fast disk on the head: streaming pays, k > 1 */
+    e[0].disk_bps = 30e9;
+    CHECK_EQ(hr_sched_solve(&m, e, 2, NULL, &p, NULL), 0);
+    CHECK(p.k > 1);
+    CHECK(p.dev[0].overloaded);
+
+    /* windows */
+    int first = -1, count = -1;
+    CHECK_EQ(hr_sched_plan_window(&p, 1, p.k - 1, &first, &count), 0);
+    CHECK_EQ(first, (p.k - 1) * p.layers_per_round + p.dev[1].offset);
+    CHECK_EQ(count, p.dev[1].w);
+    CHECK_EQ(hr_sched_plan_window(&p, 1, p.k, &first, &count), HR_EINVAL);
+    CHECK_EQ(hr_sched_plan_window(&p, 2, 0, &first, &count), HR_EINVAL);
+
+    /* k_fixed / k_max */
+    hr_sched_opts o = hr_sched_opts_default();
+    o.k_fixed = 2;
+    CHECK_EQ(hr_sched_solve(&m, e, 2, &o, &p, NULL), 0);
+    CHECK_EQ(p.k, 2);
+    CHECK_EQ(p.n_k, 1);
+    o.k_fixed = 0;
+    o.k_max = 1;
+    CHECK_EQ(hr_sched_solve(&m, e, 2, &o, &p, NULL), 0);
+    CHECK_EQ(p.k, 1);
+}
+
+/* The home cluster of the prima.cpp paper, 70B Q4_K (80 layers, ~40 GiB).
+ * Memory and disk as in the paper; compute from decode being memory-bound
+ * (0.49 GiB per layer over ~45-60 GB/s of usable memory bandwidth, ~20 GB/s
+ * on the phone); Wi-Fi ~300 Mbit/s with 6-10 ms RTT, the desktop wired. */
+static void test_prima_home_cluster(void) {
+    hr_sched_model m = {.n_layer = 80,
+                        .layer_bytes = 0.49 * GIB,
+                        .hidden_bytes = 8192 * 2,                    /* f16 hidden state */
+                        .kv_bytes_per_layer = 2.0 * 1024 * 2 * 1024, /* K+V f16, 8x128, 1024 ctx */
+                        .output_bytes = 0.8 * GIB};                  /* Q6_K LM head */
+    hr_sched_device d[4] = {
+        dev("mac-m1", 10, 2.4 * GIB, 0.72e9, 6, 37.5e6),
+        dev("i9-laptop", 12, 4.1 * GIB, 2.98e9, 6, 37.5e6),
+        dev("i9-desktop", 9, 9.7 * GIB, 3.17e9, 1, 125e6),
+        dev("phone", 25, 1.9 * GIB, 1.37e9, 10, 25e6),
+    };
+    d[0].os = HR_SCHED_OS_MACOS;
+    d[3].os = HR_SCHED_OS_ANDROID;
+    d[2].is_head = true;
+    d[2].t_head_ms = 20;
+    static hr_sched_plan p, e;
+    char err[HR_ERR_LEN] = "";
+    double t0 = now_s();
+    int rc = hr_sched_solve(&m, d, 4, NULL, &p, err);
+    double dt = now_s() - t0;
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", err);
+        return;
+    }
+    hr_sched_plan_print(&p, stdout);
+    printf("home cluster solved in %.1f ms\n", dt * 1e3);
+    CHECK(p.k > 1);
+    CHECK_EQ(plan_sum_layers(&p), 80);
+    CHECK(p.optimal);
+    double mac = p.dev[0].layers * m.layer_bytes / d[0].mem_bytes;
+    double laptop = p.dev[1].layers * m.layer_bytes / d[1].mem_bytes;
+    double desktop = p.dev[2].layers * m.layer_bytes / d[2].mem_bytes;
+    CHECK(laptop > mac);
+    CHECK(desktop > mac);
+    CHECK(p.dev[1].overloaded || p.dev[2].overloaded);
+    CHECK(!p.dev[0].overloaded);
+    /* the same cluster with memory for everything: k = 1 */
+    hr_sched_device big[4];
+    memcpy(big, d, sizeof big);
+    for (int i = 0; i < 4; i++)
+        big[i].mem_bytes = 64 * GIB;
+    CHECK_EQ(hr_sched_solve(&m, big, 4, NULL, &e, NULL), 0);
+    CHECK_EQ(e.k, 1);
+}
+
+static void test_threads(void) {
+    double ms[6] = {40, 21, 14.6, 11.0, 10.7, 10.5};
+    CHECK_EQ(hr_sched_pick_threads(ms, 6, 0.03), 5); /* 10.7 <= 1.03 * 10.5 */
+    CHECK_EQ(hr_sched_pick_threads(ms, 6, 0.0), 6);
+    CHECK_EQ(hr_sched_pick_threads(ms, 6, 0.06), 4);
+    double none[3] = {0, 0, 0};
+    CHECK_EQ(hr_sched_pick_threads(none, 3, 0.03), 0);
+    CHECK_EQ(hr_sched_pick_threads(NULL, 3, 0.03), 0);
+    double gaps[4] = {0, 8, 0, 7.9};
+    CHECK_EQ(hr_sched_pick_threads(gaps, 4, 0.03), 2);
+
+    /* in a plan; t_layer_ms = 0 takes decode_ms at the chosen count */
+    hr_sched_model m = {.n_layer = 8, .layer_bytes = 0.1 * GIB, .hidden_bytes = 4096};
+    hr_sched_device d[2] = {dev("a", 0, 8 * GIB, 0, 1, 1e8), dev("b", 5, 8 * GIB, 0, 1, 1e8)};
+    d[0].n_thread_rates = 8;
+    for (int t = 0; t < 8; t++) {
+        d[0].prefill_ms[t] = 80.0 / (t + 1);                            /* compute-bound: all 8 */
+        d[0].decode_ms[t] = t < 3 ? 12.0 - 2 * t : 8.0 + 0.1 * (t - 3); /* bound at 3 */
+    }
+    static hr_sched_plan p;
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+    CHECK_EQ(p.dev[0].prefill_threads, 8);
+    CHECK_EQ(p.dev[0].decode_threads, 3);
+    CHECK_NEAR(p.dev[0].t_layer_ms, 8.0, 1e-12);
+    CHECK_EQ(p.dev[1].decode_threads, 0);
+}
+
+static void test_output(void) {
+    hr_sched_model m = {.n_layer = 12,
+                        .layer_bytes = 0.5 * GIB,
+                        .hidden_bytes = 8192,
+                        .kv_bytes_per_layer = 0.01 * GIB};
+    hr_sched_device d[3] = {dev("alpha", 8, 2 * GIB, 3e9, 1, 1e8),
+                            dev("beta", 9, 2 * GIB, 3e9, 1, 1e8),
+                            dev("gamma", 300, 1 * GIB, 0, 50, 1e6)};
+    static hr_sched_plan p;
+    CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, &p, NULL), 0);
+    char small[16];
+    int need = hr_sched_plan_format(&p, small, sizeof small);
+    CHECK(need > 100);
+    CHECK_EQ(strlen(small), sizeof small - 1);
+    char *buf = malloc((size_t)need + 1);
+    CHECK_EQ(hr_sched_plan_format(&p, buf, (size_t)need + 1), need);
+    CHECK_EQ(strlen(buf), need);
+    CHECK(strstr(buf, "alpha") && strstr(buf, "gamma") && strstr(buf, "candidates"));
+    CHECK_EQ(hr_sched_plan_format(&p, NULL, 0), need);
+    free(buf);
+    CHECK_EQ(hr_sched_plan_format(NULL, small, sizeof small), HR_EINVAL);
+
+    char *js = NULL;
+    char err[HR_ERR_LEN];
+    CHECK_EQ(hr_sched_plan_json(&p, &js, err), 0);
+    json_error_t jerr;
+    json_t *root = js ? json_loads(js, 0, &jerr) : NULL;
+    CHECK(root != NULL);
+    if (root) {
+        CHECK_EQ(json_integer_value(json_object_get(root, "schema_version")),
+                 HR_SCHED_SCHEMA_VERSION);
+        CHECK_EQ(json_integer_value(json_object_get(root, "k")), p.k);
+        json_t *devs = json_object_get(root, "devices");
+        CHECK_EQ(json_array_size(devs), 3);
+        long long layers = 0;
+        for (size_t i = 0; i < json_array_size(devs); i++) {
+            json_t *dj = json_array_get(devs, i);
+            layers += json_integer_value(json_object_get(dj, "layers"));
+            if (json_is_true(json_object_get(dj, "active")) &&
+                json_integer_value(json_object_get(dj, "w")) > 0)
+                CHECK_EQ(json_array_size(json_object_get(dj, "windows")), p.k);
+        }
+        CHECK_EQ(layers, 12);
+        CHECK(json_is_number(json_object_get(root, "latency_ms")));
+        CHECK_EQ(json_array_size(json_object_get(root, "ring")), p.n_active);
+        json_decref(root);
+    }
+    free(js);
+
+    /* a failed plan still prints and serialises */
+    m.n_layer = 0;
+    CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, &p, NULL), HR_EINVAL);
+    char txt[512];
+    CHECK(hr_sched_plan_format(&p, txt, sizeof txt) > 0);
+    CHECK(strstr(txt, "none") != NULL);
+    CHECK_EQ(hr_sched_plan_json(&p, &js, err), 0);
+    CHECK(js && strstr(js, "\"status\": -1"));
+    free(js);
+}
+
+static void expect_fail(const hr_sched_model *m, const hr_sched_device *d, int n, int code,
+                        const char *needle) {
+    static hr_sched_plan p;
+    char err[HR_ERR_LEN] = "";
+    memset(&p, 0x5a, sizeof p);
+    int rc = hr_sched_solve(m, d, n, NULL, &p, err);
+    CHECK_EQ(rc, code);
+    CHECK_EQ(p.status, code);
+    CHECK_EQ(p.k, 0);
+    CHECK(strlen(err) > 0 && strcmp(err, p.explanation) == 0);
+    if (needle && !strstr(err, needle))
+        fprintf(stderr, "error '%s' lacks '%s'\n", err, needle);
+    CHECK(!needle || strstr(err, needle));
+    CHECK_EQ(hr_sched_exhaustive(m, d, n, NULL, &p, NULL), code);
+}
+
+static void test_bad_inputs(void) {
+    hr_sched_model m = {.n_layer = 80,
+                        .layer_bytes = 0.5 * GIB,
+                        .hidden_bytes = 16384,
+                        .kv_bytes_per_layer = 0.004 * GIB,
+                        .output_bytes = 0.8 * GIB};
+    hr_sched_device d[3] = {dev("a", 9, 8 * GIB, 0, 1, 1e8), dev("b", 9, 8 * GIB, 0, 1, 1e8),
+                            dev("c", 9, 8 * GIB, 0, 1, 1e8)};
+    /* 40 GiB model, 24 GiB memory, no disks */
+    expect_fail(&m, d, 3, HR_EINFEASIBLE, "disk");
+    expect_fail(&m, d, 0, HR_EINVAL, "no devices");
+    expect_fail(&m, NULL, 3, HR_EINVAL, "NULL");
+    expect_fail(NULL, d, 3, HR_EINVAL, "model");
+    expect_fail(&m, d, HR_SCHED_MAX_DEV + 1, HR_EINVAL, "devices");
+    hr_sched_model z = m;
+    z.n_layer = 0;
+    expect_fail(&z, d, 3, HR_EINVAL, "n_layer");
+    z = m;
+    z.layer_bytes = NAN;
+    expect_fail(&z, d, 3, HR_EINVAL, "layer_bytes");
+    z = m;
+    z.kv_bytes_per_layer = -1;
+    expect_fail(&z, d, 3, HR_EINVAL, "kv_bytes_per_layer");
+
+    for (int i = 0; i < 3; i++)
+        d[i].disk_bps = 2e9; /* feasible from here on */
+    hr_sched_device e[3];
+    memcpy(e, d, sizeof e);
+    e[1].t_layer_ms = NAN;
+    expect_fail(&m, e, 3, HR_EINVAL, "'b': t_layer_ms");
+    memcpy(e, d, sizeof e);
+    e[2].mem_bytes = -5;
+    expect_fail(&m, e, 3, HR_EINVAL, "mem_bytes");
+    memcpy(e, d, sizeof e);
+    e[2].disk_bps = INFINITY;
+    expect_fail(&m, e, 3, HR_EINVAL, "disk_bps");
+    memcpy(e, d, sizeof e);
+    e[0].link_bps = 0;
+    expect_fail(&m, e, 3, HR_EINVAL, "link_bps");
+    memcpy(e, d, sizeof e);
+    e[0].is_head = e[2].is_head = true;
+    expect_fail(&m, e, 3, HR_EINVAL, "head");
+    memcpy(e, d, sizeof e);
+    e[1].t_layer_ms = 0;
+    expect_fail(&m, e, 3, HR_EINVAL, "decode_ms");
+    memcpy(e, d, sizeof e);
+    e[1].n_thread_rates = -2;
+    expect_fail(&m, e, 3, HR_EINVAL, "n_thread_rates");
+    memcpy(e, d, sizeof e);
+    e[1].n_thread_rates = 2;
+    e[1].decode_ms[1] = NAN;
+    expect_fail(&m, e, 3, HR_EINVAL, "decode_ms[1]");
+    memcpy(e, d, sizeof e);
+    memset(e[0].name, 'x', sizeof e[0].name);
+    expect_fail(&m, e, 3, HR_EINVAL, "NUL");
+    memcpy(e, d, sizeof e);
+    e[0].os = (hr_sched_os)42;
+    expect_fail(&m, e, 3, HR_EINVAL, "os");
+    memcpy(e, d, sizeof e);
+    e[0].mem_bytes = 0.5 * GIB; /* head cannot hold the output head */
+    expect_fail(&m, e, 3, HR_EINFEASIBLE, "output head");
+    memcpy(e, d, sizeof e);
+    for (int i = 0; i < 3; i++)
+        e[i].mem_bytes = 0.2 * GIB; /* not even one window fits */
+    z = m;
+    z.output_bytes = 0;
+    expect_fail(&z, e, 3, HR_EINFEASIBLE, "window");
+
+    static hr_sched_plan p;
+    hr_sched_opts o = hr_sched_opts_default();
+    o.k_fixed = 3;
+    char err[HR_ERR_LEN] = "";
+    CHECK_EQ(hr_sched_solve(&m, d, 3, &o, &p, err), HR_EINVAL);
+    CHECK(strstr(err, "k_fixed") != NULL);
+    o = hr_sched_opts_default();
+    o.thread_tol = -1;
+    CHECK_EQ(hr_sched_solve(&m, d, 3, &o, &p, err), HR_EINVAL);
+    CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, NULL, err), HR_EINVAL);
+    o = hr_sched_opts_default();
+    o.max_enum = 10;
+    CHECK_EQ(hr_sched_exhaustive(&m, d, 3, &o, &p, err), HR_ERANGE);
+    int w[3] = {80, 0, 0};
+    CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 1, w, NULL, &p, err), HR_EINFEASIBLE);
+    CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 7, w, NULL, &p, err), HR_EINVAL);
+    CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 1, NULL, NULL, &p, err), HR_EINVAL);
+    int w4[3] = {2, 1, 1};
+    CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 20, w4, NULL, &p, err), 0);
+    CHECK_EQ(p.k, 20);
+    CHECK_EQ(plan_sum_layers(&p), 80);
+    CHECK(isinf(hr_sched_cost(NULL, d, 3, NULL, 1, w, NULL)));
+    char *js = NULL;
+    CHECK_EQ(hr_sched_plan_json(NULL, &js, err), HR_EINVAL);
+}
+
+int main(void) {
+    double t0 = now_s();
+    test_hand_costs();
+    test_properties();
+    test_threads();
+    test_output();
+    test_bad_inputs();
+    test_prima_home_cluster();
+    test_gpu_optimality();
+    test_random_optimality();
+    printf("test_scheduler: %.1f s\n", now_s() - t0);
+    return hr_check_finish("test_scheduler");
+}
