@@ -32,6 +32,11 @@ typedef struct {
     bool kv;
     bool bos;
     bool special;
+    const char *peer;      /* profile: echo responder to measure the link to */
+    const char *cache_dir; /* profile: cache folder */
+    bool json;             /* profile: JSON instead of the table */
+    bool quick;            /* profile: quick device profile */
+    bool no_cache;         /* profile: measure again (and refresh the cache) */
     bool verbose;
     bool help;
     int n_args;
@@ -46,6 +51,7 @@ int hr_cmd_info(hr_cli *o);
 int hr_cmd_mkmodel(hr_cli *o);
 int hr_cmd_bench(hr_cli *o);
 int hr_cmd_tokenize(hr_cli *o);
+int hr_cmd_profile(hr_cli *o);
 
 /* Prints "hearth: <msg>" to stderr (one clear line) and returns 1. */
 int hr_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

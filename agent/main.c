@@ -57,6 +57,11 @@ static const hr_opt hr_opts[] = {
     {"kv", 0, HR_OPT_FLAG, O(kv), NULL, "info: print every metadata key"},
     {"bos", 0, HR_OPT_FLAG, O(bos), NULL, "tokenize: prepend BOS"},
     {"special", 0, HR_OPT_FLAG, O(special), NULL, "tokenize: parse control tokens in the text"},
+    {"json", 0, HR_OPT_FLAG, O(json), NULL, "profile: print JSON (schema hearth.profile v1)"},
+    {"quick", 0, HR_OPT_FLAG, O(quick), NULL, "profile: quick device profile (under 2 s)"},
+    {"no-cache", 0, HR_OPT_FLAG, O(no_cache), NULL, "profile: measure again, refresh the cache"},
+    {"cache-dir", 0, HR_OPT_STR, O(cache_dir), "DIR", "profile: cache folder"},
+    {"peer", 0, HR_OPT_STR, O(peer), "ENDPOINT", "profile: measure the link to this echo peer"},
     {"log", 0, HR_OPT_STR, O(log_level), "LEVEL", "log level: debug info warn error"},
     {"verbose", 'v', HR_OPT_FLAG, O(verbose), NULL, "log at info level"},
     {"help", 'h', HR_OPT_FLAG, O(help), NULL, "show help"},
@@ -85,6 +90,9 @@ static const struct {
     {"bench", hr_cmd_bench,
      "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3]\n"
      "      prompt and generation tokens/s, weight bytes per token, memory bandwidth"},
+    {"profile", hr_cmd_profile,
+     "profile [-m MODEL] [-t T] [--json] [-o FILE] [--quick] [--no-cache] [--peer ENDPOINT]\n"
+     "      device, model and link profiles and the predicted decode time per layer/token"},
 };
 
 static void hr_usage(FILE *f) {

@@ -156,9 +156,11 @@ static inline __m128i hr_kq_unpack_scales_sse(const uint8_t *s) {
     const __m128i v = _mm_loadu_si128((const __m128i *)s);
     const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* w0 w2 w1 w2 */
     const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* w0 w0 w1 w1 */
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    const __m128i lo =
+        _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi =
+        _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
     return _mm_or_si128(lo, hi);
 }
 #endif
@@ -172,8 +174,14 @@ static inline int hr_nearest_int(float x) {
 }
 
 /* Per-ISA table fillers: overwrite the entries the ISA specialises, leave the
- * rest. The AVX-512 one uses VNNI instructions only when vnni is true. */
+ * rest. The AVX-512 one takes HR_AVX512_* flags: VNNI instructions are used
+ * only with HR_AVX512_VNNI; HR_AVX512_PREFER_YMM (with VNNI) picks 256-bit
+ * forms where they are faster on cores that split 512-bit operations in two
+ * (AMD Zen 4). */
+enum { HR_AVX512_VNNI = 1u, HR_AVX512_PREFER_YMM = 2u };
 void hr_quant_fill_avx2(hr_kernels *k);
-void hr_quant_fill_avx512(hr_kernels *k, bool vnni);
+void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
+/* HR_AVX512_* flags this CPU supports / prefers (0 without AVX-512). */
+unsigned hr_quant_avx512_flags(void);
 
 #endif

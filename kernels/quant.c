@@ -457,9 +457,12 @@ static void quant_q5_1(const float *src, void *dst, int64_t n) {
  * the smallest squared error. Returns s; writes m. */
 static float fit_scale_min(const float *x, int n, int qmax, float *m_out) {
     float lo = x[0], hi = x[0];
-    for (int j = 1; j < n; j++) {
+    double sx = 0, sxx = 0;
+    for (int j = 0; j < n; j++) {
         lo = fminf(lo, x[j]);
         hi = fmaxf(hi, x[j]);
+        sx += x[j];
+        sxx += (double)x[j] * x[j];
     }
     if (lo > 0.0f)
         lo = 0.0f;
@@ -467,17 +470,16 @@ static float fit_scale_min(const float *x, int n, int qmax, float *m_out) {
         *m_out = -lo;
         return 0.0f;
     }
-    float best_s = (hi - lo) / (float)qmax, best_b = lo, best_err = FLT_MAX;
-    for (int step = -5; step <= 5; step++) {
-        const float iscale = ((float)qmax + 0.1f * (float)step) / (hi - lo);
-        double sq = 0, sqq = 0, sx = 0, sxq = 0;
-        int q[HR_QK_K];
+    float best_s = (hi - lo) / (float)qmax, best_b = lo;
+    double best_err = DBL_MAX;
+    for (int step = -4; step <= 4; step++) {
+        const float iscale = ((float)qmax + 0.125f * (float)step) / (hi - lo);
+        double sq = 0, sqq = 0, sxq = 0;
         for (int j = 0; j < n; j++) {
-            q[j] = clampi(hr_nearest_int((x[j] - lo) * iscale), 0, qmax);
-            sq += q[j];
-            sqq += (double)q[j] * q[j];
-            sx += x[j];
-            sxq += (double)x[j] * q[j];
+            const int q = clampi(hr_nearest_int((x[j] - lo) * iscale), 0, qmax);
+            sq += q;
+            sqq += q * q;
+            sxq += (double)x[j] * q;
         }
         const double det = n * sqq - sq * sq;
         if (det <= 0)
@@ -489,13 +491,11 @@ static float fit_scale_min(const float *x, int n, int qmax, float *m_out) {
         }
         if (s <= 0)
             continue;
-        double err = 0;
-        for (int j = 0; j < n; j++) {
-            const double e = s * q[j] + b - x[j];
-            err += e * e;
-        }
+        /* sum (s*q + b - x)^2 from the sums above */
+        const double err =
+            s * s * sqq + 2 * s * b * sq + n * b * b - 2 * s * sxq - 2 * b * sx + sxx;
         if (err < best_err) {
-            best_err = (float)err;
+            best_err = err;
             best_s = (float)s;
             best_b = (float)b;
         }
@@ -538,7 +538,8 @@ static void quant_kx_block(const float *x, int qmax, uint16_t *d_out, uint16_t *
         const float ds = d * (float)sc[j], dm = dmin * (float)mn[j];
         for (int l = 0; l < 32; l++) {
             const float v = x[32 * j + l];
-            L[32 * j + l] = (uint8_t)(ds > 0.0f ? clampi(hr_nearest_int((v + dm) / ds), 0, qmax) : 0);
+            L[32 * j + l] =
+                (uint8_t)(ds > 0.0f ? clampi(hr_nearest_int((v + dm) / ds), 0, qmax) : 0);
         }
     }
 }
@@ -576,27 +577,20 @@ static float fit_scale_sym(const float *x, int n) {
     const float max = signed_absmax(x, n);
     if (max == 0.0f)
         return 0.0f;
-    float best_s = max / -32.0f, best_err = FLT_MAX;
-    for (int step = -5; step <= 5; step++) {
-        const float iscale = -(32.0f + 0.1f * (float)step) / max;
+    float best_s = max / -32.0f;
+    double best_gain = -1;
+    for (int step = -4; step <= 4; step++) {
+        const float iscale = -(32.0f + 0.125f * (float)step) / max;
         double sxq = 0, sqq = 0;
-        int q[16];
         for (int j = 0; j < n; j++) {
-            q[j] = clampi(hr_nearest_int(x[j] * iscale), -32, 31);
-            sxq += (double)x[j] * q[j];
-            sqq += (double)q[j] * q[j];
+            const int q = clampi(hr_nearest_int(x[j] * iscale), -32, 31);
+            sxq += (double)x[j] * q;
+            sqq += q * q;
         }
-        if (sqq <= 0)
-            continue;
-        const double s = sxq / sqq;
-        double err = 0;
-        for (int j = 0; j < n; j++) {
-            const double e = s * q[j] - x[j];
-            err += e * e;
-        }
-        if (err < best_err) {
-            best_err = (float)err;
-            best_s = (float)s;
+        /* with s = sxq/sqq the squared error is sum x^2 - sxq^2/sqq */
+        if (sqq > 0 && sxq * sxq / sqq > best_gain) {
+            best_gain = sxq * sxq / sqq;
+            best_s = (float)(sxq / sqq);
         }
     }
     return best_s;
@@ -634,7 +628,8 @@ static void quant_q6_k(const float *src, void *dst, int64_t n) {
                 const int q1 = Lh[l], q2 = Lh[l + 32], q3 = Lh[l + 64], q4 = Lh[l + 96];
                 ql[l] = (uint8_t)((q1 & 15) | ((q3 & 15) << 4));
                 ql[l + 32] = (uint8_t)((q2 & 15) | ((q4 & 15) << 4));
-                qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+                qh[l] =
+                    (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
             }
         }
     }
@@ -675,7 +670,8 @@ static float dot_q4_0(int64_t n, const void *w, const void *a) {
     for (int64_t i = 0; i < n / HR_QK4_0; i++) {
         int sumi = 0;
         for (int j = 0; j < 16; j++)
-            sumi += ((x[i].qs[j] & 15) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+            sumi +=
+                ((x[i].qs[j] & 15) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
         sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
     }
     return sum;
@@ -886,13 +882,18 @@ static uint64_t xgetbv0(void) {
 #endif
 
 /* Sets *avx2 (AVX2+FMA+F16C+BMI2 with OS support for ymm state), *avx512
- * (F+BW+VL+DQ with zmm/opmask state) and *vnni (AVX512_VNNI). */
-static void detect_cpu(bool *avx2, bool *avx512, bool *vnni) {
-    *avx2 = *avx512 = *vnni = false;
+ * (F+BW+VL+DQ with zmm/opmask state) and the HR_AVX512_* flags. */
+static void detect_cpu(bool *avx2, bool *avx512, unsigned *flags512) {
+    *avx2 = *avx512 = false;
+    *flags512 = 0;
 #if HR_X86
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
+    const unsigned family = ((a >> 8) & 0xf) == 0xf ? 0xf + ((a >> 20) & 0xff) : (a >> 8) & 0xf;
     const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
     const bool fma = c & (1u << 12), f16c = c & (1u << 29);
     if (!osxsave || !avx)
@@ -906,13 +907,18 @@ static void detect_cpu(bool *avx2, bool *avx512, bool *vnni) {
     const bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
     *avx2 = avx2_f && fma && f16c && bmi2;
     *avx512 = *avx2 && f && dq && bw && vl && (xcr0 & 0xe6) == 0xe6;
-    *vnni = *avx512 && (c & (1u << 11));
+    if (*avx512 && (c & (1u << 11)))
+        *flags512 |= HR_AVX512_VNNI;
+    /* Zen 4 (family 19h) executes 512-bit operations as two 256-bit halves */
+    if (*avx512 && amd && family == 0x19)
+        *flags512 |= HR_AVX512_PREFER_YMM;
 #endif
 }
 
+static unsigned g_flags512;
+
 static void init_tables(void) {
-    bool vnni;
-    detect_cpu(&g_have_avx2, &g_have_avx512, &vnni);
+    detect_cpu(&g_have_avx2, &g_have_avx512, &g_flags512);
     fill_scalar(&g_scalar);
     g_best = &g_scalar;
     /* Each SIMD table starts from the narrower one, so entries it does not
@@ -926,7 +932,7 @@ static void init_tables(void) {
     if (g_have_avx512) {
         g_avx512 = g_avx2;
         g_avx512.isa = HR_ISA_AVX512;
-        hr_quant_fill_avx512(&g_avx512, vnni);
+        hr_quant_fill_avx512(&g_avx512, g_flags512);
         g_best = &g_avx512;
     }
     const char *want = getenv("HR_ISA"); /* debugging / benchmarking cap */
@@ -936,8 +942,14 @@ static void init_tables(void) {
         else if (strcasecmp(want, "avx2") == 0 && g_have_avx2)
             g_best = &g_avx2;
     }
-    HR_LOG_DEBUG("quant", "kernels: %s%s", hr_isa_name(g_best->isa),
-                 g_best->isa == HR_ISA_AVX512 && vnni ? " (vnni)" : "");
+    HR_LOG_DEBUG("quant", "kernels: %s%s%s", hr_isa_name(g_best->isa),
+                 g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_VNNI) ? " vnni" : "",
+                 g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_PREFER_YMM) ? " ymm" : "");
+}
+
+unsigned hr_quant_avx512_flags(void) {
+    pthread_once(&g_once, init_tables);
+    return g_have_avx512 ? g_flags512 : 0;
 }
 
 const hr_kernels *hr_kernels_best(void) {

@@ -12,6 +12,10 @@
  * Every kernel exists as a scalar reference plus AVX2 and AVX-512 versions
  * where useful; hr_kernels_best() picks by CPU at run time (cpuid), and
  * hr_kernels_for_isa() exposes each so tests compare SIMD against scalar.
+ * SIMD dequantizers and activation quantizers are bit-exact with the scalar
+ * ones; SIMD dot products differ only by float summation order.
+ * Setting HR_ISA=scalar or HR_ISA=avx2 in the environment caps what
+ * hr_kernels_best() returns (debugging, benchmarks).
  * All functions here are thread-safe and allocate nothing. */
 #ifndef HR_KERNELS_QUANT_H
 #define HR_KERNELS_QUANT_H
@@ -79,11 +83,13 @@ typedef struct {
 /* The best table this CPU can run (detected once, cached). Thread-safe. */
 const hr_kernels *hr_kernels_best(void);
 /* A specific table, or NULL if this CPU cannot run it. Entries a SIMD table
- * does not specialise fall back to the scalar ones. */
+ * does not specialise fall back to those of the next narrower table (AVX-512
+ * to AVX2 to scalar). */
 const hr_kernels *hr_kernels_for_isa(hr_isa isa);
 const char *hr_isa_name(hr_isa isa);
 
-/* Convenience wrappers over hr_kernels_best(). */
+/* Convenience wrappers over hr_kernels_best(); they do nothing for a type
+ * without a kernel (check hr_type_get(type)->supported first). */
 void hr_dequantize_row(int type, const void *src, float *dst, int64_t n);
 void hr_quantize_row(int type, const float *src, void *dst, int64_t n);
 

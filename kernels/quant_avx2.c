@@ -74,100 +74,111 @@ static inline __m256i dot_s8(__m256i x, __m256i y) {
     return dot_u8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
-/* ---- dot products: Q4_0 / Q5_0 / Q8_0 x Q8_0 ----------------------------- */
+/* ---- dot products: 32-element blocks ------------------------------------ */
 
-static float dot_q4_0(int64_t n, const void *w, const void *a) {
-    const hr_block_q4_0 *x = w;
-    const hr_block_q8_0 *y = a;
-    const int64_t nb = n / HR_QK4_0;
-    const __m256i off = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __m256i s0 = dot_u8_off(nibbles32(x[i].qs), loadu256(y[i].qs), off);
-        const __m256i s1 = dot_u8_off(nibbles32(x[i + 1].qs), loadu256(y[i + 1].qs), off);
-        const __m256 d0 = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        const __m256 d1 = _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+/* Products a[k]*b[k] of the fp16 values at pa + k*sa and pb + k*sb, k < 4,
+ * in both 128-bit halves. The halves are packed in general registers: the
+ * vector pipes are the bottleneck of these kernels, the integer ones idle. */
+static inline __m256 scales4(const void *pa, size_t sa, const void *pb, size_t sb) {
+    const uint8_t *a = pa, *b = pb;
+    uint64_t va = 0, vb = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t ha, hb;
+        memcpy(&ha, a + (size_t)k * sa, 2);
+        memcpy(&hb, b + (size_t)k * sb, 2);
+        va |= (uint64_t)ha << (16 * k);
+        vb |= (uint64_t)hb << (16 * k);
     }
-    if (i < nb) {
-        const __m256i s0 = dot_u8_off(nibbles32(x[i].qs), loadu256(y[i].qs), off);
-        const __m256 d0 = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)va)),
+                                _mm_cvtph_ps(_mm_cvtsi64_si128((long long)vb)));
+    return _mm256_set_m128(d, d);
 }
 
-static float dot_q5_0(int64_t n, const void *w, const void *a) {
-    const hr_block_q5_0 *x = w;
-    const hr_block_q8_0 *y = a;
-    const int64_t nb = n / HR_QK5_0;
-    const __m256i off = _mm256_set1_epi8(16);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i u = _mm256_or_si256(nibbles32(x[i].qs), qh_bits32(x[i].qh));
-        const __m256i s = dot_u8_off(u, loadu256(y[i].qs), off);
-        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
-    }
-    return hsum_ps(acc);
+/* lane k of scales4() in all 8 lanes */
+#define SCALE_K(d4, k) _mm256_shuffle_ps((d4), (d4), (k)*0x55)
+
+/* s32x8 partial sums of block i of each type against its activation block */
+static inline __m256i sum_q4_0(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
+    return dot_u8_off(nibbles32(x->qs), loadu256(y->qs), _mm256_set1_epi8(8));
 }
 
-static float dot_q8_0(int64_t n, const void *w, const void *a) {
-    const hr_block_q8_0 *x = w;
-    const hr_block_q8_0 *y = a;
-    const int64_t nb = n / HR_QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __m256i s0 = dot_s8(loadu256(x[i].qs), loadu256(y[i].qs));
-        const __m256i s1 = dot_s8(loadu256(x[i + 1].qs), loadu256(y[i + 1].qs));
-        const __m256 d0 = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        const __m256 d1 = _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
-    }
-    if (i < nb) {
-        const __m256i s0 = dot_s8(loadu256(x[i].qs), loadu256(y[i].qs));
-        const __m256 d0 = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+static inline __m256i sum_q5_0(const hr_block_q5_0 *x, const hr_block_q8_0 *y) {
+    const __m256i u = _mm256_or_si256(nibbles32(x->qs), qh_bits32(x->qh));
+    return dot_u8_off(u, loadu256(y->qs), _mm256_set1_epi8(16));
 }
 
-/* ---- dot products: Q4_1 / Q5_1 x Q8_1 ------------------------------------ */
-
-static float dot_q4_1(int64_t n, const void *w, const void *a) {
-    const hr_block_q4_1 *x = w;
-    const hr_block_q8_1 *y = a;
-    const int64_t nb = n / HR_QK4_1;
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i s = dot_u8(nibbles32(x[i].qs), loadu256(y[i].qs));
-        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
-        summ += h2f(x[i].m) * h2f(y[i].s);
-    }
-    return hsum_ps(acc) + summ;
+static inline __m256i sum_q8_0(const hr_block_q8_0 *x, const hr_block_q8_0 *y) {
+    return dot_s8(loadu256(x->qs), loadu256(y->qs));
 }
 
-static float dot_q5_1(int64_t n, const void *w, const void *a) {
-    const hr_block_q5_1 *x = w;
-    const hr_block_q8_1 *y = a;
-    const int64_t nb = n / HR_QK5_1;
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i u = _mm256_or_si256(nibbles32(x[i].qs), qh_bits32(x[i].qh));
-        const __m256i s = dot_u8(u, loadu256(y[i].qs));
-        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
-        summ += h2f(x[i].m) * h2f(y[i].s);
-    }
-    return hsum_ps(acc) + summ;
+static inline __m256i sum_q4_1(const hr_block_q4_1 *x, const hr_block_q8_1 *y) {
+    return dot_u8(nibbles32(x->qs), loadu256(y->qs));
 }
+
+static inline __m256i sum_q5_1(const hr_block_q5_1 *x, const hr_block_q8_1 *y) {
+    return dot_u8(_mm256_or_si256(nibbles32(x->qs), qh_bits32(x->qh)), loadu256(y->qs));
+}
+
+/* sum_b dx_b*dy_b * sum_b; four blocks per step, two accumulators. */
+#define DOT_BLOCKS32(NAME, XT, YT, SUM)                                                            \
+    static float NAME(int64_t n, const void *w, const void *a) {                                   \
+        const XT *x = w;                                                                           \
+        const YT *y = a;                                                                           \
+        const int64_t nb = n / 32;                                                                 \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        int64_t i = 0;                                                                             \
+        for (; i + 3 < nb; i += 4) {                                                               \
+            const __m256 d = scales4(&x[i].d, sizeof(XT), &y[i].d, sizeof(YT));                    \
+            acc0 = _mm256_fmadd_ps(SCALE_K(d, 0), _mm256_cvtepi32_ps(SUM(x + i, y + i)), acc0);    \
+            acc1 = _mm256_fmadd_ps(SCALE_K(d, 1), _mm256_cvtepi32_ps(SUM(x + i + 1, y + i + 1)),   \
+                                   acc1);                                                          \
+            acc0 = _mm256_fmadd_ps(SCALE_K(d, 2), _mm256_cvtepi32_ps(SUM(x + i + 2, y + i + 2)),   \
+                                   acc0);                                                          \
+            acc1 = _mm256_fmadd_ps(SCALE_K(d, 3), _mm256_cvtepi32_ps(SUM(x + i + 3, y + i + 3)),   \
+                                   acc1);                                                          \
+        }                                                                                          \
+        for (; i < nb; i++) {                                                                      \
+            const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));                            \
+            acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(SUM(x + i, y + i)), acc0);                \
+        }                                                                                          \
+        return hsum_ps(_mm256_add_ps(acc0, acc1)) + MIN_TERM(x, y, nb);                            \
+    }
+
+/* Q4_1 / Q5_1 add sum_b m_b * s_b (s = dy * sum of the activation block) */
+static inline float min_term_none(const void *x, const void *y, int64_t nb) {
+    (void)x;
+    (void)y;
+    (void)nb;
+    return 0.0f;
+}
+
+#define MIN_TERM_FN(NAME, XT)                                                                      \
+    static inline float NAME(const XT *x, const hr_block_q8_1 *y, int64_t nb) {                    \
+        __m128 acc = _mm_setzero_ps();                                                             \
+        int64_t i = 0;                                                                             \
+        for (; i + 3 < nb; i += 4)                                                                 \
+            acc = _mm_add_ps(                                                                      \
+                acc, _mm256_castps256_ps128(scales4(&x[i].m, sizeof(XT), &y[i].s, sizeof(*y))));   \
+        float s = hsum_ps128(acc);                                                                 \
+        for (; i < nb; i++)                                                                        \
+            s += h2f(x[i].m) * h2f(y[i].s);                                                        \
+        return s;                                                                                  \
+    }
+
+MIN_TERM_FN(min_term_q4_1, hr_block_q4_1)
+MIN_TERM_FN(min_term_q5_1, hr_block_q5_1)
+
+#define MIN_TERM min_term_none
+DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, sum_q4_0)
+DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, sum_q5_0)
+DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, sum_q8_0)
+#undef MIN_TERM
+#define MIN_TERM min_term_q4_1
+DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, sum_q4_1)
+#undef MIN_TERM
+#define MIN_TERM min_term_q5_1
+DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, sum_q5_1)
+#undef MIN_TERM
 
 /* ---- dot products: K-quants x Q8_K --------------------------------------- */
 
@@ -196,7 +207,8 @@ static float dot_q4_k(int64_t n, const void *w, const void *a) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
         const __m256i scmn = kq_scales_mins(x[i].scales);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
+        accm =
+            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
         const __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scmn));
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
@@ -226,7 +238,8 @@ static float dot_q5_k(int64_t n, const void *w, const void *a) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
         const __m256i scmn = kq_scales_mins(x[i].scales);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
+        accm =
+            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
         const __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scmn));
         const uint8_t *q5 = x[i].qs;
         const int8_t *q8 = y[i].qs;
@@ -266,8 +279,8 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
                          7, 6, 7, 6, 7, 6, 7),
         _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,
                          11, 10, 11, 10, 11, 10, 11, 10, 11),
-        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15,
-                         14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,
+                         15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),
     };
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -297,8 +310,8 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
                                                  _mm256_shuffle_epi8(scl, sel[2]));
             const __m256i p4 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, loadu256(q8 + 96)),
                                                  _mm256_shuffle_epi8(scl, sel[3]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p1, p2),
-                                                           _mm256_add_epi32(p3, p4)));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_add_epi32(_mm256_add_epi32(p1, p2), _mm256_add_epi32(p3, p4)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -416,19 +429,23 @@ static void dequant_q6_k(const void *src, float *dst, int64_t n) {
             __m256i q[4];
             q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
                                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
             for (int k = 0; k < 4; k++) {
                 const __m256i v = _mm256_sub_epi8(q[k], b32);
                 const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
                 const __m256 d0 = _mm256_set1_ps(d * (float)sc[2 * k]);
                 const __m256 d1 = _mm256_set1_ps(d * (float)sc[2 * k + 1]);
                 float *o = dst + 32 * k;
-                _mm256_storeu_ps(o, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+                _mm256_storeu_ps(o,
+                                 _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
                 _mm256_storeu_ps(o + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                                               _mm_unpackhi_epi64(lo, lo)))));
                 _mm256_storeu_ps(o + 16,
@@ -534,8 +551,8 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
         }
         float max = 0.0f; /* first element of largest magnitude, as the scalar scan */
         for (int k = 0; k < 32; k++) {
-            const __m256 eq =
-                _mm256_cmp_ps(abs_ps(_mm256_loadu_ps(src + 8 * k)), _mm256_set1_ps(amax), _CMP_EQ_OQ);
+            const __m256 eq = _mm256_cmp_ps(abs_ps(_mm256_loadu_ps(src + 8 * k)),
+                                            _mm256_set1_ps(amax), _CMP_EQ_OQ);
             const int m = _mm256_movemask_ps(eq);
             if (m) {
                 max = src[8 * k + __builtin_ctz((unsigned)m)];
@@ -559,7 +576,8 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
         for (int g = 0; g < 16; g += 4) { /* 4 groups: hadd tree, then fold lanes */
             const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(gs[g], gs[g + 1]),
                                                 _mm256_hadd_epi32(gs[g + 2], gs[g + 3]));
-            const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            const __m128i s =
+                _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             _mm_storel_epi64((__m128i *)(y[i].bsums + g), _mm_packs_epi32(s, s));
         }
         y[i].d = 1.0f / iscale;

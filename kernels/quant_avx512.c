@@ -1,11 +1,14 @@
 /* quant_avx512.c - AVX-512 (F/BW/VL/DQ) dot products for the hot weight types
- * (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32), each in a VNNI build
- * (vpdpbusd / vpdpwssd) and a plain AVX-512BW build; quant.c installs the
- * VNNI one only when cpuid reports AVX512_VNNI. Everything else comes from
- * the AVX2 table.
- *
- * 32-element blocks go two per 512-bit register (scales spread with one
- * permute per pair); K-quant super-blocks take 64 elements per register.
+ * (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32). Everything else comes from
+ * the AVX2 table. Three builds of the integer kernels, chosen by quant.c from
+ * cpuid (HR_AVX512_* flags):
+ *   - plain AVX-512BW (vpmaddubsw + vpmaddwd), for cores without VNNI;
+ *   - 512-bit VNNI (vpdpbusd / vpdpwssd): 32-element blocks two per register
+ *     with the scales spread by one permute per pair, K-quant super-blocks 64
+ *     elements per register;
+ *   - 256-bit VNNI (EVEX ymm): same instruction count per byte as the 512-bit
+ *     one minus the lane shuffles, hence faster on cores that split 512-bit
+ *     operations in two (AMD Zen 4), where it is the default.
  * Per-block int32 sums are scaled with one FMA; one reduction per row. */
 #include "kernels/quant-impl.h"
 
@@ -26,15 +29,6 @@ HR_AI __m512i load2x256(const void *a, const void *b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(a)), loadu256(b), 1);
 }
 
-/* acc + sums over 4-byte groups of u (unsigned) * s (signed); without VNNI
- * the u8*s8 pair sums must fit int16 (u <= 127 here). */
-HR_AI __m512i dp_u8s8(__m512i acc, __m512i u, __m512i s, const bool vnni) {
-    if (vnni)
-        return _mm512_dpbusd_epi32(acc, u, s);
-    return _mm512_add_epi32(
-        acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
-
 /* acc + sums over int16 pairs of p * s */
 HR_AI __m512i dp_s16(__m512i acc, __m512i p, __m512i s, const bool vnni) {
     if (vnni)
@@ -45,8 +39,8 @@ HR_AI __m512i dp_s16(__m512i acc, __m512i p, __m512i s, const bool vnni) {
 HR_AI __m256i dp_u8s8_256(__m256i acc, __m256i u, __m256i s, const bool vnni) {
     if (vnni)
         return _mm256_dpbusd_epi32(acc, u, s);
-    return _mm256_add_epi32(
-        acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+    return _mm256_add_epi32(acc,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
 HR_AI float hsum_ps128(__m128 s) {
@@ -55,21 +49,21 @@ HR_AI float hsum_ps128(__m128 s) {
     return _mm_cvtss_f32(s);
 }
 
-/* dx*dy of 4 consecutive 32-element blocks: the 8 fp16 scales go straight
- * from memory into the words of one register (masked word broadcasts), then
- * one conversion. x blocks are xstride bytes apart, y blocks are q8_0. */
+/* dx*dy of 4 consecutive 32-element blocks (x blocks xstride bytes apart,
+ * y blocks q8_0). The 8 fp16 scales are packed in general registers: the
+ * vector pipes are the bottleneck here, the integer ones are idle. */
 HR_AI __m128 scales4(const void *x, size_t xstride, const hr_block_q8_0 *y) {
     const uint8_t *px = x;
-    __m128i v = _mm_setzero_si128();
+    uint64_t vx = 0, vy = 0;
     for (int k = 0; k < 4; k++) {
         uint16_t hx, hy;
-        memcpy(&hx, px + k * xstride, 2);
+        memcpy(&hx, px + (size_t)k * xstride, 2);
         memcpy(&hy, &y[k].d, 2);
-        v = _mm_mask_set1_epi16(v, (__mmask8)(1u << k), (short)hx);
-        v = _mm_mask_set1_epi16(v, (__mmask8)(16u << k), (short)hy);
+        vx |= (uint64_t)hx << (16 * k);
+        vy |= (uint64_t)hy << (16 * k);
     }
-    const __m256 f = _mm256_cvtph_ps(v);
-    return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)vx)),
+                      _mm_cvtph_ps(_mm_cvtsi64_si128((long long)vy)));
 }
 
 /* ---- Q4_0 x Q8_0 --------------------------------------------------------- */
@@ -80,8 +74,8 @@ HR_AI __m128 scales4(const void *x, size_t xstride, const hr_block_q8_0 *y) {
  * sum; the caller scales those lanes by d/16. Without VNNI (vpmaddubsw
  * saturates) they are shifted down instead. */
 HR_AI __m512i q4_0_pair(const hr_block_q4_0 *x, const hr_block_q8_0 *y, const bool vnni) {
-    const __m512i q = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(loadu128(x[0].qs)),
-                                                  0xff00, loadu128(x[1].qs));
+    const __m512i q = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(loadu128(x[0].qs)), 0xff00,
+                                                  loadu128(x[1].qs));
     const __m512i s = load2x256(y[0].qs, y[1].qs);
     if (vnni) {
         const long long f0 = (long long)0xf0f0f0f0f0f0f0f0ull, f = 0x0f0f0f0f0f0f0f0fll;
@@ -106,8 +100,8 @@ HR_AI float q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y, const bool 
         _mm256_set1_epi8(0x0f));
     const __m256i s = loadu256(y->qs);
     const __m256i z = _mm256_setzero_si256();
-    const __m256i v = _mm256_sub_epi32(dp_u8s8_256(z, u, s, vnni),
-                                       dp_u8s8_256(z, _mm256_set1_epi8(8), s, vnni));
+    const __m256i v =
+        _mm256_sub_epi32(dp_u8s8_256(z, u, s, vnni), dp_u8s8_256(z, _mm256_set1_epi8(8), s, vnni));
     const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     return hsum_ps128(_mm_cvtepi32_ps(h)) * (h2f(x->d) * h2f(y->d));
 }
@@ -150,7 +144,8 @@ HR_AI __m512i q8_0_pair(const hr_block_q8_0 *x, const hr_block_q8_0 *y, const bo
     }
     /* |x| * (y with x's sign), x != -128 */
     const __m512i ax = _mm512_abs_epi8(xs);
-    const __m512i sy = _mm512_mask_sub_epi8(ys, _mm512_movepi8_mask(xs), _mm512_setzero_si512(), ys);
+    const __m512i sy =
+        _mm512_mask_sub_epi8(ys, _mm512_movepi8_mask(xs), _mm512_setzero_si512(), ys);
     return _mm512_madd_epi16(_mm512_maddubs_epi16(ax, sy), _mm512_set1_epi16(1));
 }
 
@@ -238,13 +233,14 @@ HR_AI float dot_q45_k_body(int64_t n, const void *w, const void *a, const bool f
         }
         const float d = y[i].d * h2f(dh), dmin = y[i].d * h2f(dmh);
         const __m128i scmn = hr_kq_unpack_scales_sse(scales);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
+        accm =
+            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
         const __m512i sc = _mm512_broadcast_i32x4(scmn);
         const int8_t *q8 = y[i].qs;
         __m512i sumi0 = _mm512_setzero_si512(), sumi1 = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {
-            const __m512i raw = _mm512_srlv_epi64(_mm512_broadcast_i64x4(loadu256(qs + 32 * c)),
-                                                  nib_shift);
+            const __m512i raw =
+                _mm512_srlv_epi64(_mm512_broadcast_i64x4(loadu256(qs + 32 * c)), nib_shift);
             __m512i u;
             if (five) {
                 const __m512i hb = _mm512_and_si512(_mm512_slli_epi64(qh, 4), b4);
@@ -266,6 +262,180 @@ HR_AI float dot_q45_k_body(int64_t n, const void *w, const void *a, const bool f
     return _mm512_reduce_add_ps(acc) - hsum_ps128(accm);
 }
 
+/* q4_K with 256-bit registers and VNNI (vpdpwssd fuses the scale multiply
+ * and the accumulation): on cores that split 512-bit operations in two
+ * (AMD Zen 4) this beats the 512-bit form, which needs variable shifts to
+ * place the nibbles. */
+static float dot_q4_k_vnni256(int64_t n, const void *w, const void *a) {
+    const hr_block_q4_k *x = w;
+    const hr_block_q8_k *y = a;
+    const int64_t nb = n / HR_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        const __m128i scmn = hr_kq_unpack_scales_sse(x[i].scales);
+        accm =
+            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
+        const __m256i sc = _mm256_broadcastsi128_si256(scmn);
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++, q4 += 32, q8 += 64) {
+            const __m256i q = loadu256(q4);
+            const __m256i lo = _mm256_and_si256(q, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i sl =
+                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c))));
+            const __m256i sh =
+                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c + 1))));
+            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(lo, loadu256(q8)), sl);
+            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(hi, loadu256(q8 + 32)), sh);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)),
+                              acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    return hsum_ps128(s) - hsum_ps128(accm);
+}
+
+/* q5_K, 256-bit VNNI form of the above: the 5th bits come from qh, two bits
+ * per 64-element chunk. */
+static float dot_q5_k_vnni256(int64_t n, const void *w, const void *a) {
+    const hr_block_q5_k *x = w;
+    const hr_block_q8_k *y = a;
+    const int64_t nb = n / HR_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        const __m128i scmn = hr_kq_unpack_scales_sse(x[i].scales);
+        accm =
+            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
+        const __m256i sc = _mm256_broadcastsi128_si256(scmn);
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i qh = loadu256(x[i].qh);
+        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++, q5 += 32, q8 += 64) {
+            const __m256i q = loadu256(q5);
+            const __m256i lo = _mm256_ternarylogic_epi64(
+                q, m4, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4), 0xEA);
+            const __m256i hi = _mm256_ternarylogic_epi64(
+                _mm256_srli_epi16(q, 4), m4, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4), 0xEA);
+            qh = _mm256_srli_epi16(qh, 2);
+            const __m256i sl =
+                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c))));
+            const __m256i sh =
+                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c + 1))));
+            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(lo, loadu256(q8)), sl);
+            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(hi, loadu256(q8 + 32)), sh);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)),
+                              acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    return hsum_ps128(s) - hsum_ps128(accm);
+}
+
+/* q6_K, 256-bit VNNI form: 32 elements per register, the int16 scales of a
+ * half broadcast to both lanes and picked with in-lane shuffles. */
+static float dot_q6_k_vnni256(int64_t n, const void *w, const void *a) {
+    const hr_block_q6_k *x = w;
+    const hr_block_q8_k *y = a;
+    const int64_t nb = n / HR_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    /* register m of a half: low 128-bit lane <- word 2m, high lane <- 2m+1 */
+    __m256i sel[4];
+    for (int m = 0; m < 4; m++)
+        sel[m] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_set1_epi16((short)(((4 * m + 1) << 8) | (4 * m)))),
+            _mm_set1_epi16((short)(((4 * m + 3) << 8) | (4 * m + 2))), 1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = y[i].d * h2f(x[i].d);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(x[i].scales));
+        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y[i].bsums)), 5);
+        __m256i sumi0 = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
+        __m256i sumi1 = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i scl = _mm256_broadcastsi128_si256(
+                h == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1));
+            const uint8_t *ql = x[i].ql + 64 * h;
+            const int8_t *q8 = y[i].qs + 128 * h;
+            const __m256i l0 = loadu256(ql), l1 = loadu256(ql + 32);
+            const __m256i qh = loadu256(x[i].qh + 32 * h);
+            const __m256i q1 = _mm256_ternarylogic_epi64(
+                l0, m4, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30), 0xEA);
+            const __m256i q2 = _mm256_ternarylogic_epi64(
+                l1, m4, _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30), 0xEA);
+            const __m256i q3 = _mm256_ternarylogic_epi64(_mm256_srli_epi16(l0, 4), m4,
+                                                         _mm256_and_si256(qh, m30), 0xEA);
+            const __m256i q4 =
+                _mm256_ternarylogic_epi64(_mm256_srli_epi16(l1, 4), m4,
+                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30), 0xEA);
+            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(q1, loadu256(q8)),
+                                        _mm256_shuffle_epi8(scl, sel[0]));
+            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(q2, loadu256(q8 + 32)),
+                                        _mm256_shuffle_epi8(scl, sel[1]));
+            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(q3, loadu256(q8 + 64)),
+                                        _mm256_shuffle_epi8(scl, sel[2]));
+            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(q4, loadu256(q8 + 96)),
+                                        _mm256_shuffle_epi8(scl, sel[3]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)),
+                              acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    return hsum_ps128(s);
+}
+
+/* q4_0, 256-bit VNNI form: one block per register, the high nibbles taken
+ * in place (16x, scaled back by d/16 in the upper lane). */
+static float dot_q4_0_vnni256(int64_t n, const void *w, const void *a) {
+    const hr_block_q4_0 *x = w;
+    const hr_block_q8_0 *y = a;
+    const int64_t nb = n / HR_QK4_0;
+    const __m256i lohi =
+        _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0fll, 0x0f0f0f0f0f0f0f0fll,
+                           (long long)0xf0f0f0f0f0f0f0f0ull, (long long)0xf0f0f0f0f0f0f0f0ull);
+    const __m256i off =
+        _mm256_setr_epi64x(0x0808080808080808ll, 0x0808080808080808ll,
+                           (long long)0x8080808080808080ull, (long long)0x8080808080808080ull);
+    const __m256i z = _mm256_setzero_si256();
+    const __m128 sixteenth = _mm_set1_ps(1.0f / 16.0f);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    /* s32x8 sums of block xb: 8 * sum y subtracted (in place 128 * sum y) */
+#define Q4_0_SUM(xb, yb)                                                                           \
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                           \
+        _mm256_dpbusd_epi32(                                                                       \
+            z, _mm256_and_si256(_mm256_broadcastsi128_si256(loadu128((xb)->qs)), lohi),            \
+            loadu256((yb)->qs)),                                                                   \
+        _mm256_dpbusd_epi32(z, off, loadu256((yb)->qs))))
+    int64_t i = 0;
+    for (; i + 3 < nb; i += 4) {
+        const __m128 d4 = scales4(&x[i], sizeof(*x), &y[i]);
+        const __m256 d8 = _mm256_set_m128(_mm_mul_ps(d4, sixteenth), d4);
+        acc0 = _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0x00), Q4_0_SUM(x + i, y + i), acc0);
+        acc1 =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0x55), Q4_0_SUM(x + i + 1, y + i + 1), acc1);
+        acc0 =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0xaa), Q4_0_SUM(x + i + 2, y + i + 2), acc0);
+        acc1 =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0xff), Q4_0_SUM(x + i + 3, y + i + 3), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m128 d = _mm_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        acc0 = _mm256_fmadd_ps(_mm256_set_m128(_mm_mul_ps(d, sixteenth), d), Q4_0_SUM(x + i, y + i),
+                               acc0);
+    }
+#undef Q4_0_SUM
+    const __m256 acc = _mm256_add_ps(acc0, acc1);
+    return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));
+}
+
 /* q6_K: half h (128 elements) in two registers: [elements 0-31 | 32-63] from
  * the low nibbles of ql[0..63], [64-95 | 96-127] from the high nibbles; qh
  * broadcast to both halves and shifted so the right 2 bits land at bits 4-5.
@@ -280,10 +450,9 @@ HR_AI float dot_q6_k_body(int64_t n, const void *w, const void *a, const bool vn
     const __m512i sh_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4); /* left */
     const __m512i sh_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0); /* right */
     /* lane L picks int16 word L (first register of a half) or 4+L (second) */
-    const __m512i wsel0 = _mm512_set_epi64(0x0706070607060706ll, 0x0706070607060706ll,
-                                           0x0504050405040504ll, 0x0504050405040504ll,
-                                           0x0302030203020302ll, 0x0302030203020302ll,
-                                           0x0100010001000100ll, 0x0100010001000100ll);
+    const __m512i wsel0 = _mm512_set_epi64(
+        0x0706070607060706ll, 0x0706070607060706ll, 0x0504050405040504ll, 0x0504050405040504ll,
+        0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
     const __m512i wsel1 = _mm512_add_epi8(wsel0, _mm512_set1_epi8(8));
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -293,7 +462,7 @@ HR_AI float dot_q6_k_body(int64_t n, const void *w, const void *a, const bool vn
         __m512i sumi0 = _mm512_setzero_si512(), sumi1 = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             const __m512i sch = _mm512_broadcast_i32x4(h == 0 ? _mm256_castsi256_si128(sc16)
-                                                               : _mm256_extracti128_si256(sc16, 1));
+                                                              : _mm256_extracti128_si256(sc16, 1));
             const __m512i l = loadu512(x[i].ql + 64 * h);
             const __m512i qh = _mm512_broadcast_i64x4(loadu256(x[i].qh + 32 * h));
             const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi64(qh, sh_lo), m30);
@@ -306,8 +475,8 @@ HR_AI float dot_q6_k_body(int64_t n, const void *w, const void *a, const bool vn
             sumi0 = dp_s16(sumi0, p0, _mm512_shuffle_epi8(sch, wsel0), vnni);
             sumi1 = dp_s16(sumi1, p1, _mm512_shuffle_epi8(sch, wsel1), vnni);
         }
-        const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(sumi0, sumi1),
-                                              _mm512_zextsi256_si512(corr));
+        const __m512i sumi =
+            _mm512_sub_epi32(_mm512_add_epi32(sumi0, sumi1), _mm512_zextsi256_si512(corr));
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
     return _mm512_reduce_add_ps(acc);
@@ -342,10 +511,10 @@ HR_AI __m512 load16_bf16(const void *p, int64_t i, __mmask16 m) {
             s3 = _mm512_fmadd_ps(LOAD(w, i + 48, all), _mm512_loadu_ps(y + i + 48), s3);           \
         }                                                                                          \
         for (; i < n; i += 16) {                                                                   \
-            const __mmask16 m = n - i >= 16 ? all : (__mmask16)((1u << (n - i)) - 1u);            \
+            const __mmask16 m = n - i >= 16 ? all : (__mmask16)((1u << (n - i)) - 1u);             \
             s0 = _mm512_fmadd_ps(LOAD(w, i, m), _mm512_maskz_loadu_ps(m, y + i), s0);              \
         }                                                                                          \
-        return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))); \
+        return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));  \
     }
 
 DOT_F512(dot_f32, load16_f32)
@@ -355,7 +524,7 @@ DOT_F512(dot_bf16, load16_bf16)
 /* ---- VNNI / plain instantiations ----------------------------------------- */
 
 #define INSTANTIATE(NAME, BODY_CALL)                                                               \
-    static float NAME##_vnni(int64_t n, const void *w, const void *a) { return BODY_CALL(true); } \
+    static float NAME##_vnni(int64_t n, const void *w, const void *a) { return BODY_CALL(true); }  \
     static float NAME##_bw(int64_t n, const void *w, const void *a) { return BODY_CALL(false); }
 
 #define Q4_0_CALL(v) dot_q4_0_body(n, w, a, v)
@@ -370,13 +539,14 @@ INSTANTIATE(dot_q4_k, Q4_K_CALL)
 INSTANTIATE(dot_q5_k, Q5_K_CALL)
 INSTANTIATE(dot_q6_k, Q6_K_CALL)
 
-void hr_quant_fill_avx512(hr_kernels *k, bool vnni) {
+void hr_quant_fill_avx512(hr_kernels *k, unsigned flags) {
+    const bool vnni = flags & HR_AVX512_VNNI, ymm = vnni && (flags & HR_AVX512_PREFER_YMM);
     k->vec_dot[HR_TYPE_F32] = dot_f32;
     k->vec_dot[HR_TYPE_F16] = dot_f16;
     k->vec_dot[HR_TYPE_BF16] = dot_bf16;
-    k->vec_dot[HR_TYPE_Q4_0] = vnni ? dot_q4_0_vnni : dot_q4_0_bw;
+    k->vec_dot[HR_TYPE_Q4_0] = ymm ? dot_q4_0_vnni256 : vnni ? dot_q4_0_vnni : dot_q4_0_bw;
     k->vec_dot[HR_TYPE_Q8_0] = vnni ? dot_q8_0_vnni : dot_q8_0_bw;
-    k->vec_dot[HR_TYPE_Q4_K] = vnni ? dot_q4_k_vnni : dot_q4_k_bw;
-    k->vec_dot[HR_TYPE_Q5_K] = vnni ? dot_q5_k_vnni : dot_q5_k_bw;
-    k->vec_dot[HR_TYPE_Q6_K] = vnni ? dot_q6_k_vnni : dot_q6_k_bw;
+    k->vec_dot[HR_TYPE_Q4_K] = ymm ? dot_q4_k_vnni256 : vnni ? dot_q4_k_vnni : dot_q4_k_bw;
+    k->vec_dot[HR_TYPE_Q5_K] = ymm ? dot_q5_k_vnni256 : vnni ? dot_q5_k_vnni : dot_q5_k_bw;
+    k->vec_dot[HR_TYPE_Q6_K] = ymm ? dot_q6_k_vnni256 : vnni ? dot_q6_k_vnni : dot_q6_k_bw;
 }

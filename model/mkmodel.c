@@ -92,25 +92,39 @@ static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n
         return hr_seterr(err, HR_EINVAL, "tensor %s: %lld columns do not fit type %s", name,
                          (long long)n_in, hr_type_name(type));
     void *buf = malloc(rb * (size_t)n_out);
-    float *row = malloc((size_t)n_in * sizeof(float));
-    if (!buf || !row) {
-        free(buf);
-        free(row);
+    if (!buf)
         return hr_seterr(err, HR_ENOMEM, "out of memory for tensor %s", name);
+    /* each row has its own RNG stream, so rows quantize in parallel and the
+     * file does not depend on the thread count */
+    uint64_t base = hr_mk_rng(rng);
+    int oom = 0;
+#pragma omp parallel reduction(| : oom)
+    {
+        float *row = malloc((size_t)n_in * sizeof(float));
+        if (!row)
+            oom = 1;
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t r = 0; r < n_out; r++) {
+            if (!row)
+                continue;
+            uint64_t st = base ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
+            if (std > 0.0f)
+                hr_mk_fill(row, n_in, std, &st);
+            else
+                for (int64_t i = 0; i < n_in; i++)
+                    row[i] = constant;
+            hr_quantize_row(type, row, (char *)buf + (size_t)r * rb, n_in);
+        }
+        free(row);
     }
-    for (int64_t r = 0; r < n_out; r++) {
-        if (std > 0.0f)
-            hr_mk_fill(row, n_in, std, rng);
-        else
-            for (int64_t i = 0; i < n_in; i++)
-                row[i] = constant;
-        hr_quantize_row(type, row, (char *)buf + (size_t)r * rb, n_in);
+    if (oom) {
+        free(buf);
+        return hr_seterr(err, HR_ENOMEM, "out of memory for tensor %s", name);
     }
     int64_t ne[2] = {n_in, n_out};
     int rc = hr_gguf_writer_add_tensor(w, name, type, n_out == 1 ? 1 : 2, ne, buf,
                                        rb * (size_t)n_out);
     free(buf);
-    free(row);
     if (rc)
         return hr_seterr(err, rc, "cannot add tensor %s", name);
     return 0;

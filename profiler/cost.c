@@ -153,7 +153,7 @@ int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const h
     double n_pos = p->n_past > 0 ? p->n_past : 1;
     double attn_us = 0, elt_us = 0;
     if (oc) {
-        attn_us = hr_nonneg(oc->pool_us) +
+        attn_us = hr_nonneg(oc->attn_call_us) +
                   m->n_head * n_pos *
                       (hr_nonneg(oc->attn_pos_ns) + hr_nonneg(oc->attn_dim_ns) * m->head_dim) *
                       1e-3;

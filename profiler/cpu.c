@@ -2,11 +2,16 @@
  * kernels the way decode and prefill call them:
  *   - hr_matmul at n_tok = 1 over matrices of realistic size cycling through
  *     a buffer several times the L3 (so rows stream from DRAM as in decode),
- *     less the fixed per-call cost measured on an in-cache 64-row matrix;
+ *     at two matrix sizes, separating the per-call cost from the bandwidth;
  *   - hr_matmul at n_tok = 32 (prefill);
- *   - hr_attention at two head sizes, an empty pool run, the element-wise
- *     ops, streaming read bandwidth and KV-cache-sized memcpy.
- * Every figure is the median of several repetitions. */
+ *   - hr_attention at two head sizes and two context lengths, the
+ *     element-wise ops, streaming read bandwidth and KV-cache-sized memcpy.
+ *
+ * The machine may be shared: every figure is the median of several
+ * repetitions, and a repetition during which our threads waited for a CPU
+ * (schedstat run_delay) is set aside and repeated, up to three times the
+ * planned count; when too few clean ones remain all are used and the
+ * profile counts the contended ones. */
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
@@ -20,91 +25,169 @@
 #include <string.h>
 
 #define HR_CPU_MAT_BYTES (4u << 20) /* one test matrix, about a 7B layer's wk */
-#define HR_CPU_SMALL_ROWS 64        /* in-cache matrix for the per-call cost */
 #define HR_CPU_MM_TOK 32            /* prefill batch */
 #define HR_CPU_MM_ROWS 256          /* rows of the prefill test matrix */
 #define HR_CPU_MAX_REPS 16
+#define HR_REP_VALUES 4
 
 static uint64_t hr_lcg(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return *s >> 11;
 }
 
-static float hr_frand(uint64_t *s) { return (float)((double)hr_lcg(s) / 9007199254740992.0) * 2.0f - 1.0f; }
+static float hr_frand(uint64_t *s) {
+    return (float)((double)hr_lcg(s) / 9007199254740992.0) * 2.0f - 1.0f;
+}
 
 static void hr_fill_f32(float *x, size_t n, uint64_t *s) {
     for (size_t i = 0; i < n; i++)
         x[i] = hr_frand(s);
 }
 
-static void hr_noop(void *ctx, int ith, int nth) {
-    (void)ctx;
-    (void)ith;
-    (void)nth;
+/* ---- repetitions ---- */
+
+/* One repetition: fills up to HR_REP_VALUES measured values. */
+typedef void (*hr_rep_fn)(void *ctx, double *v);
+
+typedef struct {
+    int total, contended; /* repetitions run, set aside */
+} hr_rep_stats;
+
+/* Runs fn until `want` repetitions ran without our nt threads waiting for a
+ * CPU (or 3 x want attempts) and writes the median of each of the nv values
+ * over the clean repetitions (over all of them when fewer than half of
+ * `want` were clean) to med. */
+static void hr_reps(hr_rep_fn fn, void *ctx, int want, int nt, int nv, double *med,
+                    hr_rep_stats *st) {
+    double clean[HR_CPU_MAX_REPS][HR_REP_VALUES], all[3 * HR_CPU_MAX_REPS][HR_REP_VALUES];
+    int n_clean = 0, n_all = 0;
+    if (want > HR_CPU_MAX_REPS)
+        want = HR_CPU_MAX_REPS;
+    while (n_clean < want && n_all < 3 * want) {
+        int64_t w0 = hr_prof_run_delay_ns();
+        double t0 = hr_prof_now();
+        fn(ctx, all[n_all]);
+        double dt = hr_prof_now() - t0;
+        int64_t w1 = hr_prof_run_delay_ns();
+        /* waiting beyond 3% of our CPU time (+0.1 ms of wake-up jitter) */
+        bool busy = w0 >= 0 && w1 >= 0 && (double)(w1 - w0) * 1e-9 > 0.03 * dt * nt + 1e-4;
+        st->total++;
+        if (busy)
+            st->contended++;
+        else
+            memcpy(clean[n_clean++], all[n_all], sizeof clean[0]);
+        n_all++;
+    }
+    bool use_clean = n_clean * 2 >= want;
+    for (int k = 0; k < nv; k++) {
+        double col[3 * HR_CPU_MAX_REPS];
+        int n = use_clean ? n_clean : n_all;
+        for (int i = 0; i < n; i++)
+            col[i] = use_clean ? clean[i][k] : all[i][k];
+        med[k] = hr_prof_median(col, n);
+    }
 }
+
+/* ---- matrix products ---- */
 
 /* Work shared by the measurements of one thread count. */
 typedef struct {
     hr_pool *pool;
     int nt;
     int64_t n_in;
-    float *x;    /* [HR_CPU_MM_TOK][n_in] */
-    float *y;    /* [HR_CPU_MM_TOK][max rows] */
-    void *wbuf;  /* activation scratch */
+    float *x;   /* [HR_CPU_MM_TOK][n_in] */
+    float *y;   /* [HR_CPU_MM_TOK][max rows] */
+    void *wbuf; /* activation scratch */
 } hr_cpu_run;
 
-static double hr_time_calls(hr_cpu_run *r, const hr_weight *w, int n_tok, int calls) {
+/* Mean time of one hr_matmul (n_tok = 1) over n_mat matrices laid end to
+ * end in buf: every call streams its rows from DRAM. */
+static double hr_sweep(hr_cpu_run *r, hr_weight *w, const unsigned char *buf, int n_mat) {
     const hr_weight *wp = w;
     float *yp = r->y;
+    size_t mat_bytes = w->row_bytes * (size_t)w->n_out;
     double t0 = hr_prof_now();
-    for (int i = 0; i < calls; i++)
-        hr_matmul(r->pool, 1, &wp, &yp, r->x, n_tok, r->wbuf);
-    return (hr_prof_now() - t0) / calls;
+    for (int m = 0; m < n_mat; m++) {
+        w->data = buf + (size_t)m * mat_bytes;
+        hr_matmul(r->pool, 1, &wp, &yp, r->x, 1, r->wbuf);
+    }
+    return (hr_prof_now() - t0) / n_mat;
 }
 
-/* Measures one (type, thread count) on the filled buffer. */
-static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, size_t row_bytes,
-                            int64_t rows, int n_mat, int reps, hr_prof_rate *out) {
-    size_t mat_bytes = row_bytes * (size_t)rows;
-    hr_weight w = {.type = type, .n_in = r->n_in, .n_out = rows, .row_bytes = row_bytes};
-    const hr_weight *wp = &w;
-    float *yp = r->y;
-    double t[HR_CPU_MAX_REPS];
-    /* decode: sweep every matrix once per repetition (first sweep warms up) */
-    for (int rep = -1; rep < reps; rep++) {
-        double t0 = hr_prof_now();
-        for (int m = 0; m < n_mat; m++) {
-            w.data = buf + (size_t)m * mat_bytes;
-            hr_matmul(r->pool, 1, &wp, &yp, r->x, 1, r->wbuf);
-        }
-        if (rep >= 0)
-            t[rep] = (hr_prof_now() - t0) / n_mat;
+typedef struct {
+    hr_cpu_run *r;
+    hr_weight big, small;
+    const unsigned char *buf;
+    int n_big, n_small;
+    double b_big, b_small; /* bytes per call */
+} hr_mv_job;
+
+/* Decode pair: v = {s per byte, s per call, t_big, t_small}. Adjacent in
+ * time, so a change in background load hits both sizes. */
+static void hr_rep_matvec(void *ctx, double *v) {
+    hr_mv_job *j = ctx;
+    double tb = hr_sweep(j->r, &j->big, j->buf, j->n_big);
+    double ts = hr_sweep(j->r, &j->small, j->buf, j->n_small);
+    v[0] = (tb - ts) / (j->b_big - j->b_small);
+    v[1] = ts - v[0] * j->b_small;
+    v[2] = tb;
+    v[3] = ts;
+}
+
+typedef struct {
+    hr_cpu_run *r;
+    hr_weight w;
+} hr_mm_job;
+
+static void hr_rep_matmat(void *ctx, double *v) {
+    hr_mm_job *j = ctx;
+    const hr_weight *wp = &j->w;
+    float *yp = j->r->y;
+    double t0 = hr_prof_now();
+    for (int i = 0; i < 2; i++)
+        hr_matmul(j->r->pool, 1, &wp, &yp, j->r->x, HR_CPU_MM_TOK, j->r->wbuf);
+    v[0] = (hr_prof_now() - t0) / 2;
+}
+
+/* Measures one (type, thread count) on the filled buffer of buf_bytes.
+ * Decode: calls on matrices of `rows` and rows / 4 rows, both streaming
+ * from DRAM; the line through the two gives the per-call cost (intercept)
+ * and the bandwidth (slope). Prefill: n_tok = 32 on a 256-row matrix. */
+static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, size_t buf_bytes,
+                            size_t row_bytes, int64_t rows, int reps, hr_rep_stats *st,
+                            hr_prof_rate *out) {
+    hr_mv_job j = {.r = r, .buf = buf};
+    int64_t rows_s = (rows / 4) & ~(int64_t)15;
+    if (rows_s < 16)
+        rows_s = 16;
+    j.big = (hr_weight){.type = type, .n_in = r->n_in, .n_out = rows, .row_bytes = row_bytes};
+    j.small = j.big;
+    j.small.n_out = rows_s;
+    j.b_big = (double)row_bytes * (double)rows;
+    j.b_small = (double)row_bytes * (double)rows_s;
+    j.n_big = (int)(buf_bytes / (size_t)j.b_big);
+    j.n_small = (int)(buf_bytes / (size_t)j.b_small);
+    hr_sweep(r, &j.big, buf, j.n_big); /* warm-up: pool, pages, activation buffers */
+    double v[HR_REP_VALUES];
+    hr_reps(hr_rep_matvec, &j, reps, r->nt, 4, v, st);
+    double slope = v[0], call = v[1], t_big = v[2], t_small = v[3];
+    if (!(slope > 0) || call < 0 || call > 0.5 * t_small) {
+        HR_LOG_INFO(HR_PROF_TAG, "%s/%d: noisy fit (%.1f us @ %.0f KiB, %.1f us @ %.0f KiB)",
+                    hr_type_name(type), r->nt, t_small * 1e6, j.b_small / 1024, t_big * 1e6,
+                    j.b_big / 1024);
+        call = call < 0 || !(slope > 0) ? 0.0 : 0.5 * t_small;
+        slope = (t_big - call) / j.b_big;
     }
-    double t_big = hr_prof_median(t, reps);
-    /* per-call cost: a 64-row matrix that stays in cache */
-    hr_weight ws = w;
-    ws.n_out = HR_CPU_SMALL_ROWS;
-    ws.data = buf;
-    hr_time_calls(r, &ws, 1, 20);
-    for (int rep = 0; rep < reps; rep++)
-        t[rep] = hr_time_calls(r, &ws, 1, 50);
-    double t_small = hr_prof_median(t, reps);
-    double t_stream = t_big - t_small;
-    if (t_stream < 0.5 * t_big) /* noise: never credit more than half to the call */
-        t_stream = 0.5 * t_big;
     out->type = type;
     out->n_threads = r->nt;
-    out->matvec_gbs = (double)mat_bytes / t_stream / 1e9;
-    out->matvec_call_us = (t_big - t_stream) * 1e6;
-    /* prefill: n_tok = 32 on a 256-row matrix */
-    hr_weight wm = w;
-    wm.n_out = rows < HR_CPU_MM_ROWS ? rows : HR_CPU_MM_ROWS;
-    wm.data = buf;
-    hr_time_calls(r, &wm, HR_CPU_MM_TOK, 1);
-    for (int rep = 0; rep < reps; rep++)
-        t[rep] = hr_time_calls(r, &wm, HR_CPU_MM_TOK, 1);
-    double t_mm = hr_prof_median(t, reps);
-    out->matmat_gflops = 2.0 * (double)r->n_in * (double)wm.n_out * HR_CPU_MM_TOK / t_mm / 1e9;
+    out->matvec_gbs = 1.0 / slope / 1e9;
+    out->matvec_call_us = call * 1e6;
+    hr_mm_job m = {.r = r, .w = j.big};
+    m.w.n_out = rows < HR_CPU_MM_ROWS ? rows : HR_CPU_MM_ROWS;
+    m.w.data = buf;
+    hr_rep_matmat(&m, v); /* warm-up */
+    hr_reps(hr_rep_matmat, &m, reps, r->nt, 1, v, st);
+    out->matmat_gflops = 2.0 * (double)r->n_in * (double)m.w.n_out * HR_CPU_MM_TOK / v[0] / 1e9;
 }
 
 /* Fills n_rows rows of `type` from a few quantized random seed rows. */
@@ -133,140 +216,215 @@ static int hr_fill_rows(int type, int64_t n_in, size_t row_bytes, unsigned char 
     return 0;
 }
 
-/* hr_attention time per call at one head size, seconds. */
-static double hr_time_attention(hr_pool *pool, int hd, int reps, uint64_t *rng) {
-    enum { NH = 32, NKV = 8, NCTX = 512 };
-    size_t kvn = (size_t)NCTX * NKV * (size_t)hd;
+/* ---- attention ---- */
+
+enum { HR_ATT_NH = 32, HR_ATT_NKV = 8, HR_ATT_NCTX = 512, HR_ATT_P0 = 16 };
+
+typedef struct {
+    hr_pool *pool;
+    hr_attn_args a;
+    float *q, *out;
+    int pos;
+} hr_att_job;
+
+static void hr_rep_attention(void *ctx, double *v) {
+    hr_att_job *j = ctx;
+    double t0 = hr_prof_now();
+    for (int i = 0; i < 8; i++)
+        hr_attention(j->pool, &j->a, j->q, 1, j->pos, j->out);
+    v[0] = (hr_prof_now() - t0) / 8;
+}
+
+/* hr_attention time per call for one token seeing n_pos positions with
+ * head size hd (32 query heads, 8 KV heads), seconds; -1 on failure. */
+static double hr_time_attention(hr_pool *pool, int nt, int hd, int n_pos, int reps,
+                                uint64_t *rng, hr_rep_stats *st) {
+    size_t kvn = (size_t)HR_ATT_NCTX * HR_ATT_NKV * (size_t)hd;
+    hr_att_job j = {.pool = pool, .pos = n_pos - 1};
     uint16_t *k = malloc(kvn * 2), *vt = malloc(kvn * 2);
-    float *q = malloc((size_t)NH * hd * sizeof *q), *out = malloc((size_t)NH * hd * sizeof *out);
-    float *scratch = malloc((size_t)hr_pool_size(pool) * NCTX * sizeof *scratch);
+    j.q = malloc((size_t)HR_ATT_NH * hd * sizeof *j.q);
+    j.out = malloc((size_t)HR_ATT_NH * hd * sizeof *j.out);
+    /* ops.h: scratch of n_threads x (n_ctx + head_dim) floats */
+    float *scratch =
+        malloc((size_t)hr_pool_size(pool) * (HR_ATT_NCTX + (size_t)hd) * sizeof *scratch);
     double res = -1.0;
-    if (k && vt && q && out && scratch) {
+    if (k && vt && j.q && j.out && scratch && n_pos <= HR_ATT_NCTX) {
         for (size_t i = 0; i < kvn; i++) {
             k[i] = hr_fp32_to_fp16(hr_frand(rng) * 0.5f);
             vt[i] = hr_fp32_to_fp16(hr_frand(rng) * 0.5f);
         }
-        hr_fill_f32(q, (size_t)NH * hd, rng);
-        hr_attn_args a = {.n_head = NH, .n_kv = NKV, .head_dim = hd, .n_ctx = NCTX, .k = k,
-                          .vt = vt, .scratch = scratch};
-        double t[HR_CPU_MAX_REPS];
-        hr_attention(pool, &a, q, 1, NCTX - 1, out);
-        for (int r = 0; r < reps; r++) {
-            double t0 = hr_prof_now();
-            for (int i = 0; i < 4; i++)
-                hr_attention(pool, &a, q, 1, NCTX - 1, out);
-            t[r] = (hr_prof_now() - t0) / 4;
-        }
-        res = hr_prof_median(t, reps);
+        hr_fill_f32(j.q, (size_t)HR_ATT_NH * hd, rng);
+        j.a = (hr_attn_args){.n_head = HR_ATT_NH, .n_kv = HR_ATT_NKV, .head_dim = hd,
+                             .n_ctx = HR_ATT_NCTX, .k = k, .vt = vt, .scratch = scratch};
+        double v[HR_REP_VALUES];
+        hr_rep_attention(&j, v);
+        hr_reps(hr_rep_attention, &j, reps, nt, 1, v, st);
+        res = v[0];
     }
     free(k);
     free(vt);
-    free(q);
-    free(out);
+    free(j.q);
+    free(j.out);
     free(scratch);
     return res;
 }
 
-static void hr_measure_opcost(hr_pool *pool, int nt, int reps, uint64_t *rng,
+/* Four calls (head size 64 / 128, 16 / 512 positions) give the fixed cost
+ * and the per-position terms. */
+static void hr_measure_opcost(hr_pool *pool, int nt, int reps, uint64_t *rng, hr_rep_stats *st,
                               hr_prof_opcost *oc) {
-    enum { NH = 32, NCTX = 512 };
-    double t[HR_CPU_MAX_REPS];
+    const double NH = HR_ATT_NH, P0 = HR_ATT_P0, P1 = HR_ATT_NCTX;
     oc->n_threads = nt;
-    for (int i = 0; i < 200; i++)
-        hr_pool_run(pool, hr_noop, NULL);
-    for (int r = 0; r < reps; r++) {
-        double t0 = hr_prof_now();
-        for (int i = 0; i < 500; i++)
-            hr_pool_run(pool, hr_noop, NULL);
-        t[r] = (hr_prof_now() - t0) / 500;
-    }
-    oc->pool_us = hr_prof_median(t, reps) * 1e6;
-    double t64 = hr_time_attention(pool, 64, reps, rng);
-    double t128 = hr_time_attention(pool, 128, reps, rng);
-    if (t64 <= 0 || t128 <= 0) {
-        oc->attn_pos_ns = oc->attn_dim_ns = -1.0;
+    oc->attn_call_us = oc->attn_pos_ns = oc->attn_dim_ns = -1.0;
+    double t64a = hr_time_attention(pool, nt, 64, HR_ATT_P0, reps, rng, st);
+    double t64b = hr_time_attention(pool, nt, 64, HR_ATT_NCTX, reps, rng, st);
+    double t128a = hr_time_attention(pool, nt, 128, HR_ATT_P0, reps, rng, st);
+    double t128b = hr_time_attention(pool, nt, 128, HR_ATT_NCTX, reps, rng, st);
+    if (t64a <= 0 || t64b <= 0 || t128a <= 0 || t128b <= 0)
         return;
-    }
-    /* per head and position: alpha + beta x head_dim */
-    double per64 = (t64 - oc->pool_us * 1e-6) / (NH * NCTX) * 1e9;
-    double per128 = (t128 - oc->pool_us * 1e-6) / (NH * NCTX) * 1e9;
-    double beta = (per128 - per64) / 64.0;
-    if (beta < 0)
-        beta = per128 / 128.0;
-    double alpha = per64 - beta * 64.0;
-    if (alpha < 0)
+    /* per head and position at each head size, ns */
+    double k64 = (t64b - t64a) / (NH * (P1 - P0)) * 1e9;
+    double k128 = (t128b - t128a) / (NH * (P1 - P0)) * 1e9;
+    if (k64 < 0)
+        k64 = t64b / (NH * P1) * 1e9;
+    if (k128 < k64)
+        k128 = k64;
+    double beta = (k128 - k64) / 64.0;
+    double alpha = k64 - 64.0 * beta;
+    if (alpha < 0) {
         alpha = 0;
+        beta = k64 / 64.0;
+    }
+    double call = t64a - NH * P0 * k64 * 1e-9;
+    oc->attn_call_us = (call > 0 ? call : 0) * 1e6;
     oc->attn_pos_ns = alpha;
     oc->attn_dim_ns = beta;
 }
 
-/* Element-wise ops on the calling thread, as the forward pass runs them. */
-static void hr_measure_eltwise(hr_prof_eltwise *ew, int reps, uint64_t *rng) {
-    enum { N = 8192, KD = 1024, NCTX = 1024, IT = 40 };
-    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
-    uint16_t *kc = malloc(KD * sizeof *kc), *vc = malloc((size_t)KD * NCTX * sizeof *vc);
-    ew->norm_ns = ew->add_ns = ew->rope_ns = ew->swiglu_ns = ew->f16_ns = -1.0;
-    if (!a || !b || !c || !kc || !vc)
-        goto done;
-    hr_fill_f32(a, N, rng);
-    hr_fill_f32(b, N, rng);
-    memset(vc, 0, (size_t)KD * NCTX * sizeof *vc);
-    double t[HR_CPU_MAX_REPS];
-    hr_rope_params rp = {.n_rot = 128, .freq_base = 10000.0f, .neox = false};
-#define HR_TIME_OP(field, elems, stmt)                                                         \
-    do {                                                                                       \
-        for (int r = 0; r < reps; r++) {                                                       \
-            double t0 = hr_prof_now();                                                         \
-            for (int it = 0; it < IT; it++) {                                                  \
-                stmt;                                                                          \
-            }                                                                                  \
-            t[r] = (hr_prof_now() - t0) / ((double)IT * (elems)) * 1e9;                        \
-        }                                                                                      \
-        ew->field = hr_prof_median(t, reps);                                                   \
-    } while (0)
-    HR_TIME_OP(norm_ns, N, hr_rmsnorm(c, a, b, N, 1e-5f));
-    HR_TIME_OP(add_ns, N, hr_add(c, b, N));
-    HR_TIME_OP(rope_ns, 32 * 128, hr_rope(c, 32, 128, 100 + it, &rp));
-    HR_TIME_OP(swiglu_ns, N, hr_swiglu(c, a, b, N));
-    HR_TIME_OP(f16_ns, 2 * KD, for (int i = 0; i < KD; i++) {
-        kc[i] = hr_fp32_to_fp16(a[i]);
-        vc[(size_t)i * NCTX + (size_t)it] = hr_fp32_to_fp16(b[i]);
-    });
-#undef HR_TIME_OP
-    /* keep the results observable */
-    HR_LOG_DEBUG(HR_PROF_TAG, "eltwise sink %g %u", (double)c[N / 2], (unsigned)kc[7] + vc[3]);
-done:
-    free(a);
-    free(b);
-    free(c);
-    free(kc);
-    free(vc);
+/* ---- element-wise ops, bandwidth, KV copy ---- */
+
+enum { HR_EW_N = 8192, HR_EW_KD = 1024, HR_EW_NCTX = 1024, HR_EW_IT = 40 };
+
+typedef struct {
+    int op;
+    float *a, *b, *c;
+    uint16_t *kc, *vc;
+    unsigned sink;
+} hr_ew_job;
+
+/* One repetition of op: v[0] = ns per element. */
+static void hr_rep_eltwise(void *ctx, double *v) {
+    hr_ew_job *j = ctx;
+    static const hr_rope_params rp = {.n_rot = 128, .freq_base = 10000.0f, .neox = false};
+    double elems = 0;
+    double t0 = hr_prof_now();
+    for (int it = 0; it < HR_EW_IT; it++) {
+        switch (j->op) {
+        case 0:
+            hr_rmsnorm(j->c, j->a, j->b, HR_EW_N, 1e-5f);
+            elems += HR_EW_N;
+            break;
+        case 1:
+            hr_add(j->c, j->b, HR_EW_N);
+            elems += HR_EW_N;
+            break;
+        case 2:
+            hr_rope(j->c, 32, 128, 100 + it, &rp);
+            elems += 32 * 128;
+            break;
+        case 3:
+            hr_swiglu(j->c, j->a, j->b, HR_EW_N);
+            elems += HR_EW_N;
+            break;
+        default:
+            /* as model.c stores K (contiguous) and V (transposed) */
+            for (int i = 0; i < HR_EW_KD; i++) {
+                j->kc[i] = hr_fp32_to_fp16(j->a[i]);
+                j->vc[(size_t)i * HR_EW_NCTX + (size_t)it] = hr_fp32_to_fp16(j->b[i]);
+            }
+            elems += 2 * HR_EW_KD;
+            break;
+        }
+    }
+    v[0] = (hr_prof_now() - t0) / elems * 1e9;
+    j->sink += (unsigned)j->c[7] + j->kc[3];
+}
+
+static void hr_measure_eltwise(hr_prof_eltwise *ew, int reps, uint64_t *rng, hr_rep_stats *st) {
+    hr_ew_job j = {0};
+    j.a = malloc(HR_EW_N * sizeof *j.a);
+    j.b = malloc(HR_EW_N * sizeof *j.b);
+    j.c = malloc(HR_EW_N * sizeof *j.c);
+    j.kc = malloc(HR_EW_KD * sizeof *j.kc);
+    j.vc = calloc((size_t)HR_EW_KD * HR_EW_NCTX, sizeof *j.vc);
+    *ew = (hr_prof_eltwise){-1.0, -1.0, -1.0, -1.0, -1.0};
+    if (j.a && j.b && j.c && j.kc && j.vc) {
+        hr_fill_f32(j.a, HR_EW_N, rng);
+        hr_fill_f32(j.b, HR_EW_N, rng);
+        memcpy(j.c, j.a, HR_EW_N * sizeof *j.c);
+        double *dst[5] = {&ew->norm_ns, &ew->add_ns, &ew->rope_ns, &ew->swiglu_ns, &ew->f16_ns};
+        for (int op = 0; op < 5; op++) {
+            double v[HR_REP_VALUES];
+            j.op = op;
+            hr_rep_eltwise(&j, v);
+            hr_reps(hr_rep_eltwise, &j, reps, 1, 1, v, st);
+            *dst[op] = v[0];
+        }
+        HR_LOG_DEBUG(HR_PROF_TAG, "eltwise sink %u", j.sink);
+    }
+    free(j.a);
+    free(j.b);
+    free(j.c);
+    free(j.kc);
+    free(j.vc);
+}
+
+typedef struct {
+    hr_pool *pool;
+    int nt;
+    const void *buf;
+    size_t bytes;
+} hr_bw_job;
+
+static void hr_rep_membw(void *ctx, double *v) {
+    hr_bw_job *j = ctx;
+    v[0] = hr_membw_read_pool(j->pool, j->nt, j->buf, j->bytes, 1);
+}
+
+typedef struct {
+    unsigned char *src, *dst;
+    size_t bytes;
+} hr_cp_job;
+
+static void hr_rep_copy(void *ctx, double *v) {
+    hr_cp_job *j = ctx;
+    double t0 = hr_prof_now();
+    memcpy(j->dst, j->src, j->bytes);
+    v[0] = (double)j->bytes / (hr_prof_now() - t0) / 1e9;
+    j->src[0] ^= j->dst[j->bytes - 1];
 }
 
 /* memcpy between two KV-sized blocks: bytes copied per second, GB/s. */
-static double hr_measure_kv_copy(size_t bytes, int reps) {
-    unsigned char *src = malloc(bytes), *dst = malloc(bytes);
-    double res = -1.0;
-    if (src && dst) {
-        memset(src, 3, bytes);
-        memset(dst, 0, bytes);
-        double t[HR_CPU_MAX_REPS];
-        for (int r = 0; r < reps; r++) {
-            double t0 = hr_prof_now();
-            memcpy(dst, src, bytes);
-            t[r] = hr_prof_now() - t0;
-            src[r] ^= dst[bytes - 1 - (size_t)r];
-        }
-        res = (double)bytes / hr_prof_median(t, reps) / 1e9;
+static double hr_measure_kv_copy(size_t bytes, int reps, hr_rep_stats *st) {
+    hr_cp_job j = {.src = malloc(bytes), .dst = malloc(bytes), .bytes = bytes};
+    double v[HR_REP_VALUES] = {-1.0};
+    if (j.src && j.dst) {
+        memset(j.src, 3, bytes);
+        memset(j.dst, 0, bytes);
+        hr_rep_copy(&j, v);
+        hr_reps(hr_rep_copy, &j, reps, 1, 1, v, st);
     }
-    free(src);
-    free(dst);
-    return res;
+    free(j.src);
+    free(j.dst);
+    return v[0];
 }
+
+/* ---- driver ---- */
 
 int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const int *threads,
                         int n_threads, int64_t row_len, bool quick, char err[HR_ERR_LEN]) {
-    int reps = quick ? 3 : 5;
+    int reps = quick ? 3 : 7;
+    hr_rep_stats st = {0};
     int64_t l3 = d->topo.l3_bytes > 0 ? d->topo.l3_bytes : (32 << 20);
     /* test buffer: several L3s, so decode rows come from DRAM */
     size_t buf_bytes = (size_t)(quick ? 2 : 4) * (size_t)l3;
@@ -287,14 +445,11 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
     unsigned char *buf = NULL;
     hr_cpu_run run = {.n_in = row_len};
     int rc = 0;
-    size_t min_row = 0;
+    size_t min_row = 0, wbuf_bytes = 0;
     for (int i = 0; i < n_types; i++) {
         size_t rb = hr_type_row_bytes(types[i], row_len);
         if (rb && (!min_row || rb < min_row))
             min_row = rb;
-    }
-    size_t wbuf_bytes = 0;
-    for (int i = 0; i < n_types; i++) {
         size_t s = hr_matmul_wbuf_size(types[i], row_len, HR_CPU_MM_TOK);
         wbuf_bytes = s > wbuf_bytes ? s : wbuf_bytes;
     }
@@ -324,22 +479,27 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
     for (int i = 0; i < n_threads; i++)
         if (threads[i] == max_nt)
             big = pools[i];
-    d->membw_1t_gbs = hr_membw_read_pool(big, 1, buf, buf_bytes, reps);
-    d->membw_all_gbs = hr_membw_read_pool(big, max_nt, buf, buf_bytes, reps);
+    double v[HR_REP_VALUES];
+    hr_bw_job bj = {.pool = big, .nt = 1, .buf = buf, .bytes = buf_bytes};
+    hr_reps(hr_rep_membw, &bj, reps, 1, 1, v, &st);
+    d->membw_1t_gbs = v[0];
+    bj.nt = max_nt;
+    hr_reps(hr_rep_membw, &bj, reps, max_nt, 1, v, &st);
+    d->membw_all_gbs = v[0];
     d->membw_threads = max_nt;
-    d->kv_copy_gbs = hr_measure_kv_copy(quick ? (8u << 20) : (16u << 20), reps);
-    hr_measure_eltwise(&d->eltwise, reps, &rng);
+    d->kv_copy_gbs = hr_measure_kv_copy(quick ? (8u << 20) : (16u << 20), reps, &st);
+    hr_measure_eltwise(&d->eltwise, reps, &rng, &st);
     d->n_opcosts = 0;
     for (int i = 0; i < n_threads; i++)
-        hr_measure_opcost(pools[i], threads[i], reps, &rng, &d->opcosts[d->n_opcosts++]);
+        hr_measure_opcost(pools[i], threads[i], reps, &rng, &st, &d->opcosts[d->n_opcosts++]);
     d->n_rates = 0;
     d->row_len = row_len;
     for (int ti = 0; ti < n_types; ti++) {
         int type = types[ti];
         size_t row_bytes = hr_type_row_bytes(type, row_len);
         int64_t rows = (int64_t)(HR_CPU_MAT_BYTES / (row_bytes ? row_bytes : 1)) & ~(int64_t)31;
-        if (rows < HR_CPU_SMALL_ROWS)
-            rows = HR_CPU_SMALL_ROWS;
+        if (rows < 64)
+            rows = 64;
         size_t mat_bytes = row_bytes * (size_t)rows;
         int n_mat = mat_bytes ? (int)(buf_bytes / mat_bytes) : 0;
         if (n_mat < 2) {
@@ -354,13 +514,19 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
             run.pool = pools[i];
             run.nt = threads[i];
             hr_prof_rate *rt = &d->rates[d->n_rates++];
-            hr_measure_rate(&run, type, buf, row_bytes, rows, n_mat, reps, rt);
+            hr_measure_rate(&run, type, buf, (size_t)n_mat * mat_bytes, row_bytes, rows, reps,
+                            &st, rt);
             HR_LOG_INFO(HR_PROF_TAG,
                         "%-5s %d thread%s: matvec %.2f GB/s + %.1f us/call, matmat %.1f GFLOP/s",
                         hr_type_name(type), threads[i], threads[i] > 1 ? "s" : "",
                         rt->matvec_gbs, rt->matvec_call_us, rt->matmat_gflops);
         }
     }
+    d->reps_total = st.total;
+    d->reps_contended = st.contended;
+    if (st.contended)
+        HR_LOG_INFO(HR_PROF_TAG, "%d of %d repetitions waited for a CPU and were repeated",
+                    st.contended, st.total);
     if (d->n_rates == 0)
         rc = hr_seterr(err, HR_EUNSUPPORTED, "no weight type could be measured");
 done:

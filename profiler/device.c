@@ -47,6 +47,7 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     d->membw_threads = -1;
     d->eltwise = (hr_prof_eltwise){-1.0, -1.0, -1.0, -1.0, -1.0};
     d->duration_s = -1.0;
+    d->load_1m = -1.0;
 }
 
 int hr_prof_cache_dir(const hr_prof_params *p, char *buf, size_t cap) {
@@ -280,6 +281,10 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
             free(hit);
         }
     }
+    out->load_1m = hr_prof_read_load(p->sysroot);
+    if (out->load_1m > 0 && out->topo.n_pus > 0 && out->load_1m > 0.5 * out->topo.n_pus)
+        HR_LOG_WARN(HR_PROF_TAG, "load average %.2f on %d PUs: timings include contention",
+                    out->load_1m, out->topo.n_pus);
     int rc = hr_prof_cpu_measure(out, types, n_types, threads, n_threads, row_len, p->quick, err);
     if (rc)
         return rc;

@@ -46,6 +46,11 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     jset(w, o, "quick", json_boolean(d->quick));
     jset(w, o, "from_cache", json_boolean(d->from_cache));
     jset(w, o, "fingerprint", jstr(d->fingerprint));
+    jset(w, o, "load_1m", jnum(d->load_1m));
+    json_t *rp = json_object();
+    jset(w, rp, "total", json_integer(d->reps_total));
+    jset(w, rp, "contended", json_integer(d->reps_contended));
+    jset(w, o, "repetitions", rp);
     json_t *os = json_object();
     jset(w, os, "sysname", jstr(d->os.sysname));
     jset(w, os, "release", jstr(d->os.release));
@@ -131,7 +136,7 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     for (int i = 0; i < d->n_opcosts && i < HR_PROF_MAX_THREADS; i++) {
         json_t *x = json_object();
         jset(w, x, "threads", json_integer(d->opcosts[i].n_threads));
-        jset(w, x, "pool_us", jnum(d->opcosts[i].pool_us));
+        jset(w, x, "attn_call_us", jnum(d->opcosts[i].attn_call_us));
         jset(w, x, "attn_pos_ns", jnum(d->opcosts[i].attn_pos_ns));
         jset(w, x, "attn_dim_ns", jnum(d->opcosts[i].attn_dim_ns));
         jpush(w, ops, x);
@@ -339,6 +344,10 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
     d->quick = gbool(o, "quick");
     d->from_cache = gbool(o, "from_cache");
     gstr(o, "fingerprint", d->fingerprint, sizeof d->fingerprint);
+    d->load_1m = gnum(o, "load_1m");
+    const json_t *rp = json_object_get(o, "repetitions");
+    d->reps_total = gint32(rp, "total") < 0 ? 0 : gint32(rp, "total");
+    d->reps_contended = gint32(rp, "contended") < 0 ? 0 : gint32(rp, "contended");
     const json_t *os = json_object_get(o, "os");
     gstr(os, "sysname", d->os.sysname, sizeof d->os.sysname);
     gstr(os, "release", d->os.release, sizeof d->os.release);
@@ -422,7 +431,7 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
             break;
         hr_prof_opcost *oc = &d->opcosts[d->n_opcosts++];
         oc->n_threads = gint32(x, "threads");
-        oc->pool_us = gnum(x, "pool_us");
+        oc->attn_call_us = gnum(x, "attn_call_us");
         oc->attn_pos_ns = gnum(x, "attn_pos_ns");
         oc->attn_dim_ns = gnum(x, "attn_dim_ns");
     }

@@ -29,9 +29,15 @@ void hr_prof_strlcpy(char *dst, const char *src, size_t cap);
 uint64_t hr_prof_hash(const char *s, uint64_t h);
 #define HR_PROF_HASH_INIT 1469598103934665603ull
 
+/* Nanoseconds this process's threads have spent runnable but waiting for a
+ * CPU (sum of /proc/self/task/N/schedstat run_delay); -1 when unavailable.
+ * A repetition during which this grows was slowed by other programs. */
+int64_t hr_prof_run_delay_ns(void);
+
 /* sysinfo.c: /proc, /sys, uname. Each degrades to unknown with a warning. */
 void hr_prof_read_os(hr_prof_os *os, const char *sysroot);
 void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot);
+double hr_prof_read_load(const char *sysroot); /* 1-minute load average; -1 unknown */
 int hr_prof_read_gpus(char gpus[][64], int max, const char *sysroot);
 void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot);
 void hr_prof_topo_unknown(hr_prof_topo *t);

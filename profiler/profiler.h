@@ -38,6 +38,7 @@
 #include "common/error.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
+#include "scheduler/halda.h"
 
 #define HR_PROF_SCHEMA "hearth.profile"
 #define HR_PROF_VERSION 1
@@ -81,11 +82,11 @@ typedef struct {
 } hr_prof_rate;
 
 /* Per-thread-count costs of the non-matmul work of a layer. hr_attention
- * for one token is predicted to take pool_us + n_head x n_pos x
+ * for one token is predicted to take attn_call_us + n_head x n_pos x
  * (attn_pos_ns + attn_dim_ns x head_dim). */
 typedef struct {
     int n_threads;
-    double pool_us;     /* one empty hr_pool_run, us */
+    double attn_call_us; /* fixed cost of one hr_attention call (dispatch, softmax set-up), us */
     double attn_pos_ns; /* per head and attended position, ns */
     double attn_dim_ns; /* per head, position and head_dim element, ns */
 } hr_prof_opcost;
@@ -167,6 +168,9 @@ typedef struct {
     bool quick;
     bool from_cache;
     char fingerprint[20]; /* hex hash of what invalidates the cache */
+    double load_1m;       /* /proc/loadavg when measured: > PUs means contended numbers */
+    int reps_total;       /* timed repetitions run */
+    int reps_contended;   /* of which set aside: our threads waited for a CPU */
     hr_prof_os os;
     hr_prof_topo topo;
     hr_prof_mem mem;
@@ -324,6 +328,32 @@ int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const h
  * this kernel, cgroup v1: a 629 MB file cycled under a 580 MB limit is
  * re-read whole every pass). */
 uint64_t hr_prof_steady_resident(uint64_t cycled, int64_t avail);
+
+/* ---- scheduler inputs ---- */
+
+typedef struct {
+    bool is_head;
+    int n_ctx;             /* planned context: KV per layer = kv_bytes_per_token x n_ctx */
+    int n_past;            /* positions attended in the decode estimate (0: n_ctx / 2) */
+    int prefill_batch;     /* tokens per prompt batch for prefill_ms[] (0: 64) */
+    int64_t reserve_bytes; /* kept out of mem_bytes for work buffers and slack, bytes
+                              (-1: one mean layer + 64 MiB) */
+} hr_prof_sched_params;
+
+hr_prof_sched_params hr_prof_sched_params_default(void);
+
+/* The scheduler's per-device coefficients from the profiles: decode_ms[] /
+ * prefill_ms[] per layer at every measured thread count (t_layer_ms = 0, so
+ * the planner picks the threads), mem_bytes from weights_avail_bytes less
+ * the reserve, disk_bps from the mmap fault rate (else sequential reads),
+ * rtt_ms / link_bps from `next` (the link to the next device; NULL: 0),
+ * t_head_ms from the input + output layers and sampling (head only), the OS
+ * from sysname. Reentrant. */
+int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
+                            const hr_prof_link *next, const hr_prof_sched_params *p,
+                            hr_sched_device *out, char err[HR_ERR_LEN]);
+int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
+                           char err[HR_ERR_LEN]);
 
 /* ---- documents (JSON) ---- */
 

@@ -88,6 +88,29 @@ uint64_t hr_prof_hash(const char *s, uint64_t h) {
     return h;
 }
 
+int64_t hr_prof_run_delay_ns(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int64_t sum = 0;
+    bool any = false;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], buf[128];
+        snprintf(path, sizeof path, "/proc/self/task/%.32s/schedstat", e->d_name);
+        unsigned long long run = 0, wait = 0;
+        if (hr_prof_read_text(path, buf, sizeof buf) > 0 &&
+            sscanf(buf, "%llu %llu", &run, &wait) == 2) {
+            sum += (int64_t)wait;
+            any = true;
+        }
+    }
+    closedir(d);
+    return any ? sum : -1;
+}
+
 static void hr_rstrip(char *s) {
     size_t n = strlen(s);
     while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
@@ -432,6 +455,18 @@ void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot) {
         avail = avail < 0 || room < avail ? room : avail;
     }
     m->weights_avail_bytes = avail;
+}
+
+double hr_prof_read_load(const char *sysroot) {
+    char path[512], buf[128];
+    hr_prof_path(path, sizeof path, sysroot, "/proc/loadavg");
+    if (hr_prof_read_text(path, buf, sizeof buf) <= 0) {
+        HR_LOG_WARN(HR_PROF_TAG, "cannot read %s: load unknown", path);
+        return -1.0;
+    }
+    char *end = NULL;
+    double v = strtod(buf, &end);
+    return end == buf || v < 0 ? -1.0 : v;
 }
 
 /* ---- GPUs ---- */

@@ -3,10 +3,8 @@
 #include "scheduler/halda-impl.h"
 
 #include "common/error.h"
-#include "common/log.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -432,6 +430,8 @@ void hr_sched_explain(hr_sched_plan *p) {
     for (int j = 0; j < p->n_k; j++) {
         if (isfinite(p->k_latency_ms[j]))
             APPEND("%s %d=%.1fms", sep, p->k_list[j], p->k_latency_ms[j]);
+        else if (isnan(p->k_latency_ms[j]))
+            APPEND("%s %d=worse", sep, p->k_list[j]);
         else
             APPEND("%s %d=none", sep, p->k_list[j]);
         sep = ",";

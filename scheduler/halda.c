@@ -69,10 +69,20 @@ static int ring_terms(const hr_sched_ctx *c, const hr_cols *col, int skip, int *
     return m;
 }
 
+/* Devices i and j (neither the head) are interchangeable in the cost model. */
+static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int j) {
+    if (i == c->head || j == c->head)
+        return false;
+    return c->d[i].t == c->d[j].t && c->d[i].g == c->d[j].g && c->d[i].h == c->d[j].h &&
+           c->d[i].mem_eff == c->d[j].mem_eff && c->d[i].disk == c->d[j].disk &&
+           c->d[i].vram == c->d[j].vram && c->d[i].lru == c->d[j].lru &&
+           kc->d[i].cap == kc->d[j].cap && kc->d[i].gcap == kc->d[j].gcap;
+}
+
 /* Multi-device program for one k. Returns 0 with w/ng/obj filled, 1 when no
  * multi-device plan exists for this k, or a negative code. */
-static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sched_opts *o, int *w,
-                   int *ng, double *obj, bool *proven, char *err) {
+static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sched_opts *o,
+                   double cutoff, int *w, int *ng, double *obj, bool *proven, char *err) {
     const int n = c->n;
     hr_cols col[HR_SCHED_MAX_DEV];
     memset(col, 0, sizeof col);
@@ -95,8 +105,9 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
     if (any_stream && c->overlap == HR_SCHED_OVERLAP_MAX)
         cE = ++nc;
 
-    int row_max = 2 * n + 4 * n + 2 * n + n + 4; /* sum, activity, gpu, stream, overlap */
-    int per_row = 3 * n + 4;
+    int row_max = 2 * n + 4 * n + 2 * n + 2 * n +
+                  4; /* sum, activity, gpu, stream, overlap, symmetry, cutoff */
+    int per_row = 4 * n + 4;
     hr_lp lp = {0};
     lp.cap = row_max * per_row + 1;
     lp.ia = malloc(sizeof(int) * (size_t)lp.cap);
@@ -207,6 +218,29 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             rc = lp_row(&lp, GLP_LO, 0.0, 0.0, mm, cols, vals);
         }
     }
+    /* symmetry: of two interchangeable devices the earlier takes at least as many layers */
+    for (int i = 0; i < n && !rc; i++) {
+        for (int j = i + 1; j < n && !rc; j++) {
+            if (!same_device(c, kc, i, j))
+                continue;
+            int cc[2] = {col[i].w, col[j].w};
+            double vv[2] = {1.0, -1.0};
+            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, 2, cc, vv);
+            break; /* chains i >= j >= next twin */
+        }
+    }
+    /* cutoff: only plans better than the best one so far (ms per token) */
+    if (!rc && isfinite(cutoff)) {
+        m = 0;
+        for (int j = 1; j <= nc; j++) {
+            double v = glp_get_obj_coef(lp.P, j);
+            if (v != 0.0) {
+                cols[m] = j;
+                vals[m++] = v;
+            }
+        }
+        rc = lp_row(&lp, GLP_UP, 0.0, cutoff - c->d[c->head].th, m, cols, vals);
+    }
     if (rc) {
         rc = hr_seterr(err, HR_EINTERNAL, "scheduler: program for k = %d overflowed", kc->k);
         goto done;
@@ -228,15 +262,16 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
     }
     bool ok = (ret == 0 && st == GLP_OPT) ||
               ((ret == GLP_ETMLIM || ret == GLP_EMIPGAP) && (st == GLP_FEAS || st == GLP_OPT));
+    if (!ok && ret == GLP_ETMLIM) {
+        HR_LOG_WARN(TAG, "k = %d: no solution within the %.1f s limit", kc->k, o->time_limit_s);
+        *proven = false;
+        rc = 1;
+        goto done;
+    }
     if (!ok) {
-        if (ret == GLP_ETMLIM)
-            rc = hr_seterr(err, HR_ETIMEDOUT,
-                           "scheduler: k = %d program hit the %.1f s limit without a solution",
-                           kc->k, o->time_limit_s);
-        else
-            rc = hr_seterr(err, HR_EINTERNAL,
-                           "scheduler: GLPK glp_intopt failed for k = %d (return %d, status %d)",
-                           kc->k, ret, st);
+        rc = hr_seterr(err, HR_EINTERNAL,
+                       "scheduler: GLPK glp_intopt failed for k = %d (return %d, status %d)", kc->k,
+                       ret, st);
         goto done;
     }
     *proven = ret == 0 && st == GLP_OPT;
@@ -306,19 +341,23 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         int hw[HR_SCHED_MAX_DEV] = {0}, hng[HR_SCHED_MAX_DEV] = {0};
         double obj = INFINITY;
         bool proven = true;
-        int r = c->n >= 2 ? solve_k(c, &kc, &o, hw, hng, &obj, &proven, msg) : 1;
+        double cutoff = fmin(best, lat_head) * (1.0 + 1e-9);
+        int r = c->n >= 2 ? solve_k(c, &kc, &o, cutoff, hw, hng, &obj, &proven, msg) : 1;
         if (r < 0) {
             rc = r;
             goto fail;
         }
+        /* Accelerator calibration (prima.cpp) would act here once a GPU backend
+         * exists: if hng[] leaves VRAM unused on a device whose CPU layers are
+         * slower, fix a lower bound on that n_m and solve this k again. */
         n_ilp += c->n >= 2;
+        all_proven = all_proven && proven;
         double lat_ring = INFINITY;
         if (r == 0) {
             lat_ring = hr_sched_eval(c, &kc, hw, hng, NULL);
             if (!isfinite(lat_ring) || fabs(lat_ring - obj) > 1e-6 * fmax(1.0, fabs(lat_ring)))
                 HR_LOG_WARN(TAG, "k = %d: program objective %.9g ms, cost model %.9g ms", kc.k, obj,
                             lat_ring);
-            all_proven = all_proven && proven;
         }
         if (lat_ring < lat_head) {
             lat_k = lat_ring;
@@ -327,6 +366,8 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         } else {
             lat_k = lat_head;
         }
+        if (r == 1 && (best < lat_head || !proven))
+            lat_k = NAN; /* pruned (no better than the best so far) or out of time */
         k_lat[j] = lat_k;
         HR_LOG_DEBUG(TAG, "k = %d: %.3f ms per token (head alone %.3f)", kc.k, lat_k, lat_head);
         if (lat_k < best * (1.0 - 1e-12)) {
@@ -337,7 +378,12 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         }
     }
     if (best_j < 0) {
-        rc = hr_sched_explain_infeasible(c, msg);
+        if (all_proven)
+            rc = hr_sched_explain_infeasible(c, msg);
+        else
+            rc = hr_seterr(msg, HR_ETIMEDOUT,
+                           "scheduler: no plan found within the %.1f s limit per program",
+                           o.time_limit_s);
         goto fail;
     }
     hr_sched_kctx kc;

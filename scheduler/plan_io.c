@@ -87,10 +87,13 @@ static void format_plan(const hr_sched_plan *p, hr_sink *s) {
     }
     put(s, "  candidates:");
     for (int j = 0; j < p->n_k; j++) {
+        const char *sep = j + 1 < p->n_k ? "," : "";
         if (isfinite(p->k_latency_ms[j]))
-            put(s, " k=%d %.2f ms%s", p->k_list[j], p->k_latency_ms[j], j + 1 < p->n_k ? "," : "");
+            put(s, " k=%d %.2f ms%s", p->k_list[j], p->k_latency_ms[j], sep);
+        else if (isnan(p->k_latency_ms[j]))
+            put(s, " k=%d worse%s", p->k_list[j], sep);
         else
-            put(s, " k=%d none%s", p->k_list[j], j + 1 < p->n_k ? "," : "");
+            put(s, " k=%d none%s", p->k_list[j], sep);
     }
     put(s, "\n");
 }
@@ -207,13 +210,19 @@ int hr_sched_plan_json(const hr_sched_plan *p, char **json, char err[HR_ERR_LEN]
         for (int j = 0; j < p->n_k; j++) {
             json_t *e = json_object();
             jset(e, "k", json_integer(p->k_list[j]), &bad);
-            jset(e, "latency_ms", jnum(p->k_latency_ms[j]), &bad);
+            double v = p->k_latency_ms[j];
+            jset(e, "latency_ms", jnum(v), &bad);
+            jset(e, "result",
+                 json_string(isfinite(v) ? "feasible"
+                             : isnan(v)  ? "pruned"
+                                         : "infeasible"),
+                 &bad);
             if (!cand || json_array_append_new(cand, e))
                 bad = true;
         }
         jset(root, "k_candidates", cand, &bad);
     }
-    char *s = bad ? NULL : json_dumps(root, JSON_INDENT(2));
+    char *s = bad ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
     json_decref(root);
     if (!s)
         return hr_seterr(err, HR_ENOMEM, "scheduler: out of memory writing the plan as JSON");

@@ -9,7 +9,7 @@
  *       common/log.c -lm -lpthread -o bench_quant
  *
  *   bench_quant [type]     matrix x vector, n = 4096, ~512 KiB of weights (L2
- *                          resident): compute headroom per byte
+ *                          resident): compute headroom per byte, per table
  *   bench_quant --mem [T]  ~256 MiB of weights streamed from DRAM with 1..T
  *                          threads, next to a plain read-bandwidth baseline */
 #include "kernels/quant-impl.h"
@@ -48,18 +48,26 @@ typedef struct {
 } table_ref;
 
 static int tables(table_ref *t) {
-    static hr_kernels plain512;
+    static hr_kernels v512[3];
+    static const struct {
+        const char *name;
+        unsigned flags;
+    } v[3] = {{"avx512-bw", 0},
+              {"avx512-zmm", HR_AVX512_VNNI},
+              {"avx512-ymm", HR_AVX512_VNNI | HR_AVX512_PREFER_YMM}};
     int n = 0;
     t[n++] = (table_ref){"scalar", hr_kernels_for_isa(HR_ISA_SCALAR)};
     const hr_kernels *a2 = hr_kernels_for_isa(HR_ISA_AVX2);
-    const hr_kernels *a5 = hr_kernels_for_isa(HR_ISA_AVX512);
     if (a2)
         t[n++] = (table_ref){"avx2", a2};
-    if (a5) {
-        plain512 = *a2;
-        hr_quant_fill_avx512(&plain512, false);
-        t[n++] = (table_ref){"avx512-novnni", &plain512};
-        t[n++] = (table_ref){"avx512", a5};
+    if (hr_kernels_for_isa(HR_ISA_AVX512)) {
+        for (int i = 0; i < 3; i++) {
+            if ((v[i].flags & HR_AVX512_VNNI) && !(hr_quant_avx512_flags() & HR_AVX512_VNNI))
+                continue;
+            v512[i] = *a2;
+            hr_quant_fill_avx512(&v512[i], v[i].flags);
+            t[n++] = (table_ref){v[i].name, &v512[i]};
+        }
     }
     return n;
 }
@@ -97,7 +105,8 @@ static void *make_act(int ty, int64_t n) {
 }
 
 typedef struct {
-    hr_vec_dot_fn fn;
+    const hr_kernels *k;
+    int type;
     const uint8_t *w;
     const void *a;
     size_t row_bytes;
@@ -108,19 +117,20 @@ typedef struct {
 
 static void *run_job(void *p) {
     job *j = p;
+    const hr_vec_dot_fn fn = j->k->vec_dot[j->type];
     for (int it = 0; it < j->passes; it++)
         for (int64_t r = j->r0; r < j->r1; r++)
-            j->out[r] = j->fn(j->n, j->w + j->row_bytes * (size_t)r, j->a);
+            j->out[r] = fn(j->n, j->w + j->row_bytes * (size_t)r, j->a);
     return NULL;
 }
 
 /* GB/s of weight bytes for `passes` matvecs split over nth threads */
-static double matvec_gbs(hr_vec_dot_fn fn, const void *w, const void *a, size_t rb, int64_t n,
-                         int64_t rows, int passes, int nth, float *out) {
+static double matvec_gbs(const hr_kernels *k, int ty, const void *w, const void *a, size_t rb,
+                         int64_t n, int64_t nrows, int passes, int nth, float *out) {
     pthread_t th[16];
     job jobs[16];
     for (int t = 0; t < nth; t++)
-        jobs[t] = (job){fn, w, a, rb, n, rows * t / nth, rows * (t + 1) / nth, passes, out};
+        jobs[t] = (job){k, ty, w, a, rb, n, nrows * t / nth, nrows * (t + 1) / nth, passes, out};
     const double t0 = now_s();
     for (int t = 1; t < nth; t++)
         pthread_create(&th[t], NULL, run_job, &jobs[t]);
@@ -128,11 +138,11 @@ static double matvec_gbs(hr_vec_dot_fn fn, const void *w, const void *a, size_t 
     for (int t = 1; t < nth; t++)
         pthread_join(th[t], NULL);
     const double dt = now_s() - t0;
-    return (double)rb * (double)rows * passes / dt / 1e9;
+    return (double)rb * (double)nrows * passes / dt / 1e9;
 }
 
 static void bench_l2(const char *only) {
-    table_ref t[4];
+    table_ref t[6];
     const int nt = tables(t);
     const int64_t n = 4096;
     printf("vec_dot, n=%lld, ~512 KiB of weights (L2-resident), 1 thread, GB/s of weight bytes "
@@ -154,14 +164,14 @@ static void bench_l2(const char *only) {
         float *out = malloc((size_t)rows * sizeof(float));
         printf("%-6s %9.0f", hr_type_name(ty), (double)bytes / 1024);
         for (int k = 0; k < nt; k++) {
-            hr_vec_dot_fn fn = t[k].k->vec_dot[ty];
+            const hr_kernels *kt = t[k].k;
             /* best single pass out of many short ones: robust to preemption
              * by other jobs on a shared machine */
-            matvec_gbs(fn, w, a, rb, n, rows, 3, 1, out); /* warm caches */
+            matvec_gbs(kt, ty, w, a, rb, n, rows, 3, 1, out); /* warm caches */
             double best = 0;
-            const double t_end = now_s() + 0.3;
+            const double t_end = now_s() + 0.8;
             for (int r = 0; r < 100000 && (r < 50 || now_s() < t_end); r++) {
-                const double g = matvec_gbs(fn, w, a, rb, n, rows, 1, 1, out);
+                const double g = matvec_gbs(kt, ty, w, a, rb, n, rows, 1, 1, out);
                 best = g > best ? g : best;
             }
             printf(" %14.2f", best);
@@ -247,7 +257,7 @@ static void bench_mem(int max_threads) {
         for (int th = 1; th <= max_threads; th++) {
             double g = 0;
             for (int r = 0; r < 3; r++) {
-                const double v = matvec_gbs(best->vec_dot[ty], w, a, rb, n, rows, 1, th, out);
+                const double v = matvec_gbs(best, ty, w, a, rb, n, rows, 1, th, out);
                 g = v > g ? v : g;
             }
             printf("   %dT %7.2f", th, g);

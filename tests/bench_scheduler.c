@@ -1,6 +1,6 @@
 /* bench_scheduler.c - hr_sched_solve wall time on random clusters (not a
  * ctest; build with `cmake --build build --target bench_scheduler`).
- * Usage: bench_scheduler [instances per case, default 40] */
+ * Usage: bench_scheduler [instances per case, default 40] [only this device count] */
 #include "common/error.h"
 #include "scheduler/halda.h"
 
@@ -75,6 +75,7 @@ static void make(hr_sched_model *m, hr_sched_device *d, int n, int L, int kind) 
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 40;
+    int only_n = argc > 2 ? atoi(argv[2]) : 0;
     if (reps < 1 || reps > 100000) {
         fprintf(stderr, "usage: bench_scheduler [instances per case]\n");
         return 2;
@@ -89,6 +90,8 @@ int main(int argc, char **argv) {
     printf("%-8s %-13s %6s %9s %9s %9s %8s\n", "devs", "case", "runs", "min_ms", "median_ms",
            "max_ms", "k>1");
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        if (only_n > 0 && sizes[s].n != only_n)
+            continue;
         for (int kind = 0; kind < 4; kind++) {
             int kgt1 = 0, done = 0;
             for (int r = 0; r < reps; r++) {

@@ -217,17 +217,17 @@ static void test_fp16(void) {
     CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x03ff) != 0);
     const uint16_t hs = hr_fp32_to_fp16(fbits(0x7f800001u)); /* signalling, tiny payload */
     CHECK((hs & 0x7c00) == 0x7c00 && (hs & 0x03ff) != 0);
-    CHECK_EQ(hr_fp32_to_fp16(1.0f + ldexpf(1.0f, -11)), 0x3c00);         /* tie -> even */
+    CHECK_EQ(hr_fp32_to_fp16(1.0f + ldexpf(1.0f, -11)), 0x3c00);        /* tie -> even */
     CHECK_EQ(hr_fp32_to_fp16(1.0f + 3.0f * ldexpf(1.0f, -11)), 0x3c02); /* tie -> even */
     CHECK_EQ(hr_fp32_to_fp16(1.0f + ldexpf(1.0f, -11) + ldexpf(1.0f, -20)), 0x3c01);
     CHECK_EQ(hr_fp32_to_fp16(ldexpf(1.0f, -24)), 0x0001);
-    CHECK_EQ(hr_fp32_to_fp16(ldexpf(1.0f, -25)), 0x0000);                /* tie -> 0 */
+    CHECK_EQ(hr_fp32_to_fp16(ldexpf(1.0f, -25)), 0x0000); /* tie -> 0 */
     CHECK_EQ(hr_fp32_to_fp16(-ldexpf(1.0f, -25)), 0x8000);
     CHECK_EQ(hr_fp32_to_fp16(ldexpf(1.0f, -25) * 1.0000001f), 0x0001);
-    CHECK_EQ(hr_fp32_to_fp16(ldexpf(3.0f, -25)), 0x0002);                /* tie -> even */
+    CHECK_EQ(hr_fp32_to_fp16(ldexpf(3.0f, -25)), 0x0002); /* tie -> even */
     CHECK_EQ(hr_fp32_to_fp16(ldexpf(5.0f, -25)), 0x0002);
     CHECK_EQ(hr_fp32_to_fp16(ldexpf(1.0f, -30)), 0x0000);
-    CHECK_EQ(hr_fp32_to_fp16(fbits(0x00000001u)), 0x0000); /* f32 subnormal */
+    CHECK_EQ(hr_fp32_to_fp16(fbits(0x00000001u)), 0x0000);   /* f32 subnormal */
     CHECK_EQ(hr_fp32_to_fp16(ldexpf(2047.0f, -25)), 0x0400); /* rounds up into normals */
     CHECK_EQ(hr_fp32_to_fp16(ldexpf(1.0f, -14)), 0x0400);
 
@@ -263,7 +263,7 @@ static void test_fp16(void) {
     CHECK_EQ(hr_fp32_to_bf16(fbits(0x3f807fffu)), 0x3f80);
     CHECK_EQ(hr_fp32_to_bf16(INFINITY), 0x7f80);
     CHECK_EQ(hr_fp32_to_bf16(-INFINITY), 0xff80);
-    CHECK_EQ(hr_fp32_to_bf16(FLT_MAX), 0x7f80); /* rounds up to inf */
+    CHECK_EQ(hr_fp32_to_bf16(FLT_MAX), 0x7f80);            /* rounds up to inf */
     CHECK_EQ(hr_fp32_to_bf16(fbits(0x00008000u)), 0x0000); /* subnormal tie -> even */
     CHECK_EQ(hr_fp32_to_bf16(fbits(0x00018000u)), 0x0002);
     CHECK_EQ(hr_fp32_to_bf16(fbits(0x00010000u)), 0x0001);
@@ -317,8 +317,8 @@ static void test_activation_semantics(void) {
     fill_floats(x, 512, 0.7f);
     for (int j = 32; j < 64; j++)
         x[j] = 0.0f; /* an all-zero block */
-    x[70] = 9.0f;     /* extreme */
-    x[71] = -9.0f;    /* same magnitude later: the first one sets q8_K's sign */
+    x[70] = 9.0f;    /* extreme */
+    x[71] = -9.0f;   /* same magnitude later: the first one sets q8_K's sign */
     hr_block_q8_0 q0[16];
     s->quant[HR_TYPE_Q8_0](x, q0, 512);
     int bad = 0;
@@ -380,10 +380,9 @@ static void test_roundtrip(void) {
         int type;
         double max_rel_rmse;
     } lim[] = {
-        {HR_TYPE_F32, 0.0},    {HR_TYPE_F16, 3e-4},  {HR_TYPE_BF16, 2.5e-3},
-        {HR_TYPE_Q8_0, 0.008}, {HR_TYPE_Q4_0, 0.11}, {HR_TYPE_Q4_1, 0.10},
-        {HR_TYPE_Q5_0, 0.055}, {HR_TYPE_Q5_1, 0.05}, {HR_TYPE_Q4_K, 0.09},
-        {HR_TYPE_Q5_K, 0.045}, {HR_TYPE_Q6_K, 0.023},
+        {HR_TYPE_F32, 0.0},   {HR_TYPE_F16, 3e-4},   {HR_TYPE_BF16, 2.5e-3}, {HR_TYPE_Q8_0, 0.008},
+        {HR_TYPE_Q4_0, 0.11}, {HR_TYPE_Q4_1, 0.10},  {HR_TYPE_Q5_0, 0.055},  {HR_TYPE_Q5_1, 0.05},
+        {HR_TYPE_Q4_K, 0.09}, {HR_TYPE_Q5_K, 0.045}, {HR_TYPE_Q6_K, 0.023},
     };
     const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
     enum { N = 8192 };
@@ -395,7 +394,7 @@ static void test_roundtrip(void) {
             for (int i = 0; i < N; i++) {
                 const float v = rnd_normal();
                 /* gaussian; all-positive (min offset); mixed block magnitudes */
-                x[i] = shape == 0 ? v * 0.02f
+                x[i] = shape == 0   ? v * 0.02f
                        : shape == 1 ? fabsf(v) + 0.5f
                                     : v * (float)(1 + (i / 32) % 7) * 0.003f;
             }
@@ -412,8 +411,8 @@ static void test_roundtrip(void) {
             }
             const double rel = sqrt(se / sx);
             if (rel > lim[k].max_rel_rmse)
-                fprintf(stderr, "round trip %s shape %d: rel rmse %.4g\n", hr_type_name(ty),
-                        shape, rel);
+                fprintf(stderr, "round trip %s shape %d: rel rmse %.4g\n", hr_type_name(ty), shape,
+                        rel);
             CHECK(rel <= lim[k].max_rel_rmse);
             if (shape == 2)
                 for (int i = 256; i < 512; i++)
@@ -482,8 +481,8 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
                 const size_t abytes = hr_type_row_bytes(aty, n);
                 const bool same_act = memcmp(act, act2, abytes) == 0;
                 if (!same_act)
-                    fprintf(stderr, "[%s] quant %s n=%lld differs\n", tr->name,
-                            hr_type_name(aty), (long long)n);
+                    fprintf(stderr, "[%s] quant %s n=%lld differs\n", tr->name, hr_type_name(aty),
+                            (long long)n);
                 CHECK(same_act);
                 n_q++;
 
@@ -516,6 +515,29 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
             }
         }
     }
+    /* exact ties: q8_0/q8_1 round half away from zero (d = 1 here), q8_K
+     * half to even (iscale = 1) */
+    float tie[256];
+    for (int i = 0; i < 256; i++)
+        tie[i] = (float)((i % 64) - 32) + 0.5f;
+    for (int b = 0; b < 8; b++)
+        tie[32 * b] = 127.0f;
+    tie[0] = -127.0f;
+    s->quant[HR_TYPE_Q8_0](tie, wb, 256);
+    tr->k->quant[HR_TYPE_Q8_0](tie, ab, 256);
+    CHECK(memcmp(wb, ab, hr_type_row_bytes(HR_TYPE_Q8_0, 256)) == 0);
+    CHECK_EQ(((hr_block_q8_0 *)ab)[0].qs[1], -31); /* -30.5 */
+    CHECK_EQ(((hr_block_q8_0 *)ab)[0].qs[31], -1); /* -0.5 */
+    s->quant[HR_TYPE_Q8_1](tie, wb, 256);
+    tr->k->quant[HR_TYPE_Q8_1](tie, ab, 256);
+    CHECK(memcmp(wb, ab, hr_type_row_bytes(HR_TYPE_Q8_1, 256)) == 0);
+    s->quant[HR_TYPE_Q8_K](tie, wb, 256);
+    tr->k->quant[HR_TYPE_Q8_K](tie, ab, 256);
+    CHECK(memcmp(wb, ab, hr_type_row_bytes(HR_TYPE_Q8_K, 256)) == 0);
+    CHECK_EQ(((hr_block_q8_k *)ab)[0].qs[1], -30); /* -30.5 -> even */
+    CHECK_EQ(((hr_block_q8_k *)ab)[0].qs[3], -28); /* -28.5 -> even */
+    CHECK_EQ(((hr_block_q8_k *)ab)[0].qs[2], -30); /* -29.5 -> even */
+
     /* f16 quantizer on arbitrary bit patterns (subnormals, inf, nan) */
     uint32_t *bits = (uint32_t *)xf;
     for (int i = 0; i < MAXN; i++) {
@@ -539,20 +561,31 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
 
 static void test_simd(void) {
     const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
-    table_ref tables[4];
+    table_ref tables[6];
     int nt = 0;
     tables[nt++] = (table_ref){"scalar", s};
     const hr_kernels *avx2 = hr_kernels_for_isa(HR_ISA_AVX2);
     const hr_kernels *avx512 = hr_kernels_for_isa(HR_ISA_AVX512);
-    static hr_kernels plain512;
+    static hr_kernels variants[3];
     if (avx2)
         tables[nt++] = (table_ref){"avx2", avx2};
     if (avx512) {
         tables[nt++] = (table_ref){"avx512", avx512};
-        plain512 = *avx2;
-        plain512.isa = HR_ISA_AVX512;
-        hr_quant_fill_avx512(&plain512, false); /* the non-VNNI build */
-        tables[nt++] = (table_ref){"avx512-novnni", &plain512};
+        /* every AVX-512 build this CPU can run, whatever the default */
+        static const struct {
+            const char *name;
+            unsigned flags;
+        } v[3] = {{"avx512-bw", 0},
+                  {"avx512-vnni-zmm", HR_AVX512_VNNI},
+                  {"avx512-vnni-ymm", HR_AVX512_VNNI | HR_AVX512_PREFER_YMM}};
+        for (int i = 0; i < 3; i++) {
+            if ((v[i].flags & HR_AVX512_VNNI) && !(hr_quant_avx512_flags() & HR_AVX512_VNNI))
+                continue;
+            variants[i] = *avx2;
+            variants[i].isa = HR_ISA_AVX512;
+            hr_quant_fill_avx512(&variants[i], v[i].flags);
+            tables[nt++] = (table_ref){v[i].name, &variants[i]};
+        }
     }
     if (!avx2)
         printf("note: no AVX2 on this CPU, SIMD kernels not exercised\n");

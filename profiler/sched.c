@@ -1,0 +1,100 @@
+/* sched.c - converts device, model and link profiles into the scheduler's
+ * input structs (scheduler/halda.h): per-layer decode / prefill time per
+ * thread count, memory for weights, disk and link rates. */
+#include "profiler/profiler-impl.h"
+
+#include "common/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+hr_prof_sched_params hr_prof_sched_params_default(void) {
+    return (hr_prof_sched_params){.is_head = false, .n_ctx = 4096, .n_past = 0,
+                                  .prefill_batch = 64, .reserve_bytes = -1};
+}
+
+int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
+                           char err[HR_ERR_LEN]) {
+    memset(out, 0, sizeof *out);
+    if (!m || m->n_layer <= 0 || m->n_layers_listed != m->n_layer || n_ctx <= 0)
+        return hr_seterr(err, HR_EINVAL, "model profile without layers or n_ctx <= 0");
+    out->n_layer = m->n_layer;
+    out->layer_bytes = (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) /
+                       m->n_layer; /* bytes, mean */
+    out->hidden_bytes = (double)m->hidden_bytes;                      /* bytes per hop */
+    out->kv_bytes_per_layer = (double)m->kv_bytes_per_token * n_ctx;  /* bytes */
+    out->output_bytes = (double)m->output.bytes;                      /* bytes */
+    return 0;
+}
+
+int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
+                            const hr_prof_link *next, const hr_prof_sched_params *p,
+                            hr_sched_device *out, char err[HR_ERR_LEN]) {
+    *out = hr_sched_device_default();
+    if (!d || !m || !p || m->n_layer <= 0 || m->n_layers_listed != m->n_layer)
+        return hr_seterr(err, HR_EINVAL, "need a device profile and a model profile");
+    hr_prof_strlcpy(out->name, d->os.hostname[0] ? d->os.hostname : "device", sizeof out->name);
+    out->is_head = p->is_head;
+    if (strcmp(d->os.sysname, "Linux") == 0)
+        out->os = HR_SCHED_OS_LINUX;
+    else if (strcmp(d->os.sysname, "Darwin") == 0)
+        out->os = HR_SCHED_OS_MACOS;
+    else if (strncmp(d->os.sysname, "Windows", 7) == 0)
+        out->os = HR_SCHED_OS_WINDOWS;
+    else
+        out->os = HR_SCHED_OS_OTHER;
+    hr_prof_cost_params cp = hr_prof_cost_params_default();
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;
+    cp.n_past = p->n_past > 0 ? p->n_past : n_ctx / 2;
+    int batch = p->prefill_batch > 0 ? p->prefill_batch : 64;
+    hr_prof_cost c;
+    int rc;
+    /* per-layer decode and prefill at every measured thread count (ms) */
+    out->n_thread_rates = 0;
+    for (int i = 0; i < d->n_rates; i++) {
+        int nt = d->rates[i].n_threads;
+        if (nt < 1 || nt > HR_SCHED_MAX_THREADS || out->decode_ms[nt - 1] > 0)
+            continue;
+        cp.n_threads = nt;
+        if ((rc = hr_prof_cost_window(d, m, NULL, 0, m->n_layer, &cp, &c, err)))
+            return rc;
+        out->decode_ms[nt - 1] = c.total_ms / m->n_layer;               /* ms per layer */
+        out->prefill_ms[nt - 1] = c.prefill_ms / m->n_layer * batch;    /* ms per layer-batch */
+        if (nt > out->n_thread_rates)
+            out->n_thread_rates = nt;
+    }
+    if (out->n_thread_rates == 0)
+        return hr_seterr(err, HR_EINVAL, "device profile has no CPU rates");
+    out->t_layer_ms = 0; /* the planner reads decode_ms[] at its thread choice */
+    /* memory for weights + KV (bytes) */
+    double mean_layer = (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) /
+                        m->n_layer;
+    double reserve = p->reserve_bytes >= 0 ? (double)p->reserve_bytes
+                                           : mean_layer + 64.0 * 1048576.0;
+    double avail = d->mem.weights_avail_bytes >= 0 ? (double)d->mem.weights_avail_bytes : 0;
+    if (d->mem.weights_avail_bytes < 0)
+        HR_LOG_WARN(HR_PROF_TAG, "%s: available memory unknown: mem_bytes = 0", out->name);
+    out->mem_bytes = avail > reserve ? avail - reserve : 0;
+    /* disk (bytes/s): what faulting a non-resident window achieves */
+    double mbs = d->disk.mmap_mbs > 0 ? d->disk.mmap_mbs : d->disk.seq_mbs;
+    out->disk_bps = mbs > 0 ? mbs * 1e6 : 0;
+    if (next) {
+        out->rtt_ms = next->rtt_us > 0 ? next->rtt_us * 1e-3 : 0;
+        out->link_bps = next->bw_mbs > 0 ? next->bw_mbs * 1e6 : 0;
+    }
+    if (p->is_head) {
+        /* embedding row + output norm + LM head + greedy sampling over n_vocab */
+        int best = 1;
+        for (int t = 1; t <= out->n_thread_rates; t++)
+            if (out->decode_ms[t - 1] > 0 &&
+                (out->decode_ms[best - 1] <= 0 || out->decode_ms[t - 1] < out->decode_ms[best - 1]))
+                best = t;
+        cp.n_threads = best;
+        cp.input = cp.output = true;
+        if ((rc = hr_prof_cost_window(d, m, NULL, 0, 0, &cp, &c, err)))
+            return rc;
+        double sample_ms = d->eltwise.add_ns > 0 ? m->n_vocab * d->eltwise.add_ns * 1e-6 : 0;
+        out->t_head_ms = c.total_ms + sample_ms;
+    }
+    return 0;
+}

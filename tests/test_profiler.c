@@ -1,0 +1,731 @@
+/* test_profiler.c - the profiler: fake /proc and /sys roots (cgroup v1 and
+ * v2 limits, missing and garbage entries), the model profile against the
+ * model's own byte counts, the cost model's arithmetic, a quick device
+ * profile and its cache, JSON round trips and malformed input, the link
+ * probe against the echo responder on 127.0.0.1, and the scheduler
+ * converter. Timing-sensitive checks assert ranges, never speeds. */
+#include "check.h"
+
+#include "common/log.h"
+#include "kernels/quant.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "profiler/profiler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char g_tmp[256];
+
+/* Writes text to root/rel, creating folders. */
+static void put(const char *root, const char *rel, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s%s", root, rel);
+    for (char *p = path + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            mkdir(path, 0700);
+            *p = '/';
+        }
+    }
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void rm_rf(const char *path) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cleanup of %s failed\n", path);
+}
+
+/* ---- fake roots ---- */
+
+static void test_fake_root_v1(void) {
+    char root[400];
+    snprintf(root, sizeof root, "%s/root-v1", g_tmp);
+    put(root, "/proc/meminfo",
+        "MemTotal:       16384000 kB\nMemFree:         1000000 kB\n"
+        "MemAvailable:    8192000 kB\nCached:          2048000 kB\n"
+        "Active(file):    1000000 kB\nInactive(file):   500000 kB\n"
+        "SwapTotal:       2097148 kB\nSwapFree:        1048574 kB\n");
+    put(root, "/proc/self/cgroup", "12:pids:/\n4:memory:/hearth/test\n1:cpu,cpuacct:/\n0::/\n");
+    put(root, "/proc/self/mountinfo",
+        "22 1 0:20 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n"
+        "23 1 0:21 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+    put(root, "/sys/fs/cgroup/memory/hearth/test/memory.limit_in_bytes", "536870912\n");
+    put(root, "/sys/fs/cgroup/memory/hearth/test/memory.usage_in_bytes", "134217728\n");
+    put(root, "/sys/fs/cgroup/memory/hearth/test/memory.stat",
+        "cache 100663296\nrss 33554432\nhierarchical_memory_limit 536870912\n"
+        "total_cache 100663296\n");
+    put(root, "/proc/sys/vm/swappiness", "10\n");
+    put(root, "/proc/loadavg", "0.50 0.40 0.30 1/100 1234\n");
+    put(root, "/proc/cpuinfo", "processor\t: 0\nmodel name\t: Test CPU 9000\n");
+    put(root, "/etc/os-release", "NAME=Test\nPRETTY_NAME=\"Test OS 1.0\"\n");
+    put(root, "/proc/sys/kernel/osrelease", "9.9.9-test\n");
+    put(root, "/proc/sys/kernel/ostype", "Linux\n");
+    put(root, "/proc/sys/kernel/hostname", "fakehost\n");
+    put(root, "/sys/devices/system/cpu/online", "0-3\n");
+    for (int c = 0; c < 4; c++) {
+        char rel[128], v[16];
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        put(root, rel, "0\n");
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
+        snprintf(v, sizeof v, "%d\n", c / 2); /* 2 cores x 2 threads */
+        put(root, rel, v);
+    }
+    put(root, "/sys/devices/system/cpu/cpu0/cache/index3/level", "3\n");
+    put(root, "/sys/devices/system/cpu/cpu0/cache/index3/size", "16384K\n");
+    put(root, "/sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list", "0-3\n");
+    put(root, "/sys/devices/system/node/node0/cpulist", "0-3\n");
+    put(root, "/sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:       16384000 kB\n");
+    put(root, "/sys/class/drm/card0/device/vendor", "0x10de\n");
+    put(root, "/sys/class/drm/card0/device/device", "0x2330\n");
+    put(root, "/sys/class/drm/card0-HDMI-A-1/status", "disconnected\n");
+
+    hr_prof_device *d = calloc(1, sizeof *d);
+    hr_prof_device_sysinfo(d, root);
+    CHECK_EQ(d->mem.total_bytes, 16384000ll * 1024);
+    CHECK_EQ(d->mem.available_bytes, 8192000ll * 1024);
+    CHECK_EQ(d->mem.file_lru_bytes, 1500000ll * 1024);
+    CHECK_EQ(d->mem.swap_total_bytes, 2097148ll * 1024);
+    CHECK_EQ(d->mem.swap_free_bytes, 1048574ll * 1024);
+    CHECK_EQ(d->mem.swappiness, 10);
+    CHECK_EQ(d->mem.cg_version, 1);
+    CHECK_STR(d->mem.cg_path, "/hearth/test");
+    CHECK_EQ(d->mem.cg_limit_bytes, 536870912);
+    CHECK_EQ(d->mem.cg_usage_bytes, 134217728);
+    CHECK_EQ(d->mem.cg_file_bytes, 100663296);
+    /* the cgroup bounds the page cache: limit - (usage - cache) */
+    CHECK_EQ(d->mem.weights_avail_bytes, 536870912 - (134217728 - 100663296));
+    CHECK_STR(d->os.cpu_model, "Test CPU 9000");
+    CHECK_STR(d->os.name, "Test OS 1.0");
+    CHECK_STR(d->os.release, "9.9.9-test");
+    CHECK_STR(d->os.hostname, "fakehost");
+    CHECK_STR(d->topo.source, "sysfs");
+    CHECK_EQ(d->topo.n_pus, 4);
+    CHECK_EQ(d->topo.n_cores, 2);
+    CHECK_EQ(d->topo.n_packages, 1);
+    CHECK_EQ(d->topo.smt, 2);
+    CHECK_EQ(d->topo.n_l3, 1);
+    CHECK_EQ(d->topo.l3_bytes, 16ll << 20);
+    CHECK_EQ(d->topo.n_numa, 1);
+    CHECK_EQ(d->topo.numa[0].n_pus, 4);
+    CHECK_EQ(d->topo.numa[0].mem_bytes, 16384000ll * 1024);
+    CHECK_EQ(d->n_gpus, 1);
+    CHECK(strstr(d->gpus[0], "nvidia") != NULL);
+    free(d);
+}
+
+static void test_fake_root_v2(void) {
+    char root[400];
+    snprintf(root, sizeof root, "%s/root-v2", g_tmp);
+    put(root, "/proc/meminfo", "MemTotal: 8000000 kB\nMemAvailable: 6000000 kB\n");
+    put(root, "/proc/self/cgroup", "0::/user.slice/hearth.service\n");
+    put(root, "/proc/self/mountinfo",
+        "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
+    put(root, "/sys/fs/cgroup/user.slice/memory.max", "1073741824\n");
+    put(root, "/sys/fs/cgroup/user.slice/hearth.service/memory.max", "max\n");
+    put(root, "/sys/fs/cgroup/user.slice/hearth.service/memory.current", "209715200\n");
+    put(root, "/sys/fs/cgroup/user.slice/hearth.service/memory.stat",
+        "anon 52428800\nfile 157286400\n");
+    hr_prof_mem m;
+    hr_prof_device *d = calloc(1, sizeof *d);
+    hr_prof_device_sysinfo(d, root);
+    m = d->mem;
+    CHECK_EQ(m.cg_version, 2);
+    CHECK_STR(m.cg_path, "/user.slice/hearth.service");
+    CHECK_EQ(m.cg_limit_bytes, 1073741824); /* the parent's limit applies */
+    CHECK_EQ(m.cg_usage_bytes, 209715200);
+    CHECK_EQ(m.cg_file_bytes, 157286400);
+    CHECK_EQ(m.weights_avail_bytes, 1073741824 - (209715200 - 157286400));
+    CHECK_STR(d->os.cpu_model, "unknown"); /* no cpuinfo */
+    CHECK_STR(d->topo.source, "unknown");
+    free(d);
+}
+
+static void test_fake_root_broken(void) {
+    /* empty root: everything unknown, nothing crashes */
+    char root[400];
+    snprintf(root, sizeof root, "%s/root-empty", g_tmp);
+    mkdir(root, 0700);
+    hr_prof_device *d = calloc(1, sizeof *d);
+    hr_prof_device_sysinfo(d, root);
+    CHECK_EQ(d->mem.total_bytes, -1);
+    CHECK_EQ(d->mem.available_bytes, -1);
+    CHECK_EQ(d->mem.weights_avail_bytes, -1);
+    CHECK_EQ(d->mem.cg_version, 0);
+    CHECK_EQ(d->mem.swappiness, -1);
+    CHECK_EQ(d->topo.n_pus, -1);
+    CHECK_EQ(d->n_gpus, 0);
+    CHECK_STR(d->os.release, "unknown");
+    CHECK_STR(d->os.name, "unknown");
+    CHECK_STR(d->mem.lru, "unknown");
+    /* garbage: truncated and nonsense files */
+    snprintf(root, sizeof root, "%s/root-junk", g_tmp);
+    put(root, "/proc/meminfo", "MemTotal: lots\nMemAvailable:\n\x01\x02garbage");
+    put(root, "/proc/self/cgroup", "nonsense\n::\n4:memory\n");
+    put(root, "/proc/self/mountinfo", "x\n - \n1 2 3\n");
+    put(root, "/proc/sys/vm/swappiness", "abc");
+    put(root, "/sys/devices/system/cpu/online", "zz");
+    put(root, "/sys/devices/system/node/node0/cpulist", "");
+    put(root, "/proc/loadavg", "");
+    hr_prof_device_sysinfo(d, root);
+    CHECK_EQ(d->mem.total_bytes, -1);
+    CHECK_EQ(d->mem.swappiness, -1);
+    CHECK_EQ(d->mem.cg_version, 0);
+    CHECK(d->topo.n_pus <= 0);
+    /* a cgroup whose files are missing */
+    snprintf(root, sizeof root, "%s/root-cgmiss", g_tmp);
+    put(root, "/proc/self/cgroup", "4:memory:/gone\n");
+    put(root, "/proc/self/mountinfo",
+        "22 1 0:20 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+    hr_prof_device_sysinfo(d, root);
+    CHECK_EQ(d->mem.cg_version, 1);
+    CHECK_EQ(d->mem.cg_limit_bytes, -1);
+    CHECK_EQ(d->mem.cg_usage_bytes, -1);
+    free(d);
+}
+
+/* ---- model profile ---- */
+
+typedef struct {
+    hr_gguf *g;
+    hr_model *m;
+} loaded;
+
+static int load(loaded *l, const char *name) {
+    char path[512], err[HR_ERR_LEN] = "";
+    hr_shared_path(name, path, sizeof path);
+    memset(l, 0, sizeof *l);
+    if (hr_gguf_open(&l->g, path, err) || hr_model_load(&l->m, l->g, err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void unload(loaded *l) {
+    hr_model_free(l->m);
+    hr_gguf_close(l->g);
+}
+
+static void test_model_profile(hr_prof_model *keep) {
+    loaded l;
+    CHECK_EQ(load(&l, "models/small-llama-q4_k_m.gguf"), 0);
+    if (!l.m)
+        return;
+    char err[HR_ERR_LEN] = "";
+    hr_prof_model pm;
+    CHECK_EQ(hr_prof_model_build(&pm, l.m, l.g, err), 0);
+    const hr_hparams *hp = hr_model_hparams(l.m);
+    CHECK_EQ(pm.n_layer, hp->n_layer);
+    CHECK_EQ(pm.n_layers_listed, hp->n_layer);
+    CHECK_EQ(pm.n_embd, 256);
+    CHECK_EQ(pm.file_bytes, hr_gguf_file_size(l.g));
+    CHECK_EQ(pm.kv_bytes_per_token, 2ull * hp->n_head_kv * hp->head_dim * 2);
+    CHECK_EQ(pm.hidden_bytes, (uint64_t)hp->n_embd * 2);
+    CHECK_EQ(pm.output.bytes, hr_model_output_bytes(l.m));
+    CHECK_EQ(pm.embd_row_bytes, hr_model_tok_embd(l.m)->row_bytes);
+    for (int il = 0; il < pm.n_layer; il++) {
+        const hr_prof_layer *L = &pm.layers[il];
+        CHECK_EQ(L->bytes, hr_model_layer_bytes(l.m, il));
+        uint64_t tb = 0, params = 0;
+        for (int i = 0; i < L->n_types; i++) {
+            tb += L->types[i].bytes;
+            params += L->types[i].params;
+        }
+        /* matrices + the two f32 norm vectors */
+        CHECK_EQ(tb + 2ull * hp->n_embd * 4, L->bytes);
+        CHECK_NEAR(L->flops, 2.0 * (double)params, 0.5);
+        CHECK_EQ(L->n_calls, 4); /* qkv, o, gate+up, down */
+    }
+    int types[HR_PROF_MAX_TYPES];
+    int nt = hr_prof_model_types(&pm, types, HR_PROF_MAX_TYPES);
+    bool q4k = false, q6k = false;
+    for (int i = 0; i < nt; i++) {
+        q4k |= types[i] == HR_TYPE_Q4_K;
+        q6k |= types[i] == HR_TYPE_Q6_K;
+    }
+    CHECK(q4k && q6k);
+    uint64_t all = hr_prof_model_window_bytes(&pm, 0, pm.n_layer, true, true);
+    uint64_t sum = pm.embd_row_bytes + pm.output.bytes;
+    for (int il = 0; il < pm.n_layer; il++)
+        sum += hr_model_layer_bytes(l.m, il);
+    CHECK_EQ(all, sum);
+    CHECK_EQ(pm.elems.swiglu, hp->n_ff);
+    CHECK_EQ(pm.elems.f16, 2ll * hp->n_head_kv * hp->head_dim);
+    hr_prof_model copy;
+    CHECK_EQ(hr_prof_model_copy(&copy, &pm), 0);
+    CHECK(copy.layers != pm.layers);
+    CHECK_EQ(copy.layers[1].bytes, pm.layers[1].bytes);
+    hr_prof_model_clear(&copy);
+    hr_prof_model_clear(&copy); /* idempotent */
+    *keep = pm;
+    unload(&l);
+}
+
+/* ---- cost model ---- */
+
+static void synthetic_device(hr_prof_device *d) {
+    memset(d, 0, sizeof *d);
+    d->version = HR_PROF_VERSION;
+    d->n_rates = 0;
+    int types[] = {HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_F16};
+    for (int t = 0; t < 3; t++)
+        for (int nt = 1; nt <= 2; nt++)
+            d->rates[d->n_rates++] = (hr_prof_rate){.type = types[t], .n_threads = nt,
+                                                    .matvec_gbs = 5.0 * nt / (t + 1),
+                                                    .matvec_call_us = 10.0,
+                                                    .matmat_gflops = 20.0 * nt};
+    d->n_opcosts = 2;
+    d->opcosts[0] = (hr_prof_opcost){1, 2.0, 1.0, 0.5};
+    d->opcosts[1] = (hr_prof_opcost){2, 4.0, 0.5, 0.25};
+    d->eltwise = (hr_prof_eltwise){1.0, 0.5, 2.0, 3.0, 1.5};
+    d->membw_1t_gbs = 10.0;
+    d->membw_all_gbs = 15.0;
+    d->disk.mmap_mbs = 500.0;
+    d->disk.seq_mbs = 800.0;
+    d->mem.weights_avail_bytes = 1 << 30;
+    snprintf(d->os.sysname, sizeof d->os.sysname, "Linux");
+    snprintf(d->os.hostname, sizeof d->os.hostname, "synthetic");
+}
+
+static void test_cost(const hr_prof_model *pm) {
+    hr_prof_device *d = calloc(1, sizeof *d);
+    synthetic_device(d);
+    char err[HR_ERR_LEN] = "";
+    hr_prof_cost_params cp = hr_prof_cost_params_default();
+    cp.n_threads = 2;
+    cp.n_past = 100;
+    hr_prof_cost c;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 1, &cp, &c, err), 0);
+    /* memory: bytes / rate per type */
+    const hr_prof_layer *L = &pm->layers[0];
+    double mem = 0;
+    for (int i = 0; i < L->n_types; i++) {
+        const hr_prof_rate *r = hr_prof_device_rate(d, L->types[i].type, 2);
+        CHECK(r != NULL);
+        if (r)
+            mem += (double)L->types[i].bytes / (r->matvec_gbs * 1e9) * 1e3;
+    }
+    CHECK_NEAR(c.memory_ms, mem, 1e-9);
+    /* compute: 4 calls x 10 us + pool 4 us + attention + element-wise */
+    double attn_us = 4.0 + pm->n_head * 100.0 * (0.5 + 0.25 * pm->head_dim) * 1e-3;
+    double elt_us = (pm->elems.norm * 1.0 + pm->elems.add * 0.5 + pm->elems.rope * 2.0 +
+                     pm->elems.swiglu * 3.0 + pm->elems.f16 * 1.5) *
+                    1e-3;
+    CHECK_NEAR(c.compute_ms, (4 * 10.0 + attn_us + elt_us) * 1e-3, 1e-9);
+    CHECK_NEAR(c.disk_ms, 0.0, 0);
+    CHECK_NEAR(c.comm_ms, 0.0, 0);
+    CHECK_NEAR(c.total_ms, c.memory_ms + c.compute_ms, 1e-12);
+    CHECK_EQ(c.n_threads, 2);
+    CHECK(c.prefill_ms > 0);
+    /* windows add up */
+    hr_prof_cost c2, c12;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 1, 2, &cp, &c2, err), 0);
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 2, &cp, &c12, err), 0);
+    CHECK_NEAR(c12.total_ms, c.total_ms + c2.total_ms, 1e-9);
+    /* disk: nothing resident -> every byte at the mmap rate */
+    cp.resident_bytes = 0;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 2, &cp, &c, err), 0);
+    double wb = (double)hr_prof_model_window_bytes(pm, 0, 2, false, false);
+    CHECK_NEAR(c.disk_ms, wb / 500e6 * 1e3, 1e-9);
+    /* comm: one hop */
+    hr_prof_link l = {.rtt_us = 200.0, .bw_mbs = 100.0};
+    cp.resident_bytes = UINT64_MAX;
+    cp.n_hops = 1;
+    CHECK_EQ(hr_prof_cost_window(d, pm, &l, 0, 2, &cp, &c, err), 0);
+    CHECK_NEAR(c.comm_ms, 0.1 + (double)pm->hidden_bytes / 100e6 * 1e3, 1e-9);
+    /* best threads: 2 threads stream faster in the synthetic device */
+    cp.n_threads = 0;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 2, &cp, &c, err), 0);
+    CHECK_EQ(c.n_threads, 2);
+    /* output + input add their terms */
+    cp.n_hops = 0;
+    cp.n_threads = 1;
+    hr_prof_cost base, io;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 0, &cp, &base, err), 0);
+    CHECK_NEAR(base.total_ms, 0.0, 1e-12);
+    cp.output = cp.input = true;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 0, &cp, &io, err), 0);
+    CHECK(io.memory_ms > 0 && io.compute_ms > 0);
+    /* bad windows */
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 2, 1, &cp, &c, err), HR_EINVAL);
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, pm->n_layer + 1, &cp, &c, err), HR_EINVAL);
+    d->n_rates = 0;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 1, &cp, &c, err), HR_EINVAL);
+    /* steady state of a cyclic pass: all or nothing */
+    CHECK_EQ(hr_prof_steady_resident(100, 200), 100);
+    CHECK_EQ(hr_prof_steady_resident(300, 200), 0);
+    CHECK_EQ(hr_prof_steady_resident(300, -1), 300);
+    free(d);
+}
+
+/* ---- scheduler converter ---- */
+
+static void test_sched(const hr_prof_model *pm) {
+    hr_prof_device *d = calloc(1, sizeof *d);
+    synthetic_device(d);
+    char err[HR_ERR_LEN] = "";
+    hr_sched_model sm;
+    CHECK_EQ(hr_prof_to_sched_model(pm, 1024, &sm, err), 0);
+    CHECK_EQ(sm.n_layer, pm->n_layer);
+    CHECK_NEAR(sm.kv_bytes_per_layer, (double)pm->kv_bytes_per_token * 1024, 0);
+    CHECK_NEAR(sm.output_bytes, (double)pm->output.bytes, 0);
+    CHECK_NEAR(sm.hidden_bytes, (double)pm->hidden_bytes, 0);
+    hr_prof_sched_params sp = hr_prof_sched_params_default();
+    sp.is_head = true;
+    sp.n_ctx = 1024;
+    sp.reserve_bytes = 1 << 20;
+    hr_prof_link l = {.rtt_us = 500.0, .bw_mbs = 50.0};
+    hr_sched_device sd;
+    CHECK_EQ(hr_prof_to_sched_device(d, pm, &l, &sp, &sd, err), 0);
+    CHECK_EQ(sd.n_thread_rates, 2);
+    CHECK(sd.decode_ms[0] > sd.decode_ms[1]);
+    CHECK(sd.prefill_ms[0] > 0 && sd.prefill_ms[1] > 0);
+    CHECK_NEAR(sd.mem_bytes, (double)((1 << 30) - (1 << 20)), 0);
+    CHECK_NEAR(sd.disk_bps, 500e6, 0);
+    CHECK_NEAR(sd.rtt_ms, 0.5, 1e-12);
+    CHECK_NEAR(sd.link_bps, 50e6, 0);
+    CHECK(sd.t_head_ms > 0);
+    CHECK(sd.is_head);
+    CHECK_EQ(sd.os, HR_SCHED_OS_LINUX);
+    /* the scheduler takes what we give it */
+    hr_sched_device devs[2] = {sd, sd};
+    devs[1].is_head = false;
+    hr_sched_plan *plan = calloc(1, sizeof *plan);
+    int rc = hr_sched_solve(&sm, devs, 2, NULL, plan, err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "scheduler: %s\n", err);
+    else
+        CHECK(plan->latency_ms > 0);
+    free(plan);
+    free(d);
+}
+
+/* ---- device profile and cache ---- */
+
+static void test_device_and_cache(void) {
+    char cache[400], model[512], err[HR_ERR_LEN] = "";
+    snprintf(cache, sizeof cache, "%s/cache", g_tmp);
+    hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
+    hr_prof_params p = hr_prof_params_default();
+    p.quick = true;
+    p.cache_dir = cache;
+    p.model_path = model;
+    p.types[0] = HR_TYPE_Q4_0;
+    p.types[1] = HR_TYPE_Q6_K;
+    p.types[2] = 999; /* unknown: skipped with a warning */
+    p.n_types = 3;
+    p.threads[0] = 1;
+    p.n_threads = 1;
+    p.row_len = 256;
+    hr_prof_device *d = calloc(1, sizeof *d), *d2 = calloc(1, sizeof *d2);
+    double t0 = now_s();
+    int rc = hr_prof_device_measure(d, &p, err);
+    double t_first = now_s() - t0;
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "measure: %s\n", err);
+    printf("quick device profile: %.2f s\n", t_first);
+    CHECK(!d->from_cache);
+    CHECK(t_first < 10.0);
+    CHECK_EQ(d->n_rates, 2);
+    CHECK_EQ(d->row_len, 256);
+    for (int i = 0; i < d->n_rates; i++) {
+        CHECK(d->rates[i].matvec_gbs > 0.01 && d->rates[i].matvec_gbs < 1000);
+        CHECK(d->rates[i].matvec_call_us >= 0 && d->rates[i].matvec_call_us < 1e5);
+        CHECK(d->rates[i].matmat_gflops > 0.01 && d->rates[i].matmat_gflops < 1e5);
+        CHECK_EQ(d->rates[i].n_threads, 1);
+    }
+    CHECK(hr_prof_device_rate(d, HR_TYPE_Q4_0, 1) != NULL);
+    CHECK(hr_prof_device_rate(d, HR_TYPE_Q4_0, 8) != NULL); /* nearest thread count */
+    CHECK(hr_prof_device_rate(d, HR_TYPE_Q8_0, 1) == NULL);
+    CHECK(d->membw_1t_gbs > 0.1 && d->membw_all_gbs > 0.1);
+    CHECK(d->kv_copy_gbs > 0.1);
+    CHECK(d->eltwise.norm_ns > 0 && d->eltwise.swiglu_ns > 0 && d->eltwise.f16_ns > 0);
+    CHECK_EQ(d->n_opcosts, 1);
+    CHECK(d->opcosts[0].attn_dim_ns >= 0 && d->opcosts[0].attn_pos_ns >= 0);
+    CHECK(d->opcosts[0].attn_dim_ns + d->opcosts[0].attn_pos_ns > 0);
+    CHECK(d->disk.seq_mbs > 0);
+    CHECK(d->disk.rand_iops > 0);
+    CHECK(strcmp(d->disk.method, "none") != 0);
+    CHECK(d->mem.total_bytes > 0);
+    CHECK(d->topo.n_pus >= 1);
+    CHECK(strlen(d->fingerprint) == 16);
+    /* second run: the cache, fast */
+    t0 = now_s();
+    rc = hr_prof_device_measure(d2, &p, err);
+    double t_second = now_s() - t0;
+    printf("cached device profile: %.3f s\n", t_second);
+    CHECK_EQ(rc, 0);
+    CHECK(d2->from_cache);
+    CHECK(t_second < 0.5);
+    CHECK_STR(d2->fingerprint, d->fingerprint);
+    CHECK_EQ(d2->n_rates, d->n_rates);
+    CHECK_NEAR(d2->rates[0].matvec_gbs, d->rates[0].matvec_gbs, 0);
+    CHECK_NEAR(d2->disk.seq_mbs, d->disk.seq_mbs, 0);
+    /* a different request misses */
+    hr_prof_params p2 = p;
+    p2.n_types = 1;
+    rc = hr_prof_device_measure(d2, &p2, err);
+    CHECK_EQ(rc, 0);
+    CHECK(!d2->from_cache);
+    CHECK(strcmp(d2->fingerprint, d->fingerprint) != 0);
+    /* force re-measures */
+    p2.force = true;
+    rc = hr_prof_device_measure(d2, &p2, err);
+    CHECK(!d2->from_cache);
+    /* a corrupt cache file is ignored (warning), not trusted */
+    char path[700];
+    snprintf(path, sizeof path, "%s/device-%s.json", cache, d->fingerprint);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{\"schema\": \"hearth.profile\", \"version\": 1, \"device\": [", f);
+        fclose(f);
+    }
+    rc = hr_prof_device_measure(d2, &p, err);
+    CHECK_EQ(rc, 0);
+    CHECK(!d2->from_cache);
+    /* and the rewritten one hits again */
+    rc = hr_prof_device_measure(d2, &p, err);
+    CHECK(d2->from_cache);
+    /* no types at all */
+    hr_prof_params p3 = p;
+    p3.types[0] = 999;
+    p3.n_types = 1;
+    CHECK_EQ(hr_prof_device_measure(d2, &p3, err), HR_EINVAL);
+    /* a missing model file: disk unknown, the rest measured */
+    hr_prof_params p4 = p;
+    p4.model_path = "/nonexistent/model.gguf";
+    p4.use_cache = false;
+    rc = hr_prof_device_measure(d2, &p4, err);
+    CHECK_EQ(rc, 0);
+    CHECK(d2->disk.seq_mbs < 0);
+    /* cache folder resolution */
+    char dir[512];
+    hr_prof_params p5 = hr_prof_params_default();
+    setenv(HR_PROF_CACHE_ENV, "/x/y", 1);
+    CHECK_EQ(hr_prof_cache_dir(&p5, dir, sizeof dir), 0);
+    CHECK_STR(dir, "/x/y");
+    unsetenv(HR_PROF_CACHE_ENV);
+    setenv("XDG_CACHE_HOME", "/xdg", 1);
+    CHECK_EQ(hr_prof_cache_dir(&p5, dir, sizeof dir), 0);
+    CHECK_STR(dir, "/xdg/hearth");
+    unsetenv("XDG_CACHE_HOME");
+    p5.cache_dir = "/explicit";
+    CHECK_EQ(hr_prof_cache_dir(&p5, dir, sizeof dir), 0);
+    CHECK_STR(dir, "/explicit");
+    free(d);
+    free(d2);
+}
+
+/* ---- JSON ---- */
+
+static void test_json(const hr_prof_model *pm) {
+    char err[HR_ERR_LEN] = "";
+    hr_prof_doc *doc = calloc(1, sizeof *doc), *back = calloc(1, sizeof *back);
+    hr_prof_device_sysinfo(&doc->device, NULL);
+    synthetic_device(&doc->device);
+    hr_prof_device_sysinfo(&doc->device, NULL); /* real facts, unknown measurements */
+    doc->device.n_rates = 1;
+    doc->device.rates[0] =
+        (hr_prof_rate){.type = HR_TYPE_Q4_K, .n_threads = 2, .matvec_gbs = 7.25,
+                       .matvec_call_us = 12.5, .matmat_gflops = 33.3};
+    doc->device.n_opcosts = 1;
+    doc->device.opcosts[0] = (hr_prof_opcost){2, 3.5, 1.25, 0.0625};
+    doc->device.disk.seq_mbs = 1234.5;
+    doc->device.created = 1700000000.0;
+    doc->has_device = true;
+    CHECK_EQ(hr_prof_model_copy(&doc->model, pm), 0);
+    doc->has_model = true;
+    doc->n_links = 1;
+    doc->links[0] = (hr_prof_link){.msg_bytes = 512, .n_samples = 10, .rtt_us = 85.5,
+                                   .rtt_min_us = 60.25, .bw_mbs = -1.0};
+    snprintf(doc->links[0].endpoint, sizeof doc->links[0].endpoint, "tcp://10.0.0.2:7100");
+    doc->has_prediction = true;
+    doc->prediction.n_threads = 2;
+    doc->prediction.n_past = 160;
+    doc->prediction.resident_bytes = 123456789;
+    doc->prediction.n_layer_ms = 2;
+    doc->prediction.layer_ms = calloc(2, sizeof(double));
+    doc->prediction.layer_ms[0] = 1.5;
+    doc->prediction.layer_ms[1] = 2.25;
+    doc->prediction.token = (hr_prof_cost){2, 1.0, 2.0, 0.0, 0.5, 3.5, 7.0};
+    char *j1 = NULL, *j2 = NULL;
+    CHECK_EQ(hr_prof_doc_to_json(doc, true, &j1, err), 0);
+    CHECK(j1 && strstr(j1, "\"schema\": \"hearth.profile\"") != NULL);
+    CHECK(j1 && strstr(j1, "\"q4_K\"") != NULL);
+    CHECK_EQ(hr_prof_doc_parse(j1, strlen(j1), back, err), 0);
+    CHECK(back->has_device && back->has_model && back->has_prediction);
+    CHECK_EQ(back->n_links, 1);
+    CHECK_EQ(hr_prof_doc_to_json(back, true, &j2, err), 0);
+    CHECK(j1 && j2 && strcmp(j1, j2) == 0);
+    CHECK_EQ(back->device.rates[0].type, HR_TYPE_Q4_K);
+    CHECK_NEAR(back->device.rates[0].matvec_gbs, 7.25, 0);
+    CHECK_EQ(back->device.mem.total_bytes, doc->device.mem.total_bytes);
+    CHECK_NEAR(back->device.membw_1t_gbs, -1.0, 0); /* unknown stays unknown */
+    CHECK_NEAR(back->links[0].bw_mbs, -1.0, 0);
+    CHECK_EQ(back->model.n_layers_listed, pm->n_layer);
+    CHECK_EQ(back->model.layers[0].bytes, pm->layers[0].bytes);
+    CHECK_EQ(back->prediction.resident_bytes, 123456789);
+    CHECK_NEAR(back->prediction.layer_ms[1], 2.25, 0);
+    /* the cost model gives the same answer on the parsed profiles */
+    hr_prof_cost_params cp = hr_prof_cost_params_default();
+    hr_prof_cost a, b;
+    CHECK_EQ(hr_prof_cost_window(&doc->device, &doc->model, NULL, 0, pm->n_layer, &cp, &a, err),
+             0);
+    CHECK_EQ(hr_prof_cost_window(&back->device, &back->model, NULL, 0, pm->n_layer, &cp, &b, err),
+             0);
+    CHECK_NEAR(a.total_ms, b.total_ms, 0);
+    /* device-only documents (the cache format) */
+    char *j3 = NULL;
+    hr_prof_device *d3 = calloc(1, sizeof *d3);
+    CHECK_EQ(hr_prof_device_to_json(&doc->device, &j3, err), 0);
+    CHECK_EQ(hr_prof_device_parse(j3, strlen(j3), d3, err), 0);
+    CHECK_STR(d3->os.release, doc->device.os.release);
+    CHECK_NEAR(d3->disk.seq_mbs, 1234.5, 0);
+    /* malformed input: codes, never crashes */
+    hr_prof_doc_clear(back);
+    const char *bad[] = {
+        "",
+        "[]",
+        "{\"schema\": \"other\", \"version\": 1}",
+        "{\"schema\": \"hearth.profile\"}",
+        "{\"schema\": \"hearth.profile\", \"version\": \"1\"}",
+        "{\"schema\": \"hearth.profile\", \"version\": 1, \"model\": {\"n_layer\": 3, "
+        "\"n_embd\": 8, \"n_head\": 1, \"head_dim\": 8, \"layers\": []}}",
+        "{\"schema\": \"hearth.profile\", \"version\": 1, \"device\": {\"cpu\": {\"rates\": "
+        "[{\"type\": \"q9_9\"}, 5, null]}}, \"links\": [1, \"x\"]}",
+        "{\"schema\": \"hearth.profile\", \"version\": 1, \"device\": {\"os\": 7, \"topology\": "
+        "{\"numa\": {}}, \"memory\": null, \"gpus\": [1, 2]}}",
+        "{\"schema\": \"hearth.profile\", \"ver",
+    };
+    int expect[] = {HR_EFORMAT, HR_EFORMAT, HR_EFORMAT, HR_EUNSUPPORTED, HR_EUNSUPPORTED,
+                    HR_EFORMAT, 0, 0, HR_EFORMAT};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        int rc = hr_prof_doc_parse(bad[i], strlen(bad[i]), back, err);
+        CHECK_EQ(rc, expect[i]);
+        CHECK(rc == 0 || err[0] != 0);
+        hr_prof_doc_clear(back);
+    }
+    const char *v2 = "{\"schema\": \"hearth.profile\", \"version\": 2}";
+    CHECK_EQ(hr_prof_device_parse(v2, strlen(v2), d3, err), HR_EUNSUPPORTED);
+    free(j1);
+    free(j2);
+    free(j3);
+    free(d3);
+    hr_prof_doc_clear(doc);
+    free(doc);
+    free(back);
+}
+
+/* ---- link ---- */
+
+static void *echo_thread(void *arg) {
+    hr_prof_echo_serve(arg);
+    return NULL;
+}
+
+static void test_link(void) {
+    char err[HR_ERR_LEN] = "";
+    hr_prof_echo *e = NULL;
+    int rc = hr_prof_echo_create(&e, NULL, "tcp://127.0.0.1:*", err);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "echo: %s\n", err);
+        return;
+    }
+    const char *ep = hr_prof_echo_endpoint(e);
+    CHECK(strncmp(ep, "tcp://127.0.0.1:", 16) == 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, echo_thread, e), 0);
+    /* malformed probes are dropped, the responder keeps serving */
+    void *zc = zmq_ctx_new();
+    void *s = zmq_socket(zc, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    CHECK_EQ(zmq_connect(s, ep), 0);
+    zmq_send(s, "garbage", 7, 0);
+    unsigned char hdr[16] = {'H', 'R', 'P', 'E', 1, 0, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0, 0};
+    zmq_send(s, hdr, sizeof hdr, 0); /* length says 65535, frame has none */
+    zmq_send(s, "a", 1, ZMQ_SNDMORE);
+    zmq_send(s, "b", 1, 0); /* multipart */
+    hr_prof_link l;
+    rc = hr_prof_link_measure(&l, zc, ep, 4096, 20, 2000, err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "link: %s\n", err);
+    printf("link 127.0.0.1: rtt %.1f us (min %.1f), %.0f MB/s\n", l.rtt_us, l.rtt_min_us,
+           l.bw_mbs);
+    CHECK(l.rtt_us > 0 && l.rtt_us < 1e6);
+    CHECK(l.rtt_min_us > 0 && l.rtt_min_us <= l.rtt_us);
+    CHECK(l.bw_mbs > 1);
+    CHECK_EQ(l.n_samples, 20);
+    CHECK_EQ(l.msg_bytes, 4096);
+    CHECK(hr_prof_echo_served(e) >= 23);
+    /* the garbage got no answer */
+    char buf[64];
+    CHECK_EQ(zmq_recv(s, buf, sizeof buf, ZMQ_DONTWAIT), -1);
+    zmq_close(s);
+    /* hidden-state sizes of large models, and an empty payload */
+    rc = hr_prof_link_measure(&l, NULL, ep, 16384, 5, 2000, err);
+    CHECK_EQ(rc, 0);
+    rc = hr_prof_link_measure(&l, NULL, ep, 0, 5, 2000, err);
+    CHECK_EQ(rc, 0);
+    hr_prof_echo_stop(e);
+    pthread_join(th, NULL);
+    hr_prof_echo_destroy(e);
+    /* nobody there: times out */
+    double t0 = now_s();
+    rc = hr_prof_link_measure(&l, zc, ep, 4096, 5, 200, err);
+    CHECK_EQ(rc, HR_ETIMEDOUT);
+    CHECK(now_s() - t0 < 5.0);
+    CHECK(err[0] != 0);
+    CHECK_EQ(hr_prof_link_measure(&l, zc, "not an endpoint", 64, 5, 200, err), HR_ENET);
+    CHECK_EQ(hr_prof_link_measure(&l, zc, ep, -1, 5, 200, err), HR_EINVAL);
+    CHECK_EQ(hr_prof_echo_create(&e, zc, "bogus://x", err), HR_ENET);
+    hr_prof_echo_destroy(NULL);
+    zmq_ctx_term(zc);
+}
+
+int main(void) {
+    hr_log_set_level(HR_LOG_LEVEL_ERROR);
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/hr_test_profiler.%ld", (long)getpid());
+    mkdir(g_tmp, 0700);
+    test_fake_root_v1();
+    test_fake_root_v2();
+    test_fake_root_broken();
+    hr_prof_model pm;
+    memset(&pm, 0, sizeof pm);
+    test_model_profile(&pm);
+    if (pm.layers) {
+        test_cost(&pm);
+        test_sched(&pm);
+        test_json(&pm);
+    }
+    test_link();
+    test_device_and_cache();
+    hr_prof_model_clear(&pm);
+    rm_rf(g_tmp);
+    return hr_check_finish("profiler");
+}
