@@ -88,6 +88,12 @@ static void hr_mk_fill(float *x, int64_t n, float std, uint64_t *s) {
 static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n_in,
                         int64_t n_out, float std, float constant, uint64_t *rng, char *err) {
     size_t rb = hr_type_row_bytes(type, n_in);
+    if (rb == 0 && hr_type_get(type) && hr_type_get(type)->block_elems == 256) {
+        /* rows shorter than a K-quant super-block: fall back as the usual
+         * converters do (Q8_0 when 32 divides the row, else F16) */
+        type = n_in % 32 == 0 ? HR_TYPE_Q8_0 : HR_TYPE_F16;
+        rb = hr_type_row_bytes(type, n_in);
+    }
     if (rb == 0)
         return hr_seterr(err, HR_EINVAL, "tensor %s: %lld columns do not fit type %s", name,
                          (long long)n_in, hr_type_name(type));
@@ -199,9 +205,9 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
                          "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q4_k_m "
                          "q5_k q5_k_m q6_k)",
                          p->ftype);
-    bool qwen2 = strcmp(p->arch, "qwen2") == 0;
-    if (!qwen2 && strcmp(p->arch, "llama") != 0)
-        return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes llama or qwen2, not '%s'",
+    bool qwen2 = strcmp(p->arch, "qwen2") == 0, qwen3 = strcmp(p->arch, "qwen3") == 0;
+    if (!qwen2 && !qwen3 && strcmp(p->arch, "llama") != 0)
+        return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes llama, qwen2 or qwen3, not '%s'",
                          p->arch);
     if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 ||
         p->n_ff <= 0 || p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
@@ -225,9 +231,10 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count"), (uint32_t)p->n_head);
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
     hr_gguf_writer_set_u32(w, HR_KEY("rope.dimension_count"), (uint32_t)D);
-    hr_gguf_writer_set_f32(w, HR_KEY("attention.layer_norm_rms_epsilon"), qwen2 ? 1e-6f : 1e-5f);
+    hr_gguf_writer_set_f32(w, HR_KEY("attention.layer_norm_rms_epsilon"),
+                           qwen2 || qwen3 ? 1e-6f : 1e-5f);
     hr_gguf_writer_set_f32(w, HR_KEY("rope.freq_base"),
-                           p->rope_base > 0 ? p->rope_base : (qwen2 ? 1e6f : 10000.0f));
+                           p->rope_base > 0 ? p->rope_base : (qwen2 || qwen3 ? 1e6f : 10000.0f));
 #undef HR_KEY
     if (p->vocab_from) {
         hr_gguf *src = NULL;
@@ -252,7 +259,7 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
         goto done;
     }
     uint64_t rng = p->seed * 0x2545F4914F6CDD1Dull + 1;
-    int total = 3 + p->n_layer * (qwen2 ? 12 : 9), done_n = 0;
+    int total = 3 + p->n_layer * (qwen2 ? 12 : qwen3 ? 11 : 9), done_n = 0;
     float s_in = 1.0f / sqrtf((float)E), s_ff = 1.0f / sqrtf((float)p->n_ff);
 #define HR_T(name, type, nin, nout, std, c)                                                       \
     do {                                                                                           \
@@ -277,6 +284,10 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
             HR_L("attn_q.bias", HR_TYPE_F32, E, 1, 0.02f, 0.0f);
             HR_L("attn_k.bias", HR_TYPE_F32, KD, 1, 0.02f, 0.0f);
             HR_L("attn_v.bias", HR_TYPE_F32, KD, 1, 0.02f, 0.0f);
+        }
+        if (qwen3) { /* per-head q/k RMSNorm weights around 1 */
+            HR_L("attn_q_norm.weight", HR_TYPE_F32, D, 1, 0.0f, 1.0f);
+            HR_L("attn_k_norm.weight", HR_TYPE_F32, D, 1, 0.0f, 1.0f);
         }
         HR_L("ffn_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
         HR_L("ffn_gate.weight", ft->base, E, p->n_ff, s_in, 0.0f);

@@ -14,7 +14,7 @@
 #include "common/error.h"
 
 typedef struct {
-    const char *arch;       /* "llama" or "qwen2" */
+    const char *arch;       /* "llama", "qwen2" or "qwen3" */
     int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     const char *ftype;      /* "q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", ... */
     const char *vocab_from; /* GGUF to copy tokenizer.* keys from, or NULL */

@@ -319,6 +319,7 @@ struct hr_ctx {
     const hr_model *m;
     hr_ctx_params p;
     hr_pool *pool;
+    bool own_pool;
     uint16_t **k;  /* per window layer: [n_ctx][KV*D] f16 */
     uint16_t **vt; /* per window layer: [KV*D][n_ctx] f16 */
     float *hb, *xb, *xb2, *q, *kk, *vv, *att, *gate, *up, *attn_scratch;
@@ -372,7 +373,13 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
                        c->p.layer_begin, c->p.layer_end, hp->n_layer);
         goto fail;
     }
-    c->pool = hr_pool_create(c->p.n_threads);
+    if (p->pool) {
+        c->pool = p->pool;
+        c->p.n_threads = hr_pool_size(p->pool);
+    } else {
+        c->pool = hr_pool_create(c->p.n_threads);
+        c->own_pool = true;
+    }
     int nl = c->p.layer_end - c->p.layer_begin;
     c->k = calloc((size_t)nl + 1, sizeof *c->k);
     c->vt = calloc((size_t)nl + 1, sizeof *c->vt);
@@ -452,7 +459,8 @@ void hr_ctx_destroy(hr_ctx *c) {
     free(c->up);
     free(c->attn_scratch);
     free(c->wbuf);
-    hr_pool_destroy(c->pool);
+    if (c->own_pool)
+        hr_pool_destroy(c->pool);
     free(c);
 }
 

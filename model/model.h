@@ -72,6 +72,8 @@ typedef struct {
     int n_threads;   /* pool size (>= 1) */
     int layer_begin; /* window [layer_begin, layer_end) */
     int layer_end;   /* 0 = n_layer */
+    hr_pool *pool;   /* borrowed shared pool (then n_threads is ignored), or
+                        NULL for a pool owned by the context */
 } hr_ctx_params;
 
 hr_ctx_params hr_ctx_params_default(void);
