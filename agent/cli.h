@@ -6,6 +6,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* A repeatable option's values, in command-line order. */
+#define HR_CLI_LIST_MAX 16
+typedef struct {
+    const char *v[HR_CLI_LIST_MAX];
+    int n;
+} hr_cli_list;
+
 typedef struct {
     const char *model;
     const char *prompt;
@@ -37,6 +44,24 @@ typedef struct {
     bool json;             /* profile: JSON instead of the table */
     bool quick;            /* profile: quick device profile */
     bool no_cache;         /* profile: measure again (and refresh the cache) */
+    const char *chat_template; /* chat: template name (chatml, llama3, llama2, mistral) */
+    const char *system;        /* chat: system message */
+    hr_cli_list stop;          /* run, chat: stop strings (repeatable, comma lists) */
+    int max_tokens;            /* run, chat: tokens per reply (0 = run's -n / unlimited) */
+    /* cluster (agent, prompt, status) */
+    const char *listen;  /* agent: control host:port (data on port + 1) */
+    const char *head;    /* agent: join this head; prompt/status: head to ask */
+    const char *peers;   /* agent: be the head and invite these agents */
+    const char *name;    /* agent: device name */
+    const char *windows; /* agent (head): force window sizes per ring position */
+    const char *wire;    /* agent (head): f16 or f32 hidden states */
+    const char *release; /* agent: release finished windows: auto, on, off */
+    float mem_limit;     /* agent: GiB reported available for weights */
+    int k;               /* agent (head): force k rounds */
+    int expect;          /* agent (head): workers to wait for */
+    int timeout_s;       /* prompt/status: seconds to wait */
+    bool no_prefetch;    /* agent: no madvise(WILLNEED) of the next window */
+    bool no_profile;     /* agent: join without measuring a device profile */
     bool verbose;
     bool help;
     int n_args;
@@ -52,6 +77,16 @@ int hr_cmd_mkmodel(hr_cli *o);
 int hr_cmd_bench(hr_cli *o);
 int hr_cmd_tokenize(hr_cli *o);
 int hr_cmd_profile(hr_cli *o);
+int hr_cmd_agent(hr_cli *o);
+int hr_cmd_prompt(hr_cli *o);
+int hr_cmd_status(hr_cli *o);
+int hr_cmd_chat(hr_cli *o);
+
+/* The --stop values split at unescaped commas, with \n \t \r \, \\ decoded:
+ * *out is a malloc'ed array of *n malloc'ed strings (free with
+ * hr_cli_stop_free). Returns 0 or 1 after printing the error. */
+int hr_cli_stop_list(const hr_cli *o, char ***out, int *n);
+void hr_cli_stop_free(char **v, int n);
 
 /* Prints "hearth: <msg>" to stderr (one clear line) and returns 1. */
 int hr_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
+#include "model/generate.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -164,8 +165,13 @@ int hr_cmd_run(hr_cli *o) {
     int32_t *ids = NULL;
     float *logits = NULL;
     hr_sampler *smp = NULL;
+    hr_gen *gen = NULL;
+    char **stops = NULL;
+    int n_stops = 0;
     const hr_hparams *hp = hr_model_hparams(e.m);
     int n_ids = 0;
+    if (hr_cli_stop_list(o, &stops, &n_stops))
+        goto done;
     if (hr_encode_alloc(e.tok, text, text_len, hr_tokenizer_add_bos(e.tok), false, &ids,
                         &n_ids) != 0) {
         hr_cli_fail("cannot tokenize the prompt");
@@ -180,7 +186,8 @@ int hr_cmd_run(hr_cli *o) {
         hr_cli_fail("prompt has %d tokens but the context holds %d (raise --ctx)", n_ids, n_ctx);
         goto done;
     }
-    int n_predict = o->n_predict < 0 ? n_ctx - n_ids : o->n_predict;
+    int n_want = o->max_tokens > 0 ? o->max_tokens : o->n_predict;
+    int n_predict = n_want < 0 ? n_ctx - n_ids : n_want;
     if (n_ids + n_predict > n_ctx) {
         HR_LOG_WARN("run", "generation limited to %d tokens by the context size %d",
                     n_ctx - n_ids, n_ctx);
@@ -203,6 +210,14 @@ int hr_cmd_run(hr_cli *o) {
         hr_cli_fail("out of memory");
         goto done;
     }
+    hr_gen_params gp = hr_gen_params_default();
+    gp.stop = (const char *const *)stops;
+    gp.n_stop = n_stops;
+    gp.max_tokens = n_predict;
+    if (hr_gen_create(&gen, e.tok, &gp, err)) {
+        hr_cli_fail("%s", err);
+        goto done;
+    }
     for (int i = 0; i < n_ids; i++)
         hr_sampler_accept(smp, ids[i]);
     double t0 = hr_cli_now();
@@ -211,32 +226,35 @@ int hr_cmd_run(hr_cli *o) {
         goto done;
     }
     double t_prompt = hr_cli_now() - t0;
-    hr_detok dt;
-    hr_detok_init(&dt, false);
-    char piece[512];
     int n_gen = 0, pos = n_ids;
+    size_t nb;
+    const char *delta;
     double t1 = hr_cli_now();
     for (int i = 0; i < n_predict; i++) {
         int32_t id = hr_sampler_sample(smp, logits);
         hr_sampler_accept(smp, id);
         n_gen++;
-        if (hr_tokenizer_is_eog(e.tok, id))
-            break;
-        int nb = hr_detok_push(&dt, e.tok, id, piece, sizeof piece);
+        hr_finish fin = HR_FINISH_NONE;
+        if (hr_gen_push(gen, id, &fin)) {
+            hr_cli_fail("cannot decode token %d", (int)id);
+            goto done;
+        }
+        delta = hr_gen_delta(gen, &nb);
         if (nb > 0) {
-            fwrite(piece, 1, (size_t)nb, stdout);
+            fwrite(delta, 1, nb, stdout);
             fflush(stdout);
         }
-        if (i + 1 == n_predict)
+        if (fin != HR_FINISH_NONE)
             break;
         if (hr_ctx_eval(e.ctx, &id, 1, pos++, logits, false, err)) {
             hr_cli_fail("generation failed: %s", err);
             goto done;
         }
     }
-    int nb = hr_detok_flush(&dt, piece, sizeof piece);
+    hr_gen_finish(gen, HR_FINISH_LENGTH);
+    delta = hr_gen_delta(gen, &nb);
     if (nb > 0)
-        fwrite(piece, 1, (size_t)nb, stdout);
+        fwrite(delta, 1, nb, stdout);
     fputc('\n', stdout);
     fflush(stdout);
     double t_gen = hr_cli_now() - t1;
@@ -244,8 +262,11 @@ int hr_cmd_run(hr_cli *o) {
                     "%.2f tokens/s\n",
             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
             n_gen / (t_gen > 0 ? t_gen : 1e-9));
+    HR_LOG_INFO("run", "finish reason: %s", hr_finish_name(hr_gen_finish_reason(gen)));
     rc = 0;
 done:
+    hr_gen_destroy(gen);
+    hr_cli_stop_free(stops, n_stops);
     hr_sampler_destroy(smp);
     free(logits);
     free(ids);

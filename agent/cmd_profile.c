@@ -123,13 +123,15 @@ static void hr_print_device(const hr_prof_device *d) {
                "ns/(head*pos*dim)\n",
                d->opcosts[i].n_threads, d->opcosts[i].attn_call_us, d->opcosts[i].attn_pos_ns,
                d->opcosts[i].attn_dim_ns);
-    printf("  hr_matmul rates (row length %lld, medians):\n", (long long)d->row_len);
-    printf("    %-6s %7s %12s %10s %15s\n", "type", "threads", "matvec GB/s", "call us",
-           "matmat GFLOP/s");
+    printf("  hr_matmul (rows of %lld and %lld; decode = call + matrices + rows + bytes):\n",
+           (long long)d->row_len, (long long)d->ffn_len);
+    printf("    %-6s %7s %12s %9s %10s %8s %15s\n", "type", "threads", "matvec GB/s", "call us",
+           "matrix us", "row ns", "matmat GFLOP/s");
     for (int i = 0; i < d->n_rates; i++) {
         const hr_prof_rate *r = &d->rates[i];
-        printf("    %-6s %7d %12.2f %10.1f %15.1f\n", hr_type_name(r->type), r->n_threads,
-               r->matvec_gbs, r->matvec_call_us, r->matmat_gflops);
+        printf("    %-6s %7d %12.2f %9.1f %10.1f %8.2f %15.1f\n", hr_type_name(r->type),
+               r->n_threads, r->matvec_gbs, r->matvec_call_us, r->matvec_mat_us, r->matvec_row_ns,
+               r->matmat_gflops);
     }
 }
 
@@ -262,6 +264,7 @@ int hr_cmd_profile(hr_cli *o) {
         pp.model_path = o->model;
         pp.n_types = hr_prof_model_types(&doc->model, pp.types, HR_PROF_MAX_TYPES);
         pp.row_len = doc->model.n_embd;
+        pp.ffn_len = doc->model.n_ff;
     }
     if (hr_prof_device_measure(&doc->device, &pp, err)) {
         hr_cli_fail("device profile: %s", err);

@@ -10,7 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { HR_OPT_STR, HR_OPT_INT, HR_OPT_I64, HR_OPT_FLOAT, HR_OPT_FLAG } hr_opt_kind;
+typedef enum {
+    HR_OPT_STR,
+    HR_OPT_INT,
+    HR_OPT_I64,
+    HR_OPT_FLOAT,
+    HR_OPT_FLAG,
+    HR_OPT_LIST
+} hr_opt_kind;
 
 typedef struct {
     const char *lname;
@@ -62,6 +69,24 @@ static const hr_opt hr_opts[] = {
     {"no-cache", 0, HR_OPT_FLAG, O(no_cache), NULL, "profile: measure again, refresh the cache"},
     {"cache-dir", 0, HR_OPT_STR, O(cache_dir), "DIR", "profile: cache folder"},
     {"peer", 0, HR_OPT_STR, O(peer), "ENDPOINT", "profile: measure the link to this echo peer"},
+    {"template", 0, HR_OPT_STR, O(chat_template), "NAME",
+     "chat: chatml, llama3, llama2 or mistral (default: from the model)"},
+    {"system", 0, HR_OPT_STR, O(system), "TEXT", "chat: system message"},
+    {"stop", 0, HR_OPT_LIST, O(stop), "STR", "run, chat: stop string (repeatable, a,b list)"},
+    {"max-tokens", 0, HR_OPT_INT, O(max_tokens), "N", "run, chat: most tokens per reply"},
+    {"listen", 0, HR_OPT_STR, O(listen), "ADDR:PORT", "agent: control port (data on +1)"},
+    {"head", 0, HR_OPT_STR, O(head), "ADDR:PORT", "agent: join this head; prompt/status: ask it"},
+    {"peers", 0, HR_OPT_STR, O(peers), "A,B,..", "agent: be the head, invite these agents"},
+    {"name", 0, HR_OPT_STR, O(name), "NAME", "agent: device name"},
+    {"mem-limit", 0, HR_OPT_FLOAT, O(mem_limit), "GiB", "agent: memory offered for weights"},
+    {"k", 0, HR_OPT_INT, O(k), "K", "agent (head): force k rounds around the ring"},
+    {"windows", 0, HR_OPT_STR, O(windows), "2,1,1", "agent (head): force window sizes"},
+    {"expect", 0, HR_OPT_INT, O(expect), "N", "agent (head): workers to wait for"},
+    {"wire", 0, HR_OPT_STR, O(wire), "f16|f32", "agent (head): hidden states on the wire"},
+    {"no-prefetch", 0, HR_OPT_FLAG, O(no_prefetch), NULL, "agent: no prefetch of next window"},
+    {"release", 0, HR_OPT_STR, O(release), "auto|on|off", "agent: release finished windows"},
+    {"no-profile", 0, HR_OPT_FLAG, O(no_profile), NULL, "agent: join without a profile"},
+    {"timeout", 0, HR_OPT_INT, O(timeout_s), "S", "prompt/status: seconds to wait"},
     {"log", 0, HR_OPT_STR, O(log_level), "LEVEL", "log level: debug info warn error"},
     {"verbose", 'v', HR_OPT_FLAG, O(verbose), NULL, "log at info level"},
     {"help", 'h', HR_OPT_FLAG, O(help), NULL, "show help"},
@@ -75,7 +100,11 @@ static const struct {
 } hr_cmds[] = {
     {"run", hr_cmd_run,
      "run -m MODEL -p PROMPT [-n N] [-t T] [--temp T --top-k K --top-p P --seed S] [--ctx C]\n"
+     "      [--stop S]\n"
      "      generate text, streamed to stdout; speeds go to stderr"},
+    {"chat", hr_cmd_chat,
+     "chat -m MODEL [--template NAME] [--system TEXT] [--stop S] [--max-tokens N] [sampling]\n"
+     "      interactive multi-turn chat on stdin/stdout (piped stdin: one user turn a line)"},
     {"logits", hr_cmd_logits,
      "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]\n"
      "      teacher-forced logits, float32 rows of n_vocab per position"},
@@ -90,6 +119,15 @@ static const struct {
     {"bench", hr_cmd_bench,
      "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3]\n"
      "      prompt and generation tokens/s, weight bytes per token, memory bandwidth"},
+    {"agent", hr_cmd_agent,
+     "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"
+     "      [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"
+     "      cluster daemon: every machine runs one; the head is the one others join"},
+    {"prompt", hr_cmd_prompt,
+     "prompt [--head ADDR:PORT] [-n N] [--temp T ...] \"TEXT\"\n"
+     "      ask the cluster; the answer streams to stdout"},
+    {"status", hr_cmd_status,
+     "status [--head ADDR:PORT] [--json]\n      every device of the cluster, its layers and figures"},
     {"profile", hr_cmd_profile,
      "profile [-m MODEL] [-t T] [--json] [-o FILE] [--quick] [--no-cache] [--peer ENDPOINT]\n"
      "      device, model and link profiles and the predicted decode time per layer/token"},
@@ -143,6 +181,13 @@ static int hr_set_opt(hr_cli *cli, const hr_opt *o, const char *val) {
     case HR_OPT_FLAG:
         *(bool *)dst = true;
         return 0;
+    case HR_OPT_LIST: {
+        hr_cli_list *l = dst;
+        if (l->n >= HR_CLI_LIST_MAX)
+            return hr_cli_fail("option --%s: at most %d values", o->lname, HR_CLI_LIST_MAX);
+        l->v[l->n++] = val;
+        return 0;
+    }
     }
     return 1;
 }

@@ -20,3 +20,12 @@ fi
 prompt=${1:-"Once upon a time, there was a little robot who lived in a box."}
 echo "== prompt: $prompt"
 ./build/hearth run -m "$model" -p "$prompt" -n 48 --temp 0.8 --seed 7
+# The same model on a local cluster of 3 agents (loopback ports 7700..7720),
+# answered through the head with `hearth prompt`, then torn down.
+echo "== cluster: 3 agents on this machine"
+export HEARTH=$PWD/build/hearth
+trap 'bash deploy/cluster.sh stop >/dev/null 2>&1 || true' EXIT
+bash deploy/cluster.sh start -m "$model" -n 3 -p 7700 -- --ctx 512
+bash deploy/cluster.sh status
+bash deploy/cluster.sh prompt -n 48 --temp 0.8 --seed 7 "$prompt"
+bash deploy/cluster.sh stop

@@ -93,8 +93,10 @@ static const hr_prof_rate *hr_rate_or_fallback(const hr_prof_device *d, int type
     return slow;
 }
 
-/* Memory (weight streaming), call overhead and prefill time of one set of
- * matrices, ms. */
+static double hr_nonneg(double x) { return x > 0 ? x : 0.0; }
+
+/* Memory (weight streaming), per-call/matrix/row overhead and prefill time
+ * of one set of matrices, ms. */
 static int hr_matrices_cost(const hr_prof_device *d, const hr_prof_layer *L, int nt,
                             double *mem_ms, double *call_ms, double *pre_ms, char *err) {
     const hr_prof_rate *dom = NULL;
@@ -105,6 +107,8 @@ static int hr_matrices_cost(const hr_prof_device *d, const hr_prof_layer *L, int
         if (!r)
             return hr_seterr(err, HR_EINVAL, "device profile has no CPU rates");
         *mem_ms += (double)tb->bytes / (r->matvec_gbs * 1e9) * 1e3;
+        *call_ms += ((double)tb->rows * hr_nonneg(r->matvec_row_ns) * 1e-6 +
+                     tb->n_mats * hr_nonneg(r->matvec_mat_us) * 1e-3);
         if (r->matmat_gflops > 0)
             *pre_ms += 2.0 * (double)tb->params / (r->matmat_gflops * 1e9) * 1e3;
         if (!dom || tb->bytes > dom_bytes) {
@@ -116,8 +120,6 @@ static int hr_matrices_cost(const hr_prof_device *d, const hr_prof_layer *L, int
         *call_ms += L->n_calls * dom->matvec_call_us * 1e-3;
     return 0;
 }
-
-static double hr_nonneg(double x) { return x > 0 ? x : 0.0; }
 
 int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const hr_prof_link *l,
                         int b, int e, const hr_prof_cost_params *p, hr_prof_cost *out,

@@ -2,7 +2,9 @@
  * kernels the way decode and prefill call them:
  *   - hr_matmul at n_tok = 1 over matrices of realistic size cycling through
  *     a buffer several times the L3 (so rows stream from DRAM as in decode),
- *     at two matrix sizes, separating the per-call cost from the bandwidth;
+ *     in four shapes (two sizes, two row lengths, one and four matrices per
+ *     call) that separate the per-call, per-matrix and per-row costs from
+ *     the streaming bandwidth;
  *   - hr_matmul at n_tok = 32 (prefill);
  *   - hr_attention at two head sizes and two context lengths, the
  *     element-wise ops, streaming read bandwidth and KV-cache-sized memcpy.
@@ -100,38 +102,45 @@ typedef struct {
     void *wbuf; /* activation scratch */
 } hr_cpu_run;
 
-/* Mean time of one hr_matmul (n_tok = 1) over n_mat matrices laid end to
- * end in buf: every call streams its rows from DRAM. */
-static double hr_sweep(hr_cpu_run *r, hr_weight *w, const unsigned char *buf, int n_mat) {
-    const hr_weight *wp = w;
-    float *yp = r->y;
+/* Mean time of one hr_matmul (n_tok = 1) over n_call groups of n_w
+ * matrices laid end to end in buf (each group like a layer's q/k/v
+ * tensors): every call streams its rows from DRAM. */
+static double hr_sweep(hr_cpu_run *r, hr_weight *w, int n_w, const unsigned char *buf,
+                       int n_call) {
+    const hr_weight *wp[4];
+    float *yp[4];
     size_t mat_bytes = w->row_bytes * (size_t)w->n_out;
-    double t0 = hr_prof_now();
-    for (int m = 0; m < n_mat; m++) {
-        w->data = buf + (size_t)m * mat_bytes;
-        hr_matmul(r->pool, 1, &wp, &yp, r->x, 1, r->wbuf);
+    for (int i = 0; i < n_w; i++) {
+        wp[i] = &w[i];
+        yp[i] = r->y + (size_t)i * (size_t)w->n_out;
     }
-    return (hr_prof_now() - t0) / n_mat;
+    double t0 = hr_prof_now();
+    for (int c = 0; c < n_call; c++) {
+        for (int i = 0; i < n_w; i++)
+            w[i].data = buf + ((size_t)c * (size_t)n_w + (size_t)i) * mat_bytes;
+        hr_matmul(r->pool, n_w, wp, yp, r->x, 1, r->wbuf);
+    }
+    return (hr_prof_now() - t0) / n_call;
 }
 
+/* The four decode shapes: A = 4 MiB of rows of row_len; B = a quarter of
+ * A's rows; C = 4 MiB of rows of ffn_len; D = B's rows as 4 matrices in one
+ * call. */
 typedef struct {
     hr_cpu_run *r;
-    hr_weight big, small;
     const unsigned char *buf;
-    int n_big, n_small;
-    double b_big, b_small; /* bytes per call */
+    hr_weight a, b, c, d[4];
+    int n_a, n_b, n_c, n_d; /* calls per sweep */
 } hr_mv_job;
 
-/* Decode pair: v = {s per byte, s per call, t_big, t_small}. Adjacent in
- * time, so a change in background load hits both sizes. */
+/* v = {t_A, t_B, t_C, t_D}, s per call, adjacent in time so a change in
+ * background load hits all four. */
 static void hr_rep_matvec(void *ctx, double *v) {
     hr_mv_job *j = ctx;
-    double tb = hr_sweep(j->r, &j->big, j->buf, j->n_big);
-    double ts = hr_sweep(j->r, &j->small, j->buf, j->n_small);
-    v[0] = (tb - ts) / (j->b_big - j->b_small);
-    v[1] = ts - v[0] * j->b_small;
-    v[2] = tb;
-    v[3] = ts;
+    v[0] = hr_sweep(j->r, &j->a, 1, j->buf, j->n_a);
+    v[1] = hr_sweep(j->r, &j->b, 1, j->buf, j->n_b);
+    v[2] = hr_sweep(j->r, &j->c, 1, j->buf, j->n_c);
+    v[3] = hr_sweep(j->r, j->d, 4, j->buf, j->n_d);
 }
 
 typedef struct {
@@ -149,41 +158,67 @@ static void hr_rep_matmat(void *ctx, double *v) {
     v[0] = (hr_prof_now() - t0) / 2;
 }
 
-/* Measures one (type, thread count) on the filled buffer of buf_bytes.
- * Decode: calls on matrices of `rows` and rows / 4 rows, both streaming
- * from DRAM; the line through the two gives the per-call cost (intercept)
- * and the bandwidth (slope). Prefill: n_tok = 32 on a 256-row matrix. */
-static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, size_t buf_bytes,
-                            size_t row_bytes, int64_t rows, int reps, hr_rep_stats *st,
-                            hr_prof_rate *out) {
-    hr_mv_job j = {.r = r, .buf = buf};
-    int64_t rows_s = (rows / 4) & ~(int64_t)15;
-    if (rows_s < 16)
-        rows_s = 16;
-    j.big = (hr_weight){.type = type, .n_in = r->n_in, .n_out = rows, .row_bytes = row_bytes};
-    j.small = j.big;
-    j.small.n_out = rows_s;
-    j.b_big = (double)row_bytes * (double)rows;
-    j.b_small = (double)row_bytes * (double)rows_s;
-    j.n_big = (int)(buf_bytes / (size_t)j.b_big);
-    j.n_small = (int)(buf_bytes / (size_t)j.b_small);
-    hr_sweep(r, &j.big, buf, j.n_big); /* warm-up: pool, pages, activation buffers */
-    double v[HR_REP_VALUES];
-    hr_reps(hr_rep_matvec, &j, reps, r->nt, 4, v, st);
-    double slope = v[0], call = v[1], t_big = v[2], t_small = v[3];
-    if (!(slope > 0) || call < 0 || call > 0.5 * t_small) {
-        HR_LOG_INFO(HR_PROF_TAG, "%s/%d: noisy fit (%.1f us @ %.0f KiB, %.1f us @ %.0f KiB)",
-                    hr_type_name(type), r->nt, t_small * 1e6, j.b_small / 1024, t_big * 1e6,
-                    j.b_big / 1024);
-        call = call < 0 || !(slope > 0) ? 0.0 : 0.5 * t_small;
-        slope = (t_big - call) / j.b_big;
+/* Solves t = call + mats x mat + rows x row + bytes / bw from the medians
+ * of the four shapes (s, bytes, rows). Falls back to a plain bytes / time
+ * rate when noise makes a term negative. */
+static void hr_fit_matvec(const hr_mv_job *j, const double *t, hr_prof_rate *out) {
+    double ra = (double)j->a.n_out, rb = (double)j->b.n_out, rc = (double)j->c.n_out;
+    double bpa = (double)j->a.row_bytes, bpc = (double)j->c.row_bytes; /* bytes per row */
+    double s1 = (t[0] - t[1]) / (ra - rb); /* per row at row_len: row + bpa / bw */
+    double k = t[1] - s1 * rb;            /* call + one matrix */
+    double s2 = (t[2] - k) / rc;          /* per row at ffn_len: row + bpc / bw */
+    double inv_bw = (s2 - s1) / (bpc - bpa);
+    double row = s1 - bpa * inv_bw;
+    double mat = (t[3] - t[1]) / 3.0;
+    bool ok = s1 > 0 && inv_bw > 0 && row >= 0 && k >= 0 && k < 0.5 * t[1];
+    if (!ok) {
+        /* noise: keep the per-call intercept if sane, charge the rest to bytes */
+        HR_LOG_INFO(HR_PROF_TAG, "%s/%d: noisy fit (A %.1f, B %.1f, C %.1f, D %.1f us)",
+                    hr_type_name(j->a.type), j->r->nt, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6,
+                    t[3] * 1e6);
+        k = k > 0 && k < 0.5 * t[1] ? k : 0.0;
+        row = 0;
+        inv_bw = (t[0] - k) / (ra * bpa);
     }
+    if (mat < 0 || mat > k)
+        mat = mat < 0 ? 0 : k;
+    out->matvec_gbs = 1.0 / inv_bw / 1e9;
+    out->matvec_row_ns = row * 1e9;
+    out->matvec_mat_us = mat * 1e6;
+    out->matvec_call_us = (k - mat) * 1e6;
+}
+
+/* Measures one (type, thread count) on the buffer (buf_bytes of whole
+ * blocks of `type`, valid as rows of either length). */
+static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, size_t buf_bytes,
+                            int64_t ffn_len, int reps, hr_rep_stats *st, hr_prof_rate *out) {
+    hr_mv_job j = {.r = r, .buf = buf};
+    size_t rb1 = hr_type_row_bytes(type, r->n_in), rb2 = hr_type_row_bytes(type, ffn_len);
+    int64_t rows_a = (int64_t)(HR_CPU_MAT_BYTES / rb1) & ~(int64_t)31;
+    int64_t rows_c = (int64_t)(HR_CPU_MAT_BYTES / rb2) & ~(int64_t)31;
+    rows_a = rows_a < 64 ? 64 : rows_a;
+    rows_c = rows_c < 64 ? 64 : rows_c;
+    int64_t rows_b = (rows_a / 4) & ~(int64_t)15;
+    j.a = (hr_weight){.type = type, .n_in = r->n_in, .n_out = rows_a, .row_bytes = rb1};
+    j.b = j.a;
+    j.b.n_out = rows_b;
+    j.c = (hr_weight){.type = type, .n_in = ffn_len, .n_out = rows_c, .row_bytes = rb2};
+    for (int i = 0; i < 4; i++) {
+        j.d[i] = j.b;
+        j.d[i].n_out = rows_b / 4;
+    }
+    j.n_a = (int)(buf_bytes / (rb1 * (size_t)rows_a));
+    j.n_b = (int)(buf_bytes / (rb1 * (size_t)rows_b));
+    j.n_c = (int)(buf_bytes / (rb2 * (size_t)rows_c));
+    j.n_d = j.n_b;
+    double v[HR_REP_VALUES];
+    hr_rep_matvec(&j, v); /* warm-up: pool, pages, activation buffers */
+    hr_reps(hr_rep_matvec, &j, reps, r->nt, 4, v, st);
     out->type = type;
     out->n_threads = r->nt;
-    out->matvec_gbs = 1.0 / slope / 1e9;
-    out->matvec_call_us = call * 1e6;
-    hr_mm_job m = {.r = r, .w = j.big};
-    m.w.n_out = rows < HR_CPU_MM_ROWS ? rows : HR_CPU_MM_ROWS;
+    hr_fit_matvec(&j, v, out);
+    hr_mm_job m = {.r = r, .w = j.a};
+    m.w.n_out = rows_a < HR_CPU_MM_ROWS ? rows_a : HR_CPU_MM_ROWS;
     m.w.data = buf;
     hr_rep_matmat(&m, v); /* warm-up */
     hr_reps(hr_rep_matmat, &m, reps, r->nt, 1, v, st);
@@ -422,7 +457,8 @@ static double hr_measure_kv_copy(size_t bytes, int reps, hr_rep_stats *st) {
 /* ---- driver ---- */
 
 int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const int *threads,
-                        int n_threads, int64_t row_len, bool quick, char err[HR_ERR_LEN]) {
+                        int n_threads, int64_t row_len, int64_t ffn_len, bool quick,
+                        char err[HR_ERR_LEN]) {
     int reps = quick ? 3 : 7;
     hr_rep_stats st = {0};
     int64_t l3 = d->topo.l3_bytes > 0 ? d->topo.l3_bytes : (32 << 20);
@@ -446,16 +482,17 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
     hr_cpu_run run = {.n_in = row_len};
     int rc = 0;
     size_t min_row = 0, wbuf_bytes = 0;
+    int64_t max_len = ffn_len > row_len ? ffn_len : row_len;
     for (int i = 0; i < n_types; i++) {
         size_t rb = hr_type_row_bytes(types[i], row_len);
         if (rb && (!min_row || rb < min_row))
             min_row = rb;
-        size_t s = hr_matmul_wbuf_size(types[i], row_len, HR_CPU_MM_TOK);
+        size_t s = hr_matmul_wbuf_size(types[i], max_len, HR_CPU_MM_TOK);
         wbuf_bytes = s > wbuf_bytes ? s : wbuf_bytes;
     }
     /* the narrowest rows give the most rows per matrix */
     size_t max_rows = (min_row ? HR_CPU_MAT_BYTES / min_row : 0) + HR_CPU_MM_ROWS;
-    run.x = malloc((size_t)HR_CPU_MM_TOK * (size_t)row_len * sizeof(float));
+    run.x = malloc((size_t)HR_CPU_MM_TOK * (size_t)max_len * sizeof(float));
     run.y = malloc((size_t)HR_CPU_MM_TOK * max_rows * sizeof(float));
     run.wbuf = malloc(wbuf_bytes ? wbuf_bytes : 64);
     if (posix_memalign((void **)&buf, 4096, buf_bytes) != 0)
@@ -472,7 +509,7 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
         }
     }
     uint64_t rng = 0x243f6a8885a308d3ull;
-    hr_fill_f32(run.x, (size_t)HR_CPU_MM_TOK * (size_t)row_len, &rng);
+    hr_fill_f32(run.x, (size_t)HR_CPU_MM_TOK * (size_t)max_len, &rng);
     memset(buf, 0x11, buf_bytes); /* fault the pages in once */
     /* memory bandwidth over the same buffer */
     hr_pool *big = pools[0];
@@ -494,19 +531,18 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
         hr_measure_opcost(pools[i], threads[i], reps, &rng, &st, &d->opcosts[d->n_opcosts++]);
     d->n_rates = 0;
     d->row_len = row_len;
+    d->ffn_len = ffn_len;
     for (int ti = 0; ti < n_types; ti++) {
         int type = types[ti];
         size_t row_bytes = hr_type_row_bytes(type, row_len);
-        int64_t rows = (int64_t)(HR_CPU_MAT_BYTES / (row_bytes ? row_bytes : 1)) & ~(int64_t)31;
-        if (rows < 64)
-            rows = 64;
-        size_t mat_bytes = row_bytes * (size_t)rows;
-        int n_mat = mat_bytes ? (int)(buf_bytes / mat_bytes) : 0;
-        if (n_mat < 2) {
+        size_t n_rows = row_bytes ? buf_bytes / row_bytes : 0;
+        /* whole blocks: the same bytes are valid rows of either length */
+        if (n_rows * row_bytes < 4 * (size_t)HR_CPU_MAT_BYTES ||
+            hr_type_row_bytes(type, ffn_len) > HR_CPU_MAT_BYTES / 64) {
             HR_LOG_WARN(HR_PROF_TAG, "buffer too small to measure %s", hr_type_name(type));
             continue;
         }
-        if (hr_fill_rows(type, row_len, row_bytes, buf, (size_t)rows * (size_t)n_mat, &rng)) {
+        if (hr_fill_rows(type, row_len, row_bytes, buf, n_rows, &rng)) {
             rc = hr_seterr(err, HR_ENOMEM, "out of memory filling %s rows", hr_type_name(type));
             goto done;
         }
@@ -514,12 +550,13 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
             run.pool = pools[i];
             run.nt = threads[i];
             hr_prof_rate *rt = &d->rates[d->n_rates++];
-            hr_measure_rate(&run, type, buf, (size_t)n_mat * mat_bytes, row_bytes, rows, reps,
-                            &st, rt);
+            hr_measure_rate(&run, type, buf, n_rows * row_bytes, ffn_len, reps, &st, rt);
             HR_LOG_INFO(HR_PROF_TAG,
-                        "%-5s %d thread%s: matvec %.2f GB/s + %.1f us/call, matmat %.1f GFLOP/s",
+                        "%-5s %d thread%s: matvec %.2f GB/s + %.1f us/call + %.1f us/matrix + "
+                        "%.2f ns/row, matmat %.1f GFLOP/s",
                         hr_type_name(type), threads[i], threads[i] > 1 ? "s" : "",
-                        rt->matvec_gbs, rt->matvec_call_us, rt->matmat_gflops);
+                        rt->matvec_gbs, rt->matvec_call_us, rt->matvec_mat_us,
+                        rt->matvec_row_ns, rt->matmat_gflops);
         }
     }
     d->reps_total = st.total;

@@ -66,7 +66,8 @@ int hr_prof_cache_dir(const hr_prof_params *p, char *buf, size_t cap) {
 }
 
 /* Types the kernels can run, deduplicated; defaults when none are asked. */
-static int hr_resolve_types(const hr_prof_params *p, int64_t row_len, int *out) {
+static int hr_resolve_types(const hr_prof_params *p, int64_t row_len, int64_t ffn_len,
+                            int *out) {
     static const int dflt[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q8_0};
     const int *src = p->n_types > 0 ? p->types : dflt;
     int n_src = p->n_types > 0 ? p->n_types : (int)(sizeof dflt / sizeof dflt[0]);
@@ -83,7 +84,7 @@ static int hr_resolve_types(const hr_prof_params *p, int64_t row_len, int *out) 
         if (dup)
             continue;
         if (!tt || !tt->supported || !k->vec_dot[t] || (t != HR_TYPE_F32 && !k->quant[t]) ||
-            hr_type_row_bytes(t, row_len) == 0) {
+            hr_type_row_bytes(t, row_len) == 0 || hr_type_row_bytes(t, ffn_len) == 0) {
             HR_LOG_WARN(HR_PROF_TAG, "weight type %s cannot be measured; skipped",
                         hr_type_name(t));
             continue;
@@ -118,14 +119,15 @@ static int hr_resolve_threads(const hr_prof_params *p, const hr_prof_topo *t, in
 }
 
 static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int *types,
-                           int n_types, const int *threads, int n_threads, int64_t row_len) {
+                           int n_types, const int *threads, int n_threads, int64_t row_len,
+                           int64_t ffn_len) {
     char s[2048];
     int n = snprintf(s, sizeof s, "v%d|%s|%s|%s|%d|%d|%d|%d|%" PRId64 "|%s|%" PRId64 "|%" PRId64
-                                  "|%d|%" PRId64 "|%d|",
+                                  "|%d|%" PRId64 "|%" PRId64 "|%d|",
                      HR_PROF_VERSION, d->os.cpu_model, d->os.isa, d->os.machine, d->topo.n_pus,
                      d->topo.n_cores, d->topo.n_packages, d->topo.n_numa, d->topo.l3_bytes,
                      d->os.release, d->mem.total_bytes, d->mem.cg_limit_bytes, d->n_gpus,
-                     row_len, p->quick);
+                     row_len, ffn_len, p->quick);
     for (int i = 0; i < n_types && n > 0 && (size_t)n < sizeof s; i++)
         n += snprintf(s + n, sizeof s - (size_t)n, "t%d,", types[i]);
     for (int i = 0; i < n_threads && n > 0 && (size_t)n < sizeof s; i++)
@@ -251,16 +253,21 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
     hr_prof_device_sysinfo(out, p->sysroot);
     int64_t row_len = p->row_len > 0 ? p->row_len : 4096;
     row_len = (row_len + 255) / 256 * 256;
-    if (row_len > (1 << 20))
-        return hr_seterr(err, HR_EINVAL, "row length %lld too large", (long long)p->row_len);
+    int64_t ffn_len = p->ffn_len > 0 ? p->ffn_len : row_len * 11 / 4;
+    ffn_len = (ffn_len + 255) / 256 * 256;
+    if (row_len > (1 << 20) || ffn_len > (1 << 22))
+        return hr_seterr(err, HR_EINVAL, "row length %lld / %lld too large",
+                         (long long)p->row_len, (long long)p->ffn_len);
+    if (ffn_len < row_len + 256)
+        ffn_len = row_len * 2; /* the two shapes must differ to separate row and byte costs */
     int types[HR_PROF_MAX_TYPES], threads[HR_PROF_MAX_THREADS];
-    int n_types = hr_resolve_types(p, row_len, types);
+    int n_types = hr_resolve_types(p, row_len, ffn_len, types);
     int n_threads = hr_resolve_threads(p, &out->topo, threads);
     if (n_types == 0)
         return hr_seterr(err, HR_EINVAL, "none of the requested weight types can be measured");
     if (p->model_path)
         hr_prof_disk_info(&out->disk, p->model_path, p->sysroot);
-    hr_fingerprint(out, p, types, n_types, threads, n_threads, row_len);
+    hr_fingerprint(out, p, types, n_types, threads, n_threads, row_len, ffn_len);
     out->quick = p->quick;
     char dir[1024], path[1200];
     bool cache = p->use_cache && hr_prof_cache_dir(p, dir, sizeof dir) == 0;
@@ -285,7 +292,8 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
     if (out->load_1m > 0 && out->topo.n_pus > 0 && out->load_1m > 0.5 * out->topo.n_pus)
         HR_LOG_WARN(HR_PROF_TAG, "load average %.2f on %d PUs: timings include contention",
                     out->load_1m, out->topo.n_pus);
-    int rc = hr_prof_cpu_measure(out, types, n_types, threads, n_threads, row_len, p->quick, err);
+    int rc = hr_prof_cpu_measure(out, types, n_types, threads, n_threads, row_len, ffn_len,
+                                 p->quick, err);
     if (rc)
         return rc;
     if (p->model_path)

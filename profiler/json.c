@@ -144,6 +144,7 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     jset(w, o, "ops", ops);
     json_t *cpu = json_object();
     jset(w, cpu, "row_len", jint(d->row_len));
+    jset(w, cpu, "ffn_len", jint(d->ffn_len));
     json_t *ra = json_array();
     for (int i = 0; i < d->n_rates && i < HR_PROF_MAX_RATES; i++) {
         const hr_prof_rate *r = &d->rates[i];
@@ -152,6 +153,8 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
         jset(w, x, "threads", json_integer(r->n_threads));
         jset(w, x, "matvec_gbs", jnum(r->matvec_gbs));
         jset(w, x, "matvec_call_us", jnum(r->matvec_call_us));
+        jset(w, x, "matvec_mat_us", jnum(r->matvec_mat_us));
+        jset(w, x, "matvec_row_ns", jnum(r->matvec_row_ns));
         jset(w, x, "matmat_gflops", jnum(r->matmat_gflops));
         jpush(w, ra, x);
     }
@@ -171,6 +174,8 @@ static json_t *hr_layer_json(hr_jw *w, const hr_prof_layer *L) {
         jset(w, x, "type", hr_type_json(L->types[i].type));
         jset(w, x, "bytes", ju64(L->types[i].bytes));
         jset(w, x, "params", ju64(L->types[i].params));
+        jset(w, x, "rows", ju64(L->types[i].rows));
+        jset(w, x, "matrices", json_integer(L->types[i].n_mats));
         jpush(w, ta, x);
     }
     jset(w, o, "types", ta);
@@ -437,6 +442,7 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
     }
     const json_t *cpu = json_object_get(o, "cpu");
     d->row_len = gint(cpu, "row_len");
+    d->ffn_len = gint(cpu, "ffn_len");
     json_array_foreach(json_object_get(cpu, "rates"), i, x) {
         if (d->n_rates >= HR_PROF_MAX_RATES)
             break;
@@ -450,6 +456,8 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
         r->n_threads = gint32(x, "threads");
         r->matvec_gbs = gnum(x, "matvec_gbs");
         r->matvec_call_us = gnum(x, "matvec_call_us");
+        r->matvec_mat_us = gnum(x, "matvec_mat_us");
+        r->matvec_row_ns = gnum(x, "matvec_row_ns");
         r->matmat_gflops = gnum(x, "matmat_gflops");
     }
 }
@@ -471,6 +479,8 @@ static void hr_layer_read(const json_t *o, hr_prof_layer *L) {
         tb->type = type;
         tb->bytes = gu64(x, "bytes", 0);
         tb->params = gu64(x, "params", 0);
+        tb->rows = gu64(x, "rows", 0);
+        tb->n_mats = gint32(x, "matrices") < 0 ? 0 : gint32(x, "matrices");
     }
 }
 

@@ -22,12 +22,15 @@ static void hr_layer_add(hr_prof_layer *L, const hr_weight *w) {
         if (L->types[i].type == w->type) {
             L->types[i].bytes += bytes;
             L->types[i].params += params;
+            L->types[i].rows += (uint64_t)w->n_out;
+            L->types[i].n_mats++;
             return;
         }
     }
     if (L->n_types < HR_PROF_MAX_TYPES)
         L->types[L->n_types++] = (hr_prof_tbytes){.type = w->type, .bytes = bytes,
-                                                   .params = params};
+                                                   .params = params,
+                                                   .rows = (uint64_t)w->n_out, .n_mats = 1};
 }
 
 /* hr_matmul calls for weights run together when they share the activation

@@ -55,6 +55,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick);
 /* cpu.c: kernel rates, memory bandwidth, op costs. Fills d->rates,
  * d->opcosts, d->membw_*, d->kv_copy_gbs, d->eltwise. */
 int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const int *threads,
-                        int n_threads, int64_t row_len, bool quick, char err[HR_ERR_LEN]);
+                        int n_threads, int64_t row_len, int64_t ffn_len, bool quick,
+                        char err[HR_ERR_LEN]);
 
 #endif

@@ -59,7 +59,10 @@ typedef struct {
     int n_types;                      /* 0: q4_0, q4_k, q6_k, q8_0 */
     int threads[HR_PROF_MAX_THREADS]; /* thread counts to measure */
     int n_threads;                    /* 0: 1, physical cores, all PUs (deduplicated) */
-    int64_t row_len;                  /* n_in of the test matrices (0: 4096; rounded up to 256) */
+    int64_t row_len;                  /* n_in of most test matrices: the model's n_embd
+                                         (0: 4096; rounded up to 256) */
+    int64_t ffn_len;                  /* n_in of the long-row test: the model's n_ff
+                                         (0: 2.75 x row_len; rounded up to 256) */
     bool quick;                       /* fewer repetitions, smaller buffers: under 2 s */
     bool use_cache;                   /* read/write the cache (default true) */
     bool force;                       /* measure even on a cache hit (and rewrite it) */
@@ -71,13 +74,17 @@ typedef struct {
 hr_prof_params hr_prof_params_default(void);
 
 /* Matrix-vector (decode) and matrix-matrix (prefill) rates of hr_matmul for
- * one weight type at one thread count. A call of B weight bytes at n_tok = 1
- * is predicted to take matvec_call_us + B / matvec_gbs. */
+ * one weight type at one thread count. A call at n_tok = 1 over M matrices
+ * with R rows and B weight bytes in all (rows streamed from DRAM) is
+ * predicted to take
+ *   matvec_call_us + M x matvec_mat_us + R x matvec_row_ns + B / matvec_gbs. */
 typedef struct {
     int type;              /* hr_type */
     int n_threads;
-    double matvec_gbs;     /* weight bytes streamed from DRAM per second, GB/s */
-    double matvec_call_us; /* fixed cost per call: activation quantization, dispatch, us */
+    double matvec_gbs;     /* weight bytes streamed per second, GB/s */
+    double matvec_call_us; /* per call: activation quantization, dispatch, us */
+    double matvec_mat_us;  /* per matrix in the call (a new stream), us */
+    double matvec_row_ns;  /* per output row (dot set-up, reduction, store), ns */
     double matmat_gflops;  /* n_tok = 32, 2 FLOP per weight per token, GFLOP/s */
 } hr_prof_rate;
 
@@ -183,6 +190,7 @@ typedef struct {
     double kv_copy_gbs;   /* memcpy of KV-cache-sized blocks, bytes copied per s, GB/s */
     hr_prof_eltwise eltwise;
     int64_t row_len;      /* n_in of the matrices measured */
+    int64_t ffn_len;      /* n_in of the long-row matrices measured */
     int n_opcosts;
     hr_prof_opcost opcosts[HR_PROF_MAX_THREADS];
     int n_rates;
@@ -215,6 +223,8 @@ typedef struct {
     int type;        /* hr_type */
     uint64_t bytes;  /* weight bytes read per decode token */
     uint64_t params; /* weights (one FLOP pair per token each) */
+    uint64_t rows;   /* output rows (dot products per token) */
+    int n_mats;      /* matrices */
 } hr_prof_tbytes;
 
 typedef struct {
@@ -300,10 +310,14 @@ hr_prof_cost_params hr_prof_cost_params_default(void);
 
 /* Predicted time for one decode token through layers [b, e):
  *   memory  = sum over matrices of bytes / matvec_gbs(type, threads)   (ms)
- *   compute = matmul calls x matvec_call_us + pool dispatches
- *             + attention elems x attn_ns + element-wise x eltwise_ns  (ms)
- *   disk    = non-resident bytes / disk mmap_mbs                      (ms)
+ *   compute = per layer: matmul calls x matvec_call_us (of the layer's
+ *             largest type) + attn_call_us + n_head x n_past x (attn_pos_ns
+ *             + attn_dim_ns x head_dim) + sum of elems x eltwise ns    (ms)
+ *             (+ output norm, embedding row when input/output are set)
+ *   disk    = non-resident bytes / disk mmap_mbs (seq_mbs if unknown) (ms)
  *   comm    = n_hops x (rtt_us / 2 + hidden_bytes / bw_mbs)            (ms)
+ *   prefill = per prompt token: 2 x params / matmat_gflops + the per-layer
+ *             attention and element-wise work                          (ms)
  * Streaming and arithmetic overlap inside hr_matmul, so "memory" holds the
  * measured matvec time of the resident bytes; "compute" is what does not
  * scale with weight bytes. Non-resident bytes are charged the disk term on

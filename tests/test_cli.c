@@ -23,7 +23,7 @@ static int sh(char *out, size_t cap, char *errout, size_t ecap, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
-    char full[4400];
+    char full[4096 + 2 * sizeof tmpdir + 64];
     snprintf(full, sizeof full, "(%s) >%s/out.txt 2>%s/err.txt", cmd, tmpdir, tmpdir);
     int st = system(full);
     char path[300];

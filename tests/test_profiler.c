@@ -655,7 +655,8 @@ static void test_link(void) {
         fprintf(stderr, "echo: %s\n", err);
         return;
     }
-    const char *ep = hr_prof_echo_endpoint(e);
+    char ep[256]; /* kept past hr_prof_echo_destroy */
+    snprintf(ep, sizeof ep, "%s", hr_prof_echo_endpoint(e));
     CHECK(strncmp(ep, "tcp://127.0.0.1:", 16) == 0);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, echo_thread, e), 0);

@@ -1,0 +1,142 @@
+/* agent-impl.h - the agent's internal state, shared by agent.c (control
+ * plane, worker ring loop), head.c (plan, generation) and stream.c (mmap
+ * prefetch / release / residency). Not for other modules. */
+#ifndef HR_AGENT_AGENT_IMPL_H
+#define HR_AGENT_AGENT_IMPL_H
+
+#include "agent/agent.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "profiler/profiler.h"
+#include "ring/ring.h"
+#include "scheduler/halda.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define HR_EP_LEN 160
+#define HR_NAME_LEN 64
+
+/* A device as the head sees it (index 0 is the head itself). */
+typedef struct {
+    char name[HR_NAME_LEN];
+    char ctrl_ep[HR_EP_LEN], data_ep[HR_EP_LEN];
+    uint8_t id[HR_RING_MAX_ID]; /* ROUTER identity of its DEALER */
+    size_t id_len;
+    char *info; /* JOIN JSON (owned) */
+    bool has_sched;
+    hr_sched_device sd; /* from its profile */
+    double last_seen;   /* s, monotonic */
+    bool lost, ready;
+    uint32_t ready_plan;
+    char ready_err[HR_ERR_LEN];
+    /* plan */
+    int ring_pos, w, offset;
+    bool overloaded;
+    double pred_ms_round;
+    /* heartbeat stats */
+    double meas_ms_round, resident, hb_rtt_us;
+    uint64_t tokens;
+    int64_t mem_avail;
+} hr_dev;
+
+/* This device's part of the current plan; guarded by plan_mu. */
+typedef struct {
+    uint32_t plan_id;
+    int k, W, w, offset, n_active, index;
+    int n_ctx, n_batch, dtype;
+    bool prefetch, release;
+    char next_ep[HR_EP_LEN];
+    hr_ctx *ctx[HR_AGENT_MAX_K];                               /* window of round r */
+    hr_ctx *out_ctx;                                           /* head: output norm + LM head */
+    uint64_t win_off[HR_AGENT_MAX_K], win_len[HR_AGENT_MAX_K]; /* file bytes per window */
+    float *hid;                                                /* [n_batch][n_embd] f32 */
+    uint8_t *frame; /* 32 + n_batch x n_embd x 4 bytes, sends */
+    uint8_t *rx;    /* head: same size, receives */
+    size_t frame_cap;
+    float *logits; /* head: [n_vocab] */
+} hr_local_plan;
+
+typedef struct {
+    pthread_mutex_t mu;
+    double ms_round; /* EMA of decode window time, ms */
+    uint64_t tokens;
+    uint64_t frames_rejected;
+} hr_stats;
+
+struct hr_agent {
+    hr_agent_params p;
+    char name[HR_NAME_LEN];
+    char ctrl_ep[HR_EP_LEN], data_ep[HR_EP_LEN], head_ep[HR_EP_LEN];
+    bool is_head;
+    void *zctx;
+    void *ctrl; /* ROUTER on listen: control thread */
+    void *up;   /* worker: DEALER to the head: control thread */
+    void *pull; /* data in: data thread (worker) / generation (head) */
+    void *push; /* data out: same owner as pull */
+    char push_ep[HR_EP_LEN];
+    hr_gguf *g;
+    hr_model *m;
+    hr_tokenizer *tok;
+    hr_pool *pool;
+    uint64_t model_size, model_hash;
+    char *info_json; /* this device's JOIN payload */
+    atomic_int stop;
+
+    pthread_mutex_t plan_mu;
+    hr_local_plan lp;
+    hr_stats st;
+
+    /* worker */
+    pthread_t data_thread;
+    bool data_started;
+    atomic_ullong canceled_req; /* frames of requests <= this are dropped */
+
+    /* head; devs, plan and flags guarded by dev_mu */
+    pthread_mutex_t dev_mu;
+    pthread_cond_t dev_cv;
+    hr_dev devs[HR_AGENT_MAX_DEV];
+    int n_devs;
+    uint32_t plan_id;
+    bool replan, ready;
+    int plan_k;
+    char plan_err[HR_ERR_LEN];
+    hr_sched_plan sched;
+    bool have_sched;
+    atomic_int lost; /* 1 + index of a lost device, 0 = none */
+    char lost_msg[HR_ERR_LEN];
+    pthread_mutex_t gen_mu;
+    uint64_t next_req;
+    void *ev_push; /* inproc events from the generating thread (under gen_mu) */
+    void *ev_pull; /* control thread */
+    /* CLI job (one at a time), guarded by job_mu */
+    pthread_mutex_t job_mu;
+    pthread_cond_t job_cv;
+    pthread_t job_thread;
+    bool job_started, job_pending, job_busy;
+    uint8_t job_id[HR_RING_MAX_ID];
+    size_t job_id_len;
+    char *job_json;
+    atomic_int job_cancel;
+    double head_resident;
+    hr_prof_model pm; /* head: model profile for the scheduler */
+    bool have_pm;
+};
+
+double hr_agent_now(void);
+
+/* head.c */
+int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]);    /* 1 = invited: become a worker */
+int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]); /* dev_mu held, plan_mu held */
+void *hr_head_job_main(void *arg);
+int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
+
+/* agent.c: applies this device's plan (plan_mu held) */
+int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+
+/* stream.c */
+void hr_stream_windows(hr_agent *a);          /* fills lp.win_off/len */
+void hr_stream_after(hr_agent *a, int round); /* prefetch next, release this */
+double hr_stream_resident(hr_agent *a);       /* fraction of own windows resident */
+
+#endif

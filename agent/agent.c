@@ -1,0 +1,645 @@
+/* agent.c - the agent daemon: sockets, the control plane (join, plan,
+ * ready, heartbeat, cancel, leave) for workers and the head, and the
+ * worker's data thread that computes its windows as hidden states come
+ * around the ring. Plan making and generation live in head.c. */
+#include "agent/agent-impl.h"
+
+#include "common/log.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TAG "agent"
+
+double hr_agent_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+hr_agent_params hr_agent_params_default(void) {
+    return (hr_agent_params){.listen = "127.0.0.1:7700",
+                             .n_threads = 1,
+                             .n_batch = 64,
+                             .wire_dtype = HR_RING_F16,
+                             .prefetch = true,
+                             .release = -1,
+                             .profile = false,
+                             .hb_interval_ms = 250,
+                             .hb_timeout_ms = 2000,
+                             .data_timeout_ms = 60000};
+}
+
+const char *hr_agent_endpoint(const hr_agent *a) { return a->ctrl_ep; }
+const char *hr_agent_data_endpoint(const hr_agent *a) { return a->data_ep; }
+bool hr_agent_is_head(const hr_agent *a) { return a->is_head; }
+void hr_agent_stop(hr_agent *a) { atomic_store(&a->stop, 1); }
+
+/* ---- JOIN payload: who we are, what we run, our profile ---- */
+
+static char *hr_agent_info(hr_agent *a, char err[HR_ERR_LEN]) {
+    hr_prof_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        hr_seterr(err, HR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    bool measured = false;
+    if (a->p.profile) {
+        hr_prof_params pp = hr_prof_params_default();
+        pp.model_path = a->p.model_path;
+        pp.quick = true;
+        int types[HR_PROF_MAX_TYPES];
+        hr_prof_model pm = {0};
+        if (hr_prof_model_build(&pm, a->m, a->g, err) == 0) {
+            pp.n_types = hr_prof_model_types(&pm, types, HR_PROF_MAX_TYPES);
+            memcpy(pp.types, types, sizeof types);
+            hr_prof_model_clear(&pm);
+        }
+        pp.threads[0] = a->p.n_threads;
+        pp.n_threads = 1;
+        measured = hr_prof_device_measure(d, &pp, err) == 0;
+        if (!measured)
+            HR_LOG_WARN(TAG, "%s: profiling failed (%s); joining without a profile", a->name, err);
+    }
+    if (!measured)
+        hr_prof_device_sysinfo(d, NULL);
+    int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
+    if (lim > 0 && (d->mem.weights_avail_bytes < 0 || d->mem.weights_avail_bytes > lim))
+        d->mem.weights_avail_bytes = lim;
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    json_t *j = json_pack(
+        "{s:i,s:s,s:s,s:s,s:I,s:s,s:i,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:I,s:f,s:f}", "version",
+        HR_RING_VERSION, "name", a->name, "ctrl", a->ctrl_ep, "data", a->data_ep, "model_size",
+        (json_int_t)a->model_size, "model_hash", "", "n_layer", hp->n_layer, "threads",
+        a->p.n_threads, "os", d->os.name, "kernel", d->os.release, "cores", d->topo.n_cores, "numa",
+        d->topo.n_numa, "mem_total", (json_int_t)d->mem.total_bytes, "mem_avail",
+        (json_int_t)d->mem.available_bytes, "cg_limit", (json_int_t)d->mem.cg_limit_bytes,
+        "disk_mbs", d->disk.seq_mbs, "disk_mmap_mbs", d->disk.mmap_mbs);
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)a->model_hash);
+    if (j)
+        json_object_set_new(j, "model_hash", json_string(hash));
+    if (j && measured) {
+        char *pj = NULL;
+        if (hr_prof_device_to_json(d, &pj, err) == 0) {
+            json_t *pd = json_loads(pj, 0, NULL);
+            if (pd)
+                json_object_set_new(j, "profile", pd);
+            free(pj);
+        }
+    }
+    free(d);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s)
+        hr_seterr(err, HR_ENOMEM, "out of memory");
+    return s;
+}
+
+/* ---- create / destroy ---- */
+
+int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LEN]) {
+    *out = NULL;
+    if (!p->model_path)
+        return hr_seterr(err, HR_EINVAL, "no model given");
+    hr_agent *a = calloc(1, sizeof *a);
+    if (!a)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    a->p = *p;
+    if (a->p.n_threads < 1)
+        a->p.n_threads = 1;
+    if (a->p.n_batch < 1)
+        a->p.n_batch = 64;
+    if (a->p.hb_interval_ms < 10)
+        a->p.hb_interval_ms = 250;
+    if (a->p.hb_timeout_ms < 4 * a->p.hb_interval_ms)
+        a->p.hb_timeout_ms = 4 * a->p.hb_interval_ms;
+    if (a->p.data_timeout_ms < 1000)
+        a->p.data_timeout_ms = 60000;
+    a->is_head = !p->head;
+    pthread_mutex_init(&a->plan_mu, NULL);
+    pthread_mutex_init(&a->st.mu, NULL);
+    pthread_mutex_init(&a->dev_mu, NULL);
+    pthread_cond_init(&a->dev_cv, NULL);
+    pthread_mutex_init(&a->gen_mu, NULL);
+    pthread_mutex_init(&a->job_mu, NULL);
+    pthread_cond_init(&a->job_cv, NULL);
+    a->next_req = 1;
+    int rc;
+    if ((rc = hr_gguf_open(&a->g, p->model_path, err)))
+        goto fail;
+    if ((rc = hr_model_load(&a->m, a->g, err)))
+        goto fail;
+    if (a->is_head && (rc = hr_tokenizer_create(&a->tok, a->g, err)))
+        goto fail;
+    a->model_size = hr_gguf_file_size(a->g);
+    a->model_hash =
+        hr_ring_hash(hr_gguf_base(a->g), (size_t)hr_gguf_data_offset(a->g), a->model_size);
+    a->pool = hr_pool_create(a->p.n_threads);
+    a->zctx = zmq_ctx_new();
+    if (!a->pool || !a->zctx) {
+        rc = hr_seterr(err, HR_ENOMEM, "cannot create thread pool or zmq context");
+        goto fail;
+    }
+    char ep[HR_EP_LEN];
+    if ((rc = hr_ring_endpoint(p->listen, 0, ep, sizeof ep))) {
+        rc = hr_seterr(err, HR_EINVAL, "bad listen address '%s' (want host:port)", p->listen);
+        goto fail;
+    }
+    hr_ring_sockopt so = hr_ring_sockopt_default();
+    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
+    if (!(a->ctrl = hr_ring_socket(a->zctx, ZMQ_ROUTER, &so, err))) {
+        rc = HR_ENET;
+        goto fail;
+    }
+    int one = 1;
+    zmq_setsockopt(a->ctrl, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if ((rc = hr_ring_bind(a->ctrl, ep, a->ctrl_ep, sizeof a->ctrl_ep, err)))
+        goto fail;
+    char dep[HR_EP_LEN];
+    if (strcmp(ep + strlen(ep) - 2, ":0") == 0)
+        snprintf(dep, sizeof dep, "%s", ep);
+    else
+        hr_ring_endpoint(ep, 1, dep, sizeof dep);
+    hr_ring_sockopt ds = hr_ring_sockopt_default();
+    ds.hwm = 16;
+    ds.snd_timeout_ms = 2000;
+    if (!(a->pull = hr_ring_socket(a->zctx, ZMQ_PULL, &ds, err)) ||
+        !(a->push = hr_ring_socket(a->zctx, ZMQ_PUSH, &ds, err))) {
+        rc = HR_ENET;
+        goto fail;
+    }
+    if ((rc = hr_ring_bind(a->pull, dep, a->data_ep, sizeof a->data_ep, err)))
+        goto fail;
+    if (p->name && *p->name) {
+        snprintf(a->name, sizeof a->name, "%s", p->name);
+    } else {
+        char host[48] = "host";
+        gethostname(host, sizeof host - 1);
+        const char *port = strrchr(a->ctrl_ep, ':');
+        snprintf(a->name, sizeof a->name, "%s%s", host, port ? port : "");
+    }
+    if (p->head && (rc = hr_ring_endpoint(p->head, 0, a->head_ep, sizeof a->head_ep))) {
+        rc = hr_seterr(err, HR_EINVAL, "bad head address '%s' (want host:port)", p->head);
+        goto fail;
+    }
+    if (!(a->info_json = hr_agent_info(a, err))) {
+        rc = HR_ENOMEM;
+        goto fail;
+    }
+    HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx)", a->name,
+                a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
+                (unsigned long long)a->model_hash);
+    *out = a;
+    return 0;
+fail:
+    hr_agent_destroy(a);
+    return rc;
+}
+
+static void hr_local_plan_free(hr_local_plan *lp) {
+    for (int r = 0; r < HR_AGENT_MAX_K; r++)
+        hr_ctx_destroy(lp->ctx[r]);
+    hr_ctx_destroy(lp->out_ctx);
+    free(lp->hid);
+    free(lp->frame);
+    free(lp->rx);
+    free(lp->logits);
+    memset(lp, 0, sizeof *lp);
+}
+
+void hr_agent_destroy(hr_agent *a) {
+    if (!a)
+        return;
+    atomic_store(&a->stop, 1);
+    if (a->data_started)
+        pthread_join(a->data_thread, NULL);
+    if (a->job_started) {
+        pthread_mutex_lock(&a->job_mu);
+        pthread_cond_broadcast(&a->job_cv);
+        pthread_mutex_unlock(&a->job_mu);
+        pthread_join(a->job_thread, NULL);
+    }
+    hr_local_plan_free(&a->lp);
+    hr_prof_model_clear(&a->pm);
+    for (int i = 0; i < a->n_devs; i++)
+        free(a->devs[i].info);
+    free(a->job_json);
+    free(a->info_json);
+    if (a->ctrl)
+        zmq_close(a->ctrl);
+    if (a->up)
+        zmq_close(a->up);
+    if (a->pull)
+        zmq_close(a->pull);
+    if (a->push)
+        zmq_close(a->push);
+    if (a->ev_push)
+        zmq_close(a->ev_push);
+    if (a->ev_pull)
+        zmq_close(a->ev_pull);
+    if (a->zctx)
+        zmq_ctx_term(a->zctx);
+    hr_pool_destroy(a->pool);
+    hr_tokenizer_destroy(a->tok);
+    hr_model_free(a->m);
+    hr_gguf_close(a->g);
+    pthread_mutex_destroy(&a->plan_mu);
+    pthread_mutex_destroy(&a->st.mu);
+    pthread_mutex_destroy(&a->dev_mu);
+    pthread_cond_destroy(&a->dev_cv);
+    pthread_mutex_destroy(&a->gen_mu);
+    pthread_mutex_destroy(&a->job_mu);
+    pthread_cond_destroy(&a->job_cv);
+    free(a);
+}
+
+/* ---- plan application (both roles) ---- */
+
+int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    hr_local_plan_free(&a->lp);
+    hr_local_plan *lp = &a->lp;
+    lp->plan_id = np->plan_id;
+    lp->k = np->k;
+    lp->W = np->W;
+    lp->w = np->w;
+    lp->offset = np->offset;
+    lp->n_active = np->n_active;
+    lp->index = np->index;
+    lp->n_ctx = np->n_ctx;
+    lp->n_batch = np->n_batch;
+    lp->dtype = np->dtype;
+    lp->prefetch = np->prefetch;
+    lp->release = np->release;
+    snprintf(lp->next_ep, sizeof lp->next_ep, "%s", np->next_ep);
+    if (lp->k < 1 || lp->k > HR_AGENT_MAX_K || lp->W * lp->k != hp->n_layer || lp->w < 0 ||
+        lp->offset < 0 || lp->offset + lp->w > lp->W || lp->n_batch < 1 || lp->n_ctx < 1 ||
+        lp->n_batch > 4096 || hr_ring_dtype_size(lp->dtype) == 0) {
+        int rc = hr_seterr(err, HR_EINVAL,
+                           "plan %u does not fit the model: k %d, W %d, w %d, offset %d, "
+                           "n_layer %d, batch %d",
+                           np->plan_id, lp->k, lp->W, lp->w, lp->offset, hp->n_layer, lp->n_batch);
+        memset(lp, 0, sizeof *lp);
+        return rc;
+    }
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = lp->n_ctx;
+    cp.n_batch = lp->n_batch;
+    cp.pool = a->pool;
+    int rc = 0;
+    for (int r = 0; lp->w > 0 && r < lp->k; r++) {
+        cp.layer_begin = r * lp->W + lp->offset;
+        cp.layer_end = cp.layer_begin + lp->w;
+        if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
+            goto fail;
+    }
+    size_t E = (size_t)hp->n_embd, B = (size_t)lp->n_batch;
+    if (a->is_head) {
+        cp.layer_begin = cp.layer_end = hp->n_layer;
+        if ((rc = hr_ctx_create(&lp->out_ctx, a->m, &cp, err)))
+            goto fail;
+        lp->logits = malloc((size_t)hp->n_vocab * sizeof(float));
+        lp->rx = malloc(HR_RING_HDR_SIZE + B * E * 4);
+    }
+    lp->hid = malloc(B * E * sizeof(float));
+    lp->frame_cap = HR_RING_HDR_SIZE + B * E * 4;
+    lp->frame = malloc(lp->frame_cap);
+    if (!lp->hid || !lp->frame || (a->is_head && (!lp->logits || !lp->rx))) {
+        rc = hr_seterr(err, HR_ENOMEM, "out of memory for plan buffers");
+        goto fail;
+    }
+    hr_stream_windows(a);
+    if (lp->prefetch)
+        hr_stream_after(a, lp->k - 1); /* warm the first window */
+    HR_LOG_INFO(TAG, "%s: plan %u: k %d, window %d layers at offset %d of %d per round, next %s",
+                a->name, lp->plan_id, lp->k, lp->w, lp->offset, lp->W,
+                lp->next_ep[0] ? lp->next_ep : "-");
+    return 0;
+fail:
+    hr_local_plan_free(lp);
+    return rc;
+}
+
+/* ---- worker data thread ---- */
+
+static void hr_data_reconnect(hr_agent *a) {
+    if (strcmp(a->push_ep, a->lp.next_ep) == 0)
+        return;
+    if (a->push_ep[0])
+        zmq_disconnect(a->push, a->push_ep);
+    a->push_ep[0] = 0;
+    if (a->lp.next_ep[0] && zmq_connect(a->push, a->lp.next_ep) == 0)
+        snprintf(a->push_ep, sizeof a->push_ep, "%s", a->lp.next_ep);
+}
+
+static void hr_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
+    pthread_mutex_lock(&a->st.mu);
+    if (n_tok == 1)
+        a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
+    if (last_round)
+        a->st.tokens += (uint64_t)n_tok;
+    pthread_mutex_unlock(&a->st.mu);
+}
+
+static void hr_reject_frame(hr_agent *a, const char *where, const char *why) {
+    pthread_mutex_lock(&a->st.mu);
+    a->st.frames_rejected++;
+    pthread_mutex_unlock(&a->st.mu);
+    HR_LOG_WARN(TAG, "%s: rejected frame on %s: %s", a->name, where, why);
+}
+
+/* Checks a HIDDEN frame against the plan; returns 0 if it is ours. */
+static int hr_check_hidden(const hr_agent *a, const hr_ring_hdr *h, char err[HR_ERR_LEN]) {
+    const hr_local_plan *lp = &a->lp;
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    if (h->type != HR_RING_HIDDEN)
+        return hr_seterr(err, HR_EFORMAT, "%s frame on the data port", hr_ring_type_name(h->type));
+    if (h->plan_id != lp->plan_id)
+        return hr_seterr(err, HR_EINVAL, "frame of plan %u, current plan %u", h->plan_id,
+                         lp->plan_id);
+    if (h->dtype != lp->dtype || h->n_tok > lp->n_batch || h->round >= lp->k || h->pos < 0 ||
+        (int64_t)h->pos + h->n_tok > lp->n_ctx ||
+        (size_t)h->len != (size_t)h->n_tok * E * hr_ring_dtype_size(h->dtype))
+        return hr_seterr(err, HR_EFORMAT,
+                         "HIDDEN frame does not fit the plan: dtype %u, n_tok %u (batch %d), "
+                         "round %u (k %d), pos %d (ctx %d), %u bytes for n_embd %zu",
+                         h->dtype, h->n_tok, lp->n_batch, h->round, lp->k, h->pos, lp->n_ctx,
+                         h->len, E);
+    return 0;
+}
+
+static void *hr_data_main(void *arg) {
+    hr_agent *a = arg;
+    char err[HR_ERR_LEN];
+    size_t cap = HR_RING_HDR_SIZE + (size_t)4096 * hr_model_hparams(a->m)->n_embd * 4;
+    uint8_t *rx = malloc(cap); /* largest legal frame: allocated once */
+    if (!rx) {
+        HR_LOG_ERROR(TAG, "%s: out of memory for the data thread", a->name);
+        return NULL;
+    }
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    while (!atomic_load(&a->stop)) {
+        hr_ring_hdr h;
+        err[0] = 0;
+        long n = hr_ring_recv(a->pull, NULL, NULL, rx, cap, 200, &h, err);
+        if (n == 0)
+            continue;
+        if (n < 0) {
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
+        pthread_mutex_lock(&a->plan_mu);
+        hr_local_plan *lp = &a->lp;
+        if (hr_check_hidden(a, &h, err)) {
+            pthread_mutex_unlock(&a->plan_mu);
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
+        if (h.req_id <= atomic_load(&a->canceled_req) || lp->w <= 0) {
+            pthread_mutex_unlock(&a->plan_mu);
+            HR_LOG_DEBUG(TAG, "%s: dropped frame of canceled request %llu", a->name,
+                         (unsigned long long)h.req_id);
+            continue;
+        }
+        hr_data_reconnect(a);
+        int nt = h.n_tok;
+        hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
+        double t0 = hr_agent_now();
+        int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
+        hr_stream_after(a, h.round);
+        double ms = (hr_agent_now() - t0) * 1000.0;
+        if (rc) {
+            pthread_mutex_unlock(&a->plan_mu);
+            HR_LOG_ERROR(TAG, "%s: window failed: %s", a->name, err);
+            continue;
+        }
+        long len = hr_ring_pack(lp->frame + HR_RING_HDR_SIZE, lp->frame_cap - HR_RING_HDR_SIZE,
+                                lp->hid, (size_t)nt * E, lp->dtype);
+        h.len = (uint32_t)len;
+        rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
+        pthread_mutex_unlock(&a->plan_mu);
+        hr_stats_round(a, ms, nt, h.round + 1 == lp->k);
+        if (rc)
+            HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
+                        err);
+    }
+    free(rx);
+    return NULL;
+}
+
+/* ---- worker control plane ---- */
+
+static int hr_plan_from_json(hr_agent *a, const char *js, size_t len, hr_local_plan *np,
+                             char err[HR_ERR_LEN]) {
+    json_error_t je;
+    json_t *j = json_loadb(js, len, 0, &je);
+    if (!j)
+        return hr_seterr(err, HR_EFORMAT, "PLAN is not JSON: %s", je.text);
+    memset(np, 0, sizeof *np);
+    const char *next = "";
+    int prefetch = 1, release = 0;
+    json_int_t plan_id = 0;
+    if (json_unpack_ex(j, &je, 0, "{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:b,s:b}", "plan_id",
+                       &plan_id, "k", &np->k, "W", &np->W, "w", &np->w, "offset", &np->offset,
+                       "n_active", &np->n_active, "n_ctx", &np->n_ctx, "n_batch", &np->n_batch,
+                       "dtype", &np->dtype, "next", &next, "prefetch", &prefetch, "release",
+                       &release) != 0) {
+        json_decref(j);
+        return hr_seterr(err, HR_EFORMAT, "PLAN: %s", je.text);
+    }
+    np->plan_id = (uint32_t)plan_id;
+    np->prefetch = prefetch && a->p.prefetch;
+    np->release = a->p.release >= 0 ? a->p.release == 1 : release;
+    snprintf(np->next_ep, sizeof np->next_ep, "%s", next);
+    json_decref(j);
+    return 0;
+}
+
+static void hr_worker_send(hr_agent *a, int type, uint32_t plan_id, const char *json) {
+    char err[HR_ERR_LEN];
+    hr_ring_hdr h = {.type = (uint8_t)type,
+                     .pos = -1,
+                     .plan_id = plan_id,
+                     .len = json ? (uint32_t)strlen(json) : 0};
+    if (hr_ring_send_msg(a->up, NULL, 0, &h, json, err))
+        HR_LOG_DEBUG(TAG, "%s: %s to head: %s", a->name, hr_ring_type_name(type), err);
+}
+
+static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
+    double ms, res;
+    uint64_t tok, rej;
+    pthread_mutex_lock(&a->st.mu);
+    ms = a->st.ms_round;
+    tok = a->st.tokens;
+    rej = a->st.frames_rejected;
+    pthread_mutex_unlock(&a->st.mu);
+    pthread_mutex_lock(&a->plan_mu);
+    res = hr_stream_resident(a);
+    uint32_t pid = a->lp.plan_id;
+    pthread_mutex_unlock(&a->plan_mu);
+    hr_prof_device *d = calloc(1, sizeof *d);
+    int64_t avail = -1;
+    if (d) {
+        hr_prof_device_sysinfo(d, NULL);
+        avail = d->mem.available_bytes;
+        free(d);
+    }
+    char js[512];
+    snprintf(js, sizeof js,
+             "{\"ms_round\":%.4f,\"resident\":%.4f,\"tokens\":%llu,\"rejected\":%llu,"
+             "\"mem_avail\":%lld,\"t\":%.6f}",
+             ms, res, (unsigned long long)tok, (unsigned long long)rej, (long long)avail, t_sent);
+    hr_worker_send(a, HR_RING_HEARTBEAT, pid, js);
+}
+
+static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
+    if (a->up)
+        zmq_close(a->up);
+    hr_ring_sockopt so = hr_ring_sockopt_default();
+    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
+    so.snd_timeout_ms = 100;
+    if (!(a->up = hr_ring_socket(a->zctx, ZMQ_DEALER, &so, err)))
+        return HR_ENET;
+    if (zmq_connect(a->up, a->head_ep) != 0)
+        return hr_seterr(err, HR_ENET, "cannot connect to head %s: %s", a->head_ep,
+                         zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+/* Worker control loop: join, apply plans, heartbeat, follow cancels. */
+static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
+    int rc;
+    if ((rc = hr_worker_connect(a, err)))
+        return rc;
+    if (pthread_create(&a->data_thread, NULL, hr_data_main, a) != 0)
+        return hr_seterr(err, HR_EINTERNAL, "cannot start the data thread");
+    a->data_started = true;
+    bool joined = false;
+    double last_join = 0, last_hb = 0, last_head = hr_agent_now();
+    size_t cap = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    rc = 0;
+    while (!atomic_load(&a->stop)) {
+        double now = hr_agent_now();
+        if (!joined && now - last_join > 1.0) {
+            hr_worker_send(a, HR_RING_JOIN, 0, a->info_json);
+            last_join = now;
+        }
+        if (joined && now - last_hb > a->p.hb_interval_ms / 1000.0) {
+            hr_worker_heartbeat(a, now);
+            last_hb = now;
+        }
+        if (joined && now - last_head > 3.0 * a->p.hb_timeout_ms / 1000.0) {
+            HR_LOG_WARN(TAG, "%s: no word from head %s for %.1f s; joining again", a->name,
+                        a->head_ep, now - last_head);
+            joined = false;
+            last_head = now;
+        }
+        zmq_pollitem_t it[2] = {{.socket = a->up, .events = ZMQ_POLLIN},
+                                {.socket = a->ctrl, .events = ZMQ_POLLIN}};
+        if (zmq_poll(it, 2, 50) <= 0)
+            continue;
+        hr_ring_hdr h;
+        char e2[HR_ERR_LEN] = "";
+        if (it[1].revents & ZMQ_POLLIN) { /* our own control port: invites, strays */
+            uint8_t id[HR_RING_MAX_ID];
+            size_t idl = 0;
+            long n = hr_ring_recv(a->ctrl, id, &idl, buf, cap, 0, &h, e2);
+            if (n < 0)
+                hr_reject_frame(a, "control port", e2);
+            else if (n > 0 && h.type == HR_RING_INVITE)
+                HR_LOG_INFO(TAG, "%s: already joined to %s; invite ignored", a->name, a->head_ep);
+            else if (n > 0)
+                hr_reject_frame(a, "control port", hr_ring_type_name(h.type));
+        }
+        if (!(it[0].revents & ZMQ_POLLIN))
+            continue;
+        long n = hr_ring_recv(a->up, NULL, NULL, buf, cap, 0, &h, e2);
+        if (n <= 0) {
+            if (n < 0)
+                hr_reject_frame(a, "head link", e2);
+            continue;
+        }
+        last_head = hr_agent_now();
+        const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
+        switch (h.type) {
+        case HR_RING_WELCOME:
+            if (!joined)
+                HR_LOG_INFO(TAG, "%s: joined head %s", a->name, a->head_ep);
+            joined = true;
+            break;
+        case HR_RING_REJECT:
+            if (h.pos == 1) { /* fatal: model or version mismatch */
+                rc = hr_seterr(err, HR_EDENIED, "head %s refused us: %.*s", a->head_ep, (int)h.len,
+                               pl);
+                atomic_store(&a->stop, 1);
+            } else {
+                HR_LOG_WARN(TAG, "%s: head says: %.*s", a->name, (int)h.len, pl);
+                joined = false;
+                last_join = 0;
+            }
+            break;
+        case HR_RING_PLAN: {
+            hr_local_plan np;
+            char js[256];
+            int prc = hr_plan_from_json(a, pl, h.len, &np, e2);
+            if (prc == 0) {
+                pthread_mutex_lock(&a->plan_mu);
+                prc = hr_agent_apply_plan(a, &np, e2);
+                pthread_mutex_unlock(&a->plan_mu);
+            }
+            if (prc == 0) {
+                snprintf(js, sizeof js, "{\"ok\":true}");
+            } else {
+                json_t *ej = json_pack("{s:b,s:s}", "ok", 0, "error", e2);
+                char *s = ej ? json_dumps(ej, JSON_COMPACT) : NULL;
+                snprintf(js, sizeof js, "%s", s ? s : "{\"ok\":false}");
+                free(s);
+                json_decref(ej);
+                HR_LOG_ERROR(TAG, "%s: cannot apply plan: %s", a->name, e2);
+            }
+            hr_worker_send(a, HR_RING_READY, np.plan_id ? np.plan_id : h.plan_id, js);
+            break;
+        }
+        case HR_RING_CANCEL: {
+            unsigned long long cur = atomic_load(&a->canceled_req);
+            if (h.req_id > cur)
+                atomic_store(&a->canceled_req, h.req_id);
+            HR_LOG_INFO(TAG, "%s: request %llu canceled", a->name, (unsigned long long)h.req_id);
+            break;
+        }
+        case HR_RING_START:
+            HR_LOG_DEBUG(TAG, "%s: request %llu starts", a->name, (unsigned long long)h.req_id);
+            break;
+        case HR_RING_HEARTBEAT:
+            break;
+        default:
+            hr_reject_frame(a, "head link", hr_ring_type_name(h.type));
+        }
+    }
+    if (joined)
+        hr_worker_send(a, HR_RING_LEAVE, 0, NULL);
+    free(buf);
+    return rc;
+}
+
+/* An agent without --head waits for an invitation when it has no workers
+ * of its own and no expectation set; it is a head otherwise. */
+int hr_agent_run(hr_agent *a, char err[HR_ERR_LEN]) {
+    if (!a->is_head)
+        return hr_worker_run(a, err);
+    int rc = hr_head_run(a, err);
+    if (rc == 1) { /* invited: become a worker */
+        a->is_head = false;
+        return hr_worker_run(a, err);
+    }
+    return rc;
+}

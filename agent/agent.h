@@ -1,0 +1,98 @@
+/* agent.h - the hearth agent daemon and the head's generation API.
+ *
+ * Every machine runs one agent. An agent started without a head address is
+ * a head: workers join it (or it invites the agents listed in peers), send
+ * their profile and model fingerprint, receive the plan (ring order, k,
+ * window sizes), map their layers and report ready. The head embeds tokens,
+ * runs its own windows, drives hidden states around the ring k times per
+ * token, applies the output head, samples and streams tokens.
+ *
+ * Threads: hr_agent_run() runs the control loop on the calling thread; a
+ * worker also runs a data thread (the ring), a head a job thread for CLI
+ * prompts. hr_agent_stop() is thread-safe. hr_head_generate() and
+ * hr_head_logits() are thread-safe (one generation at a time; a second
+ * caller waits) and may be called from any thread while hr_agent_run()
+ * runs, e.g. from an HTTP server. */
+#ifndef HR_AGENT_AGENT_H
+#define HR_AGENT_AGENT_H
+
+#include "common/error.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HR_AGENT_MAX_DEV 16
+#define HR_AGENT_MAX_K 16
+
+typedef struct {
+    const char *model_path; /* GGUF file; every device has the same file */
+    const char *listen;     /* control "host:port" (data on port + 1); port 0 = any */
+    const char *head;       /* join this head's control "host:port"; NULL = be a head */
+    const char *peers;      /* head: invite these agents, "host:port,host:port" */
+    const char *name;       /* device name (default: hostname:port) */
+    double mem_limit_gib;   /* caps the memory reported in the profile; 0 = none */
+    int n_threads;          /* compute threads (>= 1) */
+    int n_ctx;              /* head: KV positions planned (0 = min(train, 4096)) */
+    int n_batch;            /* head: prompt tokens per ring pass (default 64) */
+    int expect;             /* head: workers to wait for before serving (0 = peers given) */
+    int k;                  /* head: force k rounds (0 = scheduler) */
+    const char *windows;    /* head: force window sizes per ring position, "2,1,1" */
+    int wire_dtype;         /* head: HR_RING_F16 (default) or HR_RING_F32 */
+    bool prefetch;          /* madvise(WILLNEED) the next window after each window */
+    int release;            /* release finished windows: -1 plan's overloaded devices, 0, 1 */
+    bool profile;           /* measure a quick device profile to send (cached) */
+    int hb_interval_ms;     /* heartbeat period (default 250) */
+    int hb_timeout_ms;      /* silence after which a device is lost (default 2000) */
+    int data_timeout_ms;    /* longest wait for a hidden state (default 60000) */
+} hr_agent_params;
+
+hr_agent_params hr_agent_params_default(void);
+
+typedef struct hr_agent hr_agent;
+
+/* Opens the model, binds the sockets. Returns 0 or HR_E* with err. */
+int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LEN]);
+/* Control loop until hr_agent_stop() (returns 0) or a fatal refusal by the
+ * head (HR_EDENIED, HR_EUNSUPPORTED; err says why). */
+int hr_agent_run(hr_agent *a, char err[HR_ERR_LEN]);
+void hr_agent_stop(hr_agent *a); /* thread-safe */
+/* After hr_agent_run returned. NULL is a no-op. */
+void hr_agent_destroy(hr_agent *a);
+const char *hr_agent_endpoint(const hr_agent *a);      /* bound control endpoint */
+const char *hr_agent_data_endpoint(const hr_agent *a); /* bound data endpoint */
+bool hr_agent_is_head(const hr_agent *a);
+
+/* ---- head API ---- */
+
+/* Waits until the ring is planned with at least n_workers workers and every
+ * device reported ready. HR_ETIMEDOUT after timeout_ms. Thread-safe. */
+int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_ERR_LEN]);
+const hr_tokenizer *hr_head_tokenizer(const hr_agent *a);
+int hr_head_n_vocab(const hr_agent *a);
+
+/* Called per generated token (the end-of-generation token too, after which
+ * generation stops); piece holds its text (may be empty). Return non-zero
+ * to stop. */
+typedef int (*hr_head_token_fn)(void *ud, int32_t id, const char *piece, int len);
+
+typedef struct {
+    int n_prompt, n_gen;
+    double prompt_s, gen_s; /* wall time of prefill / generation, s */
+} hr_head_stats;
+
+/* Prefills ids[n_ids] around the ring in batches, then samples up to
+ * max_tokens tokens with sp, calling on_token for each. cancel (may be NULL)
+ * is polled; setting it stops every device (HR_ECANCELED). A lost device
+ * returns HR_ENET naming it. Thread-safe. */
+int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sampler_params *sp,
+                     int max_tokens, hr_head_token_fn on_token, void *ud, const atomic_int *cancel,
+                     hr_head_stats *stats, char err[HR_ERR_LEN]);
+/* Teacher-forced logits for every position: logits [n][n_vocab]. */
+int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]);
+/* Cluster status as JSON (malloc'ed, caller frees); NULL on OOM. */
+char *hr_head_status_json(hr_agent *a);
+
+#endif

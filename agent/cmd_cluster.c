@@ -1,0 +1,268 @@
+/* cmd_cluster.c - cluster subcommands: `hearth agent` (the daemon),
+ * `hearth prompt` (stream an answer from the head) and `hearth status`. */
+#include "agent/agent.h"
+#include "agent/cli.h"
+#include "ring/ring.h"
+
+#include "common/log.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+static hr_agent *volatile hr_sig_agent;
+static volatile sig_atomic_t hr_sig_count;
+
+static void hr_on_signal(int sig) {
+    (void)sig;
+    hr_sig_count++;
+    if (hr_sig_agent)
+        hr_agent_stop(hr_sig_agent);
+}
+
+static void hr_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = hr_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int hr_cmd_agent(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    if (!o->model)
+        return hr_cli_fail("no model given (use -m MODEL.gguf)");
+    if (o->head && o->peers)
+        return hr_cli_fail("give --head (join a head) or --peers (be the head), not both");
+    hr_agent_params p = hr_agent_params_default();
+    p.model_path = o->model;
+    if (o->listen)
+        p.listen = o->listen;
+    p.head = o->head;
+    p.peers = o->peers;
+    p.name = o->name;
+    p.mem_limit_gib = o->mem_limit;
+    p.n_threads = o->threads > 0 ? o->threads : 1;
+    p.n_ctx = o->ctx;
+    p.n_batch = o->batch;
+    p.expect = o->expect;
+    p.k = o->k;
+    p.windows = o->windows;
+    p.prefetch = !o->no_prefetch;
+    p.profile = !o->no_profile;
+    if (o->wire) {
+        if (strcmp(o->wire, "f16") == 0)
+            p.wire_dtype = HR_RING_F16;
+        else if (strcmp(o->wire, "f32") == 0)
+            p.wire_dtype = HR_RING_F32;
+        else
+            return hr_cli_fail("--wire must be f16 or f32, not '%s'", o->wire);
+    }
+    if (o->release) {
+        if (strcmp(o->release, "auto") == 0)
+            p.release = -1;
+        else if (strcmp(o->release, "on") == 0)
+            p.release = 1;
+        else if (strcmp(o->release, "off") == 0)
+            p.release = 0;
+        else
+            return hr_cli_fail("--release must be auto, on or off, not '%s'", o->release);
+    }
+    if (hr_log_threshold > HR_LOG_LEVEL_INFO && !o->log_level)
+        hr_log_set_level(HR_LOG_LEVEL_INFO);
+    hr_agent *a = NULL;
+    if (hr_agent_create(&a, &p, err))
+        return hr_cli_fail("agent: %s", err);
+    hr_sig_agent = a;
+    hr_install_signals();
+    fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", o->name ? o->name : "",
+            hr_agent_endpoint(a), p.head ? "worker" : "head");
+    int rc = hr_agent_run(a, err);
+    hr_sig_agent = NULL;
+    hr_agent_destroy(a);
+    if (rc)
+        return hr_cli_fail("agent: %s", err);
+    return 0;
+}
+
+/* A DEALER to the head's control port. */
+static void *hr_client_connect(void *zctx, const char *head, char *ep, size_t cap) {
+    if (hr_ring_endpoint(head ? head : "127.0.0.1:7700", 0, ep, cap)) {
+        hr_cli_fail("bad head address '%s' (want host:port)", head);
+        return NULL;
+    }
+    char err[HR_ERR_LEN];
+    void *s = hr_ring_socket(zctx, ZMQ_DEALER, NULL, err);
+    if (!s || zmq_connect(s, ep) != 0) {
+        hr_cli_fail("cannot connect to %s: %s", ep, err);
+        if (s)
+            zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+int hr_cmd_prompt(hr_cli *o) {
+    const char *text = o->n_args > 0 ? o->args[0] : o->prompt;
+    if (!text)
+        return hr_cli_fail("no prompt given (hearth prompt [--head ADDR] \"text\")");
+    json_t *j =
+        json_pack("{s:s,s:i,s:f,s:i,s:f,s:f,s:f,s:I,s:i}", "text", text, "n_predict", o->n_predict,
+                  "temp", (double)o->temp, "top_k", o->top_k, "top_p", (double)o->top_p, "min_p",
+                  (double)o->min_p, "repeat_penalty", (double)o->repeat_penalty, "seed",
+                  (json_int_t)o->seed, "wait_ms", o->timeout_s > 0 ? o->timeout_s * 1000 : 30000);
+    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!js)
+        return hr_cli_fail("out of memory");
+    void *zctx = zmq_ctx_new();
+    char ep[160], err[HR_ERR_LEN];
+    void *s = hr_client_connect(zctx, o->head, ep, sizeof ep);
+    int rc = 1;
+    uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
+    if (!s || !buf)
+        goto done;
+    hr_install_signals();
+    hr_ring_hdr h = {.type = HR_RING_PROMPT, .pos = -1, .len = (uint32_t)strlen(js)};
+    if (hr_ring_send_msg(s, NULL, 0, &h, js, err)) {
+        hr_cli_fail("cannot send the prompt to %s: %s", ep, err);
+        goto done;
+    }
+    int idle_s = o->timeout_s > 0 ? o->timeout_s : 120;
+    double last = hr_cli_now();
+    bool canceled = false;
+    for (;;) {
+        if (hr_sig_count && !canceled) {
+            hr_ring_hdr c = {.type = HR_RING_CANCEL, .pos = -1};
+            hr_ring_send_msg(s, NULL, 0, &c, NULL, err);
+            canceled = true;
+        }
+        long n =
+            hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL, 200, &h, err);
+        if (n == 0) {
+            if (hr_cli_now() - last > idle_s) {
+                hr_cli_fail("no answer from the head at %s for %d s", ep, idle_s);
+                goto done;
+            }
+            continue;
+        }
+        if (n < 0) {
+            hr_cli_fail("bad frame from the head: %s", err);
+            goto done;
+        }
+        last = hr_cli_now();
+        const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
+        if (h.type == HR_RING_TOKEN && h.len >= 4) {
+            fwrite(pl + 4, 1, h.len - 4, stdout);
+            fflush(stdout);
+        } else if (h.type == HR_RING_DONE) {
+            fputc('\n', stdout);
+            json_t *d = json_loadb(pl, h.len, 0, NULL);
+            double pt = 0, gt = 0;
+            int np = 0, ng = 0;
+            if (d && json_unpack(d, "{s:i,s:i,s:F,s:F}", "n_prompt", &np, "n_gen", &ng,
+                                 "prompt_tps", &pt, "gen_tps", &gt) == 0)
+                fprintf(stderr,
+                        "prompt: %d tokens, %.2f tokens/s | generation: %d tokens, "
+                        "%.2f tokens/s\n",
+                        np, pt, ng, gt);
+            json_decref(d);
+            rc = 0;
+            goto done;
+        } else if (h.type == HR_RING_ERROR) {
+            fputc('\n', stdout);
+            hr_cli_fail("head: %.*s", (int)h.len, pl);
+            goto done;
+        }
+    }
+done:
+    free(buf);
+    free(js);
+    if (s)
+        zmq_close(s);
+    zmq_ctx_term(zctx);
+    return rc;
+}
+
+static void hr_print_status(json_t *j) {
+    const char *head = "", *wire = "", *error = "";
+    int k = 0, n_layer = 0, ready = 0;
+    json_unpack(j, "{s?s,s?i,s?i,s?b,s?s,s?s}", "head", &head, "k", &k, "n_layer", &n_layer,
+                "ready", &ready, "wire", &wire, "error", &error);
+    printf("head %s: %s, k %d, %d layers, wire %s%s%s\n", head, ready ? "ready" : "NOT READY", k,
+           n_layer, wire, error[0] ? ", " : "", error);
+    json_t *devs = json_object_get(j, "devices");
+    size_t i;
+    json_t *d;
+    json_array_foreach(devs, i, d) {
+        const char *name = "", *addr = "", *layers = "", *os = "";
+        int pos = -1, w = 0, lost = 0, rdy = 0, cores = 0, numa = 0, over = 0;
+        double pred = 0, meas = 0, res = 0, disk = 0;
+        json_int_t tok = 0, mt = 0, ma = 0, cg = -1;
+        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b}", "name", &name,
+                    "address", &addr, "layers", &layers, "ring_pos", &pos, "w", &w, "lost", &lost,
+                    "ready", &rdy, "pred_ms_round", &pred, "meas_ms_round", &meas, "resident", &res,
+                    "tokens", &tok, "overloaded", &over);
+        json_t *info = json_object_get(d, "info");
+        json_unpack(info, "{s?s,s?i,s?i,s?I,s?I,s?I,s?F}", "os", &os, "cores", &cores, "numa",
+                    &numa, "mem_total", &mt, "mem_avail", &ma, "cg_limit", &cg, "disk_mbs", &disk);
+        printf("  [%d] %-14s %-22s %s%s\n", pos, name, addr,
+               lost  ? "LOST"
+               : rdy ? "ready"
+                     : "not ready",
+               over ? ", overloaded" : "");
+        printf("      os %s; %d cores, %d NUMA; memory %.1f GiB total, %.1f GiB available, "
+               "cgroup limit %s",
+               os, cores, numa, mt / 1073741824.0, ma / 1073741824.0, cg > 0 ? "" : "none");
+        if (cg > 0)
+            printf("%.2f GiB", cg / 1073741824.0);
+        printf("; disk %.0f MB/s\n", disk);
+        printf("      layers %s (w %d); ms/round predicted %.2f, measured %.2f; resident %.0f%%; "
+               "tokens %lld\n",
+               layers, w, pred, meas, res * 100.0, (long long)tok);
+    }
+}
+
+int hr_cmd_status(hr_cli *o) {
+    void *zctx = zmq_ctx_new();
+    char ep[160], err[HR_ERR_LEN];
+    void *s = hr_client_connect(zctx, o->head, ep, sizeof ep);
+    int rc = 1;
+    uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
+    hr_ring_hdr h = {.type = HR_RING_STATUS_REQ, .pos = -1};
+    if (!s || !buf)
+        goto done;
+    if (hr_ring_send_msg(s, NULL, 0, &h, NULL, err)) {
+        hr_cli_fail("cannot reach %s: %s", ep, err);
+        goto done;
+    }
+    int tmo = (o->timeout_s > 0 ? o->timeout_s : 5) * 1000;
+    long n = hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL, tmo, &h, err);
+    if (n <= 0 || h.type != HR_RING_STATUS) {
+        hr_cli_fail("no status from the head at %s%s%s", ep, n < 0 ? ": " : "", n < 0 ? err : "");
+        goto done;
+    }
+    const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
+    if (o->json) {
+        printf("%.*s\n", (int)h.len, pl);
+    } else {
+        json_t *j = json_loadb(pl, h.len, 0, NULL);
+        if (!j) {
+            hr_cli_fail("status is not JSON");
+            goto done;
+        }
+        hr_print_status(j);
+        json_decref(j);
+    }
+    rc = 0;
+done:
+    free(buf);
+    if (s)
+        zmq_close(s);
+    zmq_ctx_term(zctx);
+    return rc;
+}

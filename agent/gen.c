@@ -1,0 +1,433 @@
+/* gen.c - generation on the head: prefill in batches and decode tokens by
+ * sending hidden states around the ring k times (the head computes its own
+ * window in each round), output head + sampling on the head, token events
+ * for CLI clients. hr_head_generate() is the entry point an HTTP API calls. */
+#include "agent/agent-impl.h"
+
+#include "common/log.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#define TAG "head"
+
+const hr_tokenizer *hr_head_tokenizer(const hr_agent *a) { return a->tok; }
+int hr_head_n_vocab(const hr_agent *a) { return hr_model_hparams(a->m)->n_vocab; }
+
+int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_ERR_LEN]) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&a->dev_mu);
+    int rc = 0;
+    for (;;) {
+        int nw = 0;
+        for (int i = 1; i < a->n_devs; i++)
+            nw += !a->devs[i].lost && a->devs[i].ready_plan == a->plan_id;
+        if (a->ready && nw >= n_workers)
+            break;
+        if (atomic_load(&a->lost)) {
+            rc = hr_seterr(err, HR_ENET, "cluster not ready: %s", a->lost_msg);
+            break;
+        }
+        if (pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl) != 0) {
+            rc = hr_seterr(err, HR_ETIMEDOUT,
+                           "cluster not ready after %d ms: %d of %d workers ready%s%s", timeout_ms,
+                           nw, n_workers, a->plan_err[0] ? "; " : "", a->plan_err);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&a->dev_mu);
+    return rc;
+}
+
+/* Posts an event to the control thread (caller holds gen_mu). */
+int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
+    char err[HR_ERR_LEN];
+    if (!a->ev_push) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "inproc://hr-events-%p", (void *)a);
+        hr_ring_sockopt eo = hr_ring_sockopt_default();
+        eo.hwm = 4096;
+        if (!(a->ev_push = hr_ring_socket(a->zctx, ZMQ_PUSH, &eo, err)))
+            return HR_ENET;
+        if (zmq_connect(a->ev_push, ep) != 0) {
+            zmq_close(a->ev_push);
+            a->ev_push = NULL;
+            return HR_ENET;
+        }
+    }
+    return hr_ring_send_msg(a->ev_push, NULL, 0, h, payload, err);
+}
+
+static void hr_post_simple(hr_agent *a, int type, uint64_t req) {
+    hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .req_id = req};
+    hr_head_post(a, &h, NULL);
+}
+
+static int hr_lost_err(hr_agent *a, char err[HR_ERR_LEN]) {
+    pthread_mutex_lock(&a->dev_mu);
+    int rc = hr_seterr(err, HR_ENET, "%s", a->lost_msg[0] ? a->lost_msg : "a device was lost");
+    pthread_mutex_unlock(&a->dev_mu);
+    return rc;
+}
+
+/* Waits for our hidden state (req, pos, n_tok, round) to come back. */
+static int hr_gen_wait(hr_agent *a, const hr_ring_hdr *want, const atomic_int *cancel,
+                       char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    double deadline = hr_agent_now() + a->p.data_timeout_ms / 1000.0;
+    for (;;) {
+        if (cancel && atomic_load(cancel))
+            return hr_seterr(err, HR_ECANCELED, "canceled");
+        if (atomic_load(&a->lost))
+            return hr_lost_err(a, err);
+        if (atomic_load(&a->stop))
+            return hr_seterr(err, HR_ECANCELED, "agent stopping");
+        if (hr_agent_now() > deadline)
+            return hr_seterr(err, HR_ETIMEDOUT,
+                             "no hidden state back from the ring within %d ms (round %u, pos %d)",
+                             a->p.data_timeout_ms, want->round, want->pos);
+        hr_ring_hdr h;
+        char e2[HR_ERR_LEN] = "";
+        long n = hr_ring_recv(a->pull, NULL, NULL, lp->rx, lp->frame_cap, 50, &h, e2);
+        if (n == 0)
+            continue;
+        if (n < 0) {
+            HR_LOG_WARN(TAG, "rejected frame on the data port: %s", e2);
+            continue;
+        }
+        if (h.type != HR_RING_HIDDEN || h.plan_id != lp->plan_id || h.req_id != want->req_id ||
+            h.pos != want->pos || h.n_tok != want->n_tok || h.round != want->round ||
+            h.dtype != lp->dtype ||
+            (size_t)h.len != (size_t)h.n_tok * E * hr_ring_dtype_size(h.dtype)) {
+            HR_LOG_WARN(TAG,
+                        "dropped unexpected %s frame on the data port (req %llu pos %d round %u)",
+                        hr_ring_type_name(h.type), (unsigned long long)h.req_id, h.pos, h.round);
+            continue;
+        }
+        return hr_ring_unpack(lp->hid, (size_t)h.n_tok * E, lp->rx + HR_RING_HDR_SIZE, h.len,
+                              h.dtype);
+    }
+}
+
+/* One pass of lp->hid ([nb][n_embd], tokens at pos..) through all k rounds. */
+static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_int *cancel,
+                       char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    if (lp->n_active > 1 && strcmp(a->push_ep, lp->next_ep) != 0) {
+        if (a->push_ep[0])
+            zmq_disconnect(a->push, a->push_ep);
+        a->push_ep[0] = 0;
+        if (zmq_connect(a->push, lp->next_ep) == 0)
+            snprintf(a->push_ep, sizeof a->push_ep, "%s", lp->next_ep);
+    }
+    for (int r = 0; r < lp->k; r++) {
+        int rc;
+        if (lp->w > 0) {
+            double t0 = hr_agent_now();
+            if ((rc = hr_ctx_layers(lp->ctx[r], lp->hid, nb, pos, err)))
+                return rc;
+            hr_stream_after(a, r);
+            if (nb == 1) {
+                double ms = (hr_agent_now() - t0) * 1000.0;
+                pthread_mutex_lock(&a->st.mu);
+                a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
+                pthread_mutex_unlock(&a->st.mu);
+            }
+        }
+        if (lp->n_active <= 1)
+            continue;
+        hr_ring_hdr h = {.type = HR_RING_HIDDEN,
+                         .dtype = (uint8_t)lp->dtype,
+                         .round = (uint16_t)r,
+                         .n_tok = (uint16_t)nb,
+                         .pos = pos,
+                         .plan_id = lp->plan_id,
+                         .req_id = req};
+        long len = hr_ring_pack(lp->frame + HR_RING_HDR_SIZE, lp->frame_cap - HR_RING_HDR_SIZE,
+                                lp->hid, (size_t)nb * E, lp->dtype);
+        h.len = (uint32_t)len;
+        if ((rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err))) {
+            /* the next device is gone or stuck: give the heartbeats time to name it */
+            double until = hr_agent_now() + a->p.hb_timeout_ms / 1000.0 + 0.5;
+            while (hr_agent_now() < until && !atomic_load(&a->lost)) {
+                struct timespec ts = {0, 20000000};
+                nanosleep(&ts, NULL);
+            }
+            return atomic_load(&a->lost) ? hr_lost_err(a, err) : rc;
+        }
+        if ((rc = hr_gen_wait(a, &h, cancel, err)))
+            return rc;
+    }
+    pthread_mutex_lock(&a->st.mu);
+    a->st.tokens += (uint64_t)nb;
+    pthread_mutex_unlock(&a->st.mu);
+    return 0;
+}
+
+/* Locks gen_mu and plan_mu when the ring is ready. */
+static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
+    pthread_mutex_lock(&a->gen_mu);
+    pthread_mutex_lock(&a->dev_mu);
+    bool ok = a->ready;
+    int rc = ok ? 0
+                : hr_seterr(err, HR_EAGAIN, "cluster not ready%s%s", a->plan_err[0] ? ": " : "",
+                            a->plan_err);
+    pthread_mutex_unlock(&a->dev_mu);
+    if (rc) {
+        pthread_mutex_unlock(&a->gen_mu);
+        return rc;
+    }
+    pthread_mutex_lock(&a->plan_mu);
+    return 0;
+}
+
+static void hr_gen_end(hr_agent *a) {
+    pthread_mutex_unlock(&a->plan_mu);
+    pthread_mutex_unlock(&a->gen_mu);
+}
+
+/* Prefill ids[n] at pos 0 in batches; logits of the last token (or all). */
+static int hr_gen_prefill(hr_agent *a, uint64_t req, const int32_t *ids, int n, float *logits,
+                          bool all, const atomic_int *cancel, char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    size_t nv = (size_t)hr_model_hparams(a->m)->n_vocab;
+    for (int done = 0; done < n;) {
+        int nb = n - done < lp->n_batch ? n - done : lp->n_batch;
+        int rc = hr_model_embed(a->m, ids + done, nb, lp->hid, err);
+        if (rc || (rc = hr_gen_pass(a, req, nb, done, cancel, err)))
+            return rc;
+        if (all)
+            hr_ctx_output(lp->out_ctx, lp->hid, 0, nb, logits + (size_t)done * nv);
+        else if (done + nb == n)
+            hr_ctx_output(lp->out_ctx, lp->hid, nb - 1, 1, logits);
+        done += nb;
+    }
+    return 0;
+}
+
+int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]) {
+    if (!a->is_head)
+        return hr_seterr(err, HR_EINVAL, "not a head");
+    int rc = hr_gen_begin(a, err);
+    if (rc)
+        return rc;
+    if (n < 1 || n > a->lp.n_ctx) {
+        hr_gen_end(a);
+        return hr_seterr(err, HR_EINVAL, "%d tokens for a context of %d", n, a->lp.n_ctx);
+    }
+    uint64_t req = a->next_req++;
+    hr_post_simple(a, HR_RING_START, req);
+    rc = hr_gen_prefill(a, req, ids, n, logits, true, NULL, err);
+    if (rc)
+        hr_post_simple(a, HR_RING_CANCEL, req);
+    hr_gen_end(a);
+    return rc;
+}
+
+int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sampler_params *sp,
+                     int max_tokens, hr_head_token_fn on_token, void *ud, const atomic_int *cancel,
+                     hr_head_stats *stats, char err[HR_ERR_LEN]) {
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (!a->is_head)
+        return hr_seterr(err, HR_EINVAL, "not a head");
+    if (n_ids < 1)
+        return hr_seterr(err, HR_EINVAL, "empty prompt");
+    int rc = hr_gen_begin(a, err);
+    if (rc)
+        return rc;
+    hr_local_plan *lp = &a->lp;
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    hr_sampler *smp = NULL;
+    if (n_ids >= lp->n_ctx) {
+        rc = hr_seterr(err, HR_ERANGE, "prompt has %d tokens but the context holds %d", n_ids,
+                       lp->n_ctx);
+        goto done;
+    }
+    if (max_tokens < 0 || n_ids + max_tokens > lp->n_ctx)
+        max_tokens = lp->n_ctx - n_ids;
+    smp = hr_sampler_create(sp, hp->n_vocab);
+    if (!smp) {
+        rc = hr_seterr(err, HR_ENOMEM, "out of memory");
+        goto done;
+    }
+    uint64_t req = a->next_req++;
+    hr_post_simple(a, HR_RING_START, req);
+    for (int i = 0; i < n_ids; i++)
+        hr_sampler_accept(smp, ids[i]);
+    double t0 = hr_agent_now();
+    if ((rc = hr_gen_prefill(a, req, ids, n_ids, lp->logits, false, cancel, err)))
+        goto fail;
+    double t1 = hr_agent_now();
+    if (stats) {
+        stats->n_prompt = n_ids;
+        stats->prompt_s = t1 - t0;
+    }
+    hr_detok dt;
+    hr_detok_init(&dt, false);
+    char piece[512];
+    int pos = n_ids;
+    for (int i = 0; i < max_tokens; i++) {
+        int32_t id = hr_sampler_sample(smp, lp->logits);
+        hr_sampler_accept(smp, id);
+        bool eog = hr_tokenizer_is_eog(a->tok, id);
+        int nb = eog ? 0 : hr_detok_push(&dt, a->tok, id, piece, sizeof piece);
+        if (stats) {
+            stats->n_gen++;
+            stats->gen_s = hr_agent_now() - t1;
+        }
+        if (on_token && on_token(ud, id, piece, nb > 0 ? nb : 0))
+            break;
+        if (eog || i + 1 == max_tokens)
+            break;
+        if (cancel && atomic_load(cancel)) {
+            rc = hr_seterr(err, HR_ECANCELED, "canceled");
+            goto fail;
+        }
+        if ((rc = hr_model_embed(a->m, &id, 1, lp->hid, err)) ||
+            (rc = hr_gen_pass(a, req, 1, pos++, cancel, err)))
+            goto fail;
+        hr_ctx_output(lp->out_ctx, lp->hid, 0, 1, lp->logits);
+    }
+    int nb = hr_detok_flush(&dt, piece, sizeof piece);
+    if (nb > 0 && on_token)
+        on_token(ud, -1, piece, nb);
+    if (stats)
+        stats->gen_s = hr_agent_now() - t1;
+    goto done;
+fail:
+    HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);
+    hr_post_simple(a, HR_RING_CANCEL, req);
+done:
+    hr_sampler_destroy(smp);
+    hr_gen_end(a);
+    return rc;
+}
+
+/* ---- CLI prompt jobs ---- */
+
+typedef struct {
+    hr_agent *a;
+    uint8_t buf[HR_RING_HDR_SIZE + 4 + 512];
+} hr_job_ctx;
+
+static int hr_job_token(void *ud, int32_t id, const char *piece, int len) {
+    hr_job_ctx *jc = ud;
+    if (len > 512)
+        len = 512;
+    uint8_t pl[4 + 512];
+    for (int i = 0; i < 4; i++)
+        pl[i] = (uint8_t)((uint32_t)id >> (8 * i));
+    memcpy(pl + 4, piece, (size_t)len);
+    hr_ring_hdr h = {.type = HR_RING_TOKEN, .pos = -1, .len = (uint32_t)(4 + len)};
+    hr_head_post(jc->a, &h, pl);
+    return 0;
+}
+
+static void hr_job_reply(hr_agent *a, int type, const char *msg) {
+    hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)strlen(msg)};
+    pthread_mutex_lock(&a->gen_mu);
+    hr_head_post(a, &h, msg);
+    pthread_mutex_unlock(&a->gen_mu);
+}
+
+static void hr_job_run(hr_agent *a, const char *js) {
+    char err[HR_ERR_LEN] = "";
+    json_error_t je;
+    json_t *j = json_loads(js, 0, &je);
+    const char *text = NULL;
+    int n_predict = 128, top_k = 40, wait_ms = 30000;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
+    json_int_t seed = -1;
+    if (!j || json_unpack_ex(j, &je, 0, "{s:s,s?i,s?F,s?i,s?F,s?F,s?F,s?I,s?i}", "text", &text,
+                             "n_predict", &n_predict, "temp", &temp, "top_k", &top_k, "top_p",
+                             &top_p, "min_p", &min_p, "repeat_penalty", &rep, "seed", &seed,
+                             "wait_ms", &wait_ms) != 0) {
+        snprintf(err, sizeof err, "malformed PROMPT: %s", je.text);
+        hr_job_reply(a, HR_RING_ERROR, err);
+        json_decref(j);
+        return;
+    }
+    int rc = hr_head_wait_ready(a, a->p.expect, wait_ms, err);
+    int32_t *ids = NULL;
+    int n = 0;
+    size_t len = strlen(text);
+    if (rc == 0) {
+        int cap = (int)len + 8;
+        ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids ||
+            hr_tokenizer_encode(a->tok, text, len, hr_tokenizer_add_bos(a->tok), false, ids, cap,
+                                &n) != 0 ||
+            n > cap || n < 1)
+            rc = hr_seterr(err, HR_EINVAL, "cannot tokenize the prompt");
+    }
+    hr_head_stats st;
+    if (rc == 0) {
+        hr_sampler_params sp = hr_sampler_params_default();
+        sp.temperature = (float)temp;
+        sp.top_k = top_k;
+        sp.top_p = (float)top_p;
+        sp.min_p = (float)min_p;
+        sp.repeat_penalty = (float)rep;
+        sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
+        hr_job_ctx jc = {.a = a};
+        rc = hr_head_generate(a, ids, n, &sp, n_predict, hr_job_token, &jc, &a->job_cancel, &st,
+                              err);
+    }
+    free(ids);
+    json_decref(j);
+    if (rc) {
+        hr_job_reply(a, HR_RING_ERROR, err);
+        return;
+    }
+    char done[256];
+    snprintf(done, sizeof done,
+             "{\"n_prompt\":%d,\"n_gen\":%d,\"prompt_s\":%.4f,\"gen_s\":%.4f,"
+             "\"prompt_tps\":%.3f,\"gen_tps\":%.3f}",
+             st.n_prompt, st.n_gen, st.prompt_s, st.gen_s,
+             st.n_prompt / (st.prompt_s > 0 ? st.prompt_s : 1e-9),
+             st.n_gen / (st.gen_s > 0 ? st.gen_s : 1e-9));
+    hr_job_reply(a, HR_RING_DONE, done);
+}
+
+void *hr_head_job_main(void *arg) {
+    hr_agent *a = arg;
+    pthread_mutex_lock(&a->job_mu);
+    while (!atomic_load(&a->stop)) {
+        if (!a->job_pending) {
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_nsec += 200000000L;
+            if (dl.tv_nsec >= 1000000000L) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&a->job_cv, &a->job_mu, &dl);
+            continue;
+        }
+        char *js = a->job_json;
+        a->job_json = NULL;
+        a->job_pending = false;
+        a->job_busy = true;
+        pthread_mutex_unlock(&a->job_mu);
+        hr_job_run(a, js ? js : "");
+        free(js);
+        pthread_mutex_lock(&a->job_mu);
+        a->job_busy = false;
+    }
+    pthread_mutex_unlock(&a->job_mu);
+    return NULL;
+}

@@ -1,0 +1,134 @@
+/* ring.h - hearth's wire format and ZeroMQ socket helpers.
+ *
+ * Every message is ONE ZeroMQ frame (ROUTER sockets add the usual identity
+ * frame in front): a fixed 32-byte little-endian header followed by
+ * `len` payload bytes.
+ *
+ *   off size field
+ *     0    4 magic    "HRTH" (0x48545248 read as u32 LE)
+ *     4    2 version  HR_RING_VERSION; other versions are rejected
+ *     6    1 type     hr_ring_type
+ *     7    1 dtype    hidden-state element type (HR_RING_F16 / HR_RING_F32)
+ *     8    8 req_id   request id (0 on control frames that have none)
+ *    16    4 pos      position of the first token (data), or -1
+ *    20    2 n_tok    tokens in the frame (data)
+ *    22    2 round    ring round 0..k-1 (data)
+ *    24    4 plan_id  plan epoch the frame belongs to
+ *    28    4 len      payload bytes; must equal frame size - 32
+ *
+ * Control payloads are JSON (at most HR_RING_MAX_CTRL bytes). A HIDDEN data
+ * payload is n_tok x n_embd elements of dtype, row-major. Receivers check the
+ * header (magic, version, type, exact length, limits) before touching the
+ * payload, and dimensions against their plan before any copy.
+ *
+ * Sockets are created with LINGER 0, send/receive timeouts, a maximum
+ * message size and bounded queues (HWM). A socket belongs to one thread.
+ * All functions here are reentrant; each socket argument is used by the
+ * calling thread only. */
+#ifndef HR_RING_RING_H
+#define HR_RING_RING_H
+
+#include "common/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HR_RING_MAGIC 0x48545248u
+#define HR_RING_VERSION 1
+#define HR_RING_HDR_SIZE 32
+#define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
+#define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
+#define HR_RING_MAX_ID 256              /* bytes of a ROUTER identity */
+
+typedef enum {
+    HR_RING_JOIN = 1,   /* worker -> head: hello, profile, model fingerprint */
+    HR_RING_WELCOME,    /* head -> worker: accepted */
+    HR_RING_REJECT,     /* head -> worker/client: refused, payload says why */
+    HR_RING_PLAN,       /* head -> worker: ring, k, windows */
+    HR_RING_READY,      /* worker -> head: plan applied (or failed) */
+    HR_RING_START,      /* head -> worker: a request begins */
+    HR_RING_CANCEL,     /* head -> worker, client -> head: stop request req_id */
+    HR_RING_HEARTBEAT,  /* worker -> head: alive + stats */
+    HR_RING_LEAVE,      /* worker -> head: going away */
+    HR_RING_INVITE,     /* head -> agent (--peers): join me at payload address */
+    HR_RING_HIDDEN,     /* data plane: hidden states */
+    HR_RING_PROMPT,     /* client -> head: generate */
+    HR_RING_TOKEN,      /* head -> client: i32 id + text piece */
+    HR_RING_DONE,       /* head -> client: finished, JSON stats */
+    HR_RING_ERROR,      /* any -> client: failure, payload says why */
+    HR_RING_STATUS_REQ, /* client -> head */
+    HR_RING_STATUS,     /* head -> client: JSON */
+    HR_RING_TYPE_END
+} hr_ring_type;
+
+typedef enum { HR_RING_F16 = 0, HR_RING_F32 = 1 } hr_ring_dtype;
+
+typedef struct {
+    uint8_t type;  /* hr_ring_type */
+    uint8_t dtype; /* hr_ring_dtype */
+    uint16_t round;
+    uint16_t n_tok;
+    int32_t pos;
+    uint32_t plan_id;
+    uint64_t req_id;
+    uint32_t len; /* payload bytes */
+} hr_ring_hdr;
+
+const char *hr_ring_type_name(int type); /* "HIDDEN", ...; "?" for unknown */
+size_t hr_ring_dtype_size(int dtype);    /* 2, 4, or 0 for unknown */
+
+/* Writes h as 32 bytes at out. */
+void hr_ring_hdr_write(void *out, const hr_ring_hdr *h);
+/* Parses and checks a whole frame of n bytes: n >= 32, magic, version
+ * (HR_EUNSUPPORTED), known type, len == n - 32, control payload limit.
+ * HR_EFORMAT otherwise, err says what. */
+int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ERR_LEN]);
+
+/* Packs n floats as dtype into dst (cap bytes). Returns bytes written or a
+ * negative HR_E* code. */
+long hr_ring_pack(void *dst, size_t cap, const float *src, size_t n, int dtype);
+/* Unpacks exactly n elements; len must be n x dtype size (HR_EFORMAT). */
+int hr_ring_unpack(float *dst, size_t n, const void *src, size_t len, int dtype);
+
+typedef struct {
+    int rcv_timeout_ms; /* ZMQ_RCVTIMEO */
+    int snd_timeout_ms; /* ZMQ_SNDTIMEO */
+    int hwm;            /* ZMQ_SNDHWM and ZMQ_RCVHWM, messages */
+    int64_t max_msg;    /* ZMQ_MAXMSGSIZE, bytes */
+} hr_ring_sockopt;
+
+hr_ring_sockopt hr_ring_sockopt_default(void);
+
+/* A socket of zmq type `type` with the options set; NULL on failure (err). */
+void *hr_ring_socket(void *zctx, int type, const hr_ring_sockopt *o, char err[HR_ERR_LEN]);
+/* Binds to endpoint ("tcp://host:port", port 0 = any) and writes the
+ * resolved endpoint into out (cap bytes). */
+int hr_ring_bind(void *sock, const char *endpoint, char *out, size_t cap, char err[HR_ERR_LEN]);
+/* "host:port" or "tcp://host:port" -> "tcp://host:port" (port+delta). */
+int hr_ring_endpoint(const char *addr, int port_delta, char *out, size_t cap);
+
+/* Sends a frame whose first 32 bytes are reserved for the header: writes h
+ * (h->len = payload bytes at frame + 32) there and sends 32 + len bytes.
+ * With id (ROUTER) the identity frame goes first. Returns 0, HR_ETIMEDOUT
+ * (queue full past the send timeout) or HR_ENET. */
+int hr_ring_send(void *sock, const void *id, size_t id_len, void *frame, const hr_ring_hdr *h,
+                 char err[HR_ERR_LEN]);
+/* Header-plus-payload convenience for small control messages (copies into
+ * a stack buffer when len <= 4096, else allocates; not for the hot path). */
+int hr_ring_send_msg(void *sock, const void *id, size_t id_len, const hr_ring_hdr *h,
+                     const void *payload, char err[HR_ERR_LEN]);
+
+/* Waits up to timeout_ms (-1 forever) for one message and receives it into
+ * buf (cap bytes). With id != NULL (ROUTER) the identity goes to id
+ * (HR_RING_MAX_ID bytes) and *id_len. Returns the frame size (> 0) with *h
+ * filled and checked, 0 on timeout, or a negative code for a frame that was
+ * read and rejected (HR_EFORMAT, HR_EUNSUPPORTED, HR_ERANGE when larger than
+ * cap) or HR_ENET; rejected frames are consumed, err says why. */
+long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
+                  hr_ring_hdr *h, char err[HR_ERR_LEN]);
+
+/* 64-bit FNV-1a over n bytes (model fingerprints). */
+uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);
+
+#endif
