@@ -4,6 +4,7 @@
 #include "kernels/quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- matmul ---- */
@@ -27,7 +28,11 @@ typedef struct {
     long total_rows;
     const hr_kernels *k;
     hr_quant_fn quant;
+    long chunk;               /* rows per work item */
+    _Atomic long next_row;    /* next unclaimed row (concatenated over weights) */
 } hr_mm_job;
+
+static void hr_mm_dot_rows(hr_mm_job *j, long b, long e);
 
 static void hr_mm_quant_worker(void *ctx, int ith, int nth) {
     hr_mm_job *j = ctx;
@@ -40,10 +45,22 @@ static void hr_mm_quant_worker(void *ctx, int ith, int nth) {
  * tile's weights in L1/L2 while the activations stream past). */
 #define HR_MM_TILE_ROWS 16
 
+/* Rows are handed out in chunks from a shared counter, so a thread that
+ * loses its core to another program does not hold up the others. */
 static void hr_mm_dot_worker(void *ctx, int ith, int nth) {
     hr_mm_job *j = ctx;
-    long b, e;
-    hr_split_range(j->total_rows, ith, nth, 4, &b, &e);
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        long b = atomic_fetch_add_explicit(&j->next_row, j->chunk, memory_order_relaxed);
+        if (b >= j->total_rows)
+            break;
+        long e = b + j->chunk < j->total_rows ? b + j->chunk : j->total_rows;
+        hr_mm_dot_rows(j, b, e);
+    }
+}
+
+static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
     long base = 0;
     for (int wi = 0; wi < j->n_w && base < e; wi++) {
         const hr_weight *w = j->w[wi];
@@ -93,6 +110,12 @@ void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *
         else
             hr_pool_run(pool, hr_mm_quant_worker, &j);
     }
+    /* about 8 chunks per thread, multiples of the tile */
+    long nth = hr_pool_size(pool);
+    j.chunk = (j.total_rows / (nth * 8) + HR_MM_TILE_ROWS - 1) / HR_MM_TILE_ROWS * HR_MM_TILE_ROWS;
+    if (j.chunk < HR_MM_TILE_ROWS)
+        j.chunk = HR_MM_TILE_ROWS;
+    atomic_init(&j.next_row, 0);
     hr_pool_run(pool, hr_mm_dot_worker, &j);
 }
 

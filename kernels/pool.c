@@ -132,9 +132,11 @@ void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, nth);
+    /* Spin briefly, then yield: if a worker lost its core to another
+     * program, spinning would only steal time from it. */
     int spins = 0;
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-        if (++spins < 1000000)
+        if (++spins < 4000)
             HR_CPU_RELAX();
         else
             sched_yield();
