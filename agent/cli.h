@@ -62,6 +62,10 @@ typedef struct {
     int timeout_s;       /* prompt/status: seconds to wait */
     bool no_prefetch;    /* agent: no madvise(WILLNEED) of the next window */
     bool no_profile;     /* agent: join without measuring a device profile */
+    const char *api_listen; /* agent (head): serve the HTTP API on ADDR:PORT */
+    const char *api_key;    /* agent (head): require Authorization: Bearer KEY */
+    int api_queue;          /* agent (head): requests waiting at most (0 = default) */
+    int api_max_tokens;     /* agent (head): most tokens per request (0 = context) */
     bool verbose;
     bool help;
     int n_args;

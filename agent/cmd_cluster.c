@@ -2,6 +2,7 @@
  * `hearth prompt` (stream an answer from the head) and `hearth status`. */
 #include "agent/agent.h"
 #include "agent/cli.h"
+#include "agent/http.h"
 #include "ring/ring.h"
 
 #include "common/log.h"
@@ -81,7 +82,30 @@ int hr_cmd_agent(hr_cli *o) {
     hr_install_signals();
     fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", o->name ? o->name : "",
             hr_agent_endpoint(a), p.head ? "worker" : "head");
+    hr_http *api = NULL;
+    if (o->api_listen) {
+        if (p.head) {
+            hr_agent_destroy(a);
+            return hr_cli_fail("--api-listen is for the head (drop --head)");
+        }
+        hr_http_params hp = hr_http_params_default();
+        hp.listen = o->api_listen;
+        hp.api_key = o->api_key ? o->api_key : getenv("HEARTH_API_KEY");
+        hp.model_path = o->model;
+        hp.chat_template = o->chat_template;
+        hp.n_ctx = o->ctx;
+        if (o->api_queue > 0)
+            hp.queue_max = o->api_queue;
+        hp.max_tokens = o->api_max_tokens > 0 ? o->api_max_tokens : 1 << 30;
+        if (hr_http_start(&api, a, &hp, err)) {
+            hr_agent_destroy(a);
+            return hr_cli_fail("API: %s", err);
+        }
+        fprintf(stderr, "hearth agent: HTTP API on http://%s (port %d)\n", o->api_listen,
+                hr_http_port(api));
+    }
     int rc = hr_agent_run(a, err);
+    hr_http_stop(api);
     hr_sig_agent = NULL;
     hr_agent_destroy(a);
     if (rc)

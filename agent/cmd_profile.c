@@ -46,7 +46,7 @@ static const char *hr_fmt_int(int v, char *buf, size_t cap) {
 }
 
 static void hr_print_device(const hr_prof_device *d) {
-    char a[32], b[32], c[32], e[32], f[32];
+    char a[32], b[32], c[32], e[32], f[32], g[32];
     const hr_prof_topo *t = &d->topo;
     if (d->from_cache) {
         time_t ct = (time_t)d->created;
@@ -68,14 +68,14 @@ static void hr_print_device(const hr_prof_device *d) {
     printf("  topology:    %s package(s), %s core(s), %s PU(s), SMT %s, %s L3 of %s  [%s]\n",
            hr_fmt_int(t->n_packages, a, sizeof a), hr_fmt_int(t->n_cores, b, sizeof b),
            hr_fmt_int(t->n_pus, c, sizeof c), hr_fmt_int(t->smt, e, sizeof e),
-           hr_fmt_int(t->n_l3, f, sizeof f), hr_fmt_bytes(t->l3_bytes, a, sizeof a), t->source);
+           hr_fmt_int(t->n_l3, f, sizeof f), hr_fmt_bytes(t->l3_bytes, g, sizeof g), t->source);
     for (int i = 0; i < t->n_numa_listed; i++)
         printf("  numa node %d: %s core(s), %s PU(s), %s\n", t->numa[i].os_index,
                hr_fmt_int(t->numa[i].n_cores, a, sizeof a),
                hr_fmt_int(t->numa[i].n_pus, b, sizeof b),
                hr_fmt_bytes(t->numa[i].mem_bytes, c, sizeof c));
-    printf("  os:          %s %s %s (%s), host %s\n", d->os.sysname, d->os.release,
-           d->os.machine, d->os.name, d->os.hostname);
+    printf("  os:          %s %s %s (%s), host %s\n", d->os.sysname, d->os.release, d->os.machine,
+           d->os.name, d->os.hostname);
     printf("  gpus:        ");
     if (d->n_gpus == 0)
         printf("none found");
@@ -85,12 +85,14 @@ static void hr_print_device(const hr_prof_device *d) {
     const hr_prof_mem *m = &d->mem;
     printf("  memory:      total %s, available %s, page cache %s; swap %s",
            hr_fmt_bytes(m->total_bytes, a, sizeof a), hr_fmt_bytes(m->available_bytes, b, sizeof b),
-           hr_fmt_bytes(m->cached_bytes, c, sizeof c), hr_fmt_bytes(m->swap_total_bytes, e, sizeof e));
+           hr_fmt_bytes(m->cached_bytes, c, sizeof c),
+           hr_fmt_bytes(m->swap_total_bytes, e, sizeof e));
     printf(" (%s free), swappiness %d, reclaim %s\n", hr_fmt_bytes(m->swap_free_bytes, a, sizeof a),
            m->swappiness, m->lru);
     if (m->cg_version > 0)
         printf("  cgroup:      v%d %s: limit %s, usage %s (page cache %s)\n", m->cg_version,
-               m->cg_path, m->cg_limit_bytes < 0 ? "none" : hr_fmt_bytes(m->cg_limit_bytes, a, sizeof a),
+               m->cg_path,
+               m->cg_limit_bytes < 0 ? "none" : hr_fmt_bytes(m->cg_limit_bytes, a, sizeof a),
                hr_fmt_bytes(m->cg_usage_bytes, b, sizeof b),
                hr_fmt_bytes(m->cg_file_bytes, c, sizeof c));
     else
@@ -102,7 +104,9 @@ static void hr_print_device(const hr_prof_device *d) {
         printf("  disk:        %s on %s (%s%s%s, %s, read-ahead %s KiB)\n", dk->path,
                dk->mount[0] ? dk->mount : "?", dk->fs_type[0] ? dk->fs_type : "?",
                dk->device[0] ? ", " : "", dk->device,
-               dk->rotational < 0 ? "medium unknown" : dk->rotational ? "rotational" : "solid state",
+               dk->rotational < 0 ? "medium unknown"
+               : dk->rotational   ? "rotational"
+                                  : "solid state",
                hr_fmt_int(dk->read_ahead_kb, a, sizeof a));
         printf("               sequential %s MB/s, random 4 KiB %s MB/s (%s IOPS), mmap faults %s "
                "MB/s  [%s]\n",
@@ -115,9 +119,10 @@ static void hr_print_device(const hr_prof_device *d) {
            hr_fmt_num(d->membw_1t_gbs, "%.2f", a, sizeof a),
            hr_fmt_num(d->membw_all_gbs, "%.2f", b, sizeof b), d->membw_threads,
            hr_fmt_num(d->kv_copy_gbs, "%.2f", c, sizeof c));
-    printf("  element ops: rmsnorm %.2f, add %.2f, rope %.2f, swiglu %.2f, f16 store %.2f ns/elem\n",
-           d->eltwise.norm_ns, d->eltwise.add_ns, d->eltwise.rope_ns, d->eltwise.swiglu_ns,
-           d->eltwise.f16_ns);
+    printf(
+        "  element ops: rmsnorm %.2f, add %.2f, rope %.2f, swiglu %.2f, f16 store %.2f ns/elem\n",
+        d->eltwise.norm_ns, d->eltwise.add_ns, d->eltwise.rope_ns, d->eltwise.swiglu_ns,
+        d->eltwise.f16_ns);
     for (int i = 0; i < d->n_opcosts; i++)
         printf("  %2d thread(s): attention %.1f us/call + %.3f ns/(head*pos) + %.4f "
                "ns/(head*pos*dim)\n",
@@ -139,16 +144,15 @@ static void hr_types_str(const hr_prof_layer *L, char *buf, size_t cap) {
     size_t n = 0;
     buf[0] = 0;
     for (int i = 0; i < L->n_types && n < cap; i++) {
-        int w = snprintf(buf + n, cap - n, "%s%s %.1f", i ? ", " : "", hr_type_name(L->types[i].type),
-                         (double)L->types[i].bytes / 1048576.0);
+        int w = snprintf(buf + n, cap - n, "%s%s %.1f", i ? ", " : "",
+                         hr_type_name(L->types[i].type), (double)L->types[i].bytes / 1048576.0);
         if (w < 0)
             break;
         n += (size_t)w;
     }
 }
 
-static void hr_print_model(const hr_prof_model *m, const hr_prof_prediction *pr,
-                           const char *path) {
+static void hr_print_model(const hr_prof_model *m, const hr_prof_prediction *pr, const char *path) {
     char a[32], tb[160];
     printf("model  %s: %s, %d layers, embd %d, ffn %d, heads %d/%d x %d, vocab %d, %s\n", path,
            m->arch, m->n_layer, m->n_embd, m->n_ff, m->n_head, m->n_head_kv, m->head_dim,
@@ -169,8 +173,7 @@ static void hr_print_model(const hr_prof_model *m, const hr_prof_prediction *pr,
         const hr_prof_layer *L = &m->layers[i];
         hr_types_str(L, tb, sizeof tb);
         printf("  %-5d %9.2f %9.1f %6d  %-26s %.3f\n", i, (double)L->bytes / 1048576.0,
-               L->flops / 1e6, L->n_calls, tb,
-               pr && i < pr->n_layer_ms ? pr->layer_ms[i] : -1.0);
+               L->flops / 1e6, L->n_calls, tb, pr && i < pr->n_layer_ms ? pr->layer_ms[i] : -1.0);
     }
 }
 
@@ -221,8 +224,8 @@ static int hr_predict(hr_prof_doc *doc, const hr_cli *o, char *err) {
     /* KV cache and work buffers share the memory the page cache can use */
     int64_t avail = d->mem.weights_avail_bytes;
     if (avail >= 0) {
-        int64_t kv = (int64_t)(m->kv_bytes_per_token * (uint64_t)m->n_layer *
-                               (uint64_t)(cp.n_past + 64));
+        int64_t kv =
+            (int64_t)(m->kv_bytes_per_token * (uint64_t)m->n_layer * (uint64_t)(cp.n_past + 64));
         avail = avail > kv ? avail - kv : 0;
     }
     cp.resident_bytes = hr_prof_steady_resident(wb, avail);

@@ -86,6 +86,10 @@ static const hr_opt hr_opts[] = {
     {"no-prefetch", 0, HR_OPT_FLAG, O(no_prefetch), NULL, "agent: no prefetch of next window"},
     {"release", 0, HR_OPT_STR, O(release), "auto|on|off", "agent: release finished windows"},
     {"no-profile", 0, HR_OPT_FLAG, O(no_profile), NULL, "agent: join without a profile"},
+    {"api-listen", 0, HR_OPT_STR, O(api_listen), "ADDR:PORT", "agent (head): serve the HTTP API"},
+    {"api-key", 0, HR_OPT_STR, O(api_key), "KEY", "agent (head): API key (or $HEARTH_API_KEY)"},
+    {"api-queue", 0, HR_OPT_INT, O(api_queue), "N", "agent (head): API requests waiting (8)"},
+    {"api-max-tokens", 0, HR_OPT_INT, O(api_max_tokens), "N", "agent (head): tokens per request"},
     {"timeout", 0, HR_OPT_INT, O(timeout_s), "S", "prompt/status: seconds to wait"},
     {"log", 0, HR_OPT_STR, O(log_level), "LEVEL", "log level: debug info warn error"},
     {"verbose", 'v', HR_OPT_FLAG, O(verbose), NULL, "log at info level"},
@@ -122,6 +126,7 @@ static const struct {
     {"agent", hr_cmd_agent,
      "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"
      "      [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"
+     "      [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]]\n"
      "      cluster daemon: every machine runs one; the head is the one others join"},
     {"prompt", hr_cmd_prompt,
      "prompt [--head ADDR:PORT] [-n N] [--temp T ...] \"TEXT\"\n"

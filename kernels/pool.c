@@ -1,6 +1,8 @@
 /* pool.c - persistent spinning-then-sleeping worker pool. */
 #include "kernels/pool.h"
 
+#include "common/log.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -32,7 +34,8 @@ struct hr_pool {
     _Atomic int stop;
     hr_pool_fn fn;
     void *ctx;
-    int nth; /* threads taking part in the current job */
+    int nth;      /* threads taking part in the current job */
+    int n_active; /* threads hr_pool_run uses */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -67,13 +70,16 @@ static void *hr_worker_main(void *arg) {
     }
 }
 
-hr_pool *hr_pool_create(int n_threads) {
+hr_pool *hr_pool_create(int n_threads) { return hr_pool_create_pinned(n_threads, NULL); }
+
+hr_pool *hr_pool_create_pinned(int n_threads, const int *cpus) {
     if (n_threads < 1)
         n_threads = 1;
     hr_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     p->n = n_threads;
+    p->n_active = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (n_threads > 1) {
@@ -86,7 +92,22 @@ hr_pool *hr_pool_create(int n_threads) {
             hr_worker *w = &p->workers[i - 1];
             w->pool = p;
             w->ith = i;
-            if (pthread_create(&w->thread, NULL, hr_worker_main, w) != 0) {
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            if (cpus && cpus[i] >= 0 && cpus[i] < CPU_SETSIZE) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(cpus[i], &set);
+                pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+            }
+            int rc = pthread_create(&w->thread, &attr, hr_worker_main, w);
+            if (rc != 0 && cpus && cpus[i] >= 0) {
+                HR_LOG_WARN("pool", "cannot pin worker %d to cpu %d; running it unpinned", i,
+                            cpus[i]);
+                rc = pthread_create(&w->thread, NULL, hr_worker_main, w);
+            }
+            pthread_attr_destroy(&attr);
+            if (rc != 0) {
                 p->n = i; /* keep the ones created */
                 break;
             }
@@ -117,7 +138,7 @@ void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
         nth = p->n;
     if (nth < 1)
         nth = 1;
-    if (p->n == 1) {
+    if (p->n == 1 || nth == 1) {
         fn(ctx, 0, 1);
         return;
     }
@@ -143,7 +164,13 @@ void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
     }
 }
 
-void hr_pool_run(hr_pool *p, hr_pool_fn fn, void *ctx) { hr_pool_run_n(p, p->n, fn, ctx); }
+void hr_pool_run(hr_pool *p, hr_pool_fn fn, void *ctx) { hr_pool_run_n(p, p->n_active, fn, ctx); }
+
+void hr_pool_set_active(hr_pool *p, int nth) {
+    p->n_active = nth < 1 ? 1 : nth > p->n ? p->n : nth;
+}
+
+int hr_pool_active(const hr_pool *p) { return p->n_active; }
 
 void hr_split_range(long n, int ith, int nth, long align, long *begin, long *end) {
     if (align < 1)
@@ -156,4 +183,33 @@ void hr_split_range(long n, int ith, int nth, long align, long *begin, long *end
     e *= align;
     *begin = b < n ? b : n;
     *end = e < n ? e : n;
+}
+
+/* ---- barrier ---- */
+
+/* Pause spins before a waiter starts yielding its CPU (a few tens of
+ * microseconds: group imbalance within a layer is usually shorter). */
+#define HR_BARRIER_SPIN 4000
+
+void hr_barrier_init(hr_barrier *b) {
+    atomic_store(&b->count, 0);
+    atomic_store(&b->phase, 0);
+}
+
+void hr_barrier_wait(hr_barrier *b, int n) {
+    if (n <= 1)
+        return;
+    unsigned ph = atomic_load_explicit(&b->phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == n - 1) {
+        atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->phase, 1, memory_order_release);
+        return;
+    }
+    int spins = 0;
+    while (atomic_load_explicit(&b->phase, memory_order_acquire) == ph) {
+        if (++spins < HR_BARRIER_SPIN)
+            HR_CPU_RELAX();
+        else
+            sched_yield();
+    }
 }

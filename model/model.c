@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "kernels/quant.h"
+#include "model/tp-impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -325,11 +326,13 @@ struct hr_ctx {
     float *hb, *xb, *xb2, *q, *kk, *vv, *att, *gate, *up, *attn_scratch;
     void *wbuf;
     size_t mem;
+    int n_threads_decode; /* resolved per-phase thread plan */
+    hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
 };
 
 hr_ctx_params hr_ctx_params_default(void) {
     return (hr_ctx_params){.n_ctx = 0, .n_batch = 64, .n_threads = 1, .layer_begin = 0,
-                           .layer_end = 0};
+                           .layer_end = 0, .n_groups = 0, .tp_copy = -1};
 }
 
 static void *hr_ctx_alloc(hr_ctx *c, size_t bytes) {
@@ -366,21 +369,37 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
         c->p.n_batch = c->p.n_ctx;
     if (c->p.n_threads < 1)
         c->p.n_threads = 1;
-    int rc = 0;
+    int rc = 0, nl_plain = -1;
     if (c->p.layer_begin < 0 || c->p.layer_begin > c->p.layer_end ||
         c->p.layer_end > hp->n_layer) {
         rc = hr_seterr(err, HR_EINVAL, "layer window [%d, %d) outside model with %d layers",
                        c->p.layer_begin, c->p.layer_end, hp->n_layer);
         goto fail;
     }
-    if (p->pool) {
+    if (c->p.n_groups < 0 || c->p.n_groups >= 2) {
+        hr_tp_model tm = {.hp = hp, .layers = m->layers, .output = &m->output,
+                          .output_norm = m->output_norm.data, .rope_freqs = m->rope_freqs};
+        if ((rc = hr_tp_create(&c->tp, &tm, &c->p, err)))
+            goto fail;
+        if (c->tp) { /* the plain buffers below serve embedding and hr_ctx_eval only */
+            c->pool = hr_tp_pool0(c->tp);
+            c->mem += hr_tp_memory(c->tp);
+            nl_plain = 0;
+        }
+    }
+    if (c->tp) {
+        /* pool borrowed from the executor */
+    } else if (p->pool) {
         c->pool = p->pool;
         c->p.n_threads = hr_pool_size(p->pool);
     } else {
         c->pool = hr_pool_create(c->p.n_threads);
         c->own_pool = true;
     }
-    int nl = c->p.layer_end - c->p.layer_begin;
+    int nl = nl_plain < 0 ? c->p.layer_end - c->p.layer_begin : 0;
+    c->n_threads_decode = c->p.n_threads_decode > 0 && c->p.n_threads_decode < c->p.n_threads
+                              ? c->p.n_threads_decode
+                              : c->p.n_threads;
     c->k = calloc((size_t)nl + 1, sizeof *c->k);
     c->vt = calloc((size_t)nl + 1, sizeof *c->vt);
     if (!c->pool || !c->k || !c->vt) {
@@ -402,7 +421,7 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
         memset(c->vt[i], 0, kv_bytes);
     }
     size_t wb = 0;
-    for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
+    for (int il = c->p.layer_begin; il < c->p.layer_end && !c->tp; il++) {
         const hr_layer_weights *L = &m->layers[il];
         wb = hr_max_wbuf(&L->wq, (int)B, wb);
         wb = hr_max_wbuf(&L->wk, (int)B, wb);
@@ -414,6 +433,10 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
     }
     wb = hr_max_wbuf(&m->output, (int)B, wb);
     size_t F = (size_t)hp->n_ff;
+    size_t plain = c->tp ? 0 : 1; /* the executor has its own per-group buffers */
+    QD *= plain;
+    KD *= plain;
+    F *= plain;
     c->hb = hr_ctx_alloc(c, B * E * 4);
     c->xb = hr_ctx_alloc(c, B * E * 4);
     c->xb2 = hr_ctx_alloc(c, B * (E > QD ? E : QD) * 4);
@@ -424,7 +447,7 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
     c->gate = hr_ctx_alloc(c, B * F * 4);
     c->up = hr_ctx_alloc(c, B * F * 4);
     c->attn_scratch =
-        hr_ctx_alloc(c, (size_t)c->p.n_threads * ((size_t)c->p.n_ctx + hp->head_dim) * 4);
+        hr_ctx_alloc(c, plain * c->p.n_threads * ((size_t)c->p.n_ctx + hp->head_dim) * 4);
     c->wbuf = hr_ctx_alloc(c, wb);
     if (!c->hb || !c->xb || !c->xb2 || !c->q || !c->kk || !c->vv || !c->att || !c->gate ||
         !c->up || !c->attn_scratch || !c->wbuf) {
@@ -441,7 +464,7 @@ fail:
 void hr_ctx_destroy(hr_ctx *c) {
     if (!c)
         return;
-    int nl = c->p.layer_end - c->p.layer_begin;
+    int nl = c->tp ? 0 : c->p.layer_end - c->p.layer_begin;
     for (int i = 0; c->k && i < nl; i++)
         free(c->k[i]);
     for (int i = 0; c->vt && i < nl; i++)
@@ -461,11 +484,25 @@ void hr_ctx_destroy(hr_ctx *c) {
     free(c->wbuf);
     if (c->own_pool)
         hr_pool_destroy(c->pool);
+    hr_tp_destroy(c->tp);
     free(c);
 }
 
 const hr_ctx_params *hr_ctx_get_params(const hr_ctx *c) { return &c->p; }
 hr_pool *hr_ctx_pool(hr_ctx *c) { return c->pool; }
+int hr_ctx_n_groups(const hr_ctx *c) { return c->tp ? hr_tp_n_groups(c->tp) : 1; }
+
+int hr_ctx_tp_stats(const hr_ctx *c, hr_tp_stats *out) {
+    if (!c->tp)
+        return HR_EINVAL;
+    hr_tp_get_stats(c->tp, out);
+    return 0;
+}
+
+void hr_ctx_tp_stats_reset(hr_ctx *c) {
+    if (c->tp)
+        hr_tp_reset_stats(c->tp);
+}
 size_t hr_ctx_memory(const hr_ctx *c) { return c->mem; }
 
 /* Runs y_j = W_j x, grouping weights that share an activation format. */
@@ -495,6 +532,11 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
                          pos + n, c->p.n_ctx);
     int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, KV = hp->n_head_kv, F = hp->n_ff;
     int QD = H * D, KD = KV * D;
+    if (c->tp) {
+        hr_tp_layers(c->tp, hidden, n, pos);
+        return 0;
+    }
+    hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
     hr_rope_params rp = {.n_rot = hp->n_rot, .freq_base = hp->rope_base,
                          .neox = hp->rope_neox, .freq_factors = c->m->rope_freqs};
     for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
@@ -560,6 +602,10 @@ int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *l
     const hr_hparams *hp = &c->m->hp;
     if (n_rows < 1 || n_rows > c->p.n_batch)
         return HR_EINVAL;
+    if (c->tp) {
+        hr_tp_output(c->tp, hidden, row0, n_rows, logits);
+        return 0;
+    }
     int E = hp->n_embd;
     for (int t = 0; t < n_rows; t++)
         hr_rmsnorm(c->xb + (size_t)t * E, hidden + (size_t)(row0 + t) * E,

@@ -73,7 +73,22 @@ typedef struct {
     int layer_begin; /* window [layer_begin, layer_end) */
     int layer_end;   /* 0 = n_layer */
     hr_pool *pool;   /* borrowed shared pool (then n_threads is ignored), or
-                        NULL for a pool owned by the context */
+                        NULL for a pool owned by the context; ignored with groups */
+    /* Per-phase thread plan: single-token calls (decode) use this many
+     * threads (0 = n_threads); batches (prefill) use n_threads. */
+    int n_threads_decode;
+    /* NUMA-aware tensor parallelism (model/tp.h): 0 or 1 = plain execution;
+     * N >= 2 = N thread groups laid over the NUMA nodes (several logical
+     * groups per node when there are fewer nodes); -1 = one group per NUMA
+     * node (per L3 domain with group_l3), which is plain on a single node.
+     * With groups, n_threads and n_threads_decode count all groups' threads
+     * (each group gets at least one). */
+    int n_groups;
+    bool group_l3;
+    int tp_copy;          /* weight slices: -1 = copy into node memory when memory is
+                             bound and RAM suffices, 0 = views of the mapping, 1 = copy */
+    const char *topology; /* borrowed hwloc synthetic description or .xml path (tests);
+                             NULL = this machine (or HWLOC_SYNTHETIC / HWLOC_XMLFILE) */
 } hr_ctx_params;
 
 hr_ctx_params hr_ctx_params_default(void);
@@ -83,7 +98,10 @@ typedef struct hr_ctx hr_ctx;
 int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char err[HR_ERR_LEN]);
 void hr_ctx_destroy(hr_ctx *c);
 const hr_ctx_params *hr_ctx_get_params(const hr_ctx *c);
+/* The context's pool (group 0's pool when it runs tensor-parallel). */
 hr_pool *hr_ctx_pool(hr_ctx *c);
+/* Thread groups the context runs with (1 = plain execution). */
+int hr_ctx_n_groups(const hr_ctx *c);
 /* Bytes of KV cache + work buffers this context allocated. */
 size_t hr_ctx_memory(const hr_ctx *c);
 

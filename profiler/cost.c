@@ -11,8 +11,12 @@
 #include <string.h>
 
 hr_prof_cost_params hr_prof_cost_params_default(void) {
-    return (hr_prof_cost_params){.n_threads = 0, .n_past = 256, .resident_bytes = UINT64_MAX,
-                                 .input = false, .output = false, .n_hops = 0};
+    return (hr_prof_cost_params){.n_threads = 0,
+                                 .n_past = 256,
+                                 .resident_bytes = UINT64_MAX,
+                                 .input = false,
+                                 .output = false,
+                                 .n_hops = 0};
 }
 
 const hr_prof_rate *hr_prof_device_rate(const hr_prof_device *d, int type, int n_threads) {
@@ -82,9 +86,9 @@ static const hr_prof_rate *hr_rate_or_fallback(const hr_prof_device *d, int type
     const hr_prof_rate *slow = NULL;
     for (int i = 0; i < d->n_rates; i++) {
         const hr_prof_rate *c = &d->rates[i];
-        if (c->matvec_gbs > 0 && (!slow || abs(c->n_threads - nt) < abs(slow->n_threads - nt) ||
-                                  (c->n_threads == slow->n_threads &&
-                                   c->matvec_gbs < slow->matvec_gbs)))
+        if (c->matvec_gbs > 0 &&
+            (!slow || abs(c->n_threads - nt) < abs(slow->n_threads - nt) ||
+             (c->n_threads == slow->n_threads && c->matvec_gbs < slow->matvec_gbs)))
             slow = c;
     }
     if (slow)
@@ -97,8 +101,8 @@ static double hr_nonneg(double x) { return x > 0 ? x : 0.0; }
 
 /* Memory (weight streaming), per-call/matrix/row overhead and prefill time
  * of one set of matrices, ms. */
-static int hr_matrices_cost(const hr_prof_device *d, const hr_prof_layer *L, int nt,
-                            double *mem_ms, double *call_ms, double *pre_ms, char *err) {
+static int hr_matrices_cost(const hr_prof_device *d, const hr_prof_layer *L, int nt, double *mem_ms,
+                            double *call_ms, double *pre_ms, char *err) {
     const hr_prof_rate *dom = NULL;
     uint64_t dom_bytes = 0;
     for (int i = 0; i < L->n_types; i++) {

@@ -105,8 +105,7 @@ typedef struct {
 /* Mean time of one hr_matmul (n_tok = 1) over n_call groups of n_w
  * matrices laid end to end in buf (each group like a layer's q/k/v
  * tensors): every call streams its rows from DRAM. */
-static double hr_sweep(hr_cpu_run *r, hr_weight *w, int n_w, const unsigned char *buf,
-                       int n_call) {
+static double hr_sweep(hr_cpu_run *r, hr_weight *w, int n_w, const unsigned char *buf, int n_call) {
     const hr_weight *wp[4];
     float *yp[4];
     size_t mat_bytes = w->row_bytes * (size_t)w->n_out;
@@ -165,8 +164,8 @@ static void hr_fit_matvec(const hr_mv_job *j, const double *t, hr_prof_rate *out
     double ra = (double)j->a.n_out, rb = (double)j->b.n_out, rc = (double)j->c.n_out;
     double bpa = (double)j->a.row_bytes, bpc = (double)j->c.row_bytes; /* bytes per row */
     double s1 = (t[0] - t[1]) / (ra - rb); /* per row at row_len: row + bpa / bw */
-    double k = t[1] - s1 * rb;            /* call + one matrix */
-    double s2 = (t[2] - k) / rc;          /* per row at ffn_len: row + bpc / bw */
+    double k = t[1] - s1 * rb;             /* call + one matrix */
+    double s2 = (t[2] - k) / rc;           /* per row at ffn_len: row + bpc / bw */
     double inv_bw = (s2 - s1) / (bpc - bpa);
     double row = s1 - bpa * inv_bw;
     double mat = (t[3] - t[1]) / 3.0;
@@ -226,8 +225,8 @@ static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, s
 }
 
 /* Fills n_rows rows of `type` from a few quantized random seed rows. */
-static int hr_fill_rows(int type, int64_t n_in, size_t row_bytes, unsigned char *dst,
-                        size_t n_rows, uint64_t *rng) {
+static int hr_fill_rows(int type, int64_t n_in, size_t row_bytes, unsigned char *dst, size_t n_rows,
+                        uint64_t *rng) {
     enum { SEED = 16 };
     const hr_kernels *k = hr_kernels_best();
     unsigned char *seed = malloc(row_bytes * SEED);
@@ -272,8 +271,8 @@ static void hr_rep_attention(void *ctx, double *v) {
 
 /* hr_attention time per call for one token seeing n_pos positions with
  * head size hd (32 query heads, 8 KV heads), seconds; -1 on failure. */
-static double hr_time_attention(hr_pool *pool, int nt, int hd, int n_pos, int reps,
-                                uint64_t *rng, hr_rep_stats *st) {
+static double hr_time_attention(hr_pool *pool, int nt, int hd, int n_pos, int reps, uint64_t *rng,
+                                hr_rep_stats *st) {
     size_t kvn = (size_t)HR_ATT_NCTX * HR_ATT_NKV * (size_t)hd;
     hr_att_job j = {.pool = pool, .pos = n_pos - 1};
     uint16_t *k = malloc(kvn * 2), *vt = malloc(kvn * 2);
@@ -289,8 +288,13 @@ static double hr_time_attention(hr_pool *pool, int nt, int hd, int n_pos, int re
             vt[i] = hr_fp32_to_fp16(hr_frand(rng) * 0.5f);
         }
         hr_fill_f32(j.q, (size_t)HR_ATT_NH * hd, rng);
-        j.a = (hr_attn_args){.n_head = HR_ATT_NH, .n_kv = HR_ATT_NKV, .head_dim = hd,
-                             .n_ctx = HR_ATT_NCTX, .k = k, .vt = vt, .scratch = scratch};
+        j.a = (hr_attn_args){.n_head = HR_ATT_NH,
+                             .n_kv = HR_ATT_NKV,
+                             .head_dim = hd,
+                             .n_ctx = HR_ATT_NCTX,
+                             .k = k,
+                             .vt = vt,
+                             .scratch = scratch};
         double v[HR_REP_VALUES];
         hr_rep_attention(&j, v);
         hr_reps(hr_rep_attention, &j, reps, nt, 1, v, st);
@@ -554,9 +558,9 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
             HR_LOG_INFO(HR_PROF_TAG,
                         "%-5s %d thread%s: matvec %.2f GB/s + %.1f us/call + %.1f us/matrix + "
                         "%.2f ns/row, matmat %.1f GFLOP/s",
-                        hr_type_name(type), threads[i], threads[i] > 1 ? "s" : "",
-                        rt->matvec_gbs, rt->matvec_call_us, rt->matvec_mat_us,
-                        rt->matvec_row_ns, rt->matmat_gflops);
+                        hr_type_name(type), threads[i], threads[i] > 1 ? "s" : "", rt->matvec_gbs,
+                        rt->matvec_call_us, rt->matvec_mat_us, rt->matvec_row_ns,
+                        rt->matmat_gflops);
         }
     }
     d->reps_total = st.total;

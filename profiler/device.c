@@ -23,9 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-hr_prof_params hr_prof_params_default(void) {
-    return (hr_prof_params){.use_cache = true};
-}
+hr_prof_params hr_prof_params_default(void) { return (hr_prof_params){.use_cache = true}; }
 
 void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     memset(d, 0, sizeof *d);
@@ -66,8 +64,7 @@ int hr_prof_cache_dir(const hr_prof_params *p, char *buf, size_t cap) {
 }
 
 /* Types the kernels can run, deduplicated; defaults when none are asked. */
-static int hr_resolve_types(const hr_prof_params *p, int64_t row_len, int64_t ffn_len,
-                            int *out) {
+static int hr_resolve_types(const hr_prof_params *p, int64_t row_len, int64_t ffn_len, int *out) {
     static const int dflt[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q8_0};
     const int *src = p->n_types > 0 ? p->types : dflt;
     int n_src = p->n_types > 0 ? p->n_types : (int)(sizeof dflt / sizeof dflt[0]);
@@ -85,8 +82,7 @@ static int hr_resolve_types(const hr_prof_params *p, int64_t row_len, int64_t ff
             continue;
         if (!tt || !tt->supported || !k->vec_dot[t] || (t != HR_TYPE_F32 && !k->quant[t]) ||
             hr_type_row_bytes(t, row_len) == 0 || hr_type_row_bytes(t, ffn_len) == 0) {
-            HR_LOG_WARN(HR_PROF_TAG, "weight type %s cannot be measured; skipped",
-                        hr_type_name(t));
+            HR_LOG_WARN(HR_PROF_TAG, "weight type %s cannot be measured; skipped", hr_type_name(t));
             continue;
         }
         out[n++] = t;
@@ -122,12 +118,13 @@ static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int
                            int n_types, const int *threads, int n_threads, int64_t row_len,
                            int64_t ffn_len) {
     char s[2048];
-    int n = snprintf(s, sizeof s, "v%d|%s|%s|%s|%d|%d|%d|%d|%" PRId64 "|%s|%" PRId64 "|%" PRId64
-                                  "|%d|%" PRId64 "|%" PRId64 "|%d|",
+    int n = snprintf(s, sizeof s,
+                     "v%d|%s|%s|%s|%d|%d|%d|%d|%" PRId64 "|%s|%" PRId64 "|%" PRId64 "|%d|%" PRId64
+                     "|%" PRId64 "|%d|",
                      HR_PROF_VERSION, d->os.cpu_model, d->os.isa, d->os.machine, d->topo.n_pus,
                      d->topo.n_cores, d->topo.n_packages, d->topo.n_numa, d->topo.l3_bytes,
-                     d->os.release, d->mem.total_bytes, d->mem.cg_limit_bytes, d->n_gpus,
-                     row_len, ffn_len, p->quick);
+                     d->os.release, d->mem.total_bytes, d->mem.cg_limit_bytes, d->n_gpus, row_len,
+                     ffn_len, p->quick);
     for (int i = 0; i < n_types && n > 0 && (size_t)n < sizeof s; i++)
         n += snprintf(s + n, sizeof s - (size_t)n, "t%d,", types[i]);
     for (int i = 0; i < n_threads && n > 0 && (size_t)n < sizeof s; i++)
@@ -188,8 +185,8 @@ static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_d
     } else if (strcmp(c->fingerprint, cur->fingerprint) != 0) {
         HR_LOG_INFO(HR_PROF_TAG, "cache %s is for another machine state", path);
     } else if (hr_mem_changed(c->mem.weights_avail_bytes, cur->mem.weights_avail_bytes)) {
-        HR_LOG_INFO(HR_PROF_TAG, "available memory changed (%" PRId64 " -> %" PRId64
-                                 " bytes): profiling again",
+        HR_LOG_INFO(HR_PROF_TAG,
+                    "available memory changed (%" PRId64 " -> %" PRId64 " bytes): profiling again",
                     c->mem.weights_avail_bytes, cur->mem.weights_avail_bytes);
     } else {
         /* measured parts from the cache, current facts from now */
@@ -256,8 +253,8 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
     int64_t ffn_len = p->ffn_len > 0 ? p->ffn_len : row_len * 11 / 4;
     ffn_len = (ffn_len + 255) / 256 * 256;
     if (row_len > (1 << 20) || ffn_len > (1 << 22))
-        return hr_seterr(err, HR_EINVAL, "row length %lld / %lld too large",
-                         (long long)p->row_len, (long long)p->ffn_len);
+        return hr_seterr(err, HR_EINVAL, "row length %lld / %lld too large", (long long)p->row_len,
+                         (long long)p->ffn_len);
     if (ffn_len < row_len + 256)
         ffn_len = row_len * 2; /* the two shapes must differ to separate row and byte costs */
     int types[HR_PROF_MAX_TYPES], threads[HR_PROF_MAX_THREADS];

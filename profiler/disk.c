@@ -127,8 +127,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
     if (!direct)
         fd = open(path, O_RDONLY);
     if (fd < 0) {
-        HR_LOG_WARN(HR_PROF_TAG, "cannot open %s: disk speed unknown (%s)", path,
-                    strerror(errno));
+        HR_LOG_WARN(HR_PROF_TAG, "cannot open %s: disk speed unknown (%s)", path, strerror(errno));
         return;
     }
     struct stat st;
@@ -223,23 +222,33 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
     if (vec && mincore((void *)map, mlen, vec) == 0)
         for (size_t i = 0; i < n_pages; i++)
             absent += !(vec[i] & 1);
-    free(vec);
-    if (absent * 2 < n_pages) {
+    if (!vec || absent * 2 < n_pages) {
         /* pages in use elsewhere (e.g. mapped by a running agent) stay cached */
         HR_LOG_WARN(HR_PROF_TAG,
                     "could not evict %s from the page cache (%zu of %zu pages absent): "
                     "mmap read speed unknown",
                     path, absent, n_pages);
     } else {
+        /* touch pages in order for at most the budget (slow disks) */
         unsigned sum = 0;
+        size_t faulted = 0, i = 0;
+        double deadline = hr_prof_now() + (quick ? 0.2 : 0.5);
         t0 = hr_prof_now();
-        for (size_t i = 0; i < n_pages; i++)
-            sum += map[i * (size_t)pg];
+        while (i < n_pages) {
+            size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
+            for (; i < end; i++) {
+                sum += map[i * (size_t)pg];
+                faulted += !(vec[i] & 1);
+            }
+            if (hr_prof_now() > deadline)
+                break;
+        }
         dt = hr_prof_now() - t0;
-        if (dt > 0)
-            dk->mmap_mbs = (double)absent * (double)pg / dt / 1e6;
-        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages in %.3f s (sum %u)", absent, dt, sum);
+        if (dt > 0 && faulted > 0)
+            dk->mmap_mbs = (double)faulted * (double)pg / dt / 1e6;
+        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages in %.3f s (sum %u)", faulted, dt, sum);
     }
+    free(vec);
     munmap((void *)map, mlen);
     close(fd);
 }

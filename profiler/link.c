@@ -276,8 +276,7 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
             rc = hr_seterr(err, HR_ETIMEDOUT, "%s: burst acks timed out", endpoint);
             goto done;
         }
-        if ((size_t)n <= fcap && hr_hdr_check(rbuf, (size_t)n, &f, &s, &l) && s >= first &&
-            s < seq)
+        if ((size_t)n <= fcap && hr_hdr_check(rbuf, (size_t)n, &f, &s, &l) && s >= first && s < seq)
             got++;
     }
     double dt = hr_prof_now() - t0;

@@ -28,9 +28,11 @@ static void hr_layer_add(hr_prof_layer *L, const hr_weight *w) {
         }
     }
     if (L->n_types < HR_PROF_MAX_TYPES)
-        L->types[L->n_types++] = (hr_prof_tbytes){.type = w->type, .bytes = bytes,
-                                                   .params = params,
-                                                   .rows = (uint64_t)w->n_out, .n_mats = 1};
+        L->types[L->n_types++] = (hr_prof_tbytes){.type = w->type,
+                                                  .bytes = bytes,
+                                                  .params = params,
+                                                  .rows = (uint64_t)w->n_out,
+                                                  .n_mats = 1};
 }
 
 /* hr_matmul calls for weights run together when they share the activation
@@ -83,7 +85,7 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     int64_t E = hp->n_embd, QD = (int64_t)hp->n_head * hp->head_dim;
     int64_t KD = (int64_t)hp->n_head_kv * hp->head_dim;
     out->kv_bytes_per_token = 2u * (uint64_t)KD * 2u; /* K and V, f16 */
-    out->hidden_bytes = (uint64_t)E * 2u;              /* f16 on the wire */
+    out->hidden_bytes = (uint64_t)E * 2u;             /* f16 on the wire */
     out->layers = calloc((size_t)hp->n_layer, sizeof *out->layers);
     if (!out->layers)
         return hr_seterr(err, HR_ENOMEM, "out of memory for %d layer profiles", hp->n_layer);
@@ -91,10 +93,9 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer_weights *L = hr_model_layer(m, il);
         hr_prof_layer *pl = &out->layers[il];
-        const hr_weight *all[] = {&L->wq,       &L->wk,     &L->wv,       &L->wo,
-                                  &L->w_gate,   &L->w_up,   &L->w_down,   &L->attn_norm,
-                                  &L->ffn_norm, &L->bq,     &L->bk,       &L->bv,
-                                  &L->q_norm,   &L->k_norm};
+        const hr_weight *all[] = {&L->wq,   &L->wk,     &L->wv,        &L->wo,       &L->w_gate,
+                                  &L->w_up, &L->w_down, &L->attn_norm, &L->ffn_norm, &L->bq,
+                                  &L->bk,   &L->bv,     &L->q_norm,    &L->k_norm};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             hr_layer_add(pl, all[i]);
         const hr_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};

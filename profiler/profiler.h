@@ -54,9 +54,9 @@
 /* ---- device profile ---- */
 
 typedef struct {
-    const char *model_path; /* file whose reads give the disk numbers (NULL: no disk test) */
-    int types[HR_PROF_MAX_TYPES];     /* weight types to measure (hr_type ids) */
-    int n_types;                      /* 0: q4_0, q4_k, q6_k, q8_0 */
+    const char *model_path;       /* file whose reads give the disk numbers (NULL: no disk test) */
+    int types[HR_PROF_MAX_TYPES]; /* weight types to measure (hr_type ids) */
+    int n_types;                  /* 0: q4_0, q4_k, q6_k, q8_0 */
     int threads[HR_PROF_MAX_THREADS]; /* thread counts to measure */
     int n_threads;                    /* 0: 1, physical cores, all PUs (deduplicated) */
     int64_t row_len;                  /* n_in of most test matrices: the model's n_embd
@@ -79,7 +79,7 @@ hr_prof_params hr_prof_params_default(void);
  * predicted to take
  *   matvec_call_us + M x matvec_mat_us + R x matvec_row_ns + B / matvec_gbs. */
 typedef struct {
-    int type;              /* hr_type */
+    int type; /* hr_type */
     int n_threads;
     double matvec_gbs;     /* weight bytes streamed per second, GB/s */
     double matvec_call_us; /* per call: activation quantization, dispatch, us */
@@ -94,8 +94,8 @@ typedef struct {
 typedef struct {
     int n_threads;
     double attn_call_us; /* fixed cost of one hr_attention call (dispatch, softmax set-up), us */
-    double attn_pos_ns; /* per head and attended position, ns */
-    double attn_dim_ns; /* per head, position and head_dim element, ns */
+    double attn_pos_ns;  /* per head and attended position, ns */
+    double attn_dim_ns;  /* per head, position and head_dim element, ns */
 } hr_prof_opcost;
 
 /* Single-threaded element-wise ops (run on the calling thread), ns per
@@ -120,7 +120,7 @@ typedef struct {
 } hr_prof_numa;
 
 typedef struct {
-    char source[16]; /* "hwloc", "sysfs" or "unknown" */
+    char source[16];                              /* "hwloc", "sysfs" or "unknown" */
     int n_packages, n_numa, n_cores, n_pus, n_l3; /* -1 unknown */
     int smt;                                      /* PUs per core; -1 unknown */
     int64_t l3_bytes;                             /* one L3 domain, bytes; -1 unknown */
@@ -133,9 +133,9 @@ typedef struct {
     int64_t cached_bytes;                             /* page cache (Cached) */
     int64_t file_lru_bytes;                           /* Active(file) + Inactive(file) */
     int64_t swap_total_bytes, swap_free_bytes;
-    int swappiness;   /* /proc/sys/vm/swappiness; -1 unknown */
-    char lru[16];     /* page-cache reclaim: "classic" two-list LRU or "mglru" */
-    int cg_version;   /* memory cgroup: 0 none found, 1 or 2 */
+    int swappiness; /* /proc/sys/vm/swappiness; -1 unknown */
+    char lru[16];   /* page-cache reclaim: "classic" two-list LRU or "mglru" */
+    int cg_version; /* memory cgroup: 0 none found, 1 or 2 */
     char cg_path[256];
     int64_t cg_limit_bytes; /* effective limit (smallest over ancestors); -1 none/unknown */
     int64_t cg_usage_bytes; /* -1 unknown */
@@ -162,16 +162,16 @@ typedef struct {
 
 typedef struct {
     char sysname[32], release[96], machine[32];
-    char name[96];      /* PRETTY_NAME from /etc/os-release */
+    char name[96]; /* PRETTY_NAME from /etc/os-release */
     char hostname[64];
     char cpu_model[96]; /* /proc/cpuinfo "model name" */
     char isa[16];       /* kernels chosen: "scalar", "avx2", "avx512" */
 } hr_prof_os;
 
 typedef struct {
-    int version;         /* HR_PROF_VERSION */
-    double created;      /* unix time, s */
-    double duration_s;   /* measuring time (of the original run when from the cache) */
+    int version;       /* HR_PROF_VERSION */
+    double created;    /* unix time, s */
+    double duration_s; /* measuring time (of the original run when from the cache) */
     bool quick;
     bool from_cache;
     char fingerprint[20]; /* hex hash of what invalidates the cache */
@@ -184,13 +184,13 @@ typedef struct {
     hr_prof_disk disk;
     int n_gpus;
     char gpus[HR_PROF_MAX_GPUS][64]; /* "nvidia 10de:2330 card0"; reported, not used */
-    double membw_1t_gbs;  /* streaming read, one thread, GB/s */
-    double membw_all_gbs; /* streaming read, membw_threads threads, GB/s */
+    double membw_1t_gbs;             /* streaming read, one thread, GB/s */
+    double membw_all_gbs;            /* streaming read, membw_threads threads, GB/s */
     int membw_threads;
-    double kv_copy_gbs;   /* memcpy of KV-cache-sized blocks, bytes copied per s, GB/s */
+    double kv_copy_gbs; /* memcpy of KV-cache-sized blocks, bytes copied per s, GB/s */
     hr_prof_eltwise eltwise;
-    int64_t row_len;      /* n_in of the matrices measured */
-    int64_t ffn_len;      /* n_in of the long-row matrices measured */
+    int64_t row_len; /* n_in of the matrices measured */
+    int64_t ffn_len; /* n_in of the long-row matrices measured */
     int n_opcosts;
     hr_prof_opcost opcosts[HR_PROF_MAX_THREADS];
     int n_rates;
@@ -228,9 +228,9 @@ typedef struct {
 } hr_prof_tbytes;
 
 typedef struct {
-    uint64_t bytes;  /* weight bytes per decode token (matrices + norms) */
-    double flops;    /* matmul FLOPs per token: 2 x params */
-    int n_calls;     /* hr_matmul calls per token (weights grouped by activation format) */
+    uint64_t bytes; /* weight bytes per decode token (matrices + norms) */
+    double flops;   /* matmul FLOPs per token: 2 x params */
+    int n_calls;    /* hr_matmul calls per token (weights grouped by activation format) */
     int n_types;
     hr_prof_tbytes types[HR_PROF_MAX_TYPES];
 } hr_prof_layer;
@@ -240,15 +240,15 @@ typedef struct {
     uint64_t file_bytes;
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
     bool tied_output;
-    int embd_type;            /* token_embd type */
-    uint64_t embd_bytes;      /* whole embedding table */
-    uint64_t embd_row_bytes;  /* read per token (input layer) */
-    hr_prof_layer output;     /* output norm + LM head, one call */
+    int embd_type;               /* token_embd type */
+    uint64_t embd_bytes;         /* whole embedding table */
+    uint64_t embd_row_bytes;     /* read per token (input layer) */
+    hr_prof_layer output;        /* output norm + LM head, one call */
     uint64_t kv_bytes_per_token; /* per layer: K + V, F16 */
-    uint64_t hidden_bytes;    /* one hidden state on the wire (n_embd x f16) */
-    hr_prof_elems elems;      /* element-wise work per layer and token */
-    int n_layers_listed;      /* entries in layers (= n_layer after a successful build) */
-    hr_prof_layer *layers;    /* [n_layer], owned: release with hr_prof_model_clear */
+    uint64_t hidden_bytes;       /* one hidden state on the wire (n_embd x f16) */
+    hr_prof_elems elems;         /* element-wise work per layer and token */
+    int n_layers_listed;         /* entries in layers (= n_layer after a successful build) */
+    hr_prof_layer *layers;       /* [n_layer], owned: release with hr_prof_model_clear */
 } hr_prof_model;
 
 /* Builds the profile of a loaded model (g may be NULL: no name, file size). */
@@ -258,8 +258,7 @@ void hr_prof_model_clear(hr_prof_model *pm); /* frees layers; safe on a zeroed s
 /* Deep copy (dst is overwritten, not cleared first). */
 int hr_prof_model_copy(hr_prof_model *dst, const hr_prof_model *src);
 /* Weight bytes of layers [b, e) (+ input row and/or output head). */
-uint64_t hr_prof_model_window_bytes(const hr_prof_model *pm, int b, int e, bool input,
-                                    bool output);
+uint64_t hr_prof_model_window_bytes(const hr_prof_model *pm, int b, int e, bool input, bool output);
 /* Distinct matmul weight types of the model (layers + output), at most max. */
 int hr_prof_model_types(const hr_prof_model *pm, int *types, int max);
 
@@ -267,11 +266,11 @@ int hr_prof_model_types(const hr_prof_model *pm, int *types, int max);
 
 typedef struct {
     char endpoint[256];
-    int msg_bytes;   /* hidden-state-sized payload probed, bytes */
-    int n_samples;   /* round trips timed */
-    double rtt_us;   /* median round trip of a msg_bytes message, us */
+    int msg_bytes; /* hidden-state-sized payload probed, bytes */
+    int n_samples; /* round trips timed */
+    double rtt_us; /* median round trip of a msg_bytes message, us */
     double rtt_min_us;
-    double bw_mbs;   /* one-way throughput of back-to-back 1 MiB messages, MB/s */
+    double bw_mbs; /* one-way throughput of back-to-back 1 MiB messages, MB/s */
 } hr_prof_link;
 
 /* Times n_samples echo round trips of msg_bytes against the responder at
@@ -287,12 +286,11 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
  * serve loops on the calling thread until stop; the socket moves to the
  * serving thread (create, then serve on exactly one thread). */
 typedef struct hr_prof_echo hr_prof_echo;
-int hr_prof_echo_create(hr_prof_echo **out, void *zctx, const char *endpoint,
-                        char err[HR_ERR_LEN]);
+int hr_prof_echo_create(hr_prof_echo **out, void *zctx, const char *endpoint, char err[HR_ERR_LEN]);
 const char *hr_prof_echo_endpoint(const hr_prof_echo *e); /* bound address */
-int hr_prof_echo_serve(hr_prof_echo *e);                   /* returns 0 after stop */
-void hr_prof_echo_stop(hr_prof_echo *e);                   /* thread-safe */
-uint64_t hr_prof_echo_served(const hr_prof_echo *e);       /* probes answered */
+int hr_prof_echo_serve(hr_prof_echo *e);                  /* returns 0 after stop */
+void hr_prof_echo_stop(hr_prof_echo *e);                  /* thread-safe */
+uint64_t hr_prof_echo_served(const hr_prof_echo *e);      /* probes answered */
 void hr_prof_echo_destroy(hr_prof_echo *e); /* after serve returned; NULL is a no-op */
 
 /* ---- cost model ---- */
@@ -323,7 +321,7 @@ hr_prof_cost_params hr_prof_cost_params_default(void);
  * scale with weight bytes. Non-resident bytes are charged the disk term on
  * top of their memory term. */
 typedef struct {
-    int n_threads;    /* used */
+    int n_threads; /* used */
     double compute_ms;
     double memory_ms;
     double disk_ms;

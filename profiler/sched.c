@@ -9,8 +9,8 @@
 #include <string.h>
 
 hr_prof_sched_params hr_prof_sched_params_default(void) {
-    return (hr_prof_sched_params){.is_head = false, .n_ctx = 4096, .n_past = 0,
-                                  .prefill_batch = 64, .reserve_bytes = -1};
+    return (hr_prof_sched_params){
+        .is_head = false, .n_ctx = 4096, .n_past = 0, .prefill_batch = 64, .reserve_bytes = -1};
 }
 
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
@@ -20,10 +20,10 @@ int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *ou
         return hr_seterr(err, HR_EINVAL, "model profile without layers or n_ctx <= 0");
     out->n_layer = m->n_layer;
     out->layer_bytes = (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) /
-                       m->n_layer; /* bytes, mean */
-    out->hidden_bytes = (double)m->hidden_bytes;                      /* bytes per hop */
-    out->kv_bytes_per_layer = (double)m->kv_bytes_per_token * n_ctx;  /* bytes */
-    out->output_bytes = (double)m->output.bytes;                      /* bytes */
+                       m->n_layer;                                   /* bytes, mean */
+    out->hidden_bytes = (double)m->hidden_bytes;                     /* bytes per hop */
+    out->kv_bytes_per_layer = (double)m->kv_bytes_per_token * n_ctx; /* bytes */
+    out->output_bytes = (double)m->output.bytes;                     /* bytes */
     return 0;
 }
 
@@ -58,8 +58,8 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         cp.n_threads = nt;
         if ((rc = hr_prof_cost_window(d, m, NULL, 0, m->n_layer, &cp, &c, err)))
             return rc;
-        out->decode_ms[nt - 1] = c.total_ms / m->n_layer;               /* ms per layer */
-        out->prefill_ms[nt - 1] = c.prefill_ms / m->n_layer * batch;    /* ms per layer-batch */
+        out->decode_ms[nt - 1] = c.total_ms / m->n_layer;            /* ms per layer */
+        out->prefill_ms[nt - 1] = c.prefill_ms / m->n_layer * batch; /* ms per layer-batch */
         if (nt > out->n_thread_rates)
             out->n_thread_rates = nt;
     }
@@ -67,10 +67,10 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         return hr_seterr(err, HR_EINVAL, "device profile has no CPU rates");
     out->t_layer_ms = 0; /* the planner reads decode_ms[] at its thread choice */
     /* memory for weights + KV (bytes) */
-    double mean_layer = (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) /
-                        m->n_layer;
-    double reserve = p->reserve_bytes >= 0 ? (double)p->reserve_bytes
-                                           : mean_layer + 64.0 * 1048576.0;
+    double mean_layer =
+        (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) / m->n_layer;
+    double reserve =
+        p->reserve_bytes >= 0 ? (double)p->reserve_bytes : mean_layer + 64.0 * 1048576.0;
     double avail = d->mem.weights_avail_bytes >= 0 ? (double)d->mem.weights_avail_bytes : 0;
     if (d->mem.weights_avail_bytes < 0)
         HR_LOG_WARN(HR_PROF_TAG, "%s: available memory unknown: mem_bytes = 0", out->name);

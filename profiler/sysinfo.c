@@ -265,8 +265,8 @@ static bool hr_cg_mount(const char *sysroot, bool v2, char *mnt, size_t mcap, ch
 }
 
 /* Directory of our memory cgroup: mount + (path relative to the mount's root). */
-static void hr_cg_dir(char *out, size_t cap, const char *sysroot, const char *mnt,
-                      const char *root, const char *cgpath) {
+static void hr_cg_dir(char *out, size_t cap, const char *sysroot, const char *mnt, const char *root,
+                      const char *cgpath) {
     const char *rel = cgpath;
     size_t rl = strlen(root);
     if (strcmp(root, "/") != 0 && strncmp(cgpath, root, rl) == 0)
@@ -396,8 +396,7 @@ static void hr_read_cgroup(hr_prof_mem *m, const char *sysroot) {
         return;
     }
     if (have_v1 || have_v2)
-        HR_LOG_WARN(HR_PROF_TAG, "memory cgroup listed in %s but its mount was not found",
-                    path);
+        HR_LOG_WARN(HR_PROF_TAG, "memory cgroup listed in %s but its mount was not found", path);
 }
 
 void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot) {
@@ -421,8 +420,7 @@ void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot) {
         m->swap_total_bytes = hr_meminfo_kb(mi, "SwapTotal");
         m->swap_free_bytes = hr_meminfo_kb(mi, "SwapFree");
         if (m->total_bytes < 0 || m->available_bytes < 0)
-            HR_LOG_WARN(HR_PROF_TAG, "%s lacks MemTotal/MemAvailable: reported as unknown",
-                        path);
+            HR_LOG_WARN(HR_PROF_TAG, "%s lacks MemTotal/MemAvailable: reported as unknown", path);
     } else {
         HR_LOG_WARN(HR_PROF_TAG, "cannot read %s: memory sizes unknown", path);
     }
@@ -510,8 +508,8 @@ int hr_prof_read_gpus(char gpus[][64], int max, const char *sysroot) {
             snprintf(p2, sizeof p2, "%s/%s/device/device", path, e->d_name);
             if (hr_prof_read_text(p2, buf, sizeof buf) > 0)
                 device = (unsigned)strtoul(buf, NULL, 16);
-            snprintf(gpus[n++], 64, "%s %04x:%04x %.24s", hr_pci_vendor(vendor), vendor,
-                     device, e->d_name);
+            snprintf(gpus[n++], 64, "%s %04x:%04x %.24s", hr_pci_vendor(vendor), vendor, device,
+                     e->d_name);
         }
         closedir(d);
     } else {
@@ -637,8 +635,8 @@ void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot) {
     int nn = 0;
     for (int node = 0; node < 1024 && nn < HR_PROF_MAX_NUMA; node++) {
         char p2[600];
-        snprintf(p2, sizeof p2, "%s/sys/devices/system/node/node%d/cpulist",
-                 sysroot ? sysroot : "", node);
+        snprintf(p2, sizeof p2, "%s/sys/devices/system/node/node%d/cpulist", sysroot ? sysroot : "",
+                 node);
         if (hr_prof_read_text(p2, buf, sizeof buf) < 0)
             continue;
         hr_prof_numa *nu = &t->numa[nn++];
@@ -647,8 +645,8 @@ void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot) {
         nu->n_cores = t->smt > 0 ? nu->n_pus / t->smt : -1;
         nu->mem_bytes = -1;
         char *mi = malloc(4096);
-        snprintf(p2, sizeof p2, "%s/sys/devices/system/node/node%d/meminfo",
-                 sysroot ? sysroot : "", node);
+        snprintf(p2, sizeof p2, "%s/sys/devices/system/node/node%d/meminfo", sysroot ? sysroot : "",
+                 node);
         if (mi && hr_prof_read_text(p2, mi, 4096) > 0) {
             const char *p = strstr(mi, "MemTotal:");
             if (p)

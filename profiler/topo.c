@@ -45,9 +45,8 @@ int hr_prof_topo_hwloc(hr_prof_topo *t) {
         hr_prof_numa *nu = &t->numa[i];
         nu->os_index = node ? (int)node->os_index : i;
         nu->mem_bytes = node && node->attr ? (int64_t)node->attr->numanode.local_memory : -1;
-        nu->n_cores = node ? hwloc_get_nbobjs_inside_cpuset_by_type(topo, node->cpuset,
-                                                                    HWLOC_OBJ_CORE)
-                           : -1;
+        nu->n_cores =
+            node ? hwloc_get_nbobjs_inside_cpuset_by_type(topo, node->cpuset, HWLOC_OBJ_CORE) : -1;
         nu->n_pus =
             node ? hwloc_get_nbobjs_inside_cpuset_by_type(topo, node->cpuset, HWLOC_OBJ_PU) : -1;
     }

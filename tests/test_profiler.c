@@ -289,7 +289,8 @@ static void synthetic_device(hr_prof_device *d) {
     int types[] = {HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_F16};
     for (int t = 0; t < 3; t++)
         for (int nt = 1; nt <= 2; nt++)
-            d->rates[d->n_rates++] = (hr_prof_rate){.type = types[t], .n_threads = nt,
+            d->rates[d->n_rates++] = (hr_prof_rate){.type = types[t],
+                                                    .n_threads = nt,
                                                     .matvec_gbs = 5.0 * nt / (t + 1),
                                                     .matvec_call_us = 10.0,
                                                     .matmat_gflops = 20.0 * nt};
@@ -470,6 +471,29 @@ static void test_device_and_cache(void) {
     CHECK(d->mem.total_bytes > 0);
     CHECK(d->topo.n_pus >= 1);
     CHECK(strlen(d->fingerprint) == 16);
+    /* the measured profile feeds the scheduler */
+    {
+        loaded l;
+        CHECK_EQ(load(&l, "models/small-llama-q4_0.gguf"), 0);
+        hr_prof_model pm;
+        memset(&pm, 0, sizeof pm);
+        if (l.m && hr_prof_model_build(&pm, l.m, l.g, err) == 0) {
+            hr_sched_model sm;
+            hr_sched_device sd;
+            hr_prof_sched_params sp = hr_prof_sched_params_default();
+            sp.is_head = true;
+            sp.n_ctx = 512;
+            CHECK_EQ(hr_prof_to_sched_model(&pm, sp.n_ctx, &sm, err), 0);
+            CHECK_EQ(hr_prof_to_sched_device(d, &pm, NULL, &sp, &sd, err), 0);
+            CHECK(sd.decode_ms[0] > 0 && sd.mem_bytes > 0 && sd.disk_bps > 0);
+            hr_sched_plan *plan = calloc(1, sizeof *plan);
+            CHECK_EQ(hr_sched_solve(&sm, &sd, 1, NULL, plan, err), 0);
+            CHECK(plan->latency_ms > 0);
+            free(plan);
+        }
+        hr_prof_model_clear(&pm);
+        unload(&l);
+    }
     /* second run: the cache, fast */
     t0 = now_s();
     rc = hr_prof_device_measure(d2, &p, err);
@@ -482,6 +506,35 @@ static void test_device_and_cache(void) {
     CHECK_EQ(d2->n_rates, d->n_rates);
     CHECK_NEAR(d2->rates[0].matvec_gbs, d->rates[0].matvec_gbs, 0);
     CHECK_NEAR(d2->disk.seq_mbs, d->disk.seq_mbs, 0);
+    /* free memory that changed materially invalidates the cache */
+    {
+        char cpath[700];
+        snprintf(cpath, sizeof cpath, "%s/device-%s.json", cache, d->fingerprint);
+        hr_prof_device *c = calloc(1, sizeof *c);
+        FILE *cf = fopen(cpath, "r");
+        char *text = calloc(1, 1 << 20);
+        size_t n = cf ? fread(text, 1, (1 << 20) - 1, cf) : 0;
+        if (cf)
+            fclose(cf);
+        CHECK(n > 0);
+        CHECK_EQ(hr_prof_device_parse(text, n, c, err), 0);
+        c->mem.weights_avail_bytes /= 3;
+        char *j = NULL;
+        CHECK_EQ(hr_prof_device_to_json(c, &j, err), 0);
+        cf = fopen(cpath, "w");
+        if (cf && j) {
+            fputs(j, cf);
+            fclose(cf);
+        }
+        rc = hr_prof_device_measure(d2, &p, err);
+        CHECK_EQ(rc, 0);
+        CHECK(!d2->from_cache);
+        rc = hr_prof_device_measure(d2, &p, err); /* rewritten: hits again */
+        CHECK(d2->from_cache);
+        free(j);
+        free(text);
+        free(c);
+    }
     /* a different request misses */
     hr_prof_params p2 = p;
     p2.n_types = 1;
@@ -547,9 +600,11 @@ static void test_json(const hr_prof_model *pm) {
     synthetic_device(&doc->device);
     hr_prof_device_sysinfo(&doc->device, NULL); /* real facts, unknown measurements */
     doc->device.n_rates = 1;
-    doc->device.rates[0] =
-        (hr_prof_rate){.type = HR_TYPE_Q4_K, .n_threads = 2, .matvec_gbs = 7.25,
-                       .matvec_call_us = 12.5, .matmat_gflops = 33.3};
+    doc->device.rates[0] = (hr_prof_rate){.type = HR_TYPE_Q4_K,
+                                          .n_threads = 2,
+                                          .matvec_gbs = 7.25,
+                                          .matvec_call_us = 12.5,
+                                          .matmat_gflops = 33.3};
     doc->device.n_opcosts = 1;
     doc->device.opcosts[0] = (hr_prof_opcost){2, 3.5, 1.25, 0.0625};
     doc->device.disk.seq_mbs = 1234.5;
@@ -558,8 +613,8 @@ static void test_json(const hr_prof_model *pm) {
     CHECK_EQ(hr_prof_model_copy(&doc->model, pm), 0);
     doc->has_model = true;
     doc->n_links = 1;
-    doc->links[0] = (hr_prof_link){.msg_bytes = 512, .n_samples = 10, .rtt_us = 85.5,
-                                   .rtt_min_us = 60.25, .bw_mbs = -1.0};
+    doc->links[0] = (hr_prof_link){
+        .msg_bytes = 512, .n_samples = 10, .rtt_us = 85.5, .rtt_min_us = 60.25, .bw_mbs = -1.0};
     snprintf(doc->links[0].endpoint, sizeof doc->links[0].endpoint, "tcp://10.0.0.2:7100");
     doc->has_prediction = true;
     doc->prediction.n_threads = 2;
@@ -591,8 +646,7 @@ static void test_json(const hr_prof_model *pm) {
     /* the cost model gives the same answer on the parsed profiles */
     hr_prof_cost_params cp = hr_prof_cost_params_default();
     hr_prof_cost a, b;
-    CHECK_EQ(hr_prof_cost_window(&doc->device, &doc->model, NULL, 0, pm->n_layer, &cp, &a, err),
-             0);
+    CHECK_EQ(hr_prof_cost_window(&doc->device, &doc->model, NULL, 0, pm->n_layer, &cp, &a, err), 0);
     CHECK_EQ(hr_prof_cost_window(&back->device, &back->model, NULL, 0, pm->n_layer, &cp, &b, err),
              0);
     CHECK_NEAR(a.total_ms, b.total_ms, 0);
@@ -620,7 +674,7 @@ static void test_json(const hr_prof_model *pm) {
         "{\"schema\": \"hearth.profile\", \"ver",
     };
     int expect[] = {HR_EFORMAT, HR_EFORMAT, HR_EFORMAT, HR_EUNSUPPORTED, HR_EUNSUPPORTED,
-                    HR_EFORMAT, 0, 0, HR_EFORMAT};
+                    HR_EFORMAT, 0,          0,          HR_EFORMAT};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         int rc = hr_prof_doc_parse(bad[i], strlen(bad[i]), back, err);
@@ -676,8 +730,7 @@ static void test_link(void) {
     CHECK_EQ(rc, 0);
     if (rc)
         fprintf(stderr, "link: %s\n", err);
-    printf("link 127.0.0.1: rtt %.1f us (min %.1f), %.0f MB/s\n", l.rtt_us, l.rtt_min_us,
-           l.bw_mbs);
+    printf("link 127.0.0.1: rtt %.1f us (min %.1f), %.0f MB/s\n", l.rtt_us, l.rtt_min_us, l.bw_mbs);
     CHECK(l.rtt_us > 0 && l.rtt_us < 1e6);
     CHECK(l.rtt_min_us > 0 && l.rtt_min_us <= l.rtt_us);
     CHECK(l.bw_mbs > 1);

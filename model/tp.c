@@ -1,0 +1,602 @@
+/* tp.c - tensor-parallel forward pass over a layer window: weight slices
+ * per thread group (node-local copies or views of the mapping), per-group
+ * KV caches, asynchronous group sub-graphs joined by two global barriers
+ * per layer where every group sums the partial outputs in the same order
+ * into its own replica of the hidden state. */
+#include "model/tp-impl.h"
+
+#include "common/log.h"
+#include "kernels/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HR_TAG "tp"
+
+/* ---- split plan ---- */
+
+static long hr_gcd(long a, long b) {
+    while (b) {
+        long t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int hr_tp_check(const hr_tp_shape *s, int n_groups, char *err) {
+    if (n_groups < 1 || n_groups > HR_NUMA_MAX_GROUPS)
+        return hr_seterr(err, HR_EINVAL, "%d groups; 1..%d supported", n_groups,
+                         HR_NUMA_MAX_GROUPS);
+    if (s->n_head <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0 || s->n_ff <= 0 ||
+        s->n_head % s->n_head_kv)
+        return hr_seterr(err, HR_EINVAL, "cannot split heads %d/%d (head_dim %d), ffn %d",
+                         s->n_head, s->n_head_kv, s->head_dim, s->n_ff);
+    const hr_type_traits *to = hr_type_get(s->type_wo), *td = hr_type_get(s->type_down);
+    if (!to || !td || !to->supported || !td->supported)
+        return hr_seterr(err, HR_EUNSUPPORTED, "Wo type %d / Wdown type %d not supported",
+                         s->type_wo, s->type_down);
+    if ((long)s->n_head * s->head_dim % to->block_elems)
+        return hr_seterr(err, HR_EUNSUPPORTED, "Wo rows of %d are not whole %s blocks",
+                         s->n_head * s->head_dim, to->name);
+    if (s->n_ff % td->block_elems)
+        return hr_seterr(err, HR_EUNSUPPORTED, "Wdown rows of %d are not whole %s blocks",
+                         s->n_ff, td->name);
+    return 0;
+}
+
+int hr_tp_head_unit(const hr_tp_shape *s) {
+    if (hr_tp_check(s, 1, NULL))
+        return 0;
+    long blk = hr_type_get(s->type_wo)->block_elems;
+    long cols = (long)(s->n_head / s->n_head_kv) * s->head_dim; /* Wo columns per KV head */
+    return (int)(blk / hr_gcd(blk, cols));
+}
+
+int hr_tp_split(const hr_tp_shape *s, int n_groups, hr_tp_slice *out, char err[HR_ERR_LEN]) {
+    int rc = hr_tp_check(s, n_groups, err);
+    if (rc)
+        return rc;
+    long unit = hr_tp_head_unit(s);
+    long fblk = hr_type_get(s->type_down)->block_elems;
+    for (int g = 0; g < n_groups; g++) {
+        long b, e;
+        hr_split_range(s->n_head_kv, g, n_groups, unit, &b, &e);
+        out[g].kv_begin = (int)b;
+        out[g].kv_end = (int)e;
+        /* FFN parts in reverse group order: the first groups get the extra heads */
+        hr_split_range(s->n_ff, n_groups - 1 - g, n_groups, fblk, &b, &e);
+        out[g].ff_begin = (int)b;
+        out[g].ff_end = (int)e;
+    }
+    return 0;
+}
+
+/* ---- executor ---- */
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} hr_tp_alloc;
+
+typedef struct {
+    hr_weight wq, wk, wv, wo, gate, up, down; /* this group's slices */
+    const float *bq, *bk, *bv;                /* bias slices or NULL */
+    int kv0, kv1, f0, f1;
+    uint16_t *k;  /* [n_ctx][kvh*D] f16 */
+    uint16_t *vt; /* [kvh*D][n_ctx] f16 */
+} hr_tp_layer;
+
+typedef struct {
+    hr_tp_layer *L; /* [n window layers] */
+    float *hid;     /* [B][E] replica of the hidden state (groups >= 1) */
+    float *xb;      /* [B][E] */
+    float *q, *att; /* [B][max qh*D] */
+    float *kk, *vv; /* [B][max kvh*D] */
+    float *gate, *up;
+    float *part[2]; /* [B][E] partial outputs of Wo and Wdown */
+    float *scratch; /* attention: threads * (n_ctx + D) */
+    void *wbuf;
+    hr_weight out; /* LM head rows [v0, v1) */
+    int v0, v1;
+    hr_tp_alloc *allocs;
+    int n_allocs, cap_allocs;
+    double compute_s[2], barrier_s[2];
+    uint64_t weight_bytes;
+} hr_tp_group;
+
+struct hr_tp {
+    hr_tp_model m;
+    hr_gpool *gp;
+    int G, layer_begin, nl, n_ctx, n_batch;
+    bool copies;
+    size_t mem;
+    hr_tp_group g[HR_NUMA_MAX_GROUPS];
+    /* the job in flight */
+    float *hidden;
+    const float *chidden;
+    float *logits;
+    int n, pos, row0;
+    hr_phase ph;
+    int64_t tokens[2], calls[2], barriers[2];
+};
+
+static double hr_tp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *hr_tp_take(hr_tp *tp, int g, size_t bytes) {
+    hr_tp_group *gr = &tp->g[g];
+    if (gr->n_allocs == gr->cap_allocs) {
+        int cap = gr->cap_allocs ? 2 * gr->cap_allocs : 32;
+        hr_tp_alloc *na = realloc(gr->allocs, (size_t)cap * sizeof *na);
+        if (!na)
+            return NULL;
+        gr->allocs = na;
+        gr->cap_allocs = cap;
+    }
+    void *p = hr_gpool_alloc(tp->gp, g, bytes);
+    if (!p)
+        return NULL;
+    gr->allocs[gr->n_allocs++] = (hr_tp_alloc){p, bytes};
+    tp->mem += bytes;
+    return p;
+}
+
+/* Rows [r0, r1) of w: a view, or a copy in group g's memory. */
+static int hr_tp_rows(hr_tp *tp, int g, const hr_weight *w, long r0, long r1, hr_weight *out) {
+    *out = *w;
+    out->n_out = r1 - r0;
+    const char *src = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    size_t bytes = (size_t)(r1 - r0) * w->row_bytes;
+    tp->g[g].weight_bytes += bytes;
+    if (r1 <= r0) {
+        out->data = NULL;
+        return 0;
+    }
+    if (!tp->copies) {
+        out->data = src;
+        hr_gpool_bind_area(tp->gp, g, src, bytes);
+        return 0;
+    }
+    void *dst = hr_tp_take(tp, g, bytes);
+    if (!dst)
+        return HR_ENOMEM;
+    memcpy(dst, src, bytes);
+    out->data = dst;
+    return 0;
+}
+
+/* Columns [c0, c1) of w (block-aligned): a strided view or a compact copy. */
+static int hr_tp_cols(hr_tp *tp, int g, const hr_weight *w, long c0, long c1, hr_weight *out) {
+    *out = *w;
+    out->n_in = c1 - c0;
+    if (c1 <= c0) {
+        out->data = NULL;
+        return 0;
+    }
+    size_t off = hr_type_row_bytes(w->type, c0), len = hr_type_row_bytes(w->type, c1 - c0);
+    if (len == 0 || (c0 > 0 && off == 0))
+        return HR_EINTERNAL; /* the split plan guarantees whole blocks */
+    tp->g[g].weight_bytes += len * (size_t)w->n_out;
+    if (!tp->copies) {
+        out->data = (const char *)w->data + off;
+        return 0;
+    }
+    char *dst = hr_tp_take(tp, g, len * (size_t)w->n_out);
+    if (!dst)
+        return HR_ENOMEM;
+    for (int64_t r = 0; r < w->n_out; r++)
+        memcpy(dst + (size_t)r * len, (const char *)w->data + (size_t)r * w->row_bytes + off, len);
+    out->data = dst;
+    out->row_bytes = len;
+    return 0;
+}
+
+static size_t hr_tp_wbuf(const hr_weight *w, int B, size_t cur) {
+    if (!w->data)
+        return cur;
+    size_t s = hr_matmul_wbuf_size(w->type, w->n_in, B);
+    return s > cur ? s : cur;
+}
+
+static bool hr_tp_want_copies(const hr_tp *tp, const hr_ctx_params *p, uint64_t bytes) {
+    if (p->tp_copy >= 0)
+        return p->tp_copy > 0;
+    if (!hr_gpool_binds_memory(tp->gp))
+        return false; /* one node: copies would only cost RAM */
+    long pages = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+    double avail = pages > 0 && ps > 0 ? (double)pages * (double)ps : 0.0;
+    bool ok = (double)bytes * 1.25 + (256.0 * 1048576.0) < avail;
+    if (!ok)
+        HR_LOG_INFO(HR_TAG, "%.0f MiB of weight slices do not fit in %.0f MiB of free RAM; "
+                    "binding the mapped pages instead of copying", (double)bytes / 1048576.0,
+                    avail / 1048576.0);
+    return ok;
+}
+
+void hr_tp_destroy(hr_tp *tp) {
+    if (!tp)
+        return;
+    for (int g = 0; g < tp->G; g++) {
+        hr_tp_group *gr = &tp->g[g];
+        for (int i = 0; i < gr->n_allocs; i++)
+            hr_gpool_free(tp->gp, g, gr->allocs[i].ptr, gr->allocs[i].bytes);
+        free(gr->allocs);
+        free(gr->L);
+    }
+    hr_gpool_destroy(tp->gp);
+    free(tp);
+}
+
+static int hr_tp_group_init(hr_tp *tp, int g, const hr_tp_slice *slices, char *err) {
+    const hr_hparams *hp = tp->m.hp;
+    hr_tp_group *gr = &tp->g[g];
+    int E = hp->n_embd, D = hp->head_dim, r = hp->n_head / hp->n_head_kv, B = tp->n_batch;
+    int max_kv = 0, max_f = 0;
+    size_t wb = 0;
+    int rc = 0;
+    for (int li = 0; li < tp->nl && rc == 0; li++) {
+        const hr_layer_weights *L = &tp->m.layers[tp->layer_begin + li];
+        const hr_tp_slice *s = &slices[(size_t)li * tp->G + g];
+        hr_tp_layer *S = &gr->L[li];
+        S->kv0 = s->kv_begin;
+        S->kv1 = s->kv_end;
+        S->f0 = s->ff_begin;
+        S->f1 = s->ff_end;
+        long q0 = (long)S->kv0 * r * D, q1 = (long)S->kv1 * r * D;
+        long k0 = (long)S->kv0 * D, k1 = (long)S->kv1 * D;
+        if ((rc = hr_tp_rows(tp, g, &L->wq, q0, q1, &S->wq)) ||
+            (rc = hr_tp_rows(tp, g, &L->wk, k0, k1, &S->wk)) ||
+            (rc = hr_tp_rows(tp, g, &L->wv, k0, k1, &S->wv)) ||
+            (rc = hr_tp_cols(tp, g, &L->wo, q0, q1, &S->wo)) ||
+            (rc = hr_tp_rows(tp, g, &L->w_gate, S->f0, S->f1, &S->gate)) ||
+            (rc = hr_tp_rows(tp, g, &L->w_up, S->f0, S->f1, &S->up)) ||
+            (rc = hr_tp_cols(tp, g, &L->w_down, S->f0, S->f1, &S->down)))
+            break;
+        S->bq = L->bq.data ? (const float *)L->bq.data + q0 : NULL;
+        S->bk = L->bk.data ? (const float *)L->bk.data + k0 : NULL;
+        S->bv = L->bv.data ? (const float *)L->bv.data + k0 : NULL;
+        int kvh = S->kv1 - S->kv0;
+        if (kvh > 0) {
+            size_t kv_bytes = (size_t)tp->n_ctx * (size_t)kvh * D * sizeof(uint16_t);
+            S->k = hr_tp_take(tp, g, kv_bytes);
+            S->vt = hr_tp_take(tp, g, kv_bytes);
+            if (!S->k || !S->vt)
+                rc = HR_ENOMEM;
+        }
+        max_kv = kvh > max_kv ? kvh : max_kv;
+        max_f = S->f1 - S->f0 > max_f ? S->f1 - S->f0 : max_f;
+        wb = hr_tp_wbuf(&S->wq, B, wb);
+        wb = hr_tp_wbuf(&S->wk, B, wb);
+        wb = hr_tp_wbuf(&S->wv, B, wb);
+        wb = hr_tp_wbuf(&S->wo, B, wb);
+        wb = hr_tp_wbuf(&S->gate, B, wb);
+        wb = hr_tp_wbuf(&S->up, B, wb);
+        wb = hr_tp_wbuf(&S->down, B, wb);
+    }
+    if (rc == HR_ENOMEM)
+        return hr_seterr(err, rc, "out of memory for group %d's weight slices and KV cache", g);
+    if (rc)
+        return hr_seterr(err, rc, "group %d: a column slice is not block-aligned", g);
+    long v0, v1;
+    hr_split_range(hp->n_vocab, g, tp->G, 16, &v0, &v1);
+    gr->v0 = (int)v0;
+    gr->v1 = (int)v1;
+    if ((rc = hr_tp_rows(tp, g, tp->m.output, v0, v1, &gr->out)))
+        return hr_seterr(err, rc, "out of memory for group %d's LM head slice", g);
+    wb = hr_tp_wbuf(&gr->out, 1, wb);
+    size_t QDg = (size_t)max_kv * r * D, KDg = (size_t)max_kv * D;
+    int nt = hr_pool_size(hr_gpool_group(tp->gp, g));
+    gr->hid = g > 0 ? hr_tp_take(tp, g, (size_t)B * E * 4) : NULL;
+    gr->xb = hr_tp_take(tp, g, (size_t)B * E * 4);
+    gr->q = hr_tp_take(tp, g, (size_t)B * QDg * 4);
+    gr->att = hr_tp_take(tp, g, (size_t)B * QDg * 4);
+    gr->kk = hr_tp_take(tp, g, (size_t)B * KDg * 4);
+    gr->vv = hr_tp_take(tp, g, (size_t)B * KDg * 4);
+    gr->gate = hr_tp_take(tp, g, (size_t)B * max_f * 4);
+    gr->up = hr_tp_take(tp, g, (size_t)B * max_f * 4);
+    gr->part[0] = hr_tp_take(tp, g, (size_t)B * E * 4);
+    gr->part[1] = hr_tp_take(tp, g, (size_t)B * E * 4);
+    gr->scratch = hr_tp_take(tp, g, (size_t)nt * ((size_t)tp->n_ctx + D) * 4);
+    gr->wbuf = hr_tp_take(tp, g, wb);
+    if ((g > 0 && !gr->hid) || !gr->xb || !gr->q || !gr->att || !gr->kk || !gr->vv ||
+        !gr->gate || !gr->up || !gr->part[0] || !gr->part[1] || !gr->scratch || !gr->wbuf)
+        return hr_seterr(err, HR_ENOMEM, "out of memory for group %d's work buffers", g);
+    return 0;
+}
+
+int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p,
+                 char err[HR_ERR_LEN]) {
+    *out = NULL;
+    hr_gpool_params gpp = hr_gpool_params_default();
+    gpp.n_groups = p->n_groups < 0 ? 0 : p->n_groups;
+    gpp.domain = p->group_l3 ? HR_NUMA_DOMAIN_L3 : HR_NUMA_DOMAIN_NODE;
+    gpp.n_threads = p->n_threads;
+    gpp.n_threads_decode = p->n_threads_decode;
+    gpp.topology = p->topology;
+    hr_tp *tp = calloc(1, sizeof *tp);
+    if (!tp)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    tp->m = *m;
+    int rc = hr_gpool_create(&tp->gp, &gpp, err);
+    if (rc) {
+        free(tp);
+        return rc;
+    }
+    tp->G = hr_gpool_n_groups(tp->gp);
+    if (tp->G < 2) {
+        hr_tp_destroy(tp);
+        return 0; /* one group: the caller runs plainly */
+    }
+    tp->layer_begin = p->layer_begin;
+    tp->nl = p->layer_end - p->layer_begin;
+    tp->n_ctx = p->n_ctx;
+    tp->n_batch = p->n_batch;
+    const hr_hparams *hp = m->hp;
+    hr_tp_slice *slices = calloc((size_t)(tp->nl > 0 ? tp->nl : 1) * tp->G, sizeof *slices);
+    if (!slices) {
+        hr_tp_destroy(tp);
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    }
+    uint64_t bytes = (uint64_t)m->output->row_bytes * (uint64_t)m->output->n_out;
+    for (int li = 0; li < tp->nl && rc == 0; li++) {
+        const hr_layer_weights *L = &m->layers[tp->layer_begin + li];
+        hr_tp_shape s = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                         .head_dim = hp->head_dim, .n_ff = hp->n_ff, .type_wo = L->wo.type,
+                         .type_down = L->w_down.type};
+        char e2[HR_ERR_LEN] = "";
+        rc = hr_tp_split(&s, tp->G, slices + (size_t)li * tp->G, e2);
+        if (rc)
+            hr_seterr(err, rc, "layer %d cannot be split over %d groups: %s",
+                      tp->layer_begin + li, tp->G, e2);
+        const hr_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                  &L->w_down};
+        for (int i = 0; i < 7; i++)
+            bytes += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
+    }
+    tp->copies = rc == 0 && hr_tp_want_copies(tp, p, bytes);
+    for (int g = 0; g < tp->G && rc == 0; g++) {
+        tp->g[g].L = calloc((size_t)(tp->nl > 0 ? tp->nl : 1), sizeof *tp->g[g].L);
+        rc = tp->g[g].L ? hr_tp_group_init(tp, g, slices, err)
+                        : hr_seterr(err, HR_ENOMEM, "out of memory");
+    }
+    free(slices);
+    if (rc) {
+        hr_tp_destroy(tp);
+        return rc;
+    }
+    HR_LOG_INFO(HR_TAG, "layers [%d, %d) over %d groups (%s slices, %.1f MiB)",
+                p->layer_begin, p->layer_end, tp->G, tp->copies ? "copied" : "mapped",
+                (double)tp->mem / 1048576.0);
+    *out = tp;
+    return 0;
+}
+
+size_t hr_tp_memory(const hr_tp *tp) { return tp->mem; }
+hr_pool *hr_tp_pool0(hr_tp *tp) { return hr_gpool_group(tp->gp, 0); }
+int hr_tp_n_groups(const hr_tp *tp) { return tp->G; }
+
+/* ---- forward ---- */
+
+/* Runs y_j = W_j x on the group's pool, batching weights that share an
+ * activation format (as the plain path does). */
+static void hr_tp_mm(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
+                     const float *x, int n, void *wbuf) {
+    int i = 0;
+    while (i < n_w) {
+        int act = hr_type_get(w[i]->type)->vec_dot_type;
+        int jn = i + 1;
+        while (jn < n_w && (int)hr_type_get(w[jn]->type)->vec_dot_type == act)
+            jn++;
+        hr_matmul(pool, jn - i, w + i, y + i, x, n, wbuf);
+        i = jn;
+    }
+}
+
+typedef struct {
+    hr_tp *tp;
+    float *hid;
+    int which, li, n;
+} hr_tp_gather_job;
+
+/* hid[t][i] += sum over groups with work, in group order, of part[t][i]. */
+static void hr_tp_gather_worker(void *ctx, int ith, int nth) {
+    hr_tp_gather_job *j = ctx;
+    hr_tp *tp = j->tp;
+    long total = (long)j->n * tp->m.hp->n_embd, b, e;
+    hr_split_range(total, ith, nth, 16, &b, &e);
+    const float *src[HR_NUMA_MAX_GROUPS];
+    int ns = 0;
+    for (int g = 0; g < tp->G; g++) {
+        const hr_tp_layer *S = &tp->g[g].L[j->li];
+        if (j->which == 0 ? S->kv1 > S->kv0 : S->f1 > S->f0)
+            src[ns++] = tp->g[g].part[j->which];
+    }
+    if (ns == 0)
+        return;
+    for (long i = b; i < e; i++) {
+        float s = src[0][i];
+        for (int k = 1; k < ns; k++)
+            s += src[k][i];
+        j->hid[i] += s;
+    }
+}
+
+static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, float *hid, int which,
+                       int li, int n) {
+    double t0 = hr_tp_now();
+    hr_gpool_barrier(tp->gp);
+    gr->barrier_s[tp->ph] += hr_tp_now() - t0;
+    hr_tp_gather_job j = {.tp = tp, .hid = hid, .which = which, .li = li, .n = n};
+    if ((long)n * tp->m.hp->n_embd >= 16384)
+        hr_pool_run(pool, hr_tp_gather_worker, &j);
+    else
+        hr_tp_gather_worker(&j, 0, 1);
+}
+
+static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_layer_weights *L,
+                            hr_tp_layer *S, int n, int pos) {
+    const hr_hparams *hp = tp->m.hp;
+    int D = hp->head_dim, r = hp->n_head / hp->n_head_kv;
+    int kvh = S->kv1 - S->kv0, qh = kvh * r, QD = qh * D, KD = kvh * D;
+    const hr_weight *wqkv[3] = {&S->wq, &S->wk, &S->wv};
+    float *yqkv[3] = {gr->q, gr->kk, gr->vv};
+    hr_tp_mm(pool, 3, wqkv, yqkv, gr->xb, n, gr->wbuf);
+    hr_rope_params rp = {.n_rot = hp->n_rot, .freq_base = hp->rope_base, .neox = hp->rope_neox,
+                         .freq_factors = tp->m.rope_freqs};
+    for (int t = 0; t < n; t++) {
+        float *qt = gr->q + (size_t)t * QD, *kt = gr->kk + (size_t)t * KD;
+        float *vt = gr->vv + (size_t)t * KD;
+        if (S->bq)
+            hr_add(qt, S->bq, QD);
+        if (S->bk)
+            hr_add(kt, S->bk, KD);
+        if (S->bv)
+            hr_add(vt, S->bv, KD);
+        if (L->q_norm.data) {
+            for (int h = 0; h < qh; h++)
+                hr_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, L->q_norm.data, D,
+                           hp->rms_eps);
+            for (int h = 0; h < kvh; h++)
+                hr_rmsnorm(kt + (size_t)h * D, kt + (size_t)h * D, L->k_norm.data, D,
+                           hp->rms_eps);
+        }
+        hr_rope(qt, qh, D, pos + t, &rp);
+        hr_rope(kt, kvh, D, pos + t, &rp);
+        uint16_t *kc = S->k + (size_t)(pos + t) * KD;
+        for (int i = 0; i < KD; i++) {
+            kc[i] = hr_fp32_to_fp16(kt[i]);
+            S->vt[(size_t)i * tp->n_ctx + pos + t] = hr_fp32_to_fp16(vt[i]);
+        }
+    }
+    hr_attn_args aa = {.n_head = qh, .n_kv = kvh, .head_dim = D, .n_ctx = tp->n_ctx,
+                       .k = S->k, .vt = S->vt, .scratch = gr->scratch};
+    hr_attention(pool, &aa, gr->q, n, pos, gr->att);
+    const hr_weight *wo = &S->wo;
+    float *y = gr->part[0];
+    hr_matmul(pool, 1, &wo, &y, gr->att, n, gr->wbuf);
+}
+
+static void hr_tp_ffn(hr_tp_group *gr, hr_pool *pool, hr_tp_layer *S, int n) {
+    int F = S->f1 - S->f0;
+    const hr_weight *wgu[2] = {&S->gate, &S->up};
+    float *ygu[2] = {gr->gate, gr->up};
+    hr_tp_mm(pool, 2, wgu, ygu, gr->xb, n, gr->wbuf);
+    for (int t = 0; t < n; t++)
+        hr_swiglu(gr->gate + (size_t)t * F, gr->gate + (size_t)t * F, gr->up + (size_t)t * F, F);
+    const hr_weight *wd = &S->down;
+    float *y = gr->part[1];
+    hr_matmul(pool, 1, &wd, &y, gr->gate, n, gr->wbuf);
+}
+
+static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
+    (void)n_groups;
+    hr_tp *tp = ctx;
+    hr_tp_group *gr = &tp->g[g];
+    hr_pool *pool = hr_gpool_group(tp->gp, g);
+    const hr_hparams *hp = tp->m.hp;
+    int n = tp->n, E = hp->n_embd;
+    double t0 = hr_tp_now(), b0 = gr->barrier_s[tp->ph];
+    float *hid = tp->hidden;
+    if (g > 0) { /* scatter: each group works on its own replica */
+        hid = gr->hid;
+        memcpy(hid, tp->hidden, (size_t)n * E * sizeof(float));
+    }
+    for (int li = 0; li < tp->nl; li++) {
+        const hr_layer_weights *L = &tp->m.layers[tp->layer_begin + li];
+        hr_tp_layer *S = &gr->L[li];
+        for (int t = 0; t < n; t++)
+            hr_rmsnorm(gr->xb + (size_t)t * E, hid + (size_t)t * E, L->attn_norm.data, E,
+                       hp->rms_eps);
+        if (S->kv1 > S->kv0)
+            hr_tp_attention(tp, gr, pool, L, S, n, tp->pos);
+        hr_tp_sync(tp, gr, pool, hid, 0, li, n);
+        for (int t = 0; t < n; t++)
+            hr_rmsnorm(gr->xb + (size_t)t * E, hid + (size_t)t * E, L->ffn_norm.data, E,
+                       hp->rms_eps);
+        if (S->f1 > S->f0)
+            hr_tp_ffn(gr, pool, S, n);
+        hr_tp_sync(tp, gr, pool, hid, 1, li, n);
+    }
+    gr->compute_s[tp->ph] += hr_tp_now() - t0 - (gr->barrier_s[tp->ph] - b0);
+}
+
+void hr_tp_layers(hr_tp *tp, float *hidden, int n, int pos) {
+    tp->ph = n == 1 ? HR_PHASE_DECODE : HR_PHASE_PREFILL;
+    hr_gpool_set_phase(tp->gp, tp->ph);
+    tp->hidden = hidden;
+    tp->n = n;
+    tp->pos = pos;
+    hr_gpool_run(tp->gp, hr_tp_layers_job, tp);
+    tp->tokens[tp->ph] += n;
+    tp->calls[tp->ph]++;
+    tp->barriers[tp->ph] += 2 * tp->nl;
+}
+
+static void hr_tp_output_job(void *ctx, int g, int n_groups) {
+    (void)n_groups;
+    hr_tp *tp = ctx;
+    hr_tp_group *gr = &tp->g[g];
+    if (gr->v1 <= gr->v0)
+        return;
+    const hr_hparams *hp = tp->m.hp;
+    hr_pool *pool = hr_gpool_group(tp->gp, g);
+    int E = hp->n_embd;
+    const hr_weight *w = &gr->out;
+    for (int t = 0; t < tp->n; t++) {
+        hr_rmsnorm(gr->xb, tp->chidden + (size_t)(tp->row0 + t) * E, tp->m.output_norm, E,
+                   hp->rms_eps);
+        float *y = tp->logits + (size_t)t * hp->n_vocab + gr->v0;
+        hr_matmul(pool, 1, &w, &y, gr->xb, 1, gr->wbuf);
+    }
+}
+
+void hr_tp_output(hr_tp *tp, const float *hidden, int row0, int n_rows, float *logits) {
+    tp->chidden = hidden;
+    tp->row0 = row0;
+    tp->n = n_rows;
+    tp->logits = logits;
+    hr_gpool_run(tp->gp, hr_tp_output_job, tp);
+}
+
+void hr_tp_get_stats(const hr_tp *tp, hr_tp_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->n_groups = tp->G;
+    out->copies = tp->copies;
+    out->membind = hr_gpool_binds_memory(tp->gp);
+    const hr_numa_plan *pl = hr_gpool_plan(tp->gp);
+    for (int p = 0; p < 2; p++) {
+        out->tokens[p] = tp->tokens[p];
+        out->calls[p] = tp->calls[p];
+        out->barriers[p] = tp->barriers[p];
+    }
+    for (int g = 0; g < tp->G; g++) {
+        const hr_tp_group *gr = &tp->g[g];
+        hr_tp_group_stats *s = &out->group[g];
+        s->node = pl->groups[g].node;
+        s->n_threads = pl->groups[g].n_threads;
+        s->n_threads_decode = pl->groups[g].n_threads_decode;
+        for (int li = 0; li < tp->nl; li++) {
+            s->kv_heads += gr->L[li].kv1 - gr->L[li].kv0;
+            s->ff_rows += gr->L[li].f1 - gr->L[li].f0;
+        }
+        s->weight_bytes = gr->weight_bytes;
+        for (int p = 0; p < 2; p++) {
+            s->compute_s[p] = gr->compute_s[p];
+            s->barrier_s[p] = gr->barrier_s[p];
+        }
+    }
+}
+
+void hr_tp_reset_stats(hr_tp *tp) {
+    for (int p = 0; p < 2; p++)
+        tp->tokens[p] = tp->calls[p] = tp->barriers[p] = 0;
+    for (int g = 0; g < tp->G; g++)
+        for (int p = 0; p < 2; p++)
+            tp->g[g].compute_s[p] = tp->g[g].barrier_s[p] = 0.0;
+}

@@ -1,0 +1,909 @@
+/* test_api.c - the head's OpenAI-compatible HTTP API.
+ *  - unit: request parsing and validation (types, ranges, stop lists, chat
+ *    content parts), error bodies, API key checks, UTF-8 cleaning;
+ *  - cluster: a local 2-agent cluster (HR_BIN) with --api-listen on a free
+ *    loopback port, driven with curl: 503 before the worker joins; models,
+ *    cluster view (same devices and layers as `hearth status --json`);
+ *    non-streamed and streamed completions give the text of `hearth prompt`
+ *    for the same seed; SSE framing; chat; stop strings; malformed JSON,
+ *    wrong types, huge bodies and bad keys answered while a valid request
+ *    streams undisturbed; a client that drops (streamed or not) cancels
+ *    its generation; 429 when the queue is full;
+ *  - the status page in headless Chromium (no network beyond the head):
+ *    every device with its layer range in the DOM, and a screenshot
+ *    (status.png in the test's build folder). */
+#include "agent/http.h"
+
+#include "check.h"
+
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEY "test-key-123"
+
+/* ---- unit ---- */
+
+static int parse(hr_api_req *r, hr_api_kind kind, const char *body, hr_api_err *e) {
+    memset(e, 0, sizeof *e);
+    return hr_api_parse(r, kind, body, strlen(body), 512, e);
+}
+
+static void expect_bad(hr_api_kind kind, const char *body, const char *param) {
+    hr_api_req r;
+    hr_api_err e;
+    int rc = parse(&r, kind, body, &e);
+    CHECK_EQ(rc, HR_EINVAL);
+    CHECK_EQ(e.status, 400);
+    if (rc == 0 || strcmp(e.param, param) != 0)
+        fprintf(stderr, "  body %s: param '%s' (want '%s'): %s\n", body, e.param, param, e.msg);
+    CHECK_STR(e.param, param);
+    hr_api_req_free(&r);
+}
+
+static void test_parse(void) {
+    hr_api_req r;
+    hr_api_err e;
+    CHECK_EQ(parse(&r, HR_API_COMPLETIONS,
+                   "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0,"
+                   "\"top_p\":0.5,\"top_k\":3,\"min_p\":0.1,\"seed\":42,\"stop\":[\"a\",\"bc\"],"
+                   "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repeat_penalty\":1.1,"
+                   "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                   &e),
+             0);
+    CHECK_STR(r.prompt, "hi");
+    CHECK_STR(r.model, "m");
+    CHECK_EQ(r.max_tokens, 7);
+    CHECK_NEAR(r.sp.temperature, 0, 0);
+    CHECK_NEAR(r.sp.top_p, 0.5, 1e-6);
+    CHECK_EQ(r.sp.top_k, 3);
+    CHECK_NEAR(r.sp.min_p, 0.1, 1e-6);
+    CHECK_NEAR(r.sp.presence_penalty, 0.5, 1e-6);
+    CHECK_NEAR(r.sp.frequency_penalty, -1, 1e-6);
+    CHECK_NEAR(r.sp.repeat_penalty, 1.1, 1e-6);
+    CHECK_EQ(r.sp.seed, 42);
+    CHECK(r.seed_given && r.stream && r.include_usage);
+    CHECK_EQ(r.n_stop, 2);
+    CHECK_STR(r.stop[1], "bc");
+    hr_api_req_free(&r);
+    /* defaults: the CLI's sampler, max_tokens = the limit; [prompt] and 5.0 as an integer */
+    CHECK_EQ(parse(&r, HR_API_COMPLETIONS, "{\"prompt\":[\"x\"],\"top_k\":5.0,\"stop\":\"\\n\"}", &e),
+             0);
+    CHECK_STR(r.prompt, "x");
+    CHECK_EQ(r.max_tokens, 512);
+    CHECK_EQ(r.sp.top_k, 5);
+    CHECK_NEAR(r.sp.temperature, hr_sampler_params_default().temperature, 0);
+    CHECK(!r.stream && !r.seed_given);
+    CHECK_EQ(r.n_stop, 1);
+    hr_api_req_free(&r);
+    /* chat, with content parts and a null assistant content */
+    CHECK_EQ(parse(&r, HR_API_CHAT,
+                   "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"he\"},"
+                   "{\"type\":\"text\",\"text\":\"llo\"}]},{\"role\":\"assistant\",\"content\":null},"
+                   "{\"role\":\"user\",\"content\":\"again\"}]}",
+                   &e),
+             0);
+    CHECK_EQ(r.n_msgs, 4);
+    CHECK_STR(r.msgs[1].role, "user");
+    CHECK_STR(r.msgs[1].content, "hello");
+    CHECK_STR(r.msgs[2].content, "");
+    hr_api_req_free(&r);
+    /* malformed and wrong */
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":", "");
+    expect_bad(HR_API_COMPLETIONS, "", "");
+    expect_bad(HR_API_COMPLETIONS, "[1,2]", "");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", "");
+    expect_bad(HR_API_COMPLETIONS, "{}", "prompt");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":5}", "prompt");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"temperature\":\"hot\"}", "temperature");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"temperature\":-1}", "temperature");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"top_p\":1.5}", "top_p");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"top_k\":2.5}", "top_k");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":513}", "max_tokens");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":\"ten\"}", "max_tokens");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"seed\":\"x\"}", "seed");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":1}", "stream");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":5}", "stop");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":[\"a\",1]}", "stop");
+    expect_bad(HR_API_COMPLETIONS,
+               "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
+               "\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+               "stop");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"n\":2}", "n");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":3}", "logprobs");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"model\":3}", "model");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"presence_penalty\":3}", "presence_penalty");
+    expect_bad(HR_API_CHAT, "{\"messages\":\"hi\"}", "messages");
+    expect_bad(HR_API_CHAT, "{\"messages\":[]}", "messages");
+    expect_bad(HR_API_CHAT, "{\"messages\":[5]}", "messages[0]");
+    expect_bad(HR_API_CHAT, "{\"messages\":[{\"role\":\"user\"},{\"role\":7}]}", "messages[1].role");
+    expect_bad(HR_API_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+               "messages[0].role");
+    expect_bad(HR_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":{}}]}",
+               "messages[0].content");
+    expect_bad(HR_API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+               "messages[0].content");
+    /* error body */
+    hr_api_fail(&e, 400, "invalid_request_error", NULL, "top_p", "bad \xff value");
+    char *s = hr_api_error_json(&e);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    CHECK(j != NULL);
+    const char *type = NULL, *param = NULL, *msg = NULL;
+    json_t *code = NULL;
+    CHECK_EQ(json_unpack(j, "{s:{s:s,s:s,s:s,s:o}}", "error", "type", &type, "param", &param,
+                         "message", &msg, "code", &code),
+             0);
+    CHECK_STR(type, "invalid_request_error");
+    CHECK_STR(param, "top_p");
+    CHECK_STR(msg, "bad \xEF\xBF\xBD value");
+    CHECK(json_is_null(code));
+    json_decref(j);
+    free(s);
+    /* auth */
+    CHECK(hr_api_auth_ok(NULL, NULL));
+    CHECK(hr_api_auth_ok(NULL, ""));
+    CHECK(hr_api_auth_ok("Bearer k1", "k1"));
+    CHECK(!hr_api_auth_ok(NULL, "k1"));
+    CHECK(!hr_api_auth_ok("Bearer k", "k1"));
+    CHECK(!hr_api_auth_ok("Bearer k12", "k1"));
+    CHECK(!hr_api_auth_ok("Basic k1", "k1"));
+    /* UTF-8 */
+    char out[64];
+    CHECK_EQ(hr_api_utf8_clean("a\xc3\xa9z", 4, out, sizeof out), 4);
+    CHECK_STR(out, "a\xc3\xa9z");
+    hr_api_utf8_clean("a\xc3(\xed\xa0\x80\xf0\x9f\x98\x80", 10, out, sizeof out);
+    CHECK_STR(out, "a\xEF\xBF\xBD(\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xf0\x9f\x98\x80");
+    CHECK_EQ(hr_api_utf8_clean("\xe4\xb8\xad\xe4\xb8\xad", 6, out, 5), 3); /* whole chars only */
+    CHECK_STR(hr_api_finish_reason(HR_FINISH_EOS), "stop");
+    CHECK_STR(hr_api_finish_reason(HR_FINISH_LENGTH), "length");
+    const char *page = hr_http_status_page();
+    CHECK(strstr(page, "/v1/cluster") != NULL);
+    CHECK(strstr(page, "src=\"http") == NULL && strstr(page, "href=\"http") == NULL);
+}
+
+/* ---- cluster ---- */
+
+static char g_dir[256], g_bin[512], g_model[512], g_url[128], g_ctrl[64];
+static pid_t g_pids[8];
+static int g_npids;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static pid_t spawn(char *const argv[], const char *out, const char *errf) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
+        if (out && !freopen(out, "w", stdout))
+            _exit(126);
+        if (errf && !freopen(errf, "w", stderr))
+            _exit(126);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (pid > 0 && g_npids < 8)
+        g_pids[g_npids++] = pid;
+    return pid;
+}
+
+static void stop_pid(pid_t pid) {
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static void teardown(void) {
+    for (int i = g_npids - 1; i >= 0; i--)
+        stop_pid(g_pids[i]);
+    g_npids = 0;
+    if (g_dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", g_dir);
+    }
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    for (int i = 0; i < g_npids; i++)
+        kill(g_pids[i], SIGKILL);
+    _exit(1);
+}
+
+/* A free loopback port p with p + 1 free too (agents use port + 1 for data). */
+static int free_port(void) {
+    for (int tries = 0; tries < 50; tries++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+        socklen_t l = sizeof a;
+        if (bind(s, (struct sockaddr *)&a, sizeof a) || getsockname(s, (struct sockaddr *)&a, &l)) {
+            close(s);
+            continue;
+        }
+        int p = ntohs(a.sin_port);
+        int s2 = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in b = a;
+        b.sin_port = htons((uint16_t)(p + 1));
+        int ok = p < 65535 && bind(s2, (struct sockaddr *)&b, sizeof b) == 0;
+        close(s2);
+        close(s);
+        if (ok)
+            return p;
+    }
+    return -1;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = s ? fread(s, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    fclose(f);
+    if (s)
+        s[got] = 0;
+    if (len)
+        *len = got;
+    return s;
+}
+
+static void write_file(const char *path, const char *s, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(s, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* curl METHOD path [body] -> status (0 = no answer); *out = body (malloc'ed). extra is added to
+ * the command line as is (trusted, from this file). */
+static int http(const char *method, const char *path, const char *body, const char *key,
+                const char *extra, char **out) {
+    char bodyf[300], outf[300], cmd[2048];
+    snprintf(bodyf, sizeof bodyf, "%s/req.json", g_dir);
+    snprintf(outf, sizeof outf, "%s/resp.out", g_dir);
+    unlink(outf);
+    if (body)
+        write_file(bodyf, body, strlen(body));
+    snprintf(cmd, sizeof cmd,
+             "curl -s -o '%s' -w '%%{http_code}' --max-time 60 -X %s %s%s%s %s %s%s%s '%s%s'", outf,
+             method, key ? "-H 'Authorization: Bearer " : "", key ? key : "", key ? "'" : "",
+             extra ? extra : "", body ? "-H 'Content-Type: application/json' --data-binary @'" : "",
+             body ? bodyf : "", body ? "'" : "", g_url, path);
+    FILE *p = popen(cmd, "r");
+    char code[16] = "";
+    if (p) {
+        if (!fgets(code, sizeof code, p))
+            code[0] = 0;
+        pclose(p);
+    }
+    if (out)
+        *out = slurp(outf, NULL);
+    return atoi(code);
+}
+
+static json_t *http_json(const char *method, const char *path, const char *body, int *status) {
+    char *s = NULL;
+    *status = http(method, path, body, KEY, NULL, &s);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    if (!j)
+        fprintf(stderr, "  %s %s -> %d, not JSON: %.300s\n", method, path, *status, s ? s : "");
+    free(s);
+    return j;
+}
+
+/* Checks an OpenAI error body with status. */
+static void expect_error(int status, int want, const char *s, const char *type, const char *param) {
+    CHECK_EQ(status, want);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    const char *t = NULL, *msg = NULL;
+    json_t *pj = NULL;
+    int rc = j ? json_unpack(j, "{s:{s:s,s:s,s:o}}", "error", "type", &t, "message", &msg, "param",
+                             &pj)
+               : -1;
+    CHECK_EQ(rc, 0);
+    if (rc == 0) {
+        CHECK_STR(t, type);
+        if (param)
+            CHECK_STR(json_string_value(pj), param);
+    } else {
+        fprintf(stderr, "  not an error body: %.300s\n", s ? s : "(none)");
+    }
+    json_decref(j);
+}
+
+/* Text of a completion / chat answer. */
+static char *answer_text(json_t *j, const char **finish) {
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *t = json_object_get(c, "text");
+    if (!t)
+        t = json_object_get(json_object_get(c, "message"), "content");
+    if (finish)
+        *finish = json_string_value(json_object_get(c, "finish_reason"));
+    return json_is_string(t) ? strdup(json_string_value(t)) : NULL;
+}
+
+/* Validates SSE framing (data: {...} events, final data: [DONE]) and joins the
+ * streamed text; *finish gets the last finish_reason, *usage the completion tokens. */
+static char *sse_text(const char *s, bool chat, char *finish, size_t fcap, int *usage) {
+    size_t cap = strlen(s) + 1, n = 0;
+    char *text = calloc(1, cap);
+    bool done = false, ok = true;
+    int events = 0;
+    *usage = -1;
+    finish[0] = 0;
+    const char *p = s;
+    while (*p) {
+        const char *end = strstr(p, "\n\n");
+        if (!end) {
+            ok = false; /* an unterminated event */
+            fprintf(stderr, "  unterminated SSE event: %.200s\n", p);
+            break;
+        }
+        size_t len = (size_t)(end - p);
+        if (len > 0 && p[0] == ':') { /* comment (keep-alive) */
+            p = end + 2;
+            continue;
+        }
+        if (done || len < 6 || strncmp(p, "data: ", 6) != 0 || memchr(p, '\n', len)) {
+            ok = false;
+            fprintf(stderr, "  bad SSE event: %.*s\n", (int)(len < 200 ? len : 200), p);
+            break;
+        }
+        events++;
+        if (len == 12 && strncmp(p + 6, "[DONE]", 6) == 0) {
+            done = true;
+            p = end + 2;
+            continue;
+        }
+        json_t *j = json_loadb(p + 6, len - 6, 0, NULL);
+        const char *obj = json_string_value(json_object_get(j, "object"));
+        if (!j || !obj || strcmp(obj, chat ? "chat.completion.chunk" : "text_completion") != 0) {
+            ok = false;
+            fprintf(stderr, "  bad SSE chunk: %.*s\n", (int)(len < 300 ? len : 300), p);
+            json_decref(j);
+            break;
+        }
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        json_t *t = chat ? json_object_get(json_object_get(c, "delta"), "content")
+                         : json_object_get(c, "text");
+        if (json_is_string(t)) {
+            memcpy(text + n, json_string_value(t), json_string_length(t));
+            n += json_string_length(t);
+        }
+        const char *f = json_string_value(json_object_get(c, "finish_reason"));
+        if (f)
+            snprintf(finish, fcap, "%s", f);
+        json_t *u = json_object_get(json_object_get(j, "usage"), "completion_tokens");
+        if (json_is_integer(u))
+            *usage = (int)json_integer_value(u);
+        json_decref(j);
+        p = end + 2;
+    }
+    CHECK(ok);
+    CHECK(done);
+    CHECK(events >= 2);
+    return text;
+}
+
+static json_t *api_stats(void) {
+    int st = 0;
+    json_t *j = http_json("GET", "/v1/cluster", NULL, &st);
+    json_t *api = json_incref(json_object_get(j, "api"));
+    json_decref(j);
+    return api;
+}
+
+static long long api_count(const char *field) {
+    json_t *a = api_stats();
+    long long v = json_integer_value(json_object_get(a, field));
+    json_decref(a);
+    return v;
+}
+
+/* Waits until the API has no running or queued request. */
+static bool wait_idle(double timeout_s) {
+    double t0 = now_s();
+    while (now_s() - t0 < timeout_s) {
+        json_t *a = api_stats();
+        bool idle = a && !json_is_true(json_object_get(a, "running")) &&
+                    json_integer_value(json_object_get(a, "queued")) == 0;
+        json_decref(a);
+        if (idle)
+            return true;
+        sleep_ms(100);
+    }
+    return false;
+}
+
+/* Starts a streamed request in the background, its SSE going to outf. */
+static pid_t stream_bg(const char *body, const char *outf) {
+    char bodyf[320];
+    snprintf(bodyf, sizeof bodyf, "%s.req", outf);
+    write_file(bodyf, body, strlen(body));
+    char url[200], data[340];
+    snprintf(url, sizeof url, "%s/v1/completions", g_url);
+    snprintf(data, sizeof data, "@%s", bodyf);
+    char *argv[] = {"curl",   "-sN", "-H", "Authorization: Bearer " KEY,
+                    "-H",     "Content-Type: application/json",   "--data-binary",
+                    data,     "-o",  (char *)outf,                 url,
+                    NULL};
+    return spawn(argv, NULL, NULL);
+}
+
+static bool wait_file_has(const char *path, const char *what, double timeout_s) {
+    double t0 = now_s();
+    while (now_s() - t0 < timeout_s) {
+        char *s = slurp(path, NULL);
+        bool ok = s && strstr(s, what);
+        free(s);
+        if (ok)
+            return true;
+        sleep_ms(20);
+    }
+    return false;
+}
+
+/* `hearth prompt` output for the same request, cleaned to UTF-8 like the API does. */
+static char *cli_prompt(const char *text, int n, int seed) {
+    char outf[300], errf[300], ns[16], ss[16];
+    snprintf(outf, sizeof outf, "%s/prompt.out", g_dir);
+    snprintf(errf, sizeof errf, "%s/prompt.err", g_dir);
+    snprintf(ns, sizeof ns, "%d", n);
+    snprintf(ss, sizeof ss, "%d", seed);
+    char *argv[] = {g_bin,   "prompt", "--head", g_ctrl, "-n",        ns,
+                    "--seed", ss,      "--temp", "0.8",  (char *)text, NULL};
+    pid_t pid = spawn(argv, outf, errf);
+    int st = -1;
+    waitpid(pid, &st, 0);
+    g_npids--;
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    size_t len = 0;
+    char *s = slurp(outf, &len);
+    if (!s)
+        return NULL;
+    if (len && s[len - 1] == '\n')
+        s[--len] = 0;
+    char *clean = malloc(len * 3 + 1);
+    hr_api_utf8_clean(s, len, clean, len * 3 + 1);
+    free(s);
+    return clean;
+}
+
+static void test_completions(void) {
+    int st;
+    /* the same text as `hearth prompt`, non-streamed and streamed */
+    char *want = cli_prompt("The quick brown fox", 24, 7);
+    CHECK(want && strlen(want) > 0);
+    const char *body = "{\"model\":\"x\",\"prompt\":\"The quick brown fox\",\"max_tokens\":24,"
+                       "\"seed\":7,\"temperature\":0.8}";
+    json_t *j = http_json("POST", "/v1/completions", body, &st);
+    CHECK_EQ(st, 200);
+    const char *fin = NULL;
+    char *got = answer_text(j, &fin);
+    CHECK_STR(got, want);
+    CHECK_STR(fin, "length");
+    json_int_t pt = 0, ct = 0, tt = 0;
+    CHECK_EQ(json_unpack(json_object_get(j, "usage"), "{s:I,s:I,s:I}", "prompt_tokens", &pt,
+                         "completion_tokens", &ct, "total_tokens", &tt),
+             0);
+    CHECK(pt >= 5);
+    CHECK_EQ(ct, 24);
+    CHECK_EQ(tt, pt + ct);
+    CHECK_STR(json_string_value(json_object_get(j, "object")), "text_completion");
+    json_decref(j);
+    free(got);
+    const char *sbody = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":24,\"seed\":7,"
+                        "\"temperature\":0.8,\"stream\":true}";
+    char *s = NULL;
+    st = http("POST", "/v1/completions", sbody, KEY, "-N", &s);
+    CHECK_EQ(st, 200);
+    char finish[32];
+    int usage = 0;
+    char *streamed = sse_text(s ? s : "", false, finish, sizeof finish, &usage);
+    CHECK_STR(streamed, want);
+    CHECK_STR(finish, "length");
+    CHECK_EQ(usage, 24);
+    free(streamed);
+    free(s);
+    /* stop strings: the reply ends right before the first match */
+    const char *mid = want ? want + strlen(want) / 2 : "";
+    const char *stop = mid;
+    while (*stop && !(stop[0] >= 'a' && stop[0] <= 'z'))
+        stop++;
+    if (strlen(stop) >= 3) {
+        char st3[4] = {stop[0], stop[1], stop[2], 0};
+        char b2[512];
+        snprintf(b2, sizeof b2,
+                 "{\"prompt\":\"The quick brown fox\",\"max_tokens\":24,\"seed\":7,"
+                 "\"temperature\":0.8,\"stop\":[\"%s\"]}",
+                 st3);
+        j = http_json("POST", "/v1/completions", b2, &st);
+        got = answer_text(j, &fin);
+        size_t cut = (size_t)(strstr(want, st3) - want);
+        CHECK(got && strlen(got) == cut && strncmp(got, want, cut) == 0);
+        CHECK_STR(fin, "stop");
+        free(got);
+        json_decref(j);
+    }
+    free(want);
+    /* chat: streamed deltas join to the non-streamed message */
+    const char *cbody = "{\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},"
+                        "{\"role\":\"user\",\"content\":\"Name a colour.\"}],\"max_tokens\":12,"
+                        "\"seed\":3}";
+    j = http_json("POST", "/v1/chat/completions", cbody, &st);
+    CHECK_EQ(st, 200);
+    CHECK_STR(json_string_value(json_object_get(j, "object")), "chat.completion");
+    CHECK_STR(json_string_value(json_object_get(
+                  json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"),
+                  "role")),
+              "assistant");
+    char *chat = answer_text(j, NULL);
+    json_decref(j);
+    char csb[512];
+    snprintf(csb, sizeof csb, "%.*s,\"stream\":true}", (int)strlen(cbody) - 1, cbody);
+    st = http("POST", "/v1/chat/completions", csb, KEY, "-N", &s);
+    CHECK_EQ(st, 200);
+    streamed = sse_text(s ? s : "", true, finish, sizeof finish, &usage);
+    CHECK_STR(streamed, chat);
+    CHECK(s && strstr(s, "\"role\":\"assistant\""));
+    free(streamed);
+    free(s);
+    free(chat);
+}
+
+/* Bad requests answered correctly while a valid request streams. */
+static void test_errors_concurrent(void) {
+    char outf[300];
+    snprintf(outf, sizeof outf, "%s/bg.sse", g_dir);
+    const char *body = "{\"prompt\":\"Tell me a story\",\"max_tokens\":1200,\"seed\":11,"
+                       "\"temperature\":0.8,\"stream\":true}";
+    pid_t bg = stream_bg(body, outf);
+    CHECK(wait_file_has(outf, "data: {", 20));
+    char *s = NULL;
+    int st = http("POST", "/v1/completions", "{\"prompt\": \"x\", ", KEY, NULL, &s);
+    expect_error(st, 400, s, "invalid_request_error", NULL);
+    free(s);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", KEY, NULL,
+              &s);
+    expect_error(st, 400, s, "invalid_request_error", "temperature");
+    free(s);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"ten\"}", KEY, NULL,
+              &s);
+    expect_error(st, 400, s, "invalid_request_error", "max_tokens");
+    free(s);
+    st = http("POST", "/v1/chat/completions", "{\"messages\":{\"role\":\"user\"}}", KEY, NULL, &s);
+    expect_error(st, 400, s, "invalid_request_error", "messages");
+    free(s);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"stop\":5}", KEY, NULL, &s);
+    expect_error(st, 400, s, "invalid_request_error", "stop");
+    free(s);
+    /* huge bodies, with and without a Content-Length */
+    size_t big = 3u << 20;
+    char *huge = malloc(big + 1);
+    memset(huge, 'a', big);
+    huge[big] = 0;
+    memcpy(huge, "{\"prompt\":\"", 11);
+    st = http("POST", "/v1/completions", huge, KEY, NULL, &s);
+    expect_error(st, 413, s, "invalid_request_error", NULL);
+    free(s);
+    st = http("POST", "/v1/completions", huge, KEY, "-H 'Transfer-Encoding: chunked'", &s);
+    expect_error(st, 413, s, "invalid_request_error", NULL);
+    free(s);
+    free(huge);
+    /* API key */
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\"}", NULL, NULL, &s);
+    expect_error(st, 401, s, "invalid_request_error", NULL);
+    free(s);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\"}", "wrong-key", NULL, &s);
+    expect_error(st, 401, s, "invalid_request_error", NULL);
+    free(s);
+    st = http("GET", "/v1/cluster", NULL, "wrong-key", NULL, &s);
+    CHECK_EQ(st, 401);
+    free(s);
+    st = http("GET", "/v1/nothing", NULL, KEY, NULL, &s);
+    expect_error(st, 404, s, "invalid_request_error", NULL);
+    free(s);
+    st = http("GET", "/v1/completions", NULL, KEY, NULL, &s);
+    CHECK_EQ(st, 405);
+    free(s);
+    /* the valid request went on: it completes, and its text is what it would be alone */
+    int wst = -1;
+    waitpid(bg, &wst, 0);
+    g_npids--;
+    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    s = slurp(outf, NULL);
+    char finish[32];
+    int usage = 0;
+    char *streamed = sse_text(s ? s : "", false, finish, sizeof finish, &usage);
+    free(s);
+    CHECK_EQ(usage, 1200);
+    char alone[256];
+    snprintf(alone, sizeof alone, "%.*s}", (int)strlen(body) - (int)strlen(",\"stream\":true}"),
+             body);
+    json_t *j = http_json("POST", "/v1/completions", alone, &st);
+    char *ref = answer_text(j, NULL);
+    CHECK_STR(streamed, ref);
+    json_decref(j);
+    free(ref);
+    free(streamed);
+}
+
+/* Clients that hang up cancel their generation; a full queue answers 429. */
+static void test_cancel_and_queue(void) {
+    long long c0 = api_count("canceled");
+    /* streamed: curl gives up after 1 s of a long generation */
+    char *s = NULL;
+    double t0 = now_s();
+    http("POST", "/v1/completions",
+         "{\"prompt\":\"Once\",\"max_tokens\":4000,\"stream\":true,\"seed\":1}", KEY,
+         "-N --max-time 1", &s);
+    free(s);
+    CHECK(wait_idle(5));
+    CHECK(now_s() - t0 < 6);
+    CHECK_EQ(api_count("canceled"), c0 + 1);
+    /* non-streamed */
+    http("POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4000,\"seed\":1}", KEY,
+         "--max-time 1", &s);
+    free(s);
+    CHECK(wait_idle(5));
+    CHECK_EQ(api_count("canceled"), c0 + 2);
+    /* the ring is free again at once */
+    int st = 0;
+    t0 = now_s();
+    json_t *j = http_json("POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":4}", &st);
+    CHECK_EQ(st, 200);
+    CHECK(now_s() - t0 < 3);
+    json_decref(j);
+    /* queue of 1: one running, one waiting, the third is refused */
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/qa.sse", g_dir);
+    snprintf(b, sizeof b, "%s/qb.sse", g_dir);
+    const char *longb = "{\"prompt\":\"Once\",\"max_tokens\":4000,\"stream\":true}";
+    pid_t pa = stream_bg(longb, a);
+    CHECK(wait_file_has(a, "data: {", 20));
+    pid_t pb = stream_bg(longb, b);
+    double t1 = now_s();
+    while (api_count("queued") < 1 && now_s() - t1 < 5)
+        sleep_ms(20);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", KEY, NULL, &s);
+    expect_error(st, 429, s, "rate_limit_error", NULL);
+    free(s);
+    /* both clients leave: the running one is canceled on the ring, the queued one dropped */
+    long long c1 = api_count("canceled");
+    stop_pid(pb);
+    stop_pid(pa);
+    g_npids -= 2;
+    CHECK(wait_idle(5));
+    CHECK_EQ(api_count("canceled"), c1 + 2);
+}
+
+static void test_status_page(json_t *cluster) {
+    char *s = NULL;
+    int st = http("GET", "/", NULL, NULL, NULL, &s);
+    CHECK_EQ(st, 200);
+    CHECK(s && strstr(s, "<title>hearth cluster</title>"));
+    free(s);
+    const char *chromium = NULL;
+    static const char *const cands[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                                        "/usr/bin/google-chrome"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (access(cands[i], X_OK) == 0)
+            chromium = cands[i];
+    if (!chromium) {
+        printf("SKIP status page in a browser: no chromium (deploy/install-deps.sh installs it)\n");
+        return;
+    }
+    char url[256], prof[300], dom[300], shot[300], cwd[256], errf[300];
+    snprintf(url, sizeof url, "%s/#key=%s", g_url, KEY);
+    snprintf(prof, sizeof prof, "--user-data-dir=%s/chromium", g_dir);
+    snprintf(dom, sizeof dom, "%s/dom.html", g_dir);
+    snprintf(errf, sizeof errf, "%s/chromium.err", g_dir);
+    if (!getcwd(cwd, sizeof cwd))
+        snprintf(cwd, sizeof cwd, ".");
+    snprintf(shot, sizeof shot, "--screenshot=%s/status.png", cwd);
+    /* nothing but the head can be reached: every other host fails to resolve */
+    const char *common[] = {"--headless",
+                            "--no-sandbox",
+                            "--disable-gpu",
+                            "--disable-dev-shm-usage",
+                            "--disable-quic",
+                            "--no-first-run",
+                            "--disable-background-networking",
+                            "--disable-component-update",
+                            "--disable-sync",
+                            "--disable-extensions",
+                            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                            "--window-size=1280,760",
+                            "--virtual-time-budget=4000"};
+    enum { NC = sizeof common / sizeof common[0] };
+    char *argv[NC + 5];
+    int n = 0;
+    argv[n++] = (char *)chromium;
+    for (int i = 0; i < NC; i++)
+        argv[n++] = (char *)common[i];
+    argv[n++] = prof;
+    argv[n++] = "--dump-dom";
+    argv[n++] = url;
+    argv[n] = NULL;
+    pid_t pid = spawn(argv, dom, errf);
+    int wst = -1;
+    waitpid(pid, &wst, 0);
+    g_npids--;
+    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    char *d = slurp(dom, NULL);
+    CHECK(d && strstr(d, "data-loaded=\"1\""));
+    size_t i;
+    json_t *dev;
+    int n_dev = 0;
+    json_array_foreach(json_object_get(cluster, "devices"), i, dev) {
+        char row[160], cell[160];
+        const char *name = json_string_value(json_object_get(dev, "name"));
+        const char *layers = json_string_value(json_object_get(dev, "layers"));
+        snprintf(row, sizeof row, "data-device=\"%s\"", name ? name : "?");
+        snprintf(cell, sizeof cell, "<td class=\"num layers\">%s<", layers ? layers : "?");
+        char *r = d ? strstr(d, row) : NULL;
+        char *c = r ? strstr(r, cell) : NULL;
+        char *next = r ? strstr(r + 1, "data-device=") : NULL;
+        CHECK(r != NULL && c != NULL && (!next || c < next));
+        if (!c)
+            fprintf(stderr, "  device %s with layers %s not on the page\n", name, layers);
+        n_dev++;
+    }
+    CHECK_EQ(n_dev, 2);
+    free(d);
+    /* the screenshot */
+    argv[NC + 2] = shot;
+    argv[NC + 3] = url;
+    argv[NC + 4] = NULL;
+    pid = spawn(argv, NULL, errf);
+    waitpid(pid, &wst, 0);
+    g_npids--;
+    char png[300];
+    snprintf(png, sizeof png, "%s/status.png", cwd);
+    struct stat sb;
+    CHECK(stat(png, &sb) == 0 && sb.st_size > 10000);
+    printf("status page screenshot: %s\n", png);
+}
+
+static void test_cluster(void) {
+    const char *bin = getenv("HR_BIN");
+    char path[512];
+    hr_shared_path("models/small-llama-q8_0.gguf", path, sizeof path);
+    if (!bin || access(bin, X_OK) != 0 || access(path, R_OK) != 0 ||
+        system("curl --version >/dev/null 2>&1") != 0) {
+        printf("SKIP cluster part: needs HR_BIN, %s and curl\n", path);
+        return;
+    }
+    snprintf(g_bin, sizeof g_bin, "%s", bin);
+    snprintf(g_model, sizeof g_model, "%s", path);
+    snprintf(g_dir, sizeof g_dir, "/tmp/hr-test-api-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        CHECK(0);
+        g_dir[0] = 0;
+        return;
+    }
+    atexit(teardown);
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    int cport = free_port(), wport = free_port(), aport = free_port();
+    CHECK(cport > 0 && wport > 0 && aport > 0);
+    char listen[64], wlisten[64], api[64], hlog[300], wlog[300];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", cport);
+    snprintf(g_ctrl, sizeof g_ctrl, "127.0.0.1:%d", cport);
+    snprintf(wlisten, sizeof wlisten, "127.0.0.1:%d", wport);
+    snprintf(api, sizeof api, "127.0.0.1:%d", aport);
+    snprintf(g_url, sizeof g_url, "http://127.0.0.1:%d", aport);
+    snprintf(hlog, sizeof hlog, "%s/head.log", g_dir);
+    snprintf(wlog, sizeof wlog, "%s/worker.log", g_dir);
+    char *head[] = {g_bin,        "agent",       "-m",        g_model,     "--listen",
+                    listen,       "--name",      "head",      "--expect",  "1",
+                    "--no-profile", "--ctx",     "4096",      "--api-listen", api,
+                    "--api-key",  KEY,           "--api-queue", "1",       NULL};
+    spawn(head, NULL, hlog);
+    /* up but not ready: 503 */
+    int st = 0;
+    char *s = NULL;
+    double t0 = now_s();
+    while ((st = http("GET", "/health", NULL, NULL, NULL, &s)) == 0 && now_s() - t0 < 20) {
+        free(s);
+        s = NULL;
+        sleep_ms(100);
+    }
+    CHECK_EQ(st, 503);
+    free(s);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\"}", KEY, NULL, &s);
+    expect_error(st, 503, s, "server_error", NULL);
+    free(s);
+    char *worker[] = {g_bin,    "agent", "-m",         g_model, "--listen", wlisten, "--name",
+                      "worker", "--head", g_ctrl,      "--no-profile", NULL};
+    spawn(worker, NULL, wlog);
+    t0 = now_s();
+    while ((st = http("GET", "/health", NULL, NULL, NULL, NULL)) != 200 && now_s() - t0 < 60)
+        sleep_ms(100);
+    CHECK_EQ(st, 200);
+    if (st != 200) {
+        char *l = slurp(hlog, NULL);
+        fprintf(stderr, "head log:\n%s\n", l ? l : "");
+        free(l);
+        return;
+    }
+    /* models and the cluster view */
+    json_t *j = http_json("GET", "/v1/models", NULL, &st);
+    CHECK_EQ(st, 200);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
+              "small-llama-q8_0");
+    json_decref(j);
+    json_t *cl = http_json("GET", "/v1/cluster", NULL, &st);
+    CHECK_EQ(st, 200);
+    CHECK(json_is_true(json_object_get(cl, "ready")));
+    CHECK_EQ(json_array_size(json_object_get(cl, "devices")), 2);
+    char outf[300], errf[300];
+    snprintf(outf, sizeof outf, "%s/status.json", g_dir);
+    snprintf(errf, sizeof errf, "%s/status.err", g_dir);
+    char *stat_argv[] = {g_bin, "status", "--head", g_ctrl, "--json", NULL};
+    pid_t pid = spawn(stat_argv, outf, errf);
+    waitpid(pid, NULL, 0);
+    g_npids--;
+    char *sj = slurp(outf, NULL);
+    json_t *cli = sj ? json_loads(sj, 0, NULL) : NULL;
+    free(sj);
+    CHECK(cli != NULL);
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(cli, "devices"), i, d) {
+        json_t *o = json_array_get(json_object_get(cl, "devices"), i);
+        CHECK_STR(json_string_value(json_object_get(o, "name")),
+                  json_string_value(json_object_get(d, "name")));
+        CHECK_STR(json_string_value(json_object_get(o, "layers")),
+                  json_string_value(json_object_get(d, "layers")));
+        CHECK_EQ(json_integer_value(json_object_get(o, "ring_pos")),
+                 json_integer_value(json_object_get(d, "ring_pos")));
+        CHECK(strcmp(json_string_value(json_object_get(o, "layers")), "-") != 0);
+    }
+    CHECK_EQ(json_array_size(json_object_get(cli, "devices")), 2);
+    json_decref(cli);
+    test_completions();
+    test_errors_concurrent();
+    test_cancel_and_queue();
+    test_status_page(cl);
+    json_decref(cl);
+    /* the agents were fine throughout */
+    CHECK_EQ(waitpid(g_pids[0], NULL, WNOHANG), 0);
+    CHECK_EQ(waitpid(g_pids[1], NULL, WNOHANG), 0);
+}
+
+int main(void) {
+    test_parse();
+    test_cluster();
+    return hr_check_finish("test_api");
+}
