@@ -6,8 +6,8 @@
 
 const char *hr_strerror(int code) {
     switch (code) {
-#define HR_ERR_CASE_(name, val, msg)                                           \
-    case (val):                                                                \
+#define HR_ERR_CASE_(name, val, msg)                                                               \
+    case (val):                                                                                    \
         return (msg);
         HR_ERRNO_MAP(HR_ERR_CASE_)
 #undef HR_ERR_CASE_

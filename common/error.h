@@ -12,21 +12,21 @@
 #define HR_ERR_LEN 256
 
 /* X-macro table: name, value, message. */
-#define HR_ERRNO_MAP(X)                                                        \
-    X(OK, 0, "success")                                                        \
-    X(EINVAL, -1, "invalid argument")                                          \
-    X(ENOMEM, -2, "out of memory")                                             \
-    X(EIO, -3, "input/output error")                                           \
-    X(ENOENT, -4, "no such file or entry")                                     \
-    X(EFORMAT, -5, "malformed file or message")                                \
-    X(EUNSUPPORTED, -6, "unsupported feature")                                 \
-    X(ERANGE, -7, "value out of range")                                        \
-    X(ETIMEDOUT, -8, "timed out")                                              \
-    X(ENET, -9, "network error")                                               \
-    X(EAGAIN, -10, "resource temporarily unavailable")                         \
-    X(ECANCELED, -11, "operation canceled")                                     \
-    X(EINTERNAL, -12, "internal error")                                        \
-    X(EINFEASIBLE, -13, "no feasible solution")                                \
+#define HR_ERRNO_MAP(X)                                                                            \
+    X(OK, 0, "success")                                                                            \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EIO, -3, "input/output error")                                                               \
+    X(ENOENT, -4, "no such file or entry")                                                         \
+    X(EFORMAT, -5, "malformed file or message")                                                    \
+    X(EUNSUPPORTED, -6, "unsupported feature")                                                     \
+    X(ERANGE, -7, "value out of range")                                                            \
+    X(ETIMEDOUT, -8, "timed out")                                                                  \
+    X(ENET, -9, "network error")                                                                   \
+    X(EAGAIN, -10, "resource temporarily unavailable")                                             \
+    X(ECANCELED, -11, "operation canceled")                                                        \
+    X(EINTERNAL, -12, "internal error")                                                            \
+    X(EINFEASIBLE, -13, "no feasible solution")                                                    \
     X(EDENIED, -14, "permission denied")
 
 enum {

@@ -21,10 +21,10 @@ int hr_log_parse_level(const char *s, hr_log_level *out);
 void hr_log_write(hr_log_level level, const char *tag, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define HR_LOG_(lvl, tag, ...)                                                 \
-    do {                                                                       \
-        if ((lvl) >= hr_log_threshold)                                         \
-            hr_log_write((lvl), (tag), __VA_ARGS__);                           \
+#define HR_LOG_(lvl, tag, ...)                                                                     \
+    do {                                                                                           \
+        if ((lvl) >= hr_log_threshold)                                                             \
+            hr_log_write((lvl), (tag), __VA_ARGS__);                                               \
     } while (0)
 #define HR_LOG_DEBUG(tag, ...) HR_LOG_(HR_LOG_LEVEL_DEBUG, tag, __VA_ARGS__)
 #define HR_LOG_INFO(tag, ...) HR_LOG_(HR_LOG_LEVEL_INFO, tag, __VA_ARGS__)

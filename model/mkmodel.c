@@ -21,8 +21,10 @@ int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
         const char *name;
         int e, l, h, kv, ff, v;
     } shapes[] = {
-        {"tinyllama", 2048, 22, 32, 4, 5632, 32000}, {"small", 256, 4, 8, 4, 768, 32000},
-        {"tiny", 64, 2, 4, 2, 160, 32000},           {"llama7b", 4096, 32, 32, 32, 11008, 32000},
+        {"tinyllama", 2048, 22, 32, 4, 5632, 32000},
+        {"small", 256, 4, 8, 4, 768, 32000},
+        {"tiny", 64, 2, 4, 2, 160, 32000},
+        {"llama7b", 4096, 32, 32, 32, 11008, 32000},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (strcmp(shapes[i].name, name) == 0) {
@@ -85,8 +87,8 @@ static void hr_mk_fill(float *x, int64_t n, float std, uint64_t *s) {
     }
 }
 
-static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n_in,
-                        int64_t n_out, float std, float constant, uint64_t *rng, char *err) {
+static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n_in, int64_t n_out,
+                        float std, float constant, uint64_t *rng, char *err) {
     size_t rb = hr_type_row_bytes(type, n_in);
     if (rb == 0 && hr_type_get(type) && hr_type_get(type)->block_elems == 256) {
         /* rows shorter than a K-quant super-block: fall back as the usual
@@ -128,8 +130,8 @@ static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n
         return hr_seterr(err, HR_ENOMEM, "out of memory for tensor %s", name);
     }
     int64_t ne[2] = {n_in, n_out};
-    int rc = hr_gguf_writer_add_tensor(w, name, type, n_out == 1 ? 1 : 2, ne, buf,
-                                       rb * (size_t)n_out);
+    int rc =
+        hr_gguf_writer_add_tensor(w, name, type, n_out == 1 ? 1 : 2, ne, buf, rb * (size_t)n_out);
     free(buf);
     if (rc)
         return hr_seterr(err, rc, "cannot add tensor %s", name);
@@ -194,8 +196,8 @@ done:
     return rc;
 }
 
-int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb,
-                     void *ud, char err[HR_ERR_LEN]) {
+int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb, void *ud,
+                     char err[HR_ERR_LEN]) {
     const hr_ftype *ft = NULL;
     for (size_t i = 0; i < sizeof hr_ftypes / sizeof hr_ftypes[0]; i++)
         if (strcmp(hr_ftypes[i].name, p->ftype) == 0)
@@ -209,11 +211,11 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     if (!qwen2 && !qwen3 && strcmp(p->arch, "llama") != 0)
         return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes llama, qwen2 or qwen3, not '%s'",
                          p->arch);
-    if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 ||
-        p->n_ff <= 0 || p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
+    if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 || p->n_ff <= 0 ||
+        p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
         return hr_seterr(err, HR_EINVAL,
-                         "invalid shape: embd %d layers %d heads %d/%d ffn %d vocab %d",
-                         p->n_embd, p->n_layer, p->n_head, p->n_head_kv, p->n_ff, p->n_vocab);
+                         "invalid shape: embd %d layers %d heads %d/%d ffn %d vocab %d", p->n_embd,
+                         p->n_layer, p->n_head, p->n_head_kv, p->n_ff, p->n_vocab);
     const char *A = p->arch;
     int E = p->n_embd, D = E / p->n_head, KD = D * p->n_head_kv;
     hr_gguf_writer *w = hr_gguf_writer_create();
@@ -261,7 +263,7 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     uint64_t rng = p->seed * 0x2545F4914F6CDD1Dull + 1;
     int total = 3 + p->n_layer * (qwen2 ? 12 : qwen3 ? 11 : 9), done_n = 0;
     float s_in = 1.0f / sqrtf((float)E), s_ff = 1.0f / sqrtf((float)p->n_ff);
-#define HR_T(name, type, nin, nout, std, c)                                                       \
+#define HR_T(name, type, nin, nout, std, c)                                                        \
     do {                                                                                           \
         if ((rc = hr_mk_tensor(w, name, type, nin, nout, std, c, &rng, err)))                      \
             goto done;                                                                             \
@@ -272,7 +274,7 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     for (int il = 0; il < p->n_layer; il++) {
         char nm[96];
         int tv = hr_use_more_bits(il, p->n_layer) ? ft->more_bits : ft->base;
-#define HR_L(suffix, type, nin, nout, std, c)                                                     \
+#define HR_L(suffix, type, nin, nout, std, c)                                                      \
     snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                              \
     HR_T(nm, type, nin, nout, std, c)
         HR_L("attn_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);

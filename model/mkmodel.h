@@ -14,7 +14,7 @@
 #include "common/error.h"
 
 typedef struct {
-    const char *arch;       /* "llama", "qwen2" or "qwen3" */
+    const char *arch; /* "llama", "qwen2" or "qwen3" */
     int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     const char *ftype;      /* "q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", ... */
     const char *vocab_from; /* GGUF to copy tokenizer.* keys from, or NULL */
@@ -33,7 +33,7 @@ int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name);
 /* Progress callback (done, total tensors) or NULL. */
 typedef void (*hr_mkmodel_progress)(int done, int total, void *ud);
 
-int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb,
-                     void *ud, char err[HR_ERR_LEN]);
+int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb, void *ud,
+                     char err[HR_ERR_LEN]);
 
 #endif

@@ -104,8 +104,8 @@ int main(void) {
         strcat(ids, b);
     }
     const char *prompt = json_string_value(json_object_get(root, "prompt"));
-    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s logits -m %s --ids %s -o %s/l.bin --compare %s",
-                bin, model, ids, tmpdir, ref),
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "%s logits -m %s --ids %s -o %s/l.bin --compare %s", bin, model, ids, tmpdir, ref),
              0);
     double rel = 1;
     int agree = 0, npos = 0;
@@ -156,8 +156,9 @@ int main(void) {
     CHECK(sh(out, sizeof out, err, sizeof err, "%s info -m %s/missing.gguf", bin, tmpdir) != 0);
     CHECK_EQ(count_lines(err), 1);
     CHECK(strstr(err, "missing.gguf") != NULL);
-    CHECK(sh(out, sizeof out, err, sizeof err, "head -c 5000 %s > %s/trunc.gguf && %s run -m "
-                                               "%s/trunc.gguf -p hi",
+    CHECK(sh(out, sizeof out, err, sizeof err,
+             "head -c 5000 %s > %s/trunc.gguf && %s run -m "
+             "%s/trunc.gguf -p hi",
              model, tmpdir, bin, tmpdir) != 0);
     CHECK_EQ(count_lines(err), 1);
     CHECK(sh(out, sizeof out, err, sizeof err,
@@ -171,8 +172,8 @@ int main(void) {
     CHECK_EQ(count_lines(err), 1);
 
     /* mkmodel + bench on a generated model, every weight type loads and runs */
-    const char *types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m", "q5_k_m", "q6_k",
-                           "f16",  "bf16", "f32"};
+    const char *types[] = {"q4_0",   "q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m",
+                           "q5_k_m", "q6_k", "f16",  "bf16", "f32"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         CHECK_EQ(sh(out, sizeof out, err, sizeof err,
                     "%s mkmodel -o %s/m.gguf --embd 256 --layers 2 --heads 4 --heads-kv 2 --ffn "
@@ -186,8 +187,9 @@ int main(void) {
             fprintf(stderr, "bench %s failed: %s\n", types[i], err);
         CHECK(strstr(out, "generation:") != NULL);
         CHECK(strstr(out, "bandwidth ratio") != NULL);
-        rc = sh(out, sizeof out, err, sizeof err, "%s run -m %s/m.gguf -p 'hello world' -n 8 "
-                                                  "--seed 1",
+        rc = sh(out, sizeof out, err, sizeof err,
+                "%s run -m %s/m.gguf -p 'hello world' -n 8 "
+                "--seed 1",
                 bin, tmpdir);
         CHECK_EQ(rc, 0);
     }
@@ -197,8 +199,8 @@ int main(void) {
                 "2 --ffn 256 --vocab-size 500 --type q8_0 && %s run -m %s/q.gguf -p hi -n 4",
                 bin, tmpdir, bin, tmpdir),
              0);
-    CHECK(sh(out, sizeof out, err, sizeof err, "%s mkmodel -o %s/x.gguf --type q9_9", bin, tmpdir) !=
-          0);
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s mkmodel -o %s/x.gguf --type q9_9", bin,
+             tmpdir) != 0);
 
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);

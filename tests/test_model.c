@@ -18,9 +18,9 @@ typedef struct {
 } hr_fixture;
 
 static const hr_fixture fixtures[] = {
-    {"tiny-llama-f32", false},      {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
-    {"small-llama-q8_0", true},     {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
-    {"small-llama-q6_k", true},     {"small-qwen2-q4_k_m", true},
+    {"tiny-llama-f32", false},  {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
+    {"small-llama-q8_0", true}, {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
+    {"small-llama-q6_k", true}, {"small-qwen2-q4_k_m", true},
 };
 
 static float *read_floats(const char *path, size_t *n) {

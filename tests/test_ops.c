@@ -101,7 +101,9 @@ static void test_rope(void) {
     for (int neox = 0; neox < 2; neox++) {
         for (int use_ff = 0; use_ff < 2; use_ff++) {
             memcpy(y, x, sizeof x);
-            hr_rope_params rp = {.n_rot = HD, .freq_base = 10000.0f, .neox = neox,
+            hr_rope_params rp = {.n_rot = HD,
+                                 .freq_base = 10000.0f,
+                                 .neox = neox,
                                  .freq_factors = use_ff ? ff : NULL};
             int pos = 7;
             hr_rope(y, NH, HD, pos, &rp);
@@ -139,8 +141,8 @@ static void test_attention(void) {
         q[i] = frand();
     hr_pool *pool = hr_pool_create(2);
     float scratch[2 * (CTX + D)];
-    hr_attn_args a = {.n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = CTX, .k = k, .vt = vt,
-                      .scratch = scratch};
+    hr_attn_args a = {
+        .n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = CTX, .k = k, .vt = vt, .scratch = scratch};
     hr_attention(pool, &a, q, NT, POS0, out);
     for (int t = 0; t < NT; t++) {
         for (int h = 0; h < H; h++) {
