@@ -202,6 +202,28 @@ int main(void) {
     CHECK(sh(out, sizeof out, err, sizeof err, "%s mkmodel -o %s/x.gguf --type q9_9", bin,
              tmpdir) != 0);
 
+    /* offline planning from saved profiles; a profile of another model is refused */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "%s profile -m %s --quick --json -o %s/dev1.json --cache-dir %s/cache -t 1", bin,
+                model, tmpdir, tmpdir),
+             0);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "cp %s/dev1.json %s/dev2.json && %s plan --model %s %s/dev1.json %s/dev2.json",
+                tmpdir, tmpdir, bin, model, tmpdir, tmpdir),
+             0);
+    CHECK(strstr(out, "hearth plan: k =") != NULL);
+    CHECK(strstr(out, "dev1") != NULL);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s plan --model %s %s/dev1.json --json", bin,
+                model, tmpdir),
+             0);
+    CHECK(strstr(out, "\"schema_version\"") != NULL);
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s plan --model %s/q.gguf %s/dev1.json", bin,
+             tmpdir, tmpdir) != 0);
+    CHECK(strstr(err, "profiled with model") != NULL);
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s plan --model %s %s/missing.json", bin, model,
+             tmpdir) != 0);
+    CHECK_EQ(count_lines(err), 1);
+
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);
     if (system(rm) != 0)

@@ -1,0 +1,155 @@
+/* cmd_plan.c - `hearth plan`: plan a ring offline from saved device
+ * profiles (`hearth profile --json -o FILE` on each machine), so a user can
+ * ask "what if I add this laptop" without starting any agent. */
+#include "agent/cli.h"
+
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "profiler/profiler.h"
+#include "scheduler/halda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Link figures assumed when a profile carries no measured link: a wired
+ * home LAN (1 Gbit/s, 0.5 ms round trip). */
+#define HR_PLAN_DEFAULT_LINK_BPS 125e6
+#define HR_PLAN_DEFAULT_RTT_MS 0.5
+
+static char *hr_plan_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    long n = ftell(f);
+    if (n < 0 || n > (64L << 20) || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        *len = (size_t)n;
+    }
+    return buf;
+}
+
+int hr_cmd_plan(hr_cli *o) {
+    char err[HR_ERR_LEN] = "";
+    if (!o->model)
+        return hr_cli_fail("plan needs --model MODEL.gguf and one profile per device");
+    if (o->n_args < 1)
+        return hr_cli_fail("plan needs at least one profile (hearth profile -m MODEL --json -o "
+                           "FILE on each machine); the first one is the head");
+    if (o->n_args > HR_SCHED_MAX_DEV)
+        return hr_cli_fail("at most %d devices", HR_SCHED_MAX_DEV);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    hr_prof_model pm;
+    memset(&pm, 0, sizeof pm);
+    hr_sched_device devs[HR_SCHED_MAX_DEV];
+    int rc = 1;
+    if (hr_gguf_open(&g, o->model, err)) {
+        hr_cli_fail("cannot open model: %s", err);
+        goto done;
+    }
+    if (hr_model_load(&m, g, err) || hr_prof_model_build(&pm, m, g, err)) {
+        hr_cli_fail("%s: %s", o->model, err);
+        goto done;
+    }
+    int n_ctx = o->ctx > 0 ? o->ctx : 4096;
+    if (n_ctx > hr_model_hparams(m)->n_ctx_train)
+        n_ctx = hr_model_hparams(m)->n_ctx_train;
+    hr_sched_model sm;
+    if (hr_prof_to_sched_model(&pm, n_ctx, &sm, err)) {
+        hr_cli_fail("%s", err);
+        goto done;
+    }
+    for (int i = 0; i < o->n_args; i++) {
+        const char *path = o->args[i];
+        size_t len = 0;
+        char *json = hr_plan_slurp(path, &len);
+        if (!json) {
+            hr_cli_fail("cannot read profile %s", path);
+            goto done;
+        }
+        hr_prof_doc doc;
+        int prc = hr_prof_doc_parse(json, len, &doc, err);
+        free(json);
+        if (prc || !doc.has_device) {
+            hr_cli_fail("%s: %s", path, prc ? err : "no device profile in this file");
+            hr_prof_doc_clear(&doc);
+            goto done;
+        }
+        if (doc.has_model && doc.model.file_bytes && pm.file_bytes &&
+            (doc.model.file_bytes != pm.file_bytes || doc.model.n_layer != pm.n_layer)) {
+            hr_cli_fail("%s was profiled with model '%s' (%llu bytes, %d layers), not %s (%llu "
+                        "bytes, %d layers): profile each device with the model you plan",
+                        path, doc.model.name, (unsigned long long)doc.model.file_bytes,
+                        doc.model.n_layer, o->model, (unsigned long long)pm.file_bytes, pm.n_layer);
+            hr_prof_doc_clear(&doc);
+            goto done;
+        }
+        hr_prof_sched_params sp = hr_prof_sched_params_default();
+        sp.is_head = i == 0;
+        sp.n_ctx = n_ctx;
+        const hr_prof_link *link = doc.n_links > 0 ? &doc.links[0] : NULL;
+        prc = hr_prof_to_sched_device(&doc.device, &pm, link, &sp, &devs[i], err);
+        hr_prof_doc_clear(&doc);
+        if (prc) {
+            hr_cli_fail("%s: %s", path, err);
+            goto done;
+        }
+        if (!link) {
+            devs[i].link_bps = HR_PLAN_DEFAULT_LINK_BPS;
+            devs[i].rtt_ms = HR_PLAN_DEFAULT_RTT_MS;
+        }
+        if (strlen(devs[i].name) == 0 || o->n_args > 1) {
+            /* name devices after their file when several share a hostname */
+            char nm[HR_SCHED_NAME_LEN];
+            const char *base = strrchr(path, '/');
+            snprintf(nm, sizeof nm, "%s", base ? base + 1 : path);
+            char *dot = strrchr(nm, '.');
+            if (dot && strcmp(dot, ".json") == 0)
+                *dot = 0;
+            memcpy(devs[i].name, nm, sizeof nm);
+        }
+    }
+    hr_sched_opts so = hr_sched_opts_default();
+    if (o->k > 0)
+        so.k_fixed = o->k;
+    hr_sched_plan plan;
+    int src = hr_sched_solve(&sm, devs, o->n_args, &so, &plan, err);
+    if (src) {
+        hr_cli_fail("no plan: %s", err);
+        goto done;
+    }
+    if (o->json) {
+        char *js = NULL;
+        if (hr_sched_plan_json(&plan, &js, err)) {
+            hr_cli_fail("%s", err);
+            goto done;
+        }
+        printf("%s\n", js);
+        free(js);
+    } else {
+        printf("model: %s (%d layers, %.1f MiB per layer, context %d)\n", o->model, sm.n_layer,
+               sm.layer_bytes / 1048576.0, n_ctx);
+        hr_sched_plan_print(&plan, stdout);
+    }
+    rc = 0;
+done:
+    hr_prof_model_clear(&pm);
+    hr_model_free(m);
+    hr_gguf_close(g);
+    return rc;
+}
