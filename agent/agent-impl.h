@@ -26,7 +26,8 @@ typedef struct {
     char *info; /* JOIN JSON (owned) */
     bool has_sched;
     hr_sched_device sd; /* from its profile */
-    double last_seen;   /* s, monotonic */
+    char pubkey[HR_RING_KEY_LEN]; /* its CURVE public key (from JOIN) */
+    double last_seen;             /* s, monotonic */
     bool lost, ready;
     uint32_t ready_plan;
     char ready_err[HR_ERR_LEN];
@@ -47,6 +48,7 @@ typedef struct {
     int n_ctx, n_batch, dtype;
     bool prefetch, release;
     char next_ep[HR_EP_LEN];
+    char next_key[HR_RING_KEY_LEN]; /* CURVE public key of the next device */
     hr_ctx *ctx[HR_AGENT_MAX_K];                               /* window of round r */
     hr_ctx *out_ctx;                                           /* head: output norm + LM head */
     uint64_t win_off[HR_AGENT_MAX_K], win_len[HR_AGENT_MAX_K]; /* file bytes per window */
@@ -75,6 +77,8 @@ struct hr_agent {
     void *pull; /* data in: data thread (worker) / generation (head) */
     void *push; /* data out: same owner as pull */
     char push_ep[HR_EP_LEN];
+    hr_ring_keys *keys;                   /* NULL when insecure */
+    char head_key[HR_RING_KEY_LEN];       /* worker: the head's public key */
     hr_gguf *g;
     hr_model *m;
     hr_tokenizer *tok;
@@ -91,6 +95,7 @@ struct hr_agent {
     pthread_t data_thread;
     bool data_started;
     atomic_ullong canceled_req; /* frames of requests <= this are dropped */
+    uint64_t plan_epoch;        /* plans applied so far (plan_mu) */
 
     /* head; devs, plan and flags guarded by dev_mu */
     pthread_mutex_t dev_mu;
@@ -98,7 +103,8 @@ struct hr_agent {
     hr_dev devs[HR_AGENT_MAX_DEV];
     int n_devs;
     uint32_t plan_id;
-    bool replan, ready;
+    bool replan, ready, planned; /* planned: a first plan was made */
+    uint64_t recoveries;         /* requests continued after a lost device */
     int plan_k;
     char plan_err[HR_ERR_LEN];
     hr_sched_plan sched;
@@ -133,6 +139,12 @@ int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
 
 /* agent.c: applies this device's plan (plan_mu held) */
 int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+/* agent.c: parses a PLAN payload (pure; the fuzz target calls it): keys gets
+ * up to HR_AGENT_MAX_DEV ring member keys. HR_EFORMAT with err. */
+int hr_agent_plan_parse(const char *js, size_t len, hr_local_plan *np,
+                        char (*keys)[HR_RING_KEY_LEN], int *n_keys, char err[HR_ERR_LEN]);
+/* agent.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key) */
+void hr_agent_push_connect(hr_agent *a);
 
 /* stream.c */
 void hr_stream_windows(hr_agent *a);          /* fills lp.win_off/len */

@@ -5,6 +5,7 @@
 #include "agent/agent-impl.h"
 
 #include "common/log.h"
+#include "common/progress.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -32,7 +33,8 @@ hr_agent_params hr_agent_params_default(void) {
                              .profile = false,
                              .hb_interval_ms = 250,
                              .hb_timeout_ms = 2000,
-                             .data_timeout_ms = 60000};
+                             .data_timeout_ms = 60000,
+                             .recover_ms = 30000};
 }
 
 const char *hr_agent_endpoint(const hr_agent *a) { return a->ctrl_ep; }
@@ -62,7 +64,10 @@ static char *hr_agent_info(hr_agent *a, char err[HR_ERR_LEN]) {
         }
         pp.threads[0] = a->p.n_threads;
         pp.n_threads = 1;
+        hr_progress pr;
+        hr_progress_begin(&pr, TAG, "profiling this device", NULL, 0);
         measured = hr_prof_device_measure(d, &pp, err) == 0;
+        hr_progress_end(&pr);
         if (!measured)
             HR_LOG_WARN(TAG, "%s: profiling failed (%s); joining without a profile", a->name, err);
     }
@@ -84,6 +89,8 @@ static char *hr_agent_info(hr_agent *a, char err[HR_ERR_LEN]) {
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)a->model_hash);
     if (j)
         json_object_set_new(j, "model_hash", json_string(hash));
+    if (j && a->keys)
+        json_object_set_new(j, "pubkey", json_string(hr_ring_keys_public(a->keys)));
     if (j && measured) {
         char *pj = NULL;
         if (hr_prof_device_to_json(d, &pj, err) == 0) {
@@ -121,6 +128,8 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
         a->p.hb_timeout_ms = 4 * a->p.hb_interval_ms;
     if (a->p.data_timeout_ms < 1000)
         a->p.data_timeout_ms = 60000;
+    if (a->p.recover_ms < 1000)
+        a->p.recover_ms = 30000;
     a->is_head = !p->head;
     pthread_mutex_init(&a->plan_mu, NULL);
     pthread_mutex_init(&a->st.mu, NULL);
@@ -146,6 +155,25 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
         rc = hr_seterr(err, HR_ENOMEM, "cannot create thread pool or zmq context");
         goto fail;
     }
+    if (p->insecure) {
+        HR_LOG_WARN(TAG, "*** INSECURE MODE: no encryption, no authentication; anyone who can "
+                         "reach this agent's ports can join, send frames and read hidden "
+                         "states. For benchmarks only. ***");
+    } else {
+        if ((rc = hr_ring_keys_open(&a->keys, p->key_dir, err)) ||
+            (rc = hr_ring_keys_zap_start(a->keys, a->zctx, p->name ? p->name : "agent", err)))
+            goto fail;
+        if (!a->is_head && hr_ring_keys_lookup(a->keys, p->head_key ? p->head_key : "head",
+                                               a->head_key) != 0) {
+            if (p->head_key) {
+                rc = hr_seterr(err, HR_EINVAL,
+                               "--head-key '%s' is neither a public key nor a trusted name",
+                               p->head_key);
+                goto fail;
+            }
+            snprintf(a->head_key, sizeof a->head_key, "%s", hr_ring_keys_public(a->keys));
+        }
+    }
     char ep[HR_EP_LEN];
     if ((rc = hr_ring_endpoint(p->listen, 0, ep, sizeof ep))) {
         rc = hr_seterr(err, HR_EINVAL, "bad listen address '%s' (want host:port)", p->listen);
@@ -159,6 +187,8 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
     }
     int one = 1;
     zmq_setsockopt(a->ctrl, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if (a->keys && (rc = hr_ring_secure_server(a->ctrl, a->keys, err)))
+        goto fail;
     if ((rc = hr_ring_bind(a->ctrl, ep, a->ctrl_ep, sizeof a->ctrl_ep, err)))
         goto fail;
     char dep[HR_EP_LEN];
@@ -174,6 +204,8 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
         rc = HR_ENET;
         goto fail;
     }
+    if (a->keys && (rc = hr_ring_secure_server(a->pull, a->keys, err)))
+        goto fail;
     if ((rc = hr_ring_bind(a->pull, dep, a->data_ep, sizeof a->data_ep, err)))
         goto fail;
     if (p->name && *p->name) {
@@ -192,9 +224,10 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
         rc = HR_ENOMEM;
         goto fail;
     }
-    HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx)", a->name,
+    HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx), %s", a->name,
                 a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
-                (unsigned long long)a->model_hash);
+                (unsigned long long)a->model_hash,
+                a->keys ? hr_ring_keys_public(a->keys) : "INSECURE (no key)");
     *out = a;
     return 0;
 fail:
@@ -243,6 +276,7 @@ void hr_agent_destroy(hr_agent *a) {
         zmq_close(a->ev_push);
     if (a->ev_pull)
         zmq_close(a->ev_pull);
+    hr_ring_keys_close(a->keys); /* its ZAP socket lives in zctx */
     if (a->zctx)
         zmq_ctx_term(a->zctx);
     hr_pool_destroy(a->pool);
@@ -263,6 +297,7 @@ void hr_agent_destroy(hr_agent *a) {
 
 int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
     const hr_hparams *hp = hr_model_hparams(a->m);
+    a->plan_epoch++; /* fresh KV: the data thread forgets its request state */
     hr_local_plan_free(&a->lp);
     hr_local_plan *lp = &a->lp;
     lp->plan_id = np->plan_id;
@@ -278,6 +313,7 @@ int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LE
     lp->prefetch = np->prefetch;
     lp->release = np->release;
     snprintf(lp->next_ep, sizeof lp->next_ep, "%s", np->next_ep);
+    snprintf(lp->next_key, sizeof lp->next_key, "%s", np->next_key);
     if (lp->k < 1 || lp->k > HR_AGENT_MAX_K || lp->W * lp->k != hp->n_layer || lp->w < 0 ||
         lp->offset < 0 || lp->offset + lp->w > lp->W || lp->n_batch < 1 || lp->n_ctx < 1 ||
         lp->n_batch > 4096 || hr_ring_dtype_size(lp->dtype) == 0) {
@@ -328,13 +364,21 @@ fail:
 
 /* ---- worker data thread ---- */
 
-static void hr_data_reconnect(hr_agent *a) {
+void hr_agent_push_connect(hr_agent *a) {
     if (strcmp(a->push_ep, a->lp.next_ep) == 0)
         return;
     if (a->push_ep[0])
         zmq_disconnect(a->push, a->push_ep);
     a->push_ep[0] = 0;
-    if (a->lp.next_ep[0] && zmq_connect(a->push, a->lp.next_ep) == 0)
+    if (!a->lp.next_ep[0])
+        return;
+    char err[HR_ERR_LEN];
+    if (a->keys && hr_ring_secure_client(a->push, a->keys, a->lp.next_key, err)) {
+        HR_LOG_ERROR(TAG, "%s: cannot connect to the next device %s: %s", a->name,
+                     a->lp.next_ep, err);
+        return;
+    }
+    if (zmq_connect(a->push, a->lp.next_ep) == 0)
         snprintf(a->push_ep, sizeof a->push_ep, "%s", a->lp.next_ep);
 }
 
@@ -384,6 +428,10 @@ static void *hr_data_main(void *arg) {
         return NULL;
     }
     size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    /* replay / reorder guard: frames of the current request must arrive in
+     * position order per round; a newer request starts at position 0 */
+    uint64_t cur_req = 0, cur_epoch = 0;
+    int32_t next_pos[HR_AGENT_MAX_K] = {0};
     while (!atomic_load(&a->stop)) {
         hr_ring_hdr h;
         err[0] = 0;
@@ -407,7 +455,23 @@ static void *hr_data_main(void *arg) {
                          (unsigned long long)h.req_id);
             continue;
         }
-        hr_data_reconnect(a);
+        if (a->plan_epoch != cur_epoch || (h.req_id > cur_req && h.pos == 0)) {
+            cur_epoch = a->plan_epoch;
+            cur_req = h.req_id;
+            memset(next_pos, 0, sizeof next_pos);
+        }
+        if (h.req_id != cur_req || h.pos != next_pos[h.round]) {
+            snprintf(err, HR_ERR_LEN,
+                     "HIDDEN frame of request %llu at pos %d round %u out of order or replayed "
+                     "(current request %llu expects pos %d)",
+                     (unsigned long long)h.req_id, h.pos, h.round,
+                     (unsigned long long)cur_req, next_pos[h.round]);
+            pthread_mutex_unlock(&a->plan_mu);
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
+        next_pos[h.round] = h.pos + h.n_tok;
+        hr_agent_push_connect(a);
         int nt = h.n_tok;
         hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
         double t0 = hr_agent_now();
@@ -435,13 +499,14 @@ static void *hr_data_main(void *arg) {
 
 /* ---- worker control plane ---- */
 
-static int hr_plan_from_json(hr_agent *a, const char *js, size_t len, hr_local_plan *np,
-                             char err[HR_ERR_LEN]) {
+int hr_agent_plan_parse(const char *js, size_t len, hr_local_plan *np,
+                        char (*keys)[HR_RING_KEY_LEN], int *n_keys, char err[HR_ERR_LEN]) {
     json_error_t je;
+    *n_keys = 0;
+    memset(np, 0, sizeof *np);
     json_t *j = json_loadb(js, len, 0, &je);
     if (!j)
         return hr_seterr(err, HR_EFORMAT, "PLAN is not JSON: %s", je.text);
-    memset(np, 0, sizeof *np);
     const char *next = "";
     int prefetch = 1, release = 0;
     json_int_t plan_id = 0;
@@ -454,10 +519,33 @@ static int hr_plan_from_json(hr_agent *a, const char *js, size_t len, hr_local_p
         return hr_seterr(err, HR_EFORMAT, "PLAN: %s", je.text);
     }
     np->plan_id = (uint32_t)plan_id;
-    np->prefetch = prefetch && a->p.prefetch;
-    np->release = a->p.release >= 0 ? a->p.release == 1 : release;
+    np->prefetch = prefetch;
+    np->release = release;
     snprintf(np->next_ep, sizeof np->next_ep, "%s", next);
+    const char *nk = json_string_value(json_object_get(j, "next_key"));
+    snprintf(np->next_key, sizeof np->next_key, "%s", nk ? nk : "");
+    json_t *arr = json_object_get(j, "keys"), *v;
+    size_t i;
+    json_array_foreach(arr, i, v) {
+        const char *ks = json_string_value(v);
+        if (ks && *n_keys < HR_AGENT_MAX_DEV && hr_ring_key_valid(ks))
+            snprintf(keys[(*n_keys)++], HR_RING_KEY_LEN, "%s", ks);
+    }
     json_decref(j);
+    return 0;
+}
+
+static int hr_plan_from_json(hr_agent *a, const char *js, size_t len, hr_local_plan *np,
+                             char err[HR_ERR_LEN]) {
+    char keys[HR_AGENT_MAX_DEV][HR_RING_KEY_LEN];
+    int n = 0;
+    int rc = hr_agent_plan_parse(js, len, np, keys, &n, err);
+    if (rc)
+        return rc;
+    np->prefetch = np->prefetch && a->p.prefetch;
+    np->release = a->p.release >= 0 ? a->p.release == 1 : np->release;
+    if (a->keys) /* the ring members the head vouches for may send us hidden states */
+        hr_ring_keys_vouch(a->keys, (const char(*)[HR_RING_KEY_LEN])keys, n);
     return 0;
 }
 
@@ -511,6 +599,9 @@ static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
     so.snd_timeout_ms = 100;
     if (!(a->up = hr_ring_socket(a->zctx, ZMQ_DEALER, &so, err)))
         return HR_ENET;
+    int rc;
+    if (a->keys && (rc = hr_ring_secure_client(a->up, a->keys, a->head_key, err)))
+        return rc;
     if (zmq_connect(a->up, a->head_ep) != 0)
         return hr_seterr(err, HR_ENET, "cannot connect to head %s: %s", a->head_ep,
                          zmq_strerror(zmq_errno()));

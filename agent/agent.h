@@ -47,6 +47,13 @@ typedef struct {
     int hb_interval_ms;     /* heartbeat period (default 250) */
     int hb_timeout_ms;      /* silence after which a device is lost (default 2000) */
     int data_timeout_ms;    /* longest wait for a hidden state (default 60000) */
+    int recover_ms;         /* head: longest wait for a new plan after a device is lost
+                               (default 30000) */
+    /* security: CURVE on every socket unless insecure (see ring.h) */
+    const char *key_dir;  /* key folder; NULL = $HEARTH_KEY_DIR or ~/.config/hearth */
+    const char *head_key; /* worker: the head's public key or trusted name (default
+                             the trusted peer named "head", else this agent's own key) */
+    bool insecure;        /* plaintext, anyone may connect: benchmarks only */
 } hr_agent_params;
 
 hr_agent_params hr_agent_params_default(void);
@@ -85,8 +92,12 @@ typedef struct {
 
 /* Prefills ids[n_ids] around the ring in batches, then samples up to
  * max_tokens tokens with sp, calling on_token for each. cancel (may be NULL)
- * is polled; setting it stops every device (HR_ECANCELED). A lost device
- * returns HR_ENET naming it. Thread-safe. */
+ * is polled; setting it stops every device (HR_ECANCELED). When a device is
+ * lost mid-request the head waits for a plan over the remaining devices,
+ * replays the request's token history (same batches, so the same numbers)
+ * and continues with the same sampler state; HR_EINFEASIBLE (or HR_ENET)
+ * naming the device when no plan is possible. A context longer than the
+ * plan's KV budget is refused up front (HR_ERANGE). Thread-safe. */
 int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sampler_params *sp,
                      int max_tokens, hr_head_token_fn on_token, void *ud, const atomic_int *cancel,
                      hr_head_stats *stats, char err[HR_ERR_LEN]);

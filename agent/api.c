@@ -235,8 +235,9 @@ static int hr_parse_content(json_t *m, int i, const char **out, hr_api_err *e) {
         json_t *t = json_object_get(p, "text");
         if (!json_is_object(p) || json_unpack(p, "{s:s}", "type", &type) != 0 ||
             strcmp(type, "text") != 0 || !json_is_string(t))
-            return BAD(e, param, "only text content parts are supported ({\"type\":\"text\","
-                                 "\"text\":\"...\"})");
+            return BAD(e, param,
+                       "only text content parts are supported ({\"type\":\"text\","
+                       "\"text\":\"...\"})");
         total += json_string_length(t);
     }
     char *buf = malloc(total + 1);
@@ -279,8 +280,8 @@ static int hr_parse_messages(hr_api_req *r, json_t *v, hr_api_err *e) {
         if (!json_is_string(role))
             return BAD(e, param, "'%s' must be a string", param);
         const char *rs = json_string_value(role);
-        if (strcmp(rs, "system") != 0 && strcmp(rs, "user") != 0 &&
-            strcmp(rs, "assistant") != 0 && strcmp(rs, "developer") != 0)
+        if (strcmp(rs, "system") != 0 && strcmp(rs, "user") != 0 && strcmp(rs, "assistant") != 0 &&
+            strcmp(rs, "developer") != 0)
             return BAD(e, param, "'%s' must be system, user or assistant", param);
         r->msgs[i].role = strcmp(rs, "developer") == 0 ? "system" : rs;
         int rc = hr_parse_content(m, (int)i, &r->msgs[i].content, e);
@@ -340,8 +341,8 @@ int hr_api_parse(hr_api_req *r, hr_api_kind kind, const char *body, size_t len,
         if ((rc = hr_get_bool(so, "include_usage", &r->include_usage, e)))
             return rc;
     }
-    const char *mt_key = json_object_get(j, "max_completion_tokens") ? "max_completion_tokens"
-                                                                      : "max_tokens";
+    const char *mt_key =
+        json_object_get(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = hr_get_int(j, mt_key, 1, max_tokens_limit, &x, &given, e)))
         return rc;
     if (given)

@@ -27,6 +27,10 @@ typedef struct {
     const char *log_level;
     int n_predict;
     int threads;
+    int threads_decode; /* run, bench: decode threads (0 = threads) */
+    int groups;         /* run, bench: tensor-parallel thread groups (0 = plain) */
+    bool numa;          /* run, bench: one group per NUMA node (groups = -1) */
+    bool tp_reduce;     /* run, bench: column split with partial sums */
     int ctx;
     int batch;
     int n_prompt;
@@ -66,6 +70,9 @@ typedef struct {
     const char *api_key;    /* agent (head): require Authorization: Bearer KEY */
     int api_queue;          /* agent (head): requests waiting at most (0 = default) */
     int api_max_tokens;     /* agent (head): most tokens per request (0 = context) */
+    const char *key_dir;  /* agent, prompt, status, key, trust: key folder */
+    const char *head_key; /* agent, prompt, status: the head's public key or trusted name */
+    bool insecure;        /* agent, prompt, status: no CURVE (benchmarks only) */
     bool verbose;
     bool help;
     int n_args;
@@ -81,10 +88,13 @@ int hr_cmd_mkmodel(hr_cli *o);
 int hr_cmd_bench(hr_cli *o);
 int hr_cmd_tokenize(hr_cli *o);
 int hr_cmd_profile(hr_cli *o);
+int hr_cmd_plan(hr_cli *o);
 int hr_cmd_agent(hr_cli *o);
 int hr_cmd_prompt(hr_cli *o);
 int hr_cmd_status(hr_cli *o);
 int hr_cmd_chat(hr_cli *o);
+int hr_cmd_key(hr_cli *o);   /* cmd_trust.c */
+int hr_cmd_trust(hr_cli *o); /* cmd_trust.c */
 
 /* The --stop values split at unescaped commas, with \n \t \r \, \\ decoded:
  * *out is a malloc'ed array of *n malloc'ed strings (free with

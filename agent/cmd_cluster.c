@@ -55,6 +55,12 @@ int hr_cmd_agent(hr_cli *o) {
     p.windows = o->windows;
     p.prefetch = !o->no_prefetch;
     p.profile = !o->no_profile;
+    p.key_dir = o->key_dir;
+    p.head_key = o->head_key;
+    p.insecure = o->insecure;
+    if (o->insecure)
+        fprintf(stderr, "hearth agent: WARNING: --insecure: traffic is plaintext and anyone on "
+                        "the network can join; use for benchmarks only\n");
     if (o->wire) {
         if (strcmp(o->wire, "f16") == 0)
             p.wire_dtype = HR_RING_F16;
@@ -113,14 +119,37 @@ int hr_cmd_agent(hr_cli *o) {
     return 0;
 }
 
-/* A DEALER to the head's control port. */
-static void *hr_client_connect(void *zctx, const char *head, char *ep, size_t cap) {
+/* A DEALER to the head's control port: CURVE with this machine's key, the
+ * head's key from --head-key, the trusted peer "head", else our own (a
+ * client on the head's machine). */
+static void *hr_client_connect(void *zctx, const hr_cli *o, char *ep, size_t cap) {
+    const char *head = o->head;
     if (hr_ring_endpoint(head ? head : "127.0.0.1:7700", 0, ep, cap)) {
         hr_cli_fail("bad head address '%s' (want host:port)", head);
         return NULL;
     }
-    char err[HR_ERR_LEN];
+    char err[HR_ERR_LEN] = "";
     void *s = hr_ring_socket(zctx, ZMQ_DEALER, NULL, err);
+    if (s && !o->insecure) {
+        hr_ring_keys *k = NULL;
+        char hk[HR_RING_KEY_LEN];
+        int rc = hr_ring_keys_open(&k, o->key_dir, err);
+        if (rc == 0 && hr_ring_keys_lookup(k, o->head_key ? o->head_key : "head", hk) != 0) {
+            if (o->head_key)
+                rc = hr_seterr(err, HR_EINVAL, "--head-key '%s' is not a key or trusted name",
+                               o->head_key);
+            else
+                snprintf(hk, sizeof hk, "%s", hr_ring_keys_public(k));
+        }
+        if (rc == 0)
+            rc = hr_ring_secure_client(s, k, hk, err);
+        hr_ring_keys_close(k);
+        if (rc) {
+            hr_cli_fail("%s", err);
+            zmq_close(s);
+            return NULL;
+        }
+    }
     if (!s || zmq_connect(s, ep) != 0) {
         hr_cli_fail("cannot connect to %s: %s", ep, err);
         if (s)
@@ -145,7 +174,7 @@ int hr_cmd_prompt(hr_cli *o) {
         return hr_cli_fail("out of memory");
     void *zctx = zmq_ctx_new();
     char ep[160], err[HR_ERR_LEN];
-    void *s = hr_client_connect(zctx, o->head, ep, sizeof ep);
+    void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
     uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
     if (!s || !buf)
@@ -254,7 +283,7 @@ static void hr_print_status(json_t *j) {
 int hr_cmd_status(hr_cli *o) {
     void *zctx = zmq_ctx_new();
     char ep[160], err[HR_ERR_LEN];
-    void *s = hr_client_connect(zctx, o->head, ep, sizeof ep);
+    void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
     uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
     hr_ring_hdr h = {.type = HR_RING_STATUS_REQ, .pos = -1};

@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "model/tp.h"
 #include "profiler/membw.h"
 
 #include <stdarg.h>
@@ -85,6 +86,9 @@ static int hr_engine_ctx(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch) 
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
     cp.n_threads = hr_default_threads(o);
+    cp.n_threads_decode = o->threads_decode;
+    cp.n_groups = o->numa ? -1 : o->groups;
+    cp.tp_reduce = o->tp_reduce;
     int rc = hr_ctx_create(&e->ctx, e->m, &cp, err);
     if (rc)
         return hr_cli_fail("%s", err);
@@ -549,6 +553,24 @@ static int hr_dbl_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Per-group timings of the last decode run (tensor-parallel contexts). */
+static void hr_bench_groups(const hr_ctx *c) {
+    hr_tp_stats st;
+    if (hr_ctx_tp_stats(c, &st) != 0 || st.tokens[HR_PHASE_DECODE] == 0)
+        return;
+    double nt = (double)st.tokens[HR_PHASE_DECODE];
+    printf("groups: %d (%s split, %s slices%s), %.0f global barriers per token\n", st.n_groups,
+           st.reduce ? "reduce" : "exact", st.copies ? "copied" : "mapped",
+           st.membind ? ", memory bound per node" : "", st.barriers[HR_PHASE_DECODE] / nt);
+    for (int g = 0; g < st.n_groups; g++) {
+        const hr_tp_group_stats *s = &st.group[g];
+        printf("  group %d: node %d, threads %d prefill / %d decode, %.1f MiB of weights, "
+               "compute %.3f ms/token, barrier wait %.3f ms/token\n",
+               g, s->node, s->n_threads, s->n_threads_decode, s->weight_bytes / 1048576.0,
+               1e3 * s->compute_s[HR_PHASE_DECODE] / nt, 1e3 * s->barrier_s[HR_PHASE_DECODE] / nt);
+    }
+}
+
 int hr_cmd_bench(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
     hr_engine e;
@@ -589,6 +611,8 @@ int hr_cmd_bench(hr_cli *o) {
             goto done;
         }
         double t1 = hr_cli_now();
+        if (r == reps - 1)
+            hr_ctx_tp_stats_reset(e.ctx); /* per-group report: the last decode run */
         int32_t id = hr_argmax(logits, hp->n_vocab);
         for (int i = 0; i < ng; i++) {
             if (hr_ctx_eval(e.ctx, &id, 1, np + i, logits, false, err)) {
@@ -615,6 +639,7 @@ int hr_cmd_bench(hr_cli *o) {
            "(%.2f before, %.2f after)\n",
            eff, bw, bw0, bw1);
     printf("bandwidth ratio: %.1f%%\n", 100.0 * eff / bw);
+    hr_bench_groups(e.ctx);
     rc = 0;
 done:
     free(logits);

@@ -5,6 +5,7 @@
 #include "agent/agent-impl.h"
 
 #include "common/log.h"
+#include "common/progress.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -126,13 +127,8 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
                        char err[HR_ERR_LEN]) {
     hr_local_plan *lp = &a->lp;
     size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
-    if (lp->n_active > 1 && strcmp(a->push_ep, lp->next_ep) != 0) {
-        if (a->push_ep[0])
-            zmq_disconnect(a->push, a->push_ep);
-        a->push_ep[0] = 0;
-        if (zmq_connect(a->push, lp->next_ep) == 0)
-            snprintf(a->push_ep, sizeof a->push_ep, "%s", lp->next_ep);
-    }
+    if (lp->n_active > 1)
+        hr_agent_push_connect(a);
     for (int r = 0; r < lp->k; r++) {
         int rc;
         if (lp->w > 0) {
@@ -204,18 +200,120 @@ static int hr_gen_prefill(hr_agent *a, uint64_t req, const int32_t *ids, int n, 
                           bool all, const atomic_int *cancel, char err[HR_ERR_LEN]) {
     hr_local_plan *lp = &a->lp;
     size_t nv = (size_t)hr_model_hparams(a->m)->n_vocab;
+    hr_progress pr;
+    hr_progress_begin(&pr, TAG, "prefill", "tokens", n);
     for (int done = 0; done < n;) {
         int nb = n - done < lp->n_batch ? n - done : lp->n_batch;
         int rc = hr_model_embed(a->m, ids + done, nb, lp->hid, err);
-        if (rc || (rc = hr_gen_pass(a, req, nb, done, cancel, err)))
+        if (rc || (rc = hr_gen_pass(a, req, nb, done, cancel, err))) {
+            hr_progress_end(&pr);
             return rc;
+        }
         if (all)
             hr_ctx_output(lp->out_ctx, lp->hid, 0, nb, logits + (size_t)done * nv);
         else if (done + nb == n)
             hr_ctx_output(lp->out_ctx, lp->hid, nb - 1, 1, logits);
         done += nb;
+        hr_progress_update(&pr, done);
     }
+    hr_progress_end(&pr);
     return 0;
+}
+
+/* ---- recovery from a lost device ---- */
+
+static bool hr_gen_lost(hr_agent *a, int rc) {
+    return (rc == HR_ENET || rc == HR_ETIMEDOUT) && atomic_load(&a->lost) != 0;
+}
+
+/* With plan_mu released, waits until the control thread made and readied
+ * a plan newer than old_plan over the remaining devices. */
+static int hr_gen_recover(hr_agent *a, uint32_t old_plan, char err[HR_ERR_LEN]) {
+    pthread_mutex_unlock(&a->plan_mu);
+    double deadline = hr_agent_now() + a->p.recover_ms / 1000.0;
+    char why[HR_ERR_LEN];
+    pthread_mutex_lock(&a->dev_mu);
+    snprintf(why, sizeof why, "%s", a->lost_msg[0] ? a->lost_msg : "a device was lost");
+    int rc = 0;
+    for (;;) {
+        if (a->ready && !a->replan && a->plan_id != old_plan) {
+            a->recoveries++;
+            break;
+        }
+        if (!a->replan && strncmp(a->plan_err, "no plan", 7) == 0) {
+            rc = hr_seterr(err, HR_EINFEASIBLE, "%s and no feasible plan remains (%s)", why,
+                           a->plan_err);
+            break;
+        }
+        if (atomic_load(&a->stop)) {
+            rc = hr_seterr(err, HR_ECANCELED, "agent stopping");
+            break;
+        }
+        if (hr_agent_now() > deadline) {
+            rc = hr_seterr(err, HR_ETIMEDOUT, "%s; no working plan within %d ms%s%s", why,
+                           a->p.recover_ms, a->plan_err[0] ? ": " : "", a->plan_err);
+            break;
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 100000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl);
+    }
+    pthread_mutex_unlock(&a->dev_mu);
+    pthread_mutex_lock(&a->plan_mu);
+    if (rc == 0 && a->lp.plan_id == old_plan) /* replaced again meanwhile */
+        rc = hr_seterr(err, HR_EAGAIN, "%s; the plan changed again during recovery", why);
+    return rc;
+}
+
+/* Feeds hist[0..n) exactly as the request did (the prompt in n_batch
+ * batches, then every later token alone), leaving the logits of the last. */
+static int hr_gen_replay(hr_agent *a, uint64_t req, const int32_t *hist, int n, int n_prompt,
+                         const atomic_int *cancel, char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    int rc = hr_gen_prefill(a, req, hist, n_prompt, lp->logits, false, cancel, err);
+    for (int p = n_prompt; rc == 0 && p < n; p++) {
+        if ((rc = hr_model_embed(a->m, &hist[p], 1, lp->hid, err)) ||
+            (rc = hr_gen_pass(a, req, 1, p, cancel, err)))
+            break;
+        if (p + 1 == n)
+            hr_ctx_output(lp->out_ctx, lp->hid, 0, 1, lp->logits);
+    }
+    return rc;
+}
+
+/* Brings the ring to hist[0..n): the prompt (n == n_prompt) or one more
+ * token. A lost device costs a re-plan and a replay of the whole history,
+ * never a different answer. *req may change (a new request id per replay). */
+static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n, int n_prompt,
+                          const atomic_int *cancel, char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    int rc;
+    if (n == n_prompt)
+        rc = hr_gen_prefill(a, *req, hist, n, lp->logits, false, cancel, err);
+    else if ((rc = hr_model_embed(a->m, &hist[n - 1], 1, lp->hid, err)) == 0 &&
+             (rc = hr_gen_pass(a, *req, 1, n - 1, cancel, err)) == 0)
+        hr_ctx_output(lp->out_ctx, lp->hid, 0, 1, lp->logits);
+    for (int tries = 0; rc && hr_gen_lost(a, rc) && tries < HR_AGENT_MAX_DEV; tries++) {
+        HR_LOG_WARN(TAG, "request %llu: %s; re-planning, then replaying %d tokens",
+                    (unsigned long long)*req, err, n);
+        uint32_t old = lp->plan_id;
+        hr_post_simple(a, HR_RING_CANCEL, *req);
+        if ((rc = hr_gen_recover(a, old, err)))
+            return rc;
+        *req = a->next_req++;
+        hr_post_simple(a, HR_RING_START, *req);
+        double t0 = hr_agent_now();
+        rc = hr_gen_replay(a, *req, hist, n, n_prompt, cancel, err);
+        if (rc == 0)
+            HR_LOG_INFO(TAG, "request %llu: recovered on plan %u (%d tokens replayed in %.2f s)",
+                        (unsigned long long)*req, lp->plan_id, n, hr_agent_now() - t0);
+    }
+    return rc;
 }
 
 int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]) {
@@ -252,6 +350,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
     hr_local_plan *lp = &a->lp;
     const hr_hparams *hp = hr_model_hparams(a->m);
     hr_sampler *smp = NULL;
+    int32_t *hist = NULL;
     if (n_ids >= lp->n_ctx) {
         rc = hr_seterr(err, HR_ERANGE, "prompt has %d tokens but the context holds %d", n_ids,
                        lp->n_ctx);
@@ -260,7 +359,8 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
     if (max_tokens < 0 || n_ids + max_tokens > lp->n_ctx)
         max_tokens = lp->n_ctx - n_ids;
     smp = hr_sampler_create(sp, hp->n_vocab);
-    if (!smp) {
+    hist = malloc(((size_t)n_ids + (size_t)max_tokens + 1) * sizeof *hist);
+    if (!smp || !hist) {
         rc = hr_seterr(err, HR_ENOMEM, "out of memory");
         goto done;
     }
@@ -268,8 +368,10 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
     hr_post_simple(a, HR_RING_START, req);
     for (int i = 0; i < n_ids; i++)
         hr_sampler_accept(smp, ids[i]);
+    memcpy(hist, ids, (size_t)n_ids * sizeof *hist);
+    int n_hist = n_ids;
     double t0 = hr_agent_now();
-    if ((rc = hr_gen_prefill(a, req, ids, n_ids, lp->logits, false, cancel, err)))
+    if ((rc = hr_gen_advance(a, &req, hist, n_hist, n_ids, cancel, err)))
         goto fail;
     double t1 = hr_agent_now();
     if (stats) {
@@ -279,7 +381,6 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
     hr_detok dt;
     hr_detok_init(&dt, false);
     char piece[512];
-    int pos = n_ids;
     for (int i = 0; i < max_tokens; i++) {
         int32_t id = hr_sampler_sample(smp, lp->logits);
         hr_sampler_accept(smp, id);
@@ -297,10 +398,9 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
             rc = hr_seterr(err, HR_ECANCELED, "canceled");
             goto fail;
         }
-        if ((rc = hr_model_embed(a->m, &id, 1, lp->hid, err)) ||
-            (rc = hr_gen_pass(a, req, 1, pos++, cancel, err)))
+        hist[n_hist++] = id;
+        if ((rc = hr_gen_advance(a, &req, hist, n_hist, n_ids, cancel, err)))
             goto fail;
-        hr_ctx_output(lp->out_ctx, lp->hid, 0, 1, lp->logits);
     }
     int nb = hr_detok_flush(&dt, piece, sizeof piece);
     if (nb > 0 && on_token)
@@ -313,6 +413,7 @@ fail:
     hr_post_simple(a, HR_RING_CANCEL, req);
 done:
     hr_sampler_destroy(smp);
+    free(hist);
     hr_gen_end(a);
     return rc;
 }

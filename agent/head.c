@@ -185,9 +185,14 @@ int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]) {
         }
     }
     int n_ctx = a->p.n_ctx > 0 ? a->p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    json_t *keys = json_array(); /* ring members vouched for to each other */
+    for (int r = 0; r < n_active; r++)
+        if (a->devs[ring[r]].pubkey[0])
+            json_array_append_new(keys, json_string(a->devs[ring[r]].pubkey));
     for (int r = 0; r < n_active; r++) {
         hr_dev *d = &a->devs[ring[r]];
         const char *next = n_active > 1 ? a->devs[ring[(r + 1) % n_active]].data_ep : "";
+        const char *next_key = n_active > 1 ? a->devs[ring[(r + 1) % n_active]].pubkey : "";
         hr_local_plan np = {.plan_id = a->plan_id,
                             .k = k,
                             .W = W,
@@ -201,9 +206,12 @@ int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]) {
                             .prefetch = a->p.prefetch,
                             .release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded};
         snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
+        snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
         if (r == 0) {
-            if ((rc = hr_agent_apply_plan(a, &np, err)))
+            if ((rc = hr_agent_apply_plan(a, &np, err))) {
+                json_decref(keys);
                 return rc;
+            }
             d->ready = true;
             d->ready_plan = a->plan_id;
             continue;
@@ -213,13 +221,21 @@ int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]) {
                               np.offset, "n_active", n_active, "n_ctx", n_ctx, "n_batch",
                               np.n_batch, "dtype", np.dtype, "next", next, "prefetch",
                               (int)np.prefetch, "release", (int)np.release);
+        if (j) {
+            json_object_set_new(j, "next_key", json_string(next_key));
+            json_object_set(j, "keys", keys);
+        }
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        if (!s)
+        if (!s) {
+            json_decref(keys);
             return hr_seterr(err, HR_ENOMEM, "out of memory");
+        }
         hr_head_reply(a, d->id, d->id_len, HR_RING_PLAN, -1, 0, a->plan_id, s);
         free(s);
     }
+    json_decref(keys);
+    a->planned = true;
     /* devices left out of the ring get an empty window */
     for (int i = 1; i < a->n_devs; i++) {
         hr_dev *d = &a->devs[i];
@@ -305,8 +321,17 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const char 
         di = a->n_devs++;
     }
     hr_dev *d = &a->devs[di];
+    if (d->ring_pos >= 0 && !d->lost && d->id_len &&
+        (d->id_len != idl || memcmp(d->id, id, idl) != 0)) { /* restarted, not yet missed */
+        snprintf(a->lost_msg, sizeof a->lost_msg, "device '%s' (%s) restarted", d->name,
+                 d->ctrl_ep);
+        HR_LOG_WARN(TAG, "%s", a->lost_msg);
+        atomic_store(&a->lost, di + 1);
+    }
+    const char *pk = json_string_value(json_object_get(j, "pubkey"));
     free(d->info);
     memset(d, 0, sizeof *d);
+    snprintf(d->pubkey, sizeof d->pubkey, "%s", pk && hr_ring_key_valid(pk) ? pk : "");
     snprintf(d->name, sizeof d->name, "%s", name);
     snprintf(d->ctrl_ep, sizeof d->ctrl_ep, "%s", ctrl);
     snprintf(d->data_ep, sizeof d->data_ep, "%s", data);
@@ -355,6 +380,7 @@ static void hr_head_check_lost(hr_agent *a) {
         if (d->ring_pos >= 0) {
             atomic_store(&a->lost, i + 1);
             a->ready = false;
+            a->replan = true; /* plan again with the devices that remain */
             snprintf(a->plan_err, sizeof a->plan_err, "%s", a->lost_msg);
         }
         pthread_cond_broadcast(&a->dev_cv);
@@ -428,6 +454,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
     snprintf(me->ctrl_ep, sizeof me->ctrl_ep, "%s", a->ctrl_ep);
     snprintf(me->data_ep, sizeof me->data_ep, "%s", a->data_ep);
     me->info = strdup(a->info_json);
+    if (a->keys)
+        snprintf(me->pubkey, sizeof me->pubkey, "%s", hr_ring_keys_public(a->keys));
     if (hr_prof_model_build(&a->pm, a->m, a->g, err) == 0)
         a->have_pm = true;
     hr_dev_sched(a, me, a->info_json, true);
@@ -449,7 +477,19 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         snprintf(list, sizeof list, "%s", a->p.peers);
         for (char *tok = strtok(list, ","); tok && n_inv < HR_AGENT_MAX_DEV;
              tok = strtok(NULL, ",")) {
-            char ep[HR_EP_LEN];
+            char ep[HR_EP_LEN], pk[HR_RING_KEY_LEN] = "";
+            char *at = strchr(tok, '@'); /* NAME@host:port: NAME is a trusted peer */
+            if (at) {
+                *at = 0;
+                if (a->keys && hr_ring_keys_lookup(a->keys, tok, pk) != 0) {
+                    rc = hr_seterr(err, HR_EINVAL, "peer '%s' is not trusted (hearth trust add)",
+                                   tok);
+                    goto out;
+                }
+                tok = at + 1;
+            } else if (a->keys) {
+                snprintf(pk, sizeof pk, "%s", hr_ring_keys_public(a->keys));
+            }
             if (hr_ring_endpoint(tok, 0, ep, sizeof ep)) {
                 rc = hr_seterr(err, HR_EINVAL, "bad peer address '%s'", tok);
                 goto out;
@@ -457,6 +497,12 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
             hr_ring_sockopt so = hr_ring_sockopt_default();
             so.snd_timeout_ms = 0;
             inv[n_inv] = hr_ring_socket(a->zctx, ZMQ_DEALER, &so, err);
+            if (inv[n_inv] && a->keys && hr_ring_secure_client(inv[n_inv], a->keys, pk, err)) {
+                zmq_close(inv[n_inv]);
+                inv[n_inv] = NULL;
+                rc = HR_EINVAL;
+                goto out;
+            }
             if (inv[n_inv] && zmq_connect(inv[n_inv], ep) == 0)
                 n_inv++;
         }
@@ -487,7 +533,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         }
         pthread_mutex_lock(&a->dev_mu);
         hr_head_check_lost(a);
-        if (a->replan && (a->p.expect <= 0 || hr_head_n_workers(a) >= a->p.expect) &&
+        if (a->replan &&
+            (a->planned || a->p.expect <= 0 || hr_head_n_workers(a) >= a->p.expect) &&
             pthread_mutex_trylock(&a->plan_mu) == 0) {
             char e2[HR_ERR_LEN] = "";
             a->replan = false;
@@ -592,6 +639,11 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         case HR_RING_LEAVE:
             if (di >= 0) {
                 HR_LOG_INFO(TAG, "%s left", a->devs[di].name);
+                if (a->devs[di].ring_pos >= 0 && !a->devs[di].lost) {
+                    snprintf(a->lost_msg, sizeof a->lost_msg, "device '%s' (%s) left",
+                             a->devs[di].name, a->devs[di].ctrl_ep);
+                    atomic_store(&a->lost, di + 1);
+                }
                 free(a->devs[di].info);
                 a->devs[di] = a->devs[--a->n_devs];
                 memset(&a->devs[a->n_devs], 0, sizeof a->devs[0]);
@@ -662,6 +714,13 @@ char *hr_head_status_json(hr_agent *a) {
                           hp->n_layer, "ready", a->ready, "wire",
                           a->p.wire_dtype == HR_RING_F32 ? "f32" : "f16", "error", a->plan_err,
                           "prefetch", (int)a->p.prefetch, "devices", devs);
+    if (j) {
+        json_object_set_new(j, "secure", json_boolean(a->keys != NULL));
+        json_object_set_new(j, "pubkey", json_string(a->keys ? hr_ring_keys_public(a->keys) : ""));
+        json_object_set_new(j, "auth_refused",
+                            json_integer(a->keys ? (json_int_t)hr_ring_keys_refused(a->keys) : 0));
+        json_object_set_new(j, "recoveries", json_integer((json_int_t)a->recoveries));
+    }
     pthread_mutex_unlock(&a->dev_mu);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);

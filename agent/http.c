@@ -340,12 +340,11 @@ static json_t *hr_answer_json(hr_http *h, const hr_job *j, bool chunk, json_t *c
 static enum MHD_Result hr_send_answer(hr_http *h, struct MHD_Connection *c, hr_job *j) {
     json_t *text = hr_jstr(j->text ? j->text : "", j->text_len);
     const char *fr = hr_api_finish_reason(j->finish);
-    json_t *choice =
-        j->req.kind == HR_API_CHAT
-            ? json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role", "assistant",
-                        "content", text, "logprobs", "finish_reason", fr)
-            : json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "text", text, "logprobs",
-                        "finish_reason", fr);
+    json_t *choice = j->req.kind == HR_API_CHAT
+                         ? json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role",
+                                     "assistant", "content", text, "logprobs", "finish_reason", fr)
+                         : json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "text", text, "logprobs",
+                                     "finish_reason", fr);
     json_t *o = hr_answer_json(h, j, false, choice);
     if (o) {
         json_object_set_new(o, "usage", hr_usage_json(j));
@@ -423,9 +422,9 @@ static json_t *hr_chunk(hr_http *h, const hr_job *j, const char *text, size_t n,
         choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs",
                            "finish_reason", fin);
     } else {
-        choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "text",
-                           text ? hr_jstr(text, n) : json_string(""), "logprobs", "finish_reason",
-                           fin);
+        choice =
+            json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "text",
+                      text ? hr_jstr(text, n) : json_string(""), "logprobs", "finish_reason", fin);
     }
     return hr_answer_json(h, j, true, choice);
 }
@@ -552,9 +551,9 @@ static bool hr_ready(hr_http *h, char err[HR_ERR_LEN]) {
 static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
     char err[HR_ERR_LEN] = "";
     bool ok = hr_ready(h, err);
-    json_t *j = ok ? json_pack("{s:s}", "status", "ok")
-                   : json_pack("{s:s,s:o}", "status", "loading", "error",
-                               hr_jstr(err, strlen(err)));
+    json_t *j =
+        ok ? json_pack("{s:s}", "status", "ok")
+           : json_pack("{s:s,s:o}", "status", "loading", "error", hr_jstr(err, strlen(err)));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return hr_send_json(c, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, s);
@@ -576,13 +575,12 @@ static enum MHD_Result hr_serve_cluster(hr_http *h, struct MHD_Connection *c) {
     if (!j)
         return hr_send_json(c, 500, NULL);
     pthread_mutex_lock(&h->mu);
-    json_t *api = json_pack(
-        "{s:s,s:i,s:i,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", h->model_id, "n_ctx", h->n_ctx,
-        "queued", h->n_queued, "running", h->running != NULL, "requests",
-        (json_int_t)h->n_requests, "completed", (json_int_t)h->n_done, "canceled",
-        (json_int_t)h->n_canceled, "failed", (json_int_t)h->n_failed, "tokens",
-        (json_int_t)h->n_tokens, "last_prompt_tps", h->last_prompt_tps, "last_gen_tps",
-        h->last_gen_tps);
+    json_t *api = json_pack("{s:s,s:i,s:i,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", h->model_id,
+                            "n_ctx", h->n_ctx, "queued", h->n_queued, "running", h->running != NULL,
+                            "requests", (json_int_t)h->n_requests, "completed",
+                            (json_int_t)h->n_done, "canceled", (json_int_t)h->n_canceled, "failed",
+                            (json_int_t)h->n_failed, "tokens", (json_int_t)h->n_tokens,
+                            "last_prompt_tps", h->last_prompt_tps, "last_gen_tps", h->last_gen_tps);
     pthread_mutex_unlock(&h->mu);
     json_object_set_new(j, "api", api);
     char *s = json_dumps(j, JSON_COMPACT);
@@ -619,8 +617,7 @@ static int hr_tokenize(hr_http *h, hr_job *j, hr_api_err *e) {
         }
         /* chat text holds its own control tokens (and maybe BOS); completions encode like
          * `hearth prompt` */
-        if (hr_tokenizer_encode(tok, src, len, chat ? false : add_bos, chat, j->ids + 1, cap,
-                                &n)) {
+        if (hr_tokenizer_encode(tok, src, len, chat ? false : add_bos, chat, j->ids + 1, cap, &n)) {
             rc = hr_api_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt",
                              "cannot tokenize the prompt");
             break;
@@ -674,7 +671,8 @@ static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, h
     gp.strip_leading_space = kind == HR_API_CHAT;
     if (hr_gen_create(&j->gen, hr_head_tokenizer(h->a), &gp, err))
         return hr_fail(c, 500, "server_error", NULL, err);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->created = (long long)time(NULL);
     j->last_write = hr_now();

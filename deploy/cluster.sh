@@ -2,7 +2,7 @@
 # cluster.sh - start / stop a local hearth cluster of N agents on one machine.
 #
 #   deploy/cluster.sh start -m MODEL [-n 3] [-p 7700] [--netns] [--mem-mb MB]
-#                           [-t THREADS] [-- extra head options, e.g. --k 2]
+#                           [-t THREADS] [--insecure] [-- extra head options, e.g. --k 2]
 #   deploy/cluster.sh stop
 #
 # Agents listen on loopback ports BASE, BASE+10, ... (data on +1); agent 0 is
@@ -10,6 +10,10 @@
 # joined to a bridge hr-br0 in namespace hr-nsbr by veth links with
 # addresses 10.77.0.<i+1>/24 (all inside this machine). --mem-mb puts each
 # agent in its own cgroup v1 memory group hearth/agent<i> with that limit.
+# Security is on: each agent gets its own key folder $DIR/keys/agent<i>
+# (CURVE key pair made on first use) and every agent trusts every other
+# (the head is trusted under the name "head"); clients run by this script
+# use the head's folder. --insecure turns encryption off (benchmarks).
 # State (pids, cgroups, namespaces) goes to $HR_CLUSTER_DIR (default
 # /tmp/hearth-cluster); `stop` undoes everything it recorded.
 set -euo pipefail
@@ -47,7 +51,7 @@ stop() {
 }
 
 start() {
-    local model="" n=3 base=7700 netns=0 mem_mb=0 threads=1 extra=()
+    local model="" n=3 base=7700 netns=0 mem_mb=0 threads=1 extra=() insecure=0
     while [ $# -gt 0 ]; do
         case "$1" in
         -m) model=$2; shift 2 ;;
@@ -56,6 +60,7 @@ start() {
         -t) threads=$2; shift 2 ;;
         --netns) netns=1; shift ;;
         --mem-mb) mem_mb=$2; shift 2 ;;
+        --insecure) insecure=1; shift ;;
         --) shift; extra=("$@"); break ;;
         *) echo "cluster.sh: unknown option $1" >&2; exit 2 ;;
         esac
@@ -64,6 +69,13 @@ start() {
     [ -x "$BIN" ] || { echo "cluster.sh: no hearth binary at $BIN (set HEARTH=)" >&2; exit 2; }
     stop >/dev/null
     mkdir -p "$DIR"
+    if [ "$insecure" = 1 ]; then
+        echo "cluster.sh: WARNING: --insecure: plaintext links, no authentication" >&2
+        echo 1 >"$DIR/insecure"
+    else
+        rm -f "$DIR/insecure"
+        pair "$n"
+    fi
     if [ "$netns" = 1 ]; then
         ip netns add hr-nsbr
         echo hr-nsbr >>"$DIR/netns"
@@ -87,7 +99,8 @@ start() {
             wrap=(ip netns exec "hr-ns$i")
         fi
         local args=(agent -m "$model" --listen "$host:$port" --name "agent$i" -t "$threads"
-                    --no-profile)
+                    --no-profile --key-dir "$DIR/keys/agent$i")
+        [ "$insecure" = 1 ] && args+=(--insecure)
         if [ "$i" = 0 ]; then
             head_addr=$host:$port
             args+=(--expect $((n - 1)) "${extra[@]}")
@@ -120,11 +133,28 @@ start() {
     return 1
 }
 
+# Local pairing: a key pair per agent, everyone trusts everyone.
+pair() {
+    local n=$1 keys=()
+    for i in $(seq 0 $((n - 1))); do
+        keys[i]=$("$BIN" key show --key-dir "$DIR/keys/agent$i" 2>/dev/null)
+    done
+    for i in $(seq 0 $((n - 1))); do
+        for j in $(seq 0 $((n - 1))); do
+            [ "$i" = "$j" ] && continue
+            local nm="agent$j"
+            [ "$j" = 0 ] && nm=head
+            "$BIN" trust add "$nm" "${keys[j]}" --key-dir "$DIR/keys/agent$i" 2>/dev/null
+        done
+    done
+}
+
 # Runs a hearth client command against the head (inside its namespace if any).
 head_cmd() {
-    local wrap=()
+    local wrap=() sec=(--key-dir "$DIR/keys/agent0")
     [ -f "$DIR/head_ns" ] && wrap=(ip netns exec "$(cat "$DIR/head_ns")")
-    "${wrap[@]}" "$BIN" "$@" --head "$(cat "$DIR/head")"
+    [ -f "$DIR/insecure" ] && sec=(--insecure)
+    "${wrap[@]}" "$BIN" "$@" "${sec[@]}" --head "$(cat "$DIR/head")"
 }
 
 case "${1:-}" in

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test: the full suite on a
 # release build, then the unit tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, then the format check.
+# UndefinedBehaviorSanitizer, then the format check, then every fuzz target
+# for a bounded time (HR_FUZZ_SECONDS, default 20).
 # Usage: deploy/test.sh        (expects the shared fixtures in ../shared)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +21,6 @@ cmake --build build-asan -j"$jobs"
 echo "== format check"
 files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
 clang-format --dry-run --Werror $files
+echo "== fuzz targets (clang libFuzzer, ASan + UBSan), ${HR_FUZZ_SECONDS:-20} s each"
+bash deploy/fuzz.sh "${HR_FUZZ_SECONDS:-20}"
 echo "all tests passed"

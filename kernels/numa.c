@@ -83,8 +83,7 @@ int hr_numa_plan_make(const hr_gpool_params *p, hr_numa_plan *out, char err[HR_E
     out->n_nodes = nn > 0 ? nn : 1;
     int npu = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
     out->n_pus = npu > 0 ? npu : 1;
-    hwloc_obj_type_t type =
-        p->domain == HR_NUMA_DOMAIN_L3 ? HWLOC_OBJ_L3CACHE : HWLOC_OBJ_NUMANODE;
+    hwloc_obj_type_t type = p->domain == HR_NUMA_DOMAIN_L3 ? HWLOC_OBJ_L3CACHE : HWLOC_OBJ_NUMANODE;
     int nd = hwloc_get_nbobjs_by_type(topo, type);
     if (nd <= 0 && type == HWLOC_OBJ_L3CACHE) {
         HR_LOG_INFO(HR_TAG, "no L3 caches in the topology; grouping by NUMA node");
@@ -97,8 +96,8 @@ int hr_numa_plan_make(const hr_gpool_params *p, hr_numa_plan *out, char err[HR_E
     hr_domain *dom = calloc((size_t)nd, sizeof *dom);
     int rc = dom ? 0 : HR_ENOMEM;
     for (int d = 0; d < nd && rc == 0; d++) {
-        hwloc_obj_t o = whole ? hwloc_get_root_obj(topo)
-                              : hwloc_get_obj_by_type(topo, type, (unsigned)d);
+        hwloc_obj_t o =
+            whole ? hwloc_get_root_obj(topo) : hwloc_get_obj_by_type(topo, type, (unsigned)d);
         rc = hr_domain_fill(topo, o->cpuset, &dom[d]);
         if (rc == 0 && dom[d].n_cpus == 0) {
             /* a CPU-less memory node: give it the machine's CPUs */
@@ -122,8 +121,7 @@ int hr_numa_plan_make(const hr_gpool_params *p, hr_numa_plan *out, char err[HR_E
     if (G == 0) {
         G = nd;
         if (G > HR_NUMA_MAX_GROUPS) {
-            HR_LOG_INFO(HR_TAG, "%d domains; merging them into %d groups", nd,
-                        HR_NUMA_MAX_GROUPS);
+            HR_LOG_INFO(HR_TAG, "%d domains; merging them into %d groups", nd, HR_NUMA_MAX_GROUPS);
             G = HR_NUMA_MAX_GROUPS;
         }
     }

@@ -78,14 +78,12 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
                 y[r] = dot(n_in, wd + (size_t)r * w->row_bytes, j->act);
             continue;
         }
+        /* prefill: register-blocked tiles over (rows x tokens) */
         for (long r0 = lo; r0 < hi; r0 += HR_MM_TILE_ROWS) {
             long r1 = r0 + HR_MM_TILE_ROWS < hi ? r0 + HR_MM_TILE_ROWS : hi;
-            for (int t = 0; t < j->n_tok; t++) {
-                const char *a = (const char *)j->act + (size_t)t * j->act_row_bytes;
-                float *yt = y + (size_t)t * w->n_out;
-                for (long r = r0; r < r1; r++)
-                    yt[r] = dot(n_in, wd + (size_t)r * w->row_bytes, a);
-            }
+            hr_gemm_tile(j->k, w->type, n_in, (int)(r1 - r0), j->n_tok,
+                         wd + (size_t)r0 * w->row_bytes, w->row_bytes, j->act, j->act_row_bytes,
+                         y + r0, (size_t)w->n_out);
         }
     }
 }

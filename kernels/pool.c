@@ -27,9 +27,9 @@ typedef struct {
 
 struct hr_pool {
     int n;
-    hr_worker *workers; /* n - 1 workers; the caller is thread 0 */
-    _Atomic unsigned gen;  /* bumped for every job */
-    _Atomic int pending;   /* workers still running the current job */
+    hr_worker *workers;   /* n - 1 workers; the caller is thread 0 */
+    _Atomic unsigned gen; /* bumped for every job */
+    _Atomic int pending;  /* workers still running the current job */
     _Atomic int n_sleeping;
     _Atomic int stop;
     hr_pool_fn fn;

@@ -181,6 +181,10 @@ static inline int hr_nearest_int(float x) {
 enum { HR_AVX512_VNNI = 1u, HR_AVX512_PREFER_YMM = 2u };
 void hr_quant_fill_avx2(hr_kernels *k);
 void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
+/* Tile kernels (gemm_avx2.c, gemm_avx512.c): fill k->gemm; the AVX-512 one
+ * only with HR_AVX512_VNNI (it runs VNNI on ymm registers). */
+void hr_gemm_fill_avx2(hr_kernels *k);
+void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags);
 /* HR_AVX512_* flags this CPU supports / prefers (0 without AVX-512). */
 unsigned hr_quant_avx512_flags(void);
 

@@ -927,12 +927,14 @@ static void init_tables(void) {
         g_avx2 = g_scalar;
         g_avx2.isa = HR_ISA_AVX2;
         hr_quant_fill_avx2(&g_avx2);
+        hr_gemm_fill_avx2(&g_avx2);
         g_best = &g_avx2;
     }
     if (g_have_avx512) {
         g_avx512 = g_avx2;
         g_avx512.isa = HR_ISA_AVX512;
         hr_quant_fill_avx512(&g_avx512, g_flags512);
+        hr_gemm_fill_avx512(&g_avx512, g_flags512);
         g_best = &g_avx512;
     }
     const char *want = getenv("HR_ISA"); /* debugging / benchmarking cap */
@@ -992,4 +994,19 @@ void hr_quantize_row(int type, const float *src, void *dst, int64_t n) {
     const hr_kernels *k = hr_kernels_best();
     if (type >= 0 && type < HR_TYPE_COUNT && k->quant[type])
         k->quant[type](src, dst, n);
+}
+
+void hr_gemm_tile(const hr_kernels *k, int type, int64_t n, int nr, int nt, const void *w,
+                  size_t w_stride, const void *a, size_t a_stride, float *y, size_t y_stride) {
+    if (type < 0 || type >= HR_TYPE_COUNT || !k->vec_dot[type])
+        return;
+    if (k->gemm[type]) {
+        k->gemm[type](n, nr, nt, w, w_stride, a, a_stride, y, y_stride);
+        return;
+    }
+    const char *wb = w, *ab = a;
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++)
+            y[(size_t)t * y_stride + (size_t)r] =
+                k->vec_dot[type](n, wb + (size_t)r * w_stride, ab + (size_t)t * a_stride);
 }

@@ -72,12 +72,21 @@ typedef void (*hr_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*hr_quant_fn)(const float *src, void *dst, int64_t n);
 /* Returns sum_i w[i]*a[i]; w of the weight type, a of its vec_dot_type. */
 typedef float (*hr_vec_dot_fn)(int64_t n, const void *w, const void *a);
+/* A tile of dot products for prompt processing:
+ *   y[t * y_stride + r] = vec_dot(n, w + r * w_stride, a + t * a_stride)
+ * for r < nr weight rows and t < nt activation rows (any nr, nt >= 0;
+ * strides in bytes for w and a, in floats for y). SIMD versions unpack each
+ * weight block once for several tokens and load each activation block once
+ * for several rows; results equal vec_dot up to float summation order. */
+typedef void (*hr_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t w_stride,
+                           const void *a, size_t a_stride, float *y, size_t y_stride);
 
 typedef struct {
     hr_isa isa;
     hr_dequant_fn dequant[HR_TYPE_COUNT]; /* NULL where unsupported */
     hr_quant_fn quant[HR_TYPE_COUNT];     /* activation + weight quantizers */
     hr_vec_dot_fn vec_dot[HR_TYPE_COUNT]; /* indexed by the weight type */
+    hr_gemm_fn gemm[HR_TYPE_COUNT];       /* tile kernels; NULL: use hr_gemm_tile */
 } hr_kernels;
 
 /* The best table this CPU can run (detected once, cached). Thread-safe. */
@@ -92,5 +101,11 @@ const char *hr_isa_name(hr_isa isa);
  * without a kernel (check hr_type_get(type)->supported first). */
 void hr_dequantize_row(int type, const void *src, float *dst, int64_t n);
 void hr_quantize_row(int type, const float *src, void *dst, int64_t n);
+
+/* k->gemm[type] where the table has one, else the same tile computed with
+ * k->vec_dot[type] one pair at a time (the reference the tiles are tested
+ * against). Arguments as hr_gemm_fn. */
+void hr_gemm_tile(const hr_kernels *k, int type, int64_t n, int nr, int nt, const void *w,
+                  size_t w_stride, const void *a, size_t a_stride, float *y, size_t y_stride);
 
 #endif

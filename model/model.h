@@ -87,6 +87,9 @@ typedef struct {
     bool group_l3;
     int tp_copy;          /* weight slices: -1 = copy into node memory when memory is
                              bound and RAM suffices, 0 = views of the mapping, 1 = copy */
+    bool tp_reduce;       /* split Wo/Wdown by columns and sum partial outputs (2 barriers
+                             per layer, not bit-identical) instead of the exact row split
+                             (4 barriers per layer, bit-identical to plain); see tp.h */
     const char *topology; /* borrowed hwloc synthetic description or .xml path (tests);
                              NULL = this machine (or HWLOC_SYNTHETIC / HWLOC_XMLFILE) */
 } hr_ctx_params;

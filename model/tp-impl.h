@@ -20,8 +20,7 @@ typedef struct {
 
 /* p is the context's resolved parameters. Returns 0 with *out == NULL when
  * the topology yields a single group (the caller then runs plainly). */
-int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p,
-                 char err[HR_ERR_LEN]);
+int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p, char err[HR_ERR_LEN]);
 void hr_tp_destroy(hr_tp *tp);
 size_t hr_tp_memory(const hr_tp *tp);
 hr_pool *hr_tp_pool0(hr_tp *tp);

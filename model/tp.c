@@ -30,7 +30,7 @@ static int hr_tp_check(const hr_tp_shape *s, int n_groups, char *err) {
     if (n_groups < 1 || n_groups > HR_NUMA_MAX_GROUPS)
         return hr_seterr(err, HR_EINVAL, "%d groups; 1..%d supported", n_groups,
                          HR_NUMA_MAX_GROUPS);
-    if (s->n_head <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0 || s->n_ff <= 0 ||
+    if (s->n_head <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0 || s->n_ff <= 0 || s->n_embd <= 0 ||
         s->n_head % s->n_head_kv)
         return hr_seterr(err, HR_EINVAL, "cannot split heads %d/%d (head_dim %d), ffn %d",
                          s->n_head, s->n_head_kv, s->head_dim, s->n_ff);
@@ -38,18 +38,22 @@ static int hr_tp_check(const hr_tp_shape *s, int n_groups, char *err) {
     if (!to || !td || !to->supported || !td->supported)
         return hr_seterr(err, HR_EUNSUPPORTED, "Wo type %d / Wdown type %d not supported",
                          s->type_wo, s->type_down);
+    if (!s->reduce)
+        return 0; /* row splits need no block alignment */
     if ((long)s->n_head * s->head_dim % to->block_elems)
         return hr_seterr(err, HR_EUNSUPPORTED, "Wo rows of %d are not whole %s blocks",
                          s->n_head * s->head_dim, to->name);
     if (s->n_ff % td->block_elems)
-        return hr_seterr(err, HR_EUNSUPPORTED, "Wdown rows of %d are not whole %s blocks",
-                         s->n_ff, td->name);
+        return hr_seterr(err, HR_EUNSUPPORTED, "Wdown rows of %d are not whole %s blocks", s->n_ff,
+                         td->name);
     return 0;
 }
 
 int hr_tp_head_unit(const hr_tp_shape *s) {
     if (hr_tp_check(s, 1, NULL))
         return 0;
+    if (!s->reduce)
+        return 1;
     long blk = hr_type_get(s->type_wo)->block_elems;
     long cols = (long)(s->n_head / s->n_head_kv) * s->head_dim; /* Wo columns per KV head */
     return (int)(blk / hr_gcd(blk, cols));
@@ -60,7 +64,7 @@ int hr_tp_split(const hr_tp_shape *s, int n_groups, hr_tp_slice *out, char err[H
     if (rc)
         return rc;
     long unit = hr_tp_head_unit(s);
-    long fblk = hr_type_get(s->type_down)->block_elems;
+    long fblk = s->reduce ? hr_type_get(s->type_down)->block_elems : 1;
     for (int g = 0; g < n_groups; g++) {
         long b, e;
         hr_split_range(s->n_head_kv, g, n_groups, unit, &b, &e);
@@ -70,6 +74,14 @@ int hr_tp_split(const hr_tp_shape *s, int n_groups, hr_tp_slice *out, char err[H
         hr_split_range(s->n_ff, n_groups - 1 - g, n_groups, fblk, &b, &e);
         out[g].ff_begin = (int)b;
         out[g].ff_end = (int)e;
+        if (s->reduce) {
+            out[g].out_begin = 0;
+            out[g].out_end = s->n_embd;
+        } else {
+            hr_split_range(s->n_embd, g, n_groups, 4, &b, &e);
+            out[g].out_begin = (int)b;
+            out[g].out_end = (int)e;
+        }
     }
     return 0;
 }
@@ -84,7 +96,7 @@ typedef struct {
 typedef struct {
     hr_weight wq, wk, wv, wo, gate, up, down; /* this group's slices */
     const float *bq, *bk, *bv;                /* bias slices or NULL */
-    int kv0, kv1, f0, f1;
+    int kv0, kv1, f0, f1, e0, e1;
     uint16_t *k;  /* [n_ctx][kvh*D] f16 */
     uint16_t *vt; /* [kvh*D][n_ctx] f16 */
 } hr_tp_layer;
@@ -112,6 +124,9 @@ struct hr_tp {
     hr_gpool *gp;
     int G, layer_begin, nl, n_ctx, n_batch;
     bool copies;
+    bool reduce; /* column split + partial sums (else exact row split + exchange) */
+    /* exact mode: exchanged activations, [B][H*D], [B][E], [B][F], [B][E] */
+    float *att_full, *wo_full, *gate_full, *down_full;
     size_t mem;
     hr_tp_group g[HR_NUMA_MAX_GROUPS];
     /* the job in flight */
@@ -213,9 +228,10 @@ static bool hr_tp_want_copies(const hr_tp *tp, const hr_ctx_params *p, uint64_t 
     double avail = pages > 0 && ps > 0 ? (double)pages * (double)ps : 0.0;
     bool ok = (double)bytes * 1.25 + (256.0 * 1048576.0) < avail;
     if (!ok)
-        HR_LOG_INFO(HR_TAG, "%.0f MiB of weight slices do not fit in %.0f MiB of free RAM; "
-                    "binding the mapped pages instead of copying", (double)bytes / 1048576.0,
-                    avail / 1048576.0);
+        HR_LOG_INFO(HR_TAG,
+                    "%.0f MiB of weight slices do not fit in %.0f MiB of free RAM; "
+                    "binding the mapped pages instead of copying",
+                    (double)bytes / 1048576.0, avail / 1048576.0);
     return ok;
 }
 
@@ -248,15 +264,19 @@ static int hr_tp_group_init(hr_tp *tp, int g, const hr_tp_slice *slices, char *e
         S->kv1 = s->kv_end;
         S->f0 = s->ff_begin;
         S->f1 = s->ff_end;
+        S->e0 = s->out_begin;
+        S->e1 = s->out_end;
         long q0 = (long)S->kv0 * r * D, q1 = (long)S->kv1 * r * D;
         long k0 = (long)S->kv0 * D, k1 = (long)S->kv1 * D;
         if ((rc = hr_tp_rows(tp, g, &L->wq, q0, q1, &S->wq)) ||
             (rc = hr_tp_rows(tp, g, &L->wk, k0, k1, &S->wk)) ||
             (rc = hr_tp_rows(tp, g, &L->wv, k0, k1, &S->wv)) ||
-            (rc = hr_tp_cols(tp, g, &L->wo, q0, q1, &S->wo)) ||
+            (rc = tp->reduce ? hr_tp_cols(tp, g, &L->wo, q0, q1, &S->wo)
+                             : hr_tp_rows(tp, g, &L->wo, S->e0, S->e1, &S->wo)) ||
             (rc = hr_tp_rows(tp, g, &L->w_gate, S->f0, S->f1, &S->gate)) ||
             (rc = hr_tp_rows(tp, g, &L->w_up, S->f0, S->f1, &S->up)) ||
-            (rc = hr_tp_cols(tp, g, &L->w_down, S->f0, S->f1, &S->down)))
+            (rc = tp->reduce ? hr_tp_cols(tp, g, &L->w_down, S->f0, S->f1, &S->down)
+                             : hr_tp_rows(tp, g, &L->w_down, S->e0, S->e1, &S->down)))
             break;
         S->bq = L->bq.data ? (const float *)L->bq.data + q0 : NULL;
         S->bk = L->bk.data ? (const float *)L->bk.data + k0 : NULL;
@@ -304,14 +324,13 @@ static int hr_tp_group_init(hr_tp *tp, int g, const hr_tp_slice *slices, char *e
     gr->part[1] = hr_tp_take(tp, g, (size_t)B * E * 4);
     gr->scratch = hr_tp_take(tp, g, (size_t)nt * ((size_t)tp->n_ctx + D) * 4);
     gr->wbuf = hr_tp_take(tp, g, wb);
-    if ((g > 0 && !gr->hid) || !gr->xb || !gr->q || !gr->att || !gr->kk || !gr->vv ||
-        !gr->gate || !gr->up || !gr->part[0] || !gr->part[1] || !gr->scratch || !gr->wbuf)
+    if ((g > 0 && !gr->hid) || !gr->xb || !gr->q || !gr->att || !gr->kk || !gr->vv || !gr->gate ||
+        !gr->up || !gr->part[0] || !gr->part[1] || !gr->scratch || !gr->wbuf)
         return hr_seterr(err, HR_ENOMEM, "out of memory for group %d's work buffers", g);
     return 0;
 }
 
-int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p,
-                 char err[HR_ERR_LEN]) {
+int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p, char err[HR_ERR_LEN]) {
     *out = NULL;
     hr_gpool_params gpp = hr_gpool_params_default();
     gpp.n_groups = p->n_groups < 0 ? 0 : p->n_groups;
@@ -337,6 +356,7 @@ int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p,
     tp->nl = p->layer_end - p->layer_begin;
     tp->n_ctx = p->n_ctx;
     tp->n_batch = p->n_batch;
+    tp->reduce = p->tp_reduce;
     const hr_hparams *hp = m->hp;
     hr_tp_slice *slices = calloc((size_t)(tp->nl > 0 ? tp->nl : 1) * tp->G, sizeof *slices);
     if (!slices) {
@@ -346,20 +366,33 @@ int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p,
     uint64_t bytes = (uint64_t)m->output->row_bytes * (uint64_t)m->output->n_out;
     for (int li = 0; li < tp->nl && rc == 0; li++) {
         const hr_layer_weights *L = &m->layers[tp->layer_begin + li];
-        hr_tp_shape s = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                         .head_dim = hp->head_dim, .n_ff = hp->n_ff, .type_wo = L->wo.type,
+        hr_tp_shape s = {.n_embd = hp->n_embd,
+                         .reduce = tp->reduce,
+                         .n_head = hp->n_head,
+                         .n_head_kv = hp->n_head_kv,
+                         .head_dim = hp->head_dim,
+                         .n_ff = hp->n_ff,
+                         .type_wo = L->wo.type,
                          .type_down = L->w_down.type};
         char e2[HR_ERR_LEN] = "";
         rc = hr_tp_split(&s, tp->G, slices + (size_t)li * tp->G, e2);
         if (rc)
-            hr_seterr(err, rc, "layer %d cannot be split over %d groups: %s",
-                      tp->layer_begin + li, tp->G, e2);
-        const hr_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                  &L->w_down};
+            hr_seterr(err, rc, "layer %d cannot be split over %d groups: %s", tp->layer_begin + li,
+                      tp->G, e2);
+        const hr_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
             bytes += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
     }
     tp->copies = rc == 0 && hr_tp_want_copies(tp, p, bytes);
+    if (rc == 0 && !tp->reduce) {
+        size_t B = (size_t)tp->n_batch, E = (size_t)hp->n_embd;
+        tp->att_full = hr_tp_take(tp, 0, B * (size_t)hp->n_head * hp->head_dim * 4);
+        tp->wo_full = hr_tp_take(tp, 0, B * E * 4);
+        tp->gate_full = hr_tp_take(tp, 0, B * (size_t)hp->n_ff * 4);
+        tp->down_full = hr_tp_take(tp, 0, B * E * 4);
+        if (!tp->att_full || !tp->wo_full || !tp->gate_full || !tp->down_full)
+            rc = hr_seterr(err, HR_ENOMEM, "out of memory for the exchange buffers");
+    }
     for (int g = 0; g < tp->G && rc == 0; g++) {
         tp->g[g].L = calloc((size_t)(tp->nl > 0 ? tp->nl : 1), sizeof *tp->g[g].L);
         rc = tp->g[g].L ? hr_tp_group_init(tp, g, slices, err)
@@ -370,9 +403,9 @@ int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p,
         hr_tp_destroy(tp);
         return rc;
     }
-    HR_LOG_INFO(HR_TAG, "layers [%d, %d) over %d groups (%s slices, %.1f MiB)",
-                p->layer_begin, p->layer_end, tp->G, tp->copies ? "copied" : "mapped",
-                (double)tp->mem / 1048576.0);
+    HR_LOG_INFO(HR_TAG, "layers [%d, %d) over %d groups (%s split, %s slices, %.1f MiB)",
+                p->layer_begin, p->layer_end, tp->G, tp->reduce ? "reduce" : "exact",
+                tp->copies ? "copied" : "mapped", (double)tp->mem / 1048576.0);
     *out = tp;
     return 0;
 }
@@ -427,11 +460,15 @@ static void hr_tp_gather_worker(void *ctx, int ith, int nth) {
     }
 }
 
-static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, float *hid, int which,
-                       int li, int n) {
+static void hr_tp_barrier(hr_tp *tp, hr_tp_group *gr) {
     double t0 = hr_tp_now();
     hr_gpool_barrier(tp->gp);
     gr->barrier_s[tp->ph] += hr_tp_now() - t0;
+}
+
+static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, float *hid, int which, int li,
+                       int n) {
+    hr_tp_barrier(tp, gr);
     hr_tp_gather_job j = {.tp = tp, .hid = hid, .which = which, .li = li, .n = n};
     if ((long)n * tp->m.hp->n_embd >= 16384)
         hr_pool_run(pool, hr_tp_gather_worker, &j);
@@ -447,7 +484,9 @@ static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_
     const hr_weight *wqkv[3] = {&S->wq, &S->wk, &S->wv};
     float *yqkv[3] = {gr->q, gr->kk, gr->vv};
     hr_tp_mm(pool, 3, wqkv, yqkv, gr->xb, n, gr->wbuf);
-    hr_rope_params rp = {.n_rot = hp->n_rot, .freq_base = hp->rope_base, .neox = hp->rope_neox,
+    hr_rope_params rp = {.n_rot = hp->n_rot,
+                         .freq_base = hp->rope_base,
+                         .neox = hp->rope_neox,
                          .freq_factors = tp->m.rope_freqs};
     for (int t = 0; t < n; t++) {
         float *qt = gr->q + (size_t)t * QD, *kt = gr->kk + (size_t)t * KD;
@@ -460,11 +499,9 @@ static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_
             hr_add(vt, S->bv, KD);
         if (L->q_norm.data) {
             for (int h = 0; h < qh; h++)
-                hr_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, L->q_norm.data, D,
-                           hp->rms_eps);
+                hr_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, L->q_norm.data, D, hp->rms_eps);
             for (int h = 0; h < kvh; h++)
-                hr_rmsnorm(kt + (size_t)h * D, kt + (size_t)h * D, L->k_norm.data, D,
-                           hp->rms_eps);
+                hr_rmsnorm(kt + (size_t)h * D, kt + (size_t)h * D, L->k_norm.data, D, hp->rms_eps);
         }
         hr_rope(qt, qh, D, pos + t, &rp);
         hr_rope(kt, kvh, D, pos + t, &rp);
@@ -474,24 +511,59 @@ static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_
             S->vt[(size_t)i * tp->n_ctx + pos + t] = hr_fp32_to_fp16(vt[i]);
         }
     }
-    hr_attn_args aa = {.n_head = qh, .n_kv = kvh, .head_dim = D, .n_ctx = tp->n_ctx,
-                       .k = S->k, .vt = S->vt, .scratch = gr->scratch};
+    hr_attn_args aa = {.n_head = qh,
+                       .n_kv = kvh,
+                       .head_dim = D,
+                       .n_ctx = tp->n_ctx,
+                       .k = S->k,
+                       .vt = S->vt,
+                       .scratch = gr->scratch};
     hr_attention(pool, &aa, gr->q, n, pos, gr->att);
+    if (!tp->reduce) { /* publish this group's heads; Wo runs after the exchange */
+        int HD = hp->n_head * D;
+        for (int t = 0; t < n; t++)
+            memcpy(tp->att_full + (size_t)t * HD + (size_t)S->kv0 * r * D, gr->att + (size_t)t * QD,
+                   (size_t)QD * sizeof(float));
+        return;
+    }
     const hr_weight *wo = &S->wo;
     float *y = gr->part[0];
     hr_matmul(pool, 1, &wo, &y, gr->att, n, gr->wbuf);
 }
 
-static void hr_tp_ffn(hr_tp_group *gr, hr_pool *pool, hr_tp_layer *S, int n) {
+static void hr_tp_ffn(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, hr_tp_layer *S, int n) {
     int F = S->f1 - S->f0;
     const hr_weight *wgu[2] = {&S->gate, &S->up};
     float *ygu[2] = {gr->gate, gr->up};
     hr_tp_mm(pool, 2, wgu, ygu, gr->xb, n, gr->wbuf);
     for (int t = 0; t < n; t++)
         hr_swiglu(gr->gate + (size_t)t * F, gr->gate + (size_t)t * F, gr->up + (size_t)t * F, F);
+    if (!tp->reduce) { /* publish this group's FFN slice; Wdown runs after the exchange */
+        int FF = tp->m.hp->n_ff;
+        for (int t = 0; t < n; t++)
+            memcpy(tp->gate_full + (size_t)t * FF + S->f0, gr->gate + (size_t)t * F,
+                   (size_t)F * sizeof(float));
+        return;
+    }
     const hr_weight *wd = &S->down;
     float *y = gr->part[1];
     hr_matmul(pool, 1, &wd, &y, gr->gate, n, gr->wbuf);
+}
+
+/* Exact mode: rows [e0, e1) of w over the exchanged input x ([n][w.n_in])
+ * into out ([n][E]) at those columns; then, after a barrier, hid += out. */
+static void hr_tp_rows_out(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_tp_layer *S,
+                           const hr_weight *w, const float *x, float *out, float *hid, int n) {
+    int E = tp->m.hp->n_embd, R = S->e1 - S->e0;
+    if (R > 0) {
+        float *y = n == 1 ? out + S->e0 : gr->part[0];
+        hr_matmul(pool, 1, &w, &y, x, n, gr->wbuf);
+        for (int t = 0; t < n && n > 1; t++)
+            memcpy(out + (size_t)t * E + S->e0, y + (size_t)t * R, (size_t)R * sizeof(float));
+    }
+    hr_tp_barrier(tp, gr);
+    for (int t = 0; t < n; t++) /* the order of plain execution's hr_add */
+        hr_add(hid + (size_t)t * E, out + (size_t)t * E, E);
 }
 
 static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
@@ -515,13 +587,23 @@ static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
                        hp->rms_eps);
         if (S->kv1 > S->kv0)
             hr_tp_attention(tp, gr, pool, L, S, n, tp->pos);
-        hr_tp_sync(tp, gr, pool, hid, 0, li, n);
+        if (tp->reduce) {
+            hr_tp_sync(tp, gr, pool, hid, 0, li, n);
+        } else {
+            hr_tp_barrier(tp, gr); /* every head's output is in att_full */
+            hr_tp_rows_out(tp, gr, pool, S, &S->wo, tp->att_full, tp->wo_full, hid, n);
+        }
         for (int t = 0; t < n; t++)
             hr_rmsnorm(gr->xb + (size_t)t * E, hid + (size_t)t * E, L->ffn_norm.data, E,
                        hp->rms_eps);
         if (S->f1 > S->f0)
-            hr_tp_ffn(gr, pool, S, n);
-        hr_tp_sync(tp, gr, pool, hid, 1, li, n);
+            hr_tp_ffn(tp, gr, pool, S, n);
+        if (tp->reduce) {
+            hr_tp_sync(tp, gr, pool, hid, 1, li, n);
+        } else {
+            hr_tp_barrier(tp, gr); /* the whole SwiGLU output is in gate_full */
+            hr_tp_rows_out(tp, gr, pool, S, &S->down, tp->gate_full, tp->down_full, hid, n);
+        }
     }
     gr->compute_s[tp->ph] += hr_tp_now() - t0 - (gr->barrier_s[tp->ph] - b0);
 }
@@ -535,7 +617,7 @@ void hr_tp_layers(hr_tp *tp, float *hidden, int n, int pos) {
     hr_gpool_run(tp->gp, hr_tp_layers_job, tp);
     tp->tokens[tp->ph] += n;
     tp->calls[tp->ph]++;
-    tp->barriers[tp->ph] += 2 * tp->nl;
+    tp->barriers[tp->ph] += (tp->reduce ? 2 : 4) * tp->nl;
 }
 
 static void hr_tp_output_job(void *ctx, int g, int n_groups) {
@@ -568,6 +650,7 @@ void hr_tp_get_stats(const hr_tp *tp, hr_tp_stats *out) {
     memset(out, 0, sizeof *out);
     out->n_groups = tp->G;
     out->copies = tp->copies;
+    out->reduce = tp->reduce;
     out->membind = hr_gpool_binds_memory(tp->gp);
     const hr_numa_plan *pl = hr_gpool_plan(tp->gp);
     for (int p = 0; p < 2; p++) {

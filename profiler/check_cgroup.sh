@@ -39,8 +39,27 @@ gen_ms() { sed -n 's/.*generation: [0-9]* tokens in [0-9.]* s, \([0-9.]*\) token
     awk '{ printf "%.2f", 1000 / $1 }'; }
 run_ms() { "$@" run -m "$M" -t "$T" -p "$PROMPT" -n 24 --temp 0 2>&1 >/dev/null | gen_ms; }
 in_cg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG" "$@"; }
+# The machine may be shared: wait (up to $WAIT s) for the CPUs to be idle.
+WAIT=${WAIT:-300}
+busy_pct() {
+    a=$(head -1 /proc/stat)
+    sleep 2
+    b=$(head -1 /proc/stat)
+    printf '%s\n%s\n' "$a" "$b" | awk '{ idle = $5 + $6; tot = 0; for (k = 2; k <= NF; k++) tot += $k
+        if (NR == 1) { i0 = idle; t0 = tot } else printf "%d", 100 * (1 - (idle - i0) / (tot - t0)) }'
+}
+wait_idle() {
+    waited=0
+    calm=0
+    while [ "$waited" -lt "$WAIT" ] && [ "$calm" -lt 3 ]; do
+        if [ "$(busy_pct)" -lt 15 ]; then calm=$((calm + 1)); else calm=0; fi
+        waited=$((waited + 2))
+    done
+    [ "$calm" -ge 3 ] || echo "  (machine still busy after ${WAIT} s; measuring anyway)"
+}
 
 echo "baseline (no limit):"
+wait_idle
 base=$(run_ms "$H")
 echo "  generation $base ms/token"
 dd if="$M" iflag=nocache count=0 2>/dev/null || true
@@ -49,6 +68,7 @@ in_cg "$H" profile -m "$M" -t "$T" -P 28 -N 24 --cache-dir "$CACHE" --json 2>/de
     > "$CACHE/p.json"
 jq -r '"  cgroup v\(.device.memory.cgroup.version) limit \(.device.memory.cgroup.limit_bytes / 1048576) MiB, available for weights \(.device.memory.weights_available_bytes / 1048576 | floor) MiB, resident assumed \(.prediction.resident_bytes / 1048576 | floor) MiB\n  predicted: total \(.prediction.token.total_ms) ms/token, disk term \(.prediction.token.disk_ms) ms (mmap fault rate \(.device.disk.mmap_read_mbs) MB/s)"' "$CACHE/p.json"
 dd if="$M" iflag=nocache count=0 2>/dev/null || true
+wait_idle
 cg=$(run_ms in_cg "$H")
 echo "  generation $cg ms/token"
 disk=$(jq -r '.prediction.token.disk_ms' "$CACHE/p.json")

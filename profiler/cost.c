@@ -78,7 +78,7 @@ uint64_t hr_prof_steady_resident(uint64_t cycled, int64_t avail) {
 }
 
 /* Rate for a type; when the type was not measured, the slowest measured
- * type at that thread count stands in (with a warning). */
+ * type at that thread count stands in (hr_prof_cost_window warns). */
 static const hr_prof_rate *hr_rate_or_fallback(const hr_prof_device *d, int type, int nt) {
     const hr_prof_rate *r = hr_prof_device_rate(d, type, nt);
     if (r)
@@ -91,9 +91,6 @@ static const hr_prof_rate *hr_rate_or_fallback(const hr_prof_device *d, int type
              (c->n_threads == slow->n_threads && c->matvec_gbs < slow->matvec_gbs)))
             slow = c;
     }
-    if (slow)
-        HR_LOG_WARN(HR_PROF_TAG, "no measured rate for %s: using %s's", hr_type_name(type),
-                    hr_type_name(slow->type));
     return slow;
 }
 
@@ -151,6 +148,23 @@ int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const h
         nt = hr_prof_device_best_threads(d, types, n);
     }
     out->n_threads = nt;
+    /* one warning per type the device profile lacks */
+    int missing[HR_PROF_MAX_TYPES], n_missing = 0;
+    for (int il = b; il <= e; il++) {
+        const hr_prof_layer *L = il < e ? &m->layers[il] : p->output ? &m->output : NULL;
+        for (int i = 0; L && i < L->n_types; i++) {
+            int t = L->types[i].type, k = 0;
+            while (k < n_missing && missing[k] != t)
+                k++;
+            if (k == n_missing && !hr_prof_device_rate(d, t, nt) && n_missing < HR_PROF_MAX_TYPES) {
+                missing[n_missing++] = t;
+                HR_LOG_WARN(HR_PROF_TAG,
+                            "no measured rate for %s: the slowest measured type "
+                            "stands in",
+                            hr_type_name(t));
+            }
+        }
+    }
     const hr_prof_opcost *oc = hr_prof_device_opcost(d, nt);
     const hr_prof_eltwise *ew = &d->eltwise;
     double mem = 0, call = 0, pre = 0;

@@ -191,6 +191,14 @@ static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_d
     } else {
         /* measured parts from the cache, current facts from now */
         *out = *c;
+        /* where the model lives now (same file system: same fingerprint) */
+        hr_prof_disk dk = c->disk;
+        out->disk = cur->disk;
+        out->disk.seq_mbs = dk.seq_mbs;
+        out->disk.rand_mbs = dk.rand_mbs;
+        out->disk.rand_iops = dk.rand_iops;
+        out->disk.mmap_mbs = dk.mmap_mbs;
+        hr_prof_strlcpy(out->disk.method, dk.method, sizeof out->disk.method);
         out->os = cur->os;
         out->topo = cur->topo;
         out->mem = cur->mem;

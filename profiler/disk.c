@@ -4,7 +4,8 @@
  * bypassed; where O_DIRECT is refused, the range is evicted with
  * posix_fadvise first), and page faults on an evicted range of a read-only
  * mapping, which is what a non-resident layer window costs during decode.
- * The mmap test evicts at most 32 MiB of the file from the page cache. */
+ * The mmap test evicts at most 64 MiB of the file (4 chunks of 16 MiB) from
+ * the page cache; a later run reads those pages from disk once. */
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
@@ -121,7 +122,82 @@ static long long hr_read_range(int fd, void *buf, uint64_t off, uint64_t len, si
     return got;
 }
 
+/* Faults one evicted chunk [off, off+len) of a fresh read-only mapping in
+ * page order (default advice: the kernel's read-around applies, as during
+ * decode). Returns MB/s, or -1 when the chunk stayed cached (pages mapped
+ * elsewhere, e.g. by a running agent) or could not be mapped. */
+static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double budget_s) {
+    posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+    const volatile unsigned char *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    if (map == MAP_FAILED)
+        return -1.0;
+    size_t n_pages = (size_t)(len / (uint64_t)pg), absent = 0;
+    unsigned char *vec = malloc(n_pages);
+    double rate = -1.0;
+    if (vec && mincore((void *)map, len, vec) == 0)
+        for (size_t i = 0; i < n_pages; i++)
+            absent += !(vec[i] & 1);
+    if (vec && absent * 2 >= n_pages) {
+        unsigned sum = 0;
+        size_t faulted = 0, i = 0;
+        double t0 = hr_prof_now();
+        while (i < n_pages) {
+            size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
+            for (; i < end; i++) {
+                sum += map[i * (size_t)pg];
+                faulted += !(vec[i] & 1);
+            }
+            if (hr_prof_now() - t0 > budget_s)
+                break; /* slow disk: enough of a sample */
+        }
+        double dt = hr_prof_now() - t0;
+        if (dt > 0 && faulted > 0)
+            rate = (double)faulted * (double)pg / dt / 1e6;
+        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages in %.3f s (sum %u)", faulted, dt, sum);
+    }
+    free(vec);
+    munmap((void *)map, len);
+    return rate;
+}
+
+/* Median fault rate over chunks spread through the file (2 x 16 MiB quick,
+ * 4 x 16 MiB otherwise), MB/s; -1 when no chunk could be evicted. */
+static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1.0;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0)
+        pg = 4096;
+    int n_chunks = quick ? 2 : 4, n = 0;
+    uint64_t len = 16u << 20;
+    if (len > size / (uint64_t)(n_chunks + 1))
+        len = (size / (uint64_t)(n_chunks + 1)) & ~(uint64_t)(pg - 1);
+    double rates[4];
+    for (int k = 0; k < n_chunks && len > 0; k++) {
+        uint64_t off = (size / (uint64_t)(n_chunks + 1) * (uint64_t)(k + 1)) & ~(uint64_t)(pg - 1);
+        if (off + len > size)
+            continue;
+        double r = hr_mmap_chunk(fd, off, len, pg, quick ? 0.1 : 0.25);
+        if (r > 0)
+            rates[n++] = r;
+    }
+    close(fd);
+    if (n == 0)
+        HR_LOG_WARN(HR_PROF_TAG,
+                    "could not evict %s from the page cache (mapped elsewhere?): mmap read "
+                    "speed unknown",
+                    path);
+    return n ? hr_prof_median(rates, n) : -1.0;
+}
+
 void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
+    struct stat pst;
+    if (stat(path, &pst) != 0 || !S_ISREG(pst.st_mode)) {
+        /* never open a FIFO or device: it could block or read forever */
+        HR_LOG_WARN(HR_PROF_TAG, "%s is not a regular file: disk speed unknown", path);
+        return;
+    }
     int fd = open(path, O_RDONLY | O_DIRECT);
     bool direct = fd >= 0;
     if (!direct)
@@ -197,58 +273,5 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
     }
     close(fd);
     free(buf);
-    /* page faults on an evicted range of a mapping (default advice: the
-     * kernel's read-around applies, as during decode) */
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return;
-    uint64_t mlen = quick ? (16u << 20) : (32u << 20);
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0)
-        pg = 4096;
-    uint64_t moff = (size / 4) & ~(uint64_t)(pg - 1);
-    if (moff + mlen > size)
-        mlen = (size - moff) & ~(uint64_t)(pg - 1);
-    posix_fadvise(fd, (off_t)moff, (off_t)mlen, POSIX_FADV_DONTNEED);
-    const volatile unsigned char *map =
-        mlen ? mmap(NULL, mlen, PROT_READ, MAP_SHARED, fd, (off_t)moff) : MAP_FAILED;
-    if (map == MAP_FAILED) {
-        close(fd);
-        return;
-    }
-    size_t n_pages = (size_t)(mlen / (uint64_t)pg);
-    unsigned char *vec = malloc(n_pages);
-    size_t absent = 0;
-    if (vec && mincore((void *)map, mlen, vec) == 0)
-        for (size_t i = 0; i < n_pages; i++)
-            absent += !(vec[i] & 1);
-    if (!vec || absent * 2 < n_pages) {
-        /* pages in use elsewhere (e.g. mapped by a running agent) stay cached */
-        HR_LOG_WARN(HR_PROF_TAG,
-                    "could not evict %s from the page cache (%zu of %zu pages absent): "
-                    "mmap read speed unknown",
-                    path, absent, n_pages);
-    } else {
-        /* touch pages in order for at most the budget (slow disks) */
-        unsigned sum = 0;
-        size_t faulted = 0, i = 0;
-        double deadline = hr_prof_now() + (quick ? 0.2 : 0.5);
-        t0 = hr_prof_now();
-        while (i < n_pages) {
-            size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
-            for (; i < end; i++) {
-                sum += map[i * (size_t)pg];
-                faulted += !(vec[i] & 1);
-            }
-            if (hr_prof_now() > deadline)
-                break;
-        }
-        dt = hr_prof_now() - t0;
-        if (dt > 0 && faulted > 0)
-            dk->mmap_mbs = (double)faulted * (double)pg / dt / 1e6;
-        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages in %.3f s (sum %u)", faulted, dt, sum);
-    }
-    free(vec);
-    munmap((void *)map, mlen);
-    close(fd);
+    dk->mmap_mbs = hr_mmap_rate(path, size, quick);
 }

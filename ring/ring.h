@@ -131,4 +131,50 @@ long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, i
 /* 64-bit FNV-1a over n bytes (model fingerprints). */
 uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);
 
+/* ---- keys and trust (keys.c) ----
+ *
+ * Every agent (and CLI client) has a CURVE key pair kept in a key folder
+ * (--key-dir, else $HEARTH_KEY_DIR, else ~/.config/hearth), created on first
+ * use: `key` holds "public Z85\nsecret Z85\n" with mode 0600 (folder 0700).
+ * `trusted` holds one "NAME PUBKEY" line per trusted peer. Servers (ROUTER,
+ * PULL) run CURVE with a ZAP handler that accepts only this agent's own key,
+ * the trusted keys (re-read when the file changes) and keys vouched for by
+ * the head's plan; every refusal is logged with the peer's address and key
+ * and counted. Clients (DEALER, PUSH) must know the server's public key.
+ * Keys are Z85 text of 40 characters (HR_RING_KEY_LEN with the NUL).
+ * Thread-safe: every function may be called from any thread. */
+#define HR_RING_KEY_LEN 41
+#define HR_RING_MAX_TRUST 64
+
+typedef struct hr_ring_keys hr_ring_keys;
+
+/* The default key folder ($HEARTH_KEY_DIR or $HOME/.config/hearth). */
+int hr_ring_key_dir_default(char *out, size_t cap);
+/* Loads the key pair in dir (NULL = default), creating it on first use, and
+ * the trusted list. HR_EIO / HR_EFORMAT with err naming the file. */
+int hr_ring_keys_open(hr_ring_keys **out, const char *dir, char err[HR_ERR_LEN]);
+/* Stops the ZAP handler (before zmq_ctx_term of its context). NULL: no-op. */
+void hr_ring_keys_close(hr_ring_keys *k);
+const char *hr_ring_keys_public(const hr_ring_keys *k);
+const char *hr_ring_keys_dir(const hr_ring_keys *k);
+/* A Z85 key given as itself or as the name of a trusted peer -> out.
+ * HR_ENOENT when it is neither. */
+int hr_ring_keys_lookup(hr_ring_keys *k, const char *name_or_key, char out[HR_RING_KEY_LEN]);
+/* True when s is a valid 40-character Z85 public key. */
+bool hr_ring_key_valid(const char *s);
+/* Adds (or replaces, by name) NAME PUBKEY in dir's trusted file. */
+int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char err[HR_ERR_LEN]);
+/* Replaces the set of keys vouched for by the head (plan members). */
+void hr_ring_keys_vouch(hr_ring_keys *k, const char (*keys)[HR_RING_KEY_LEN], int n);
+/* Starts the ZAP handler on zctx (one per context); who names this agent in
+ * the refusal logs. */
+int hr_ring_keys_zap_start(hr_ring_keys *k, void *zctx, const char *who, char err[HR_ERR_LEN]);
+/* Handshakes refused so far. */
+uint64_t hr_ring_keys_refused(const hr_ring_keys *k);
+/* Makes sock a CURVE server with this key pair (before bind). */
+int hr_ring_secure_server(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN]);
+/* Makes sock a CURVE client expecting server_pub (before connect). */
+int hr_ring_secure_client(void *sock, const hr_ring_keys *k, const char *server_pub,
+                          char err[HR_ERR_LEN]);
+
 #endif

@@ -141,8 +141,8 @@ static void test_plan(void) {
     CHECK(pl.this_system);
     CHECK_EQ(pl.n_groups, 2);
     CHECK(pl.groups[0].n_cpus >= 1);
-    printf("this machine: %d nodes, %d PUs; 2 groups on cpus %d.. and %d..\n", pl.n_nodes,
-           pl.n_pus, pl.groups[0].cpus[0], pl.groups[1].cpus[0]);
+    printf("this machine: %d nodes, %d PUs; 2 groups on cpus %d.. and %d..\n", pl.n_nodes, pl.n_pus,
+           pl.groups[0].cpus[0], pl.groups[1].cpus[0]);
     /* the environment replaces the topology too */
     setenv("HWLOC_SYNTHETIC", "numa:3 core:1 pu:1", 1);
     p.n_groups = 0;
@@ -188,46 +188,64 @@ static void check_split(const hr_tp_shape *s, int G) {
     }
     const hr_type_traits *to = hr_type_get(s->type_wo), *td = hr_type_get(s->type_down);
     int r = s->n_head / s->n_head_kv, unit = hr_tp_head_unit(s);
+    long bo = s->reduce ? to->block_elems : 1, bd = s->reduce ? td->block_elems : 1;
     CHECK(unit >= 1 && s->n_head_kv % unit == 0);
-    CHECK_EQ((long)unit * r * s->head_dim % to->block_elems, 0);
+    CHECK(s->reduce || unit == 1);
+    CHECK_EQ((long)unit * r * s->head_dim % bo, 0);
     if (unit > 1) /* the smallest such unit */
-        CHECK((long)(unit - 1) * r * s->head_dim % to->block_elems != 0);
-    int kv = 0, ff = s->n_ff;
+        CHECK((long)(unit - 1) * r * s->head_dim % bo != 0);
+    int kv = 0, ff = s->n_ff, e = 0;
     for (int g = 0; g < G; g++) {
         CHECK_EQ(sl[g].kv_begin, kv); /* heads in group order */
         CHECK(sl[g].kv_end >= sl[g].kv_begin);
-        CHECK_EQ((long)sl[g].kv_begin * r * s->head_dim % to->block_elems, 0);
+        CHECK_EQ((long)sl[g].kv_begin * r * s->head_dim % bo, 0);
         int nkv = sl[g].kv_end - sl[g].kv_begin;
         CHECK(nkv % unit == 0 || sl[g].kv_end == s->n_head_kv);
         CHECK(nkv <= (s->n_head_kv / unit + G - 1) / G * unit); /* near-even */
         kv = sl[g].kv_end;
         CHECK_EQ(sl[g].ff_end, ff); /* FFN parts in reverse group order */
-        CHECK_EQ(sl[g].ff_begin % td->block_elems, 0);
+        CHECK_EQ(sl[g].ff_begin % bd, 0);
+        if (s->reduce) { /* every group sums a full-width partial output */
+            CHECK_EQ(sl[g].out_begin, 0);
+            CHECK_EQ(sl[g].out_end, s->n_embd);
+        } else { /* output rows of Wo/Wdown in group order */
+            CHECK_EQ(sl[g].out_begin, e);
+            CHECK(sl[g].out_end >= sl[g].out_begin);
+            e = sl[g].out_end;
+        }
         CHECK(sl[g].ff_begin <= sl[g].ff_end);
         ff = sl[g].ff_begin;
     }
     CHECK_EQ(kv, s->n_head_kv);
     CHECK_EQ(ff, 0);
+    if (!s->reduce)
+        CHECK_EQ(e, s->n_embd);
 }
 
 static void test_split(void) {
     /* fixture shapes (heads, kv, head_dim, ffn) and uneven ones */
     static const int shapes[][4] = {
-        {8, 4, 32, 768},  {8, 2, 32, 512},   {4, 2, 16, 160},  {32, 8, 128, 14336},
-        {32, 4, 64, 5632}, {6, 3, 64, 1280}, {7, 7, 64, 1792}, {12, 3, 64, 2048},
-        {10, 5, 128, 1280}, {5, 1, 64, 768}, {14, 2, 64, 4864},
+        {8, 4, 32, 768},    {8, 2, 32, 512},  {4, 2, 16, 160},   {32, 8, 128, 14336},
+        {32, 4, 64, 5632},  {6, 3, 64, 1280}, {7, 7, 64, 1792},  {12, 3, 64, 2048},
+        {10, 5, 128, 1280}, {5, 1, 64, 768},  {14, 2, 64, 4864},
     };
     int n_checked = 0, n_refused = 0;
-    for (int t = 0; t < HR_TYPE_COUNT; t++) {
-        const hr_type_traits *tt = hr_type_get(t);
+    for (int t = 0; t < 2 * HR_TYPE_COUNT; t++) {
+        bool reduce = t >= HR_TYPE_COUNT;
+        const hr_type_traits *tt = hr_type_get(t % HR_TYPE_COUNT);
         if (!tt || !tt->supported)
             continue;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            hr_tp_shape s = {.n_head = shapes[i][0], .n_head_kv = shapes[i][1],
-                             .head_dim = shapes[i][2], .n_ff = shapes[i][3], .type_wo = t,
-                             .type_down = t};
-            bool ok = (long)s.n_head * s.head_dim % tt->block_elems == 0 &&
-                      s.n_ff % tt->block_elems == 0;
+            hr_tp_shape s = {.n_embd = 64 * shapes[i][0],
+                             .reduce = reduce,
+                             .n_head = shapes[i][0],
+                             .n_head_kv = shapes[i][1],
+                             .head_dim = shapes[i][2],
+                             .n_ff = shapes[i][3],
+                             .type_wo = t % HR_TYPE_COUNT,
+                             .type_down = t % HR_TYPE_COUNT};
+            bool ok = !reduce || ((long)s.n_head * s.head_dim % tt->block_elems == 0 &&
+                                  s.n_ff % tt->block_elems == 0);
             for (int G = 1; G <= 5; G++) {
                 hr_tp_slice sl[HR_NUMA_MAX_GROUPS];
                 char err[HR_ERR_LEN] = "";
@@ -245,8 +263,14 @@ static void test_split(void) {
     }
     printf("split: %d plans checked, %d refused (rows not whole blocks)\n", n_checked, n_refused);
     /* head granularity: small-llama Q4_K Wo needs 4 KV heads per 256-element block */
-    hr_tp_shape s = {.n_head = 8, .n_head_kv = 4, .head_dim = 32, .n_ff = 768,
-                     .type_wo = HR_TYPE_Q4_K, .type_down = HR_TYPE_Q6_K};
+    hr_tp_shape s = {.n_embd = 256,
+                     .reduce = true,
+                     .n_head = 8,
+                     .n_head_kv = 4,
+                     .head_dim = 32,
+                     .n_ff = 768,
+                     .type_wo = HR_TYPE_Q4_K,
+                     .type_down = HR_TYPE_Q6_K};
     hr_tp_slice sl[HR_NUMA_MAX_GROUPS];
     char err[HR_ERR_LEN] = "";
     CHECK_EQ(hr_tp_head_unit(&s), 4);
@@ -269,6 +293,14 @@ static void test_split(void) {
     s.type_down = HR_TYPE_Q4_K;
     CHECK_EQ(hr_tp_split(&s, 2, sl, err), HR_EUNSUPPORTED);
     CHECK(strstr(err, "Wdown") != NULL);
+    /* the exact split needs no alignment: balanced heads for the same layer */
+    s.reduce = false;
+    CHECK_EQ(hr_tp_head_unit(&s), 1);
+    CHECK_EQ(hr_tp_split(&s, 2, sl, err), 0);
+    CHECK_EQ(sl[0].kv_end, 2);
+    CHECK_EQ(sl[1].ff_begin, 0);
+    CHECK_EQ(sl[1].ff_end, 400);
+    CHECK_EQ(sl[1].out_begin, 128);
 }
 
 /* ---- tensor-parallel logits ---- */
@@ -277,11 +309,12 @@ typedef struct {
     int n_groups;         /* 1 = plain */
     const char *topology; /* synthetic */
     int n_threads, n_threads_decode, tp_copy;
+    bool reduce;
 } run_cfg;
 
 /* Teacher-forced logits for ids (chunks of 8) + n_gen greedy ids. */
-static int run_model(const hr_model *m, const run_cfg *rc, const int32_t *ids, int n,
-                     float *logits, int32_t *gen, int n_gen, hr_tp_stats *st) {
+static int run_model(const hr_model *m, const run_cfg *rc, const int32_t *ids, int n, float *logits,
+                     int32_t *gen, int n_gen, hr_tp_stats *st) {
     char err[HR_ERR_LEN] = "";
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = 96;
@@ -291,6 +324,7 @@ static int run_model(const hr_model *m, const run_cfg *rc, const int32_t *ids, i
     cp.n_groups = rc->n_groups == 1 ? 0 : rc->n_groups;
     cp.topology = rc->topology;
     cp.tp_copy = rc->tp_copy;
+    cp.tp_reduce = rc->reduce;
     hr_ctx *c = NULL;
     int r = hr_ctx_create(&c, m, &cp, err);
     CHECK_EQ(r, 0);
@@ -347,16 +381,25 @@ static void compare_configs(const char *name, const hr_model *m, const int32_t *
         int want = cfgs[k].n_groups;
         double rel = max_rel(lg, ref, n, nv);
         int same = memcmp(gen, gref, sizeof gen) == 0;
-        printf("%-22s groups %d (%s, threads %d/%d, %s): max rel diff %.2e, greedy %s\n", name,
-               G, cfgs[k].topology ? cfgs[k].topology : "this machine", cfgs[k].n_threads,
+        printf("%-20s groups %d %s (%s, threads %d/%d, %s): max rel diff %.2e, greedy %s\n", name,
+               G, cfgs[k].reduce ? "reduce" : "exact",
+               cfgs[k].topology ? cfgs[k].topology : "this machine", cfgs[k].n_threads,
                cfgs[k].n_threads_decode, cfgs[k].tp_copy > 0 ? "copies" : "views", rel,
-               same ? "identical" : "DIFFERENT");
+               same ? "identical" : "different");
         CHECK_EQ(G, want);
-        if (want > 1 && G == want) {
+        if (cfgs[k].reduce) {
+            /* partial sums round differently and quantized activations amplify
+             * it on random weights: bounded like a SIMD variant, not exact */
+            CHECK(rel <= 5e-2);
+        } else {
             CHECK(rel <= 1e-5);
+            CHECK(same);
+        }
+        if (want > 1 && G == want) {
             CHECK_EQ(st.n_groups, G);
-            CHECK_EQ(st.tokens[HR_PHASE_DECODE], N_GEN);
-            CHECK_EQ(st.barriers[HR_PHASE_DECODE], 2LL * nl * N_GEN);
+            CHECK(st.tokens[HR_PHASE_DECODE] >= N_GEN); /* + a 1-token prompt chunk */
+            CHECK_EQ(st.barriers[HR_PHASE_DECODE],
+                     (cfgs[k].reduce ? 2LL : 4LL) * nl * st.tokens[HR_PHASE_DECODE]);
             CHECK_EQ(st.copies, cfgs[k].tp_copy > 0);
             int heads = 0;
             for (int g = 0; g < G; g++)
@@ -365,14 +408,13 @@ static void compare_configs(const char *name, const hr_model *m, const int32_t *
         } else {
             CHECK(rel == 0.0); /* plain fallback: bit-identical */
         }
-        CHECK(same);
     }
     free(ref);
     free(lg);
 }
 
 static const char *fixtures[] = {
-    "tiny-llama-f32",   "small-qwen2-f16",    "small-llama-q4_0",   "small-llama-q8_0",
+    "tiny-llama-f32",     "small-qwen2-f16",    "small-llama-q4_0", "small-llama-q8_0",
     "small-llama-q4_k_m", "small-llama-q5_k_m", "small-llama-q6_k", "small-qwen2-q4_k_m",
 };
 
@@ -409,14 +451,17 @@ static void test_fixtures(void) {
             continue;
         }
         run_cfg cfgs[] = {
-            {2, "numa:2 core:1 pu:1", 2, 0, (int)(i % 2)},
-            {4, "numa:4 core:1 pu:1", 4, 0, (int)((i + 1) % 2)},
+            {2, "numa:2 core:1 pu:1", 2, 0, (int)(i % 2), false},
+            {4, "numa:4 core:1 pu:1", 4, 0, (int)((i + 1) % 2), false},
             /* 2 nodes, 2 threads per group for prefill, 1 for decode */
-            {2, "numa:2 core:2 pu:1", 4, 2, 1},
+            {2, "numa:2 core:2 pu:1", 4, 2, 1, false},
             /* logical groups on this machine's node */
-            {2, NULL, 2, 0, 0},
+            {2, NULL, 2, 0, 0, false},
+            /* column split with partial sums */
+            {2, "numa:2 core:1 pu:1", 2, 0, 0, true},
+            {4, "numa:4 core:1 pu:1", 4, 0, 1, true},
             /* one group per node on this machine: plain when it has one node */
-            {-1, NULL, 2, 1, -1},
+            {-1, NULL, 2, 1, -1, false},
         };
         int n_cfg = sizeof cfgs / sizeof cfgs[0];
         run_cfg probe = cfgs[n_cfg - 1];
@@ -462,11 +507,9 @@ static void test_uneven(const char *arch, const char *ftype, int E, int H, int K
     if (rc == 0) {
         int32_t ids[13] = {1, 17, 300, 42, 5, 99, 7, 256, 511, 3, 64, 128, 200};
         run_cfg cfgs[] = {
-            {2, "numa:2 core:1 pu:1", 2, 0, 1},
-            {3, "numa:3 core:1 pu:1", 3, 0, 0},
-            {4, "numa:4 core:1 pu:1", 4, 0, 1},
-            {2, "numa:2 core:1 pu:1", 2, 0, 0},
-            {3, "numa:3 core:1 pu:1", 3, 0, 1},
+            {2, "numa:2 core:1 pu:1", 2, 0, 1, false}, {3, "numa:3 core:1 pu:1", 3, 0, 0, false},
+            {4, "numa:4 core:1 pu:1", 4, 0, 1, false}, {2, "numa:2 core:1 pu:1", 2, 0, 0, true},
+            {3, "numa:3 core:1 pu:1", 3, 0, 1, true},
         };
         char name[64];
         snprintf(name, sizeof name, "%s-%s-%d/%d", arch, ftype, H, KV);

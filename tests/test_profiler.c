@@ -573,6 +573,14 @@ static void test_device_and_cache(void) {
     rc = hr_prof_device_measure(d2, &p4, err);
     CHECK_EQ(rc, 0);
     CHECK(d2->disk.seq_mbs < 0);
+    /* a FIFO as the model path: no hang, disk unknown */
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo", g_tmp);
+    CHECK_EQ(mkfifo(fifo, 0600), 0);
+    p4.model_path = fifo;
+    rc = hr_prof_device_measure(d2, &p4, err);
+    CHECK_EQ(rc, 0);
+    CHECK(d2->disk.seq_mbs < 0 && d2->disk.mmap_mbs < 0);
     /* cache folder resolution */
     char dir[512];
     hr_prof_params p5 = hr_prof_params_default();

@@ -1,0 +1,423 @@
+/* keys.c - CURVE key pairs, the trusted-key list and the ZAP handler that
+ * admits only trusted peers to an agent's sockets (see ring.h). */
+#include "ring/ring.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TAG "trust"
+#define HR_PATH_LEN 1024
+
+typedef struct {
+    char name[64];
+    char z85[HR_RING_KEY_LEN];
+    uint8_t bin[32];
+} hr_trusted;
+
+struct hr_ring_keys {
+    char dir[HR_PATH_LEN];
+    char pub[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
+    uint8_t pub_bin[32];
+    pthread_mutex_t mu; /* guards the lists below */
+    hr_trusted trusted[HR_RING_MAX_TRUST];
+    int n_trusted;
+    struct timespec trusted_mtime;
+    uint8_t vouched[HR_RING_MAX_TRUST][32];
+    int n_vouched;
+    /* ZAP */
+    void *zap;
+    pthread_t th;
+    bool zap_started;
+    atomic_int zap_stop;
+    char who[64];
+    atomic_ullong refused;
+    uint8_t last_key[32];
+    double last_log;
+};
+
+static double hr_keys_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int hr_ring_key_dir_default(char *out, size_t cap) {
+    const char *env = getenv("HEARTH_KEY_DIR");
+    int n;
+    if (env && *env) {
+        n = snprintf(out, cap, "%s", env);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || !*home)
+            home = "/tmp";
+        n = snprintf(out, cap, "%s/.config/hearth", home);
+    }
+    return n < 0 || (size_t)n >= cap ? HR_ERANGE : 0;
+}
+
+bool hr_ring_key_valid(const char *s) {
+    uint8_t b[32];
+    return s && strlen(s) == 40 && zmq_z85_decode(b, s) != NULL;
+}
+
+static int hr_mkdirs(const char *dir, char err[HR_ERR_LEN]) {
+    char p[HR_PATH_LEN];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+            return hr_seterr(err, HR_EIO, "cannot create %s: %s", p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0700) != 0 && errno != EEXIST)
+        return hr_seterr(err, HR_EIO, "cannot create key folder %s: %s", p, strerror(errno));
+    return 0;
+}
+
+/* Reads dir/key, or creates it (0600) when missing. */
+static int hr_keys_load_pair(hr_ring_keys *k, char err[HR_ERR_LEN]) {
+    char path[HR_PATH_LEN + 8];
+    snprintf(path, sizeof path, "%s/key", k->dir);
+    FILE *f = fopen(path, "r");
+    if (!f && errno == ENOENT) {
+        int rc = hr_mkdirs(k->dir, err);
+        if (rc)
+            return rc;
+        if (zmq_curve_keypair(k->pub, k->sec) != 0)
+            return hr_seterr(err, HR_EUNSUPPORTED, "libzmq has no CURVE support: %s",
+                             zmq_strerror(zmq_errno()));
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0)
+            return hr_seterr(err, HR_EIO, "cannot create %s: %s", path, strerror(errno));
+        char txt[128];
+        int n = snprintf(txt, sizeof txt, "public %s\nsecret %s\n", k->pub, k->sec);
+        bool ok = write(fd, txt, (size_t)n) == n;
+        ok &= fsync(fd) == 0;
+        close(fd);
+        if (!ok)
+            return hr_seterr(err, HR_EIO, "cannot write %s", path);
+        HR_LOG_INFO(TAG, "created key pair %s (public key %s)", path, k->pub);
+    } else if (!f) {
+        return hr_seterr(err, HR_EIO, "cannot read %s: %s", path, strerror(errno));
+    } else {
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+            HR_LOG_WARN(TAG, "%s is readable by others (mode %03o); chmod 600 it",
+                        path, (unsigned)(st.st_mode & 0777));
+        char line[256];
+        k->pub[0] = k->sec[0] = 0;
+        while (fgets(line, sizeof line, f)) {
+            char w[16], v[64];
+            if (sscanf(line, "%15s %63s", w, v) != 2 || strlen(v) != 40)
+                continue;
+            if (strcmp(w, "public") == 0)
+                memcpy(k->pub, v, HR_RING_KEY_LEN);
+            else if (strcmp(w, "secret") == 0)
+                memcpy(k->sec, v, HR_RING_KEY_LEN);
+        }
+        fclose(f);
+        uint8_t sb[32];
+        if (!hr_ring_key_valid(k->pub) || !zmq_z85_decode(sb, k->sec))
+            return hr_seterr(err, HR_EFORMAT, "%s: no valid 'public' and 'secret' Z85 keys",
+                             path);
+    }
+    zmq_z85_decode(k->pub_bin, k->pub);
+    return 0;
+}
+
+/* (Re)reads dir/trusted when its mtime changed; mu held. */
+static void hr_keys_load_trusted(hr_ring_keys *k) {
+    char path[HR_PATH_LEN + 16];
+    snprintf(path, sizeof path, "%s/trusted", k->dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        k->n_trusted = 0;
+        return;
+    }
+    if (st.st_mtim.tv_sec == k->trusted_mtime.tv_sec &&
+        st.st_mtim.tv_nsec == k->trusted_mtime.tv_nsec)
+        return;
+    k->trusted_mtime = st.st_mtim;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    k->n_trusted = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f) && k->n_trusted < HR_RING_MAX_TRUST) {
+        hr_trusted t;
+        char key[64];
+        if (line[0] == '#' || sscanf(line, "%63s %63s", t.name, key) != 2)
+            continue;
+        if (!hr_ring_key_valid(key)) {
+            HR_LOG_WARN(TAG, "%s: '%s' has no valid key; ignored", path, t.name);
+            continue;
+        }
+        memcpy(t.z85, key, HR_RING_KEY_LEN);
+        zmq_z85_decode(t.bin, t.z85);
+        k->trusted[k->n_trusted++] = t;
+    }
+    fclose(f);
+}
+
+int hr_ring_keys_open(hr_ring_keys **out, const char *dir, char err[HR_ERR_LEN]) {
+    *out = NULL;
+    if (!zmq_has("curve"))
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "this libzmq has no CURVE security; rebuild it with libsodium or run "
+                         "with --insecure");
+    hr_ring_keys *k = calloc(1, sizeof *k);
+    if (!k)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    int rc = 0;
+    if (dir && *dir)
+        snprintf(k->dir, sizeof k->dir, "%s", dir);
+    else if ((rc = hr_ring_key_dir_default(k->dir, sizeof k->dir))) {
+        free(k);
+        return hr_seterr(err, rc, "key folder path too long");
+    }
+    pthread_mutex_init(&k->mu, NULL);
+    if ((rc = hr_keys_load_pair(k, err))) {
+        pthread_mutex_destroy(&k->mu);
+        free(k);
+        return rc;
+    }
+    hr_keys_load_trusted(k);
+    *out = k;
+    return 0;
+}
+
+const char *hr_ring_keys_public(const hr_ring_keys *k) { return k->pub; }
+const char *hr_ring_keys_dir(const hr_ring_keys *k) { return k->dir; }
+uint64_t hr_ring_keys_refused(const hr_ring_keys *k) { return atomic_load(&k->refused); }
+
+int hr_ring_keys_lookup(hr_ring_keys *k, const char *name_or_key, char out[HR_RING_KEY_LEN]) {
+    if (!name_or_key || !*name_or_key)
+        return HR_ENOENT;
+    if (hr_ring_key_valid(name_or_key)) {
+        memcpy(out, name_or_key, HR_RING_KEY_LEN);
+        return 0;
+    }
+    int rc = HR_ENOENT;
+    pthread_mutex_lock(&k->mu);
+    hr_keys_load_trusted(k);
+    for (int i = 0; i < k->n_trusted && rc; i++)
+        if (strcmp(k->trusted[i].name, name_or_key) == 0) {
+            memcpy(out, k->trusted[i].z85, HR_RING_KEY_LEN);
+            rc = 0;
+        }
+    pthread_mutex_unlock(&k->mu);
+    return rc;
+}
+
+int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char err[HR_ERR_LEN]) {
+    char d[HR_PATH_LEN];
+    if (dir && *dir)
+        snprintf(d, sizeof d, "%s", dir);
+    else if (hr_ring_key_dir_default(d, sizeof d))
+        return hr_seterr(err, HR_ERANGE, "key folder path too long");
+    if (!name || !*name || strlen(name) > 63 || strpbrk(name, " \t\n#"))
+        return hr_seterr(err, HR_EINVAL, "bad peer name '%s' (1-63 characters, no spaces)",
+                         name ? name : "");
+    if (!hr_ring_key_valid(pub))
+        return hr_seterr(err, HR_EINVAL, "'%s' is not a 40-character Z85 public key",
+                         pub ? pub : "");
+    int rc = hr_mkdirs(d, err);
+    if (rc)
+        return rc;
+    char path[HR_PATH_LEN + 16], tmp[HR_PATH_LEN + 32];
+    snprintf(path, sizeof path, "%s/trusted", d);
+    snprintf(tmp, sizeof tmp, "%s/trusted.%d", d, (int)getpid());
+    FILE *in = fopen(path, "r");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    FILE *o = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!o) {
+        if (in)
+            fclose(in);
+        if (fd >= 0)
+            close(fd);
+        return hr_seterr(err, HR_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    char line[512];
+    while (in && fgets(line, sizeof line, in)) {
+        char n[64];
+        if (sscanf(line, "%63s", n) == 1 && strcmp(n, name) == 0)
+            continue;
+        fputs(line, o);
+    }
+    if (in)
+        fclose(in);
+    fprintf(o, "%s %s\n", name, pub);
+    if (fclose(o) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return hr_seterr(err, HR_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+void hr_ring_keys_vouch(hr_ring_keys *k, const char (*keys)[HR_RING_KEY_LEN], int n) {
+    pthread_mutex_lock(&k->mu);
+    k->n_vouched = 0;
+    for (int i = 0; i < n && k->n_vouched < HR_RING_MAX_TRUST; i++)
+        if (hr_ring_key_valid(keys[i]))
+            zmq_z85_decode(k->vouched[k->n_vouched++], keys[i]);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Is the 32-byte key ours, trusted or vouched for? Also gives its name. */
+static bool hr_keys_admit(hr_ring_keys *k, const uint8_t key[32], char *name, size_t cap) {
+    if (memcmp(key, k->pub_bin, 32) == 0) {
+        snprintf(name, cap, "self");
+        return true;
+    }
+    bool ok = false;
+    pthread_mutex_lock(&k->mu);
+    hr_keys_load_trusted(k);
+    for (int i = 0; i < k->n_trusted && !ok; i++)
+        if (memcmp(key, k->trusted[i].bin, 32) == 0) {
+            snprintf(name, cap, "%s", k->trusted[i].name);
+            ok = true;
+        }
+    for (int i = 0; i < k->n_vouched && !ok; i++)
+        if (memcmp(key, k->vouched[i], 32) == 0) {
+            snprintf(name, cap, "plan member");
+            ok = true;
+        }
+    pthread_mutex_unlock(&k->mu);
+    return ok;
+}
+
+/* ---- ZAP (RFC 27) ---- */
+
+static void hr_zap_reply(void *s, const char *req_id, size_t req_len, const char *code,
+                         const char *text, const char *user) {
+    zmq_send(s, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(s, req_id, req_len, ZMQ_SNDMORE);
+    zmq_send(s, code, strlen(code), ZMQ_SNDMORE);
+    zmq_send(s, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(s, user, strlen(user), ZMQ_SNDMORE);
+    zmq_send(s, "", 0, 0);
+}
+
+static void hr_zap_handle(hr_ring_keys *k) {
+    /* version, request id, domain, address, identity, mechanism, credentials */
+    char part[7][256];
+    int len[7] = {0}, n = 0, more = 1;
+    while (more) {
+        int r = zmq_recv(k->zap, n < 7 ? part[n] : part[6], 255, 0);
+        if (r < 0)
+            return;
+        if (n < 7)
+            len[n] = r > 255 ? 255 : r;
+        n++;
+        size_t ml = sizeof more;
+        zmq_getsockopt(k->zap, ZMQ_RCVMORE, &more, &ml);
+    }
+    if (n < 6)
+        return;
+    for (int i = 0; i < 6; i++)
+        part[i][len[i]] = 0;
+    char name[80] = "", key[HR_RING_KEY_LEN] = "?";
+    bool curve = strcmp(part[5], "CURVE") == 0 && n >= 7 && len[6] == 32;
+    if (curve)
+        zmq_z85_encode(key, (const uint8_t *)part[6], 32);
+    if (curve && hr_keys_admit(k, (const uint8_t *)part[6], name, sizeof name)) {
+        HR_LOG_DEBUG(TAG, "%s: admitted %s (%s) from %s", k->who, key, name, part[3]);
+        hr_zap_reply(k->zap, part[1], (size_t)len[1], "200", "OK", key);
+        return;
+    }
+    atomic_fetch_add(&k->refused, 1);
+    double now = hr_keys_now();
+    if (!curve || memcmp(k->last_key, part[6], 32) != 0 || now - k->last_log > 5.0) {
+        HR_LOG_WARN(TAG, "%s: refused %s peer %s with untrusted key %s (trust it with "
+                    "`hearth trust add NAME %s` if it is yours)",
+                    k->who, part[5], part[3], key, key);
+        if (curve)
+            memcpy(k->last_key, part[6], 32);
+        k->last_log = now;
+    }
+    hr_zap_reply(k->zap, part[1], (size_t)len[1], "400", "untrusted key", "");
+}
+
+static void *hr_zap_main(void *arg) {
+    hr_ring_keys *k = arg;
+    while (!atomic_load(&k->zap_stop)) {
+        zmq_pollitem_t it = {.socket = k->zap, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, 100) > 0 && (it.revents & ZMQ_POLLIN))
+            hr_zap_handle(k);
+    }
+    zmq_close(k->zap);
+    k->zap = NULL;
+    return NULL;
+}
+
+int hr_ring_keys_zap_start(hr_ring_keys *k, void *zctx, const char *who, char err[HR_ERR_LEN]) {
+    if (k->zap_started)
+        return hr_seterr(err, HR_EINVAL, "ZAP handler already running");
+    snprintf(k->who, sizeof k->who, "%s", who ? who : "agent");
+    k->zap = zmq_socket(zctx, ZMQ_REP);
+    int zero = 0;
+    if (!k->zap || zmq_setsockopt(k->zap, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_bind(k->zap, "inproc://zeromq.zap.01") != 0) {
+        int rc = hr_seterr(err, HR_ENET, "cannot start the ZAP handler: %s",
+                           zmq_strerror(zmq_errno()));
+        if (k->zap)
+            zmq_close(k->zap);
+        k->zap = NULL;
+        return rc;
+    }
+    if (pthread_create(&k->th, NULL, hr_zap_main, k) != 0) {
+        zmq_close(k->zap);
+        k->zap = NULL;
+        return hr_seterr(err, HR_EINTERNAL, "cannot start the ZAP thread");
+    }
+    k->zap_started = true;
+    return 0;
+}
+
+void hr_ring_keys_close(hr_ring_keys *k) {
+    if (!k)
+        return;
+    if (k->zap_started) {
+        atomic_store(&k->zap_stop, 1);
+        pthread_join(k->th, NULL);
+    }
+    pthread_mutex_destroy(&k->mu);
+    memset(k->sec, 0, sizeof k->sec);
+    free(k);
+}
+
+int hr_ring_secure_server(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN]) {
+    int one = 1;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, k->sec, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "hearth", 6) != 0)
+        return hr_seterr(err, HR_ENET, "cannot make a CURVE server: %s",
+                         zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+int hr_ring_secure_client(void *sock, const hr_ring_keys *k, const char *server_pub,
+                          char err[HR_ERR_LEN]) {
+    if (!hr_ring_key_valid(server_pub))
+        return hr_seterr(err, HR_EINVAL, "no valid public key for the server ('%s')",
+                         server_pub ? server_pub : "");
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_pub, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, k->pub, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, k->sec, 40) != 0)
+        return hr_seterr(err, HR_ENET, "cannot make a CURVE client: %s",
+                         zmq_strerror(zmq_errno()));
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* fuzz_json.c - libFuzzer target for the JSON parsers that take input from
+ * other machines: the worker's PLAN parser and the device profile / profile
+ * document parsers (JOIN payloads). The first byte picks the parser.
+ * Built with -DHR_FUZZ=ON (clang) or deploy/fuzz.sh. */
+#include "agent/agent-impl.h"
+#include "common/error.h"
+#include "profiler/profiler.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1)
+        return 0;
+    char err[HR_ERR_LEN];
+    const char *js = (const char *)data + 1;
+    size_t n = size - 1;
+    switch (data[0] % 3) {
+    case 0: {
+        hr_local_plan np;
+        char keys[HR_AGENT_MAX_DEV][HR_RING_KEY_LEN];
+        int nk = 0;
+        if (hr_agent_plan_parse(js, n, &np, keys, &nk, err) == 0) {
+            if (nk < 0 || nk > HR_AGENT_MAX_DEV || strlen(np.next_ep) >= HR_EP_LEN ||
+                strlen(np.next_key) >= HR_RING_KEY_LEN)
+                abort();
+            for (int i = 0; i < nk; i++)
+                if (!hr_ring_key_valid(keys[i]))
+                    abort();
+        }
+        break;
+    }
+    case 1: {
+        hr_prof_device *d = calloc(1, sizeof *d);
+        if (d)
+            hr_prof_device_parse(js, n, d, err);
+        free(d);
+        break;
+    }
+    default: {
+        hr_prof_doc *doc = calloc(1, sizeof *doc);
+        if (doc) {
+            hr_prof_doc_parse(js, n, doc, err);
+            hr_prof_doc_clear(doc); /* also after a failed parse */
+        }
+        free(doc);
+        break;
+    }
+    }
+    return 0;
+}

@@ -1,0 +1,152 @@
+/* test_gemm.c - the tile kernels (hr_kernels.gemm) of every ISA table this
+ * CPU runs against the vec_dot reference of the same table and of the scalar
+ * table, on random data, for full tiles and for edge tiles (row and token
+ * counts that are not multiples of the tile). */
+#include "tests/check.h"
+
+#include "kernels/quant-impl.h"
+#include "kernels/quant.h"
+
+#include <stdint.h>
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+static uint64_t rnd_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rnd_unit(void) { return (float)(rnd_u64() >> 40) / 16777216.0f; } /* [0,1) */
+
+static float rnd_normal(void) {
+    float s = 0.0f;
+    for (int k = 0; k < 12; k++)
+        s += rnd_unit();
+    return s - 6.0f;
+}
+
+static void fill_floats(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rnd_normal() * scale;
+        if (rnd_u64() % 97 == 0)
+            x[i] *= 8.0f;
+    }
+}
+
+static const int g_types[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K,
+                              HR_TYPE_Q6_K, HR_TYPE_F16,  HR_TYPE_F32,  HR_TYPE_BF16,
+                              HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1};
+#define N_TYPES (int)(sizeof(g_types) / sizeof(g_types[0]))
+
+#define MAX_R 19
+#define MAX_T 11
+
+/* Weights: float rows quantized with the scalar weight quantizer (realistic
+ * scales); activations: float rows in the vec_dot type. */
+static void check_type(int type, int64_t n) {
+    const hr_kernels *ks = hr_kernels_for_isa(HR_ISA_SCALAR);
+    const hr_type_traits *tt = hr_type_get(type);
+    const int at = tt->vec_dot_type;
+    const size_t wrb = hr_type_row_bytes(type, n), arb = hr_type_row_bytes(at, n);
+    float *xf = malloc(sizeof(float) * (size_t)n);
+    uint8_t *w = malloc(wrb * MAX_R), *a = malloc(arb * MAX_T);
+    float *ref = malloc(sizeof(float) * MAX_R * MAX_T), *got = malloc(sizeof(float) * 32 * MAX_T);
+    CHECK(xf && w && a && ref && got);
+    for (int r = 0; r < MAX_R; r++) {
+        fill_floats(xf, n, 0.02f + 0.01f * (float)(r % 5));
+        ks->quant[type](xf, w + (size_t)r * wrb, n);
+    }
+    for (int t = 0; t < MAX_T; t++) {
+        fill_floats(xf, n, 0.5f + 0.25f * (float)(t % 3));
+        ks->quant[at](xf, a + (size_t)t * arb, n);
+    }
+    /* reference: scalar vec_dot, in doubles of magnitude for the tolerance */
+    double mag = 0.0;
+    for (int t = 0; t < MAX_T; t++)
+        for (int r = 0; r < MAX_R; r++) {
+            ref[t * MAX_R + r] = ks->vec_dot[type](n, w + (size_t)r * wrb, a + (size_t)t * arb);
+            mag = fmax(mag, fabs(ref[t * MAX_R + r]));
+        }
+    const int shapes[][2] = {{4, 4}, {2, 4}, {8, 8}, {MAX_R, MAX_T}, {1, 1}, {3, 5},
+                             {5, 3}, {4, 1}, {1, 4}, {7, 2},         {0, 3}, {3, 0}};
+    for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX512; isa++) {
+        const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+        if (!k)
+            continue;
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            const int nr = shapes[s][0], nt = shapes[s][1];
+            /* output with a row stride wider than nr, guard values around */
+            const size_t ys = 32;
+            for (int i = 0; i < 32 * MAX_T; i++)
+                got[i] = -12345.0f;
+            /* an offset start row/token so tiles start unaligned */
+            const int r0 = MAX_R - nr, t0 = MAX_T - nt;
+            hr_gemm_tile(k, type, n, nr, nt, w + (size_t)r0 * wrb, wrb, a + (size_t)t0 * arb, arb,
+                         got, ys);
+            int bad = 0, guard = 0;
+            double worst = 0.0;
+            for (int t = 0; t < MAX_T; t++)
+                for (int r = 0; r < 32; r++) {
+                    const float g = got[(size_t)t * ys + (size_t)r];
+                    if (t >= nt || r >= nr) {
+                        guard += g != -12345.0f;
+                        continue;
+                    }
+                    /* same table's vec_dot: equal up to summation order */
+                    const float kd =
+                        k->vec_dot[type](n, w + (size_t)(r0 + r) * wrb, a + (size_t)(t0 + t) * arb);
+                    const double e1 = fabs((double)g - kd);
+                    const double e2 = fabs((double)g - ref[(t0 + t) * MAX_R + r0 + r]);
+                    const double e = fmax(e1, e2);
+                    worst = fmax(worst, e);
+                    bad += !(e <= 1e-4 * mag + 1e-6);
+                }
+            if (bad || guard)
+                fprintf(
+                    stderr, "%s %s %dx%d n=%lld: %d mismatches (worst %.3g of %.3g), %d guard\n",
+                    hr_isa_name(k->isa), tt->name, nr, nt, (long long)n, bad, worst, mag, guard);
+            CHECK_EQ(bad, 0);
+            CHECK_EQ(guard, 0);
+        }
+    }
+    free(xf);
+    free(w);
+    free(a);
+    free(ref);
+    free(got);
+}
+
+/* the tables specialise what they should: every VNNI/AVX2 table has tiles for
+ * the hot types, the scalar table none (it is the reference) */
+static void check_tables(void) {
+    const hr_kernels *ks = hr_kernels_for_isa(HR_ISA_SCALAR);
+    for (int i = 0; i < HR_TYPE_COUNT; i++)
+        CHECK(ks->gemm[i] == NULL);
+    const hr_kernels *k2 = hr_kernels_for_isa(HR_ISA_AVX2);
+    if (k2) {
+        const int hot[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K,
+                           HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_F16};
+        for (size_t i = 0; i < sizeof(hot) / sizeof(hot[0]); i++)
+            CHECK(k2->gemm[hot[i]] != NULL);
+    }
+    /* unsupported type: does nothing */
+    float y = 7.0f;
+    hr_gemm_tile(ks, HR_TYPE_Q2_K, 256, 1, 1, NULL, 0, NULL, 0, &y, 1);
+    CHECK_EQ(y, 7.0f);
+}
+
+int main(void) {
+    check_tables();
+    for (int i = 0; i < N_TYPES; i++) {
+        const int type = g_types[i];
+        const int64_t be = hr_type_get(type)->block_elems;
+        const int64_t base = be == 1 ? 32 : be;
+        check_type(type, base * (be == 256 ? 3 : 9)); /* short rows, odd block counts */
+        check_type(type, 2048);
+        if (be == 1)
+            check_type(type, 2048 + 5); /* float tails */
+    }
+    return hr_check_finish("gemm");
+}

@@ -1,0 +1,465 @@
+/* test_trust.c - security and recovery of a local cluster:
+ *  - keys: made on first use with mode 0600, stable, trust add / lookup;
+ *  - a rogue with an untrusted key (knowing the head's public key) cannot
+ *    join, gets no answer on the control port, and its forged hidden states
+ *    on the data ports are never processed; plaintext peers neither; the
+ *    head counts (and logs) the refusals; generation stays exact meanwhile;
+ *  - recovery: a worker leaves in the middle of a seeded sampled generation
+ *    (F32 wire); the head re-plans over the remaining devices, replays the
+ *    token history and the tokens equal the single-process run; the worker
+ *    comes back and is planned in at the next request;
+ *  - no feasible plan after a loss (forced windows): a clear error. */
+#include "agent/agent.h"
+#include "common/log.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "ring/ring.h"
+
+#include "check.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define N_GEN 40
+#define N_CTX 256
+
+static char g_tmp[256];
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+typedef struct {
+    hr_agent *a;
+    pthread_t th;
+    int rc;
+    char err[HR_ERR_LEN];
+    bool running;
+} agent_th;
+
+static void *agent_main(void *arg) {
+    agent_th *t = arg;
+    t->rc = hr_agent_run(t->a, t->err);
+    return NULL;
+}
+
+static int agent_start(agent_th *t, const char *model, const char *name, const char *key_dir,
+                       const char *head, const char *head_key, int expect, const char *windows) {
+    memset(t, 0, sizeof *t);
+    hr_agent_params p = hr_agent_params_default();
+    p.model_path = model;
+    p.listen = "127.0.0.1:0";
+    p.head = head;
+    p.head_key = head_key;
+    p.key_dir = key_dir;
+    p.name = name;
+    p.n_ctx = N_CTX;
+    p.k = 1;
+    p.windows = windows;
+    p.expect = expect;
+    p.wire_dtype = HR_RING_F32;
+    p.hb_interval_ms = 100;
+    p.hb_timeout_ms = 1000;
+    if (hr_agent_create(&t->a, &p, t->err)) {
+        fprintf(stderr, "agent %s: %s\n", name, t->err);
+        return -1;
+    }
+    pthread_create(&t->th, NULL, agent_main, t);
+    t->running = true;
+    return 0;
+}
+
+static void agent_end(agent_th *t) {
+    if (!t->running)
+        return;
+    hr_agent_stop(t->a);
+    pthread_join(t->th, NULL);
+    hr_agent_destroy(t->a);
+    t->running = false;
+}
+
+static void key_dir(char *out, size_t cap, const char *who) {
+    snprintf(out, cap, "%s/%s", g_tmp, who);
+}
+
+static void pubkey_of(const char *dir, char out[HR_RING_KEY_LEN]) {
+    char err[HR_ERR_LEN];
+    hr_ring_keys *k = NULL;
+    out[0] = 0;
+    if (hr_ring_keys_open(&k, dir, err) == 0)
+        snprintf(out, HR_RING_KEY_LEN, "%s", hr_ring_keys_public(k));
+    hr_ring_keys_close(k);
+}
+
+static json_t *status(hr_agent *head) {
+    char *s = hr_head_status_json(head);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    free(s);
+    return j;
+}
+
+static int status_int(hr_agent *head, const char *key) {
+    json_t *j = status(head);
+    int v = (int)json_integer_value(json_object_get(j, key));
+    json_decref(j);
+    return v;
+}
+
+static int status_n_devices(hr_agent *head, int *n_ring) {
+    json_t *j = status(head);
+    json_t *devs = json_object_get(j, "devices"), *d;
+    size_t i;
+    int n = 0;
+    *n_ring = 0;
+    json_array_foreach(devs, i, d) {
+        if (json_is_true(json_object_get(d, "lost")))
+            continue;
+        n++;
+        *n_ring += json_integer_value(json_object_get(d, "ring_pos")) >= 0;
+    }
+    json_decref(j);
+    return n;
+}
+
+/* ---- keys ---- */
+
+static void test_keys(void) {
+    char dir[300], err[HR_ERR_LEN];
+    key_dir(dir, sizeof dir, "k1");
+    hr_ring_keys *k = NULL;
+    CHECK_EQ(hr_ring_keys_open(&k, dir, err), 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/key", dir);
+    struct stat st;
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    char pub[HR_RING_KEY_LEN];
+    snprintf(pub, sizeof pub, "%s", hr_ring_keys_public(k));
+    CHECK(hr_ring_key_valid(pub));
+    hr_ring_keys_close(k);
+    CHECK_EQ(hr_ring_keys_open(&k, dir, err), 0); /* same key again */
+    CHECK(strcmp(pub, hr_ring_keys_public(k)) == 0);
+    char other[300], opub[HR_RING_KEY_LEN], got[HR_RING_KEY_LEN];
+    key_dir(other, sizeof other, "k2");
+    pubkey_of(other, opub);
+    CHECK(strcmp(pub, opub) != 0);
+    CHECK_EQ(hr_ring_keys_lookup(k, "friend", got), HR_ENOENT);
+    CHECK_EQ(hr_ring_trust_add(dir, "friend", opub, err), 0);
+    CHECK_EQ(hr_ring_keys_lookup(k, "friend", got), 0);
+    CHECK(strcmp(got, opub) == 0);
+    CHECK_EQ(hr_ring_trust_add(dir, "friend", pub, err), 0); /* replaced by name */
+    CHECK_EQ(hr_ring_keys_lookup(k, "friend", got), 0);
+    CHECK(strcmp(got, pub) == 0);
+    CHECK_EQ(hr_ring_trust_add(dir, "bad", "not-a-key", err), HR_EINVAL);
+    CHECK_EQ(hr_ring_trust_add(dir, "has space", opub, err), HR_EINVAL);
+    hr_ring_keys_close(k);
+}
+
+/* ---- generation helpers ---- */
+
+typedef struct {
+    int32_t ids[N_GEN + 8];
+    int n;
+    agent_th *victim; /* stopped after stop_at tokens (NULL: none) */
+    int stop_at;
+} gen_out;
+
+static int on_tok(void *ud, int32_t id, const char *piece, int len) {
+    (void)piece;
+    (void)len;
+    gen_out *g = ud;
+    if (id >= 0 && g->n < N_GEN + 8)
+        g->ids[g->n++] = id;
+    if (g->victim && g->n == g->stop_at)
+        agent_end(g->victim); /* leaves mid-request (its next frame never comes) */
+    return 0;
+}
+
+static hr_sampler_params sampling(void) {
+    hr_sampler_params sp = hr_sampler_params_default();
+    sp.temperature = 0.8f;
+    sp.seed = 1234;
+    return sp;
+}
+
+/* The same steps as `hearth run` with the same sampler on one process. */
+static int ref_generate(const char *model, const int32_t *ids, int n, gen_out *out) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    hr_ctx *ctx = NULL;
+    hr_tokenizer *tok = NULL;
+    if (hr_gguf_open(&g, model, err) || hr_model_load(&m, g, err) ||
+        hr_tokenizer_create(&tok, g, err))
+        return -1;
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = N_CTX;
+    cp.n_batch = 64;
+    if (hr_ctx_create(&ctx, m, &cp, err))
+        return -1;
+    int nv = hr_model_hparams(m)->n_vocab;
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    hr_sampler_params sp = sampling();
+    hr_sampler *s = hr_sampler_create(&sp, nv);
+    for (int i = 0; i < n; i++)
+        hr_sampler_accept(s, ids[i]);
+    out->n = 0;
+    hr_ctx_eval(ctx, ids, n, 0, logits, false, err);
+    int pos = n;
+    for (int i = 0; i < N_GEN; i++) {
+        int32_t id = hr_sampler_sample(s, logits);
+        hr_sampler_accept(s, id);
+        out->ids[out->n++] = id;
+        if (hr_tokenizer_is_eog(tok, id) || i + 1 == N_GEN)
+            break;
+        hr_ctx_eval(ctx, &id, 1, pos++, logits, false, err);
+    }
+    hr_sampler_destroy(s);
+    free(logits);
+    hr_ctx_destroy(ctx);
+    hr_tokenizer_destroy(tok);
+    hr_model_free(m);
+    hr_gguf_close(g);
+    return 0;
+}
+
+static int generate(hr_agent *head, const int32_t *ids, int n, gen_out *out, char *err) {
+    hr_sampler_params sp = sampling();
+    out->n = 0;
+    return hr_head_generate(head, ids, n, &sp, N_GEN, on_tok, out, NULL, NULL, err);
+}
+
+static bool same(const gen_out *a, const gen_out *b) {
+    return a->n == b->n && memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n) == 0;
+}
+
+/* ---- rogue peers ---- */
+
+typedef struct {
+    const char *eps[4];
+    const char *keys[4]; /* server keys the rogue uses (the real ones: public) */
+    int n;
+    const char *dir; /* rogue's own key folder */
+    atomic_int stop;
+    int sent, answers;
+} rogue_t;
+
+static void *rogue_main(void *arg) {
+    rogue_t *r = arg;
+    char err[HR_ERR_LEN];
+    hr_ring_keys *k = NULL;
+    if (hr_ring_keys_open(&k, r->dir, err))
+        return NULL;
+    void *z = zmq_ctx_new();
+    void *s[8];
+    int ns = 0;
+    for (int i = 0; i < r->n; i++) {
+        bool data = strstr(r->eps[i], "#data") != NULL;
+        char ep[160];
+        snprintf(ep, sizeof ep, "%s", r->eps[i]);
+        char *hash = strchr(ep, '#');
+        if (hash)
+            *hash = 0;
+        for (int sec = 0; sec < 2; sec++) { /* CURVE with an untrusted key, and plaintext */
+            void *so = hr_ring_socket(z, data ? ZMQ_PUSH : ZMQ_DEALER, NULL, err);
+            int tmo = 0;
+            zmq_setsockopt(so, ZMQ_SNDTIMEO, &tmo, sizeof tmo);
+            if (sec == 0)
+                hr_ring_secure_client(so, k, r->keys[i], err);
+            zmq_connect(so, ep);
+            s[ns++] = so;
+        }
+    }
+    uint8_t buf[HR_RING_HDR_SIZE + 4096];
+    while (!atomic_load(&r->stop)) {
+        for (int i = 0; i < ns; i++) {
+            hr_ring_hdr h = {.type = HR_RING_STATUS_REQ, .pos = -1};
+            hr_ring_hdr_write(buf, &h);
+            zmq_send(s[i], buf, HR_RING_HDR_SIZE, ZMQ_DONTWAIT);
+            h = (hr_ring_hdr){.type = HR_RING_JOIN, .pos = -1, .len = 2};
+            hr_ring_hdr_write(buf, &h);
+            memcpy(buf + HR_RING_HDR_SIZE, "{}", 2);
+            zmq_send(s[i], buf, HR_RING_HDR_SIZE + 2, ZMQ_DONTWAIT);
+            for (uint32_t plan = 0; plan < 4; plan++) { /* plausible hidden states */
+                h = (hr_ring_hdr){.type = HR_RING_HIDDEN,
+                                  .dtype = HR_RING_F32,
+                                  .n_tok = 1,
+                                  .pos = 1,
+                                  .plan_id = plan,
+                                  .req_id = 1 + plan,
+                                  .len = 4096};
+                hr_ring_hdr_write(buf, &h);
+                zmq_send(s[i], buf, HR_RING_HDR_SIZE + 4096, ZMQ_DONTWAIT);
+            }
+            r->sent += 6;
+            zmq_pollitem_t it = {.socket = s[i], .events = ZMQ_POLLIN};
+            if (zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLIN)) {
+                zmq_recv(s[i], buf, sizeof buf, ZMQ_DONTWAIT);
+                r->answers++;
+            }
+        }
+        sleep_ms(20);
+    }
+    for (int i = 0; i < ns; i++)
+        zmq_close(s[i]);
+    zmq_ctx_term(z);
+    hr_ring_keys_close(k);
+    return NULL;
+}
+
+static void test_rogue(const char *model, const int32_t *prompt, int n_prompt,
+                       const gen_out *ref) {
+    char hd[300], wd[300], rd[300], hpub[HR_RING_KEY_LEN], wpub[HR_RING_KEY_LEN], err[HR_ERR_LEN];
+    key_dir(hd, sizeof hd, "head");
+    key_dir(wd, sizeof wd, "worker");
+    key_dir(rd, sizeof rd, "rogue");
+    pubkey_of(hd, hpub);
+    pubkey_of(wd, wpub);
+    CHECK_EQ(hr_ring_trust_add(hd, "worker", wpub, err), 0); /* pairing */
+    CHECK_EQ(hr_ring_trust_add(wd, "head", hpub, err), 0);
+    agent_th h, w, rogue;
+    CHECK_EQ(agent_start(&h, model, "head", hd, NULL, NULL, 1, NULL), 0);
+    CHECK_EQ(agent_start(&w, model, "worker", wd, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(hr_head_wait_ready(h.a, 1, 20000, err), 0);
+    /* a rogue agent that knows the head's public key tries to join */
+    CHECK_EQ(agent_start(&rogue, model, "rogue", rd, hr_agent_endpoint(h.a), hpub, 0, NULL), 0);
+    rogue_t r = {.n = 0, .dir = rd};
+    char eps[4][200];
+    snprintf(eps[0], 200, "%s", hr_agent_endpoint(h.a));
+    snprintf(eps[1], 200, "%s#data", hr_agent_data_endpoint(h.a));
+    snprintf(eps[2], 200, "%s", hr_agent_endpoint(w.a));
+    snprintf(eps[3], 200, "%s#data", hr_agent_data_endpoint(w.a));
+    const char *keys[4] = {hpub, hpub, wpub, wpub};
+    for (int i = 0; i < 4; i++) {
+        r.eps[i] = eps[i];
+        r.keys[i] = keys[i];
+        r.n++;
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, rogue_main, &r);
+    int ok = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        gen_out out = {0};
+        if (generate(h.a, prompt, n_prompt, &out, err) == 0 && same(&out, ref))
+            ok++;
+    }
+    sleep_ms(1500);
+    atomic_store(&r.stop, 1);
+    pthread_join(th, NULL);
+    int n_ring = 0;
+    int n_dev = status_n_devices(h.a, &n_ring);
+    int refused = status_int(h.a, "auth_refused");
+    printf("rogue: %d frames sent, %d answers; head refused %d handshakes; %d devices (%d in "
+           "ring); %d/3 exact generations meanwhile\n",
+           r.sent, r.answers, refused, n_dev, n_ring, ok);
+    CHECK_EQ(r.answers, 0);
+    CHECK_EQ(n_dev, 2);
+    CHECK_EQ(n_ring, 2);
+    CHECK(refused > 0);
+    CHECK_EQ(ok, 3);
+    agent_end(&rogue);
+    /* once trusted, the same agent joins */
+    char rpub[HR_RING_KEY_LEN];
+    pubkey_of(rd, rpub);
+    CHECK_EQ(hr_ring_trust_add(hd, "guest", rpub, err), 0);
+    CHECK_EQ(agent_start(&rogue, model, "guest", rd, hr_agent_endpoint(h.a), hpub, 0, NULL), 0);
+    CHECK_EQ(hr_head_wait_ready(h.a, 2, 20000, err), 0);
+    n_dev = status_n_devices(h.a, &n_ring);
+    CHECK_EQ(n_dev, 3);
+    gen_out out = {0};
+    CHECK_EQ(generate(h.a, prompt, n_prompt, &out, err), 0);
+    CHECK(same(&out, ref)); /* worker and guest never trusted each other: the head vouches */
+    agent_end(&rogue);
+    agent_end(&w);
+    agent_end(&h);
+}
+
+/* ---- recovery ---- */
+
+static void test_recovery(const char *model, const int32_t *prompt, int n_prompt,
+                          const gen_out *ref) {
+    char dir[300], err[HR_ERR_LEN];
+    key_dir(dir, sizeof dir, "shared"); /* one folder: every agent is itself */
+    agent_th h, w1, w2;
+    CHECK_EQ(agent_start(&h, model, "head", dir, NULL, NULL, 2, NULL), 0);
+    CHECK_EQ(agent_start(&w1, model, "w1", dir, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(agent_start(&w2, model, "w2", dir, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(hr_head_wait_ready(h.a, 2, 20000, err), 0);
+    gen_out out = {0};
+    CHECK_EQ(generate(h.a, prompt, n_prompt, &out, err), 0);
+    CHECK(same(&out, ref));
+    for (int victim = 0; victim < 2; victim++) {
+        agent_th *v = victim ? &w1 : &w2;
+        gen_out o2 = {.victim = v, .stop_at = 10 + 5 * victim};
+        int rc = generate(h.a, prompt, n_prompt, &o2, err);
+        if (rc)
+            fprintf(stderr, "recovery: %s\n", err);
+        CHECK_EQ(rc, 0);
+        printf("recovery: %s left after %d tokens; %d tokens, %s the single-process run\n",
+               victim ? "w1" : "w2", o2.stop_at, o2.n, same(&o2, ref) ? "equal to" : "DIFFER from");
+        CHECK(same(&o2, ref));
+    }
+    CHECK(status_int(h.a, "recoveries") >= 2);
+    /* both come back: planned in at the next request */
+    CHECK_EQ(agent_start(&w2, model, "w2", dir, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(agent_start(&w1, model, "w1", dir, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(hr_head_wait_ready(h.a, 2, 20000, err), 0);
+    int n_ring = 0;
+    CHECK_EQ(status_n_devices(h.a, &n_ring), 3);
+    CHECK_EQ(n_ring, 3);
+    CHECK_EQ(generate(h.a, prompt, n_prompt, &out, err), 0);
+    CHECK(same(&out, ref));
+    agent_end(&w1);
+    agent_end(&w2);
+    agent_end(&h);
+    /* forced windows for 3 devices: after a loss no plan fits */
+    CHECK_EQ(agent_start(&h, model, "head", dir, NULL, NULL, 2, "2,1,1"), 0);
+    CHECK_EQ(agent_start(&w1, model, "w1", dir, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(agent_start(&w2, model, "w2", dir, hr_agent_endpoint(h.a), NULL, 0, NULL), 0);
+    CHECK_EQ(hr_head_wait_ready(h.a, 2, 20000, err), 0);
+    gen_out o3 = {.victim = &w2, .stop_at = 5};
+    int rc = generate(h.a, prompt, n_prompt, &o3, err);
+    printf("infeasible: rc %d: %s\n", rc, err);
+    CHECK_EQ(rc, HR_EINFEASIBLE);
+    CHECK(strstr(err, "w2") != NULL);
+    CHECK(strstr(err, "no feasible plan") != NULL);
+    agent_end(&w1);
+    agent_end(&h);
+}
+
+int main(void) {
+    hr_log_set_level(HR_LOG_LEVEL_ERROR);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/hr_test_trust_%d", (int)getpid());
+    test_keys();
+    char model[512];
+    hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
+    hr_gguf *g = NULL;
+    hr_tokenizer *tok = NULL;
+    char err[HR_ERR_LEN];
+    int32_t prompt[64];
+    int n_prompt = 0;
+    if (hr_gguf_open(&g, model, err) || hr_tokenizer_create(&tok, g, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    hr_tokenizer_encode(tok, "Once upon a time", 16, true, false, prompt, 64, &n_prompt);
+    hr_tokenizer_destroy(tok);
+    hr_gguf_close(g);
+    gen_out ref = {0};
+    CHECK_EQ(ref_generate(model, prompt, n_prompt, &ref), 0);
+    test_rogue(model, prompt, n_prompt, &ref);
+    test_recovery(model, prompt, n_prompt, &ref);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", g_tmp);
+    return hr_check_finish("trust");
+}
