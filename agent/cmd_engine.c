@@ -2,6 +2,7 @@
  * bench. */
 #include "agent/cli.h"
 
+#include "common/file.h"
 #include "common/log.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
@@ -95,34 +96,9 @@ static int hr_engine_ctx(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch) 
     return 0;
 }
 
+/* Prompt files and reference logits: up to 1 GiB. */
 static char *hr_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = n;
-    }
-    return buf;
+    return hr_file_read(path, (size_t)1 << 30, len);
 }
 
 /* Encodes text into a malloc'ed array (*ids, *n), growing it as needed. */

@@ -3,6 +3,7 @@
  * ask "what if I add this laptop" without starting any agent. */
 #include "agent/cli.h"
 
+#include "common/file.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
 #include "profiler/profiler.h"
@@ -16,32 +17,6 @@
  * home LAN (1 Gbit/s, 0.5 ms round trip). */
 #define HR_PLAN_DEFAULT_LINK_BPS 125e6
 #define HR_PLAN_DEFAULT_RTT_MS 0.5
-
-static char *hr_plan_slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    long n = ftell(f);
-    if (n < 0 || n > (64L << 20) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
-}
 
 int hr_cmd_plan(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
@@ -77,7 +52,7 @@ int hr_cmd_plan(hr_cli *o) {
     for (int i = 0; i < o->n_args; i++) {
         const char *path = o->args[i];
         size_t len = 0;
-        char *json = hr_plan_slurp(path, &len);
+        char *json = hr_file_read(path, (size_t)64 << 20, &len);
         if (!json) {
             hr_cli_fail("cannot read profile %s", path);
             goto done;
