@@ -25,7 +25,7 @@ typedef struct {
     size_t id_len;
     char *info; /* JOIN JSON (owned) */
     bool has_sched;
-    hr_sched_device sd; /* from its profile */
+    hr_sched_device sd;           /* from its profile */
     char pubkey[HR_RING_KEY_LEN]; /* its CURVE public key (from JOIN) */
     double last_seen;             /* s, monotonic */
     bool lost, ready;
@@ -49,8 +49,8 @@ typedef struct {
     bool prefetch, release;
     char next_ep[HR_EP_LEN];
     char next_key[HR_RING_KEY_LEN]; /* CURVE public key of the next device */
-    hr_ctx *ctx[HR_AGENT_MAX_K];                               /* window of round r */
-    hr_ctx *out_ctx;                                           /* head: output norm + LM head */
+    hr_ctx *ctx[HR_AGENT_MAX_K];    /* window of round r */
+    hr_ctx *out_ctx;                /* head: output norm + LM head */
     uint64_t win_off[HR_AGENT_MAX_K], win_len[HR_AGENT_MAX_K]; /* file bytes per window */
     float *hid;                                                /* [n_batch][n_embd] f32 */
     uint8_t *frame; /* 32 + n_batch x n_embd x 4 bytes, sends */
@@ -77,8 +77,9 @@ struct hr_agent {
     void *pull; /* data in: data thread (worker) / generation (head) */
     void *push; /* data out: same owner as pull */
     char push_ep[HR_EP_LEN];
-    hr_ring_keys *keys;                   /* NULL when insecure */
-    char head_key[HR_RING_KEY_LEN];       /* worker: the head's public key */
+    hr_ring_keys *keys;             /* NULL when insecure */
+    char head_key[HR_RING_KEY_LEN]; /* worker: the head's public key */
+    char join_token[96];            /* head: for first pairing */
     hr_gguf *g;
     hr_model *m;
     hr_tokenizer *tok;

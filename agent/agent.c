@@ -40,6 +40,7 @@ hr_agent_params hr_agent_params_default(void) {
 const char *hr_agent_endpoint(const hr_agent *a) { return a->ctrl_ep; }
 const char *hr_agent_data_endpoint(const hr_agent *a) { return a->data_ep; }
 bool hr_agent_is_head(const hr_agent *a) { return a->is_head; }
+const char *hr_agent_join_token(const hr_agent *a) { return a->join_token; }
 void hr_agent_stop(hr_agent *a) { atomic_store(&a->stop, 1); }
 
 /* ---- JOIN payload: who we are, what we run, our profile ---- */
@@ -163,8 +164,19 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
         if ((rc = hr_ring_keys_open(&a->keys, p->key_dir, err)) ||
             (rc = hr_ring_keys_zap_start(a->keys, a->zctx, p->name ? p->name : "agent", err)))
             goto fail;
-        if (!a->is_head && hr_ring_keys_lookup(a->keys, p->head_key ? p->head_key : "head",
-                                               a->head_key) != 0) {
+        char tk_sec[HR_RING_KEY_LEN];
+        if (p->join &&
+            (hr_ring_join_parse(p->join, a->head_key, tk_sec) != 0 ||
+             (rc = hr_ring_trust_add(hr_ring_keys_dir(a->keys), "head", a->head_key, err)) != 0)) {
+            if (!rc)
+                rc = hr_seterr(err, HR_EINVAL, "--join: not a join token (want HJ1 + 80 chars)");
+            goto fail;
+        }
+        if (a->is_head &&
+            (rc = hr_ring_keys_join_token(a->keys, a->join_token, sizeof a->join_token, err)))
+            goto fail;
+        if (!a->is_head && !p->join &&
+            hr_ring_keys_lookup(a->keys, p->head_key ? p->head_key : "head", a->head_key) != 0) {
             if (p->head_key) {
                 rc = hr_seterr(err, HR_EINVAL,
                                "--head-key '%s' is neither a public key nor a trusted name",
@@ -187,7 +199,8 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
     }
     int one = 1;
     zmq_setsockopt(a->ctrl, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    if (a->keys && (rc = hr_ring_secure_server(a->ctrl, a->keys, err)))
+    if (a->keys && (rc = a->is_head ? hr_ring_secure_server_pairing(a->ctrl, a->keys, err)
+                                    : hr_ring_secure_server(a->ctrl, a->keys, err)))
         goto fail;
     if ((rc = hr_ring_bind(a->ctrl, ep, a->ctrl_ep, sizeof a->ctrl_ep, err)))
         goto fail;
@@ -295,6 +308,48 @@ void hr_agent_destroy(hr_agent *a) {
 
 /* ---- plan application (both roles) ---- */
 
+/* MemAvailable and MemTotal from /proc/meminfo, bytes (-1 if unknown). */
+static void hr_meminfo(int64_t *avail, int64_t *total) {
+    *avail = *total = -1;
+    FILE *mf = fopen("/proc/meminfo", "r");
+    char line[128];
+    while (mf && fgets(line, sizeof line, mf)) {
+        long long kb;
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            *avail = kb * 1024;
+        else if (sscanf(line, "MemTotal: %lld kB", &kb) == 1)
+            *total = kb * 1024;
+    }
+    if (mf)
+        fclose(mf);
+}
+
+/* Refuses a plan whose KV cache and buffers (anonymous memory) would not
+ * fit in what this machine has available without swapping, keeping a
+ * reserve of 5% of RAM (at least 64 MiB) for everything else. */
+static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_ERR_LEN]) {
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    uint64_t kv = 2ull * (uint64_t)lp->w * (uint64_t)lp->k * (uint64_t)lp->n_ctx *
+                  (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * sizeof(float);
+    uint64_t bufs = (uint64_t)lp->n_batch * (uint64_t)hp->n_embd * 4 * 4 +
+                    (a->is_head ? (uint64_t)hp->n_vocab * 4 * 2 : 0);
+    int64_t avail, total;
+    hr_meminfo(&avail, &total);
+    if (avail < 0 || total <= 0)
+        return 0;
+    int64_t reserve = total / 20 > (64 << 20) ? total / 20 : (64 << 20);
+    int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
+    if (lim > 0 && lim < avail) /* --mem-limit caps what we may use */
+        avail = lim;
+    if ((int64_t)(kv + bufs) > avail - reserve)
+        return hr_seterr(err, HR_ENOMEM,
+                         "plan %u needs %.1f MiB of KV cache (%d layers x %d positions) and "
+                         "buffers, but only %.1f MiB are available without swapping",
+                         lp->plan_id, (kv + bufs) / 1048576.0, lp->w * lp->k, lp->n_ctx,
+                         (avail - reserve) / 1048576.0);
+    return 0;
+}
+
 int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
     const hr_hparams *hp = hr_model_hparams(a->m);
     a->plan_epoch++; /* fresh KV: the data thread forgets its request state */
@@ -324,11 +379,15 @@ int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LE
         memset(lp, 0, sizeof *lp);
         return rc;
     }
+    int rc = hr_plan_fits(a, lp, err);
+    if (rc) {
+        memset(lp, 0, sizeof *lp);
+        return rc;
+    }
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = lp->n_ctx;
     cp.n_batch = lp->n_batch;
     cp.pool = a->pool;
-    int rc = 0;
     for (int r = 0; lp->w > 0 && r < lp->k; r++) {
         cp.layer_begin = r * lp->W + lp->offset;
         cp.layer_end = cp.layer_begin + lp->w;
@@ -374,8 +433,8 @@ void hr_agent_push_connect(hr_agent *a) {
         return;
     char err[HR_ERR_LEN];
     if (a->keys && hr_ring_secure_client(a->push, a->keys, a->lp.next_key, err)) {
-        HR_LOG_ERROR(TAG, "%s: cannot connect to the next device %s: %s", a->name,
-                     a->lp.next_ep, err);
+        HR_LOG_ERROR(TAG, "%s: cannot connect to the next device %s: %s", a->name, a->lp.next_ep,
+                     err);
         return;
     }
     if (zmq_connect(a->push, a->lp.next_ep) == 0)
@@ -464,8 +523,8 @@ static void *hr_data_main(void *arg) {
             snprintf(err, HR_ERR_LEN,
                      "HIDDEN frame of request %llu at pos %d round %u out of order or replayed "
                      "(current request %llu expects pos %d)",
-                     (unsigned long long)h.req_id, h.pos, h.round,
-                     (unsigned long long)cur_req, next_pos[h.round]);
+                     (unsigned long long)h.req_id, h.pos, h.round, (unsigned long long)cur_req,
+                     next_pos[h.round]);
             pthread_mutex_unlock(&a->plan_mu);
             hr_reject_frame(a, "data port", err);
             continue;
@@ -571,18 +630,8 @@ static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
     res = hr_stream_resident(a);
     uint32_t pid = a->lp.plan_id;
     pthread_mutex_unlock(&a->plan_mu);
-    int64_t avail = -1; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
-    FILE *mf = fopen("/proc/meminfo", "r");
-    char line[128];
-    while (mf && fgets(line, sizeof line, mf)) {
-        long long kb;
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) {
-            avail = kb * 1024;
-            break;
-        }
-    }
-    if (mf)
-        fclose(mf);
+    int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
+    hr_meminfo(&avail, &total);
     char js[512];
     snprintf(js, sizeof js,
              "{\"ms_round\":%.4f,\"resident\":%.4f,\"tokens\":%llu,\"rejected\":%llu,"
@@ -608,9 +657,52 @@ static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
     return 0;
 }
 
+/* --join: asks the head (as a join token holder) to trust our key. */
+static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
+    char hk[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
+    if (hr_ring_join_parse(a->p.join, hk, sec) != 0)
+        return hr_seterr(err, HR_EINVAL, "--join: not a join token");
+    void *s = hr_ring_socket(a->zctx, ZMQ_DEALER, NULL, err);
+    if (!s)
+        return HR_ENET;
+    int rc = hr_ring_secure_client_pairing(s, sec, hk, err);
+    if (rc == 0 && zmq_connect(s, a->head_ep) != 0)
+        rc = hr_seterr(err, HR_ENET, "cannot connect to head %s", a->head_ep);
+    json_t *j = json_pack("{s:s,s:s}", "name", a->name, "pubkey", hr_ring_keys_public(a->keys));
+    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    hr_ring_hdr h = {.type = HR_RING_PAIR, .pos = -1, .len = js ? (uint32_t)strlen(js) : 0};
+    if (rc == 0 && (rc = hr_ring_send_msg(s, NULL, 0, &h, js, err)) == 0) {
+        uint8_t buf[HR_RING_HDR_SIZE + 512];
+        double until = hr_agent_now() + 10.0;
+        rc = hr_seterr(err, HR_ETIMEDOUT,
+                       "no pairing answer from head %s within 10 s (wrong token or address?)",
+                       a->head_ep);
+        while (hr_agent_now() < until && !atomic_load(&a->stop)) {
+            char e2[HR_ERR_LEN];
+            long n = hr_ring_recv(s, NULL, NULL, buf, sizeof buf, 200, &h, e2);
+            if (n > 0 && h.type == HR_RING_PAIR) {
+                HR_LOG_INFO(TAG, "%s: paired with head %s by join token", a->name, a->head_ep);
+                rc = 0;
+                break;
+            }
+            if (n > 0 && h.type == HR_RING_REJECT) {
+                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %.*s", (int)h.len,
+                               (const char *)buf + HR_RING_HDR_SIZE);
+                break;
+            }
+        }
+    }
+    free(js);
+    zmq_close(s);
+    return rc;
+}
+
 /* Worker control loop: join, apply plans, heartbeat, follow cancels. */
 static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     int rc;
+    if (a->p.join && a->keys && (rc = hr_worker_pair(a, err)))
+        return rc;
     if ((rc = hr_worker_connect(a, err)))
         return rc;
     if (pthread_create(&a->data_thread, NULL, hr_data_main, a) != 0)

@@ -7,6 +7,12 @@
  * runs its own windows, drives hidden states around the ring k times per
  * token, applies the output head, samples and streams tokens.
  *
+ * Security (unless insecure): every socket runs CURVE with this agent's key
+ * pair; only trusted keys (and ring members the head vouches for) get past
+ * the ZAP handler, see ring.h. A lost device (silent for hb_timeout_ms,
+ * restarted or gone) makes the head re-plan with the rest and replay the
+ * in-flight request (hr_head_generate).
+ *
  * Threads: hr_agent_run() runs the control loop on the calling thread; a
  * worker also runs a data thread (the ring), a head a job thread for CLI
  * prompts. hr_agent_stop() is thread-safe. hr_head_generate() and
@@ -53,6 +59,8 @@ typedef struct {
     const char *key_dir;  /* key folder; NULL = $HEARTH_KEY_DIR or ~/.config/hearth */
     const char *head_key; /* worker: the head's public key or trusted name (default
                              the trusted peer named "head", else this agent's own key) */
+    const char *join;     /* worker: a head's join token (first pairing: the head trusts
+                             our key, we trust the head's as "head") */
     bool insecure;        /* plaintext, anyone may connect: benchmarks only */
 } hr_agent_params;
 
@@ -71,6 +79,8 @@ void hr_agent_destroy(hr_agent *a);
 const char *hr_agent_endpoint(const hr_agent *a);      /* bound control endpoint */
 const char *hr_agent_data_endpoint(const hr_agent *a); /* bound data endpoint */
 bool hr_agent_is_head(const hr_agent *a);
+/* Head: the join token new agents pair with ("" when insecure). */
+const char *hr_agent_join_token(const hr_agent *a);
 
 /* ---- head API ---- */
 

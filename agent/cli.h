@@ -72,6 +72,7 @@ typedef struct {
     int api_max_tokens;     /* agent (head): most tokens per request (0 = context) */
     const char *key_dir;  /* agent, prompt, status, key, trust: key folder */
     const char *head_key; /* agent, prompt, status: the head's public key or trusted name */
+    const char *join;     /* agent: the head's join token (first pairing) */
     bool insecure;        /* agent, prompt, status: no CURVE (benchmarks only) */
     bool verbose;
     bool help;

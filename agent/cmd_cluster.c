@@ -57,6 +57,7 @@ int hr_cmd_agent(hr_cli *o) {
     p.profile = !o->no_profile;
     p.key_dir = o->key_dir;
     p.head_key = o->head_key;
+    p.join = o->join;
     p.insecure = o->insecure;
     if (o->insecure)
         fprintf(stderr, "hearth agent: WARNING: --insecure: traffic is plaintext and anyone on "
@@ -88,6 +89,11 @@ int hr_cmd_agent(hr_cli *o) {
     hr_install_signals();
     fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", o->name ? o->name : "",
             hr_agent_endpoint(a), p.head ? "worker" : "head");
+    if (!p.head && hr_agent_join_token(a)[0])
+        fprintf(stderr,
+                "hearth agent: new agents pair with: hearth agent --head ADDR:PORT --join '%s' "
+                "...\n",
+                hr_agent_join_token(a));
     hr_http *api = NULL;
     if (o->api_listen) {
         if (p.head) {

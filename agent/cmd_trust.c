@@ -9,12 +9,20 @@
 
 int hr_cmd_key(hr_cli *o) {
     const char *sub = o->n_args > 0 ? o->args[0] : "show";
-    if (strcmp(sub, "show") != 0)
-        return hr_cli_fail("usage: hearth key show [--key-dir DIR]");
+    if (strcmp(sub, "show") != 0 && strcmp(sub, "token") != 0)
+        return hr_cli_fail("usage: hearth key show | hearth key token [--key-dir DIR]");
     char err[HR_ERR_LEN];
     hr_ring_keys *k = NULL;
     if (hr_ring_keys_open(&k, o->key_dir, err))
         return hr_cli_fail("key: %s", err);
+    if (strcmp(sub, "token") == 0) { /* the head's join token */
+        char tok[96];
+        int rc = hr_ring_keys_join_token(k, tok, sizeof tok, err);
+        if (rc == 0)
+            printf("%s\n", tok);
+        hr_ring_keys_close(k);
+        return rc ? hr_cli_fail("key: %s", err) : 0;
+    }
     printf("%s\n", hr_ring_keys_public(k));
     fprintf(stderr, "key folder %s; on another machine: hearth trust add NAME %s\n",
             hr_ring_keys_dir(k), hr_ring_keys_public(k));

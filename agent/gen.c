@@ -36,8 +36,8 @@ int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_E
             nw += !a->devs[i].lost && a->devs[i].ready_plan == a->plan_id;
         if (a->ready && nw >= n_workers)
             break;
-        if (atomic_load(&a->lost)) {
-            rc = hr_seterr(err, HR_ENET, "cluster not ready: %s", a->lost_msg);
+        if (atomic_load(&a->lost) && !a->replan && strncmp(a->plan_err, "no plan", 7) == 0) {
+            rc = hr_seterr(err, HR_EINFEASIBLE, "cluster not ready: %s", a->plan_err);
             break;
         }
         if (pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl) != 0) {
@@ -177,6 +177,21 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
 static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
     pthread_mutex_lock(&a->gen_mu);
     pthread_mutex_lock(&a->dev_mu);
+    /* a device joined, came back or was lost since the last request: wait
+     * (bounded) for the re-plan the control thread is making */
+    double until = hr_agent_now() + a->p.recover_ms / 1000.0;
+    while (!a->ready && a->planned && !atomic_load(&a->stop) && hr_agent_now() < until &&
+           (a->replan ||
+            (strncmp(a->plan_err, "no plan", 7) != 0 && !strstr(a->plan_err, "cannot apply")))) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 100000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl);
+    }
     bool ok = a->ready;
     int rc = ok ? 0
                 : hr_seterr(err, HR_EAGAIN, "cluster not ready%s%s", a->plan_err[0] ? ": " : "",
@@ -462,7 +477,12 @@ static void hr_job_run(hr_agent *a, const char *js) {
         json_decref(j);
         return;
     }
-    int rc = hr_head_wait_ready(a, a->p.expect, wait_ms, err);
+    /* --expect gates the first plan; later a lost device means a re-plan
+     * with the devices that remain */
+    pthread_mutex_lock(&a->dev_mu);
+    int want = a->planned ? 0 : a->p.expect;
+    pthread_mutex_unlock(&a->dev_mu);
+    int rc = hr_head_wait_ready(a, want, wait_ms, err);
     int32_t *ids = NULL;
     int n = 0;
     size_t len = strlen(text);
@@ -475,6 +495,14 @@ static void hr_job_run(hr_agent *a, const char *js) {
             n > cap || n < 1)
             rc = hr_seterr(err, HR_EINVAL, "cannot tokenize the prompt");
     }
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    int n_ctx = a->p.n_ctx > 0 ? a->p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (rc == 0 && (int64_t)n + n_predict > n_ctx) /* refused up front, not cut short */
+        rc = hr_seterr(err, HR_ERANGE,
+                       "prompt of %d tokens + n_predict %d exceeds the context of %d tokens (the "
+                       "KV cache the plan holds); ask for fewer tokens or start the head with a "
+                       "larger --ctx",
+                       n, n_predict, n_ctx);
     hr_head_stats st;
     if (rc == 0) {
         hr_sampler_params sp = hr_sampler_params_default();

@@ -374,8 +374,9 @@ static void hr_head_check_lost(hr_agent *a) {
             continue;
         d->lost = true;
         d->ready = false;
-        snprintf(a->lost_msg, sizeof a->lost_msg, "device '%s' (%s) lost: no heartbeat for %.1f s",
-                 d->name, d->ctrl_ep, now - d->last_seen);
+        snprintf(a->lost_msg, sizeof a->lost_msg,
+                 "device '%.64s' (%.96s) lost: no heartbeat for %.1f s", d->name, d->ctrl_ep,
+                 now - d->last_seen);
         HR_LOG_ERROR(TAG, "%s", a->lost_msg);
         if (d->ring_pos >= 0) {
             atomic_store(&a->lost, i + 1);
@@ -432,6 +433,28 @@ static void hr_head_prompt(hr_agent *a, const uint8_t *id, size_t idl, const cha
         a->job_started = true;
     pthread_cond_broadcast(&a->job_cv);
     pthread_mutex_unlock(&a->job_mu);
+}
+
+/* HR_RING_PAIR from a join token holder: trust its key under its name. */
+static void hr_head_pair(hr_agent *a, const uint8_t *id, size_t idl, const hr_ring_hdr *h,
+                         const char *pl) {
+    char err[HR_ERR_LEN] = "";
+    const char *name = NULL, *pub = NULL;
+    if (h->type != HR_RING_PAIR) {
+        HR_LOG_WARN(TAG, "join token holder sent %s; only PAIR is allowed before pairing",
+                    hr_ring_type_name(h->type));
+        return;
+    }
+    json_t *j = json_loadb(pl, h->len, 0, NULL);
+    if (!j || json_unpack(j, "{s:s,s:s}", "name", &name, "pubkey", &pub) != 0)
+        snprintf(err, sizeof err, "malformed PAIR");
+    else if (hr_ring_trust_add(hr_ring_keys_dir(a->keys), name, pub, err) == 0)
+        HR_LOG_INFO(TAG, "paired '%s' (key %s) by join token", name, pub);
+    if (err[0])
+        HR_LOG_WARN(TAG, "pairing refused: %s", err);
+    hr_head_reply(a, id, idl, err[0] ? HR_RING_REJECT : HR_RING_PAIR, -1, 0, 0,
+                  err[0] ? err : "ok");
+    json_decref(j);
 }
 
 static void hr_head_invite(hr_agent *a, void **inv, int n_inv, bool *joined) {
@@ -533,13 +556,12 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         }
         pthread_mutex_lock(&a->dev_mu);
         hr_head_check_lost(a);
-        if (a->replan &&
-            (a->planned || a->p.expect <= 0 || hr_head_n_workers(a) >= a->p.expect) &&
+        if (a->replan && (a->planned || a->p.expect <= 0 || hr_head_n_workers(a) >= a->p.expect) &&
             pthread_mutex_trylock(&a->plan_mu) == 0) {
             char e2[HR_ERR_LEN] = "";
             a->replan = false;
             if (hr_head_replan(a, e2)) {
-                snprintf(a->plan_err, sizeof a->plan_err, "no plan: %s", e2);
+                snprintf(a->plan_err, sizeof a->plan_err, "no plan: %.200s", e2);
                 HR_LOG_ERROR(TAG, "%s", a->plan_err);
             } else {
                 a->plan_err[0] = 0;
@@ -564,9 +586,14 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         size_t idl = 0;
         hr_ring_hdr h;
         char e2[HR_ERR_LEN] = "";
-        long n = hr_ring_recv(a->ctrl, id, &idl, buf, cap, 0, &h, e2);
+        char user[HR_RING_KEY_LEN];
+        long n = hr_ring_recv_user(a->ctrl, id, &idl, buf, cap, 0, &h, user, e2);
         if (n == 0)
             continue;
+        if (n > 0 && strcmp(user, "pairing") == 0) { /* a join token holder: PAIR only */
+            hr_head_pair(a, id, idl, &h, (const char *)buf + HR_RING_HDR_SIZE);
+            continue;
+        }
         if (n < 0) {
             HR_LOG_WARN(TAG, "rejected frame on the control port: %s", e2);
             if (n == HR_EUNSUPPORTED && idl > 0)
@@ -630,8 +657,9 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
             } else {
                 snprintf(a->devs[di].ready_err, HR_ERR_LEN, "%.*s",
                          (int)(h.len < 200 ? h.len : 200), pl);
-                snprintf(a->plan_err, sizeof a->plan_err, "device '%s' cannot apply the plan: %s",
-                         a->devs[di].name, a->devs[di].ready_err);
+                snprintf(a->plan_err, sizeof a->plan_err,
+                         "device '%.64s' cannot apply the plan: %.150s", a->devs[di].name,
+                         a->devs[di].ready_err);
                 HR_LOG_ERROR(TAG, "%s", a->plan_err);
             }
             hr_head_update_ready(a);

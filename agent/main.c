@@ -97,6 +97,7 @@ static const hr_opt hr_opts[] = {
     {"timeout", 0, HR_OPT_INT, O(timeout_s), "S", "prompt/status: seconds to wait"},
     {"key-dir", 0, HR_OPT_STR, O(key_dir), "DIR", "key folder (default ~/.config/hearth)"},
     {"head-key", 0, HR_OPT_STR, O(head_key), "KEY|NAME", "the head's public key or trusted name"},
+    {"join", 0, HR_OPT_STR, O(join), "TOKEN", "agent: pair with the head by its join token"},
     {"insecure", 0, HR_OPT_FLAG, O(insecure), NULL, "no encryption/authentication (benchmarks)"},
     {"log", 0, HR_OPT_STR, O(log_level), "LEVEL", "log level: debug info warn error"},
     {"verbose", 'v', HR_OPT_FLAG, O(verbose), NULL, "log at info level"},
@@ -141,7 +142,8 @@ static const struct {
     {"status", hr_cmd_status,
      "status [--head ADDR:PORT] [--json]\n      every device of the cluster, its layers and figures"},
     {"key", hr_cmd_key,
-     "key show [--key-dir DIR]\n      this machine's public key (the key pair is made on first use)"},
+     "key show | key token [--key-dir DIR]\n"
+     "      this machine's public key (made on first use) / the head's join token"},
     {"trust", hr_cmd_trust,
      "trust add NAME PUBKEY | trust list [--key-dir DIR]\n"
      "      let the agent with that key join (or be joined); list trusted keys"},

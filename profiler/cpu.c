@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HR_CPU_MAT_BYTES (4u << 20) /* one test matrix, about a 7B layer's wk */
-#define HR_CPU_MM_TOK 32            /* prefill batch */
-#define HR_CPU_MM_ROWS 256          /* rows of the prefill test matrix */
+#define HR_CPU_MAT_BYTES (16u << 20) /* largest test matrix: a 7B layer's wq + wk + wv */
+#define HR_CPU_MM_TOK 32             /* prefill batch */
+#define HR_CPU_MM_ROWS 256           /* rows of the prefill test matrix */
 #define HR_CPU_MAX_REPS 16
 #define HR_REP_VALUES 4
 
@@ -122,8 +122,9 @@ static double hr_sweep(hr_cpu_run *r, hr_weight *w, int n_w, const unsigned char
     return (hr_prof_now() - t0) / n_call;
 }
 
-/* The four decode shapes: A = 4 MiB of rows of row_len; B = a quarter of
- * A's rows; C = 4 MiB of rows of ffn_len; D = B's rows as 4 matrices in one
+/* The four decode shapes, bracketing a layer's real calls: A = mat_bytes
+ * (16 MiB, less in a small buffer) of rows of row_len; B = a quarter of A's
+ * rows; C = mat_bytes of rows of ffn_len; D = B's rows as 4 matrices in one
  * call. */
 typedef struct {
     hr_cpu_run *r;
@@ -190,11 +191,12 @@ static void hr_fit_matvec(const hr_mv_job *j, const double *t, hr_prof_rate *out
 /* Measures one (type, thread count) on the buffer (buf_bytes of whole
  * blocks of `type`, valid as rows of either length). */
 static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, size_t buf_bytes,
-                            int64_t ffn_len, int reps, hr_rep_stats *st, hr_prof_rate *out) {
+                            size_t mat_bytes, int64_t ffn_len, int reps, hr_rep_stats *st,
+                            hr_prof_rate *out) {
     hr_mv_job j = {.r = r, .buf = buf};
     size_t rb1 = hr_type_row_bytes(type, r->n_in), rb2 = hr_type_row_bytes(type, ffn_len);
-    int64_t rows_a = (int64_t)(HR_CPU_MAT_BYTES / rb1) & ~(int64_t)31;
-    int64_t rows_c = (int64_t)(HR_CPU_MAT_BYTES / rb2) & ~(int64_t)31;
+    int64_t rows_a = (int64_t)(mat_bytes / rb1) & ~(int64_t)31;
+    int64_t rows_c = (int64_t)(mat_bytes / rb2) & ~(int64_t)31;
     rows_a = rows_a < 64 ? 64 : rows_a;
     rows_c = rows_c < 64 ? 64 : rows_c;
     int64_t rows_b = (rows_a / 4) & ~(int64_t)15;
@@ -468,7 +470,7 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
     int64_t l3 = d->topo.l3_bytes > 0 ? d->topo.l3_bytes : (32 << 20);
     /* test buffer: several L3s, so decode rows come from DRAM */
     size_t buf_bytes = (size_t)(quick ? 2 : 4) * (size_t)l3;
-    size_t floor_b = quick ? (48u << 20) : (96u << 20), cap_b = quick ? (256u << 20) : (512u << 20);
+    size_t floor_b = quick ? (64u << 20) : (96u << 20), cap_b = quick ? (256u << 20) : (512u << 20);
     if (buf_bytes < floor_b)
         buf_bytes = floor_b;
     if (buf_bytes > cap_b)
@@ -478,6 +480,8 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
         HR_LOG_WARN(HR_PROF_TAG, "little free memory: CPU test buffer cut to %zu MiB",
                     buf_bytes >> 20);
     }
+    /* six of the largest test matrices per sweep at least */
+    size_t mat_bytes = buf_bytes / 6 < HR_CPU_MAT_BYTES ? buf_bytes / 6 : HR_CPU_MAT_BYTES;
     int max_nt = 1;
     for (int i = 0; i < n_threads; i++)
         max_nt = threads[i] > max_nt ? threads[i] : max_nt;
@@ -495,7 +499,7 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
         wbuf_bytes = s > wbuf_bytes ? s : wbuf_bytes;
     }
     /* the narrowest rows give the most rows per matrix */
-    size_t max_rows = (min_row ? HR_CPU_MAT_BYTES / min_row : 0) + HR_CPU_MM_ROWS;
+    size_t max_rows = (min_row ? mat_bytes / min_row : 0) + HR_CPU_MM_ROWS;
     run.x = malloc((size_t)HR_CPU_MM_TOK * (size_t)max_len * sizeof(float));
     run.y = malloc((size_t)HR_CPU_MM_TOK * max_rows * sizeof(float));
     run.wbuf = malloc(wbuf_bytes ? wbuf_bytes : 64);
@@ -541,8 +545,8 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
         size_t row_bytes = hr_type_row_bytes(type, row_len);
         size_t n_rows = row_bytes ? buf_bytes / row_bytes : 0;
         /* whole blocks: the same bytes are valid rows of either length */
-        if (n_rows * row_bytes < 4 * (size_t)HR_CPU_MAT_BYTES ||
-            hr_type_row_bytes(type, ffn_len) > HR_CPU_MAT_BYTES / 64) {
+        if (n_rows * row_bytes < 4 * mat_bytes ||
+            hr_type_row_bytes(type, ffn_len) > mat_bytes / 64) {
             HR_LOG_WARN(HR_PROF_TAG, "buffer too small to measure %s", hr_type_name(type));
             continue;
         }
@@ -554,7 +558,7 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
             run.pool = pools[i];
             run.nt = threads[i];
             hr_prof_rate *rt = &d->rates[d->n_rates++];
-            hr_measure_rate(&run, type, buf, n_rows * row_bytes, ffn_len, reps, &st, rt);
+            hr_measure_rate(&run, type, buf, n_rows * row_bytes, mat_bytes, ffn_len, reps, &st, rt);
             HR_LOG_INFO(HR_PROF_TAG,
                         "%-5s %d thread%s: matvec %.2f GB/s + %.1f us/call + %.1f us/matrix + "
                         "%.2f ns/row, matmat %.1f GFLOP/s",

@@ -35,6 +35,8 @@ struct hr_ring_keys {
     struct timespec trusted_mtime;
     uint8_t vouched[HR_RING_MAX_TRUST][32];
     int n_vouched;
+    bool pairing; /* join token holders may PAIR on the "hearth-pair" domain */
+    uint8_t pair_pub[32];
     /* ZAP */
     void *zap;
     pthread_t th;
@@ -115,8 +117,8 @@ static int hr_keys_load_pair(hr_ring_keys *k, char err[HR_ERR_LEN]) {
     } else {
         struct stat st;
         if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
-            HR_LOG_WARN(TAG, "%s is readable by others (mode %03o); chmod 600 it",
-                        path, (unsigned)(st.st_mode & 0777));
+            HR_LOG_WARN(TAG, "%s is readable by others (mode %03o); chmod 600 it", path,
+                        (unsigned)(st.st_mode & 0777));
         char line[256];
         k->pub[0] = k->sec[0] = 0;
         while (fgets(line, sizeof line, f)) {
@@ -131,8 +133,7 @@ static int hr_keys_load_pair(hr_ring_keys *k, char err[HR_ERR_LEN]) {
         fclose(f);
         uint8_t sb[32];
         if (!hr_ring_key_valid(k->pub) || !zmq_z85_decode(sb, k->sec))
-            return hr_seterr(err, HR_EFORMAT, "%s: no valid 'public' and 'secret' Z85 keys",
-                             path);
+            return hr_seterr(err, HR_EFORMAT, "%s: no valid 'public' and 'secret' Z85 keys", path);
     }
     zmq_z85_decode(k->pub_bin, k->pub);
     return 0;
@@ -333,6 +334,16 @@ static void hr_zap_handle(hr_ring_keys *k) {
     bool curve = strcmp(part[5], "CURVE") == 0 && n >= 7 && len[6] == 32;
     if (curve)
         zmq_z85_encode(key, (const uint8_t *)part[6], 32);
+    bool pair_domain = strcmp(part[2], "hearth-pair") == 0;
+    pthread_mutex_lock(&k->mu);
+    bool pairing = curve && pair_domain && k->pairing && memcmp(part[6], k->pair_pub, 32) == 0;
+    pthread_mutex_unlock(&k->mu);
+    if (pairing) {
+        HR_LOG_INFO(TAG, "%s: join token holder connected from %s (may only pair)", k->who,
+                    part[3]);
+        hr_zap_reply(k->zap, part[1], (size_t)len[1], "200", "OK", "pairing");
+        return;
+    }
     if (curve && hr_keys_admit(k, (const uint8_t *)part[6], name, sizeof name)) {
         HR_LOG_DEBUG(TAG, "%s: admitted %s (%s) from %s", k->who, key, name, part[3]);
         hr_zap_reply(k->zap, part[1], (size_t)len[1], "200", "OK", key);
@@ -341,7 +352,8 @@ static void hr_zap_handle(hr_ring_keys *k) {
     atomic_fetch_add(&k->refused, 1);
     double now = hr_keys_now();
     if (!curve || memcmp(k->last_key, part[6], 32) != 0 || now - k->last_log > 5.0) {
-        HR_LOG_WARN(TAG, "%s: refused %s peer %s with untrusted key %s (trust it with "
+        HR_LOG_WARN(TAG,
+                    "%s: refused %s peer %s with untrusted key %s (trust it with "
                     "`hearth trust add NAME %s` if it is yours)",
                     k->who, part[5], part[3], key, key);
         if (curve)
@@ -371,8 +383,8 @@ int hr_ring_keys_zap_start(hr_ring_keys *k, void *zctx, const char *who, char er
     int zero = 0;
     if (!k->zap || zmq_setsockopt(k->zap, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
         zmq_bind(k->zap, "inproc://zeromq.zap.01") != 0) {
-        int rc = hr_seterr(err, HR_ENET, "cannot start the ZAP handler: %s",
-                           zmq_strerror(zmq_errno()));
+        int rc =
+            hr_seterr(err, HR_ENET, "cannot start the ZAP handler: %s", zmq_strerror(zmq_errno()));
         if (k->zap)
             zmq_close(k->zap);
         k->zap = NULL;
@@ -404,8 +416,69 @@ int hr_ring_secure_server(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN
     if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, k->sec, 40) != 0 ||
         zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "hearth", 6) != 0)
-        return hr_seterr(err, HR_ENET, "cannot make a CURVE server: %s",
-                         zmq_strerror(zmq_errno()));
+        return hr_seterr(err, HR_ENET, "cannot make a CURVE server: %s", zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+int hr_ring_secure_server_pairing(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN]) {
+    int rc = hr_ring_secure_server(sock, k, err);
+    if (rc == 0 && zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "hearth-pair", 11) != 0)
+        rc = hr_seterr(err, HR_ENET, "ZAP domain: %s", zmq_strerror(zmq_errno()));
+    return rc;
+}
+
+int hr_ring_keys_join_token(hr_ring_keys *k, char *out, size_t cap, char err[HR_ERR_LEN]) {
+    char path[HR_PATH_LEN + 8], sec[HR_RING_KEY_LEN] = "", pub[HR_RING_KEY_LEN];
+    snprintf(path, sizeof path, "%s/join", k->dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(sec, sizeof sec, f))
+            sec[0] = 0;
+        fclose(f);
+    }
+    uint8_t b[32];
+    if (strlen(sec) != 40 || !zmq_z85_decode(b, sec)) {
+        char tmp[HR_RING_KEY_LEN];
+        if (zmq_curve_keypair(tmp, sec) != 0)
+            return hr_seterr(err, HR_EUNSUPPORTED, "no CURVE support");
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        bool ok = fd >= 0 && write(fd, sec, 40) == 40;
+        if (fd >= 0)
+            close(fd);
+        if (!ok)
+            return hr_seterr(err, HR_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (zmq_curve_public(pub, sec) != 0)
+        return hr_seterr(err, HR_EFORMAT, "%s: not a valid pairing secret", path);
+    pthread_mutex_lock(&k->mu);
+    zmq_z85_decode(k->pair_pub, pub);
+    k->pairing = true;
+    pthread_mutex_unlock(&k->mu);
+    int n = snprintf(out, cap, "HJ1%s%s", k->pub, sec);
+    return n < 0 || (size_t)n >= cap ? hr_seterr(err, HR_ERANGE, "token buffer too small") : 0;
+}
+
+int hr_ring_join_parse(const char *token, char head_pub[HR_RING_KEY_LEN],
+                       char pair_sec[HR_RING_KEY_LEN]) {
+    if (!token || strlen(token) != 83 || strncmp(token, "HJ1", 3) != 0)
+        return HR_EINVAL;
+    memcpy(head_pub, token + 3, 40);
+    head_pub[40] = 0;
+    memcpy(pair_sec, token + 43, 40);
+    pair_sec[40] = 0;
+    uint8_t b[32];
+    return hr_ring_key_valid(head_pub) && zmq_z85_decode(b, pair_sec) ? 0 : HR_EINVAL;
+}
+
+int hr_ring_secure_client_pairing(void *sock, const char *pair_sec, const char *server_pub,
+                                  char err[HR_ERR_LEN]) {
+    char pub[HR_RING_KEY_LEN];
+    if (zmq_curve_public(pub, pair_sec) != 0)
+        return hr_seterr(err, HR_EINVAL, "bad join token secret");
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_pub, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, pair_sec, 40) != 0)
+        return hr_seterr(err, HR_ENET, "cannot make a CURVE client: %s", zmq_strerror(zmq_errno()));
     return 0;
 }
 
@@ -417,7 +490,6 @@ int hr_ring_secure_client(void *sock, const hr_ring_keys *k, const char *server_
     if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_pub, 40) != 0 ||
         zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, k->pub, 40) != 0 ||
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, k->sec, 40) != 0)
-        return hr_seterr(err, HR_ENET, "cannot make a CURVE client: %s",
-                         zmq_strerror(zmq_errno()));
+        return hr_seterr(err, HR_ENET, "cannot make a CURVE client: %s", zmq_strerror(zmq_errno()));
     return 0;
 }

@@ -19,7 +19,7 @@ static const char *const hr_ring_names[HR_RING_TYPE_END] = {
     [HR_RING_HIDDEN] = "HIDDEN", [HR_RING_PROMPT] = "PROMPT",
     [HR_RING_TOKEN] = "TOKEN",   [HR_RING_DONE] = "DONE",
     [HR_RING_ERROR] = "ERROR",   [HR_RING_STATUS_REQ] = "STATUS_REQ",
-    [HR_RING_STATUS] = "STATUS",
+    [HR_RING_STATUS] = "STATUS", [HR_RING_PAIR] = "PAIR",
 };
 
 const char *hr_ring_type_name(int type) {
@@ -259,6 +259,13 @@ static void hr_ring_drain(void *sock) {
 
 long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
                   hr_ring_hdr *h, char err[HR_ERR_LEN]) {
+    return hr_ring_recv_user(sock, id, id_len, buf, cap, timeout_ms, h, NULL, err);
+}
+
+long hr_ring_recv_user(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
+                       hr_ring_hdr *h, char *user, char err[HR_ERR_LEN]) {
+    if (user)
+        user[0] = 0;
     zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
     int pr = zmq_poll(&it, 1, timeout_ms);
     if (pr < 0) {
@@ -276,11 +283,20 @@ long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, i
                        : hr_seterr(err, HR_ENET, "recv: %s", zmq_strerror(zmq_errno()));
         *id_len = n > HR_RING_MAX_ID ? HR_RING_MAX_ID : (size_t)n;
     }
-    int n = zmq_recv(sock, buf, cap, ZMQ_DONTWAIT);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    int n = zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT);
     if (n < 0) {
         int e = zmq_errno();
+        zmq_msg_close(&msg);
         return e == EAGAIN ? 0 : hr_seterr(err, HR_ENET, "recv: %s", zmq_strerror(e));
     }
+    memcpy(buf, zmq_msg_data(&msg), (size_t)n < cap ? (size_t)n : cap);
+    if (user) {
+        const char *u = zmq_msg_gets(&msg, "User-Id");
+        snprintf(user, HR_RING_KEY_LEN, "%s", u ? u : "");
+    }
+    zmq_msg_close(&msg);
     int more = 0;
     size_t ml = sizeof more;
     zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);

@@ -59,6 +59,7 @@ typedef enum {
     HR_RING_ERROR,      /* any -> client: failure, payload says why */
     HR_RING_STATUS_REQ, /* client -> head */
     HR_RING_STATUS,     /* head -> client: JSON */
+    HR_RING_PAIR,       /* new agent -> head (join token): trust my key; head -> agent: ok */
     HR_RING_TYPE_END
 } hr_ring_type;
 
@@ -127,6 +128,11 @@ int hr_ring_send_msg(void *sock, const void *id, size_t id_len, const hr_ring_hd
  * cap) or HR_ENET; rejected frames are consumed, err says why. */
 long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
                   hr_ring_hdr *h, char err[HR_ERR_LEN]);
+/* hr_ring_recv that also gives the sender's authenticated identity (the ZAP
+ * user id: its Z85 key, "pairing" for a join-token holder, "" without
+ * CURVE) in user (HR_RING_KEY_LEN bytes). */
+long hr_ring_recv_user(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
+                       hr_ring_hdr *h, char *user, char err[HR_ERR_LEN]);
 
 /* 64-bit FNV-1a over n bytes (model fingerprints). */
 uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);
@@ -173,6 +179,19 @@ int hr_ring_keys_zap_start(hr_ring_keys *k, void *zctx, const char *who, char er
 uint64_t hr_ring_keys_refused(const hr_ring_keys *k);
 /* Makes sock a CURVE server with this key pair (before bind). */
 int hr_ring_secure_server(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN]);
+/* Head: like hr_ring_secure_server, and the control socket also admits the
+ * holders of this head's join token (for HR_RING_PAIR only). */
+int hr_ring_secure_server_pairing(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN]);
+/* Head: the join token for first pairing, "HJ1" + head public key + the
+ * pairing secret (83 characters, Z85); the secret is made on first use and
+ * kept in dir/join (0600). Enables pairing in the ZAP handler. */
+int hr_ring_keys_join_token(hr_ring_keys *k, char *out, size_t cap, char err[HR_ERR_LEN]);
+/* Splits a join token; HR_EINVAL when malformed. */
+int hr_ring_join_parse(const char *token, char head_pub[HR_RING_KEY_LEN],
+                       char pair_sec[HR_RING_KEY_LEN]);
+/* Makes sock a CURVE client with the join token's pairing key pair. */
+int hr_ring_secure_client_pairing(void *sock, const char *pair_sec, const char *server_pub,
+                                  char err[HR_ERR_LEN]);
 /* Makes sock a CURVE client expecting server_pub (before connect). */
 int hr_ring_secure_client(void *sock, const hr_ring_keys *k, const char *server_pub,
                           char err[HR_ERR_LEN]);

@@ -4,13 +4,22 @@
  * Built with -DHR_FUZZ=ON (clang) or deploy/fuzz.sh. */
 #include "agent/agent-impl.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "profiler/profiler.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    hr_log_set_level(HR_LOG_LEVEL_NONE); /* rejected input is logged: keep the fuzzer fast */
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)

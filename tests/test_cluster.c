@@ -495,9 +495,9 @@ static void test_kill(void) {
     snprintf(w1l, sizeof w1l, "127.0.0.1:%d", base + 10);
     snprintf(w2l, sizeof w2l, "127.0.0.1:%d", base + 20);
     snprintf(hd, sizeof hd, "127.0.0.1:%d", base);
-    const char *ha[] = {bin,   "agent", "-m",  model, "--listen", hl,    "--name", "head",
-                        "--no-profile", "--expect", "2", "--ctx", "4096", "--k",    "1",
-                        "--wire", "f32", NULL};
+    const char *ha[] = {bin,    "agent",        "-m",       model, "--listen", hl,     "--name",
+                        "head", "--no-profile", "--expect", "2",   "--ctx",    "4096", "--k",
+                        "1",    "--wire",       "f32",      NULL};
     const char *w1a[] = {bin,      "agent", "-m",     model,        "--listen",     w1l,
                          "--head", hd,      "--name", "worker-one", "--no-profile", NULL};
     const char *w2a[] = {bin,      "agent", "-m",     model,        "--listen",     w2l,
@@ -552,8 +552,7 @@ static void test_kill(void) {
     double t1 = now_s();
     bool three = false;
     while (!three && now_s() - t1 < 20) {
-        snprintf(cmd, sizeof cmd, "%s status --head %s --json >/tmp/hr_test_kill_st.json", bin,
-                 hd);
+        snprintf(cmd, sizeof cmd, "%s status --head %s --json >/tmp/hr_test_kill_st.json", bin, hd);
         if (system(cmd) == 0) {
             char *js = slurp("/tmp/hr_test_kill_st.json");
             three = js && strstr(js, "\"ready\":true") && strstr(js, "worker-two") &&

@@ -1,10 +1,12 @@
 /* test_ring.c - wire format: header round trip, every rejection path
  * (short, bad magic, version, type, length, limits), F16/F32 packing, and
  * the socket helpers (timeouts, oversized and multi-part frames). */
+#include "common/log.h"
 #include "ring/ring.h"
 
 #include "check.h"
 
+#include <unistd.h>
 #include <zmq.h>
 
 static void test_header(void) {
@@ -170,10 +172,75 @@ static void test_sockets(void) {
     zmq_ctx_term(z);
 }
 
+/* CURVE + ZAP: a trusted client's frame arrives with its key as user id;
+ * an untrusted key and a plaintext client get nothing through. */
+static void test_curve(void) {
+    char err[HR_ERR_LEN], ds[64], dt[64], du[64], ep[160];
+    snprintf(ds, sizeof ds, "/tmp/hr_test_ring_%d/s", (int)getpid());
+    snprintf(dt, sizeof dt, "/tmp/hr_test_ring_%d/t", (int)getpid());
+    snprintf(du, sizeof du, "/tmp/hr_test_ring_%d/u", (int)getpid());
+    hr_ring_keys *ks = NULL, *kt = NULL, *ku = NULL;
+    CHECK_EQ(hr_ring_keys_open(&ks, ds, err), 0);
+    CHECK_EQ(hr_ring_keys_open(&kt, dt, err), 0);
+    CHECK_EQ(hr_ring_keys_open(&ku, du, err), 0);
+    if (!ks || !kt || !ku)
+        return;
+    CHECK_EQ(hr_ring_trust_add(ds, "t", hr_ring_keys_public(kt), err), 0);
+    void *z = zmq_ctx_new();
+    CHECK_EQ(hr_ring_keys_zap_start(ks, z, "server", err), 0);
+    void *srv = hr_ring_socket(z, ZMQ_PULL, NULL, err);
+    CHECK_EQ(hr_ring_secure_server(srv, ks, err), 0);
+    CHECK_EQ(hr_ring_bind(srv, "tcp://127.0.0.1:0", ep, sizeof ep, err), 0);
+    void *c[3];
+    hr_ring_keys *ck[3] = {kt, ku, NULL};
+    for (int i = 0; i < 3; i++) {
+        c[i] = hr_ring_socket(z, ZMQ_PUSH, NULL, err);
+        if (ck[i])
+            CHECK_EQ(hr_ring_secure_client(c[i], ck[i], hr_ring_keys_public(ks), err), 0);
+        zmq_connect(c[i], ep);
+        hr_ring_hdr h = {.type = HR_RING_STATUS_REQ, .pos = -1, .req_id = (uint64_t)i + 1};
+        hr_ring_send_msg(c[i], NULL, 0, &h, NULL, err);
+    }
+    uint8_t buf[256];
+    char user[HR_RING_KEY_LEN];
+    int got = 0;
+    uint64_t from = 0;
+    hr_ring_hdr h;
+    long n;
+    while ((n = hr_ring_recv_user(srv, NULL, NULL, buf, sizeof buf, 1500, &h, user, err)) > 0) {
+        got++;
+        from = h.req_id;
+        CHECK(strcmp(user, hr_ring_keys_public(kt)) == 0);
+    }
+    CHECK_EQ(got, 1);
+    CHECK_EQ(from, 1);
+    CHECK(hr_ring_keys_refused(ks) >= 1);
+    for (int i = 0; i < 3; i++)
+        zmq_close(c[i]);
+    zmq_close(srv);
+    hr_ring_keys_close(ks);
+    zmq_ctx_term(z);
+    hr_ring_keys_close(kt);
+    hr_ring_keys_close(ku);
+    char tok[96], hp[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
+    CHECK_EQ(hr_ring_join_parse("HJ1short", hp, sec), HR_EINVAL);
+    hr_ring_keys *kh = NULL;
+    CHECK_EQ(hr_ring_keys_open(&kh, ds, err), 0);
+    CHECK_EQ(hr_ring_keys_join_token(kh, tok, sizeof tok, err), 0);
+    CHECK_EQ(hr_ring_join_parse(tok, hp, sec), 0);
+    CHECK(kh && strcmp(hp, hr_ring_keys_public(kh)) == 0);
+    hr_ring_keys_close(kh);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf /tmp/hr_test_ring_%d", (int)getpid());
+    CHECK_EQ(system(cmd), 0);
+}
+
 int main(void) {
+    hr_log_set_level(HR_LOG_LEVEL_ERROR);
     test_header();
     test_pack();
     test_endpoint();
     test_sockets();
+    test_curve();
     return hr_check_finish("ring");
 }

@@ -314,8 +314,7 @@ static void *rogue_main(void *arg) {
     return NULL;
 }
 
-static void test_rogue(const char *model, const int32_t *prompt, int n_prompt,
-                       const gen_out *ref) {
+static void test_rogue(const char *model, const int32_t *prompt, int n_prompt, const gen_out *ref) {
     char hd[300], wd[300], rd[300], hpub[HR_RING_KEY_LEN], wpub[HR_RING_KEY_LEN], err[HR_ERR_LEN];
     key_dir(hd, sizeof hd, "head");
     key_dir(wd, sizeof wd, "worker");
@@ -377,6 +376,38 @@ static void test_rogue(const char *model, const int32_t *prompt, int n_prompt,
     CHECK_EQ(generate(h.a, prompt, n_prompt, &out, err), 0);
     CHECK(same(&out, ref)); /* worker and guest never trusted each other: the head vouches */
     agent_end(&rogue);
+    /* first pairing by the head's join token: a new agent with a new key */
+    const char *tok = hr_agent_join_token(h.a);
+    CHECK_EQ(strlen(tok), 83);
+    agent_th nw;
+    char nd[300];
+    key_dir(nd, sizeof nd, "newcomer");
+    memset(&nw, 0, sizeof nw);
+    hr_agent_params p = hr_agent_params_default();
+    p.model_path = model;
+    p.listen = "127.0.0.1:0";
+    p.head = hr_agent_endpoint(h.a);
+    p.key_dir = nd;
+    p.join = tok;
+    p.name = "newcomer";
+    p.hb_interval_ms = 100;
+    p.hb_timeout_ms = 1000;
+    CHECK_EQ(hr_agent_create(&nw.a, &p, nw.err), 0);
+    pthread_create(&nw.th, NULL, agent_main, &nw);
+    nw.running = true;
+    CHECK_EQ(hr_head_wait_ready(h.a, 2, 20000, err), 0);
+    n_dev = status_n_devices(h.a, &n_ring);
+    printf("join token: newcomer paired and joined; %d devices\n", n_dev);
+    CHECK_EQ(n_dev, 3);
+    char npub[HR_RING_KEY_LEN], got[HR_RING_KEY_LEN];
+    pubkey_of(nd, npub);
+    hr_ring_keys *hk = NULL;
+    CHECK_EQ(hr_ring_keys_open(&hk, hd, err), 0);
+    CHECK(hk && hr_ring_keys_lookup(hk, "newcomer", got) == 0 && strcmp(got, npub) == 0);
+    hr_ring_keys_close(hk);
+    CHECK_EQ(generate(h.a, prompt, n_prompt, &out, err), 0);
+    CHECK(same(&out, ref));
+    agent_end(&nw);
     agent_end(&w);
     agent_end(&h);
 }
