@@ -43,37 +43,37 @@ typedef struct {
     bool kv;
     bool bos;
     bool special;
-    const char *peer;      /* profile: echo responder to measure the link to */
-    const char *cache_dir; /* profile: cache folder */
-    bool json;             /* profile: JSON instead of the table */
-    bool quick;            /* profile: quick device profile */
-    bool no_cache;         /* profile: measure again (and refresh the cache) */
+    const char *peer;          /* profile: echo responder to measure the link to */
+    const char *cache_dir;     /* profile: cache folder */
+    bool json;                 /* profile: JSON instead of the table */
+    bool quick;                /* profile: quick device profile */
+    bool no_cache;             /* profile: measure again (and refresh the cache) */
     const char *chat_template; /* chat: template name (chatml, llama3, llama2, mistral) */
     const char *system;        /* chat: system message */
     hr_cli_list stop;          /* run, chat: stop strings (repeatable, comma lists) */
     int max_tokens;            /* run, chat: tokens per reply (0 = run's -n / unlimited) */
     /* cluster (agent, prompt, status) */
-    const char *listen;  /* agent: control host:port (data on port + 1) */
-    const char *head;    /* agent: join this head; prompt/status: head to ask */
-    const char *peers;   /* agent: be the head and invite these agents */
-    const char *name;    /* agent: device name */
-    const char *windows; /* agent (head): force window sizes per ring position */
-    const char *wire;    /* agent (head): f16 or f32 hidden states */
-    const char *release; /* agent: release finished windows: auto, on, off */
-    float mem_limit;     /* agent: GiB reported available for weights */
-    int k;               /* agent (head): force k rounds */
-    int expect;          /* agent (head): workers to wait for */
-    int timeout_s;       /* prompt/status: seconds to wait */
-    bool no_prefetch;    /* agent: no madvise(WILLNEED) of the next window */
-    bool no_profile;     /* agent: join without measuring a device profile */
+    const char *listen;     /* agent: control host:port (data on port + 1) */
+    const char *head;       /* agent: join this head; prompt/status: head to ask */
+    const char *peers;      /* agent: be the head and invite these agents */
+    const char *name;       /* agent: device name */
+    const char *windows;    /* agent (head): force window sizes per ring position */
+    const char *wire;       /* agent (head): f16 or f32 hidden states */
+    const char *release;    /* agent: release finished windows: auto, on, off */
+    float mem_limit;        /* agent: GiB reported available for weights */
+    int k;                  /* agent (head): force k rounds */
+    int expect;             /* agent (head): workers to wait for */
+    int timeout_s;          /* prompt/status: seconds to wait */
+    bool no_prefetch;       /* agent: no madvise(WILLNEED) of the next window */
+    bool no_profile;        /* agent: join without measuring a device profile */
     const char *api_listen; /* agent (head): serve the HTTP API on ADDR:PORT */
     const char *api_key;    /* agent (head): require Authorization: Bearer KEY */
     int api_queue;          /* agent (head): requests waiting at most (0 = default) */
     int api_max_tokens;     /* agent (head): most tokens per request (0 = context) */
-    const char *key_dir;  /* agent, prompt, status, key, trust: key folder */
-    const char *head_key; /* agent, prompt, status: the head's public key or trusted name */
-    const char *join;     /* agent: the head's join token (first pairing) */
-    bool insecure;        /* agent, prompt, status: no CURVE (benchmarks only) */
+    const char *key_dir;    /* agent, prompt, status, key, trust: key folder */
+    const char *head_key;   /* agent, prompt, status: the head's public key or trusted name */
+    const char *join;       /* agent: the head's join token (first pairing) */
+    bool insecure;          /* agent, prompt, status: no CURVE (benchmarks only) */
     bool verbose;
     bool help;
     int n_args;

@@ -152,8 +152,8 @@ int hr_cmd_run(hr_cli *o) {
     int n_ids = 0;
     if (hr_cli_stop_list(o, &stops, &n_stops))
         goto done;
-    if (hr_encode_alloc(e.tok, text, text_len, hr_tokenizer_add_bos(e.tok), false, &ids,
-                        &n_ids) != 0) {
+    if (hr_encode_alloc(e.tok, text, text_len, hr_tokenizer_add_bos(e.tok), false, &ids, &n_ids) !=
+        0) {
         hr_cli_fail("cannot tokenize the prompt");
         goto done;
     }
@@ -169,8 +169,8 @@ int hr_cmd_run(hr_cli *o) {
     int n_want = o->max_tokens > 0 ? o->max_tokens : o->n_predict;
     int n_predict = n_want < 0 ? n_ctx - n_ids : n_want;
     if (n_ids + n_predict > n_ctx) {
-        HR_LOG_WARN("run", "generation limited to %d tokens by the context size %d",
-                    n_ctx - n_ids, n_ctx);
+        HR_LOG_WARN("run", "generation limited to %d tokens by the context size %d", n_ctx - n_ids,
+                    n_ctx);
         n_predict = n_ctx - n_ids;
     }
     if (hr_engine_ctx(&e, o, n_ctx, o->batch))
@@ -238,8 +238,9 @@ int hr_cmd_run(hr_cli *o) {
     fputc('\n', stdout);
     fflush(stdout);
     double t_gen = hr_cli_now() - t1;
-    fprintf(stderr, "prompt: %d tokens in %.3f s, %.2f tokens/s | generation: %d tokens in %.3f s, "
-                    "%.2f tokens/s\n",
+    fprintf(stderr,
+            "prompt: %d tokens in %.3f s, %.2f tokens/s | generation: %d tokens in %.3f s, "
+            "%.2f tokens/s\n",
             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
             n_gen / (t_gen > 0 ? t_gen : 1e-9));
     HR_LOG_INFO("run", "finish reason: %s", hr_finish_name(hr_gen_finish_reason(gen)));

@@ -140,7 +140,8 @@ static const struct {
      "prompt [--head ADDR:PORT] [-n N] [--temp T ...] \"TEXT\"\n"
      "      ask the cluster; the answer streams to stdout"},
     {"status", hr_cmd_status,
-     "status [--head ADDR:PORT] [--json]\n      every device of the cluster, its layers and figures"},
+     "status [--head ADDR:PORT] [--json]\n      every device of the cluster, its layers and "
+     "figures"},
     {"key", hr_cmd_key,
      "key show | key token [--key-dir DIR]\n"
      "      this machine's public key (made on first use) / the head's join token"},
@@ -269,9 +270,18 @@ int main(int argc, char **argv) {
         printf("hearth 0.1.0\n");
         return 0;
     }
-    hr_cli cli = {.n_predict = 128, .threads = 0, .batch = 64, .temp = 0.8f, .top_k = 40,
-                  .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = -1,
-                  .n_prompt = 128, .n_gen = 64, .reps = 3};
+    hr_cli cli = {.n_predict = 128,
+                  .threads = 0,
+                  .batch = 64,
+                  .temp = 0.8f,
+                  .top_k = 40,
+                  .top_p = 0.95f,
+                  .min_p = 0.05f,
+                  .repeat_penalty = 1.0f,
+                  .seed = -1,
+                  .n_prompt = 128,
+                  .n_gen = 64,
+                  .reps = 3};
     for (size_t i = 0; i < sizeof hr_cmds / sizeof hr_cmds[0]; i++) {
         if (strcmp(argv[1], hr_cmds[i].name) != 0)
             continue;

@@ -28,8 +28,8 @@ typedef struct {
     long total_rows;
     const hr_kernels *k;
     hr_quant_fn quant;
-    long chunk;               /* rows per work item */
-    _Atomic long next_row;    /* next unclaimed row (concatenated over weights) */
+    long chunk;            /* rows per work item */
+    _Atomic long next_row; /* next unclaimed row (concatenated over weights) */
 } hr_mm_job;
 
 static void hr_mm_dot_rows(hr_mm_job *j, long b, long e);
@@ -88,8 +88,8 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
     }
 }
 
-void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
-               const float *x, int n_tok, void *wbuf) {
+void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y, const float *x,
+               int n_tok, void *wbuf) {
     const hr_kernels *k = hr_kernels_best();
     const hr_type_traits *tt = hr_type_get(w[0]->type);
     hr_mm_job j = {.n_w = n_w, .w = w, .y = y, .x = x, .n_tok = n_tok, .k = k};

@@ -31,8 +31,8 @@ size_t hr_matmul_wbuf_size(int type, int64_t n_in, int n_tok);
  * vec_dot_type, so the input is converted once).
  * x: [n_tok][n_in] f32; y_j: [n_tok][W_j.n_out] f32; wbuf: scratch of
  * hr_matmul_wbuf_size() bytes. */
-void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
-               const float *x, int n_tok, void *wbuf);
+void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y, const float *x,
+               int n_tok, void *wbuf);
 
 /* out[i] = x[i] / rms(x) * g[i]  (g may be NULL) ; n elements. */
 void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps);
@@ -44,10 +44,10 @@ void hr_softmax(float *x, int n);
 void hr_swiglu(float *out, const float *gate, const float *up, int n);
 
 typedef struct {
-    int n_rot;                  /* rotated dims per head (<= head_dim) */
-    float freq_base;            /* rope.freq_base */
-    bool neox;                  /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
-    const float *freq_factors;  /* [n_rot/2] divisors (Llama-3 rope_freqs) or NULL */
+    int n_rot;                 /* rotated dims per head (<= head_dim) */
+    float freq_base;           /* rope.freq_base */
+    bool neox;                 /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
+    const float *freq_factors; /* [n_rot/2] divisors (Llama-3 rope_freqs) or NULL */
 } hr_rope_params;
 
 /* Rotates n_heads heads of head_dim values at position pos, in place. */

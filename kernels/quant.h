@@ -78,8 +78,8 @@ typedef float (*hr_vec_dot_fn)(int64_t n, const void *w, const void *a);
  * strides in bytes for w and a, in floats for y). SIMD versions unpack each
  * weight block once for several tokens and load each activation block once
  * for several rows; results equal vec_dot up to float summation order. */
-typedef void (*hr_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t w_stride,
-                           const void *a, size_t a_stride, float *y, size_t y_stride);
+typedef void (*hr_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t w_stride, const void *a,
+                           size_t a_stride, float *y, size_t y_stride);
 
 typedef struct {
     hr_isa isa;

@@ -94,8 +94,8 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
                          "n_head %d, n_head_kv %d",
                          hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv);
     if (hp->n_head % hp->n_head_kv != 0)
-        return hr_seterr(err, HR_EFORMAT, "n_head %d is not a multiple of n_head_kv %d",
-                         hp->n_head, hp->n_head_kv);
+        return hr_seterr(err, HR_EFORMAT, "n_head %d is not a multiple of n_head_kv %d", hp->n_head,
+                         hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
     rc = hr_get_u32_arch(g, arch, "attention.key_length", &v, false, err);
     if (rc == 0)
@@ -120,8 +120,8 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
     else if (rc != 0 && rc != HR_ENOENT)
         return rc;
     float dflt_eps = hp->arch == HR_ARCH_LLAMA ? 1e-5f : 1e-6f;
-    if ((rc = hr_get_f32_arch(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps,
-                              dflt_eps, err)))
+    if ((rc = hr_get_f32_arch(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, dflt_eps,
+                              err)))
         return rc;
     float dflt_base = hp->arch == HR_ARCH_LLAMA ? 10000.0f : 1000000.0f;
     if ((rc = hr_get_f32_arch(g, arch, "rope.freq_base", &hp->rope_base, dflt_base, err)))
@@ -168,8 +168,8 @@ static int hr_bind_matrix(const hr_gguf *g, const char *name, int64_t n_in, int6
 }
 
 /* Resolves a vector of n values, converted to f32 in the model's arena. */
-static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64_t n,
-                          hr_weight *w, bool optional, char *err) {
+static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64_t n, hr_weight *w,
+                          bool optional, char *err) {
     hr_weight raw;
     int rc = hr_bind_matrix(g, name, n, 1, &raw, optional, err);
     if (rc)
@@ -178,8 +178,11 @@ static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64
     if (!dst)
         return hr_seterr(err, HR_EINTERNAL, "arena exhausted binding '%s'", name);
     hr_dequantize_row(raw.type, raw.data, dst, n);
-    *w = (hr_weight){.type = HR_TYPE_F32, .n_in = n, .n_out = 1,
-                     .row_bytes = (size_t)n * sizeof(float), .data = dst};
+    *w = (hr_weight){.type = HR_TYPE_F32,
+                     .n_in = n,
+                     .n_out = 1,
+                     .row_bytes = (size_t)n * sizeof(float),
+                     .data = dst};
     return 0;
 }
 
@@ -204,9 +207,10 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
     }
     int E = hp->n_embd, H = hp->n_head, KV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     /* arena: output norm + per layer 2 norms + 3 biases + 2 head norms + rope freqs */
-    m->arena_cap = (size_t)E + (size_t)hp->n_layer * (2 * (size_t)E + (size_t)H * D +
-                                                      2 * (size_t)KV * D + 2 * (size_t)D) +
-                   (size_t)hp->n_rot;
+    m->arena_cap =
+        (size_t)E +
+        (size_t)hp->n_layer * (2 * (size_t)E + (size_t)H * D + 2 * (size_t)KV * D + 2 * (size_t)D) +
+        (size_t)hp->n_rot;
     m->f32_arena = malloc(m->arena_cap * sizeof(float));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_arena || !m->layers) {
@@ -234,14 +238,14 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
     for (int il = 0; il < hp->n_layer; il++) {
         hr_layer_weights *L = &m->layers[il];
         char nm[96];
-#define HR_MAT(field, suffix, nin, nout)                                                 \
-    snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, suffix);                             \
-    if ((rc = hr_bind_matrix(g, nm, nin, nout, &L->field, false, err)))                  \
+#define HR_MAT(field, suffix, nin, nout)                                                           \
+    snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, suffix);                                       \
+    if ((rc = hr_bind_matrix(g, nm, nin, nout, &L->field, false, err)))                            \
         goto fail;
-#define HR_VEC(field, suffix, kind, n, opt)                                              \
-    snprintf(nm, sizeof nm, "blk.%d.%s.%s", il, suffix, kind);                           \
-    rc = hr_bind_vector(m, g, nm, n, &L->field, opt, err);                               \
-    if (rc && !(opt && rc == HR_ENOENT))                                                 \
+#define HR_VEC(field, suffix, kind, n, opt)                                                        \
+    snprintf(nm, sizeof nm, "blk.%d.%s.%s", il, suffix, kind);                                     \
+    rc = hr_bind_vector(m, g, nm, n, &L->field, opt, err);                                         \
+    if (rc && !(opt && rc == HR_ENOENT))                                                           \
         goto fail;
         HR_VEC(attn_norm, "attn_norm", "weight", E, false)
         HR_VEC(ffn_norm, "ffn_norm", "weight", E, false)
@@ -331,8 +335,13 @@ struct hr_ctx {
 };
 
 hr_ctx_params hr_ctx_params_default(void) {
-    return (hr_ctx_params){.n_ctx = 0, .n_batch = 64, .n_threads = 1, .layer_begin = 0,
-                           .layer_end = 0, .n_groups = 0, .tp_copy = -1};
+    return (hr_ctx_params){.n_ctx = 0,
+                           .n_batch = 64,
+                           .n_threads = 1,
+                           .layer_begin = 0,
+                           .layer_end = 0,
+                           .n_groups = 0,
+                           .tp_copy = -1};
 }
 
 static void *hr_ctx_alloc(hr_ctx *c, size_t bytes) {
@@ -370,15 +379,17 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
     if (c->p.n_threads < 1)
         c->p.n_threads = 1;
     int rc = 0, nl_plain = -1;
-    if (c->p.layer_begin < 0 || c->p.layer_begin > c->p.layer_end ||
-        c->p.layer_end > hp->n_layer) {
+    if (c->p.layer_begin < 0 || c->p.layer_begin > c->p.layer_end || c->p.layer_end > hp->n_layer) {
         rc = hr_seterr(err, HR_EINVAL, "layer window [%d, %d) outside model with %d layers",
                        c->p.layer_begin, c->p.layer_end, hp->n_layer);
         goto fail;
     }
     if (c->p.n_groups < 0 || c->p.n_groups >= 2) {
-        hr_tp_model tm = {.hp = hp, .layers = m->layers, .output = &m->output,
-                          .output_norm = m->output_norm.data, .rope_freqs = m->rope_freqs};
+        hr_tp_model tm = {.hp = hp,
+                          .layers = m->layers,
+                          .output = &m->output,
+                          .output_norm = m->output_norm.data,
+                          .rope_freqs = m->rope_freqs};
         if ((rc = hr_tp_create(&c->tp, &tm, &c->p, err)))
             goto fail;
         if (c->tp) { /* the plain buffers below serve embedding and hr_ctx_eval only */
@@ -449,8 +460,8 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
     c->attn_scratch =
         hr_ctx_alloc(c, plain * c->p.n_threads * ((size_t)c->p.n_ctx + hp->head_dim) * 4);
     c->wbuf = hr_ctx_alloc(c, wb);
-    if (!c->hb || !c->xb || !c->xb2 || !c->q || !c->kk || !c->vv || !c->att || !c->gate ||
-        !c->up || !c->attn_scratch || !c->wbuf) {
+    if (!c->hb || !c->xb || !c->xb2 || !c->q || !c->kk || !c->vv || !c->att || !c->gate || !c->up ||
+        !c->attn_scratch || !c->wbuf) {
         rc = hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", c->p.n_batch);
         goto fail;
     }
@@ -528,8 +539,8 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
     if (pos < 0 || pos + n > c->p.n_ctx)
-        return hr_seterr(err, HR_ERANGE, "positions [%d, %d) exceed context size %d", pos,
-                         pos + n, c->p.n_ctx);
+        return hr_seterr(err, HR_ERANGE, "positions [%d, %d) exceed context size %d", pos, pos + n,
+                         c->p.n_ctx);
     int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, KV = hp->n_head_kv, F = hp->n_ff;
     int QD = H * D, KD = KV * D;
     if (c->tp) {
@@ -537,8 +548,10 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
         return 0;
     }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
-    hr_rope_params rp = {.n_rot = hp->n_rot, .freq_base = hp->rope_base,
-                         .neox = hp->rope_neox, .freq_factors = c->m->rope_freqs};
+    hr_rope_params rp = {.n_rot = hp->n_rot,
+                         .freq_base = hp->rope_base,
+                         .neox = hp->rope_neox,
+                         .freq_factors = c->m->rope_freqs};
     for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
         const hr_layer_weights *L = &c->m->layers[il];
         int li = il - c->p.layer_begin;
@@ -575,8 +588,13 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
                 vc[(size_t)i * c->p.n_ctx + pos + t] = hr_fp32_to_fp16(vt[i]);
             }
         }
-        hr_attn_args aa = {.n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = c->p.n_ctx,
-                           .k = c->k[li], .vt = c->vt[li], .scratch = c->attn_scratch};
+        hr_attn_args aa = {.n_head = H,
+                           .n_kv = KV,
+                           .head_dim = D,
+                           .n_ctx = c->p.n_ctx,
+                           .k = c->k[li],
+                           .vt = c->vt[li],
+                           .scratch = c->attn_scratch};
         hr_attention(c->pool, &aa, c->q, n, pos, c->att);
         hr_mm1(c, &L->wo, c->xb2, c->att, n);
         for (int t = 0; t < n; t++)
@@ -589,8 +607,7 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
         float *ygu[2] = {c->gate, c->up};
         hr_mm_group(c, 2, wgu, ygu, c->xb, n);
         for (int t = 0; t < n; t++)
-            hr_swiglu(c->gate + (size_t)t * F, c->gate + (size_t)t * F, c->up + (size_t)t * F,
-                      F);
+            hr_swiglu(c->gate + (size_t)t * F, c->gate + (size_t)t * F, c->up + (size_t)t * F, F);
         hr_mm1(c, &L->w_down, c->xb2, c->gate, n);
         for (int t = 0; t < n; t++)
             hr_add(hidden + (size_t)t * E, c->xb2 + (size_t)t * E, E);
@@ -608,8 +625,8 @@ int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *l
     }
     int E = hp->n_embd;
     for (int t = 0; t < n_rows; t++)
-        hr_rmsnorm(c->xb + (size_t)t * E, hidden + (size_t)(row0 + t) * E,
-                   c->m->output_norm.data, E, hp->rms_eps);
+        hr_rmsnorm(c->xb + (size_t)t * E, hidden + (size_t)(row0 + t) * E, c->m->output_norm.data,
+                   E, hp->rms_eps);
     hr_mm1(c, &c->m->output, logits, c->xb, n_rows);
     return 0;
 }

@@ -32,7 +32,7 @@ typedef struct {
     int n_layer;
     int n_head;
     int n_head_kv;
-    int head_dim;  /* key_length (may differ from n_embd / n_head) */
+    int head_dim; /* key_length (may differ from n_embd / n_head) */
     int n_ff;
     int n_ctx_train;
     int n_rot;
@@ -44,8 +44,8 @@ typedef struct {
 
 typedef struct {
     hr_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    hr_weight bq, bk, bv;           /* qwen2 biases (data NULL if absent) */
-    hr_weight q_norm, k_norm;       /* qwen3 per-head norms (data NULL if absent) */
+    hr_weight bq, bk, bv;     /* qwen2 biases (data NULL if absent) */
+    hr_weight q_norm, k_norm; /* qwen3 per-head norms (data NULL if absent) */
 } hr_layer_weights;
 
 typedef struct hr_model hr_model;
