@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job, end to end on one machine: installs dependencies, builds,
-# generates a TinyLlama-1.1B-shaped random-weight Q4_0 model (once), and
-# answers a prompt with it.
+# generates a TinyLlama-1.1B-shaped random-weight Q4_0 model (once), answers
+# a prompt with it in one process, then starts a local cluster of 3 agents
+# (paired with their own keys), answers the same prompt through the head,
+# shows every device's share of the work and tears the cluster down.
 # Usage: deploy/demo.sh ["prompt text"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
