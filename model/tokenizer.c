@@ -270,8 +270,9 @@ static const char *const k_eog_texts[] = {
     "_<EOT>",
     "<|end_of_text|>",
     "<end_of_utterance>",
-    "<\xEF\xBD\x9C"
-    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    /* "<｜end▁of▁sentence｜>" (split so the hex escape stops before "e") */
+    ("<\xEF\xBD\x9C"
+     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"),
     "<|fim_pad|>",
     "<|repo_name|>",
     "<|file_sep|>",
@@ -287,8 +288,9 @@ static const char *const k_eot_texts[] = {
     "<|endoftext|>",
     "<EOT>",
     "_<EOT>",
-    "<\xEF\xBD\x9C"
-    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    /* "<｜end▁of▁sentence｜>" (split so the hex escape stops before "e") */
+    ("<\xEF\xBD\x9C"
+     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"),
     "<end_of_utterance>",
 };
 
