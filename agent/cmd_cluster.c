@@ -279,10 +279,18 @@ static void hr_print_status(json_t *j) {
                os, cores, numa, mt / 1073741824.0, ma / 1073741824.0, cg > 0 ? "" : "none");
         if (cg > 0)
             printf("%.2f GiB", cg / 1073741824.0);
-        printf("; disk %.0f MB/s\n", disk);
-        printf("      layers %s (w %d); ms/round predicted %.2f, measured %.2f; resident %.0f%%; "
+        if (disk > 0)
+            printf("; disk %.0f MB/s\n", disk);
+        else
+            printf("; disk unknown\n");
+        char pbuf[32] = "n/a (no profile)", mbuf[32] = "n/a (no token yet)";
+        if (pred > 0)
+            snprintf(pbuf, sizeof pbuf, "%.2f", pred);
+        if (meas > 0)
+            snprintf(mbuf, sizeof mbuf, "%.2f", meas);
+        printf("      layers %s (w %d); ms/round predicted %s, measured %s; resident %.0f%%; "
                "tokens %lld\n",
-               layers, w, pred, meas, res * 100.0, (long long)tok);
+               layers, w, pbuf, mbuf, res * 100.0, (long long)tok);
     }
 }
 

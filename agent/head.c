@@ -46,7 +46,11 @@ static void hr_dev_sched(hr_agent *a, hr_dev *d, const char *info, bool is_head)
         char *s = json_dumps(pj, JSON_COMPACT);
         hr_prof_device *pd = calloc(1, sizeof *pd);
         char err[HR_ERR_LEN];
-        if (s && pd && hr_prof_device_parse(s, strlen(s), pd, err) == 0) {
+        int prc = s && pd ? hr_prof_device_parse(s, strlen(s), pd, err) : HR_ENOMEM;
+        if (prc)
+            HR_LOG_WARN("head", "device '%s': unusable profile (%s); no predictions for it",
+                        d->name, prc == HR_ENOMEM ? "out of memory" : err);
+        if (prc == 0) {
             hr_prof_sched_params sp = hr_prof_sched_params_default();
             sp.is_head = is_head;
             sp.n_ctx = a->lp.n_ctx > 0 ? a->lp.n_ctx : 4096;
@@ -57,6 +61,9 @@ static void hr_dev_sched(hr_agent *a, hr_dev *d, const char *info, bool is_head)
                 if (d->sd.rtt_ms <= 0)
                     d->sd.rtt_ms = 0.1;
                 d->has_sched = true;
+            } else {
+                HR_LOG_WARN("head", "device '%s': profile not usable for planning: %s", d->name,
+                            err);
             }
         }
         free(pd);
@@ -163,6 +170,10 @@ int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_prof_to_sched_model(&a->pm, a->lp.n_ctx > 0 ? a->lp.n_ctx : 4096, &sm, e2) == 0 &&
         hr_sched_evaluate(&sm, sd, n, NULL, k, w, NULL, &a->sched, e2) == 0)
         a->have_sched = true;
+    else if (all_sched)
+        HR_LOG_WARN("head", "no predicted times for plan: %s", e2);
+    else
+        HR_LOG_INFO("head", "no predicted times: not every device sent a profile");
     a->plan_id++;
     a->plan_k = k;
     int W = hp->n_layer / k, off = 0, n_active = 0, ring[HR_AGENT_MAX_DEV];

@@ -51,7 +51,7 @@ stop() {
 }
 
 start() {
-    local model="" n=3 base=7700 netns=0 mem_mb=0 threads=1 extra=() insecure=0
+    local model="" n=3 base=7700 netns=0 mem_mb=0 threads=1 extra=() insecure=0 profile=0
     while [ $# -gt 0 ]; do
         case "$1" in
         -m) model=$2; shift 2 ;;
@@ -61,6 +61,7 @@ start() {
         --netns) netns=1; shift ;;
         --mem-mb) mem_mb=$2; shift 2 ;;
         --insecure) insecure=1; shift ;;
+        --profile) profile=1; shift ;;
         --) shift; extra=("$@"); break ;;
         *) echo "cluster.sh: unknown option $1" >&2; exit 2 ;;
         esac
@@ -99,7 +100,10 @@ start() {
             wrap=(ip netns exec "hr-ns$i")
         fi
         local args=(agent -m "$model" --listen "$host:$port" --name "agent$i" -t "$threads"
-                    --no-profile --key-dir "$DIR/keys/agent$i")
+                    --key-dir "$DIR/keys/agent$i")
+        # a measured (cached) device profile feeds the planner; off by default
+        # so test clusters start fast
+        [ "$profile" = 1 ] || args+=(--no-profile)
         [ "$insecure" = 1 ] && args+=(--insecure)
         if [ "$i" = 0 ]; then
             head_addr=$host:$port
@@ -161,6 +165,6 @@ case "${1:-}" in
 start) shift; start "$@" ;;
 stop) stop ;;
 prompt | status) cmd=$1; shift; head_cmd "$cmd" "$@" ;;
-*) echo "usage: $0 start -m MODEL [-n N] [-p PORT] [--netns] [--mem-mb MB] [-- head opts]" >&2
+*) echo "usage: $0 start -m MODEL [-n N] [-p PORT] [--netns] [--mem-mb MB] [--profile] [--insecure] [-- head opts]" >&2
    echo "       $0 prompt [opts] TEXT | status [--json] | stop" >&2; exit 2 ;;
 esac

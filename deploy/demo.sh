@@ -28,6 +28,7 @@ echo "== cluster: 3 agents on this machine"
 export HEARTH=$PWD/build/hearth
 trap 'bash deploy/cluster.sh stop >/dev/null 2>&1 || true' EXIT
 bash deploy/cluster.sh start -m "$model" -n 3 -p 7700 -- --ctx 512
-bash deploy/cluster.sh status
 bash deploy/cluster.sh prompt -n 48 --temp 0.8 --seed 7 "$prompt"
+echo "== every device's share of the work"
+bash deploy/cluster.sh status
 bash deploy/cluster.sh stop
