@@ -27,7 +27,10 @@ echo "== prompt: $prompt"
 echo "== cluster: 3 agents on this machine"
 export HEARTH=$PWD/build/hearth
 trap 'bash deploy/cluster.sh stop >/dev/null 2>&1 || true' EXIT
-bash deploy/cluster.sh start -m "$model" -n 3 -p 7700 -- --ctx 512
+# Three agents on one machine share its cores, so the planner alone would
+# (rightly) keep every layer on the head; --windows forces a 3-way split so
+# the demo shows a real ring. On separate machines, leave it out.
+bash deploy/cluster.sh start -m "$model" -n 3 -p 7700 --profile -- --ctx 512 --windows 8,7,7
 bash deploy/cluster.sh prompt -n 48 --temp 0.8 --seed 7 "$prompt"
 echo "== every device's share of the work"
 bash deploy/cluster.sh status
