@@ -13,6 +13,7 @@
 #include "model/tokenizer.h"
 #include "model/tp.h"
 #include "profiler/membw.h"
+#include "profiler/profiler.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -574,7 +575,18 @@ int hr_cmd_bench(hr_cli *o) {
     printf("model: %s, %s, %d layers, %.1f MiB of weights read per token, %d threads, isa %s\n",
            o->model, hp->arch_name, hp->n_layer, wbytes / 1048576.0, nt,
            hr_isa_name(hr_kernels_best()->isa));
-    double bw0 = hr_membw_read(nt, (size_t)1 << 30, 5);
+    /* The bandwidth probe streams 1 GiB, or a quarter of what this machine
+     * (or its memory cgroup) can still hold, so bench runs in small cgroups. */
+    size_t probe = (size_t)1 << 30;
+    hr_prof_device *dev = calloc(1, sizeof *dev);
+    if (dev) {
+        hr_prof_device_sysinfo(dev, NULL);
+        int64_t avail = dev->mem.weights_avail_bytes;
+        if (avail > 0 && (uint64_t)avail / 4 < probe)
+            probe = (size_t)avail / 4 > ((size_t)64 << 20) ? (size_t)avail / 4 : (size_t)64 << 20;
+        free(dev);
+    }
+    double bw0 = hr_membw_read(nt, probe, 5);
     double pp[20], tg[20];
     uint64_t rng = 12345;
     for (int r = 0; r < reps; r++) {
@@ -604,7 +616,7 @@ int hr_cmd_bench(hr_cli *o) {
         fprintf(stderr, "rep %d: prompt %.2f tokens/s, generation %.2f tokens/s\n", r + 1, pp[r],
                 tg[r]);
     }
-    double bw1 = hr_membw_read(nt, (size_t)1 << 30, 5);
+    double bw1 = hr_membw_read(nt, probe, 5);
     qsort(pp, (size_t)reps, sizeof pp[0], hr_dbl_cmp);
     qsort(tg, (size_t)reps, sizeof tg[0], hr_dbl_cmp);
     double bw = (bw0 + bw1) / 2;
