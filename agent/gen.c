@@ -3,6 +3,7 @@
  * window in each round), output head + sampling on the head, token events
  * for CLI clients. hr_head_generate() is the entry point an HTTP API calls. */
 #include "agent/agent-impl.h"
+#include "common/sync.h"
 
 #include "common/log.h"
 #include "common/progress.h"
@@ -21,13 +22,7 @@ int hr_head_n_vocab(const hr_agent *a) { return hr_model_hparams(a->m)->n_vocab;
 
 int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_ERR_LEN]) {
     struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    hr_deadline_ms(&dl, timeout_ms);
     pthread_mutex_lock(&a->dev_mu);
     int rc = 0;
     for (;;) {
@@ -183,14 +178,7 @@ static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
     while (!a->ready && a->planned && !atomic_load(&a->stop) && hr_agent_now() < until &&
            (a->replan ||
             (strncmp(a->plan_err, "no plan", 7) != 0 && !strstr(a->plan_err, "cannot apply")))) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 100000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl);
+        hr_cond_wait_ms(&a->dev_cv, &a->dev_mu, 100);
     }
     bool ok = a->ready;
     int rc = ok ? 0
@@ -269,14 +257,7 @@ static int hr_gen_recover(hr_agent *a, uint32_t old_plan, char err[HR_ERR_LEN]) 
                            a->p.recover_ms, a->plan_err[0] ? ": " : "", a->plan_err);
             break;
         }
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 100000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl);
+        hr_cond_wait_ms(&a->dev_cv, &a->dev_mu, 100);
     }
     pthread_mutex_unlock(&a->dev_mu);
     pthread_mutex_lock(&a->plan_mu);
@@ -537,14 +518,7 @@ void *hr_head_job_main(void *arg) {
     pthread_mutex_lock(&a->job_mu);
     while (!atomic_load(&a->stop)) {
         if (!a->job_pending) {
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_nsec += 200000000L;
-            if (dl.tv_nsec >= 1000000000L) {
-                dl.tv_sec++;
-                dl.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&a->job_cv, &a->job_mu, &dl);
+            hr_cond_wait_ms(&a->job_cv, &a->job_mu, 200);
             continue;
         }
         char *js = a->job_json;

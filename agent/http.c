@@ -12,6 +12,7 @@
 #include "agent/http.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "mmap/gguf.h"
 #include "model/tokenizer.h"
 
@@ -440,14 +441,7 @@ static int hr_sse_next(hr_job *j) {
     }
     pthread_mutex_lock(&h->mu);
     while (j->sent == j->text_len && j->state != HR_JOB_DONE && !h->stop) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 100000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&h->cv, &h->mu, &dl);
+        hr_cond_wait_ms(&h->cv, &h->mu, 100);
         if (j->sent != j->text_len || j->state == HR_JOB_DONE)
             break;
         pthread_mutex_unlock(&h->mu);
@@ -713,14 +707,7 @@ static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, h
     }
     /* non-streamed: wait here, watching the client */
     while (j->state != HR_JOB_DONE) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 100000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&h->cv, &h->mu, &dl);
+        hr_cond_wait_ms(&h->cv, &h->mu, 100);
         if (j->state == HR_JOB_DONE)
             break;
         pthread_mutex_unlock(&h->mu);
