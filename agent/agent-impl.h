@@ -9,7 +9,7 @@
 #include "model/model.h"
 #include "profiler/profiler.h"
 #include "ring/ring.h"
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -38,7 +38,7 @@
 #include "common/error.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 #define HR_PROF_SCHEMA "hearth.profile"
 #define HR_PROF_VERSION 1

@@ -1,5 +1,5 @@
 /* sched.c - converts device, model and link profiles into the scheduler's
- * input structs (scheduler/halda.h): per-layer decode / prefill time per
+ * input structs (sched/sched.h): per-layer decode / prefill time per
  * thread count, memory for weights, disk and link rates. */
 #include "profiler/profiler-impl.h"
 

@@ -2,7 +2,7 @@
  * ctest; build with `cmake --build build --target bench_scheduler`).
  * Usage: bench_scheduler [instances per case, default 40] [only this device count] */
 #include "common/error.h"
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * body parser for /v1/completions and /v1/chat/completions (first byte
  * picks the kind and the max_tokens limit), the UTF-8 cleaner and the
  * Authorization header check. Built with -DHR_FUZZ=ON (clang). */
-#include "agent/http.h"
+#include "api/http.h"
 #include "common/error.h"
 #include "common/log.h"
 

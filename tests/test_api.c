@@ -12,7 +12,7 @@
  *  - the status page in headless Chromium (no network beyond the head):
  *    every device with its layer range in the DOM, and a screenshot
  *    (status.png in the test's build folder). */
-#include "agent/http.h"
+#include "api/http.h"
 
 #include "check.h"
 

@@ -5,7 +5,7 @@
  * chat` / `hearth run --stop` end to end on the tiny model. */
 #include "tests/check.h"
 
-#include "agent/cli.h"
+#include "cli/cli.h"
 #include "mmap/gguf.h"
 #include "model/chat.h"
 #include "model/generate.h"

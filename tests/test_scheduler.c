@@ -4,7 +4,7 @@
 #include "tests/check.h"
 
 #include "common/error.h"
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 #include <jansson.h>
 #include <stdint.h>

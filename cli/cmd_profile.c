@@ -1,7 +1,7 @@
 /* cmd_profile.c - `hearth profile`: device, model and link profiles as a
  * table or JSON (schema hearth.profile v1, profiler/SCHEMA.md), with the
  * predicted decode time per layer and per token. */
-#include "agent/cli.h"
+#include "cli/cli.h"
 
 #include "common/log.h"
 #include "kernels/quant.h"

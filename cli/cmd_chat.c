@@ -2,7 +2,7 @@
  * the KV cache between turns, so each turn evaluates only its new tokens
  * (the end of the previous reply, the user's message and the assistant
  * header). Also the --stop parsing shared with `hearth run`. */
-#include "agent/cli.h"
+#include "cli/cli.h"
 
 #include "common/log.h"
 #include "mmap/gguf.h"

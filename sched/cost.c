@@ -1,6 +1,6 @@
-/* cost.c - input validation, the closed-form cost model of halda.h, the
+/* cost.c - input validation, the closed-form cost model of sched.h, the
  * brute-force search used to verify the solver, and thread-count choice. */
-#include "scheduler/halda-impl.h"
+#include "sched/sched-impl.h"
 
 #include "common/error.h"
 

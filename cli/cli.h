@@ -1,7 +1,7 @@
 /* cli.h - the `hearth` command line: one option table shared by every
- * subcommand, and the subcommand entry points. Internal to agent/. */
-#ifndef HR_AGENT_CLI_H
-#define HR_AGENT_CLI_H
+ * subcommand, and the subcommand entry points. Internal to cli/. */
+#ifndef HR_CLI_CLI_H
+#define HR_CLI_CLI_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
  *
  * Kept as several string pieces (ISO C limits one literal to 4095 bytes)
  * joined once on first use. */
-#include "agent/http.h"
+#include "api/http.h"
 
 #include <pthread.h>
 #include <stdlib.h>

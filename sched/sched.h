@@ -1,4 +1,4 @@
-/* halda.h - the layer-assignment planner: cost model, Halda ILP on GLPK, plan output.
+/* sched.h - the layer-assignment planner: cost model, Halda ILP on GLPK, plan output.
  *
  * Devices form a ring with the head first. The model's L layers are cut into
  * k rounds of W = L / k layers; in every round device m computes a window of
@@ -87,8 +87,8 @@
  * Thread-safety: everything here is reentrant except hr_sched_solve(), which
  * drives GLPK: call it from one thread at a time.
  */
-#ifndef HR_SCHEDULER_HALDA_H
-#define HR_SCHEDULER_HALDA_H
+#ifndef HR_SCHED_SCHED_H
+#define HR_SCHED_SCHED_H
 
 #include "common/error.h"
 

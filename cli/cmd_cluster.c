@@ -1,8 +1,8 @@
 /* cmd_cluster.c - cluster subcommands: `hearth agent` (the daemon),
  * `hearth prompt` (stream an answer from the head) and `hearth status`. */
 #include "agent/agent.h"
-#include "agent/cli.h"
-#include "agent/http.h"
+#include "api/http.h"
+#include "cli/cli.h"
 #include "ring/ring.h"
 
 #include "common/log.h"

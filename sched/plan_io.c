@@ -1,5 +1,5 @@
 /* plan_io.c - a plan as a human-readable table and as JSON (jansson). */
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 #include "common/error.h"
 

@@ -1,7 +1,7 @@
 /* halda.c - Halda on GLPK: one mixed-integer program per candidate k, built
- * from the per-k tables of halda-impl.h, plus the head-alone plan; the best
+ * from the per-k tables of sched-impl.h, plus the head-alone plan; the best
  * is re-evaluated with the closed-form cost model and returned as the plan. */
-#include "scheduler/halda-impl.h"
+#include "sched/sched-impl.h"
 
 #include "common/error.h"
 #include "common/log.h"

@@ -1,6 +1,6 @@
 /* main.c - `hearth` entry point: parses the shared option table and
  * dispatches to a subcommand. */
-#include "agent/cli.h"
+#include "cli/cli.h"
 
 #include "common/log.h"
 

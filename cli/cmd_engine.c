@@ -1,6 +1,6 @@
 /* cmd_engine.c - single-process subcommands: run, logits, info, mkmodel,
  * bench. */
-#include "agent/cli.h"
+#include "cli/cli.h"
 
 #include "common/file.h"
 #include "common/log.h"

@@ -1,7 +1,7 @@
 /* cmd_trust.c - `hearth key show` (this machine's public key, the key pair
  * made on first use) and `hearth trust add NAME PUBKEY | list` (the keys
  * allowed to join this agent or to be joined by it). */
-#include "agent/cli.h"
+#include "cli/cli.h"
 #include "ring/ring.h"
 
 #include <stdio.h>

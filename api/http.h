@@ -18,8 +18,8 @@
  * Threads: one thread per connection (libmicrohttpd) plus one generation
  * thread per server; hr_http_start/stop are called from one thread. The
  * request parsing (hr_api_*) is pure and thread-safe. */
-#ifndef HR_AGENT_HTTP_H
-#define HR_AGENT_HTTP_H
+#ifndef HR_API_HTTP_H
+#define HR_API_HTTP_H
 
 #include "agent/agent.h"
 #include "common/error.h"

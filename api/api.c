@@ -2,7 +2,7 @@
  * parsing and validating /v1/completions and /v1/chat/completions bodies,
  * OpenAI-style error bodies, API key checks and UTF-8 cleaning. Pure code,
  * no I/O, so it is unit-tested in isolation (tests/test_api.c). */
-#include "agent/http.h"
+#include "api/http.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,13 +1,13 @@
 /* cmd_plan.c - `hearth plan`: plan a ring offline from saved device
  * profiles (`hearth profile --json -o FILE` on each machine), so a user can
  * ask "what if I add this laptop" without starting any agent. */
-#include "agent/cli.h"
+#include "cli/cli.h"
 
 #include "common/file.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
 #include "profiler/profiler.h"
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 #include <stdio.h>
 #include <stdlib.h>

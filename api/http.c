@@ -9,7 +9,7 @@
  * until the generation thread releases text (streamed). Both watch the
  * client's socket for a hang-up and set the job's cancel flag, which
  * hr_head_generate() turns into a CANCEL for every device of the ring. */
-#include "agent/http.h"
+#include "api/http.h"
 
 #include "common/log.h"
 #include "common/sync.h"

@@ -1,11 +1,11 @@
-/* halda-impl.h - scheduler internals shared by cost.c (cost model, brute force)
+/* sched-impl.h - scheduler internals shared by cost.c (cost model, brute force)
  * and halda.c (the GLPK programs). Both derive every bound from the same
  * per-k tables here, so the programs and the closed-form cost agree exactly.
  * No other module includes this. */
-#ifndef HR_SCHEDULER_HALDA_IMPL_H
-#define HR_SCHEDULER_HALDA_IMPL_H
+#ifndef HR_SCHED_SCHED_IMPL_H
+#define HR_SCHED_SCHED_IMPL_H
 
-#include "scheduler/halda.h"
+#include "sched/sched.h"
 
 /* Validated inputs, k-independent. */
 typedef struct {
