@@ -130,8 +130,6 @@ struct hr_agent {
     bool have_pm;
 };
 
-double hr_agent_now(void);
-
 /* head.c */
 int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]);    /* 1 = invited: become a worker */
 int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]); /* dev_mu held, plan_mu held */

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/progress.h"
+#include "common/sync.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -16,12 +17,6 @@
 #include <zmq.h>
 
 #define TAG "agent"
-
-double hr_agent_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 hr_agent_params hr_agent_params_default(void) {
     return (hr_agent_params){.listen = "127.0.0.1:7700",
@@ -533,10 +528,10 @@ static void *hr_data_main(void *arg) {
         hr_agent_push_connect(a);
         int nt = h.n_tok;
         hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
-        double t0 = hr_agent_now();
+        double t0 = hr_now_s();
         int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
         hr_stream_after(a, h.round);
-        double ms = (hr_agent_now() - t0) * 1000.0;
+        double ms = (hr_now_s() - t0) * 1000.0;
         if (rc) {
             pthread_mutex_unlock(&a->plan_mu);
             HR_LOG_ERROR(TAG, "%s: window failed: %s", a->name, err);
@@ -674,11 +669,11 @@ static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_ring_hdr h = {.type = HR_RING_PAIR, .pos = -1, .len = js ? (uint32_t)strlen(js) : 0};
     if (rc == 0 && (rc = hr_ring_send_msg(s, NULL, 0, &h, js, err)) == 0) {
         uint8_t buf[HR_RING_HDR_SIZE + 512];
-        double until = hr_agent_now() + 10.0;
+        double until = hr_now_s() + 10.0;
         rc = hr_seterr(err, HR_ETIMEDOUT,
                        "no pairing answer from head %s within 10 s (wrong token or address?)",
                        a->head_ep);
-        while (hr_agent_now() < until && !atomic_load(&a->stop)) {
+        while (hr_now_s() < until && !atomic_load(&a->stop)) {
             char e2[HR_ERR_LEN];
             long n = hr_ring_recv(s, NULL, NULL, buf, sizeof buf, 200, &h, e2);
             if (n > 0 && h.type == HR_RING_PAIR) {
@@ -709,14 +704,14 @@ static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
         return hr_seterr(err, HR_EINTERNAL, "cannot start the data thread");
     a->data_started = true;
     bool joined = false;
-    double last_join = 0, last_hb = 0, last_head = hr_agent_now();
+    double last_join = 0, last_hb = 0, last_head = hr_now_s();
     size_t cap = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL;
     uint8_t *buf = malloc(cap);
     if (!buf)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
     rc = 0;
     while (!atomic_load(&a->stop)) {
-        double now = hr_agent_now();
+        double now = hr_now_s();
         if (!joined && now - last_join > 1.0) {
             hr_worker_send(a, HR_RING_JOIN, 0, a->info_json);
             last_join = now;
@@ -756,7 +751,7 @@ static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
                 hr_reject_frame(a, "head link", e2);
             continue;
         }
-        last_head = hr_agent_now();
+        last_head = hr_now_s();
         const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
         switch (h.type) {
         case HR_RING_WELCOME:

@@ -82,7 +82,7 @@ static int hr_gen_wait(hr_agent *a, const hr_ring_hdr *want, const atomic_int *c
                        char err[HR_ERR_LEN]) {
     hr_local_plan *lp = &a->lp;
     size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
-    double deadline = hr_agent_now() + a->p.data_timeout_ms / 1000.0;
+    double deadline = hr_now_s() + a->p.data_timeout_ms / 1000.0;
     for (;;) {
         if (cancel && atomic_load(cancel))
             return hr_seterr(err, HR_ECANCELED, "canceled");
@@ -90,7 +90,7 @@ static int hr_gen_wait(hr_agent *a, const hr_ring_hdr *want, const atomic_int *c
             return hr_lost_err(a, err);
         if (atomic_load(&a->stop))
             return hr_seterr(err, HR_ECANCELED, "agent stopping");
-        if (hr_agent_now() > deadline)
+        if (hr_now_s() > deadline)
             return hr_seterr(err, HR_ETIMEDOUT,
                              "no hidden state back from the ring within %d ms (round %u, pos %d)",
                              a->p.data_timeout_ms, want->round, want->pos);
@@ -127,12 +127,12 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
     for (int r = 0; r < lp->k; r++) {
         int rc;
         if (lp->w > 0) {
-            double t0 = hr_agent_now();
+            double t0 = hr_now_s();
             if ((rc = hr_ctx_layers(lp->ctx[r], lp->hid, nb, pos, err)))
                 return rc;
             hr_stream_after(a, r);
             if (nb == 1) {
-                double ms = (hr_agent_now() - t0) * 1000.0;
+                double ms = (hr_now_s() - t0) * 1000.0;
                 pthread_mutex_lock(&a->st.mu);
                 a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
                 pthread_mutex_unlock(&a->st.mu);
@@ -152,8 +152,8 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
         h.len = (uint32_t)len;
         if ((rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err))) {
             /* the next device is gone or stuck: give the heartbeats time to name it */
-            double until = hr_agent_now() + a->p.hb_timeout_ms / 1000.0 + 0.5;
-            while (hr_agent_now() < until && !atomic_load(&a->lost)) {
+            double until = hr_now_s() + a->p.hb_timeout_ms / 1000.0 + 0.5;
+            while (hr_now_s() < until && !atomic_load(&a->lost)) {
                 struct timespec ts = {0, 20000000};
                 nanosleep(&ts, NULL);
             }
@@ -174,8 +174,8 @@ static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
     pthread_mutex_lock(&a->dev_mu);
     /* a device joined, came back or was lost since the last request: wait
      * (bounded) for the re-plan the control thread is making */
-    double until = hr_agent_now() + a->p.recover_ms / 1000.0;
-    while (!a->ready && a->planned && !atomic_load(&a->stop) && hr_agent_now() < until &&
+    double until = hr_now_s() + a->p.recover_ms / 1000.0;
+    while (!a->ready && a->planned && !atomic_load(&a->stop) && hr_now_s() < until &&
            (a->replan ||
             (strncmp(a->plan_err, "no plan", 7) != 0 && !strstr(a->plan_err, "cannot apply")))) {
         hr_cond_wait_ms(&a->dev_cv, &a->dev_mu, 100);
@@ -233,7 +233,7 @@ static bool hr_gen_lost(hr_agent *a, int rc) {
  * a plan newer than old_plan over the remaining devices. */
 static int hr_gen_recover(hr_agent *a, uint32_t old_plan, char err[HR_ERR_LEN]) {
     pthread_mutex_unlock(&a->plan_mu);
-    double deadline = hr_agent_now() + a->p.recover_ms / 1000.0;
+    double deadline = hr_now_s() + a->p.recover_ms / 1000.0;
     char why[HR_ERR_LEN];
     pthread_mutex_lock(&a->dev_mu);
     snprintf(why, sizeof why, "%s", a->lost_msg[0] ? a->lost_msg : "a device was lost");
@@ -252,7 +252,7 @@ static int hr_gen_recover(hr_agent *a, uint32_t old_plan, char err[HR_ERR_LEN]) 
             rc = hr_seterr(err, HR_ECANCELED, "agent stopping");
             break;
         }
-        if (hr_agent_now() > deadline) {
+        if (hr_now_s() > deadline) {
             rc = hr_seterr(err, HR_ETIMEDOUT, "%s; no working plan within %d ms%s%s", why,
                            a->p.recover_ms, a->plan_err[0] ? ": " : "", a->plan_err);
             break;
@@ -303,11 +303,11 @@ static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n
             return rc;
         *req = a->next_req++;
         hr_post_simple(a, HR_RING_START, *req);
-        double t0 = hr_agent_now();
+        double t0 = hr_now_s();
         rc = hr_gen_replay(a, *req, hist, n, n_prompt, cancel, err);
         if (rc == 0)
             HR_LOG_INFO(TAG, "request %llu: recovered on plan %u (%d tokens replayed in %.2f s)",
-                        (unsigned long long)*req, lp->plan_id, n, hr_agent_now() - t0);
+                        (unsigned long long)*req, lp->plan_id, n, hr_now_s() - t0);
     }
     return rc;
 }
@@ -366,10 +366,10 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
         hr_sampler_accept(smp, ids[i]);
     memcpy(hist, ids, (size_t)n_ids * sizeof *hist);
     int n_hist = n_ids;
-    double t0 = hr_agent_now();
+    double t0 = hr_now_s();
     if ((rc = hr_gen_advance(a, &req, hist, n_hist, n_ids, cancel, err)))
         goto fail;
-    double t1 = hr_agent_now();
+    double t1 = hr_now_s();
     if (stats) {
         stats->n_prompt = n_ids;
         stats->prompt_s = t1 - t0;
@@ -384,7 +384,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
         int nb = eog ? 0 : hr_detok_push(&dt, a->tok, id, piece, sizeof piece);
         if (stats) {
             stats->n_gen++;
-            stats->gen_s = hr_agent_now() - t1;
+            stats->gen_s = hr_now_s() - t1;
         }
         if (on_token && on_token(ud, id, piece, nb > 0 ? nb : 0))
             break;
@@ -402,7 +402,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
     if (nb > 0 && on_token)
         on_token(ud, -1, piece, nb);
     if (stats)
-        stats->gen_s = hr_agent_now() - t1;
+        stats->gen_s = hr_now_s() - t1;
     goto done;
 fail:
     HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);

@@ -6,6 +6,7 @@
 #include "agent/agent-impl.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -349,7 +350,7 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const char 
     memcpy(d->id, id, idl);
     d->id_len = idl;
     d->info = strndup(pl, len);
-    d->last_seen = hr_agent_now();
+    d->last_seen = hr_now_s();
     d->ring_pos = -1;
     hr_dev_sched(a, d, d->info ? d->info : "{}", false);
     json_decref(j);
@@ -361,7 +362,7 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const char 
 
 static void hr_head_heartbeat(hr_agent *a, int di, const char *pl, size_t len) {
     hr_dev *d = &a->devs[di];
-    d->last_seen = hr_agent_now();
+    d->last_seen = hr_now_s();
     json_t *j = json_loadb(pl, len, 0, NULL);
     if (!j)
         return;
@@ -378,7 +379,7 @@ static void hr_head_heartbeat(hr_agent *a, int di, const char *pl, size_t len) {
 }
 
 static void hr_head_check_lost(hr_agent *a) {
-    double now = hr_agent_now();
+    double now = hr_now_s();
     for (int i = 1; i < a->n_devs; i++) {
         hr_dev *d = &a->devs[i];
         if (d->lost || now - d->last_seen < a->p.hb_timeout_ms / 1000.0)
@@ -551,7 +552,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
     }
     double last_inv = 0;
     while (!atomic_load(&a->stop)) {
-        double now = hr_agent_now();
+        double now = hr_now_s();
         if (n_inv && now - last_inv > 1.0) {
             pthread_mutex_lock(&a->dev_mu);
             for (int i = 0; i < n_inv; i++)
@@ -661,7 +662,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         case HR_RING_READY:
             if (di < 0)
                 break;
-            a->devs[di].last_seen = hr_agent_now();
+            a->devs[di].last_seen = hr_now_s();
             if (h.len >= 11 && strncmp(pl, "{\"ok\":true}", 11) == 0) {
                 a->devs[di].ready = true;
                 a->devs[di].ready_plan = h.plan_id;
@@ -728,7 +729,7 @@ char *hr_head_status_json(hr_agent *a) {
     a->devs[0].tokens = a->st.tokens;
     pthread_mutex_unlock(&a->st.mu);
     a->devs[0].resident = a->head_resident;
-    a->devs[0].last_seen = hr_agent_now();
+    a->devs[0].last_seen = hr_now_s();
     for (int i = 0; i < a->n_devs; i++) {
         hr_dev *d = &a->devs[i];
         json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;

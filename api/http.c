@@ -114,12 +114,6 @@ hr_http_params hr_http_params_default(void) {
                             .max_conns = 64};
 }
 
-static double hr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- jobs ---- */
 
 static void hr_job_unref_locked(hr_job *j) {
@@ -447,8 +441,8 @@ static int hr_sse_next(hr_job *j) {
         pthread_mutex_unlock(&h->mu);
         if (hr_client_gone(j->fd))
             return -1;
-        if (hr_now() - j->last_write > 5.0) { /* keeps proxies and idle timers quiet */
-            j->last_write = hr_now();
+        if (hr_now_s() - j->last_write > 5.0) { /* keeps proxies and idle timers quiet */
+            j->last_write = hr_now_s();
             return hr_ev_add(j, ": keep-alive\n\n", 14) ? -1 : 0;
         }
         pthread_mutex_lock(&h->mu);
@@ -506,7 +500,7 @@ static ssize_t hr_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 n = max;
             memcpy(buf, j->ev + j->ev_off, n);
             j->ev_off += n;
-            j->last_write = hr_now();
+            j->last_write = hr_now_s();
             return (ssize_t)n;
         }
         j->ev_len = j->ev_off = 0;
@@ -669,7 +663,7 @@ static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, h
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->created = (long long)time(NULL);
-    j->last_write = hr_now();
+    j->last_write = hr_now_s();
     /* queue it */
     pthread_mutex_lock(&h->mu);
     h->n_requests++;

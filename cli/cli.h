@@ -105,7 +105,6 @@ void hr_cli_stop_free(char **v, int n);
 
 /* Prints "hearth: <msg>" to stderr (one clear line) and returns 1. */
 int hr_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-double hr_cli_now(void);
 bool hr_cli_is_tty(void);
 
 #endif

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "mmap/gguf.h"
 #include "model/chat.h"
 #include "model/generate.h"
@@ -408,14 +409,14 @@ int hr_cmd_chat(hr_cli *o) {
         HR_LOG_INFO(TAG, "turn %d: %d new tokens at position %d", turn, n_new, c.n_past);
         for (int i = 0; i < n_new; i++)
             hr_sampler_accept(c.smp, c.ids[i]);
-        double t0 = hr_cli_now();
+        double t0 = hr_now_s();
         if (n_new > 0 && hr_sess_eval(&c, c.ids, n_new))
             goto done;
-        double t1 = hr_cli_now();
+        double t1 = hr_now_s();
         int n_reply = 0;
         if (hr_sess_reply(&c, &ctx_full, &n_reply))
             goto done;
-        double t2 = hr_cli_now();
+        double t2 = hr_now_s();
         size_t rlen = 0;
         const char *reply = hr_gen_text(c.gen, &rlen);
         if (hr_convo_add(&cv, "assistant", reply, rlen)) {

@@ -6,6 +6,7 @@
 #include "ring/ring.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -192,7 +193,7 @@ int hr_cmd_prompt(hr_cli *o) {
         goto done;
     }
     int idle_s = o->timeout_s > 0 ? o->timeout_s : 120;
-    double last = hr_cli_now();
+    double last = hr_now_s();
     bool canceled = false;
     for (;;) {
         if (hr_sig_count && !canceled) {
@@ -203,7 +204,7 @@ int hr_cmd_prompt(hr_cli *o) {
         long n =
             hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL, 200, &h, err);
         if (n == 0) {
-            if (hr_cli_now() - last > idle_s) {
+            if (hr_now_s() - last > idle_s) {
                 hr_cli_fail("no answer from the head at %s for %d s", ep, idle_s);
                 goto done;
             }
@@ -213,7 +214,7 @@ int hr_cmd_prompt(hr_cli *o) {
             hr_cli_fail("bad frame from the head: %s", err);
             goto done;
         }
-        last = hr_cli_now();
+        last = hr_now_s();
         const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
         if (h.type == HR_RING_TOKEN && h.len >= 4) {
             fwrite(pl + 4, 1, h.len - 4, stdout);

@@ -4,6 +4,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/sync.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "model/generate.h"
@@ -30,12 +31,6 @@ int hr_cli_fail(const char *fmt, ...) {
     fprintf(stderr, "\n");
     va_end(ap);
     return 1;
-}
-
-double hr_cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 bool hr_cli_is_tty(void) { return isatty(STDERR_FILENO) != 0; }
@@ -201,16 +196,16 @@ int hr_cmd_run(hr_cli *o) {
     }
     for (int i = 0; i < n_ids; i++)
         hr_sampler_accept(smp, ids[i]);
-    double t0 = hr_cli_now();
+    double t0 = hr_now_s();
     if (hr_ctx_eval(e.ctx, ids, n_ids, 0, logits, false, err)) {
         hr_cli_fail("prompt evaluation failed: %s", err);
         goto done;
     }
-    double t_prompt = hr_cli_now() - t0;
+    double t_prompt = hr_now_s() - t0;
     int n_gen = 0, pos = n_ids;
     size_t nb;
     const char *delta;
-    double t1 = hr_cli_now();
+    double t1 = hr_now_s();
     for (int i = 0; i < n_predict; i++) {
         int32_t id = hr_sampler_sample(smp, logits);
         hr_sampler_accept(smp, id);
@@ -238,7 +233,7 @@ int hr_cmd_run(hr_cli *o) {
         fwrite(delta, 1, nb, stdout);
     fputc('\n', stdout);
     fflush(stdout);
-    double t_gen = hr_cli_now() - t1;
+    double t_gen = hr_now_s() - t1;
     fprintf(stderr,
             "prompt: %d tokens in %.3f s, %.2f tokens/s | generation: %d tokens in %.3f s, "
             "%.2f tokens/s\n",
@@ -517,12 +512,12 @@ int hr_cmd_mkmodel(hr_cli *o) {
     if (o->seed >= 0)
         p.seed = (uint64_t)o->seed;
     p.vocab_from = o->vocab;
-    double t0 = hr_cli_now();
+    double t0 = hr_now_s();
     int rc = hr_mkmodel_write(&p, o->out, hr_mk_progress, NULL, err);
     if (rc)
         return hr_cli_fail("mkmodel: %s", err);
     fprintf(stderr, "wrote %s (%s, embd %d x %d layers, %s) in %.1f s\n", o->out, p.arch, p.n_embd,
-            p.n_layer, p.ftype, hr_cli_now() - t0);
+            p.n_layer, p.ftype, hr_now_s() - t0);
     return 0;
 }
 
@@ -594,12 +589,12 @@ int hr_cmd_bench(hr_cli *o) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             ids[i] = (int32_t)((rng >> 33) % (uint64_t)hp->n_vocab);
         }
-        double t0 = hr_cli_now();
+        double t0 = hr_now_s();
         if (hr_ctx_eval(e.ctx, ids, np, 0, logits, false, err)) {
             hr_cli_fail("%s", err);
             goto done;
         }
-        double t1 = hr_cli_now();
+        double t1 = hr_now_s();
         if (r == reps - 1)
             hr_ctx_tp_stats_reset(e.ctx); /* per-group report: the last decode run */
         int32_t id = hr_argmax(logits, hp->n_vocab);
@@ -610,7 +605,7 @@ int hr_cmd_bench(hr_cli *o) {
             }
             id = hr_argmax(logits, hp->n_vocab);
         }
-        double t2 = hr_cli_now();
+        double t2 = hr_now_s();
         pp[r] = np / (t1 - t0);
         tg[r] = ng / (t2 - t1);
         fprintf(stderr, "rep %d: prompt %.2f tokens/s, generation %.2f tokens/s\n", r + 1, pp[r],

@@ -2,6 +2,7 @@
 #include "common/progress.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -10,12 +11,6 @@
 
 #define HR_PROGRESS_MIN_S 0.5
 
-static double hr_progress_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 void hr_progress_begin(hr_progress *p, const char *tag, const char *label, const char *unit,
                        int64_t total) {
     memset(p, 0, sizeof *p);
@@ -23,7 +18,7 @@ void hr_progress_begin(hr_progress *p, const char *tag, const char *label, const
     snprintf(p->label, sizeof p->label, "%s", label ? label : "");
     snprintf(p->unit, sizeof p->unit, "%s", unit ? unit : "");
     p->total = total > 0 ? total : 0;
-    p->t0 = p->last = hr_progress_now();
+    p->t0 = p->last = hr_now_s();
     p->on = hr_log_threshold <= HR_LOG_LEVEL_INFO;
     p->tty = isatty(STDERR_FILENO) != 0;
     if (!p->on || p->total)
@@ -51,7 +46,7 @@ void hr_progress_update(hr_progress *p, int64_t done) {
     if (!p->on || !p->total)
         return;
     p->done = done < p->total ? done : p->total;
-    double now = hr_progress_now();
+    double now = hr_now_s();
     if (now - p->t0 < HR_PROGRESS_MIN_S) /* short work stays quiet */
         return;
     if (p->tty) {
@@ -75,7 +70,7 @@ void hr_progress_update(hr_progress *p, int64_t done) {
 void hr_progress_end(hr_progress *p) {
     if (!p->on || !p->drawn)
         return;
-    double now = hr_progress_now();
+    double now = hr_now_s();
     if (p->tty && p->total) {
         p->done = p->total;
         hr_progress_draw(p, now);

@@ -16,3 +16,9 @@ int hr_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
     hr_deadline_ms(&dl, ms);
     return pthread_cond_timedwait(cv, mu, &dl);
 }
+
+double hr_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,10 +1,13 @@
-/* sync.h - timed waits on condition variables (CLOCK_REALTIME deadlines,
- * as pthread_cond_timedwait expects). Reentrant. */
+/* sync.h - the monotonic clock and timed waits on condition variables
+ * (CLOCK_REALTIME deadlines, as pthread_cond_timedwait expects). Reentrant. */
 #ifndef HR_COMMON_SYNC_H
 #define HR_COMMON_SYNC_H
 
 #include <pthread.h>
 #include <time.h>
+
+/* Seconds on CLOCK_MONOTONIC (durations, timeouts, rates). */
+double hr_now_s(void);
 
 /* *dl = now + ms, normalised. */
 void hr_deadline_ms(struct timespec *dl, long ms);

@@ -17,6 +17,7 @@
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "kernels/ops.h"
 #include "kernels/pool.h"
 #include "kernels/quant.h"
@@ -67,9 +68,9 @@ static void hr_reps(hr_rep_fn fn, void *ctx, int want, int nt, int nv, double *m
         want = HR_CPU_MAX_REPS;
     while (n_clean < want && n_all < 3 * want) {
         int64_t w0 = hr_prof_run_delay_ns();
-        double t0 = hr_prof_now();
+        double t0 = hr_now_s();
         fn(ctx, all[n_all]);
-        double dt = hr_prof_now() - t0;
+        double dt = hr_now_s() - t0;
         int64_t w1 = hr_prof_run_delay_ns();
         /* waiting beyond 3% of our CPU time (+0.1 ms of wake-up jitter) */
         bool busy = w0 >= 0 && w1 >= 0 && (double)(w1 - w0) * 1e-9 > 0.03 * dt * nt + 1e-4;
@@ -113,13 +114,13 @@ static double hr_sweep(hr_cpu_run *r, hr_weight *w, int n_w, const unsigned char
         wp[i] = &w[i];
         yp[i] = r->y + (size_t)i * (size_t)w->n_out;
     }
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     for (int c = 0; c < n_call; c++) {
         for (int i = 0; i < n_w; i++)
             w[i].data = buf + ((size_t)c * (size_t)n_w + (size_t)i) * mat_bytes;
         hr_matmul(r->pool, n_w, wp, yp, r->x, 1, r->wbuf);
     }
-    return (hr_prof_now() - t0) / n_call;
+    return (hr_now_s() - t0) / n_call;
 }
 
 /* The four decode shapes, bracketing a layer's real calls: A = mat_bytes
@@ -152,10 +153,10 @@ static void hr_rep_matmat(void *ctx, double *v) {
     hr_mm_job *j = ctx;
     const hr_weight *wp = &j->w;
     float *yp = j->r->y;
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     for (int i = 0; i < 2; i++)
         hr_matmul(j->r->pool, 1, &wp, &yp, j->r->x, HR_CPU_MM_TOK, j->r->wbuf);
-    v[0] = (hr_prof_now() - t0) / 2;
+    v[0] = (hr_now_s() - t0) / 2;
 }
 
 /* Solves t = call + mats x mat + rows x row + bytes / bw from the medians
@@ -265,10 +266,10 @@ typedef struct {
 
 static void hr_rep_attention(void *ctx, double *v) {
     hr_att_job *j = ctx;
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     for (int i = 0; i < 8; i++)
         hr_attention(j->pool, &j->a, j->q, 1, j->pos, j->out);
-    v[0] = (hr_prof_now() - t0) / 8;
+    v[0] = (hr_now_s() - t0) / 8;
 }
 
 /* hr_attention time per call for one token seeing n_pos positions with
@@ -358,7 +359,7 @@ static void hr_rep_eltwise(void *ctx, double *v) {
     hr_ew_job *j = ctx;
     static const hr_rope_params rp = {.n_rot = 128, .freq_base = 10000.0f, .neox = false};
     double elems = 0;
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     for (int it = 0; it < HR_EW_IT; it++) {
         switch (j->op) {
         case 0:
@@ -387,7 +388,7 @@ static void hr_rep_eltwise(void *ctx, double *v) {
             break;
         }
     }
-    v[0] = (hr_prof_now() - t0) / elems * 1e9;
+    v[0] = (hr_now_s() - t0) / elems * 1e9;
     j->sink += (unsigned)j->c[7] + j->kc[3];
 }
 
@@ -439,9 +440,9 @@ typedef struct {
 
 static void hr_rep_copy(void *ctx, double *v) {
     hr_cp_job *j = ctx;
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     memcpy(j->dst, j->src, j->bytes);
-    v[0] = (double)j->bytes / (hr_prof_now() - t0) / 1e9;
+    v[0] = (double)j->bytes / (hr_now_s() - t0) / 1e9;
     j->src[0] ^= j->dst[j->bytes - 1];
 }
 

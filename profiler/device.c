@@ -11,6 +11,7 @@
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "kernels/quant.h"
 
 #include <errno.h>
@@ -254,7 +255,7 @@ static void hr_cache_write(const char *dir, const char *path, const hr_prof_devi
 int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char err[HR_ERR_LEN]) {
     if (!out || !p)
         return hr_seterr(err, HR_EINVAL, "no output or parameters");
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     hr_prof_device_sysinfo(out, p->sysroot);
     int64_t row_len = p->row_len > 0 ? p->row_len : 4096;
     row_len = (row_len + 255) / 256 * 256;
@@ -287,7 +288,7 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
                 *out = *hit;
                 free(hit);
                 HR_LOG_INFO(HR_PROF_TAG, "device profile from cache %s (%.3f s)", path,
-                            hr_prof_now() - t0);
+                            hr_now_s() - t0);
                 return 0;
             }
             free(hit);
@@ -305,7 +306,7 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
         hr_prof_disk_measure(&out->disk, out->disk.path[0] ? out->disk.path : p->model_path,
                              p->quick);
     out->created = (double)time(NULL);
-    out->duration_s = hr_prof_now() - t0;
+    out->duration_s = hr_now_s() - t0;
     if (cache)
         hr_cache_write(dir, path, out);
     HR_LOG_INFO(HR_PROF_TAG, "device profiled in %.2f s", out->duration_s);

@@ -11,6 +11,7 @@
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -105,7 +106,7 @@ void hr_prof_disk_info(hr_prof_disk *dk, const char *path, const char *sysroot) 
 /* Elapsed seconds since t0 less the time our threads spent waiting for a
  * CPU since w0 (other programs, not the disk): never below half of it. */
 static double hr_io_elapsed(double t0, int64_t w0) {
-    double dt = hr_prof_now() - t0;
+    double dt = hr_now_s() - t0;
     int64_t w1 = hr_prof_run_delay_ns();
     double wait = w0 >= 0 && w1 >= w0 ? (double)(w1 - w0) * 1e-9 : 0.0;
     return dt - wait > 0.5 * dt ? dt - wait : 0.5 * dt;
@@ -127,7 +128,7 @@ static long long hr_read_range(int fd, void *buf, uint64_t off, uint64_t len, si
         if (r == 0)
             break;
         got += r;
-        if (hr_prof_now() > deadline)
+        if (hr_now_s() > deadline)
             break;
     }
     return got;
@@ -152,14 +153,14 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
         unsigned sum = 0;
         size_t faulted = 0, i = 0;
         int64_t w0 = hr_prof_run_delay_ns();
-        double t0 = hr_prof_now();
+        double t0 = hr_now_s();
         while (i < n_pages) {
             size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
             for (; i < end; i++) {
                 sum += map[i * (size_t)pg];
                 faulted += !(vec[i] & 1);
             }
-            if (hr_prof_now() - t0 > budget_s)
+            if (hr_now_s() - t0 > budget_s)
                 break; /* slow disk: enough of a sample */
         }
         double dt = hr_io_elapsed(t0, w0);
@@ -245,7 +246,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
         if (!direct)
             posix_fadvise(fd, (off_t)off, (off_t)seq_len, POSIX_FADV_DONTNEED);
         int64_t w0 = hr_prof_run_delay_ns();
-        t0 = hr_prof_now();
+        t0 = hr_now_s();
         got = hr_read_range(fd, buf, off, seq_len, HR_DISK_BLOCK, t0 + budget);
         dt = hr_io_elapsed(t0, w0);
         if (got >= 0 || !direct || errno != EINVAL)
@@ -271,7 +272,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
     int max_reads = quick ? 300 : 2000, n = 0;
     uint64_t n_slots = size / HR_DISK_RAND;
     int64_t w0 = hr_prof_run_delay_ns();
-    t0 = hr_prof_now();
+    t0 = hr_now_s();
     double rb = quick ? 0.1 : 0.3;
     for (; n < max_reads; n++) {
         uint64_t o = (hr_rng(&rng) % n_slots) * HR_DISK_RAND;
@@ -279,7 +280,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
             posix_fadvise(fd, (off_t)o, HR_DISK_RAND, POSIX_FADV_DONTNEED);
         if (pread(fd, buf, HR_DISK_RAND, (off_t)o) < 0)
             break;
-        if (hr_prof_now() - t0 > rb)
+        if (hr_now_s() - t0 > rb)
             break;
     }
     dt = hr_io_elapsed(t0, w0);

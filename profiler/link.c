@@ -9,6 +9,7 @@
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -244,23 +245,23 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
             goto done;
         }
     for (int i = 0; i < n_samples; i++) {
-        double t0 = hr_prof_now();
+        double t0 = hr_now_s();
         if ((rc = hr_probe(sock, frame, (uint32_t)msg_bytes, 0, seq++, rbuf, fcap, err)))
             goto done;
-        t[i] = (hr_prof_now() - t0) * 1e6;
+        t[i] = (hr_now_s() - t0) * 1e6;
     }
     out->n_samples = n_samples;
     out->rtt_us = hr_prof_median(t, n_samples);
     out->rtt_min_us = t[0];
     /* throughput: one 1 MiB probe sizes a burst of about 0.2 s */
-    double t0 = hr_prof_now();
+    double t0 = hr_now_s();
     if ((rc = hr_probe(sock, frame, HR_LINK_BURST_MSG, HR_ECHO_FLAG_ACK, seq++, rbuf, fcap, err)))
         goto done;
-    double one = hr_prof_now() - t0;
+    double one = hr_now_s() - t0;
     int burst = one > 0 ? (int)(0.2 / one) : 32;
     burst = burst < 2 ? 2 : burst > 32 ? 32 : burst;
     uint32_t first = seq;
-    t0 = hr_prof_now();
+    t0 = hr_now_s();
     for (int i = 0; i < burst; i++) {
         hr_hdr_write(frame, HR_ECHO_FLAG_ACK, seq++, HR_LINK_BURST_MSG);
         if (zmq_send(sock, frame, HR_ECHO_HDR + HR_LINK_BURST_MSG, 0) < 0) {
@@ -279,7 +280,7 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
         if ((size_t)n <= fcap && hr_hdr_check(rbuf, (size_t)n, &f, &s, &l) && s >= first && s < seq)
             got++;
     }
-    double dt = hr_prof_now() - t0;
+    double dt = hr_now_s() - t0;
     out->bw_mbs = (double)burst * (HR_LINK_BURST_MSG + HR_ECHO_HDR) / dt / 1e6;
 done:
     if (sock)

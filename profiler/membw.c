@@ -1,6 +1,7 @@
 /* membw.c - streaming-read bandwidth probe. */
 #include "profiler/membw.h"
 
+#include "common/sync.h"
 #include "kernels/pool.h"
 
 #include <stdint.h>
@@ -30,12 +31,6 @@ static void hr_bw_worker(void *ctx, int ith, int nth) {
         a7 ^= j->buf[i + 7];
     }
     j->sink[ith & 63] = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
-}
-
-static double hr_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int hr_dbl_cmp(const void *a, const void *b) {

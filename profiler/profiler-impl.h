@@ -12,7 +12,6 @@
 #define HR_PROF_TAG "profiler"
 
 /* Monotonic clock, seconds. */
-double hr_prof_now(void);
 /* Sorts v[0..n) and returns its median (-1 when n == 0). */
 double hr_prof_median(double *v, int n);
 

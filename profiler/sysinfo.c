@@ -18,12 +18,6 @@
 
 /* ---- small helpers (shared through profiler-impl.h) ---- */
 
-double hr_prof_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int hr_dbl_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -3,6 +3,7 @@
 #include "ring/ring.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,12 +48,6 @@ struct hr_ring_keys {
     uint8_t last_key[32];
     double last_log;
 };
-
-static double hr_keys_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int hr_ring_key_dir_default(char *out, size_t cap) {
     const char *env = getenv("HEARTH_KEY_DIR");
@@ -350,7 +345,7 @@ static void hr_zap_handle(hr_ring_keys *k) {
         return;
     }
     atomic_fetch_add(&k->refused, 1);
-    double now = hr_keys_now();
+    double now = hr_now_s();
     if (!curve || memcmp(k->last_key, part[6], 32) != 0 || now - k->last_log > 5.0) {
         HR_LOG_WARN(TAG,
                     "%s: refused %s peer %s with untrusted key %s (trust it with "

@@ -3,6 +3,7 @@
 #include "sched/sched-impl.h"
 
 #include "common/error.h"
+#include "common/sync.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,11 +12,7 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-double hr_sched_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+double hr_sched_now_ms(void) { return hr_now_s() * 1e3; }
 
 hr_sched_opts hr_sched_opts_default(void) {
     hr_sched_opts o;
