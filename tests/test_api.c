@@ -815,7 +815,7 @@ static void test_cluster(void) {
     hr_shared_path("models/small-llama-q8_0.gguf", path, sizeof path);
     if (!bin || access(bin, X_OK) != 0 || access(path, R_OK) != 0 ||
         system("curl --version >/dev/null 2>&1") != 0) {
-        printf("SKIP cluster part: needs HR_BIN, %s and curl\n", path);
+        hr_check_skip("cluster part: needs HR_BIN, the shared q8_0 model and curl");
         return;
     }
     snprintf(g_bin, sizeof g_bin, "%s", bin);

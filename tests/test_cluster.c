@@ -484,7 +484,7 @@ static char *slurp(const char *path) {
 static void test_kill(void) {
     const char *bin = getenv("HR_BIN");
     if (!bin || access(bin, X_OK) != 0) {
-        printf("kill test skipped: HR_BIN not set\n");
+        hr_check_skip("kill test: HR_BIN not set");
         return;
     }
     char model[512];
