@@ -1,4 +1,7 @@
-/* gguf.c - GGUF v2/v3 reader over a read-only mapping.
+/* gguf.c - GGUF v2/v3 reader over a read-only mapping: opening, parsing
+ * and validating the header, key/values, tensor table and layer spans;
+ * the file-level, key-index and tensor getters. The value accessors and
+ * formatting are in gguf_value.c.
  *
  * Parsing runs twice over the header. Pass 1 checks every bound, type and
  * count and sums what the arena needs (kv and tensor records, string
@@ -41,37 +44,6 @@
 /* Smallest tensor info: name 8+1, n_dims 4, one dim 8, type 4, offset 8. */
 #define MIN_TENSOR_BYTES 33
 
-typedef struct {
-    const char *key; /* NUL-terminated, in the arena */
-    uint64_t offset; /* file offset of the kv */
-    hr_gguf_value v;
-} gguf_kv;
-
-typedef struct {
-    int layer;
-    uint64_t begin, end; /* file byte range */
-} layer_span;
-
-struct hr_gguf {
-    const uint8_t *base;
-    uint64_t size;
-    bool mapped;
-    uint32_t version;
-    uint64_t alignment;
-    uint64_t data_offset;
-    int64_t n_kv;
-    gguf_kv *kvs;
-    int64_t n_tensors;
-    hr_gguf_tensor *tensors;
-    int64_t *kv_index; /* open-addressing hash: kv index or -1 */
-    uint64_t kv_mask;
-    int64_t *t_index; /* same for tensor names */
-    uint64_t t_mask;
-    layer_span *spans; /* sorted by layer, one per layer seen */
-    int64_t n_spans;
-    int n_layers_seen;
-};
-
 /* Parser state shared by both passes. */
 typedef struct {
     const uint8_t *p;
@@ -90,44 +62,6 @@ typedef struct {
     hr_gguf_sref *srefs;
     hr_gguf_value *nodes;
 } rd;
-
-size_t hr_gguf_vtype_size(hr_gguf_vtype t) {
-    switch (t) {
-    case HR_GGUF_UINT8:
-    case HR_GGUF_INT8:
-    case HR_GGUF_BOOL:
-        return 1;
-    case HR_GGUF_UINT16:
-    case HR_GGUF_INT16:
-        return 2;
-    case HR_GGUF_UINT32:
-    case HR_GGUF_INT32:
-    case HR_GGUF_FLOAT32:
-        return 4;
-    case HR_GGUF_UINT64:
-    case HR_GGUF_INT64:
-    case HR_GGUF_FLOAT64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
-const char *hr_gguf_vtype_name(hr_gguf_vtype t) {
-    static const char *names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
-                                  "int32",  "float32", "bool",   "string", "array",
-                                  "uint64", "int64",   "float64"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
-}
-
-static bool vtype_is_int(hr_gguf_vtype t) {
-    return t == HR_GGUF_UINT8 || t == HR_GGUF_INT8 || t == HR_GGUF_UINT16 || t == HR_GGUF_INT16 ||
-           t == HR_GGUF_UINT32 || t == HR_GGUF_INT32 || t == HR_GGUF_UINT64 || t == HR_GGUF_INT64;
-}
-
-static bool vtype_is_signed(hr_gguf_vtype t) {
-    return t == HR_GGUF_INT8 || t == HR_GGUF_INT16 || t == HR_GGUF_INT32 || t == HR_GGUF_INT64;
-}
 
 /* ---- errors and primitive reads ---- */
 
@@ -213,63 +147,6 @@ static int rd_str(rd *r, const char *item, bool is_name, const uint8_t **src, ui
     return 0;
 }
 
-static void decode_scalar(hr_gguf_vtype t, const uint8_t *p, hr_gguf_value *out) {
-    out->type = t;
-    out->arr_type = HR_GGUF_NONE;
-    out->n = 0;
-    switch (t) {
-    case HR_GGUF_UINT8:
-    case HR_GGUF_BOOL:
-        out->as.u = p[0];
-        break;
-    case HR_GGUF_INT8:
-        out->as.i = (int8_t)p[0];
-        break;
-    case HR_GGUF_UINT16: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        out->as.u = v;
-        break;
-    }
-    case HR_GGUF_INT16: {
-        int16_t v;
-        memcpy(&v, p, 2);
-        out->as.i = v;
-        break;
-    }
-    case HR_GGUF_UINT32: {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        out->as.u = v;
-        break;
-    }
-    case HR_GGUF_INT32: {
-        int32_t v;
-        memcpy(&v, p, 4);
-        out->as.i = v;
-        break;
-    }
-    case HR_GGUF_FLOAT32: {
-        float v;
-        memcpy(&v, p, 4);
-        out->as.f = v;
-        break;
-    }
-    case HR_GGUF_UINT64:
-        memcpy(&out->as.u, p, 8);
-        break;
-    case HR_GGUF_INT64:
-        memcpy(&out->as.i, p, 8);
-        break;
-    case HR_GGUF_FLOAT64:
-        memcpy(&out->as.f, p, 8);
-        break;
-    default:
-        out->as.u = 0;
-        break;
-    }
-}
-
 /* ---- values ---- */
 
 /* Parses one value of type t (the bytes after a type field). out is NULL
@@ -282,7 +159,7 @@ static int parse_value(rd *r, uint32_t t, hr_gguf_value *out, int depth) {
         if ((rc = need(r, sz, hr_gguf_vtype_name((hr_gguf_vtype)t))))
             return rc;
         if (out)
-            decode_scalar((hr_gguf_vtype)t, r->p + r->pos, out);
+            hr_gguf_impl_decode_scalar((hr_gguf_vtype)t, r->p + r->pos, out);
         r->pos += sz;
         return 0;
     }
@@ -375,12 +252,12 @@ static bool is_pow2(uint64_t a) { return a && (a & (a - 1)) == 0; }
 
 /* general.alignment: an integer, a non-zero power of two. */
 static int check_alignment(rd *r, uint64_t at, uint32_t t, const uint8_t *val) {
-    if (!vtype_is_int((hr_gguf_vtype)t))
+    if (!hr_gguf_impl_is_int((hr_gguf_vtype)t))
         return fail(r, HR_EFORMAT, at, "general.alignment has type %s, expected uint32",
                     hr_gguf_vtype_name((hr_gguf_vtype)t));
     hr_gguf_value v;
-    decode_scalar((hr_gguf_vtype)t, val, &v);
-    if (vtype_is_signed((hr_gguf_vtype)t) && v.as.i < 0)
+    hr_gguf_impl_decode_scalar((hr_gguf_vtype)t, val, &v);
+    if (hr_gguf_impl_is_signed((hr_gguf_vtype)t) && v.as.i < 0)
         return fail(r, HR_EFORMAT, at, "general.alignment %" PRId64 " is not a power of two",
                     v.as.i);
     if (!is_pow2(v.as.u))
@@ -390,7 +267,7 @@ static int check_alignment(rd *r, uint64_t at, uint32_t t, const uint8_t *val) {
     return 0;
 }
 
-static int parse_kvs(rd *r, uint64_t n_kv, gguf_kv *kvs) {
+static int parse_kvs(rd *r, uint64_t n_kv, hr_gguf_kvrec *kvs) {
     static const char align_key[] = "general.alignment";
     int rc;
     for (uint64_t i = 0; i < n_kv; i++) {
@@ -568,7 +445,7 @@ static int layer_of(const char *name) {
 }
 
 static int span_cmp(const void *a, const void *b) {
-    const layer_span *x = a, *y = b;
+    const hr_gguf_span *x = a, *y = b;
     return (x->layer > y->layer) - (x->layer < y->layer);
 }
 
@@ -588,7 +465,7 @@ static void build_layers(hr_gguf *g) {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         if (m > 0 && g->spans[m - 1].layer == g->spans[i].layer) {
-            layer_span *s = &g->spans[m - 1];
+            hr_gguf_span *s = &g->spans[m - 1];
             if (g->spans[i].begin < s->begin)
                 s->begin = g->spans[i].begin;
             if (g->spans[i].end > s->end)
@@ -674,7 +551,7 @@ static int parse(hr_gguf **out, const uint8_t *p, uint64_t size, const char *nam
     uint64_t kv_cap = table_cap(n_kv), t_cap = table_cap(n_tensors);
     size_t off = (sizeof(hr_gguf) + 7) & ~(size_t)7;
     size_t o_kvs = off, o_nodes, o_srefs, o_tensors, o_spans, o_kvidx, o_tidx, o_chars;
-    bool ok = arena_add(&off, n_kv, sizeof(gguf_kv));
+    bool ok = arena_add(&off, n_kv, sizeof(hr_gguf_kvrec));
     o_nodes = off;
     ok = ok && arena_add(&off, r.n_nodes, sizeof(hr_gguf_value));
     o_srefs = off;
@@ -682,7 +559,7 @@ static int parse(hr_gguf **out, const uint8_t *p, uint64_t size, const char *nam
     o_tensors = off;
     ok = ok && arena_add(&off, n_tensors, sizeof(hr_gguf_tensor));
     o_spans = off;
-    ok = ok && arena_add(&off, n_tensors, sizeof(layer_span));
+    ok = ok && arena_add(&off, n_tensors, sizeof(hr_gguf_span));
     o_kvidx = off;
     ok = ok && arena_add(&off, kv_cap, sizeof(int64_t));
     o_tidx = off;
@@ -701,9 +578,9 @@ static int parse(hr_gguf **out, const uint8_t *p, uint64_t size, const char *nam
     g->version = version;
     g->n_kv = (int64_t)n_kv;
     g->n_tensors = (int64_t)n_tensors;
-    g->kvs = (gguf_kv *)(arena + o_kvs);
+    g->kvs = (hr_gguf_kvrec *)(arena + o_kvs);
     g->tensors = (hr_gguf_tensor *)(arena + o_tensors);
-    g->spans = (layer_span *)(arena + o_spans);
+    g->spans = (hr_gguf_span *)(arena + o_spans);
     g->kv_index = (int64_t *)(arena + o_kvidx);
     g->kv_mask = kv_cap - 1;
     g->t_index = (int64_t *)(arena + o_tidx);
@@ -862,10 +739,6 @@ uint64_t hr_gguf_data_offset(const hr_gguf *g) { return g->data_offset; }
 
 /* ---- metadata ---- */
 
-static const gguf_kv *kv_at(const hr_gguf *g, int64_t kv) {
-    return g && kv >= 0 && kv < g->n_kv ? &g->kvs[kv] : NULL;
-}
-
 int64_t hr_gguf_n_kv(const hr_gguf *g) { return g->n_kv; }
 
 int64_t hr_gguf_find_key(const hr_gguf *g, const char *key) {
@@ -875,314 +748,8 @@ int64_t hr_gguf_find_key(const hr_gguf *g, const char *key) {
 }
 
 const char *hr_gguf_key(const hr_gguf *g, int64_t kv) {
-    const gguf_kv *e = kv_at(g, kv);
+    const hr_gguf_kvrec *e = hr_gguf_impl_kv_at(g, kv);
     return e ? e->key : NULL;
-}
-
-hr_gguf_vtype hr_gguf_kv_type(const hr_gguf *g, int64_t kv) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? e->v.type : HR_GGUF_NONE;
-}
-
-const hr_gguf_value *hr_gguf_kv_value(const hr_gguf *g, int64_t kv) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? &e->v : NULL;
-}
-
-/* Integer scalar (or bool when allowed) as int64. */
-static int value_int(const hr_gguf_value *v, bool allow_bool, int64_t *out) {
-    if (vtype_is_signed(v->type)) {
-        *out = v->as.i;
-        return 0;
-    }
-    if (vtype_is_int(v->type) || (allow_bool && v->type == HR_GGUF_BOOL)) {
-        if (v->type == HR_GGUF_BOOL) {
-            *out = v->as.u != 0;
-            return 0;
-        }
-        if (v->as.u > (uint64_t)INT64_MAX)
-            return HR_EFORMAT;
-        *out = (int64_t)v->as.u;
-        return 0;
-    }
-    return HR_EFORMAT;
-}
-
-static int value_num(const hr_gguf_value *v, double *out) {
-    if (v->type == HR_GGUF_FLOAT32 || v->type == HR_GGUF_FLOAT64)
-        *out = v->as.f;
-    else if (vtype_is_signed(v->type))
-        *out = (double)v->as.i;
-    else if (v->type == HR_GGUF_BOOL)
-        *out = v->as.u != 0;
-    else if (vtype_is_int(v->type))
-        *out = (double)v->as.u;
-    else
-        return HR_EFORMAT;
-    return 0;
-}
-
-static const hr_gguf_value *find_value(const hr_gguf *g, const char *key) {
-    const gguf_kv *e = kv_at(g, hr_gguf_find_key(g, key));
-    return e ? &e->v : NULL;
-}
-
-int hr_gguf_get_u32(const hr_gguf *g, const char *key, uint32_t *out) {
-    const hr_gguf_value *v = find_value(g, key);
-    if (!v)
-        return HR_ENOENT;
-    if (vtype_is_signed(v->type)) {
-        if (v->as.i < 0 || v->as.i > (int64_t)UINT32_MAX)
-            return HR_EFORMAT;
-        *out = (uint32_t)v->as.i;
-        return 0;
-    }
-    if (!vtype_is_int(v->type) || v->as.u > UINT32_MAX)
-        return HR_EFORMAT;
-    *out = (uint32_t)v->as.u;
-    return 0;
-}
-
-int hr_gguf_get_i64(const hr_gguf *g, const char *key, int64_t *out) {
-    const hr_gguf_value *v = find_value(g, key);
-    return v ? value_int(v, false, out) : HR_ENOENT;
-}
-
-int hr_gguf_get_f32(const hr_gguf *g, const char *key, float *out) {
-    const hr_gguf_value *v = find_value(g, key);
-    if (!v)
-        return HR_ENOENT;
-    if (v->type != HR_GGUF_FLOAT32 && v->type != HR_GGUF_FLOAT64)
-        return HR_EFORMAT;
-    *out = (float)v->as.f;
-    return 0;
-}
-
-int hr_gguf_get_bool(const hr_gguf *g, const char *key, bool *out) {
-    const hr_gguf_value *v = find_value(g, key);
-    if (!v)
-        return HR_ENOENT;
-    if (v->type != HR_GGUF_BOOL)
-        return HR_EFORMAT;
-    *out = v->as.u != 0;
-    return 0;
-}
-
-int hr_gguf_get_str(const hr_gguf *g, const char *key, const char **out) {
-    const hr_gguf_value *v = find_value(g, key);
-    if (!v)
-        return HR_ENOENT;
-    if (v->type != HR_GGUF_STRING)
-        return HR_EFORMAT;
-    *out = v->as.s;
-    return 0;
-}
-
-hr_gguf_vtype hr_gguf_arr_type(const hr_gguf *g, int64_t kv) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? hr_gguf_value_arr_type(&e->v) : HR_GGUF_NONE;
-}
-
-uint64_t hr_gguf_arr_len(const hr_gguf *g, int64_t kv) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? hr_gguf_value_arr_len(&e->v) : 0;
-}
-
-int hr_gguf_arr_str(const hr_gguf *g, int64_t kv, uint64_t j, const char **s, size_t *len) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? hr_gguf_value_arr_str(&e->v, j, s, len) : HR_ENOENT;
-}
-
-int hr_gguf_arr_f64(const hr_gguf *g, int64_t kv, uint64_t j, double *out) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? hr_gguf_value_arr_f64(&e->v, j, out) : HR_ENOENT;
-}
-
-int hr_gguf_arr_i64(const hr_gguf *g, int64_t kv, uint64_t j, int64_t *out) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? hr_gguf_value_arr_i64(&e->v, j, out) : HR_ENOENT;
-}
-
-const void *hr_gguf_arr_data(const hr_gguf *g, int64_t kv) {
-    const gguf_kv *e = kv_at(g, kv);
-    return e ? hr_gguf_value_arr_data(&e->v) : NULL;
-}
-
-/* ---- values ---- */
-
-hr_gguf_vtype hr_gguf_value_type(const hr_gguf_value *v) { return v ? v->type : HR_GGUF_NONE; }
-
-hr_gguf_vtype hr_gguf_value_arr_type(const hr_gguf_value *v) {
-    return v && v->type == HR_GGUF_ARRAY ? v->arr_type : HR_GGUF_NONE;
-}
-
-uint64_t hr_gguf_value_arr_len(const hr_gguf_value *v) {
-    return v && v->type == HR_GGUF_ARRAY ? v->n : 0;
-}
-
-const hr_gguf_value *hr_gguf_value_arr_at(const hr_gguf_value *v, uint64_t j) {
-    if (!v || v->type != HR_GGUF_ARRAY || v->arr_type != HR_GGUF_ARRAY || j >= v->n)
-        return NULL;
-    return &v->as.elems[j];
-}
-
-const void *hr_gguf_value_arr_data(const hr_gguf_value *v) {
-    if (!v || v->type != HR_GGUF_ARRAY || !hr_gguf_vtype_size(v->arr_type))
-        return NULL;
-    return v->as.raw;
-}
-
-int hr_gguf_value_str(const hr_gguf_value *v, const char **s, size_t *len) {
-    if (!v)
-        return HR_ENOENT;
-    if (v->type != HR_GGUF_STRING)
-        return HR_EFORMAT;
-    *s = v->as.s;
-    if (len)
-        *len = (size_t)v->n;
-    return 0;
-}
-
-int hr_gguf_value_i64(const hr_gguf_value *v, int64_t *out) {
-    return v ? value_int(v, false, out) : HR_ENOENT;
-}
-
-int hr_gguf_value_f64(const hr_gguf_value *v, double *out) {
-    return v ? value_num(v, out) : HR_ENOENT;
-}
-
-int hr_gguf_value_arr_str(const hr_gguf_value *v, uint64_t j, const char **s, size_t *len) {
-    if (!v)
-        return HR_ENOENT;
-    if (v->type != HR_GGUF_ARRAY || v->arr_type != HR_GGUF_STRING)
-        return HR_EFORMAT;
-    if (j >= v->n)
-        return HR_ERANGE;
-    *s = v->as.strs[j].s;
-    if (len)
-        *len = (size_t)v->as.strs[j].len;
-    return 0;
-}
-
-/* Element j of a numeric/bool array decoded as a scalar value. */
-static int arr_elem(const hr_gguf_value *v, uint64_t j, hr_gguf_value *e) {
-    if (!v)
-        return HR_ENOENT;
-    size_t esz = v->type == HR_GGUF_ARRAY ? hr_gguf_vtype_size(v->arr_type) : 0;
-    if (!esz)
-        return HR_EFORMAT;
-    if (j >= v->n)
-        return HR_ERANGE;
-    decode_scalar(v->arr_type, v->as.raw + j * esz, e);
-    return 0;
-}
-
-int hr_gguf_value_arr_i64(const hr_gguf_value *v, uint64_t j, int64_t *out) {
-    hr_gguf_value e;
-    int rc = arr_elem(v, j, &e);
-    return rc ? rc : value_int(&e, true, out);
-}
-
-int hr_gguf_value_arr_f64(const hr_gguf_value *v, uint64_t j, double *out) {
-    hr_gguf_value e;
-    int rc = arr_elem(v, j, &e);
-    return rc ? rc : value_num(&e, out);
-}
-
-/* ---- formatting ---- */
-
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} fmtbuf;
-
-static bool fb_full(const fmtbuf *f) { return f->len + 1 >= f->cap; }
-
-static void fb_put(fmtbuf *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void fb_put(fmtbuf *f, const char *fmt, ...) {
-    if (fb_full(f))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(f->buf + f->len, f->cap - f->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        f->len = (size_t)n >= f->cap - f->len ? f->cap - 1 : f->len + (size_t)n;
-}
-
-static void fb_string(fmtbuf *f, const char *s, uint64_t len) {
-    fb_put(f, "\"");
-    for (uint64_t i = 0; i < len && !fb_full(f); i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fb_put(f, "\\%c", c);
-        else if (c == '\n')
-            fb_put(f, "\\n");
-        else if (c < 0x20 || c == 0x7f)
-            fb_put(f, "\\x%02x", c);
-        else
-            fb_put(f, "%c", c);
-    }
-    fb_put(f, "\"");
-}
-
-static void fb_scalar(fmtbuf *f, const hr_gguf_value *v) {
-    switch (v->type) {
-    case HR_GGUF_BOOL:
-        fb_put(f, "%s", v->as.u ? "true" : "false");
-        break;
-    case HR_GGUF_FLOAT32:
-        fb_put(f, "%.9g", v->as.f);
-        break;
-    case HR_GGUF_FLOAT64:
-        fb_put(f, "%.17g", v->as.f);
-        break;
-    default:
-        if (vtype_is_signed(v->type))
-            fb_put(f, "%" PRId64, v->as.i);
-        else
-            fb_put(f, "%" PRIu64, v->as.u);
-        break;
-    }
-}
-
-static void fb_value(fmtbuf *f, const hr_gguf_value *v, int max_elems) {
-    if (v->type == HR_GGUF_STRING) {
-        fb_string(f, v->as.s, v->n);
-        return;
-    }
-    if (v->type != HR_GGUF_ARRAY) {
-        fb_scalar(f, v);
-        return;
-    }
-    fb_put(f, "[");
-    uint64_t shown = max_elems < 0 || (uint64_t)max_elems > v->n ? v->n : (uint64_t)max_elems;
-    for (uint64_t j = 0; j < shown && !fb_full(f); j++) {
-        if (j)
-            fb_put(f, ", ");
-        if (v->arr_type == HR_GGUF_STRING) {
-            fb_string(f, v->as.strs[j].s, v->as.strs[j].len);
-        } else if (v->arr_type == HR_GGUF_ARRAY) {
-            fb_value(f, &v->as.elems[j], max_elems);
-        } else {
-            hr_gguf_value e;
-            decode_scalar(v->arr_type, v->as.raw + j * hr_gguf_vtype_size(v->arr_type), &e);
-            fb_scalar(f, &e);
-        }
-    }
-    if (shown < v->n)
-        fb_put(f, "%s... (%" PRIu64 " total)", shown ? ", " : "", v->n);
-    fb_put(f, "]");
-}
-
-void hr_gguf_value_format(const hr_gguf_value *v, char *buf, size_t cap, int max_elems) {
-    if (!buf || cap == 0)
-        return;
-    buf[0] = '\0';
-    fmtbuf f = {buf, cap, 0};
-    if (v)
-        fb_value(&f, v, max_elems);
 }
 
 /* ---- tensors ---- */

@@ -1,19 +1,23 @@
 /* fuzz_gguf.c - libFuzzer target for the GGUF reader (not run by ctest).
  *
  * Opens each input with hr_gguf_open_memory; when it opens, touches every
- * kv, value, tensor and layer range and re-encodes every value through the
- * writer. Build by hand from the repository root, e.g.:
+ * kv, value, tensor and layer range, re-encodes every value through the
+ * writer, and asks mmap/stream.h for the byte range of layer windows
+ * (which must lie inside the file). Build by hand from the repository
+ * root, e.g.:
  *
  *   F="-std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined"
  *   clang $F -mavx2 -mfma -mf16c -mbmi2 -c kernels/quant_avx2.c -o /tmp/q2.o
  *   clang $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 \
  *         -mfma -mf16c -mbmi2 -c kernels/quant_avx512.c -o /tmp/q5.o
- *   clang $F tests/fuzz_gguf.c mmap/gguf.c mmap/gguf_write.c kernels/quant.c \
- *         common/error.c common/log.c /tmp/q2.o /tmp/q5.o -lm -lpthread -o fuzz_gguf
+ *   clang $F tests/fuzz_gguf.c mmap/gguf.c mmap/gguf_value.c \
+ *         mmap/gguf_write.c mmap/stream.c kernels/quant.c common/error.c \
+ *         common/log.c /tmp/q2.o /tmp/q5.o -lm -lpthread -o fuzz_gguf
  *   ./fuzz_gguf -max_total_time=180 corpus/
  */
 #include "common/error.h"
 #include "mmap/gguf.h"
+#include "mmap/stream.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -62,9 +66,15 @@ static void touch(const hr_gguf *g) {
         s += p[0] + p[t->size - 1];
     }
     for (int l = 0; l < hr_gguf_n_layers_seen(g); l++) {
-        uint64_t b, e;
-        if (hr_gguf_layer_range(g, l, &b, &e) == 0)
+        uint64_t b = 0, e = 0, off = 0, len = 0, size = hr_gguf_file_size(g);
+        int has = hr_gguf_layer_range(g, l, &b, &e) == 0;
+        if (has)
             s += e - b;
+        int rc = hr_stream_window_range(g, l, l + 2, &off, &len);
+        if (rc == 0 && (len == 0 || off > size || len > size - off || (has && off > b)))
+            abort(); /* a window lies in the file and covers its first layer */
+        if (rc != 0 && rc != HR_ENOENT)
+            abort();
     }
     sink += s;
 }

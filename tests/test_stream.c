@@ -1,0 +1,376 @@
+/* test_stream.c - mmap/stream.h: layer-window byte ranges checked against
+ * the tensor table (a generated file with out-of-order layers and a gap,
+ * and the shared model fixtures against the first/last-layer formula the
+ * agent used), residency after touching pages, prefetch / release round
+ * trips, clamped and refused ranges, in-memory files refused, and calls
+ * from several threads at once. */
+#include "tests/check.h"
+
+#include "kernels/quant.h"
+#include "mmap/gguf.h"
+#include "mmap/stream.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static char tmpdir[512];
+static char model_path[1024];
+static uint64_t pg;
+
+/* ---- a generated model ---- */
+
+typedef struct {
+    const char *name;
+    int64_t n; /* f32 elements */
+} tdef;
+
+/* Written in this order: layer 1 is split around layer 2 (so a window's
+ * first and last layer alone do not bound it), layer 3 has no tensors,
+ * the non-layer tensors sit at both ends. */
+static const tdef model_tensors[] = {
+    {"token_embd.weight", 3000},   {"blk.0.attn_q.weight", 1500}, {"blk.0.ffn_up.weight", 2500},
+    {"blk.1.attn_q.weight", 1000}, {"blk.2.attn_q.weight", 3000}, {"blk.2.ffn_up.weight", 700},
+    {"blk.1.ffn_up.weight", 2000}, {"blk.4.attn_q.weight", 100},  {"output.weight", 4000},
+};
+#define N_MODEL_TENSORS (sizeof model_tensors / sizeof model_tensors[0])
+#define N_LAYERS 5 /* 0..4, layer 3 empty */
+
+static int write_model(const char *path) {
+    hr_gguf_writer *w = hr_gguf_writer_create();
+    CHECK(w != NULL);
+    if (!w)
+        return -1;
+    CHECK_EQ(hr_gguf_writer_set_str(w, "general.architecture", "llama"), 0);
+    for (size_t i = 0; i < N_MODEL_TENSORS; i++) {
+        const tdef *t = &model_tensors[i];
+        float *data = malloc((size_t)t->n * sizeof *data);
+        for (int64_t k = 0; k < t->n; k++)
+            data[k] = (float)(i * 100000 + (size_t)k);
+        int64_t ne[1] = {t->n};
+        CHECK_EQ(hr_gguf_writer_add_tensor(w, t->name, HR_TYPE_F32, 1, ne, data,
+                                           (uint64_t)t->n * sizeof *data),
+                 0);
+        free(data);
+    }
+    char err[HR_ERR_LEN];
+    int rc = hr_gguf_writer_write(w, path, err);
+    if (rc)
+        fprintf(stderr, "write %s: %s\n", path, err);
+    CHECK_EQ(rc, 0);
+    hr_gguf_writer_destroy(w);
+    return rc;
+}
+
+/* The window range computed straight from the tensor table: the hull of
+ * the "blk.N." tensors with b <= N < e, start rounded down to a page. */
+static int expected_range(const hr_gguf *g, int b, int e, uint64_t *off, uint64_t *len) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int64_t i = 0; i < hr_gguf_n_tensors(g); i++) {
+        const hr_gguf_tensor *t = hr_gguf_tensor_at(g, i);
+        int l = -1;
+        if (sscanf(t->name, "blk.%d.", &l) != 1 || l < b || l >= e)
+            continue;
+        if (t->offset < lo)
+            lo = t->offset;
+        if (t->offset + t->size > hi)
+            hi = t->offset + t->size;
+    }
+    if (hi == 0)
+        return HR_ENOENT;
+    *off = lo / pg * pg;
+    *len = hi - *off;
+    return 0;
+}
+
+/* Every window [b, e) over and past the layers, against expected_range. */
+static void check_windows(const hr_gguf *g, int n_layers, const char *label) {
+    int bad = 0, found = 0;
+    for (int b = 0; b <= n_layers + 1; b++) {
+        for (int e = b + 1; e <= n_layers + 2; e++) {
+            uint64_t off = 1, len = 1, xo = 0, xl = 0;
+            int rc = hr_stream_window_range(g, b, e, &off, &len);
+            int xrc = expected_range(g, b, e, &xo, &xl);
+            if (rc != xrc || (rc == 0 && (off != xo || len != xl)) ||
+                (rc != 0 && (off != 0 || len != 0)) || off % pg != 0 ||
+                off + len > hr_gguf_file_size(g)) {
+                if (bad++ < 5)
+                    fprintf(stderr,
+                            "%s: window [%d, %d): rc %d [%" PRIu64 ", +%" PRIu64
+                            ") want rc %d [%" PRIu64 ", +%" PRIu64 ")\n",
+                            label, b, e, rc, off, len, xrc, xo, xl);
+            }
+            found += rc == 0;
+        }
+    }
+    CHECK_EQ(bad, 0);
+    CHECK(found > 0);
+}
+
+/* Reads one byte of every page of [off, off + len) through the mapping. */
+static uint64_t touch(const hr_gguf *g, uint64_t off, uint64_t len) {
+    const volatile uint8_t *p = hr_gguf_base(g);
+    uint64_t sum = 0, end = off + len;
+    for (uint64_t a = off - off % pg; a < end; a += pg)
+        sum += p[a];
+    sum += p[end - 1];
+    return sum;
+}
+
+static void test_window_range(void) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    int rc = hr_gguf_open(&g, model_path, err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        return;
+    CHECK_EQ(hr_gguf_n_layers_seen(g), N_LAYERS);
+    check_windows(g, N_LAYERS, "generated");
+
+    /* spot checks written out: layer 1 lies around layer 2's first tensor */
+    uint64_t off = 0, len = 0;
+    const hr_gguf_tensor *q1 = hr_gguf_find_tensor(g, "blk.1.attn_q.weight");
+    const hr_gguf_tensor *u1 = hr_gguf_find_tensor(g, "blk.1.ffn_up.weight");
+    const hr_gguf_tensor *q2 = hr_gguf_find_tensor(g, "blk.2.attn_q.weight");
+    CHECK(q1 && u1 && q2);
+    CHECK_EQ(hr_stream_window_range(g, 1, 2, &off, &len), 0);
+    CHECK_EQ(off, q1->offset / pg * pg);
+    CHECK_EQ(off + len, u1->offset + u1->size);
+    CHECK(off <= q2->offset && q2->offset + q2->size <= off + len);
+    CHECK_EQ(hr_stream_window_range(g, 0, 3, &off, &len), 0);
+    CHECK_EQ(off + len, u1->offset + u1->size); /* past layer 2's end */
+    uint64_t b2, e2;
+    CHECK_EQ(hr_gguf_layer_range(g, 2, &b2, &e2), 0);
+    CHECK(e2 < off + len);
+    /* a window whose last layer is empty still covers the layers it has */
+    uint64_t off2 = 0, len2 = 0;
+    CHECK_EQ(hr_stream_window_range(g, 1, 4, &off2, &len2), 0);
+    CHECK_EQ(hr_stream_window_range(g, 1, 3, &off, &len), 0);
+    CHECK_EQ(off2, off);
+    CHECK_EQ(len2, len);
+    CHECK_EQ(hr_stream_window_range(g, 3, 4, &off, &len), HR_ENOENT);
+    CHECK_EQ(off, 0);
+    CHECK_EQ(len, 0);
+
+    /* refused arguments */
+    CHECK_EQ(hr_stream_window_range(NULL, 0, 1, &off, &len), HR_EINVAL);
+    CHECK_EQ(hr_stream_window_range(g, -1, 1, &off, &len), HR_EINVAL);
+    CHECK_EQ(hr_stream_window_range(g, 2, 2, &off, &len), HR_EINVAL);
+    CHECK_EQ(hr_stream_window_range(g, 2, 1, &off, &len), HR_EINVAL);
+    CHECK_EQ(hr_stream_window_range(g, 0, 1, NULL, &len), HR_EINVAL);
+    CHECK_EQ(hr_stream_window_range(g, 0, 1, &off, NULL), HR_EINVAL);
+    CHECK_EQ(hr_stream_window_range(g, INT32_MAX - 1, INT32_MAX, &off, &len), HR_ENOENT);
+    CHECK_EQ(hr_stream_window_range(g, 0, INT32_MAX, &off, &len), 0);
+    CHECK_EQ(off, hr_gguf_find_tensor(g, "blk.0.attn_q.weight")->offset / pg * pg);
+    hr_gguf_close(g);
+}
+
+/* The shared fixtures (layers in order): the range also equals what the
+ * agent computed from the first and last layer of the window alone. */
+static void test_fixtures(void) {
+    static const char *files[] = {"models/tiny-llama-f32.gguf", "models/small-llama-q4_0.gguf",
+                                  "models/small-qwen2-q4_k_m.gguf"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char path[1024], err[HR_ERR_LEN];
+        hr_gguf *g = NULL;
+        int rc = hr_gguf_open(&g, hr_shared_path(files[f], path, sizeof path), err);
+        if (rc)
+            fprintf(stderr, "%s\n", err);
+        CHECK_EQ(rc, 0);
+        if (rc)
+            continue;
+        int n = hr_gguf_n_layers_seen(g);
+        CHECK(n >= 2);
+        check_windows(g, n, files[f]);
+        int bad = 0;
+        for (int b = 0; b < n; b++) {
+            for (int e = b + 1; e <= n; e++) {
+                uint64_t b0, e0, b1, e1, off = 0, len = 0;
+                CHECK_EQ(hr_gguf_layer_range(g, b, &b0, &e0), 0);
+                CHECK_EQ(hr_gguf_layer_range(g, e - 1, &b1, &e1), 0);
+                uint64_t lo = b0 < b1 ? b0 : b1, hi = e0 > e1 ? e0 : e1;
+                lo = lo / pg * pg;
+                bad +=
+                    hr_stream_window_range(g, b, e, &off, &len) != 0 || off != lo || len != hi - lo;
+            }
+        }
+        CHECK_EQ(bad, 0);
+        /* residency of pages this process has touched: all of them */
+        uint64_t off = 0, len = 0;
+        CHECK_EQ(hr_stream_window_range(g, 0, n, &off, &len), 0);
+        CHECK_EQ(hr_stream_prefetch(g, off, len), 0);
+        touch(g, off, len);
+        CHECK_NEAR(hr_stream_residency(g, &off, &len, 1), 1.0, 0.0);
+        hr_gguf_close(g);
+    }
+}
+
+static void test_residency(void) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    int rc = hr_gguf_open(&g, model_path, err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        return;
+    uint64_t size = hr_gguf_file_size(g);
+    CHECK(size > 8 * pg); /* the ranges below span several pages */
+    uint64_t all_off = 0, all_len = size;
+
+    /* read the whole file through the mapping: every page resident */
+    touch(g, 0, size);
+    CHECK_NEAR(hr_stream_residency(g, &all_off, &all_len, 1), 1.0, 0.0);
+    uint64_t offs[N_LAYERS], lens[N_LAYERS];
+    int nw = 0;
+    for (int l = 0; l < N_LAYERS; l++)
+        if (hr_stream_window_range(g, l, l + 1, &offs[nw], &lens[nw]) == 0)
+            nw++;
+    CHECK_EQ(nw, N_LAYERS - 1);
+    CHECK_NEAR(hr_stream_residency(g, offs, lens, nw), 1.0, 0.0);
+
+    /* release each window, then prefetch and touch it again */
+    for (int w = 0; w < nw; w++) {
+        CHECK_EQ(hr_stream_release(g, offs[w], lens[w]), 0);
+        double r = hr_stream_residency(g, &offs[w], &lens[w], 1);
+        CHECK(r >= 0.0 && r <= 1.0);
+        CHECK_EQ(hr_stream_prefetch(g, offs[w], lens[w]), 0);
+        touch(g, offs[w], lens[w]);
+        CHECK_NEAR(hr_stream_residency(g, &offs[w], &lens[w], 1), 1.0, 0.0);
+    }
+    CHECK_EQ(hr_stream_release(g, 0, size), 0);
+    double r = hr_stream_residency(g, &all_off, &all_len, 1);
+    CHECK(r >= 0.0 && r <= 1.0);
+    touch(g, 0, size);
+    CHECK_NEAR(hr_stream_residency(g, &all_off, &all_len, 1), 1.0, 0.0);
+
+    /* the data reads back unchanged after release */
+    const hr_gguf_tensor *t = hr_gguf_find_tensor(g, "blk.2.attn_q.weight");
+    CHECK(t != NULL);
+    CHECK_EQ(hr_stream_release(g, t->offset, t->size), 0);
+    float v;
+    memcpy(&v, (const uint8_t *)t->data + 7 * sizeof v, sizeof v);
+    CHECK_EQ(v, 4 * 100000 + 7);
+
+    /* ranges clamped to the file, or refused */
+    CHECK_EQ(hr_stream_prefetch(g, 0, 0), 0);
+    CHECK_EQ(hr_stream_prefetch(g, size, 0), 0);
+    CHECK_EQ(hr_stream_prefetch(g, size, 1), HR_ERANGE);
+    CHECK_EQ(hr_stream_prefetch(g, size + 100, 10), HR_ERANGE);
+    CHECK_EQ(hr_stream_prefetch(g, UINT64_MAX, UINT64_MAX), HR_ERANGE);
+    CHECK_EQ(hr_stream_release(g, size - 1, 2), 0);
+    CHECK_EQ(hr_stream_prefetch(g, 1, UINT64_MAX), 0); /* off + len overflows */
+    CHECK_EQ(hr_stream_prefetch(g, pg + 3, 10), 0);    /* unaligned start */
+    CHECK_EQ(hr_stream_release(g, 5, UINT64_MAX - 2), 0);
+    CHECK_EQ(hr_stream_release(g, size + 1, 1), HR_ERANGE);
+    CHECK_EQ(hr_stream_prefetch(NULL, 0, 1), HR_EINVAL);
+    CHECK_EQ(hr_stream_release(NULL, 0, 1), HR_EINVAL);
+    touch(g, 0, size);
+    uint64_t o2[3] = {0, size + 10, 3}, l2[3] = {UINT64_MAX, 100, 0};
+    CHECK_NEAR(hr_stream_residency(g, o2, l2, 3), 1.0, 0.0);
+    CHECK_NEAR(hr_stream_residency(g, &o2[1], &l2[1], 2), 1.0, 0.0); /* no pages */
+    CHECK_NEAR(hr_stream_residency(g, NULL, NULL, 0), 1.0, 0.0);
+    CHECK_NEAR(hr_stream_residency(g, o2, l2, -1), -1.0, 0.0);
+    CHECK_NEAR(hr_stream_residency(g, NULL, l2, 1), -1.0, 0.0);
+    CHECK_NEAR(hr_stream_residency(g, o2, NULL, 1), -1.0, 0.0);
+    CHECK_NEAR(hr_stream_residency(NULL, o2, l2, 1), -1.0, 0.0);
+    hr_gguf_close(g);
+}
+
+/* A hr_gguf over a caller buffer: no advice on memory it does not own. */
+static void test_memory(void) {
+    FILE *f = fopen(model_path, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc((size_t)n), *copy = malloc((size_t)n);
+    CHECK_EQ(fread(buf, 1, (size_t)n, f), n);
+    fclose(f);
+    memcpy(copy, buf, (size_t)n);
+    hr_gguf *g = NULL;
+    char err[HR_ERR_LEN];
+    CHECK_EQ(hr_gguf_open_memory(&g, buf, (size_t)n, err), 0);
+    if (g) {
+        uint64_t off = 0, len = 0;
+        CHECK_EQ(hr_stream_window_range(g, 0, 2, &off, &len), 0); /* works on any hr_gguf */
+        CHECK_EQ(hr_stream_prefetch(g, off, len), HR_EINVAL);
+        CHECK_EQ(hr_stream_release(g, 0, (uint64_t)n), HR_EINVAL);
+        CHECK_NEAR(hr_stream_residency(g, &off, &len, 1), -1.0, 0.0);
+        CHECK(memcmp(buf, copy, (size_t)n) == 0);
+        hr_gguf_close(g);
+    }
+    free(buf);
+    free(copy);
+}
+
+/* ---- threads ---- */
+
+typedef struct {
+    const hr_gguf *g;
+    int id, bad;
+} worker;
+
+static void *work(void *arg) {
+    worker *w = arg;
+    for (int it = 0; it < 200; it++) {
+        int l = (it + w->id) % N_LAYERS;
+        uint64_t off = 0, len = 0;
+        if (hr_stream_window_range(w->g, l, l + 2, &off, &len) != 0) {
+            w->bad++;
+            continue;
+        }
+        w->bad += hr_stream_prefetch(w->g, off, len) != 0;
+        touch(w->g, off, len);
+        double r = hr_stream_residency(w->g, &off, &len, 1);
+        w->bad += r < 0.0 || r > 1.0;
+        if (it % 3 == 0)
+            w->bad += hr_stream_release(w->g, off, len) != 0;
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    int rc = hr_gguf_open(&g, model_path, err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        return;
+    enum { NT = 4 };
+    pthread_t th[NT];
+    worker ws[NT];
+    for (int i = 0; i < NT; i++) {
+        ws[i] = (worker){g, i, 0};
+        CHECK_EQ(pthread_create(&th[i], NULL, work, &ws[i]), 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        bad += ws[i].bad;
+    }
+    CHECK_EQ(bad, 0);
+    hr_gguf_close(g);
+}
+
+int main(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    pg = p > 0 ? (uint64_t)p : 4096;
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/hr_test_stream_XXXXXX", t && t[0] ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        fprintf(stderr, "cannot create temp dir %s\n", tmpdir);
+        return 1;
+    }
+    snprintf(model_path, sizeof model_path, "%s/stream.gguf", tmpdir);
+    if (write_model(model_path) == 0) {
+        test_window_range();
+        test_residency();
+        test_memory();
+        test_threads();
+    }
+    test_fixtures();
+    unlink(model_path);
+    rmdir(tmpdir);
+    return hr_check_finish("test_stream");
+}
