@@ -4,7 +4,7 @@
 #include "cli/cli.h"
 
 #include "common/log.h"
-#include "kernels/quant.h"
+#include "kernels/types.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
 #include "profiler/profiler.h"

@@ -18,7 +18,7 @@
 #include "mmap/gguf.h"
 
 #include "common/log.h"
-#include "kernels/quant.h"
+#include "kernels/types.h"
 #include "mmap/gguf-impl.h"
 
 #include <errno.h>

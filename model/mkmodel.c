@@ -4,6 +4,7 @@
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -49,21 +50,50 @@ typedef struct {
     int embd;      /* token_embd.weight */
 } hr_ftype;
 
-static const hr_ftype hr_ftypes[] = {
-    {"f32", HR_TYPE_F32, HR_TYPE_F32, HR_TYPE_F32, HR_TYPE_F32},
-    {"f16", HR_TYPE_F16, HR_TYPE_F16, HR_TYPE_F16, HR_TYPE_F16},
-    {"bf16", HR_TYPE_BF16, HR_TYPE_BF16, HR_TYPE_BF16, HR_TYPE_BF16},
-    {"q8_0", HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_Q8_0},
-    {"q4_0", HR_TYPE_Q4_0, HR_TYPE_Q4_0, HR_TYPE_Q6_K, HR_TYPE_Q4_0},
-    {"q4_1", HR_TYPE_Q4_1, HR_TYPE_Q4_1, HR_TYPE_Q6_K, HR_TYPE_Q4_1},
-    {"q5_0", HR_TYPE_Q5_0, HR_TYPE_Q5_0, HR_TYPE_Q6_K, HR_TYPE_Q5_0},
-    {"q5_1", HR_TYPE_Q5_1, HR_TYPE_Q5_1, HR_TYPE_Q6_K, HR_TYPE_Q5_1},
-    {"q4_k", HR_TYPE_Q4_K, HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q4_K},
+/* The mixes; every supported type of the traits table is also a file type
+ * of its own (hr_ftype_find). */
+static const hr_ftype hr_ftype_mixes[] = {
     {"q4_k_m", HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q4_K},
-    {"q5_k", HR_TYPE_Q5_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_Q5_K},
     {"q5_k_m", HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q5_K},
-    {"q6_k", HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K},
 };
+
+static double hr_bits_per_weight(int type) {
+    const hr_type_traits *t = hr_type_get(type);
+    return 8.0 * (double)t->block_bytes / (double)t->block_elems;
+}
+
+/* A mix by name, else a supported type by name (case ignored: "q4_k") with
+ * every tensor in that type but output.weight, which gets at least q6_K's
+ * bits. false when name is neither. */
+static bool hr_ftype_find(const char *name, hr_ftype *out) {
+    for (size_t i = 0; i < sizeof hr_ftype_mixes / sizeof hr_ftype_mixes[0]; i++) {
+        if (strcmp(hr_ftype_mixes[i].name, name) == 0) {
+            *out = hr_ftype_mixes[i];
+            return true;
+        }
+    }
+    const int t = hr_type_by_name(name);
+    if (t < 0 || !hr_type_get(t)->supported)
+        return false;
+    const bool small = hr_bits_per_weight(t) < hr_bits_per_weight(HR_TYPE_Q6_K);
+    *out = (hr_ftype){name, t, t, small ? HR_TYPE_Q6_K : t, t};
+    return true;
+}
+
+/* "f32 f16 ... q4_k_m q5_k_m": the names hr_ftype_find accepts. */
+static void hr_ftype_names(char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < HR_TYPE_COUNT; t++) {
+        const hr_type_traits *tt = hr_type_get(t);
+        if (tt && tt->supported && len < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? " " : "", tt->name);
+    }
+    for (size_t i = 0; i < sizeof hr_ftype_mixes / sizeof hr_ftype_mixes[0] && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, " %s", hr_ftype_mixes[i].name);
+    for (char *c = buf; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+}
 
 static bool hr_use_more_bits(int i, int n) {
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
@@ -198,15 +228,13 @@ done:
 
 int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb, void *ud,
                      char err[HR_ERR_LEN]) {
-    const hr_ftype *ft = NULL;
-    for (size_t i = 0; i < sizeof hr_ftypes / sizeof hr_ftypes[0]; i++)
-        if (strcmp(hr_ftypes[i].name, p->ftype) == 0)
-            ft = &hr_ftypes[i];
-    if (!ft)
-        return hr_seterr(err, HR_EINVAL,
-                         "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q4_k_m "
-                         "q5_k q5_k_m q6_k)",
-                         p->ftype);
+    hr_ftype ftype;
+    if (!p->ftype || !hr_ftype_find(p->ftype, &ftype)) {
+        char names[256];
+        hr_ftype_names(names, sizeof names);
+        return hr_seterr(err, HR_EINVAL, "unknown type '%s' (%s)", p->ftype ? p->ftype : "", names);
+    }
+    const hr_ftype *ft = &ftype;
     bool qwen2 = strcmp(p->arch, "qwen2") == 0, qwen3 = strcmp(p->arch, "qwen3") == 0;
     if (!qwen2 && !qwen3 && strcmp(p->arch, "llama") != 0)
         return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes llama, qwen2 or qwen3, not '%s'",

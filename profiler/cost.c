@@ -4,7 +4,7 @@
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
-#include "kernels/quant.h"
+#include "kernels/types.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #include "profiler/profiler-impl.h"
 
 #include "common/log.h"
-#include "kernels/quant.h"
+#include "kernels/types.h"
 
 #include <jansson.h>
 #include <stdlib.h>

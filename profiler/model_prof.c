@@ -4,7 +4,7 @@
  * sent per hop. Mirrors model/model.c's forward pass. */
 #include "profiler/profiler-impl.h"
 
-#include "kernels/quant.h"
+#include "kernels/types.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * state packing (F16/F32) and ZeroMQ socket helpers with timeouts. */
 #include "ring/ring.h"
 
-#include "kernels/quant.h"
+#include "kernels/types.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -14,6 +14,7 @@
  *                          read-bandwidth baseline */
 #include "kernels/quant-impl.h"
 #include "kernels/quant.h"
+#include "kernels/types.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -38,10 +39,14 @@ static float rnd(void) {
     return (float)(g_rng >> 40) / 16777216.0f - 0.5f;
 }
 
-static const int g_types[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K,
-                              HR_TYPE_Q8_0, HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1,
-                              HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_F32};
-#define N_TYPES (int)(sizeof(g_types) / sizeof(g_types[0]))
+/* The supported weight types of the traits table, in id order. */
+static int weight_types(int out[HR_TYPE_COUNT]) {
+    int n = 0;
+    for (int t = 0; t < HR_TYPE_COUNT; t++)
+        if (hr_type_get(t) && hr_type_get(t)->supported)
+            out[n++] = t;
+    return n;
+}
 
 typedef struct {
     const char *name;
@@ -153,8 +158,10 @@ static void bench_l2(const char *only) {
     for (int k = 0; k < nt; k++)
         printf(" %14s", t[k].name);
     printf("\n");
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        const int ty = g_types[ti];
+    int types[HR_TYPE_COUNT];
+    const int n_types = weight_types(types);
+    for (int ti = 0; ti < n_types; ti++) {
+        const int ty = types[ti];
         if (only && strcmp(only, hr_type_name(ty)) != 0)
             continue;
         const size_t rb = hr_type_row_bytes(ty, n);
@@ -251,8 +258,10 @@ static void bench_mem(int max_threads) {
         printf("   (AVX2 read loop)\n");
         free(buf);
     }
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        const int ty = g_types[ti];
+    int types[HR_TYPE_COUNT];
+    const int n_types = weight_types(types);
+    for (int ti = 0; ti < n_types; ti++) {
+        const int ty = types[ti];
         const size_t rb = hr_type_row_bytes(ty, n);
         const int64_t rows = (int64_t)(target / rb);
         size_t bytes;

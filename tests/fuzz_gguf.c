@@ -7,12 +7,9 @@
  * root, e.g.:
  *
  *   F="-std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined"
- *   clang $F -mavx2 -mfma -mf16c -mbmi2 -c kernels/quant_avx2.c -o /tmp/q2.o
- *   clang $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 \
- *         -mfma -mf16c -mbmi2 -c kernels/quant_avx512.c -o /tmp/q5.o
- *   clang $F tests/fuzz_gguf.c mmap/gguf.c mmap/gguf_value.c \
- *         mmap/gguf_write.c mmap/stream.c kernels/quant.c common/error.c \
- *         common/log.c /tmp/q2.o /tmp/q5.o -lm -lpthread -o fuzz_gguf
+ *   clang $F tests/fuzz_gguf.c mmap/gguf.c mmap/gguf_value.c mmap/gguf_write.c \
+ *         mmap/stream.c kernels/types.c common/error.c common/log.c \
+ *         -lm -lpthread -o fuzz_gguf
  *   ./fuzz_gguf -max_total_time=180 corpus/
  */
 #include "common/error.h"

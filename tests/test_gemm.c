@@ -1,11 +1,13 @@
 /* test_gemm.c - the tile kernels (hr_kernels.gemm) of every ISA table this
  * CPU runs against the vec_dot reference of the same table and of the scalar
  * table, on random data, for full tiles and for edge tiles (row and token
- * counts that are not multiples of the tile). */
+ * counts that are not multiples of the tile), for every supported type of
+ * the traits table. */
 #include "tests/check.h"
 
 #include "kernels/quant-impl.h"
 #include "kernels/quant.h"
+#include "kernels/types.h"
 
 #include <stdint.h>
 
@@ -34,11 +36,6 @@ static void fill_floats(float *x, int64_t n, float scale) {
             x[i] *= 8.0f;
     }
 }
-
-static const int g_types[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K,
-                              HR_TYPE_Q6_K, HR_TYPE_F16,  HR_TYPE_F32,  HR_TYPE_BF16,
-                              HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1};
-#define N_TYPES (int)(sizeof(g_types) / sizeof(g_types[0]))
 
 #define MAX_R 19
 #define MAX_T 11
@@ -131,6 +128,14 @@ static void check_tables(void) {
         for (size_t i = 0; i < sizeof(hot) / sizeof(hot[0]); i++)
             CHECK(k2->gemm[hot[i]] != NULL);
     }
+    /* every table can run every supported type (hr_gemm_tile falls back to
+     * vec_dot, which needs activations in the vec_dot type) */
+    for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX512; isa++) {
+        const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+        for (int t = 0; k && t < HR_TYPE_COUNT; t++)
+            if (hr_type_get(t) && hr_type_get(t)->supported)
+                CHECK(k->vec_dot[t] && k->quant[hr_type_get(t)->vec_dot_type]);
+    }
     /* unsupported type: does nothing */
     float y = 7.0f;
     hr_gemm_tile(ks, HR_TYPE_Q2_K, 256, 1, 1, NULL, 0, NULL, 0, &y, 1);
@@ -139,8 +144,11 @@ static void check_tables(void) {
 
 int main(void) {
     check_tables();
-    for (int i = 0; i < N_TYPES; i++) {
-        const int type = g_types[i];
+    int n_types = 0;
+    for (int type = 0; type < HR_TYPE_COUNT; type++) {
+        if (!hr_type_get(type) || !hr_type_get(type)->supported)
+            continue;
+        n_types++;
         const int64_t be = hr_type_get(type)->block_elems;
         const int64_t base = be == 1 ? 32 : be;
         check_type(type, base * (be == 256 ? 3 : 9)); /* short rows, odd block counts */
@@ -148,5 +156,6 @@ int main(void) {
         if (be == 1)
             check_type(type, 2048 + 5); /* float tails */
     }
+    CHECK(n_types > 0);
     return hr_check_finish("gemm");
 }

@@ -1,11 +1,17 @@
 /* test_quant.c - type table, fp16/bf16 conversion edge cases, the scalar
  * reference kernels against plain double arithmetic, weight quantizer
  * round-trip error, and every SIMD kernel (AVX2, AVX-512 with and without
- * VNNI, where this CPU runs them) against its scalar reference. */
+ * VNNI, where this CPU runs them) against its scalar reference. The weight
+ * types come from the traits table: a type marked supported there is tested
+ * here without further edits (only a round-trip limit must be added). */
 #include "tests/check.h"
 
 #include "kernels/quant-impl.h"
 #include "kernels/quant.h"
+#include "kernels/types-impl.h"
+#include "kernels/types.h"
+
+#include <ctype.h>
 
 #include <float.h>
 #include <stdint.h>
@@ -50,7 +56,8 @@ static uint16_t rnd_half(float lo, float hi) {
 }
 
 /* Random weight blocks covering every bit pattern of the quants, with finite
- * sane fp16 scales. */
+ * sane fp16 scales. A type this does not know the layout of gets gaussian
+ * data through its scalar quantizer instead. */
 static void random_blocks(int type, void *buf, int64_t n) {
     const hr_type_traits *t = hr_type_get(type);
     const int64_t nb = n / t->block_elems;
@@ -102,16 +109,27 @@ static void random_blocks(int type, void *buf, int64_t n) {
         case HR_TYPE_Q6_K:
             ((hr_block_q6_k *)buf)[i].d = rnd_half(-0.0005f, 0.0005f);
             break;
-        default:
-            break;
+        default: {
+            float *x = malloc((size_t)n * sizeof(float));
+            fill_floats(x, n, 0.05f);
+            t->quant(x, buf, n);
+            free(x);
+            return;
+        }
         }
     }
 }
 
-static const int g_weight_types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q4_0,
-                                     HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1, HR_TYPE_Q8_0,
-                                     HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
-#define N_WEIGHT_TYPES (int)(sizeof(g_weight_types) / sizeof(g_weight_types[0]))
+/* The weight types: every supported row of the traits table, in id order. */
+static int g_weight_types[HR_TYPE_COUNT];
+static int g_n_weight_types;
+
+static void collect_weight_types(void) {
+    g_n_weight_types = 0;
+    for (int t = 0; t < HR_TYPE_COUNT; t++)
+        if (hr_type_get(t) && hr_type_get(t)->supported)
+            g_weight_types[g_n_weight_types++] = t;
+}
 
 /* ---- type table ---------------------------------------------------------- */
 
@@ -163,12 +181,44 @@ static void test_table(void) {
     CHECK_EQ(hr_type_row_bytes(HR_TYPE_Q4_0, -32), 0);
     CHECK_EQ(hr_type_row_bytes(99, 32), 0);
 
+    CHECK_EQ(hr_type_by_name("q4_K"), HR_TYPE_Q4_K);
+    CHECK_EQ(hr_type_by_name("Q4_k"), HR_TYPE_Q4_K);
+    CHECK_EQ(hr_type_by_name("bf16"), HR_TYPE_BF16);
+    CHECK_EQ(hr_type_by_name("q4_2"), -1);
+    CHECK_EQ(hr_type_by_name("unknown"), -1);
+    CHECK_EQ(hr_type_by_name(""), -1);
+    CHECK_EQ(hr_type_by_name(NULL), -1);
+
     const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
     CHECK(s != NULL && hr_kernels_best() != NULL);
+    /* every row: a findable name, a sane layout, kernels where it claims
+     * them, and the scalar table made of exactly the row's kernels */
+    for (int ty = 0; ty < HR_TYPE_COUNT; ty++) {
+        const hr_type_traits *t = hr_type_get(ty);
+        if (!t) {
+            CHECK(s->dequant[ty] == NULL && s->quant[ty] == NULL && s->vec_dot[ty] == NULL);
+            continue;
+        }
+        char upper[16];
+        size_t j = 0;
+        for (; t->name[j] && j + 1 < sizeof upper; j++)
+            upper[j] = (char)toupper((unsigned char)t->name[j]);
+        upper[j] = '\0';
+        CHECK_EQ(hr_type_by_name(t->name), ty);
+        CHECK_EQ(hr_type_by_name(upper), ty);
+        CHECK(t->block_elems > 0 && t->block_bytes > 0);
+        CHECK(hr_type_get(t->vec_dot_type) != NULL);
+        CHECK_EQ(t->vec_dot != NULL, t->supported);
+        if (t->supported)
+            CHECK(t->dequant && t->quant && hr_type_get(t->vec_dot_type)->quant);
+        CHECK(s->dequant[ty] == t->dequant);
+        CHECK(s->quant[ty] == t->quant);
+        CHECK(s->vec_dot[ty] == t->vec_dot);
+    }
     CHECK_STR(hr_isa_name(HR_ISA_SCALAR), "scalar");
     CHECK_STR(hr_isa_name(HR_ISA_AVX2), "avx2");
     CHECK_STR(hr_isa_name(HR_ISA_AVX512), "avx512");
-    for (int k = 0; k < N_WEIGHT_TYPES; k++) {
+    for (int k = 0; k < g_n_weight_types; k++) {
         const int ty = g_weight_types[k];
         CHECK(s->dequant[ty] && s->quant[ty] && s->vec_dot[ty]);
         CHECK(s->quant[hr_type_get(ty)->vec_dot_type] != NULL);
@@ -388,8 +438,16 @@ static void test_roundtrip(void) {
     enum { N = 8192 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     void *q = malloc(N * 4);
-    for (size_t k = 0; k < sizeof(lim) / sizeof(lim[0]); k++) {
-        const int ty = lim[k].type;
+    for (int w = 0; w < g_n_weight_types; w++) {
+        const int ty = g_weight_types[w];
+        size_t k = 0;
+        while (k < sizeof(lim) / sizeof(lim[0]) && lim[k].type != ty)
+            k++;
+        if (k == sizeof(lim) / sizeof(lim[0]))
+            fprintf(stderr, "round trip %s: no error limit in test_roundtrip\n", hr_type_name(ty));
+        CHECK(k < sizeof(lim) / sizeof(lim[0]));
+        if (k == sizeof(lim) / sizeof(lim[0]))
+            continue;
         for (int shape = 0; shape < 3; shape++) {
             for (int i = 0; i < N; i++) {
                 const float v = rnd_normal();
@@ -428,7 +486,7 @@ static void test_roundtrip(void) {
 
 /* dot tolerance relative to sum |w*a|: float summation plus fp16 s in q8_1 */
 static double dot_rel_tol(int type) {
-    return type == HR_TYPE_Q4_1 || type == HR_TYPE_Q5_1 ? 2e-3 : 2e-5;
+    return hr_type_get(type)->vec_dot_type == HR_TYPE_Q8_1 ? 2e-3 : 2e-5;
 }
 
 static int64_t lengths_for(int type, int idx) {
@@ -455,9 +513,11 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
     enum { MAXN = 33 * 256 };
     float *xf = malloc(MAXN * 4), *af = malloc(MAXN * 4);
     float *d1 = malloc(MAXN * 4), *d2 = malloc(MAXN * 4), *ad = malloc(MAXN * 4);
+    float *ad2 = malloc(MAXN * 4);
     uint8_t *wb = malloc(MAXN * 4 + 64), *ab = malloc(MAXN * 4 + 64), *ab2 = malloc(MAXN * 4 + 64);
+    uint8_t *wb2 = malloc(MAXN * 4 + 64);
     int n_dot = 0, n_deq = 0, n_q = 0;
-    for (int k = 0; k < N_WEIGHT_TYPES; k++) {
+    for (int k = 0; k < g_n_weight_types; k++) {
         const int ty = g_weight_types[k];
         const int aty = hr_type_get(ty)->vec_dot_type;
         for (int li = 0;; li++) {
@@ -472,6 +532,15 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
                 } else {
                     fill_floats(xf, n, rep == 1 ? 0.05f : 3.0f);
                     s->quant[ty](xf, w, n);
+                    /* weight quantizer: bit-exact */
+                    void *w2 = obuf(wb2, ty);
+                    tr->k->quant[ty](xf, w2, n);
+                    const bool same_w = memcmp(w, w2, hr_type_row_bytes(ty, n)) == 0;
+                    if (!same_w)
+                        fprintf(stderr, "[%s] quant %s n=%lld differs\n", tr->name,
+                                hr_type_name(ty), (long long)n);
+                    CHECK(same_w);
+                    n_q++;
                 }
                 fill_floats(af, n, rep == 2 ? 0.01f : 1.5f);
                 s->quant[aty](af, act, n);
@@ -498,6 +567,13 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
 
                 /* reference in double from the dequantized operands */
                 s->dequant[aty](act, ad, n);
+                tr->k->dequant[aty](act, ad2, n); /* activation dequant: bit-exact */
+                const bool same_adeq = memcmp(ad, ad2, (size_t)n * 4) == 0;
+                if (!same_adeq)
+                    fprintf(stderr, "[%s] dequant %s n=%lld differs\n", tr->name, hr_type_name(aty),
+                            (long long)n);
+                CHECK(same_adeq);
+                n_deq++;
                 double ref = 0, sabs = 0;
                 for (int64_t i = 0; i < n; i++) {
                     ref += (double)d1[i] * ad[i];
@@ -554,7 +630,9 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
     free(d1);
     free(d2);
     free(ad);
+    free(ad2);
     free(wb);
+    free(wb2);
     free(ab);
     free(ab2);
 }
@@ -608,6 +686,7 @@ static void test_wrappers(void) {
 }
 
 int main(void) {
+    collect_weight_types();
     test_table();
     test_fp16();
     test_scale_packing();
