@@ -57,7 +57,7 @@ void hr_layer_residual(float *hidden, const float *y, int n, int n_embd) {
         hr_add(hidden + (size_t)t * n_embd, y + (size_t)t * n_embd, n_embd);
 }
 
-/* Token t's q/k/v: bias, per-head norm, RoPE at pos; K and V into the
+/* One token's q/k/v: bias, per-head norm, RoPE at pos; K and V into the
  * cache at pos. q: [qh*D], k, v: [kvh*D] f32. */
 static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, float *q, float *k,
                                float *v, int pos) {
