@@ -54,7 +54,7 @@ typedef struct hr_gguf hr_gguf;
 
 typedef struct {
     const char *name;             /* NUL-terminated, owned by the hr_gguf */
-    int type;                     /* hr_type id (kernels/quant.h) */
+    int type;                     /* hr_type id (kernels/types.h) */
     int n_dims;                   /* 1..4 */
     int64_t ne[HR_GGUF_MAX_DIMS]; /* ne[0] = row length; unused dims = 1 */
     uint64_t offset;              /* absolute file offset of the data */

@@ -1,8 +1,10 @@
-/* mkmodel.c - random-weight GGUF model generator. */
+/* mkmodel.c - random-weight GGUF model generator: the architecture's
+ * layer tensors as model.h's tables list them. */
 #include "model/mkmodel.h"
 
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
+#include "model/model.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -226,6 +228,28 @@ done:
     return rc;
 }
 
+/* How layer il's tensor t (n_in columns) is made: vectors are f32, norms
+ * around 1 and biases small; matrices ~ N(0, 1/n_in) in the file type, with
+ * attn_v / ffn_down on the "more bits" layers as llama.cpp's K_M mixes. */
+static void hr_mk_layer_fill(const hr_layer_tensor *t, const hr_ftype *ft, int il, int n_layer,
+                             int64_t n_in, int *type, float *std, float *c) {
+    if (t->n_out == HR_DIM_1) {
+        bool bias = strstr(t->name, ".bias") != NULL;
+        *type = HR_TYPE_F32;
+        *std = bias ? 0.02f : 0.0f;
+        *c = bias ? 0.0f : 1.0f;
+        return;
+    }
+    bool mixed = strcmp(t->name, "attn_v.weight") == 0 || strcmp(t->name, "ffn_down.weight") == 0;
+    *type = mixed && hr_use_more_bits(il, n_layer) ? ft->more_bits : ft->base;
+    *std = 1.0f / sqrtf((float)n_in);
+    *c = 0.0f;
+}
+
+static bool hr_mk_has(const hr_arch_info *a, const hr_layer_tensor *t) {
+    return t->set == 0 || (a->sets & t->set) != 0;
+}
+
 int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb, void *ud,
                      char err[HR_ERR_LEN]) {
     hr_ftype ftype;
@@ -235,17 +259,19 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
         return hr_seterr(err, HR_EINVAL, "unknown type '%s' (%s)", p->ftype ? p->ftype : "", names);
     }
     const hr_ftype *ft = &ftype;
-    bool qwen2 = strcmp(p->arch, "qwen2") == 0, qwen3 = strcmp(p->arch, "qwen3") == 0;
-    if (!qwen2 && !qwen3 && strcmp(p->arch, "llama") != 0)
-        return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes llama, qwen2 or qwen3, not '%s'",
-                         p->arch);
+    const hr_arch_info *arch = hr_arch_find(p->arch);
+    if (!arch) {
+        char names[128];
+        hr_arch_names(names, sizeof names);
+        return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes %s, not '%s'", names, p->arch);
+    }
     if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 || p->n_ff <= 0 ||
         p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
         return hr_seterr(err, HR_EINVAL,
                          "invalid shape: embd %d layers %d heads %d/%d ffn %d vocab %d", p->n_embd,
                          p->n_layer, p->n_head, p->n_head_kv, p->n_ff, p->n_vocab);
     const char *A = p->arch;
-    int E = p->n_embd, D = E / p->n_head, KD = D * p->n_head_kv;
+    int E = p->n_embd, D = E / p->n_head;
     hr_gguf_writer *w = hr_gguf_writer_create();
     if (!w)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
@@ -261,10 +287,9 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count"), (uint32_t)p->n_head);
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
     hr_gguf_writer_set_u32(w, HR_KEY("rope.dimension_count"), (uint32_t)D);
-    hr_gguf_writer_set_f32(w, HR_KEY("attention.layer_norm_rms_epsilon"),
-                           qwen2 || qwen3 ? 1e-6f : 1e-5f);
+    hr_gguf_writer_set_f32(w, HR_KEY("attention.layer_norm_rms_epsilon"), arch->rms_eps);
     hr_gguf_writer_set_f32(w, HR_KEY("rope.freq_base"),
-                           p->rope_base > 0 ? p->rope_base : (qwen2 || qwen3 ? 1e6f : 10000.0f));
+                           p->rope_base > 0 ? p->rope_base : arch->rope_base);
 #undef HR_KEY
     if (p->vocab_from) {
         hr_gguf *src = NULL;
@@ -289,8 +314,15 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
         goto done;
     }
     uint64_t rng = p->seed * 0x2545F4914F6CDD1Dull + 1;
-    int total = 3 + p->n_layer * (qwen2 ? 12 : qwen3 ? 11 : 9), done_n = 0;
-    float s_in = 1.0f / sqrtf((float)E), s_ff = 1.0f / sqrtf((float)p->n_ff);
+    hr_hparams hp = {.n_embd = E,
+                     .n_head = p->n_head,
+                     .n_head_kv = p->n_head_kv,
+                     .head_dim = D,
+                     .n_ff = p->n_ff};
+    int per_layer = 0;
+    for (int i = 0; i < hr_layer_tensor_count(); i++)
+        per_layer += hr_mk_has(arch, hr_layer_tensor_get(i));
+    int total = 3 + p->n_layer * per_layer, done_n = 0;
 #define HR_T(name, type, nin, nout, std, c)                                                        \
     do {                                                                                           \
         if ((rc = hr_mk_tensor(w, name, type, nin, nout, std, c, &rng, err)))                      \
@@ -300,31 +332,20 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     } while (0)
     HR_T("token_embd.weight", ft->embd, E, p->n_vocab, 1.0f, 0.0f);
     for (int il = 0; il < p->n_layer; il++) {
-        char nm[96];
-        int tv = hr_use_more_bits(il, p->n_layer) ? ft->more_bits : ft->base;
-#define HR_L(suffix, type, nin, nout, std, c)                                                      \
-    snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                              \
-    HR_T(nm, type, nin, nout, std, c)
-        HR_L("attn_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
-        HR_L("attn_q.weight", ft->base, E, E, s_in, 0.0f);
-        HR_L("attn_k.weight", ft->base, E, KD, s_in, 0.0f);
-        HR_L("attn_v.weight", tv, E, KD, s_in, 0.0f);
-        HR_L("attn_output.weight", ft->base, E, E, s_in, 0.0f);
-        if (qwen2) {
-            HR_L("attn_q.bias", HR_TYPE_F32, E, 1, 0.02f, 0.0f);
-            HR_L("attn_k.bias", HR_TYPE_F32, KD, 1, 0.02f, 0.0f);
-            HR_L("attn_v.bias", HR_TYPE_F32, KD, 1, 0.02f, 0.0f);
+        for (int i = 0; i < hr_layer_tensor_count(); i++) {
+            const hr_layer_tensor *t = hr_layer_tensor_get(i);
+            if (!hr_mk_has(arch, t))
+                continue;
+            int64_t n_in = hr_dim_size(&hp, t->n_in), n_out = hr_dim_size(&hp, t->n_out);
+            int type;
+            float std, c;
+            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, &type, &std, &c);
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+            HR_T(nm, type, n_in, n_out, std, c);
         }
-        if (qwen3) { /* per-head q/k RMSNorm weights around 1 */
-            HR_L("attn_q_norm.weight", HR_TYPE_F32, D, 1, 0.0f, 1.0f);
-            HR_L("attn_k_norm.weight", HR_TYPE_F32, D, 1, 0.0f, 1.0f);
-        }
-        HR_L("ffn_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
-        HR_L("ffn_gate.weight", ft->base, E, p->n_ff, s_in, 0.0f);
-        HR_L("ffn_up.weight", ft->base, E, p->n_ff, s_in, 0.0f);
-        HR_L("ffn_down.weight", tv, p->n_ff, E, s_ff, 0.0f);
-#undef HR_L
     }
+    float s_in = 1.0f / sqrtf((float)E);
     HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
     HR_T("output.weight", ft->output, E, p->n_vocab, s_in, 0.0f);
 #undef HR_T

@@ -1,9 +1,12 @@
-/* model.c - hyper-parameters and weights from GGUF, and the forward pass
- * over a layer window with an F16 KV cache. */
+/* model.c - hyper-parameters and weights from GGUF (driven by the tables in
+ * layer_table.c), and the forward pass over a layer window with an F16 KV
+ * cache: plain execution runs layer.c's blocks over whole layers, a context
+ * with thread groups hands the window to tp.c. */
 #include "model/model.h"
 
 #include "common/log.h"
 #include "kernels/quant.h"
+#include "model/layer-impl.h"
 #include "model/tp-impl.h"
 
 #include <math.h>
@@ -56,15 +59,13 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
     const char *arch = NULL;
     if (hr_gguf_get_str(g, "general.architecture", &arch) != 0)
         return hr_seterr(err, HR_EFORMAT, "metadata general.architecture missing");
-    if (strcmp(arch, "llama") == 0)
-        hp->arch = HR_ARCH_LLAMA;
-    else if (strcmp(arch, "qwen2") == 0)
-        hp->arch = HR_ARCH_QWEN2;
-    else if (strcmp(arch, "qwen3") == 0)
-        hp->arch = HR_ARCH_QWEN3;
-    else
-        return hr_seterr(err, HR_EUNSUPPORTED,
-                         "unsupported architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+    hp->arch = hr_arch_find(arch);
+    if (!hp->arch) {
+        char names[128];
+        hr_arch_names(names, sizeof names);
+        return hr_seterr(err, HR_EUNSUPPORTED, "unsupported architecture '%s' (supported: %s)",
+                         arch, names);
+    }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
     uint32_t v;
     int rc;
@@ -119,17 +120,15 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
         hp->n_ctx_train = v > (1u << 24) ? (1 << 24) : (int)v;
     else if (rc != 0 && rc != HR_ENOENT)
         return rc;
-    float dflt_eps = hp->arch == HR_ARCH_LLAMA ? 1e-5f : 1e-6f;
-    if ((rc = hr_get_f32_arch(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, dflt_eps,
-                              err)))
+    if ((rc = hr_get_f32_arch(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps,
+                              hp->arch->rms_eps, err)))
         return rc;
-    float dflt_base = hp->arch == HR_ARCH_LLAMA ? 10000.0f : 1000000.0f;
-    if ((rc = hr_get_f32_arch(g, arch, "rope.freq_base", &hp->rope_base, dflt_base, err)))
+    if ((rc = hr_get_f32_arch(g, arch, "rope.freq_base", &hp->rope_base, hp->arch->rope_base, err)))
         return rc;
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f) || !(hp->rope_base > 1.0f))
         return hr_seterr(err, HR_EFORMAT, "implausible rms_eps %g or rope.freq_base %g",
                          hp->rms_eps, hp->rope_base);
-    hp->rope_neox = hp->arch != HR_ARCH_LLAMA;
+    hp->rope_neox = hp->arch->rope_neox;
     return 0;
 }
 
@@ -186,6 +185,23 @@ static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64
     return 0;
 }
 
+/* Binds layer il's tensors as the tensor table lists them. */
+static int hr_bind_layer(hr_model *m, const hr_gguf *g, int il, char *err) {
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        bool optional = !hr_layer_tensor_needed(t, m->hp.arch);
+        int64_t n_in = hr_dim_size(&m->hp, t->n_in), n_out = hr_dim_size(&m->hp, t->n_out);
+        hr_weight *w = hr_layer_weight_mut(&m->layers[il], t);
+        char nm[96];
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+        int rc = t->n_out == HR_DIM_1 ? hr_bind_vector(m, g, nm, n_in, w, optional, err)
+                                      : hr_bind_matrix(g, nm, n_in, n_out, w, optional, err);
+        if (rc && !(optional && rc == HR_ENOENT))
+            return rc;
+    }
+    return 0;
+}
+
 int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
     *out = NULL;
     hr_model *m = calloc(1, sizeof *m);
@@ -205,12 +221,14 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
         rc = hr_seterr(err, HR_EFORMAT, "implausible vocabulary size %lld", (long long)te->ne[1]);
         goto fail;
     }
-    int E = hp->n_embd, H = hp->n_head, KV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
-    /* arena: output norm + per layer 2 norms + 3 biases + 2 head norms + rope freqs */
-    m->arena_cap =
-        (size_t)E +
-        (size_t)hp->n_layer * (2 * (size_t)E + (size_t)H * D + 2 * (size_t)KV * D + 2 * (size_t)D) +
-        (size_t)hp->n_rot;
+    int E = hp->n_embd;
+    /* arena: output norm + every layer's vectors + rope freqs */
+    size_t layer_vec = 0;
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        layer_vec += t->n_out == HR_DIM_1 ? (size_t)hr_dim_size(hp, t->n_in) : 0;
+    }
+    m->arena_cap = (size_t)E + (size_t)hp->n_layer * layer_vec + (size_t)hp->n_rot;
     m->f32_arena = malloc(m->arena_cap * sizeof(float));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_arena || !m->layers) {
@@ -235,40 +253,9 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
             goto fail;
         m->rope_freqs = (float *)w.data;
     }
-    for (int il = 0; il < hp->n_layer; il++) {
-        hr_layer_weights *L = &m->layers[il];
-        char nm[96];
-#define HR_MAT(field, suffix, nin, nout)                                                           \
-    snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, suffix);                                       \
-    if ((rc = hr_bind_matrix(g, nm, nin, nout, &L->field, false, err)))                            \
-        goto fail;
-#define HR_VEC(field, suffix, kind, n, opt)                                                        \
-    snprintf(nm, sizeof nm, "blk.%d.%s.%s", il, suffix, kind);                                     \
-    rc = hr_bind_vector(m, g, nm, n, &L->field, opt, err);                                         \
-    if (rc && !(opt && rc == HR_ENOENT))                                                           \
-        goto fail;
-        HR_VEC(attn_norm, "attn_norm", "weight", E, false)
-        HR_VEC(ffn_norm, "ffn_norm", "weight", E, false)
-        HR_MAT(wq, "attn_q", E, (int64_t)H * D)
-        HR_MAT(wk, "attn_k", E, (int64_t)KV * D)
-        HR_MAT(wv, "attn_v", E, (int64_t)KV * D)
-        HR_MAT(wo, "attn_output", (int64_t)H * D, E)
-        HR_MAT(w_gate, "ffn_gate", E, F)
-        HR_MAT(w_up, "ffn_up", E, F)
-        HR_MAT(w_down, "ffn_down", F, E)
-        HR_VEC(bq, "attn_q", "bias", (int64_t)H * D, true)
-        HR_VEC(bk, "attn_k", "bias", (int64_t)KV * D, true)
-        HR_VEC(bv, "attn_v", "bias", (int64_t)KV * D, true)
-        HR_VEC(q_norm, "attn_q_norm", "weight", D, true)
-        HR_VEC(k_norm, "attn_k_norm", "weight", D, true)
-#undef HR_MAT
-#undef HR_VEC
-        rc = 0;
-        if (hp->arch == HR_ARCH_QWEN3 && (!L->q_norm.data || !L->k_norm.data)) {
-            rc = hr_seterr(err, HR_EFORMAT, "qwen3 layer %d lacks attn_q_norm/attn_k_norm", il);
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((rc = hr_bind_layer(m, g, il, err)))
             goto fail;
-        }
-    }
     *out = m;
     return 0;
 fail:
@@ -294,11 +281,7 @@ static uint64_t hr_weight_bytes(const hr_weight *w) {
 }
 
 uint64_t hr_model_layer_bytes(const hr_model *m, int il) {
-    const hr_layer_weights *L = &m->layers[il];
-    return hr_weight_bytes(&L->wq) + hr_weight_bytes(&L->wk) + hr_weight_bytes(&L->wv) +
-           hr_weight_bytes(&L->wo) + hr_weight_bytes(&L->w_gate) + hr_weight_bytes(&L->w_up) +
-           hr_weight_bytes(&L->w_down) + hr_weight_bytes(&L->attn_norm) +
-           hr_weight_bytes(&L->ffn_norm);
+    return hr_layer_bytes(&m->layers[il], true);
 }
 
 uint64_t hr_model_output_bytes(const hr_model *m) {
@@ -320,15 +303,20 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
 
 /* ---- context ---- */
 
+#define HR_CTX_MAX_BUFS 16
+
 struct hr_ctx {
     const hr_model *m;
     hr_ctx_params p;
     hr_pool *pool;
     bool own_pool;
-    uint16_t **k;  /* per window layer: [n_ctx][KV*D] f16 */
-    uint16_t **vt; /* per window layer: [KV*D][n_ctx] f16 */
-    float *hb, *xb, *xb2, *q, *kk, *vv, *att, *gate, *up, *attn_scratch;
-    void *wbuf;
+    hr_layer_part *parts; /* [n_parts]: the window's whole layers and their KV caches (plain) */
+    int n_parts;          /* 0 with groups: the executor holds the layers */
+    hr_layer_env env;     /* the blocks' work buffers (with groups: the output head's only) */
+    float *hb;            /* [n_batch][n_embd] hidden state of hr_ctx_eval */
+    float *xb2;           /* [n_batch][n_embd] output of Wo / Wdown */
+    void *bufs[HR_CTX_MAX_BUFS];
+    int n_bufs;
     size_t mem;
     int n_threads_decode; /* resolved per-phase thread plan */
     hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
@@ -355,19 +343,17 @@ static void *hr_ctx_alloc(hr_ctx *c, size_t bytes) {
     return p;
 }
 
-static size_t hr_max_wbuf(const hr_weight *w, int n_batch, size_t cur) {
-    size_t s = hr_matmul_wbuf_size(w->type, w->n_in, n_batch);
-    return s > cur ? s : cur;
+/* A work buffer, freed with the context (hr_layer_alloc_fn). */
+static void *hr_ctx_buf(void *ud, size_t bytes) {
+    hr_ctx *c = ud;
+    void *p = c->n_bufs < HR_CTX_MAX_BUFS ? hr_ctx_alloc(c, bytes) : NULL;
+    if (p)
+        c->bufs[c->n_bufs++] = p;
+    return p;
 }
 
-int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char err[HR_ERR_LEN]) {
-    *out = NULL;
-    const hr_hparams *hp = &m->hp;
-    hr_ctx *c = calloc(1, sizeof *c);
-    if (!c)
-        return hr_seterr(err, HR_ENOMEM, "out of memory");
-    c->m = m;
-    c->p = *p;
+/* Resolves sizes, thread counts and the window; checks the window. */
+static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
     if (c->p.layer_end == 0)
         c->p.layer_end = hp->n_layer;
     if (c->p.n_ctx <= 0)
@@ -378,28 +364,28 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
         c->p.n_batch = c->p.n_ctx;
     if (c->p.n_threads < 1)
         c->p.n_threads = 1;
-    int rc = 0, nl_plain = -1;
-    if (c->p.layer_begin < 0 || c->p.layer_begin > c->p.layer_end || c->p.layer_end > hp->n_layer) {
-        rc = hr_seterr(err, HR_EINVAL, "layer window [%d, %d) outside model with %d layers",
-                       c->p.layer_begin, c->p.layer_end, hp->n_layer);
-        goto fail;
-    }
+    if (c->p.layer_begin < 0 || c->p.layer_begin > c->p.layer_end || c->p.layer_end > hp->n_layer)
+        return hr_seterr(err, HR_EINVAL, "layer window [%d, %d) outside model with %d layers",
+                         c->p.layer_begin, c->p.layer_end, hp->n_layer);
+    return 0;
+}
+
+/* The thread pool: group 0's of the executor, the caller's, or our own. */
+static int hr_ctx_pool_setup(hr_ctx *c, const hr_ctx_params *p, char *err) {
+    const hr_model *m = c->m;
     if (c->p.n_groups < 0 || c->p.n_groups >= 2) {
-        hr_tp_model tm = {.hp = hp,
+        hr_tp_model tm = {.hp = &m->hp,
                           .layers = m->layers,
                           .output = &m->output,
                           .output_norm = m->output_norm.data,
                           .rope_freqs = m->rope_freqs};
-        if ((rc = hr_tp_create(&c->tp, &tm, &c->p, err)))
-            goto fail;
-        if (c->tp) { /* the plain buffers below serve embedding and hr_ctx_eval only */
-            c->pool = hr_tp_pool0(c->tp);
-            c->mem += hr_tp_memory(c->tp);
-            nl_plain = 0;
-        }
+        int rc = hr_tp_create(&c->tp, &tm, &c->p, err);
+        if (rc)
+            return rc;
     }
     if (c->tp) {
-        /* pool borrowed from the executor */
+        c->pool = hr_tp_pool0(c->tp);
+        c->mem += hr_tp_memory(c->tp);
     } else if (p->pool) {
         c->pool = p->pool;
         c->p.n_threads = hr_pool_size(p->pool);
@@ -407,92 +393,85 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
         c->pool = hr_pool_create(c->p.n_threads);
         c->own_pool = true;
     }
-    int nl = nl_plain < 0 ? c->p.layer_end - c->p.layer_begin : 0;
     c->n_threads_decode = c->p.n_threads_decode > 0 && c->p.n_threads_decode < c->p.n_threads
                               ? c->p.n_threads_decode
                               : c->p.n_threads;
-    c->k = calloc((size_t)nl + 1, sizeof *c->k);
-    c->vt = calloc((size_t)nl + 1, sizeof *c->vt);
-    if (!c->pool || !c->k || !c->vt) {
-        rc = hr_seterr(err, HR_ENOMEM, "out of memory");
-        goto fail;
-    }
-    size_t E = (size_t)hp->n_embd, B = (size_t)c->p.n_batch;
-    size_t QD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim;
-    size_t kv_bytes = (size_t)c->p.n_ctx * KD * sizeof(uint16_t);
+    return c->pool ? 0 : hr_seterr(err, HR_ENOMEM, "out of memory");
+}
+
+/* The window's layers with zeroed KV caches (none with groups). */
+static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
+    const hr_hparams *hp = &c->m->hp;
+    int nl = c->tp ? 0 : c->p.layer_end - c->p.layer_begin;
+    c->parts = calloc((size_t)nl + 1, sizeof *c->parts);
+    if (!c->parts)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    size_t kv_bytes = (size_t)c->p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
     for (int i = 0; i < nl; i++) {
-        c->k[i] = hr_ctx_alloc(c, kv_bytes);
-        c->vt[i] = hr_ctx_alloc(c, kv_bytes);
-        if (!c->k[i] || !c->vt[i]) {
-            rc = hr_seterr(err, HR_ENOMEM, "cannot allocate KV cache (%zu MiB per layer)",
-                           2 * kv_bytes >> 20);
-            goto fail;
-        }
-        memset(c->k[i], 0, kv_bytes);
-        memset(c->vt[i], 0, kv_bytes);
+        hr_layer_part *P = &c->parts[c->n_parts++];
+        P->w = c->m->layers[c->p.layer_begin + i];
+        P->n_kv = hp->n_head_kv;
+        P->n_ff = hp->n_ff;
+        P->k = hr_ctx_alloc(c, kv_bytes);
+        P->vt = hr_ctx_alloc(c, kv_bytes);
+        if (!P->k || !P->vt)
+            return hr_seterr(err, HR_ENOMEM, "cannot allocate KV cache (%zu MiB per layer)",
+                             2 * kv_bytes >> 20);
+        memset(P->k, 0, kv_bytes);
+        memset(P->vt, 0, kv_bytes);
     }
-    size_t wb = 0;
-    for (int il = c->p.layer_begin; il < c->p.layer_end && !c->tp; il++) {
-        const hr_layer_weights *L = &m->layers[il];
-        wb = hr_max_wbuf(&L->wq, (int)B, wb);
-        wb = hr_max_wbuf(&L->wk, (int)B, wb);
-        wb = hr_max_wbuf(&L->wv, (int)B, wb);
-        wb = hr_max_wbuf(&L->wo, (int)B, wb);
-        wb = hr_max_wbuf(&L->w_gate, (int)B, wb);
-        wb = hr_max_wbuf(&L->w_up, (int)B, wb);
-        wb = hr_max_wbuf(&L->w_down, (int)B, wb);
-    }
-    wb = hr_max_wbuf(&m->output, (int)B, wb);
-    size_t F = (size_t)hp->n_ff;
-    size_t plain = c->tp ? 0 : 1; /* the executor has its own per-group buffers */
-    QD *= plain;
-    KD *= plain;
-    F *= plain;
-    c->hb = hr_ctx_alloc(c, B * E * 4);
-    c->xb = hr_ctx_alloc(c, B * E * 4);
-    c->xb2 = hr_ctx_alloc(c, B * (E > QD ? E : QD) * 4);
-    c->q = hr_ctx_alloc(c, B * QD * 4);
-    c->kk = hr_ctx_alloc(c, B * KD * 4);
-    c->vv = hr_ctx_alloc(c, B * KD * 4);
-    c->att = hr_ctx_alloc(c, B * QD * 4);
-    c->gate = hr_ctx_alloc(c, B * F * 4);
-    c->up = hr_ctx_alloc(c, B * F * 4);
-    c->attn_scratch =
-        hr_ctx_alloc(c, plain * c->p.n_threads * ((size_t)c->p.n_ctx + hp->head_dim) * 4);
-    c->wbuf = hr_ctx_alloc(c, wb);
-    if (!c->hb || !c->xb || !c->xb2 || !c->q || !c->kk || !c->vv || !c->att || !c->gate || !c->up ||
-        !c->attn_scratch || !c->wbuf) {
-        rc = hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", c->p.n_batch);
-        goto fail;
+    return 0;
+}
+
+/* Work buffers for n_batch tokens (with groups: for the output head). */
+static int hr_ctx_buffers(hr_ctx *c, char *err) {
+    const hr_model *m = c->m;
+    const hr_hparams *hp = &m->hp;
+    int B = c->p.n_batch;
+    size_t E = (size_t)hp->n_embd, wb = 0;
+    for (int i = 0; i < c->n_parts; i++)
+        wb = hr_layer_wbuf_size(&c->parts[i].w, B, wb);
+    size_t wo = hr_matmul_wbuf_size(m->output.type, m->output.n_in, B);
+    wb = wo > wb ? wo : wb;
+    c->env =
+        (hr_layer_env){.hp = hp, .rope_freqs = m->rope_freqs, .n_ctx = c->p.n_ctx, .pool = c->pool};
+    bool plain = !c->tp;
+    c->hb = hr_ctx_buf(c, (size_t)B * E * 4);
+    c->xb2 = hr_ctx_buf(c, (size_t)B * E * 4);
+    int rc = hr_layer_env_alloc(&c->env, B, plain ? hp->n_head_kv : 0, plain ? hp->n_ff : 0,
+                                plain ? c->p.n_threads : 0, wb, hr_ctx_buf, c);
+    if (rc || !c->hb || !c->xb2)
+        return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
+    return 0;
+}
+
+int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char err[HR_ERR_LEN]) {
+    *out = NULL;
+    hr_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    c->m = m;
+    c->p = *p;
+    int rc;
+    if ((rc = hr_ctx_resolve(c, &m->hp, err)) || (rc = hr_ctx_pool_setup(c, p, err)) ||
+        (rc = hr_ctx_parts_setup(c, err)) || (rc = hr_ctx_buffers(c, err))) {
+        hr_ctx_destroy(c);
+        return rc;
     }
     *out = c;
     return 0;
-fail:
-    hr_ctx_destroy(c);
-    return rc;
 }
 
 void hr_ctx_destroy(hr_ctx *c) {
     if (!c)
         return;
-    int nl = c->tp ? 0 : c->p.layer_end - c->p.layer_begin;
-    for (int i = 0; c->k && i < nl; i++)
-        free(c->k[i]);
-    for (int i = 0; c->vt && i < nl; i++)
-        free(c->vt[i]);
-    free(c->k);
-    free(c->vt);
-    free(c->hb);
-    free(c->xb);
-    free(c->xb2);
-    free(c->q);
-    free(c->kk);
-    free(c->vv);
-    free(c->att);
-    free(c->gate);
-    free(c->up);
-    free(c->attn_scratch);
-    free(c->wbuf);
+    for (int i = 0; i < c->n_parts; i++) {
+        free(c->parts[i].k);
+        free(c->parts[i].vt);
+    }
+    free(c->parts);
+    for (int i = 0; i < c->n_bufs; i++)
+        free(c->bufs[i]);
     if (c->own_pool)
         hr_pool_destroy(c->pool);
     hr_tp_destroy(c->tp);
@@ -516,101 +495,27 @@ void hr_ctx_tp_stats_reset(hr_ctx *c) {
 }
 size_t hr_ctx_memory(const hr_ctx *c) { return c->mem; }
 
-/* Runs y_j = W_j x, grouping weights that share an activation format. */
-static void hr_mm_group(hr_ctx *c, int n_w, const hr_weight *const *w, float *const *y,
-                        const float *x, int n) {
-    int i = 0;
-    while (i < n_w) {
-        int act = hr_type_get(w[i]->type)->vec_dot_type;
-        int jn = i + 1;
-        while (jn < n_w && (int)hr_type_get(w[jn]->type)->vec_dot_type == act)
-            jn++;
-        hr_matmul(c->pool, jn - i, w + i, y + i, x, n, c->wbuf);
-        i = jn;
-    }
-}
-
-static void hr_mm1(hr_ctx *c, const hr_weight *w, float *y, const float *x, int n) {
-    hr_matmul(c->pool, 1, &w, &y, x, n, c->wbuf);
-}
-
 int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
-    const hr_hparams *hp = &c->m->hp;
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
     if (pos < 0 || pos + n > c->p.n_ctx)
         return hr_seterr(err, HR_ERANGE, "positions [%d, %d) exceed context size %d", pos, pos + n,
                          c->p.n_ctx);
-    int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, KV = hp->n_head_kv, F = hp->n_ff;
-    int QD = H * D, KD = KV * D;
     if (c->tp) {
         hr_tp_layers(c->tp, hidden, n, pos);
         return 0;
     }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
-    hr_rope_params rp = {.n_rot = hp->n_rot,
-                         .freq_base = hp->rope_base,
-                         .neox = hp->rope_neox,
-                         .freq_factors = c->m->rope_freqs};
-    for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
-        const hr_layer_weights *L = &c->m->layers[il];
-        int li = il - c->p.layer_begin;
-        /* attention block */
-        for (int t = 0; t < n; t++)
-            hr_rmsnorm(c->xb + (size_t)t * E, hidden + (size_t)t * E, L->attn_norm.data, E,
-                       hp->rms_eps);
-        const hr_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *yqkv[3] = {c->q, c->kk, c->vv};
-        hr_mm_group(c, 3, wqkv, yqkv, c->xb, n);
-        for (int t = 0; t < n; t++) {
-            float *qt = c->q + (size_t)t * QD, *kt = c->kk + (size_t)t * KD;
-            float *vt = c->vv + (size_t)t * KD;
-            if (L->bq.data)
-                hr_add(qt, L->bq.data, QD);
-            if (L->bk.data)
-                hr_add(kt, L->bk.data, KD);
-            if (L->bv.data)
-                hr_add(vt, L->bv.data, KD);
-            if (L->q_norm.data) {
-                for (int h = 0; h < H; h++)
-                    hr_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, L->q_norm.data, D,
-                               hp->rms_eps);
-                for (int h = 0; h < KV; h++)
-                    hr_rmsnorm(kt + (size_t)h * D, kt + (size_t)h * D, L->k_norm.data, D,
-                               hp->rms_eps);
-            }
-            hr_rope(qt, H, D, pos + t, &rp);
-            hr_rope(kt, KV, D, pos + t, &rp);
-            uint16_t *kc = c->k[li] + (size_t)(pos + t) * KD;
-            uint16_t *vc = c->vt[li];
-            for (int i = 0; i < KD; i++) {
-                kc[i] = hr_fp32_to_fp16(kt[i]);
-                vc[(size_t)i * c->p.n_ctx + pos + t] = hr_fp32_to_fp16(vt[i]);
-            }
-        }
-        hr_attn_args aa = {.n_head = H,
-                           .n_kv = KV,
-                           .head_dim = D,
-                           .n_ctx = c->p.n_ctx,
-                           .k = c->k[li],
-                           .vt = c->vt[li],
-                           .scratch = c->attn_scratch};
-        hr_attention(c->pool, &aa, c->q, n, pos, c->att);
-        hr_mm1(c, &L->wo, c->xb2, c->att, n);
-        for (int t = 0; t < n; t++)
-            hr_add(hidden + (size_t)t * E, c->xb2 + (size_t)t * E, E);
-        /* feed-forward block */
-        for (int t = 0; t < n; t++)
-            hr_rmsnorm(c->xb + (size_t)t * E, hidden + (size_t)t * E, L->ffn_norm.data, E,
-                       hp->rms_eps);
-        const hr_weight *wgu[2] = {&L->w_gate, &L->w_up};
-        float *ygu[2] = {c->gate, c->up};
-        hr_mm_group(c, 2, wgu, ygu, c->xb, n);
-        for (int t = 0; t < n; t++)
-            hr_swiglu(c->gate + (size_t)t * F, c->gate + (size_t)t * F, c->up + (size_t)t * F, F);
-        hr_mm1(c, &L->w_down, c->xb2, c->gate, n);
-        for (int t = 0; t < n; t++)
-            hr_add(hidden + (size_t)t * E, c->xb2 + (size_t)t * E, E);
+    const hr_layer_env *e = &c->env;
+    int E = c->m->hp.n_embd;
+    for (int i = 0; i < c->n_parts; i++) { /* hidden: [n][E] f32 */
+        const hr_layer_part *P = &c->parts[i];
+        hr_layer_attention(e, P, hidden, n, pos);        /* att: [n][n_head*head_dim] */
+        hr_layer_matmul(e, &P->w.wo, e->att, c->xb2, n); /* xb2: [n][E] */
+        hr_layer_residual(hidden, c->xb2, n, E);
+        hr_layer_ffn(e, P, hidden, n);                        /* gate: [n][n_ff] */
+        hr_layer_matmul(e, &P->w.w_down, e->gate, c->xb2, n); /* xb2: [n][E] */
+        hr_layer_residual(hidden, c->xb2, n, E);
     }
     return 0;
 }
@@ -625,9 +530,9 @@ int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *l
     }
     int E = hp->n_embd;
     for (int t = 0; t < n_rows; t++)
-        hr_rmsnorm(c->xb + (size_t)t * E, hidden + (size_t)(row0 + t) * E, c->m->output_norm.data,
-                   E, hp->rms_eps);
-    hr_mm1(c, &c->m->output, logits, c->xb, n_rows);
+        hr_rmsnorm(c->env.xb + (size_t)t * E, hidden + (size_t)(row0 + t) * E,
+                   c->m->output_norm.data, E, hp->rms_eps);
+    hr_layer_matmul(&c->env, &c->m->output, c->env.xb, logits, n_rows);
     return 0;
 }
 

@@ -8,9 +8,10 @@
  * thread pool; it is used by one thread at a time. The per-token path
  * allocates nothing.
  *
- * Supported architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM),
- * qwen2 (q/k/v bias, NEOX RoPE, tied embeddings), qwen3 (per-head q/k
- * RMSNorm). Anything else is refused with a clear message. */
+ * Supported architectures (the table in model/layer_table.c): llama
+ * (Llama 2/3, Mistral, TinyLlama, SmolLM), qwen2 (q/k/v bias, NEOX RoPE,
+ * tied embeddings), qwen3 (per-head q/k RMSNorm). Anything else is refused
+ * with a clear message. */
 #ifndef HR_MODEL_MODEL_H
 #define HR_MODEL_MODEL_H
 
@@ -22,10 +23,29 @@
 #include "kernels/ops.h"
 #include "mmap/gguf.h"
 
-typedef enum { HR_ARCH_LLAMA = 0, HR_ARCH_QWEN2 = 1, HR_ARCH_QWEN3 = 2 } hr_arch;
+/* Optional tensor sets of a layer (hr_layer_tensor.set, hr_arch_info). */
+enum {
+    HR_LT_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias */
+    HR_LT_QK_NORM = 1u << 1,  /* per-head attn_{q,k}_norm.weight */
+};
+
+/* One row of the architecture table (model/layer_table.c). */
+typedef struct {
+    const char *name; /* GGUF general.architecture */
+    float rms_eps;    /* default when the GGUF has no attention.layer_norm_rms_epsilon */
+    float rope_base;  /* default when the GGUF has no rope.freq_base */
+    bool rope_neox;   /* RoPE on (i, i + n_rot/2) pairs, else on adjacent pairs */
+    unsigned sets;    /* HR_LT_* sets its layers carry (mkmodel writes them) */
+    unsigned needs;   /* those of sets a file must have (the others bind when present) */
+} hr_arch_info;
+
+/* The architecture called name, or NULL. Thread-safe (static table). */
+const hr_arch_info *hr_arch_find(const char *name);
+/* Writes "llama, qwen2, ..." (for messages) into buf; returns its length. */
+size_t hr_arch_names(char *buf, size_t cap);
 
 typedef struct {
-    hr_arch arch;
+    const hr_arch_info *arch; /* row of the architecture table */
     char arch_name[32];
     int n_vocab;
     int n_embd;
@@ -42,11 +62,52 @@ typedef struct {
     bool tied_output; /* output head reuses token_embd */
 } hr_hparams;
 
+/* One layer's tensors; the per-layer tensor table below says which GGUF
+ * tensor each field holds. Vectors (norms, biases) are f32 copies in the
+ * model with n_in elements and n_out = 1; absent optional ones have data
+ * NULL. */
 typedef struct {
     hr_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    hr_weight bq, bk, bv;     /* qwen2 biases (data NULL if absent) */
-    hr_weight q_norm, k_norm; /* qwen3 per-head norms (data NULL if absent) */
+    hr_weight bq, bk, bv;     /* HR_LT_QKV_BIAS */
+    hr_weight q_norm, k_norm; /* HR_LT_QK_NORM */
 } hr_layer_weights;
+
+/* A tensor dimension in terms of the hyper-parameters. */
+typedef enum {
+    HR_DIM_1,    /* 1: the tensor is a vector */
+    HR_DIM_HEAD, /* head_dim */
+    HR_DIM_EMBD, /* n_embd */
+    HR_DIM_Q,    /* n_head * head_dim */
+    HR_DIM_KV,   /* n_head_kv * head_dim */
+    HR_DIM_FF,   /* n_ff */
+} hr_dim;
+
+/* How a tensor splits over tensor-parallel thread groups (model/tp.h). */
+typedef enum {
+    HR_SPLIT_NONE,  /* replicated: every group reads it whole */
+    HR_SPLIT_HEADS, /* by KV-head groups: the rows (vector: elements) of the group's heads */
+    HR_SPLIT_ROWS,  /* by rows: the group's n_ff range */
+    HR_SPLIT_OUT,   /* by output rows (n_embd), or by the matching input columns with tp_reduce */
+} hr_split;
+
+/* One row of the per-layer tensor table (model/layer_table.c). */
+typedef struct {
+    const char *name;   /* GGUF name after "blk.N.", e.g. "attn_q.weight" */
+    size_t offset;      /* of its hr_weight in hr_layer_weights */
+    hr_dim n_in, n_out; /* ne[0], ne[1]; n_out HR_DIM_1 for a vector */
+    unsigned set;       /* 0 = every layer of every architecture has it; else its HR_LT_* set */
+    hr_split split;
+    int mm; /* hr_matmul batch in layer.c: matrices with the same mm share their input and run
+               in one call when their activation formats agree; 0 for vectors */
+} hr_layer_tensor;
+
+/* The table: rows 0 .. hr_layer_tensor_count() - 1. Thread-safe. */
+int hr_layer_tensor_count(void);
+const hr_layer_tensor *hr_layer_tensor_get(int i);
+/* The weight a row names in L. */
+const hr_weight *hr_layer_weight(const hr_layer_weights *L, const hr_layer_tensor *t);
+/* Size of d for these hyper-parameters. */
+int64_t hr_dim_size(const hr_hparams *hp, hr_dim d);
 
 typedef struct hr_model hr_model;
 
@@ -58,8 +119,10 @@ const hr_hparams *hr_model_hparams(const hr_model *m);
 const hr_layer_weights *hr_model_layer(const hr_model *m, int il);
 const hr_weight *hr_model_tok_embd(const hr_model *m);
 const hr_weight *hr_model_output(const hr_model *m);
-/* Weight bytes touched per token by layers [b, e) (+ embedding row / head). */
+/* Weight bytes layer il reads per token: every tensor of the table it has
+ * (matrices as stored, vectors as f32). */
 uint64_t hr_model_layer_bytes(const hr_model *m, int il);
+/* LM head + output norm bytes read per output row. */
 uint64_t hr_model_output_bytes(const hr_model *m);
 
 /* hidden[i][:] = embedding row of ids[i]; hidden: [n][n_embd] f32. */

@@ -1,9 +1,13 @@
-/* tp.c - tensor-parallel forward pass over a layer window: weight slices
- * per thread group (node-local copies or views of the mapping), per-group
- * KV caches, asynchronous group sub-graphs joined by two global barriers
- * per layer where every group sums the partial outputs in the same order
- * into its own replica of the hidden state. */
+/* tp.c - tensor-parallel forward pass over a layer window: each thread
+ * group runs layer.c's blocks over its slice of every layer (cut as the
+ * tensor table's split column says; node-local copies or views of the
+ * mapping) with its own KV cache, and the groups meet at global barriers
+ * between the blocks: exchanging activations (exact split) or summing
+ * partial outputs in the same order into each group's replica of the
+ * hidden state (reduce split). See tp.h. */
 #include "model/tp-impl.h"
+
+#include "model/layer-impl.h"
 
 #include "common/log.h"
 #include "kernels/quant.h"
@@ -94,24 +98,16 @@ typedef struct {
 } hr_tp_alloc;
 
 typedef struct {
-    hr_weight wq, wk, wv, wo, gate, up, down; /* this group's slices */
-    const float *bq, *bk, *bv;                /* bias slices or NULL */
-    int kv0, kv1, f0, f1, e0, e1;
-    uint16_t *k;  /* [n_ctx][kvh*D] f16 */
-    uint16_t *vt; /* [kvh*D][n_ctx] f16 */
+    hr_layer_part part; /* the group's slice of the layer and its KV cache */
+    hr_tp_slice s;      /* what the slice covers */
 } hr_tp_layer;
 
 typedef struct {
-    hr_tp_layer *L; /* [n window layers] */
-    float *hid;     /* [B][E] replica of the hidden state (groups >= 1) */
-    float *xb;      /* [B][E] */
-    float *q, *att; /* [B][max qh*D] */
-    float *kk, *vv; /* [B][max kvh*D] */
-    float *gate, *up;
-    float *part[2]; /* [B][E] partial outputs of Wo and Wdown */
-    float *scratch; /* attention: threads * (n_ctx + D) */
-    void *wbuf;
-    hr_weight out; /* LM head rows [v0, v1) */
+    hr_tp_layer *L;   /* [n window layers] */
+    hr_layer_env env; /* the group's pool and work buffers */
+    float *hid;       /* [B][E] replica of the hidden state (groups >= 1) */
+    float *part[2];   /* [B][E] partial outputs of Wo and Wdown */
+    hr_weight out;    /* LM head rows [v0, v1) */
     int v0, v1;
     hr_tp_alloc *allocs;
     int n_allocs, cap_allocs;
@@ -212,11 +208,48 @@ static int hr_tp_cols(hr_tp *tp, int g, const hr_weight *w, long c0, long c1, hr
     return 0;
 }
 
-static size_t hr_tp_wbuf(const hr_weight *w, int B, size_t cur) {
-    if (!w->data)
-        return cur;
-    size_t s = hr_matmul_wbuf_size(w->type, w->n_in, B);
-    return s > cur ? s : cur;
+/* [a, b) of dimension d that slice s covers (whole for unsplit ones). */
+static void hr_tp_range(const hr_hparams *hp, const hr_tp_slice *s, hr_dim d, long *a, long *b) {
+    long D = hp->head_dim, r = hp->n_head / hp->n_head_kv;
+    *a = 0;
+    *b = (long)hr_dim_size(hp, d);
+    if (d == HR_DIM_Q || d == HR_DIM_KV) {
+        long per = d == HR_DIM_Q ? r * D : D; /* elements per KV head */
+        *a = s->kv_begin * per;
+        *b = s->kv_end * per;
+    } else if (d == HR_DIM_FF) {
+        *a = s->ff_begin;
+        *b = s->ff_end;
+    } else if (d == HR_DIM_EMBD) {
+        *a = s->out_begin;
+        *b = s->out_end;
+    }
+}
+
+/* Group g's slice of tensor t of L into P, as t->split says: vectors (f32
+ * in the model) become views of their elements, matrices rows (or columns
+ * of Wo/Wdown when reducing) through hr_tp_rows / hr_tp_cols. */
+static int hr_tp_cut(hr_tp *tp, int g, const hr_layer_tensor *t, const hr_layer_weights *L,
+                     const hr_tp_slice *s, hr_layer_weights *P) {
+    const hr_weight *w = hr_layer_weight(L, t);
+    hr_weight *out = hr_layer_weight_mut(P, t);
+    *out = *w;
+    if (!w->data || t->split == HR_SPLIT_NONE)
+        return 0;
+    long a, b;
+    if (t->n_out == HR_DIM_1) {
+        hr_tp_range(tp->m.hp, s, t->n_in, &a, &b);
+        out->data = (const float *)w->data + a;
+        out->n_in = b - a;
+        out->row_bytes = (size_t)(b - a) * sizeof(float);
+        return 0;
+    }
+    if (t->split == HR_SPLIT_OUT && tp->reduce) {
+        hr_tp_range(tp->m.hp, s, t->n_in, &a, &b);
+        return hr_tp_cols(tp, g, w, a, b, out);
+    }
+    hr_tp_range(tp->m.hp, s, t->n_out, &a, &b);
+    return hr_tp_rows(tp, g, w, a, b, out);
 }
 
 static bool hr_tp_want_copies(const hr_tp *tp, const hr_ctx_params *p, uint64_t bytes) {
@@ -249,55 +282,53 @@ void hr_tp_destroy(hr_tp *tp) {
     free(tp);
 }
 
+/* Group g's part of window layer li: its tensor slices and KV cache. */
+static int hr_tp_layer_init(hr_tp *tp, int g, int li, const hr_tp_slice *s) {
+    const hr_hparams *hp = tp->m.hp;
+    hr_tp_layer *S = &tp->g[g].L[li];
+    S->s = *s;
+    S->part.n_kv = s->kv_end - s->kv_begin;
+    S->part.n_ff = s->ff_end - s->ff_begin;
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        int rc = hr_tp_cut(tp, g, hr_layer_tensor_get(i), &tp->m.layers[tp->layer_begin + li], s,
+                           &S->part.w);
+        if (rc)
+            return rc;
+    }
+    if (S->part.n_kv > 0) {
+        size_t kv_bytes =
+            (size_t)tp->n_ctx * (size_t)S->part.n_kv * hp->head_dim * sizeof(uint16_t);
+        S->part.k = hr_tp_take(tp, g, kv_bytes);
+        S->part.vt = hr_tp_take(tp, g, kv_bytes);
+        if (!S->part.k || !S->part.vt)
+            return HR_ENOMEM;
+    }
+    return 0;
+}
+
+typedef struct {
+    hr_tp *tp;
+    int g;
+} hr_tp_buf_ctx;
+
+/* A work buffer in group g's memory (hr_layer_alloc_fn). */
+static void *hr_tp_buf(void *ud, size_t bytes) {
+    hr_tp_buf_ctx *b = ud;
+    return hr_tp_take(b->tp, b->g, bytes);
+}
+
+/* Group g's slices, LM head rows and work buffers. */
 static int hr_tp_group_init(hr_tp *tp, int g, const hr_tp_slice *slices, char *err) {
     const hr_hparams *hp = tp->m.hp;
     hr_tp_group *gr = &tp->g[g];
-    int E = hp->n_embd, D = hp->head_dim, r = hp->n_head / hp->n_head_kv, B = tp->n_batch;
-    int max_kv = 0, max_f = 0;
+    int B = tp->n_batch, max_kv = 0, max_f = 0, rc = 0;
     size_t wb = 0;
-    int rc = 0;
     for (int li = 0; li < tp->nl && rc == 0; li++) {
-        const hr_layer_weights *L = &tp->m.layers[tp->layer_begin + li];
-        const hr_tp_slice *s = &slices[(size_t)li * tp->G + g];
-        hr_tp_layer *S = &gr->L[li];
-        S->kv0 = s->kv_begin;
-        S->kv1 = s->kv_end;
-        S->f0 = s->ff_begin;
-        S->f1 = s->ff_end;
-        S->e0 = s->out_begin;
-        S->e1 = s->out_end;
-        long q0 = (long)S->kv0 * r * D, q1 = (long)S->kv1 * r * D;
-        long k0 = (long)S->kv0 * D, k1 = (long)S->kv1 * D;
-        if ((rc = hr_tp_rows(tp, g, &L->wq, q0, q1, &S->wq)) ||
-            (rc = hr_tp_rows(tp, g, &L->wk, k0, k1, &S->wk)) ||
-            (rc = hr_tp_rows(tp, g, &L->wv, k0, k1, &S->wv)) ||
-            (rc = tp->reduce ? hr_tp_cols(tp, g, &L->wo, q0, q1, &S->wo)
-                             : hr_tp_rows(tp, g, &L->wo, S->e0, S->e1, &S->wo)) ||
-            (rc = hr_tp_rows(tp, g, &L->w_gate, S->f0, S->f1, &S->gate)) ||
-            (rc = hr_tp_rows(tp, g, &L->w_up, S->f0, S->f1, &S->up)) ||
-            (rc = tp->reduce ? hr_tp_cols(tp, g, &L->w_down, S->f0, S->f1, &S->down)
-                             : hr_tp_rows(tp, g, &L->w_down, S->e0, S->e1, &S->down)))
-            break;
-        S->bq = L->bq.data ? (const float *)L->bq.data + q0 : NULL;
-        S->bk = L->bk.data ? (const float *)L->bk.data + k0 : NULL;
-        S->bv = L->bv.data ? (const float *)L->bv.data + k0 : NULL;
-        int kvh = S->kv1 - S->kv0;
-        if (kvh > 0) {
-            size_t kv_bytes = (size_t)tp->n_ctx * (size_t)kvh * D * sizeof(uint16_t);
-            S->k = hr_tp_take(tp, g, kv_bytes);
-            S->vt = hr_tp_take(tp, g, kv_bytes);
-            if (!S->k || !S->vt)
-                rc = HR_ENOMEM;
-        }
-        max_kv = kvh > max_kv ? kvh : max_kv;
-        max_f = S->f1 - S->f0 > max_f ? S->f1 - S->f0 : max_f;
-        wb = hr_tp_wbuf(&S->wq, B, wb);
-        wb = hr_tp_wbuf(&S->wk, B, wb);
-        wb = hr_tp_wbuf(&S->wv, B, wb);
-        wb = hr_tp_wbuf(&S->wo, B, wb);
-        wb = hr_tp_wbuf(&S->gate, B, wb);
-        wb = hr_tp_wbuf(&S->up, B, wb);
-        wb = hr_tp_wbuf(&S->down, B, wb);
+        rc = hr_tp_layer_init(tp, g, li, &slices[(size_t)li * tp->G + g]);
+        const hr_layer_part *P = &gr->L[li].part;
+        max_kv = P->n_kv > max_kv ? P->n_kv : max_kv;
+        max_f = P->n_ff > max_f ? P->n_ff : max_f;
+        wb = hr_layer_wbuf_size(&P->w, B, wb);
     }
     if (rc == HR_ENOMEM)
         return hr_seterr(err, rc, "out of memory for group %d's weight slices and KV cache", g);
@@ -309,23 +340,20 @@ static int hr_tp_group_init(hr_tp *tp, int g, const hr_tp_slice *slices, char *e
     gr->v1 = (int)v1;
     if ((rc = hr_tp_rows(tp, g, tp->m.output, v0, v1, &gr->out)))
         return hr_seterr(err, rc, "out of memory for group %d's LM head slice", g);
-    wb = hr_tp_wbuf(&gr->out, 1, wb);
-    size_t QDg = (size_t)max_kv * r * D, KDg = (size_t)max_kv * D;
-    int nt = hr_pool_size(hr_gpool_group(tp->gp, g));
+    if (gr->out.data) {
+        size_t wo = hr_matmul_wbuf_size(gr->out.type, gr->out.n_in, 1);
+        wb = wo > wb ? wo : wb;
+    }
+    hr_pool *pool = hr_gpool_group(tp->gp, g);
+    gr->env =
+        (hr_layer_env){.hp = hp, .rope_freqs = tp->m.rope_freqs, .n_ctx = tp->n_ctx, .pool = pool};
+    hr_tp_buf_ctx bc = {tp, g};
+    size_t E = (size_t)hp->n_embd;
     gr->hid = g > 0 ? hr_tp_take(tp, g, (size_t)B * E * 4) : NULL;
-    gr->xb = hr_tp_take(tp, g, (size_t)B * E * 4);
-    gr->q = hr_tp_take(tp, g, (size_t)B * QDg * 4);
-    gr->att = hr_tp_take(tp, g, (size_t)B * QDg * 4);
-    gr->kk = hr_tp_take(tp, g, (size_t)B * KDg * 4);
-    gr->vv = hr_tp_take(tp, g, (size_t)B * KDg * 4);
-    gr->gate = hr_tp_take(tp, g, (size_t)B * max_f * 4);
-    gr->up = hr_tp_take(tp, g, (size_t)B * max_f * 4);
+    rc = hr_layer_env_alloc(&gr->env, B, max_kv, max_f, hr_pool_size(pool), wb, hr_tp_buf, &bc);
     gr->part[0] = hr_tp_take(tp, g, (size_t)B * E * 4);
     gr->part[1] = hr_tp_take(tp, g, (size_t)B * E * 4);
-    gr->scratch = hr_tp_take(tp, g, (size_t)nt * ((size_t)tp->n_ctx + D) * 4);
-    gr->wbuf = hr_tp_take(tp, g, wb);
-    if ((g > 0 && !gr->hid) || !gr->xb || !gr->q || !gr->att || !gr->kk || !gr->vv || !gr->gate ||
-        !gr->up || !gr->part[0] || !gr->part[1] || !gr->scratch || !gr->wbuf)
+    if ((g > 0 && !gr->hid) || rc || !gr->part[0] || !gr->part[1])
         return hr_seterr(err, HR_ENOMEM, "out of memory for group %d's work buffers", g);
     return 0;
 }
@@ -379,9 +407,7 @@ int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p, char
         if (rc)
             hr_seterr(err, rc, "layer %d cannot be split over %d groups: %s", tp->layer_begin + li,
                       tp->G, e2);
-        const hr_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            bytes += (uint64_t)ws[i]->row_bytes * (uint64_t)ws[i]->n_out;
+        bytes += hr_layer_bytes(L, false); /* the matrices slices may copy */
     }
     tp->copies = rc == 0 && hr_tp_want_copies(tp, p, bytes);
     if (rc == 0 && !tp->reduce) {
@@ -416,21 +442,6 @@ int hr_tp_n_groups(const hr_tp *tp) { return tp->G; }
 
 /* ---- forward ---- */
 
-/* Runs y_j = W_j x on the group's pool, batching weights that share an
- * activation format (as the plain path does). */
-static void hr_tp_mm(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
-                     const float *x, int n, void *wbuf) {
-    int i = 0;
-    while (i < n_w) {
-        int act = hr_type_get(w[i]->type)->vec_dot_type;
-        int jn = i + 1;
-        while (jn < n_w && (int)hr_type_get(w[jn]->type)->vec_dot_type == act)
-            jn++;
-        hr_matmul(pool, jn - i, w + i, y + i, x, n, wbuf);
-        i = jn;
-    }
-}
-
 typedef struct {
     hr_tp *tp;
     float *hid;
@@ -446,8 +457,8 @@ static void hr_tp_gather_worker(void *ctx, int ith, int nth) {
     const float *src[HR_NUMA_MAX_GROUPS];
     int ns = 0;
     for (int g = 0; g < tp->G; g++) {
-        const hr_tp_layer *S = &tp->g[g].L[j->li];
-        if (j->which == 0 ? S->kv1 > S->kv0 : S->f1 > S->f0)
+        const hr_layer_part *P = &tp->g[g].L[j->li].part;
+        if (j->which == 0 ? P->n_kv > 0 : P->n_ff > 0)
             src[ns++] = tp->g[g].part[j->which];
     }
     if (ns == 0)
@@ -466,143 +477,92 @@ static void hr_tp_barrier(hr_tp *tp, hr_tp_group *gr) {
     gr->barrier_s[tp->ph] += hr_tp_now() - t0;
 }
 
-static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, float *hid, int which, int li,
-                       int n) {
+static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, float *hid, int which, int li, int n) {
     hr_tp_barrier(tp, gr);
     hr_tp_gather_job j = {.tp = tp, .hid = hid, .which = which, .li = li, .n = n};
     if ((long)n * tp->m.hp->n_embd >= 16384)
-        hr_pool_run(pool, hr_tp_gather_worker, &j);
+        hr_pool_run(gr->env.pool, hr_tp_gather_worker, &j);
     else
         hr_tp_gather_worker(&j, 0, 1);
 }
 
-static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_layer_weights *L,
-                            hr_tp_layer *S, int n, int pos) {
+/* The group's heads of the attention block; then its partial Wo output
+ * (reduce), or its heads' output published for the exchange (exact). */
+static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, const hr_tp_layer *S, const float *hid,
+                            int n) {
+    const hr_layer_env *e = &gr->env;
+    hr_layer_attention(e, &S->part, hid, n, tp->pos); /* att: [n][QD] */
+    if (tp->reduce) {
+        hr_layer_matmul(e, &S->part.w.wo, e->att, gr->part[0], n);
+        return;
+    }
     const hr_hparams *hp = tp->m.hp;
-    int D = hp->head_dim, r = hp->n_head / hp->n_head_kv;
-    int kvh = S->kv1 - S->kv0, qh = kvh * r, QD = qh * D, KD = kvh * D;
-    const hr_weight *wqkv[3] = {&S->wq, &S->wk, &S->wv};
-    float *yqkv[3] = {gr->q, gr->kk, gr->vv};
-    hr_tp_mm(pool, 3, wqkv, yqkv, gr->xb, n, gr->wbuf);
-    hr_rope_params rp = {.n_rot = hp->n_rot,
-                         .freq_base = hp->rope_base,
-                         .neox = hp->rope_neox,
-                         .freq_factors = tp->m.rope_freqs};
-    for (int t = 0; t < n; t++) {
-        float *qt = gr->q + (size_t)t * QD, *kt = gr->kk + (size_t)t * KD;
-        float *vt = gr->vv + (size_t)t * KD;
-        if (S->bq)
-            hr_add(qt, S->bq, QD);
-        if (S->bk)
-            hr_add(kt, S->bk, KD);
-        if (S->bv)
-            hr_add(vt, S->bv, KD);
-        if (L->q_norm.data) {
-            for (int h = 0; h < qh; h++)
-                hr_rmsnorm(qt + (size_t)h * D, qt + (size_t)h * D, L->q_norm.data, D, hp->rms_eps);
-            for (int h = 0; h < kvh; h++)
-                hr_rmsnorm(kt + (size_t)h * D, kt + (size_t)h * D, L->k_norm.data, D, hp->rms_eps);
-        }
-        hr_rope(qt, qh, D, pos + t, &rp);
-        hr_rope(kt, kvh, D, pos + t, &rp);
-        uint16_t *kc = S->k + (size_t)(pos + t) * KD;
-        for (int i = 0; i < KD; i++) {
-            kc[i] = hr_fp32_to_fp16(kt[i]);
-            S->vt[(size_t)i * tp->n_ctx + pos + t] = hr_fp32_to_fp16(vt[i]);
-        }
-    }
-    hr_attn_args aa = {.n_head = qh,
-                       .n_kv = kvh,
-                       .head_dim = D,
-                       .n_ctx = tp->n_ctx,
-                       .k = S->k,
-                       .vt = S->vt,
-                       .scratch = gr->scratch};
-    hr_attention(pool, &aa, gr->q, n, pos, gr->att);
-    if (!tp->reduce) { /* publish this group's heads; Wo runs after the exchange */
-        int HD = hp->n_head * D;
-        for (int t = 0; t < n; t++)
-            memcpy(tp->att_full + (size_t)t * HD + (size_t)S->kv0 * r * D, gr->att + (size_t)t * QD,
-                   (size_t)QD * sizeof(float));
-        return;
-    }
-    const hr_weight *wo = &S->wo;
-    float *y = gr->part[0];
-    hr_matmul(pool, 1, &wo, &y, gr->att, n, gr->wbuf);
-}
-
-static void hr_tp_ffn(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, hr_tp_layer *S, int n) {
-    int F = S->f1 - S->f0;
-    const hr_weight *wgu[2] = {&S->gate, &S->up};
-    float *ygu[2] = {gr->gate, gr->up};
-    hr_tp_mm(pool, 2, wgu, ygu, gr->xb, n, gr->wbuf);
+    int r = hp->n_head / hp->n_head_kv, D = hp->head_dim, HD = hp->n_head * D;
+    int QD = S->part.n_kv * r * D;
     for (int t = 0; t < n; t++)
-        hr_swiglu(gr->gate + (size_t)t * F, gr->gate + (size_t)t * F, gr->up + (size_t)t * F, F);
-    if (!tp->reduce) { /* publish this group's FFN slice; Wdown runs after the exchange */
-        int FF = tp->m.hp->n_ff;
-        for (int t = 0; t < n; t++)
-            memcpy(tp->gate_full + (size_t)t * FF + S->f0, gr->gate + (size_t)t * F,
-                   (size_t)F * sizeof(float));
-        return;
-    }
-    const hr_weight *wd = &S->down;
-    float *y = gr->part[1];
-    hr_matmul(pool, 1, &wd, &y, gr->gate, n, gr->wbuf);
+        memcpy(tp->att_full + (size_t)t * HD + (size_t)S->s.kv_begin * r * D,
+               e->att + (size_t)t * QD, (size_t)QD * sizeof(float));
 }
 
-/* Exact mode: rows [e0, e1) of w over the exchanged input x ([n][w.n_in])
- * into out ([n][E]) at those columns; then, after a barrier, hid += out. */
-static void hr_tp_rows_out(hr_tp *tp, hr_tp_group *gr, hr_pool *pool, const hr_tp_layer *S,
-                           const hr_weight *w, const float *x, float *out, float *hid, int n) {
-    int E = tp->m.hp->n_embd, R = S->e1 - S->e0;
+/* The group's rows of the feed-forward block; then its partial Wdown
+ * output (reduce), or its SwiGLU slice published for the exchange (exact). */
+static void hr_tp_ffn(hr_tp *tp, hr_tp_group *gr, const hr_tp_layer *S, const float *hid, int n) {
+    const hr_layer_env *e = &gr->env;
+    hr_layer_ffn(e, &S->part, hid, n); /* gate: [n][F] */
+    if (tp->reduce) {
+        hr_layer_matmul(e, &S->part.w.w_down, e->gate, gr->part[1], n);
+        return;
+    }
+    int F = S->part.n_ff, FF = tp->m.hp->n_ff;
+    for (int t = 0; t < n; t++)
+        memcpy(tp->gate_full + (size_t)t * FF + S->s.ff_begin, e->gate + (size_t)t * F,
+               (size_t)F * sizeof(float));
+}
+
+/* Exact mode: rows [out_begin, out_end) of w over the exchanged input x
+ * ([n][w.n_in]) into out ([n][E]) at those columns; then, after a barrier,
+ * hid += out. */
+static void hr_tp_rows_out(hr_tp *tp, hr_tp_group *gr, const hr_tp_layer *S, const hr_weight *w,
+                           const float *x, float *out, float *hid, int n) {
+    int E = tp->m.hp->n_embd, e0 = S->s.out_begin, R = S->s.out_end - e0;
     if (R > 0) {
-        float *y = n == 1 ? out + S->e0 : gr->part[0];
-        hr_matmul(pool, 1, &w, &y, x, n, gr->wbuf);
+        float *y = n == 1 ? out + e0 : gr->part[0];
+        hr_layer_matmul(&gr->env, w, x, y, n);
         for (int t = 0; t < n && n > 1; t++)
-            memcpy(out + (size_t)t * E + S->e0, y + (size_t)t * R, (size_t)R * sizeof(float));
+            memcpy(out + (size_t)t * E + e0, y + (size_t)t * R, (size_t)R * sizeof(float));
     }
     hr_tp_barrier(tp, gr);
-    for (int t = 0; t < n; t++) /* the order of plain execution's hr_add */
-        hr_add(hid + (size_t)t * E, out + (size_t)t * E, E);
+    hr_layer_residual(hid, out, n, E); /* the order of plain execution's residual */
 }
 
 static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
     (void)n_groups;
     hr_tp *tp = ctx;
     hr_tp_group *gr = &tp->g[g];
-    hr_pool *pool = hr_gpool_group(tp->gp, g);
-    const hr_hparams *hp = tp->m.hp;
-    int n = tp->n, E = hp->n_embd;
+    int n = tp->n, E = tp->m.hp->n_embd;
     double t0 = hr_tp_now(), b0 = gr->barrier_s[tp->ph];
-    float *hid = tp->hidden;
-    if (g > 0) { /* scatter: each group works on its own replica */
+    float *hid = tp->hidden; /* [n][E] */
+    if (g > 0) {             /* scatter: each group works on its own replica */
         hid = gr->hid;
         memcpy(hid, tp->hidden, (size_t)n * E * sizeof(float));
     }
     for (int li = 0; li < tp->nl; li++) {
-        const hr_layer_weights *L = &tp->m.layers[tp->layer_begin + li];
-        hr_tp_layer *S = &gr->L[li];
-        for (int t = 0; t < n; t++)
-            hr_rmsnorm(gr->xb + (size_t)t * E, hid + (size_t)t * E, L->attn_norm.data, E,
-                       hp->rms_eps);
-        if (S->kv1 > S->kv0)
-            hr_tp_attention(tp, gr, pool, L, S, n, tp->pos);
+        const hr_tp_layer *S = &gr->L[li];
+        if (S->part.n_kv > 0)
+            hr_tp_attention(tp, gr, S, hid, n);
         if (tp->reduce) {
-            hr_tp_sync(tp, gr, pool, hid, 0, li, n);
+            hr_tp_sync(tp, gr, hid, 0, li, n);
         } else {
             hr_tp_barrier(tp, gr); /* every head's output is in att_full */
-            hr_tp_rows_out(tp, gr, pool, S, &S->wo, tp->att_full, tp->wo_full, hid, n);
+            hr_tp_rows_out(tp, gr, S, &S->part.w.wo, tp->att_full, tp->wo_full, hid, n);
         }
-        for (int t = 0; t < n; t++)
-            hr_rmsnorm(gr->xb + (size_t)t * E, hid + (size_t)t * E, L->ffn_norm.data, E,
-                       hp->rms_eps);
-        if (S->f1 > S->f0)
-            hr_tp_ffn(tp, gr, pool, S, n);
+        if (S->part.n_ff > 0)
+            hr_tp_ffn(tp, gr, S, hid, n);
         if (tp->reduce) {
-            hr_tp_sync(tp, gr, pool, hid, 1, li, n);
+            hr_tp_sync(tp, gr, hid, 1, li, n);
         } else {
             hr_tp_barrier(tp, gr); /* the whole SwiGLU output is in gate_full */
-            hr_tp_rows_out(tp, gr, pool, S, &S->down, tp->gate_full, tp->down_full, hid, n);
+            hr_tp_rows_out(tp, gr, S, &S->part.w.w_down, tp->gate_full, tp->down_full, hid, n);
         }
     }
     gr->compute_s[tp->ph] += hr_tp_now() - t0 - (gr->barrier_s[tp->ph] - b0);
@@ -627,14 +587,12 @@ static void hr_tp_output_job(void *ctx, int g, int n_groups) {
     if (gr->v1 <= gr->v0)
         return;
     const hr_hparams *hp = tp->m.hp;
-    hr_pool *pool = hr_gpool_group(tp->gp, g);
     int E = hp->n_embd;
-    const hr_weight *w = &gr->out;
     for (int t = 0; t < tp->n; t++) {
-        hr_rmsnorm(gr->xb, tp->chidden + (size_t)(tp->row0 + t) * E, tp->m.output_norm, E,
+        hr_rmsnorm(gr->env.xb, tp->chidden + (size_t)(tp->row0 + t) * E, tp->m.output_norm, E,
                    hp->rms_eps);
         float *y = tp->logits + (size_t)t * hp->n_vocab + gr->v0;
-        hr_matmul(pool, 1, &w, &y, gr->xb, 1, gr->wbuf);
+        hr_layer_matmul(&gr->env, &gr->out, gr->env.xb, y, 1);
     }
 }
 
@@ -665,8 +623,8 @@ void hr_tp_get_stats(const hr_tp *tp, hr_tp_stats *out) {
         s->n_threads = pl->groups[g].n_threads;
         s->n_threads_decode = pl->groups[g].n_threads_decode;
         for (int li = 0; li < tp->nl; li++) {
-            s->kv_heads += gr->L[li].kv1 - gr->L[li].kv0;
-            s->ff_rows += gr->L[li].f1 - gr->L[li].f0;
+            s->kv_heads += gr->L[li].part.n_kv;
+            s->ff_rows += gr->L[li].part.n_ff;
         }
         s->weight_bytes = gr->weight_bytes;
         for (int p = 0; p < 2; p++) {

@@ -1,7 +1,8 @@
 /* model_prof.c - the model profile: what one decode token costs a layer in
  * weight bytes (per type), FLOPs, hr_matmul calls and element-wise work,
  * plus input/output layer sizes, KV bytes per token and the hidden state
- * sent per hop. Mirrors model/model.c's forward pass. */
+ * sent per hop. Walks model.h's per-layer tensor table and mirrors
+ * model/layer.c's blocks. */
 #include "profiler/profiler-impl.h"
 
 #include "kernels/types.h"
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void hr_layer_add(hr_prof_layer *L, const hr_weight *w) {
+static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w) {
     if (!w->data)
         return;
     uint64_t bytes = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
@@ -36,7 +37,7 @@ static void hr_layer_add(hr_prof_layer *L, const hr_weight *w) {
 }
 
 /* hr_matmul calls for weights run together when they share the activation
- * format (model.c's hr_mm_group). */
+ * format (layer.c's hr_layer_mm). */
 static int hr_group_calls(const hr_weight *const *w, int n) {
     int calls = 0;
     for (int i = 0; i < n;) {
@@ -53,6 +54,23 @@ static int hr_group_calls(const hr_weight *const *w, int n) {
         i = j;
     }
     return calls;
+}
+
+/* hr_matmul calls of one layer: per batch of the tensor table's mm column. */
+static int hr_prof_layer_calls(const hr_layer_weights *L) {
+    int calls = 0;
+    for (int mm = 1;; mm++) {
+        const hr_weight *w[16];
+        int n = 0;
+        for (int i = 0; i < hr_layer_tensor_count() && n < 16; i++) {
+            const hr_layer_tensor *t = hr_layer_tensor_get(i);
+            if (t->mm == mm && hr_layer_weight(L, t)->data)
+                w[n++] = hr_layer_weight(L, t);
+        }
+        if (n == 0)
+            return calls;
+        calls += hr_group_calls(w, n);
+    }
 }
 
 int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
@@ -79,7 +97,7 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     out->embd_row_bytes = te->row_bytes;
     out->embd_bytes = (uint64_t)te->row_bytes * (uint64_t)te->n_out;
     /* output: norm (f32 vector in the model's arena) + LM head */
-    hr_layer_add(&out->output, hr_model_output(m));
+    hr_prof_layer_add(&out->output, hr_model_output(m));
     out->output.bytes += (uint64_t)hp->n_embd * sizeof(float);
     out->output.n_calls = 1;
     int64_t E = hp->n_embd, QD = (int64_t)hp->n_head * hp->head_dim;
@@ -93,14 +111,9 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer_weights *L = hr_model_layer(m, il);
         hr_prof_layer *pl = &out->layers[il];
-        const hr_weight *all[] = {&L->wq,   &L->wk,     &L->wv,        &L->wo,       &L->w_gate,
-                                  &L->w_up, &L->w_down, &L->attn_norm, &L->ffn_norm, &L->bq,
-                                  &L->bk,   &L->bv,     &L->q_norm,    &L->k_norm};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            hr_layer_add(pl, all[i]);
-        const hr_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        const hr_weight *gu[2] = {&L->w_gate, &L->w_up};
-        pl->n_calls = hr_group_calls(qkv, 3) + 1 + hr_group_calls(gu, 2) + 1;
+        for (int i = 0; i < hr_layer_tensor_count(); i++)
+            hr_prof_layer_add(pl, hr_layer_weight(L, hr_layer_tensor_get(i)));
+        pl->n_calls = hr_prof_layer_calls(L);
         if (il == 0) {
             hr_prof_elems *el = &out->elems;
             el->norm = 2 * E + (L->q_norm.data ? QD + KD : 0);

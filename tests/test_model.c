@@ -1,6 +1,7 @@
 /* test_model.c - forward pass against llama.cpp reference logits for every
- * model in ../shared/models, greedy continuation, and layer-window
- * hand-over equivalence. */
+ * model in ../shared/models, greedy continuation, layer-window hand-over
+ * equivalence, and the per-layer tensor / architecture tables against the
+ * GGUF files. */
 #include "tests/check.h"
 
 #include "kernels/quant.h"
@@ -65,6 +66,65 @@ static double compare_rows(const float *a, const float *b, int n_rows, int nv, i
     return worst;
 }
 
+/* The tensor table against the file's own tensor list, read directly from
+ * the GGUF: per layer, the table-driven hr_model_layer_bytes equals the
+ * stored size of every tensor named blk.<il>.*, and the tensors the table
+ * bound are all of them. */
+static void check_layer_tensors(const char *name, const hr_gguf *g, const hr_model *m) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    uint64_t all_file = 0, all_table = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        char prefix[32];
+        size_t len = (size_t)snprintf(prefix, sizeof prefix, "blk.%d.", il);
+        uint64_t file = 0;
+        int n_file = 0, n_bound = 0;
+        for (int64_t i = 0; i < hr_gguf_n_tensors(g); i++) {
+            const hr_gguf_tensor *t = hr_gguf_tensor_at(g, i);
+            if (strncmp(t->name, prefix, len) == 0) {
+                file += t->size;
+                n_file++;
+            }
+        }
+        for (int i = 0; i < hr_layer_tensor_count(); i++)
+            n_bound += hr_layer_weight(hr_model_layer(m, il), hr_layer_tensor_get(i))->data != NULL;
+        CHECK(file > 0);
+        CHECK_EQ(hr_model_layer_bytes(m, il), file);
+        CHECK_EQ(n_bound, n_file);
+        all_file += file;
+        all_table += hr_model_layer_bytes(m, il);
+    }
+    CHECK_EQ(all_table, all_file);
+    printf("%-20s %d layers: %llu tensor bytes, table and file agree\n", name, hp->n_layer,
+           (unsigned long long)all_file);
+}
+
+/* The architecture table: rows found by GGUF name, defaults as documented. */
+static void test_arch_table(void) {
+    const hr_arch_info *llama = hr_arch_find("llama"), *qwen2 = hr_arch_find("qwen2");
+    const hr_arch_info *qwen3 = hr_arch_find("qwen3");
+    CHECK(llama && qwen2 && qwen3);
+    if (!llama || !qwen2 || !qwen3)
+        return;
+    CHECK(hr_arch_find("gpt2") == NULL);
+    CHECK(hr_arch_find("llam") == NULL);
+    CHECK(!llama->rope_neox && qwen2->rope_neox && qwen3->rope_neox);
+    CHECK(llama->rms_eps == 1e-5f && qwen3->rms_eps == 1e-6f);
+    CHECK(llama->rope_base == 10000.0f && qwen2->rope_base == 1000000.0f);
+    CHECK_EQ(qwen3->needs, HR_LT_QK_NORM);
+    CHECK_EQ(qwen2->sets, HR_LT_QKV_BIAS);
+    char names[128];
+    CHECK_EQ(hr_arch_names(names, sizeof names), strlen("llama, qwen2, qwen3"));
+    CHECK_STR(names, "llama, qwen2, qwen3");
+    /* every table row names a distinct field inside hr_layer_weights */
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        CHECK(t->offset + sizeof(hr_weight) <= sizeof(hr_layer_weights));
+        for (int j = 0; j < i; j++)
+            CHECK(hr_layer_tensor_get(j)->offset != t->offset);
+    }
+    CHECK(hr_layer_tensor_get(hr_layer_tensor_count()) == NULL);
+}
+
 static void test_fixture(const hr_fixture *fx, int n_threads) {
     char path[512], err[HR_ERR_LEN] = "";
     char rel[128];
@@ -84,6 +144,7 @@ static void test_fixture(const hr_fixture *fx, int n_threads) {
         hr_gguf_close(g);
         return;
     }
+    check_layer_tensors(fx->name, g, m);
     snprintf(rel, sizeof rel, "reference/%s.json", fx->name);
     json_error_t jerr;
     json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
@@ -191,6 +252,8 @@ static void test_generated(const char *arch, const char *ftype) {
     CHECK_EQ(hr_model_load(&m, g, err), 0);
     const hr_hparams *hp = hr_model_hparams(m);
     CHECK_STR(hp->arch_name, arch);
+    CHECK(hp->arch == hr_arch_find(arch));
+    check_layer_tensors(arch, g, m);
     CHECK_EQ(hr_model_layer(m, 0)->q_norm.data != NULL, strcmp(arch, "qwen3") == 0);
     CHECK_EQ(hr_model_layer(m, 0)->bq.data != NULL, strcmp(arch, "qwen2") == 0);
     hr_ctx_params cp = hr_ctx_params_default();
@@ -217,6 +280,7 @@ static void test_generated(const char *arch, const char *ftype) {
 }
 
 int main(void) {
+    test_arch_table();
     test_generated("llama", "q8_0");
     test_generated("qwen2", "f16");
     test_generated("qwen3", "q4_0");

@@ -1,0 +1,74 @@
+/* layer-impl.h - the transformer layer written once, shared by model.c
+ * (plain execution: one group, the whole layer) and tp.c (each thread group
+ * runs its slice of the layer): the attention and feed-forward blocks, the
+ * buffers they work in, and table-driven helpers. Internal to model/. */
+#ifndef HR_MODEL_LAYER_IMPL_H
+#define HR_MODEL_LAYER_IMPL_H
+
+#include "model/model.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A layer as one group runs it. */
+typedef struct {
+    /* whole tensors (plain) or the group's slices, cut as hr_layer_tensor.split
+     * says: Wq/Wk/Wv and their biases by the group's KV heads, Wgate/Wup by
+     * its n_ff rows, Wo/Wdown by its output rows (or input columns); norms
+     * whole */
+    hr_layer_weights w;
+    int n_kv;     /* KV heads in w; query heads: n_kv * n_head / n_head_kv */
+    int n_ff;     /* n_ff rows of Wgate/Wup in w */
+    uint16_t *k;  /* [n_ctx][n_kv*head_dim] f16 cache */
+    uint16_t *vt; /* [n_kv*head_dim][n_ctx] f16 cache, transposed */
+} hr_layer_part;
+
+/* What the blocks run with: one group's pool and work buffers for up to
+ * n_batch tokens (qh, kvh, f: the most heads / rows a part of it has). */
+typedef struct {
+    const hr_hparams *hp;
+    const float *rope_freqs; /* [n_rot/2] or NULL */
+    int n_ctx;
+    hr_pool *pool;
+    float *xb;        /* [B][n_embd] normed input of a block */
+    float *q, *att;   /* [B][qh*head_dim] queries, attention output */
+    float *kk, *vv;   /* [B][kvh*head_dim] keys, values */
+    float *gate, *up; /* [B][f]; gate ends as the SwiGLU output */
+    float *scratch;   /* attention: n_threads * (n_ctx + head_dim) */
+    void *wbuf;       /* hr_matmul scratch */
+} hr_layer_env;
+
+/* Allocates env's buffers through alloc(ud, bytes) (NULL on failure; the
+ * caller frees what it handed out): n_batch tokens, up to n_kv KV heads and
+ * n_ff rows per part, n_threads attention threads, wbuf bytes of matmul
+ * scratch. Returns 0 or HR_ENOMEM. */
+typedef void *(*hr_layer_alloc_fn)(void *ud, size_t bytes);
+int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,
+                       hr_layer_alloc_fn alloc, void *ud);
+
+/* Attention block up to the output projection, for n tokens at positions
+ * pos..pos+n-1: xb = rmsnorm(hidden), q/k/v = its projections (+ bias,
+ * per-head norm, RoPE), K/V stored in P's cache, att = attention over the
+ * cache. hidden: [n][n_embd] f32, read only. */
+void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                        int pos);
+/* Feed-forward block up to the down projection: xb = rmsnorm(hidden),
+ * gate = SwiGLU(Wgate xb, Wup xb). */
+void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n);
+/* y = W x: the output projections (Wo over att, Wdown over gate).
+ * x: [n][w.n_in], y: [n][w.n_out] f32. */
+void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n);
+/* hidden[t] += y[t] for t < n; both [n][n_embd] f32. */
+void hr_layer_residual(float *hidden, const float *y, int n, int n_embd);
+
+/* Table-driven (layer_table.c): */
+hr_weight *hr_layer_weight_mut(hr_layer_weights *L, const hr_layer_tensor *t);
+/* Whether a file of architecture a must have t. */
+bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_arch_info *a);
+/* Bytes of L's tensors (matrices; vectors too when asked). */
+uint64_t hr_layer_bytes(const hr_layer_weights *L, bool vectors);
+/* max(cur, hr_matmul work buffer any matrix of L needs for n_batch tokens). */
+size_t hr_layer_wbuf_size(const hr_layer_weights *L, int n_batch, size_t cur);
+
+#endif

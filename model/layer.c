@@ -1,0 +1,124 @@
+/* layer.c - the transformer layer's two blocks (attention, SwiGLU
+ * feed-forward) over one thread group's part of a layer: the whole layer in
+ * plain execution, a slice of its heads and rows under tensor parallelism.
+ * Every value is computed by the same kernels in the same order either way,
+ * which is what keeps tensor-parallel results bit-identical to plain ones. */
+#include "model/layer-impl.h"
+
+#include "kernels/quant.h"
+
+int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,
+                       hr_layer_alloc_fn alloc, void *ud) {
+    const hr_hparams *hp = e->hp;
+    size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, D = (size_t)hp->head_dim;
+    size_t KD = (size_t)n_kv * D, QD = KD * (size_t)(hp->n_head / hp->n_head_kv);
+    e->xb = alloc(ud, B * E * sizeof(float));
+    e->q = alloc(ud, B * QD * sizeof(float));
+    e->kk = alloc(ud, B * KD * sizeof(float));
+    e->vv = alloc(ud, B * KD * sizeof(float));
+    e->att = alloc(ud, B * QD * sizeof(float));
+    e->gate = alloc(ud, B * (size_t)n_ff * sizeof(float));
+    e->up = alloc(ud, B * (size_t)n_ff * sizeof(float));
+    e->scratch = alloc(ud, (size_t)n_threads * ((size_t)e->n_ctx + D) * sizeof(float));
+    e->wbuf = alloc(ud, wbuf);
+    bool ok =
+        e->xb && e->q && e->kk && e->vv && e->att && e->gate && e->up && e->scratch && e->wbuf;
+    return ok ? 0 : HR_ENOMEM;
+}
+
+/* xb[t] = rmsnorm(x[t]) * w for t < n; x, xb: [n][n_embd] f32. */
+static void hr_layer_norm(const hr_layer_env *e, const float *x, const hr_weight *w, int n) {
+    int E = e->hp->n_embd;
+    for (int t = 0; t < n; t++)
+        hr_rmsnorm(e->xb + (size_t)t * E, x + (size_t)t * E, w->data, E, e->hp->rms_eps);
+}
+
+/* y_j = W_j x for weights sharing the input x, one hr_matmul call per run
+ * of weights with the same activation format (the input converts once). */
+static void hr_layer_mm(const hr_layer_env *e, int n_w, const hr_weight *const *w, float *const *y,
+                        const float *x, int n) {
+    int i = 0;
+    while (i < n_w) {
+        int act = hr_type_get(w[i]->type)->vec_dot_type;
+        int jn = i + 1;
+        while (jn < n_w && (int)hr_type_get(w[jn]->type)->vec_dot_type == act)
+            jn++;
+        hr_matmul(e->pool, jn - i, w + i, y + i, x, n, e->wbuf);
+        i = jn;
+    }
+}
+
+void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n) {
+    hr_matmul(e->pool, 1, &w, &y, x, n, e->wbuf);
+}
+
+void hr_layer_residual(float *hidden, const float *y, int n, int n_embd) {
+    for (int t = 0; t < n; t++)
+        hr_add(hidden + (size_t)t * n_embd, y + (size_t)t * n_embd, n_embd);
+}
+
+/* One token's q/k/v: bias, per-head norm, RoPE at pos; K and V into the
+ * cache at pos. q: [qh*D], k, v: [kvh*D] f32. */
+static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, float *q, float *k,
+                               float *v, int pos) {
+    const hr_hparams *hp = e->hp;
+    const hr_layer_weights *W = &P->w;
+    int D = hp->head_dim, kvh = P->n_kv, qh = kvh * (hp->n_head / hp->n_head_kv);
+    int QD = qh * D, KD = kvh * D;
+    if (W->bq.data)
+        hr_add(q, W->bq.data, QD);
+    if (W->bk.data)
+        hr_add(k, W->bk.data, KD);
+    if (W->bv.data)
+        hr_add(v, W->bv.data, KD);
+    if (W->q_norm.data) {
+        for (int h = 0; h < qh; h++)
+            hr_rmsnorm(q + (size_t)h * D, q + (size_t)h * D, W->q_norm.data, D, hp->rms_eps);
+        for (int h = 0; h < kvh; h++)
+            hr_rmsnorm(k + (size_t)h * D, k + (size_t)h * D, W->k_norm.data, D, hp->rms_eps);
+    }
+    hr_rope_params rp = {.n_rot = hp->n_rot,
+                         .freq_base = hp->rope_base,
+                         .neox = hp->rope_neox,
+                         .freq_factors = e->rope_freqs};
+    hr_rope(q, qh, D, pos, &rp);
+    hr_rope(k, kvh, D, pos, &rp);
+    uint16_t *kc = P->k + (size_t)pos * KD;
+    for (int i = 0; i < KD; i++) {
+        kc[i] = hr_fp32_to_fp16(k[i]);
+        P->vt[(size_t)i * e->n_ctx + pos] = hr_fp32_to_fp16(v[i]);
+    }
+}
+
+void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                        int pos) {
+    const hr_hparams *hp = e->hp;
+    const hr_layer_weights *W = &P->w;
+    int D = hp->head_dim, kvh = P->n_kv, qh = kvh * (hp->n_head / hp->n_head_kv);
+    size_t QD = (size_t)qh * D, KD = (size_t)kvh * D;
+    hr_layer_norm(e, hidden, &W->attn_norm, n); /* xb: [n][E] */
+    const hr_weight *wqkv[3] = {&W->wq, &W->wk, &W->wv};
+    float *yqkv[3] = {e->q, e->kk, e->vv}; /* [n][QD], [n][KD], [n][KD] */
+    hr_layer_mm(e, 3, wqkv, yqkv, e->xb, n);
+    for (int t = 0; t < n; t++)
+        hr_layer_qkv_token(e, P, e->q + t * QD, e->kk + t * KD, e->vv + t * KD, pos + t);
+    hr_attn_args aa = {.n_head = qh,
+                       .n_kv = kvh,
+                       .head_dim = D,
+                       .n_ctx = e->n_ctx,
+                       .k = P->k,
+                       .vt = P->vt,
+                       .scratch = e->scratch};
+    hr_attention(e->pool, &aa, e->q, n, pos, e->att); /* att: [n][QD] */
+}
+
+void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n) {
+    const hr_layer_weights *W = &P->w;
+    size_t F = (size_t)P->n_ff;
+    hr_layer_norm(e, hidden, &W->ffn_norm, n); /* xb: [n][E] */
+    const hr_weight *wgu[2] = {&W->w_gate, &W->w_up};
+    float *ygu[2] = {e->gate, e->up}; /* [n][F] each */
+    hr_layer_mm(e, 2, wgu, ygu, e->xb, n);
+    for (int t = 0; t < n; t++)
+        hr_swiglu(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
+}

@@ -1,0 +1,123 @@
+/* layer_table.c - what a transformer layer is made of: the per-layer tensor
+ * table (one row per GGUF tensor of a block) and the architecture table
+ * (one row per supported general.architecture). Loading, byte counts, work
+ * buffer sizes, tensor-parallel slicing, the profiler and mkmodel all walk
+ * these rows; the blocks that use the tensors are in layer.c. */
+#include "model/layer-impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* clang-format off */
+#define HR_ROW(name, field, n_in, n_out, set, split, mm)                              \
+    {name, offsetof(hr_layer_weights, field), HR_DIM_##n_in, HR_DIM_##n_out, set,    \
+     HR_SPLIT_##split, mm}
+
+/* Rows in GGUF writing order (mkmodel's, llama.cpp's). */
+static const hr_layer_tensor hr_layer_tensors[] = {
+    /*     name after blk.N.     field      n_in  n_out set             split  mm */
+    HR_ROW("attn_norm.weight",   attn_norm, EMBD, 1,    0,              NONE,  0),
+    HR_ROW("attn_q.weight",      wq,        EMBD, Q,    0,              HEADS, 1),
+    HR_ROW("attn_k.weight",      wk,        EMBD, KV,   0,              HEADS, 1),
+    HR_ROW("attn_v.weight",      wv,        EMBD, KV,   0,              HEADS, 1),
+    HR_ROW("attn_output.weight", wo,        Q,    EMBD, 0,              OUT,   2),
+    HR_ROW("attn_q.bias",        bq,        Q,    1,    HR_LT_QKV_BIAS, HEADS, 0),
+    HR_ROW("attn_k.bias",        bk,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
+    HR_ROW("attn_v.bias",        bv,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
+    HR_ROW("attn_q_norm.weight", q_norm,    HEAD, 1,    HR_LT_QK_NORM,  NONE,  0),
+    HR_ROW("attn_k_norm.weight", k_norm,    HEAD, 1,    HR_LT_QK_NORM,  NONE,  0),
+    HR_ROW("ffn_norm.weight",    ffn_norm,  EMBD, 1,    0,              NONE,  0),
+    HR_ROW("ffn_gate.weight",    w_gate,    EMBD, FF,   0,              ROWS,  3),
+    HR_ROW("ffn_up.weight",      w_up,      EMBD, FF,   0,              ROWS,  3),
+    HR_ROW("ffn_down.weight",    w_down,    FF,   EMBD, 0,              OUT,   4),
+};
+/* clang-format on */
+
+#define HR_N_LAYER_TENSORS ((int)(sizeof hr_layer_tensors / sizeof hr_layer_tensors[0]))
+
+/* One row per architecture. qwen2 files carry biases, but a file without
+ * them is accepted (as it always was); qwen3 needs its q/k norms. */
+/* clang-format off */
+static const hr_arch_info hr_archs[] = {
+    /* name    rms_eps  rope_base   rope_neox sets            needs */
+    {"llama", 1e-5f,   10000.0f,   false,    0,              0},
+    {"qwen2", 1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS, 0},
+    {"qwen3", 1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM},
+};
+/* clang-format on */
+
+#define HR_N_ARCHS ((int)(sizeof hr_archs / sizeof hr_archs[0]))
+
+int hr_layer_tensor_count(void) { return HR_N_LAYER_TENSORS; }
+
+const hr_layer_tensor *hr_layer_tensor_get(int i) {
+    return i >= 0 && i < HR_N_LAYER_TENSORS ? &hr_layer_tensors[i] : NULL;
+}
+
+const hr_weight *hr_layer_weight(const hr_layer_weights *L, const hr_layer_tensor *t) {
+    return (const hr_weight *)((const char *)L + t->offset);
+}
+
+hr_weight *hr_layer_weight_mut(hr_layer_weights *L, const hr_layer_tensor *t) {
+    return (hr_weight *)((char *)L + t->offset);
+}
+
+int64_t hr_dim_size(const hr_hparams *hp, hr_dim d) {
+    switch (d) {
+    case HR_DIM_1:
+        return 1;
+    case HR_DIM_HEAD:
+        return hp->head_dim;
+    case HR_DIM_EMBD:
+        return hp->n_embd;
+    case HR_DIM_Q:
+        return (int64_t)hp->n_head * hp->head_dim;
+    case HR_DIM_KV:
+        return (int64_t)hp->n_head_kv * hp->head_dim;
+    case HR_DIM_FF:
+        return hp->n_ff;
+    }
+    abort(); /* not a hr_dim */
+}
+
+bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_arch_info *a) {
+    return t->set == 0 || (a->needs & t->set) != 0;
+}
+
+uint64_t hr_layer_bytes(const hr_layer_weights *L, bool vectors) {
+    uint64_t s = 0;
+    for (int i = 0; i < HR_N_LAYER_TENSORS; i++) {
+        const hr_layer_tensor *t = &hr_layer_tensors[i];
+        const hr_weight *w = hr_layer_weight(L, t);
+        if (w->data && (vectors || t->n_out != HR_DIM_1))
+            s += (uint64_t)w->row_bytes * (uint64_t)w->n_out;
+    }
+    return s;
+}
+
+size_t hr_layer_wbuf_size(const hr_layer_weights *L, int n_batch, size_t cur) {
+    for (int i = 0; i < HR_N_LAYER_TENSORS; i++) {
+        const hr_layer_tensor *t = &hr_layer_tensors[i];
+        const hr_weight *w = hr_layer_weight(L, t);
+        if (t->n_out == HR_DIM_1 || !w->data)
+            continue;
+        size_t s = hr_matmul_wbuf_size(w->type, w->n_in, n_batch);
+        cur = s > cur ? s : cur;
+    }
+    return cur;
+}
+
+const hr_arch_info *hr_arch_find(const char *name) {
+    for (int i = 0; name && i < HR_N_ARCHS; i++)
+        if (strcmp(hr_archs[i].name, name) == 0)
+            return &hr_archs[i];
+    return NULL;
+}
+
+size_t hr_arch_names(char *buf, size_t cap) {
+    size_t len = 0;
+    for (int i = 0; i < HR_N_ARCHS && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", hr_archs[i].name);
+    return len;
+}
