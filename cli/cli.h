@@ -1,10 +1,30 @@
-/* cli.h - the `hearth` command line: one option table shared by every
- * subcommand, and the subcommand entry points. Internal to cli/. */
+/* cli.h - the `hearth` command line: the parsed option values (hr_cli),
+ * the option and command tables, and the command entry points. Internal to
+ * cli/.
+ *
+ * Each command declares the options it accepts; anything else is a usage
+ * error (exit 2, the command's usage on stderr). The table of commands is
+ * hr_cli_cmds in main.c: name, entry function, option list, one-line
+ * summary, usage synopsis.
+ *
+ * Adding a command `hearth x`:
+ *   1. cli/cmd_x.c with `int hr_cmd_x(hr_cli *o)` and its option list
+ *      `const hr_cli_opt hr_cmd_x_opts[]`: its own rows (HR_CLI_OPT) and the
+ *      shared groups it takes (HR_CLI_OPTS(hr_cli_opts_model), ...), ended by
+ *      HR_CLI_OPT_END. A new value gets a field in hr_cli (defaults are set
+ *      in main.c).
+ *   2. One row in hr_cli_cmds (main.c) and the two declarations below.
+ * -v/--verbose, --log LEVEL and -h/--help are accepted by every command
+ * without being listed. `hearth x --help` prints the usage and the options
+ * from the list; the help of every command also checks that no option name
+ * is declared twice in its list. Re-run cmake after adding the file. */
 #ifndef HR_CLI_CLI_H
 #define HR_CLI_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A repeatable option's values, in command-line order. */
 #define HR_CLI_LIST_MAX 16
@@ -13,6 +33,8 @@ typedef struct {
     int n;
 } hr_cli_list;
 
+/* The parsed values of every command's options. A command reads the fields
+ * of the options it declares; the others keep main.c's defaults. */
 typedef struct {
     const char *model;
     const char *prompt;
@@ -82,20 +104,100 @@ typedef struct {
 
 typedef int (*hr_cmd_fn)(hr_cli *o);
 
-int hr_cmd_run(hr_cli *o);
+/* What an option stores: a string (borrowed from argv), an int, an int64, a
+ * float, true (a flag, no value), one more value of a repeatable option; or
+ * a row that stands for a shared group of options (INCLUDE), or the end. */
+typedef enum {
+    HR_CLI_END = 0,
+    HR_CLI_STR,
+    HR_CLI_INT,
+    HR_CLI_I64,
+    HR_CLI_FLOAT,
+    HR_CLI_FLAG,
+    HR_CLI_LIST,
+    HR_CLI_INCLUDE
+} hr_cli_kind;
+
+typedef struct hr_cli_opt {
+    const char *lname;              /* long name without "--" */
+    char sname;                     /* short name, 0 = none */
+    hr_cli_kind kind;               /* what it stores */
+    size_t off;                     /* offsetof(hr_cli, field) */
+    const char *arg;                /* the value in the help (NULL for flags) */
+    const char *help;               /* one line */
+    const struct hr_cli_opt *group; /* HR_CLI_INCLUDE: the group's rows */
+} hr_cli_opt;
+
+/* HR_CLI_OPT("top-k", 0, INT, top_k, "K", "top-k filter"): one option. */
+#define HR_CLI_OPT(lname, sname, kind, field, arg, help)                                           \
+    { lname, sname, HR_CLI_##kind, offsetof(hr_cli, field), arg, help, NULL }
+/* Every option of a shared group (groups may include groups). */
+#define HR_CLI_OPTS(group)                                                                         \
+    { NULL, 0, HR_CLI_INCLUDE, 0, NULL, NULL, group }
+#define HR_CLI_OPT_END                                                                             \
+    { NULL, 0, HR_CLI_END, 0, NULL, NULL, NULL }
+
+/* Shared option groups, declared once in options.c. */
+extern const hr_cli_opt hr_cli_opts_common[];    /* every command: -v, --log, -h */
+extern const hr_cli_opt hr_cli_opts_model[];     /* -m/--model */
+extern const hr_cli_opt hr_cli_opts_threads[];   /* -t (all cores by default) */
+extern const hr_cli_opt hr_cli_opts_engine[];    /* -t, --threads-decode, --groups, --numa, ... */
+extern const hr_cli_opt hr_cli_opts_sampling[];  /* --temp --top-k --top-p --min-p ... --seed */
+extern const hr_cli_opt hr_cli_opts_penalties[]; /* --presence-penalty --frequency-penalty */
+extern const hr_cli_opt hr_cli_opts_reply[];     /* --stop, --max-tokens */
+extern const hr_cli_opt hr_cli_opts_key_dir[];   /* --key-dir */
+extern const hr_cli_opt hr_cli_opts_security[];  /* --key-dir, --head-key, --insecure */
+extern const hr_cli_opt hr_cli_opts_client[];    /* --head, --timeout, security */
+
+/* One row of the command table. */
+typedef struct {
+    const char *name;
+    hr_cmd_fn fn;
+    const hr_cli_opt *opts; /* the options it accepts besides the common ones */
+    const char *summary;    /* one line for `hearth --help` */
+    const char *usage;      /* synopsis after "hearth " */
+} hr_cli_cmd;
+
+/* Parses argv (the words after the command name) into cli, accepting only
+ * cmd's options and the common ones; the other words are positional. Returns
+ * 0, or 2 after printing the error (and, for an unknown option or a missing
+ * value, cmd's usage) on stderr. */
+int hr_cli_parse(hr_cli *cli, const hr_cli_cmd *cmd, int argc, char **argv);
+
+/* Prints cmd's usage, summary and options to f. Aborts when cmd's list
+ * declares an option name twice (a broken table). */
+void hr_cli_help(const hr_cli_cmd *cmd, FILE *f);
+
+/* Entry points and option lists, one pair per command. */
+int hr_cmd_run(hr_cli *o); /* cmd_engine.c: run, logits, info, mkmodel, bench, tokenize */
 int hr_cmd_logits(hr_cli *o);
 int hr_cmd_info(hr_cli *o);
 int hr_cmd_mkmodel(hr_cli *o);
 int hr_cmd_bench(hr_cli *o);
 int hr_cmd_tokenize(hr_cli *o);
-int hr_cmd_profile(hr_cli *o);
-int hr_cmd_plan(hr_cli *o);
-int hr_cmd_agent(hr_cli *o);
+int hr_cmd_profile(hr_cli *o); /* cmd_profile.c */
+int hr_cmd_plan(hr_cli *o);    /* cmd_plan.c */
+int hr_cmd_agent(hr_cli *o);   /* cmd_cluster.c: agent, prompt, status */
 int hr_cmd_prompt(hr_cli *o);
 int hr_cmd_status(hr_cli *o);
-int hr_cmd_chat(hr_cli *o);
-int hr_cmd_key(hr_cli *o);   /* cmd_trust.c */
-int hr_cmd_trust(hr_cli *o); /* cmd_trust.c */
+int hr_cmd_chat(hr_cli *o); /* cmd_chat.c */
+int hr_cmd_key(hr_cli *o);  /* cmd_trust.c: key, trust */
+int hr_cmd_trust(hr_cli *o);
+
+extern const hr_cli_opt hr_cmd_run_opts[];
+extern const hr_cli_opt hr_cmd_logits_opts[];
+extern const hr_cli_opt hr_cmd_info_opts[];
+extern const hr_cli_opt hr_cmd_mkmodel_opts[];
+extern const hr_cli_opt hr_cmd_bench_opts[];
+extern const hr_cli_opt hr_cmd_tokenize_opts[];
+extern const hr_cli_opt hr_cmd_profile_opts[];
+extern const hr_cli_opt hr_cmd_plan_opts[];
+extern const hr_cli_opt hr_cmd_agent_opts[];
+extern const hr_cli_opt hr_cmd_prompt_opts[];
+extern const hr_cli_opt hr_cmd_status_opts[];
+extern const hr_cli_opt hr_cmd_chat_opts[];
+extern const hr_cli_opt hr_cmd_key_opts[];
+extern const hr_cli_opt hr_cmd_trust_opts[];
 
 /* The --stop values split at unescaped commas, with \n \t \r \, \\ decoded:
  * *out is a malloc'ed array of *n malloc'ed strings (free with

@@ -343,6 +343,20 @@ static void hr_sess_full(const hr_sess *c, int need) {
                 c->n_past, c->n_ctx);
 }
 
+const hr_cli_opt hr_cmd_chat_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("template", 0, STR, chat_template, "NAME",
+               "chatml, llama3, llama2 or mistral (default: from the model)"),
+    HR_CLI_OPT("system", 0, STR, system, "TEXT", "system message"),
+    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "context size in tokens (default min(train, 4096))"),
+    HR_CLI_OPT("batch", 'b', INT, batch, "N", "prompt batch size (default 64)"),
+    HR_CLI_OPTS(hr_cli_opts_threads),
+    HR_CLI_OPTS(hr_cli_opts_sampling),
+    HR_CLI_OPTS(hr_cli_opts_penalties),
+    HR_CLI_OPTS(hr_cli_opts_reply),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_chat(hr_cli *o) {
     hr_sess c;
     memset(&c, 0, sizeof c);

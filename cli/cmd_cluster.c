@@ -15,6 +15,47 @@
 #include <string.h>
 #include <zmq.h>
 
+const hr_cli_opt hr_cmd_agent_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("listen", 0, STR, listen, "ADDR:PORT", "control port (data on port + 1)"),
+    HR_CLI_OPT("head", 0, STR, head, "ADDR:PORT", "join this head"),
+    HR_CLI_OPT("peers", 0, STR, peers, "A,B,..", "be the head, invite these agents"),
+    HR_CLI_OPT("name", 0, STR, name, "NAME", "device name"),
+    HR_CLI_OPT("mem-limit", 0, FLOAT, mem_limit, "GiB", "memory offered for weights"),
+    HR_CLI_OPT("threads", 't', INT, threads, "N", "worker threads (default 1)"),
+    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "context size in tokens"),
+    HR_CLI_OPT("batch", 'b', INT, batch, "N", "prompt batch size (default 64)"),
+    HR_CLI_OPT("expect", 0, INT, expect, "N", "head: workers to wait for"),
+    HR_CLI_OPT("k", 0, INT, k, "K", "head: force k rounds around the ring"),
+    HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
+    HR_CLI_OPT("wire", 0, STR, wire, "f16|f32", "head: hidden states on the wire"),
+    HR_CLI_OPT("no-prefetch", 0, FLAG, no_prefetch, NULL, "no prefetch of the next window"),
+    HR_CLI_OPT("release", 0, STR, release, "auto|on|off", "release finished windows"),
+    HR_CLI_OPT("no-profile", 0, FLAG, no_profile, NULL, "join without a profile"),
+    HR_CLI_OPT("join", 0, STR, join, "TOKEN", "pair with the head by its join token"),
+    HR_CLI_OPTS(hr_cli_opts_security),
+    HR_CLI_OPT("api-listen", 0, STR, api_listen, "ADDR:PORT", "head: serve the HTTP API"),
+    HR_CLI_OPT("api-key", 0, STR, api_key, "KEY", "head: API key (or $HEARTH_API_KEY)"),
+    HR_CLI_OPT("api-queue", 0, INT, api_queue, "N", "head: API requests waiting (8)"),
+    HR_CLI_OPT("api-max-tokens", 0, INT, api_max_tokens, "N", "head: tokens per API request"),
+    HR_CLI_OPT("template", 0, STR, chat_template, "NAME", "head: API chat template"),
+    HR_CLI_OPT_END,
+};
+
+const hr_cli_opt hr_cmd_prompt_opts[] = {
+    HR_CLI_OPT("prompt", 'p', STR, prompt, "TEXT", "the prompt (or as the argument)"),
+    HR_CLI_OPT("n-predict", 'n', INT, n_predict, "N", "tokens to generate (default 128)"),
+    HR_CLI_OPTS(hr_cli_opts_sampling),
+    HR_CLI_OPTS(hr_cli_opts_client),
+    HR_CLI_OPT_END,
+};
+
+const hr_cli_opt hr_cmd_status_opts[] = {
+    HR_CLI_OPT("json", 0, FLAG, json, NULL, "print the head's JSON"),
+    HR_CLI_OPTS(hr_cli_opts_client),
+    HR_CLI_OPT_END,
+};
+
 static hr_agent *volatile hr_sig_agent;
 static volatile sig_atomic_t hr_sig_count;
 

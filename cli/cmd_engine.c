@@ -117,6 +117,20 @@ static int hr_encode_alloc(const hr_tokenizer *tok, const char *text, size_t len
     return HR_EINTERNAL;
 }
 
+const hr_cli_opt hr_cmd_run_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("prompt", 'p', STR, prompt, "TEXT", "prompt text"),
+    HR_CLI_OPT("file", 'f', STR, prompt_file, "FILE", "read the prompt from a file"),
+    HR_CLI_OPT("n-predict", 'n', INT, n_predict, "N", "tokens to generate (default 128)"),
+    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "context size in tokens (default min(train, 4096))"),
+    HR_CLI_OPT("batch", 'b', INT, batch, "N", "prompt batch size (default 64)"),
+    HR_CLI_OPTS(hr_cli_opts_engine),
+    HR_CLI_OPTS(hr_cli_opts_sampling),
+    HR_CLI_OPTS(hr_cli_opts_penalties),
+    HR_CLI_OPTS(hr_cli_opts_reply),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_run(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
     char *file_text = NULL;
@@ -252,6 +266,15 @@ done:
     return rc;
 }
 
+const hr_cli_opt hr_cmd_tokenize_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("prompt", 'p', STR, prompt, "TEXT", "the text (or as the argument)"),
+    HR_CLI_OPT("file", 'f', STR, prompt_file, "FILE", "read the text from a file"),
+    HR_CLI_OPT("bos", 0, FLAG, bos, NULL, "prepend BOS"),
+    HR_CLI_OPT("special", 0, FLAG, special, NULL, "parse control tokens in the text"),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_tokenize(hr_cli *o) {
     char *file_text = NULL;
     size_t len = 0;
@@ -331,6 +354,16 @@ static int hr_parse_ids(const char *s, int32_t **out, int *n) {
     *n = k;
     return 0;
 }
+
+const hr_cli_opt hr_cmd_logits_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("ids", 0, STR, ids, "1,2,3", "token ids"),
+    HR_CLI_OPT("out", 'o', STR, out, "FILE", "write the logits to this file"),
+    HR_CLI_OPT("compare", 0, STR, compare, "FILE", "reference logits to compare with"),
+    HR_CLI_OPT("batch", 'b', INT, batch, "N", "prompt batch size (default 64)"),
+    HR_CLI_OPTS(hr_cli_opts_engine),
+    HR_CLI_OPT_END,
+};
 
 int hr_cmd_logits(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
@@ -413,6 +446,12 @@ done:
     return rc;
 }
 
+const hr_cli_opt hr_cmd_info_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("kv", 0, FLAG, kv, NULL, "print every metadata key"),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_info(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
     if (!o->model)
@@ -484,6 +523,23 @@ static void hr_mk_progress(int done, int total, void *ud) {
     }
 }
 
+const hr_cli_opt hr_cmd_mkmodel_opts[] = {
+    HR_CLI_OPT("out", 'o', STR, out, "FILE", "the model file to write"),
+    HR_CLI_OPT("shape", 0, STR, shape, "NAME", "tinyllama, small, tiny, llama7b"),
+    HR_CLI_OPT("type", 0, STR, type, "TYPE", "weight type, e.g. q4_0, q4_k_m, f16"),
+    HR_CLI_OPT("arch", 0, STR, arch, "NAME", "llama, qwen2 or qwen3 (default llama)"),
+    HR_CLI_OPT("vocab", 0, STR, vocab, "FILE", "copy the tokenizer from this GGUF"),
+    HR_CLI_OPT("embd", 0, INT, embd, "N", "embedding width"),
+    HR_CLI_OPT("layers", 0, INT, layers, "N", "layer count"),
+    HR_CLI_OPT("heads", 0, INT, heads, "N", "attention heads"),
+    HR_CLI_OPT("heads-kv", 0, INT, heads_kv, "N", "KV heads"),
+    HR_CLI_OPT("ffn", 0, INT, ffn, "N", "feed-forward width"),
+    HR_CLI_OPT("vocab-size", 0, INT, vocab_size, "N", "vocabulary size"),
+    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "training context length written to the model"),
+    HR_CLI_OPT("seed", 's', I64, seed, "S", "weight RNG seed"),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_mkmodel(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
     if (!o->out)
@@ -543,6 +599,15 @@ static void hr_bench_groups(const hr_ctx *c) {
                1e3 * s->compute_s[HR_PHASE_DECODE] / nt, 1e3 * s->barrier_s[HR_PHASE_DECODE] / nt);
     }
 }
+
+const hr_cli_opt hr_cmd_bench_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("n-prompt", 'P', INT, n_prompt, "N", "prompt tokens (default 128)"),
+    HR_CLI_OPT("n-gen", 'N', INT, n_gen, "N", "generated tokens (default 64)"),
+    HR_CLI_OPT("reps", 'r', INT, reps, "N", "repetitions (default 3, at most 20)"),
+    HR_CLI_OPTS(hr_cli_opts_engine),
+    HR_CLI_OPT_END,
+};
 
 int hr_cmd_bench(hr_cli *o) {
     char err[HR_ERR_LEN] = "";

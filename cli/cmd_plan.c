@@ -18,6 +18,14 @@
 #define HR_PLAN_DEFAULT_LINK_BPS 125e6
 #define HR_PLAN_DEFAULT_RTT_MS 0.5
 
+const hr_cli_opt hr_cmd_plan_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_model),
+    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "context size (default 4096, at most the model's)"),
+    HR_CLI_OPT("k", 0, INT, k, "K", "force k rounds around the ring"),
+    HR_CLI_OPT("json", 0, FLAG, json, NULL, "print the plan as JSON"),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_plan(hr_cli *o) {
     char err[HR_ERR_LEN] = "";
     if (!o->model)

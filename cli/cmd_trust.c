@@ -7,6 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
+const hr_cli_opt hr_cmd_key_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_key_dir),
+    HR_CLI_OPT_END,
+};
+
 int hr_cmd_key(hr_cli *o) {
     const char *sub = o->n_args > 0 ? o->args[0] : "show";
     if (strcmp(sub, "show") != 0 && strcmp(sub, "token") != 0)
@@ -29,6 +34,11 @@ int hr_cmd_key(hr_cli *o) {
     hr_ring_keys_close(k);
     return 0;
 }
+
+const hr_cli_opt hr_cmd_trust_opts[] = {
+    HR_CLI_OPTS(hr_cli_opts_key_dir),
+    HR_CLI_OPT_END,
+};
 
 int hr_cmd_trust(hr_cli *o) {
     const char *sub = o->n_args > 0 ? o->args[0] : "list";

@@ -224,6 +224,135 @@ int main(void) {
              tmpdir) != 0);
     CHECK_EQ(count_lines(err), 1);
 
+    /* options belong to their commands: a foreign one is refused before the
+     * command runs, with exit status 2 and the command's usage on stderr */
+    static const struct {
+        const char *args, *opt, *cmd;
+    } foreign[] = {
+        {"info -m %s --api-key x", "'--api-key'", "info"},
+        {"run -m %s -p hi -n 1 --windows 1,2", "'--windows'", "run"},
+        {"status --temp 0.5", "'--temp'", "status"},
+        {"chat -m %s -n 4 </dev/null", "'-n'", "chat"},
+        {"bench -m %s -p hi", "'-p'", "bench"},
+        {"prompt --presence-penalty 1 hi", "'--presence-penalty'", "prompt"},
+        {"key show --insecure", "'--insecure'", "key"},
+        {"mkmodel -o %s/f.gguf --shape tiny --kv", "'--kv'", "mkmodel"},
+    };
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        char args[512], msg[128];
+        if (strstr(foreign[i].args, "-o %s"))
+            snprintf(args, sizeof args, foreign[i].args, tmpdir);
+        else
+            snprintf(args, sizeof args, foreign[i].args, model);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s %s", bin, args), 2);
+        CHECK_STR(out, "");
+        snprintf(msg, sizeof msg, "hearth: %s: unknown option %s\n", foreign[i].cmd,
+                 foreign[i].opt);
+        CHECK(strncmp(err, msg, strlen(msg)) == 0);
+        snprintf(msg, sizeof msg, "usage: hearth %s", foreign[i].cmd);
+        CHECK(strstr(err, msg) != NULL);
+        if (strncmp(err, "hearth:", 7) != 0 || !strstr(err, msg))
+            fprintf(stderr, "hearth %s: %s\n", args, err);
+    }
+    char fpath[512];
+    snprintf(fpath, sizeof fpath, "%s/f.gguf", tmpdir);
+    CHECK(access(fpath, F_OK) != 0); /* mkmodel did not run */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s run -m %s -p hi -n", bin, model), 2);
+    CHECK(strstr(err, "option --n-predict needs a value") != NULL);
+    CHECK(strstr(err, "usage: hearth run") != NULL);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s run -m %s -p hi --temp warm", bin, model), 2);
+    CHECK_EQ(count_lines(err), 1);
+    CHECK(strstr(err, "'warm' is not a number") != NULL);
+
+    /* `hearth CMD --help`: its usage and its own options, not the others' */
+    static const struct {
+        const char *cmd;
+        const char *has[6];
+        const char *lacks[3];
+    } helps[] = {
+        {"run",
+         {"-m, --model", "-p, --prompt", "--temp", "--stop", "--groups", "--presence-penalty"},
+         {"--windows", "--api-key", "--kv"}},
+        {"chat",
+         {"--template", "--system", "--max-tokens", "--top-k", "-t, --threads", "--ctx"},
+         {"--n-predict", "--groups", "--key-dir"}},
+        {"logits", {"--ids", "-o, --out", "--compare", "--batch", "--numa"}, {"--temp T", "--kv"}},
+        {"tokenize", {"--bos", "--special", "-f, --file", "-m, --model"}, {"--temp T", "--ctx"}},
+        {"info", {"-m, --model", "--kv"}, {"--api-key", "--temp T", "--threads"}},
+        {"mkmodel",
+         {"--shape", "--type", "--arch", "--vocab-size", "--heads-kv", "-s, --seed"},
+         {"--model", "--temp T"}},
+        {"bench",
+         {"-P, --n-prompt", "-N, --n-gen", "-r, --reps", "--threads-decode", "--tp-reduce"},
+         {"--temp T", "--prompt"}},
+        {"agent",
+         {"--listen", "--peers", "--windows", "--api-key", "--head-key", "--insecure"},
+         {"--temp T", "--n-predict", "--kv"}},
+        {"prompt",
+         {"--head", "--timeout", "-n, --n-predict", "--temp", "--seed", "--key-dir"},
+         {"--windows", "--api-key", "--stop"}},
+        {"status", {"--head", "--json", "--timeout", "--insecure"}, {"--temp T", "--model"}},
+        {"key", {"--key-dir"}, {"--insecure", "--model"}},
+        {"trust", {"--key-dir"}, {"--head-key", "--model"}},
+        {"plan", {"-m, --model", "--ctx", "--k", "--json"}, {"--windows", "--temp T"}},
+        {"profile",
+         {"--quick", "--no-cache", "--cache-dir", "--peer", "-o, --out", "-P, --n-prompt"},
+         {"--temp T", "--windows"}},
+    };
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s --help", bin), 0);
+    static char top[1 << 14];
+    snprintf(top, sizeof top, "%s", out);
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n  %s ", helps[i].cmd);
+        CHECK(strstr(top, line) != NULL); /* `hearth --help` lists it */
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s %s --help", bin, helps[i].cmd), 0);
+        snprintf(line, sizeof line, "usage: hearth %s", helps[i].cmd);
+        CHECK(strncmp(out, line, strlen(line)) == 0);
+        CHECK(strstr(out, "-h, --help") != NULL);
+        for (int k = 0; k < 6 && helps[i].has[k]; k++) {
+            CHECK(strstr(out, helps[i].has[k]) != NULL);
+            if (!strstr(out, helps[i].has[k]))
+                fprintf(stderr, "hearth %s --help lacks %s\n", helps[i].cmd, helps[i].has[k]);
+        }
+        for (int k = 0; k < 3 && helps[i].lacks[k]; k++) {
+            CHECK(strstr(out, helps[i].lacks[k]) == NULL);
+            if (strstr(out, helps[i].lacks[k]))
+                fprintf(stderr, "hearth %s --help names %s\n", helps[i].cmd, helps[i].lacks[k]);
+        }
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s help %s", bin, helps[i].cmd), 0);
+        CHECK(strncmp(out, line, strlen(line)) == 0);
+    }
+    CHECK(sh(out, sizeof out, err, sizeof err, "%s help frobnicate", bin) != 0);
+    /* every command `hearth --help` lists has a help (which also checks its
+     * option table for names declared twice), and the list above covers it */
+    int n_listed = 0;
+    for (const char *l = strstr(top, "commands:\n"); l && (l = strchr(l, '\n')) && l[1] == ' ';) {
+        char name[32] = "";
+        l++;
+        if (sscanf(l, " %31s", name) != 1)
+            break;
+        n_listed++;
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s %s --help", bin, name), 0);
+        bool covered = false;
+        for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+            covered = covered || strcmp(helps[i].cmd, name) == 0;
+        CHECK(covered);
+    }
+    CHECK_EQ(n_listed, (int)(sizeof helps / sizeof helps[0]));
+
+    /* key and trust take --key-dir (as deploy/cluster.sh pairs its agents) */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s key show --key-dir %s/keys", bin, tmpdir), 0);
+    char pub[128] = "";
+    sscanf(out, "%127s", pub);
+    CHECK(strlen(pub) > 20);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust add laptop '%s' --key-dir=%s/keys", bin,
+                pub, tmpdir),
+             0);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust list --key-dir %s/keys", bin, tmpdir),
+             0);
+    CHECK(strstr(out, "laptop") != NULL && strstr(out, pub) != NULL);
+
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);
     if (system(rm) != 0)
