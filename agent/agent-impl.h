@@ -114,17 +114,9 @@ struct hr_agent {
     char lost_msg[HR_ERR_LEN];
     pthread_mutex_t gen_mu;
     uint64_t next_req;
-    void *ev_push; /* inproc events from the generating thread (under gen_mu) */
-    void *ev_pull; /* control thread */
-    /* CLI job (one at a time), guarded by job_mu */
-    pthread_mutex_t job_mu;
-    pthread_cond_t job_cv;
-    pthread_t job_thread;
-    bool job_started, job_pending, job_busy;
-    uint8_t job_id[HR_RING_MAX_ID];
-    size_t job_id_len;
-    char *job_json;
-    atomic_int job_cancel;
+    void *ev_push;          /* inproc events from the generating thread (under gen_mu) */
+    void *ev_pull;          /* control thread */
+    struct hr_service *svc; /* head: the request queue (service.h) */
     double head_resident;
     hr_prof_model pm; /* head: model profile for the scheduler */
     bool have_pm;
@@ -133,7 +125,6 @@ struct hr_agent {
 /* head.c */
 int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]);    /* 1 = invited: become a worker */
 int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]); /* dev_mu held, plan_mu held */
-void *hr_head_job_main(void *arg);
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
 
 /* agent.c: applies this device's plan (plan_mu held) */
@@ -144,6 +135,13 @@ int hr_agent_plan_parse(const char *js, size_t len, hr_local_plan *np,
                         char (*keys)[HR_RING_KEY_LEN], int *n_keys, char err[HR_ERR_LEN]);
 /* agent.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key) */
 void hr_agent_push_connect(hr_agent *a);
+
+/* prompt.c: `hearth prompt` clients on the control thread: PROMPT (queued
+ * on the service), CANCEL (that client's requests), and the TOKEN/DONE/ERROR
+ * events the service thread posts, forwarded to their client. */
+void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl, size_t len);
+void hr_prompt_cancel(hr_agent *a, const uint8_t *id, size_t idl);
+void hr_prompt_forward(hr_agent *a, const hr_ring_hdr *h, uint8_t *buf, size_t n);
 
 /* stream.c */
 void hr_stream_windows(hr_agent *a);          /* fills lp.win_off/len */

@@ -3,6 +3,7 @@
  * worker's data thread that computes its windows as hidden states come
  * around the ring. Plan making and generation live in head.c. */
 #include "agent/agent-impl.h"
+#include "agent/service.h"
 
 #include "common/log.h"
 #include "common/progress.h"
@@ -132,8 +133,6 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
     pthread_mutex_init(&a->dev_mu, NULL);
     pthread_cond_init(&a->dev_cv, NULL);
     pthread_mutex_init(&a->gen_mu, NULL);
-    pthread_mutex_init(&a->job_mu, NULL);
-    pthread_cond_init(&a->job_cv, NULL);
     a->next_req = 1;
     int rc;
     if ((rc = hr_gguf_open(&a->g, p->model_path, err)))
@@ -236,6 +235,8 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
                 a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
                 (unsigned long long)a->model_hash,
                 a->keys ? hr_ring_keys_public(a->keys) : "INSECURE (no key)");
+    if (a->is_head && (rc = hr_service_create(&a->svc, a, err)))
+        goto fail;
     *out = a;
     return 0;
 fail:
@@ -260,17 +261,11 @@ void hr_agent_destroy(hr_agent *a) {
     atomic_store(&a->stop, 1);
     if (a->data_started)
         pthread_join(a->data_thread, NULL);
-    if (a->job_started) {
-        pthread_mutex_lock(&a->job_mu);
-        pthread_cond_broadcast(&a->job_cv);
-        pthread_mutex_unlock(&a->job_mu);
-        pthread_join(a->job_thread, NULL);
-    }
+    hr_service_destroy(a->svc);
     hr_local_plan_free(&a->lp);
     hr_prof_model_clear(&a->pm);
     for (int i = 0; i < a->n_devs; i++)
         free(a->devs[i].info);
-    free(a->job_json);
     free(a->info_json);
     if (a->ctrl)
         zmq_close(a->ctrl);
@@ -296,8 +291,6 @@ void hr_agent_destroy(hr_agent *a) {
     pthread_mutex_destroy(&a->dev_mu);
     pthread_cond_destroy(&a->dev_cv);
     pthread_mutex_destroy(&a->gen_mu);
-    pthread_mutex_destroy(&a->job_mu);
-    pthread_cond_destroy(&a->job_cv);
     free(a);
 }
 

@@ -14,8 +14,9 @@
  * in-flight request (hr_head_generate).
  *
  * Threads: hr_agent_run() runs the control loop on the calling thread; a
- * worker also runs a data thread (the ring), a head a job thread for CLI
- * prompts. hr_agent_stop() is thread-safe. hr_head_generate() and
+ * worker also runs a data thread (the ring), a head the request service
+ * thread (service.h) that runs `hearth prompt` and HTTP requests in order.
+ * hr_agent_stop() is thread-safe. hr_head_generate() and
  * hr_head_logits() are thread-safe (one generation at a time; a second
  * caller waits) and may be called from any thread while hr_agent_run()
  * runs, e.g. from an HTTP server. */

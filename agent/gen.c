@@ -1,14 +1,14 @@
 /* gen.c - generation on the head: prefill in batches and decode tokens by
  * sending hidden states around the ring k times (the head computes its own
- * window in each round), output head + sampling on the head, token events
- * for CLI clients. hr_head_generate() is the entry point an HTTP API calls. */
+ * window in each round), output head + sampling on the head.
+ * hr_head_generate() is the entry point the request service (service.c)
+ * calls. */
 #include "agent/agent-impl.h"
 #include "common/sync.h"
 
 #include "common/log.h"
 #include "common/progress.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,125 +412,4 @@ done:
     free(hist);
     hr_gen_end(a);
     return rc;
-}
-
-/* ---- CLI prompt jobs ---- */
-
-typedef struct {
-    hr_agent *a;
-    uint8_t buf[HR_RING_HDR_SIZE + 4 + 512];
-} hr_job_ctx;
-
-static int hr_job_token(void *ud, int32_t id, const char *piece, int len) {
-    hr_job_ctx *jc = ud;
-    if (len > 512)
-        len = 512;
-    uint8_t pl[4 + 512];
-    for (int i = 0; i < 4; i++)
-        pl[i] = (uint8_t)((uint32_t)id >> (8 * i));
-    memcpy(pl + 4, piece, (size_t)len);
-    hr_ring_hdr h = {.type = HR_RING_TOKEN, .pos = -1, .len = (uint32_t)(4 + len)};
-    hr_head_post(jc->a, &h, pl);
-    return 0;
-}
-
-static void hr_job_reply(hr_agent *a, int type, const char *msg) {
-    hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)strlen(msg)};
-    pthread_mutex_lock(&a->gen_mu);
-    hr_head_post(a, &h, msg);
-    pthread_mutex_unlock(&a->gen_mu);
-}
-
-static void hr_job_run(hr_agent *a, const char *js) {
-    char err[HR_ERR_LEN] = "";
-    json_error_t je;
-    json_t *j = json_loads(js, 0, &je);
-    const char *text = NULL;
-    int n_predict = 128, top_k = 40, wait_ms = 30000;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
-    json_int_t seed = -1;
-    if (!j || json_unpack_ex(j, &je, 0, "{s:s,s?i,s?F,s?i,s?F,s?F,s?F,s?I,s?i}", "text", &text,
-                             "n_predict", &n_predict, "temp", &temp, "top_k", &top_k, "top_p",
-                             &top_p, "min_p", &min_p, "repeat_penalty", &rep, "seed", &seed,
-                             "wait_ms", &wait_ms) != 0) {
-        snprintf(err, sizeof err, "malformed PROMPT: %s", je.text);
-        hr_job_reply(a, HR_RING_ERROR, err);
-        json_decref(j);
-        return;
-    }
-    /* --expect gates the first plan; later a lost device means a re-plan
-     * with the devices that remain */
-    pthread_mutex_lock(&a->dev_mu);
-    int want = a->planned ? 0 : a->p.expect;
-    pthread_mutex_unlock(&a->dev_mu);
-    int rc = hr_head_wait_ready(a, want, wait_ms, err);
-    int32_t *ids = NULL;
-    int n = 0;
-    size_t len = strlen(text);
-    if (rc == 0) {
-        int cap = (int)len + 8;
-        ids = malloc((size_t)cap * sizeof *ids);
-        if (!ids ||
-            hr_tokenizer_encode(a->tok, text, len, hr_tokenizer_add_bos(a->tok), false, ids, cap,
-                                &n) != 0 ||
-            n > cap || n < 1)
-            rc = hr_seterr(err, HR_EINVAL, "cannot tokenize the prompt");
-    }
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    int n_ctx = a->p.n_ctx > 0 ? a->p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (rc == 0 && (int64_t)n + n_predict > n_ctx) /* refused up front, not cut short */
-        rc = hr_seterr(err, HR_ERANGE,
-                       "prompt of %d tokens + n_predict %d exceeds the context of %d tokens (the "
-                       "KV cache the plan holds); ask for fewer tokens or start the head with a "
-                       "larger --ctx",
-                       n, n_predict, n_ctx);
-    hr_head_stats st;
-    if (rc == 0) {
-        hr_sampler_params sp = hr_sampler_params_default();
-        sp.temperature = (float)temp;
-        sp.top_k = top_k;
-        sp.top_p = (float)top_p;
-        sp.min_p = (float)min_p;
-        sp.repeat_penalty = (float)rep;
-        sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
-        hr_job_ctx jc = {.a = a};
-        rc = hr_head_generate(a, ids, n, &sp, n_predict, hr_job_token, &jc, &a->job_cancel, &st,
-                              err);
-    }
-    free(ids);
-    json_decref(j);
-    if (rc) {
-        hr_job_reply(a, HR_RING_ERROR, err);
-        return;
-    }
-    char done[256];
-    snprintf(done, sizeof done,
-             "{\"n_prompt\":%d,\"n_gen\":%d,\"prompt_s\":%.4f,\"gen_s\":%.4f,"
-             "\"prompt_tps\":%.3f,\"gen_tps\":%.3f}",
-             st.n_prompt, st.n_gen, st.prompt_s, st.gen_s,
-             st.n_prompt / (st.prompt_s > 0 ? st.prompt_s : 1e-9),
-             st.n_gen / (st.gen_s > 0 ? st.gen_s : 1e-9));
-    hr_job_reply(a, HR_RING_DONE, done);
-}
-
-void *hr_head_job_main(void *arg) {
-    hr_agent *a = arg;
-    pthread_mutex_lock(&a->job_mu);
-    while (!atomic_load(&a->stop)) {
-        if (!a->job_pending) {
-            hr_cond_wait_ms(&a->job_cv, &a->job_mu, 200);
-            continue;
-        }
-        char *js = a->job_json;
-        a->job_json = NULL;
-        a->job_pending = false;
-        a->job_busy = true;
-        pthread_mutex_unlock(&a->job_mu);
-        hr_job_run(a, js ? js : "");
-        free(js);
-        pthread_mutex_lock(&a->job_mu);
-        a->job_busy = false;
-    }
-    pthread_mutex_unlock(&a->job_mu);
-    return NULL;
 }

@@ -2,7 +2,7 @@
  * version and model fingerprint), makes the plan (forced k / windows, or
  * the Halda scheduler over the devices' profiles, or an even split), sends
  * it, tracks readiness and heartbeats (a silent device is reported lost),
- * serves status and dispatches CLI prompts to the job thread. */
+ * serves status and hands CLI prompts to the request service (prompt.c). */
 #include "agent/agent-impl.h"
 
 #include "common/log.h"
@@ -407,7 +407,7 @@ static void hr_head_broadcast(hr_agent *a, int type, uint64_t req) {
 }
 
 /* Events from the generating thread: START/CANCEL go to the workers,
- * TOKEN/DONE/ERROR to the client of the current CLI job. */
+ * TOKEN/DONE/ERROR to the `hearth prompt` client they name. */
 static void hr_head_event(hr_agent *a, uint8_t *buf, size_t cap) {
     hr_ring_hdr h;
     char err[HR_ERR_LEN];
@@ -419,32 +419,12 @@ static void hr_head_event(hr_agent *a, uint8_t *buf, size_t cap) {
             pthread_mutex_unlock(&a->dev_mu);
             continue;
         }
-        pthread_mutex_lock(&a->job_mu);
-        if (a->job_id_len > 0 &&
-            zmq_send(a->ctrl, a->job_id, a->job_id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-            zmq_send(a->ctrl, buf, (size_t)n, ZMQ_DONTWAIT);
-        pthread_mutex_unlock(&a->job_mu);
+        hr_prompt_forward(a, &h, buf, (size_t)n);
     }
 }
 
 static void hr_head_prompt(hr_agent *a, const uint8_t *id, size_t idl, const char *pl, size_t len) {
-    pthread_mutex_lock(&a->job_mu);
-    if (a->job_pending || a->job_busy) {
-        pthread_mutex_unlock(&a->job_mu);
-        hr_head_reply(a, id, idl, HR_RING_ERROR, -1, 0, 0,
-                      "head is busy with another prompt; try again later");
-        return;
-    }
-    free(a->job_json);
-    a->job_json = strndup(pl, len);
-    memcpy(a->job_id, id, idl);
-    a->job_id_len = idl;
-    a->job_pending = true;
-    atomic_store(&a->job_cancel, 0);
-    if (!a->job_started && pthread_create(&a->job_thread, NULL, hr_head_job_main, a) == 0)
-        a->job_started = true;
-    pthread_cond_broadcast(&a->job_cv);
-    pthread_mutex_unlock(&a->job_mu);
+    hr_prompt_submit(a, id, idl, pl, len);
 }
 
 /* HR_RING_PAIR from a join token holder: trust its key under its name. */
@@ -634,7 +614,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
             continue;
         }
         if (h.type == HR_RING_CANCEL) {
-            atomic_store(&a->job_cancel, 1);
+            hr_prompt_cancel(a, id, idl);
             continue;
         }
         if (h.type == HR_RING_STATUS_REQ) {

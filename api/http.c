@@ -1,15 +1,16 @@
 /* http.c - the head's HTTP server (libmicrohttpd, one thread per
- * connection): routing, API key and size limits, the request queue served
- * in order by one generation thread, OpenAI-style responses, Server-Sent
- * Events for streamed answers, and cancellation when a client hangs up.
+ * connection): routing, API key and size limits, the endpoints, and
+ * generation requests handed to the head's request service (service.h),
+ * which queues them (429 when full) and runs them in order.
  *
- * A request's life: the connection thread parses and tokenizes it, puts a
- * job on the queue (429 when full) and then either waits for the job to
- * finish (non-streamed) or returns a callback response whose reader blocks
- * until the generation thread releases text (streamed). Both watch the
- * client's socket for a hang-up and set the job's cancel flag, which
- * hr_head_generate() turns into a CANCEL for every device of the ring. */
-#include "api/http.h"
+ * A request's life: the connection thread parses it (and renders a chat),
+ * submits it to the service (which tokenizes and checks the context) and
+ * then either waits for it to finish (non-streamed) or returns an SSE
+ * response (respond.c) whose reader blocks until the service thread
+ * releases text. Both watch the client's socket for a hang-up and cancel
+ * the request, which the service turns into a CANCEL for every device of
+ * the ring (or drops from the queue). */
+#include "api/http-impl.h"
 
 #include "common/log.h"
 #include "common/sync.h"
@@ -17,12 +18,7 @@
 #include "model/tokenizer.h"
 
 #include <arpa/inet.h>
-#include <jansson.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +26,6 @@
 #include <time.h>
 
 #define TAG "http"
-
-enum { HR_JOB_QUEUED, HR_JOB_RUNNING, HR_JOB_DONE };
 
 enum {
     HR_ROUTE_NONE,
@@ -41,36 +35,6 @@ enum {
     HR_ROUTE_CLUSTER,
     HR_ROUTE_COMPLETIONS,
     HR_ROUTE_CHAT,
-};
-
-typedef struct hr_job hr_job;
-struct hr_job {
-    hr_http *srv;
-    int refs;     /* srv->mu */
-    hr_job *next; /* queue link, srv->mu */
-    hr_api_req req;
-    int32_t *ids;
-    int n_ids;
-    atomic_int cancel;
-    int fd; /* the client's socket, watched for a hang-up */
-    char id[48];
-    long long created;
-    /* srv->mu */
-    int state;
-    char *text; /* released reply bytes */
-    size_t text_len, text_cap;
-    int rc;
-    char err[HR_ERR_LEN];
-    hr_finish finish;
-    hr_head_stats st;
-    /* generation thread only */
-    hr_gen *gen;
-    /* streaming reader only */
-    size_t sent; /* bytes of text already sent */
-    int stage;   /* 0 role chunk (chat), 1 deltas, 2 finished */
-    char *ev;    /* pending event bytes */
-    size_t ev_len, ev_off, ev_cap;
-    double last_write;
 };
 
 /* Per request (MHD's con_cls). */
@@ -83,28 +47,6 @@ typedef struct {
     size_t len, cap;
     hr_job *job;
 } hr_conn;
-
-struct hr_http {
-    hr_agent *a;
-    hr_http_params p;
-    char *api_key;
-    char model_id[128];
-    int n_ctx;
-    hr_chat_template tmpl;
-    struct MHD_Daemon *d;
-    int port;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    hr_job *q_head, *q_tail, *running;
-    int n_queued;
-    bool stop;
-    pthread_t gen_thread;
-    bool gen_started;
-    long long started;
-    /* figures for /v1/cluster (mu) */
-    unsigned long long next_id, n_requests, n_done, n_canceled, n_failed, n_tokens;
-    double last_prompt_tps, last_gen_tps;
-};
 
 hr_http_params hr_http_params_default(void) {
     return (hr_http_params){.listen = "127.0.0.1:8080",
@@ -121,13 +63,12 @@ static void hr_job_unref_locked(hr_job *j) {
         return;
     hr_api_req_free(&j->req);
     hr_gen_destroy(j->gen);
-    free(j->ids);
     free(j->text);
     free(j->ev);
     free(j);
 }
 
-static void hr_job_unref(hr_job *j) {
+void hr_job_unref(hr_job *j) {
     hr_http *h = j->srv;
     pthread_mutex_lock(&h->mu);
     hr_job_unref_locked(j);
@@ -176,344 +117,33 @@ static int hr_job_token(void *ud, int32_t id, const char *piece, int len) {
     return fin != HR_FINISH_NONE;
 }
 
-static void hr_job_run(hr_http *h, hr_job *j) {
-    char err[HR_ERR_LEN] = "";
-    hr_head_stats st;
-    hr_gen_begin(j->gen);
-    HR_LOG_INFO(TAG, "%s: %d prompt tokens, up to %d new", j->id, j->n_ids, j->req.max_tokens);
-    int rc = hr_head_generate(h->a, j->ids, j->n_ids, &j->req.sp, j->req.max_tokens, hr_job_token,
-                              j, &j->cancel, &st, err);
+/* on_done: the service finished (or dropped) the request. */
+static void hr_job_done(void *ud, int rc, const hr_head_stats *st, const char *err) {
+    hr_job *j = ud;
+    hr_http *h = j->srv;
     if (rc == 0 && hr_gen_finish_reason(j->gen) == HR_FINISH_NONE)
         hr_gen_finish(j->gen, HR_FINISH_LENGTH); /* the context ran out */
     if (rc == 0)
         hr_job_flush_delta(j);
+    if (rc == HR_ECANCELED)
+        HR_LOG_INFO(TAG, "%s: canceled after %d tokens (client gone)", j->id, st->n_gen);
+    else if (rc)
+        HR_LOG_WARN(TAG, "%s failed: %s", j->id, err);
+    else
+        HR_LOG_INFO(TAG, "%s: %d tokens, %.1f tokens/s, finish %s", j->id, st->n_gen,
+                    st->gen_s > 0 ? st->n_gen / st->gen_s : 0.0,
+                    hr_finish_name(hr_gen_finish_reason(j->gen)));
     pthread_mutex_lock(&h->mu);
     j->rc = rc;
     snprintf(j->err, sizeof j->err, "%s", err);
     j->finish = hr_gen_finish_reason(j->gen);
-    j->st = st;
-    j->state = HR_JOB_DONE;
-    if (rc == 0) {
-        h->n_done++;
-        h->n_tokens += (unsigned long long)st.n_gen;
-        h->last_prompt_tps = st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0;
-        h->last_gen_tps = st.gen_s > 0 ? st.n_gen / st.gen_s : 0;
-    } else if (rc == HR_ECANCELED) {
-        h->n_canceled++;
-    } else {
-        h->n_failed++;
-    }
+    j->st = *st;
+    j->done = true;
+    h->n_live--;
     pthread_cond_broadcast(&h->cv);
+    hr_job_unref_locked(j); /* the service's */
     pthread_mutex_unlock(&h->mu);
-    if (rc == HR_ECANCELED)
-        HR_LOG_INFO(TAG, "%s: canceled after %d tokens (client gone)", j->id, st.n_gen);
-    else if (rc)
-        HR_LOG_WARN(TAG, "%s failed: %s", j->id, err);
-    else
-        HR_LOG_INFO(TAG, "%s: %d tokens, %.1f tokens/s, finish %s", j->id, st.n_gen,
-                    st.gen_s > 0 ? st.n_gen / st.gen_s : 0.0, hr_finish_name(j->finish));
 }
-
-static void *hr_gen_main(void *arg) {
-    hr_http *h = arg;
-    pthread_mutex_lock(&h->mu);
-    for (;;) {
-        while (!h->stop && !h->q_head)
-            pthread_cond_wait(&h->cv, &h->mu);
-        hr_job *j = h->q_head;
-        if (!j)
-            break;
-        h->q_head = j->next;
-        if (!h->q_head)
-            h->q_tail = NULL;
-        h->n_queued--;
-        if (h->stop || atomic_load(&j->cancel)) {
-            j->state = HR_JOB_DONE;
-            j->rc = HR_ECANCELED;
-            snprintf(j->err, sizeof j->err, "%s", h->stop ? "server stopping" : "canceled");
-            h->n_canceled++;
-            pthread_cond_broadcast(&h->cv);
-            hr_job_unref_locked(j);
-            continue;
-        }
-        j->state = HR_JOB_RUNNING;
-        h->running = j;
-        pthread_mutex_unlock(&h->mu);
-        hr_job_run(h, j);
-        pthread_mutex_lock(&h->mu);
-        h->running = NULL;
-        hr_job_unref_locked(j);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
-
-/* ---- responses ---- */
-
-static bool hr_client_gone(int fd) {
-    if (fd < 0)
-        return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
-static void hr_add_common_headers(struct MHD_Response *r, const char *type) {
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-}
-
-/* Queues s (malloc'ed; taken) with status; NULL s answers 500. */
-static enum MHD_Result hr_send_json(struct MHD_Connection *c, unsigned status, char *s) {
-    static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                              "\"param\":null,\"code\":null}}";
-    struct MHD_Response *r;
-    if (s) {
-        r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    } else {
-        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-        r = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
-    }
-    if (!r) {
-        free(s);
-        return MHD_NO;
-    }
-    hr_add_common_headers(r, "application/json");
-    enum MHD_Result rc = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static enum MHD_Result hr_send_err(struct MHD_Connection *c, const hr_api_err *e) {
-    return hr_send_json(c, (unsigned)e->status, hr_api_error_json(e));
-}
-
-static enum MHD_Result hr_fail(struct MHD_Connection *c, int status, const char *type,
-                               const char *code, const char *msg) {
-    hr_api_err e;
-    hr_api_fail(&e, status, type, code, NULL, "%s", msg);
-    return hr_send_err(c, &e);
-}
-
-/* A jansson string of s[n] cleaned to valid UTF-8. */
-static json_t *hr_jstr(const char *s, size_t n) {
-    size_t cap = n * 3 + 1;
-    char *buf = malloc(cap);
-    if (!buf)
-        return NULL;
-    size_t m = hr_api_utf8_clean(s, n, buf, cap);
-    json_t *j = json_stringn(buf, m);
-    free(buf);
-    return j;
-}
-
-static json_t *hr_usage_json(const hr_job *j) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->st.n_prompt, "completion_tokens",
-                     j->st.n_gen, "total_tokens", j->st.n_prompt + j->st.n_gen);
-}
-
-static json_t *hr_timings_json(const hr_job *j) {
-    return json_pack("{s:f,s:f,s:f,s:f}", "prompt_ms", j->st.prompt_s * 1e3, "predicted_ms",
-                     j->st.gen_s * 1e3, "prompt_per_second",
-                     j->st.prompt_s > 0 ? j->st.n_prompt / j->st.prompt_s : 0.0,
-                     "predicted_per_second", j->st.gen_s > 0 ? j->st.n_gen / j->st.gen_s : 0.0);
-}
-
-/* One object of the answer: the full reply (non-streamed) or a chunk. */
-static json_t *hr_answer_json(hr_http *h, const hr_job *j, bool chunk, json_t *choice) {
-    const char *object = j->req.kind == HR_API_CHAT
-                             ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                             : "text_completion";
-    json_t *choices = json_array();
-    if (choice)
-        json_array_append_new(choices, choice);
-    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", j->id, "object", object, "created",
-                     (json_int_t)j->created, "model", h->model_id, "system_fingerprint", "hearth",
-                     "choices", choices);
-}
-
-static enum MHD_Result hr_send_answer(hr_http *h, struct MHD_Connection *c, hr_job *j) {
-    json_t *text = hr_jstr(j->text ? j->text : "", j->text_len);
-    const char *fr = hr_api_finish_reason(j->finish);
-    json_t *choice = j->req.kind == HR_API_CHAT
-                         ? json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role",
-                                     "assistant", "content", text, "logprobs", "finish_reason", fr)
-                         : json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "text", text, "logprobs",
-                                     "finish_reason", fr);
-    json_t *o = hr_answer_json(h, j, false, choice);
-    if (o) {
-        json_object_set_new(o, "usage", hr_usage_json(j));
-        json_object_set_new(o, "timings", hr_timings_json(j));
-    }
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return hr_send_json(c, MHD_HTTP_OK, s);
-}
-
-/* The HTTP error for a failed generation. */
-static void hr_gen_error(const hr_job *j, hr_api_err *e) {
-    switch (j->rc) {
-    case HR_EAGAIN:
-    case HR_ENET:
-    case HR_ETIMEDOUT:
-        hr_api_fail(e, 503, "server_error", "cluster_not_ready", NULL, "%s", j->err);
-        break;
-    case HR_ERANGE:
-        hr_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", NULL, "%s", j->err);
-        break;
-    case HR_EINVAL:
-        hr_api_fail(e, 400, "invalid_request_error", NULL, NULL, "%s", j->err);
-        break;
-    case HR_ECANCELED:
-        hr_api_fail(e, 503, "server_error", "canceled", NULL, "%s", j->err);
-        break;
-    default:
-        hr_api_fail(e, 500, "server_error", NULL, NULL, "%s", j->err[0] ? j->err : "failed");
-    }
-}
-
-/* ---- Server-Sent Events ---- */
-
-static int hr_ev_add(hr_job *j, const char *s, size_t n) {
-    if (j->ev_len + n > j->ev_cap) {
-        size_t cap = j->ev_cap ? j->ev_cap : 1024;
-        while (cap < j->ev_len + n)
-            cap *= 2;
-        char *t = realloc(j->ev, cap);
-        if (!t)
-            return HR_ENOMEM;
-        j->ev = t;
-        j->ev_cap = cap;
-    }
-    memcpy(j->ev + j->ev_len, s, n);
-    j->ev_len += n;
-    return 0;
-}
-
-/* Appends "data: <o>\n\n" (o is consumed). */
-static int hr_ev_json(hr_job *j, json_t *o) {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!s)
-        return HR_ENOMEM;
-    int rc = hr_ev_add(j, "data: ", 6);
-    rc = rc ? rc : hr_ev_add(j, s, strlen(s));
-    rc = rc ? rc : hr_ev_add(j, "\n\n", 2);
-    free(s);
-    return rc;
-}
-
-/* A chunk with delta text (NULL = none) and a finish reason (NULL = none). */
-static json_t *hr_chunk(hr_http *h, const hr_job *j, const char *text, size_t n, const char *fr,
-                        bool role) {
-    json_t *choice;
-    json_t *fin = fr ? json_string(fr) : json_null();
-    if (j->req.kind == HR_API_CHAT) {
-        json_t *delta = json_object();
-        if (role)
-            json_object_set_new(delta, "role", json_string("assistant"));
-        if (text || role)
-            json_object_set_new(delta, "content", text ? hr_jstr(text, n) : json_string(""));
-        choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs",
-                           "finish_reason", fin);
-    } else {
-        choice =
-            json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "text",
-                      text ? hr_jstr(text, n) : json_string(""), "logprobs", "finish_reason", fin);
-    }
-    return hr_answer_json(h, j, true, choice);
-}
-
-/* Fills j->ev with the next events, waiting for text. Returns 0, or -1
- * when the client hung up or the server stops. */
-static int hr_sse_next(hr_job *j) {
-    hr_http *h = j->srv;
-    if (j->stage == 0) {
-        j->stage = 1;
-        if (j->req.kind == HR_API_CHAT)
-            return hr_ev_json(j, hr_chunk(h, j, NULL, 0, NULL, true)) ? -1 : 0;
-    }
-    pthread_mutex_lock(&h->mu);
-    while (j->sent == j->text_len && j->state != HR_JOB_DONE && !h->stop) {
-        hr_cond_wait_ms(&h->cv, &h->mu, 100);
-        if (j->sent != j->text_len || j->state == HR_JOB_DONE)
-            break;
-        pthread_mutex_unlock(&h->mu);
-        if (hr_client_gone(j->fd))
-            return -1;
-        if (hr_now_s() - j->last_write > 5.0) { /* keeps proxies and idle timers quiet */
-            j->last_write = hr_now_s();
-            return hr_ev_add(j, ": keep-alive\n\n", 14) ? -1 : 0;
-        }
-        pthread_mutex_lock(&h->mu);
-    }
-    if (j->sent < j->text_len) {
-        size_t n = j->text_len - j->sent;
-        char *d = malloc(n);
-        if (d)
-            memcpy(d, j->text + j->sent, n);
-        j->sent = j->text_len;
-        pthread_mutex_unlock(&h->mu);
-        int rc = d ? hr_ev_json(j, hr_chunk(h, j, d, n, NULL, false)) : HR_ENOMEM;
-        free(d);
-        return rc ? -1 : 0;
-    }
-    bool done = j->state == HR_JOB_DONE;
-    pthread_mutex_unlock(&h->mu);
-    if (!done)
-        return -1; /* stopping */
-    j->stage = 2;
-    int rc;
-    if (j->rc == 0) {
-        json_t *o = hr_chunk(h, j, NULL, 0, hr_api_finish_reason(j->finish), false);
-        if (o) {
-            json_object_set_new(o, "usage", hr_usage_json(j));
-            json_object_set_new(o, "timings", hr_timings_json(j));
-        }
-        rc = hr_ev_json(j, o);
-        if (rc == 0 && j->req.include_usage) {
-            o = hr_answer_json(h, j, true, NULL);
-            if (o)
-                json_object_set_new(o, "usage", hr_usage_json(j));
-            rc = hr_ev_json(j, o);
-        }
-    } else {
-        hr_api_err e;
-        hr_gen_error(j, &e);
-        char *s = hr_api_error_json(&e);
-        rc = s ? hr_ev_add(j, "data: ", 6) : HR_ENOMEM;
-        rc = rc ? rc : hr_ev_add(j, s, strlen(s));
-        rc = rc ? rc : hr_ev_add(j, "\n\n", 2);
-        free(s);
-    }
-    rc = rc ? rc : hr_ev_add(j, "data: [DONE]\n\n", 14);
-    return rc ? -1 : 0;
-}
-
-static ssize_t hr_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    hr_job *j = cls;
-    (void)pos;
-    for (;;) {
-        if (j->ev_off < j->ev_len) {
-            size_t n = j->ev_len - j->ev_off;
-            if (n > max)
-                n = max;
-            memcpy(buf, j->ev + j->ev_off, n);
-            j->ev_off += n;
-            j->last_write = hr_now_s();
-            return (ssize_t)n;
-        }
-        j->ev_len = j->ev_off = 0;
-        if (j->stage == 2)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        if (hr_sse_next(j)) {
-            atomic_store(&j->cancel, 1);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-    }
-}
-
-static void hr_sse_free(void *cls) { hr_job_unref(cls); }
 
 /* ---- endpoints ---- */
 
@@ -562,79 +192,115 @@ static enum MHD_Result hr_serve_cluster(hr_http *h, struct MHD_Connection *c) {
     free(st);
     if (!j)
         return hr_send_json(c, 500, NULL);
-    pthread_mutex_lock(&h->mu);
+    hr_service_stats ss;
+    hr_service_stats_get(h->svc, &ss);
     json_t *api = json_pack("{s:s,s:i,s:i,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", h->model_id,
-                            "n_ctx", h->n_ctx, "queued", h->n_queued, "running", h->running != NULL,
-                            "requests", (json_int_t)h->n_requests, "completed",
-                            (json_int_t)h->n_done, "canceled", (json_int_t)h->n_canceled, "failed",
-                            (json_int_t)h->n_failed, "tokens", (json_int_t)h->n_tokens,
-                            "last_prompt_tps", h->last_prompt_tps, "last_gen_tps", h->last_gen_tps);
-    pthread_mutex_unlock(&h->mu);
+                            "n_ctx", h->n_ctx, "queued", ss.queued, "running", ss.running,
+                            "requests", (json_int_t)ss.requests, "completed", (json_int_t)ss.done,
+                            "canceled", (json_int_t)ss.canceled, "failed", (json_int_t)ss.failed,
+                            "tokens", (json_int_t)ss.tokens, "last_prompt_tps", ss.last_prompt_tps,
+                            "last_gen_tps", ss.last_gen_tps);
     json_object_set_new(j, "api", api);
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return hr_send_json(c, MHD_HTTP_OK, s);
 }
 
-/* Token ids of the request's prompt into j->ids. */
-static int hr_tokenize(hr_http *h, hr_job *j, hr_api_err *e) {
-    const hr_tokenizer *tok = hr_head_tokenizer(h->a);
-    char *text = NULL;
-    const char *src = j->req.prompt;
-    bool chat = j->req.kind == HR_API_CHAT;
-    if (chat) {
-        char err[HR_ERR_LEN] = "";
-        int n = hr_chat_render(&h->tmpl, j->req.msgs, j->req.n_msgs, true, NULL, 0, err);
-        if (n < 0)
-            return hr_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err);
-        if (!(text = malloc((size_t)n + 1)))
-            return hr_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        hr_chat_render(&h->tmpl, j->req.msgs, j->req.n_msgs, true, text, (size_t)n + 1, err);
-        src = text;
-    }
-    size_t len = strlen(src);
-    int32_t bos = hr_tokenizer_bos(tok);
-    bool add_bos = hr_tokenizer_add_bos(tok) && bos >= 0;
-    int cap = (int)(len < (size_t)1 << 28 ? len : (size_t)1 << 28) + 8, n = 0, rc = 0;
-    for (int tries = 0; tries < 2; tries++) {
-        free(j->ids);
-        j->ids = malloc((size_t)(cap + 1) * sizeof *j->ids);
-        if (!j->ids) {
-            rc = hr_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            break;
-        }
-        /* chat text holds its own control tokens (and maybe BOS); completions encode like
-         * `hearth prompt` */
-        if (hr_tokenizer_encode(tok, src, len, chat ? false : add_bos, chat, j->ids + 1, cap, &n)) {
-            rc = hr_api_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt",
-                             "cannot tokenize the prompt");
-            break;
-        }
-        if (n <= cap)
-            break;
-        cap = n;
-    }
-    free(text);
-    if (rc)
-        return rc;
-    if (chat && add_bos && (n == 0 || j->ids[1] != bos)) {
-        j->ids[0] = bos;
-        n++;
-    } else {
-        memmove(j->ids, j->ids + 1, (size_t)n * sizeof *j->ids);
-    }
-    j->n_ids = n;
-    if (n < 1)
-        return hr_api_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt",
-                           "the prompt is empty");
-    if (n >= h->n_ctx)
-        return hr_api_fail(e, 400, "invalid_request_error", "context_length_exceeded",
-                           chat ? "messages" : "prompt",
-                           "the prompt has %d tokens but the context holds %d", n, h->n_ctx);
+/* The prompt text of r: a completion's prompt, or the chat rendered with
+ * the model's template (*owned is set when allocated). */
+static int hr_prompt_text(hr_http *h, const hr_api_req *r, const char **text, char **owned,
+                          hr_api_err *e) {
+    *owned = NULL;
+    *text = r->prompt;
+    if (r->kind != HR_API_CHAT)
+        return 0;
+    char err[HR_ERR_LEN] = "";
+    int n = hr_chat_render(&h->tmpl, r->msgs, r->n_msgs, true, NULL, 0, err);
+    if (n < 0)
+        return hr_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err);
+    if (!(*owned = malloc((size_t)n + 1)))
+        return hr_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    hr_chat_render(&h->tmpl, r->msgs, r->n_msgs, true, *owned, (size_t)n + 1, err);
+    *text = *owned;
     return 0;
 }
 
-/* Parses, tokenizes and queues a generation request. */
+/* Submits j to the service (tokenized there, special tokens parsed in a
+ * rendered chat; the context checked; queued). 0 or e filled. */
+static int hr_job_submit(hr_http *h, hr_job *j, hr_api_err *e) {
+    const char *text;
+    char *owned, err[HR_ERR_LEN] = "";
+    int rc = hr_prompt_text(h, &j->req, &text, &owned, e);
+    if (rc)
+        return rc;
+    bool chat = j->req.kind == HR_API_CHAT;
+    hr_service_req r = hr_service_req_default();
+    r.text = text;
+    r.text_len = strlen(text);
+    r.special = chat;
+    r.sp = j->req.sp;
+    r.max_tokens = j->req.max_tokens;
+    r.fit = true; /* stops where the context ends: finish "length" */
+    r.client = "http";
+    r.client_len = 4;
+    pthread_mutex_lock(&h->mu);
+    snprintf(j->id, sizeof j->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", ++h->next_id);
+    j->refs++; /* the service's, until on_done */
+    h->n_live++;
+    pthread_mutex_unlock(&h->mu);
+    rc = hr_service_submit(h->svc, &r, hr_job_token, hr_job_done, j, &j->rid, err);
+    free(owned);
+    if (rc) {
+        pthread_mutex_lock(&h->mu);
+        j->refs--;
+        h->n_live--;
+        pthread_mutex_unlock(&h->mu);
+    }
+    const char *param = chat ? "messages" : "prompt";
+    switch (rc) {
+    case 0:
+        return 0;
+    case HR_EAGAIN:
+        return hr_api_fail(e, 429, "rate_limit_error", "queue_full", NULL,
+                           "too many requests are waiting; try again later");
+    case HR_EINVAL:
+        return hr_api_fail(e, 400, "invalid_request_error", NULL, param, "%s", err);
+    case HR_ERANGE:
+        return hr_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", param, "%s",
+                           err);
+    case HR_ECANCELED:
+        return hr_api_fail(e, 503, "server_error", NULL, NULL, "%s", err);
+    default:
+        return hr_api_fail(e, 500, "server_error", NULL, NULL, "%s", err);
+    }
+}
+
+/* Non-streamed: waits for j, watching the client; then answers. */
+static enum MHD_Result hr_job_wait(hr_http *h, struct MHD_Connection *c, hr_job *j) {
+    pthread_mutex_lock(&h->mu);
+    while (!j->done) {
+        hr_cond_wait_ms(&h->cv, &h->mu, 100);
+        if (j->done)
+            break;
+        bool stop = h->stop;
+        pthread_mutex_unlock(&h->mu);
+        if (stop || hr_client_gone(j->fd)) {
+            hr_service_cancel(h->svc, j->rid);
+            HR_LOG_INFO(TAG, "%s: %s", j->id, stop ? "server stopping" : "client hung up");
+            return MHD_NO;
+        }
+        pthread_mutex_lock(&h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (j->rc) {
+        hr_api_err e;
+        hr_job_error(j, &e);
+        return hr_send_err(c, &e);
+    }
+    return hr_send_answer(h, c, j);
+}
+
+/* Parses a generation request and hands it to the service. */
 static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, hr_conn *cc) {
     hr_api_err e;
     char err[HR_ERR_LEN] = "";
@@ -650,8 +316,6 @@ static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, h
         return hr_send_err(c, &e);
     if (!hr_ready(h, err))
         return hr_fail(c, 503, "server_error", "cluster_not_ready", err);
-    if (hr_tokenize(h, j, &e))
-        return hr_send_err(c, &e);
     hr_gen_params gp = hr_gen_params_default();
     gp.stop = j->req.stop;
     gp.n_stop = j->req.n_stop;
@@ -664,62 +328,14 @@ static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, h
     j->fd = ci ? ci->connect_fd : -1;
     j->created = (long long)time(NULL);
     j->last_write = hr_now_s();
-    /* queue it */
-    pthread_mutex_lock(&h->mu);
-    h->n_requests++;
-    if (h->n_queued >= h->p.queue_max) {
-        pthread_mutex_unlock(&h->mu);
-        return hr_fail(c, 429, "rate_limit_error", "queue_full",
-                       "too many requests are waiting; try again later");
-    }
-    snprintf(j->id, sizeof j->id, "%s-%llu", kind == HR_API_CHAT ? "chatcmpl" : "cmpl",
-             ++h->next_id);
-    j->state = HR_JOB_QUEUED;
-    j->refs++; /* the queue's */
-    if (h->q_tail)
-        h->q_tail->next = j;
-    else
-        h->q_head = j;
-    h->q_tail = j;
-    h->n_queued++;
-    pthread_cond_broadcast(&h->cv);
-    if (j->req.stream) {
-        j->refs++; /* the response's */
-        pthread_mutex_unlock(&h->mu);
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, hr_sse_read, j, hr_sse_free);
-        if (!r) {
-            atomic_store(&j->cancel, 1);
-            hr_job_unref(j);
-            return MHD_NO;
-        }
-        hr_add_common_headers(r, "text/event-stream");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        return rc;
-    }
-    /* non-streamed: wait here, watching the client */
-    while (j->state != HR_JOB_DONE) {
-        hr_cond_wait_ms(&h->cv, &h->mu, 100);
-        if (j->state == HR_JOB_DONE)
-            break;
-        pthread_mutex_unlock(&h->mu);
-        bool gone = hr_client_gone(j->fd);
-        pthread_mutex_lock(&h->mu);
-        if (gone) {
-            atomic_store(&j->cancel, 1);
-            pthread_mutex_unlock(&h->mu);
-            HR_LOG_INFO(TAG, "%s: client hung up", j->id);
-            return MHD_NO;
-        }
-    }
-    pthread_mutex_unlock(&h->mu);
-    if (j->rc) {
-        hr_gen_error(j, &e);
+    if (hr_job_submit(h, j, &e))
         return hr_send_err(c, &e);
-    }
-    return hr_send_answer(h, c, j);
+    pthread_mutex_lock(&h->mu);
+    bool stop = h->stop; /* hr_http_stop may have canceled before this was queued */
+    pthread_mutex_unlock(&h->mu);
+    if (stop)
+        hr_service_cancel(h->svc, j->rid);
+    return j->req.stream ? hr_sse_start(c, j) : hr_job_wait(h, c, j);
 }
 
 /* ---- MHD callbacks ---- */
@@ -844,8 +460,8 @@ static void hr_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!cc)
         return;
     if (cc->job) {
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-            atomic_store(&cc->job->cancel, 1);
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && cc->job->rid)
+            hr_service_cancel(cc->job->srv->svc, cc->job->rid);
         hr_job_unref(cc->job);
     }
     free(cc->body);
@@ -905,7 +521,7 @@ static bool hr_is_loopback(const struct sockaddr_storage *ss) {
     return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
 }
 
-/* Model id and context size from the GGUF; the chat template for it. */
+/* The model id from its file name; the chat template from the GGUF. */
 static int hr_http_model(hr_http *h, char err[HR_ERR_LEN]) {
     const char *path = h->p.model_path ? h->p.model_path : "model";
     const char *base = strrchr(path, '/');
@@ -915,18 +531,8 @@ static int hr_http_model(hr_http *h, char err[HR_ERR_LEN]) {
     if (n > 5 && strcmp(h->model_id + n - 5, ".gguf") == 0)
         h->model_id[n - 5] = 0;
     hr_gguf *g = NULL;
-    int train = 2048;
-    if (h->p.model_path && hr_gguf_open(&g, h->p.model_path, err) == 0) {
-        const char *arch = NULL;
-        uint32_t v = 0;
-        char key[96];
-        if (hr_gguf_get_str(g, "general.architecture", &arch) == 0) {
-            snprintf(key, sizeof key, "%s.context_length", arch);
-            if (hr_gguf_get_u32(g, key, &v) == 0 && v > 0)
-                train = v > (1u << 24) ? 1 << 24 : (int)v;
-        }
-    }
-    h->n_ctx = h->p.n_ctx > 0 ? h->p.n_ctx : (train < 4096 ? train : 4096);
+    if (h->p.model_path)
+        hr_gguf_open(&g, h->p.model_path, err);
     int rc = hr_chat_template_pick(&h->tmpl, g, hr_head_tokenizer(h->a), h->p.chat_template, err);
     hr_gguf_close(g);
     return rc;
@@ -936,7 +542,7 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
     *out = NULL;
     if (!a || !p || !p->listen)
         return hr_seterr(err, HR_EINVAL, "no agent or listen address");
-    if (!hr_agent_is_head(a) || !hr_head_tokenizer(a))
+    if (!hr_agent_is_head(a) || !hr_head_tokenizer(a) || !hr_head_service(a))
         return hr_seterr(err, HR_EINVAL, "the HTTP API runs on the head only");
     struct sockaddr_storage ss;
     socklen_t sl = 0;
@@ -947,6 +553,8 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
     if (!h)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
     h->a = a;
+    h->svc = hr_head_service(a);
+    h->n_ctx = hr_service_n_ctx(h->svc);
     h->p = *p;
     hr_http_params def = hr_http_params_default();
     if (h->p.max_body == 0)
@@ -966,11 +574,7 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
         goto fail;
     if (h->p.max_tokens > h->n_ctx)
         h->p.max_tokens = h->n_ctx;
-    if (pthread_create(&h->gen_thread, NULL, hr_gen_main, h) != 0) {
-        rc = hr_seterr(err, HR_ENOMEM, "cannot start the generation thread");
-        goto fail;
-    }
-    h->gen_started = true;
+    hr_service_set_queue_max(h->svc, h->p.queue_max);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_ERROR_LOG | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, hr_on_request, h, MHD_OPTION_SOCK_ADDR,
@@ -1004,16 +608,16 @@ void hr_http_stop(hr_http *h) {
         return;
     pthread_mutex_lock(&h->mu);
     h->stop = true;
-    if (h->running)
-        atomic_store(&h->running->cancel, 1);
-    for (hr_job *j = h->q_head; j; j = j->next)
-        atomic_store(&j->cancel, 1);
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
-    if (h->gen_started)
-        pthread_join(h->gen_thread, NULL);
+    if (h->svc)
+        hr_service_cancel_client(h->svc, "http", 4);
     if (h->d)
         MHD_stop_daemon(h->d);
+    pthread_mutex_lock(&h->mu); /* the running request's on_done */
+    while (h->n_live > 0)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h->api_key);

@@ -8,15 +8,16 @@
  *   GET /health, GET / (a live status page, no external assets).
  * /v1/ paths need "Authorization: Bearer KEY" when an API key is set.
  *
- * Requests queue and are served one at a time, in order; a client that
- * disconnects (while queued or while its answer streams) cancels its
- * generation on every device of the ring. Errors are OpenAI-style JSON
+ * Requests go to the head's request service (agent/service.h): they
+ * queue there with `hearth prompt` requests and are served one at a time,
+ * in order; a client that disconnects (while queued or while its answer
+ * streams) cancels its generation on every device of the ring. Errors are OpenAI-style JSON
  * bodies: {"error":{"message","type","param","code"}} with 400 (bad JSON
  * or parameters), 401 (API key), 404, 405, 413 (body too large), 429
  * (queue full), 503 (cluster not ready or a device lost), 500.
  *
- * Threads: one thread per connection (libmicrohttpd) plus one generation
- * thread per server; hr_http_start/stop are called from one thread. The
+ * Threads: one thread per connection (libmicrohttpd); generation runs on
+ * the service thread; hr_http_start/stop are called from one thread. The
  * request parsing (hr_api_*) is pure and thread-safe. */
 #ifndef HR_API_HTTP_H
 #define HR_API_HTTP_H
@@ -37,10 +38,10 @@ typedef struct {
     const char *api_key;       /* NULL or "" = no key */
     const char *model_path;    /* the GGUF (for the chat template and the model id) */
     const char *chat_template; /* template name; NULL = from the model */
-    int n_ctx;                 /* the head's context (0 = min(train, 4096), as the agent) */
     size_t max_body;           /* largest request body, bytes (default 1 MiB) */
     int max_tokens;            /* most tokens a request may ask for (default 4096) */
-    int queue_max;             /* requests waiting behind the running one (default 8) */
+    int queue_max;             /* requests waiting behind the running one (default 8; sets
+                                  the head's service queue, `hearth prompt` included) */
     int max_conns;             /* simultaneous connections (default 64) */
 } hr_http_params;
 
@@ -48,13 +49,14 @@ hr_http_params hr_http_params_default(void);
 
 typedef struct hr_http hr_http;
 
-/* Starts serving a (a head; borrowed, must outlive the server). Returns 0,
+/* Starts serving a (a head; borrowed, must outlive the server); the context
+ * is the service's (hr_service_n_ctx). Returns 0,
  * HR_EINVAL (bad address or parameters) or HR_ENET (cannot listen). */
 int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[HR_ERR_LEN]);
 /* The bound TCP port. */
 int hr_http_port(const hr_http *h);
-/* Cancels the running generation, fails queued requests, stops listening
- * and frees. NULL is a no-op. */
+/* Cancels this server's requests (running or queued), stops listening,
+ * waits for the service to let go of them and frees. NULL is a no-op. */
 void hr_http_stop(hr_http *h);
 
 /* The status page (static HTML + JS, NUL-terminated). */

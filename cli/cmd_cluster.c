@@ -147,7 +147,6 @@ int hr_cmd_agent(hr_cli *o) {
         hp.api_key = o->api_key ? o->api_key : getenv("HEARTH_API_KEY");
         hp.model_path = o->model;
         hp.chat_template = o->chat_template;
-        hp.n_ctx = o->ctx;
         if (o->api_queue > 0)
             hp.queue_max = o->api_queue;
         hp.max_tokens = o->api_max_tokens > 0 ? o->api_max_tokens : 1 << 30;

@@ -1,0 +1,176 @@
+/* prompt.c - `hearth prompt` clients of the head: decodes a PROMPT from the
+ * control socket into a request for the service (service.h), streams its
+ * tokens back as TOKEN frames and ends with DONE (JSON stats) or ERROR.
+ *
+ * The control thread owns the ROUTER socket, so the service thread posts
+ * TOKEN/DONE/ERROR as events (hr_head_post) whose payload starts with the
+ * client's identity: [u16 LE len][identity][client payload];
+ * hr_prompt_forward() on the control thread strips it and sends the rest to
+ * that client. A request refused up front, or canceled while queued (its
+ * on_done then runs inside hr_service_cancel_client on the control thread),
+ * is answered directly. */
+#include "agent/agent-impl.h"
+#include "agent/service.h"
+
+#include "common/log.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#define TAG "head"
+#define HR_PROMPT_PIECE 512 /* bytes of text per TOKEN frame */
+
+/* One PROMPT in flight (owned by the service until on_done). */
+typedef struct {
+    hr_agent *a;
+    pthread_t ctl; /* the control thread (the one that submitted) */
+    uint8_t id[HR_RING_MAX_ID];
+    size_t idl;
+} hr_prompt;
+
+/* "zmq:" + identity: the service's client key of a ZeroMQ client. */
+static size_t hr_prompt_key(uint8_t *key, const uint8_t *id, size_t idl) {
+    memcpy(key, "zmq:", 4);
+    memcpy(key + 4, id, idl);
+    return 4 + idl;
+}
+
+/* Sends type + msg to the client: directly on the control thread, else as
+ * an event for the control thread to forward (gen_mu held: inside
+ * hr_head_generate, or locked here). */
+static void hr_prompt_send(hr_prompt *p, int type, const void *msg, size_t len, bool gen_mu_held) {
+    char err[HR_ERR_LEN];
+    if (pthread_equal(pthread_self(), p->ctl)) {
+        hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)len};
+        if (hr_ring_send_msg(p->a->ctrl, p->id, p->idl, &h, msg, err))
+            HR_LOG_DEBUG(TAG, "reply %s: %s", hr_ring_type_name(type), err);
+        return;
+    }
+    uint8_t pl[2 + HR_RING_MAX_ID + 4 + 1024];
+    if (len > sizeof pl - 2 - p->idl)
+        len = sizeof pl - 2 - p->idl;
+    pl[0] = (uint8_t)(p->idl & 0xff);
+    pl[1] = (uint8_t)(p->idl >> 8);
+    memcpy(pl + 2, p->id, p->idl);
+    memcpy(pl + 2 + p->idl, msg, len);
+    hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)(2 + p->idl + len)};
+    if (!gen_mu_held)
+        pthread_mutex_lock(&p->a->gen_mu);
+    hr_head_post(p->a, &h, pl);
+    if (!gen_mu_held)
+        pthread_mutex_unlock(&p->a->gen_mu);
+}
+
+/* on_token: runs inside hr_head_generate (gen_mu held). */
+static int hr_prompt_token(void *ud, int32_t id, const char *piece, int len) {
+    hr_prompt *p = ud;
+    if (len > HR_PROMPT_PIECE)
+        len = HR_PROMPT_PIECE;
+    uint8_t pl[4 + HR_PROMPT_PIECE];
+    for (int i = 0; i < 4; i++)
+        pl[i] = (uint8_t)((uint32_t)id >> (8 * i));
+    memcpy(pl + 4, piece, (size_t)len);
+    hr_prompt_send(p, HR_RING_TOKEN, pl, 4 + (size_t)len, true);
+    return 0;
+}
+
+static void hr_prompt_done(void *ud, int rc, const hr_head_stats *st, const char *err) {
+    hr_prompt *p = ud;
+    if (rc) {
+        hr_prompt_send(p, HR_RING_ERROR, err, strlen(err), false);
+    } else {
+        char done[256];
+        int n = snprintf(done, sizeof done,
+                         "{\"n_prompt\":%d,\"n_gen\":%d,\"prompt_s\":%.4f,\"gen_s\":%.4f,"
+                         "\"prompt_tps\":%.3f,\"gen_tps\":%.3f}",
+                         st->n_prompt, st->n_gen, st->prompt_s, st->gen_s,
+                         st->n_prompt / (st->prompt_s > 0 ? st->prompt_s : 1e-9),
+                         st->n_gen / (st->gen_s > 0 ? st->gen_s : 1e-9));
+        hr_prompt_send(p, HR_RING_DONE, done, (size_t)n < sizeof done ? (size_t)n : 0, false);
+    }
+    free(p);
+}
+
+/* The PROMPT payload: {"text", "n_predict", "temp", "top_k", "top_p",
+ * "min_p", "repeat_penalty", "seed", "wait_ms"}; sampler fields default
+ * to hr_sampler_params_default(). */
+static int hr_prompt_decode(const char *pl, size_t len, json_t **out, hr_service_req *r,
+                            char err[HR_ERR_LEN]) {
+    json_error_t je;
+    json_t *j = json_loadb(pl, len, 0, &je);
+    *out = j;
+    const char *text = NULL;
+    int n_predict = 128, top_k = r->sp.top_k, wait_ms = 30000;
+    double temp = r->sp.temperature, top_p = r->sp.top_p, min_p = r->sp.min_p,
+           rep = r->sp.repeat_penalty;
+    json_int_t seed = -1;
+    if (!j || json_unpack_ex(j, &je, 0, "{s:s,s?i,s?F,s?i,s?F,s?F,s?F,s?I,s?i}", "text", &text,
+                             "n_predict", &n_predict, "temp", &temp, "top_k", &top_k, "top_p",
+                             &top_p, "min_p", &min_p, "repeat_penalty", &rep, "seed", &seed,
+                             "wait_ms", &wait_ms) != 0)
+        return hr_seterr(err, HR_EFORMAT, "malformed PROMPT: %s", je.text);
+    r->text = text;
+    r->text_len = strlen(text);
+    r->max_tokens = n_predict;
+    r->fit = false; /* refused up front, not cut short */
+    r->wait_ms = wait_ms;
+    r->sp.temperature = (float)temp;
+    r->sp.top_k = top_k;
+    r->sp.top_p = (float)top_p;
+    r->sp.min_p = (float)min_p;
+    r->sp.repeat_penalty = (float)rep;
+    r->sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
+    return 0;
+}
+
+void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl, size_t len) {
+    char err[HR_ERR_LEN] = "";
+    hr_prompt *p = calloc(1, sizeof *p);
+    if (!p)
+        return;
+    p->a = a;
+    p->ctl = pthread_self();
+    p->idl = idl < HR_RING_MAX_ID ? idl : HR_RING_MAX_ID;
+    memcpy(p->id, id, p->idl);
+    uint8_t key[4 + HR_RING_MAX_ID];
+    hr_service_req r = hr_service_req_default();
+    r.client = key;
+    r.client_len = hr_prompt_key(key, p->id, p->idl);
+    json_t *j = NULL;
+    int rc = hr_prompt_decode(pl, len, &j, &r, err);
+    if (rc == 0)
+        rc = hr_service_submit(a->svc, &r, hr_prompt_token, hr_prompt_done, p, NULL, err);
+    json_decref(j);
+    if (rc) {
+        hr_prompt_send(p, HR_RING_ERROR, err, strlen(err), false);
+        free(p);
+    }
+}
+
+void hr_prompt_cancel(hr_agent *a, const uint8_t *id, size_t idl) {
+    uint8_t key[4 + HR_RING_MAX_ID];
+    size_t n = hr_prompt_key(key, id, idl < HR_RING_MAX_ID ? idl : HR_RING_MAX_ID);
+    hr_service_cancel_client(a->svc, key, n);
+}
+
+void hr_prompt_forward(hr_agent *a, const hr_ring_hdr *h, uint8_t *buf, size_t n) {
+    if (n < HR_RING_HDR_SIZE + 2 || h->len < 2)
+        return;
+    uint8_t *pl = buf + HR_RING_HDR_SIZE;
+    size_t idl = (size_t)pl[0] | (size_t)pl[1] << 8;
+    if (idl == 0 || idl > HR_RING_MAX_ID || 2 + idl > h->len)
+        return;
+    uint8_t id[HR_RING_MAX_ID];
+    memcpy(id, pl + 2, idl);
+    /* the client's frame: a new header right before the client payload */
+    uint8_t *frame = buf + 2 + idl;
+    hr_ring_hdr ch = {.type = h->type, .pos = -1, .len = (uint32_t)(h->len - 2 - idl)};
+    hr_ring_hdr_write(frame, &ch);
+    if (zmq_send(a->ctrl, id, idl, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(a->ctrl, frame, HR_RING_HDR_SIZE + ch.len, ZMQ_DONTWAIT);
+}

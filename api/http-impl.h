@@ -1,0 +1,85 @@
+/* http-impl.h - the HTTP server's internal state, shared by http.c (server,
+ * routing, requests handed to the head's request service) and respond.c
+ * (JSON answers, errors, Server-Sent Events). Not for other modules. */
+#ifndef HR_API_HTTP_IMPL_H
+#define HR_API_HTTP_IMPL_H
+
+#include "agent/service.h"
+#include "api/http.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One generation request of a client. References (srv->mu): the
+ * connection's, the service's (until on_done) and, when streamed, the SSE
+ * response's; the last one frees. */
+typedef struct hr_job hr_job;
+struct hr_job {
+    hr_http *srv;
+    int refs;
+    hr_api_req req;
+    uint64_t rid; /* the service's request id */
+    int fd;       /* the client's socket, watched for a hang-up */
+    char id[48];
+    long long created;
+    /* srv->mu */
+    bool done;  /* on_done ran */
+    char *text; /* released reply bytes */
+    size_t text_len, text_cap;
+    int rc;
+    char err[HR_ERR_LEN];
+    hr_finish finish;
+    hr_head_stats st;
+    /* service thread only (while it generates) */
+    hr_gen *gen;
+    /* streaming reader only */
+    size_t sent; /* bytes of text already sent */
+    int stage;   /* 0 role chunk (chat), 1 deltas, 2 finished */
+    char *ev;    /* pending event bytes */
+    size_t ev_len, ev_off, ev_cap;
+    double last_write;
+};
+
+struct hr_http {
+    hr_agent *a;
+    hr_service *svc; /* the head's request queue (borrowed) */
+    hr_http_params p;
+    char *api_key;
+    char model_id[128];
+    int n_ctx; /* the service's */
+    hr_chat_template tmpl;
+    struct MHD_Daemon *d;
+    int port;
+    long long started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* mu */
+    bool stop;
+    int n_live; /* jobs submitted whose on_done has not run */
+    unsigned long long next_id;
+};
+
+/* http.c */
+void hr_job_unref(hr_job *j); /* takes srv->mu */
+
+/* respond.c: answers (each queues a response on c and consumes s) */
+bool hr_client_gone(int fd);
+void hr_add_common_headers(struct MHD_Response *r, const char *type);
+/* Queues s (malloc'ed; taken) with status; NULL s answers 500. */
+enum MHD_Result hr_send_json(struct MHD_Connection *c, unsigned status, char *s);
+enum MHD_Result hr_send_err(struct MHD_Connection *c, const hr_api_err *e);
+enum MHD_Result hr_fail(struct MHD_Connection *c, int status, const char *type, const char *code,
+                        const char *msg);
+json_t *hr_jstr(const char *s, size_t n); /* a string of s[n] cleaned to valid UTF-8 */
+/* The full (non-streamed) answer of a finished job. */
+enum MHD_Result hr_send_answer(hr_http *h, struct MHD_Connection *c, hr_job *j);
+/* The HTTP error for a failed generation. */
+void hr_job_error(const hr_job *j, hr_api_err *e);
+/* Starts the SSE response of a queued streamed job (takes one reference,
+ * dropped when the response is freed). MHD_NO on failure. */
+enum MHD_Result hr_sse_start(struct MHD_Connection *c, hr_job *j);
+
+#endif
