@@ -7,8 +7,8 @@
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/sync.h"
+#include "ring/msg.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,36 +72,32 @@ static char *hr_agent_info(hr_agent *a, char err[HR_ERR_LEN]) {
     int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
     if (lim > 0 && (d->mem.weights_avail_bytes < 0 || d->mem.weights_avail_bytes > lim))
         d->mem.weights_avail_bytes = lim;
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    json_t *j = json_pack(
-        "{s:i,s:s,s:s,s:s,s:I,s:s,s:i,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:I,s:f,s:f}", "version",
-        HR_RING_VERSION, "name", a->name, "ctrl", a->ctrl_ep, "data", a->data_ep, "model_size",
-        (json_int_t)a->model_size, "model_hash", "", "n_layer", hp->n_layer, "threads",
-        a->p.n_threads, "os", d->os.name, "kernel", d->os.release, "cores", d->topo.n_cores, "numa",
-        d->topo.n_numa, "mem_total", (json_int_t)d->mem.total_bytes, "mem_avail",
-        (json_int_t)d->mem.available_bytes, "cg_limit", (json_int_t)d->mem.cg_limit_bytes,
-        "disk_mbs", d->disk.seq_mbs, "disk_mmap_mbs", d->disk.mmap_mbs);
-    char hash[24];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)a->model_hash);
-    if (j)
-        json_object_set_new(j, "model_hash", json_string(hash));
-    if (j && a->keys)
-        json_object_set_new(j, "pubkey", json_string(hr_ring_keys_public(a->keys)));
-    if (j && measured) {
-        char *pj = NULL;
-        if (hr_prof_device_to_json(d, &pj, err) == 0) {
-            json_t *pd = json_loads(pj, 0, NULL);
-            if (pd)
-                json_object_set_new(j, "profile", pd);
-            free(pj);
-        }
-    }
+    hr_msg_join jm = {.version = HR_RING_VERSION,
+                      .model_size = a->model_size,
+                      .model_hash = a->model_hash,
+                      .n_layer = hr_model_hparams(a->m)->n_layer,
+                      .threads = a->p.n_threads,
+                      .cores = d->topo.n_cores,
+                      .numa = d->topo.n_numa,
+                      .mem_total = d->mem.total_bytes,
+                      .mem_avail = d->mem.available_bytes,
+                      .cg_limit = d->mem.cg_limit_bytes,
+                      .disk_mbs = d->disk.seq_mbs,
+                      .disk_mmap_mbs = d->disk.mmap_mbs};
+    snprintf(jm.name, sizeof jm.name, "%s", a->name);
+    snprintf(jm.ctrl, sizeof jm.ctrl, "%s", a->ctrl_ep);
+    snprintf(jm.data, sizeof jm.data, "%s", a->data_ep);
+    snprintf(jm.os, sizeof jm.os, "%s", d->os.name);
+    snprintf(jm.kernel, sizeof jm.kernel, "%s", d->os.release);
+    if (a->keys)
+        snprintf(jm.pubkey, sizeof jm.pubkey, "%s", hr_ring_keys_public(a->keys));
+    if (measured && hr_prof_device_to_json(d, &jm.profile, err) != 0)
+        jm.profile = NULL;
     free(d);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s)
-        hr_seterr(err, HR_ENOMEM, "out of memory");
-    return s;
+    hr_msg m;
+    int rc = hr_msg_join_encode(&m, &jm, err);
+    free(jm.profile);
+    return rc ? NULL : m.data; /* NUL-terminated JSON */
 }
 
 /* ---- create / destroy ---- */
@@ -553,64 +549,38 @@ static void *hr_data_main(void *arg) {
 
 /* ---- worker control plane ---- */
 
-int hr_agent_plan_parse(const char *js, size_t len, hr_local_plan *np,
-                        char (*keys)[HR_RING_KEY_LEN], int *n_keys, char err[HR_ERR_LEN]) {
-    json_error_t je;
-    *n_keys = 0;
+/* PLAN payload -> this device's part, with our own prefetch / release
+ * settings; the ring members the head vouches for may send us hidden states. */
+static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, hr_local_plan *np,
+                            char err[HR_ERR_LEN]) {
+    hr_msg_plan m;
     memset(np, 0, sizeof *np);
-    json_t *j = json_loadb(js, len, 0, &je);
-    if (!j)
-        return hr_seterr(err, HR_EFORMAT, "PLAN is not JSON: %s", je.text);
-    const char *next = "";
-    int prefetch = 1, release = 0;
-    json_int_t plan_id = 0;
-    if (json_unpack_ex(j, &je, 0, "{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:b,s:b}", "plan_id",
-                       &plan_id, "k", &np->k, "W", &np->W, "w", &np->w, "offset", &np->offset,
-                       "n_active", &np->n_active, "n_ctx", &np->n_ctx, "n_batch", &np->n_batch,
-                       "dtype", &np->dtype, "next", &next, "prefetch", &prefetch, "release",
-                       &release) != 0) {
-        json_decref(j);
-        return hr_seterr(err, HR_EFORMAT, "PLAN: %s", je.text);
-    }
-    np->plan_id = (uint32_t)plan_id;
-    np->prefetch = prefetch;
-    np->release = release;
-    snprintf(np->next_ep, sizeof np->next_ep, "%s", next);
-    const char *nk = json_string_value(json_object_get(j, "next_key"));
-    snprintf(np->next_key, sizeof np->next_key, "%s", nk ? nk : "");
-    json_t *arr = json_object_get(j, "keys"), *v;
-    size_t i;
-    json_array_foreach(arr, i, v) {
-        const char *ks = json_string_value(v);
-        if (ks && *n_keys < HR_AGENT_MAX_DEV && hr_ring_key_valid(ks))
-            snprintf(keys[(*n_keys)++], HR_RING_KEY_LEN, "%s", ks);
-    }
-    json_decref(j);
-    return 0;
-}
-
-static int hr_plan_from_json(hr_agent *a, const char *js, size_t len, hr_local_plan *np,
-                             char err[HR_ERR_LEN]) {
-    char keys[HR_AGENT_MAX_DEV][HR_RING_KEY_LEN];
-    int n = 0;
-    int rc = hr_agent_plan_parse(js, len, np, keys, &n, err);
+    int rc = hr_msg_plan_decode(h, pl, &m, err);
     if (rc)
         return rc;
-    np->prefetch = np->prefetch && a->p.prefetch;
-    np->release = a->p.release >= 0 ? a->p.release == 1 : np->release;
-    if (a->keys) /* the ring members the head vouches for may send us hidden states */
-        hr_ring_keys_vouch(a->keys, (const char(*)[HR_RING_KEY_LEN])keys, n);
+    np->plan_id = m.plan_id;
+    np->k = m.k;
+    np->W = m.W;
+    np->w = m.w;
+    np->offset = m.offset;
+    np->n_active = m.n_active;
+    np->n_ctx = m.n_ctx;
+    np->n_batch = m.n_batch;
+    np->dtype = m.dtype;
+    np->prefetch = m.prefetch && a->p.prefetch;
+    np->release = a->p.release >= 0 ? a->p.release == 1 : m.release;
+    snprintf(np->next_ep, sizeof np->next_ep, "%s", m.next);
+    snprintf(np->next_key, sizeof np->next_key, "%s", m.next_key);
+    if (a->keys)
+        hr_ring_keys_vouch(a->keys, (const char(*)[HR_RING_KEY_LEN])m.keys, m.n_keys);
     return 0;
 }
 
-static void hr_worker_send(hr_agent *a, int type, uint32_t plan_id, const char *json) {
+/* Sends m to the head (frees its payload). */
+static void hr_worker_send(hr_agent *a, hr_msg *m) {
     char err[HR_ERR_LEN];
-    hr_ring_hdr h = {.type = (uint8_t)type,
-                     .pos = -1,
-                     .plan_id = plan_id,
-                     .len = json ? (uint32_t)strlen(json) : 0};
-    if (hr_ring_send_msg(a->up, NULL, 0, &h, json, err))
-        HR_LOG_DEBUG(TAG, "%s: %s to head: %s", a->name, hr_ring_type_name(type), err);
+    if (hr_msg_send(a->up, NULL, 0, m, err))
+        HR_LOG_DEBUG(TAG, "%s: %s to head: %s", a->name, hr_ring_type_name(m->h.type), err);
 }
 
 static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
@@ -627,12 +597,18 @@ static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
     pthread_mutex_unlock(&a->plan_mu);
     int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
     hr_meminfo(&avail, &total);
-    char js[512];
-    snprintf(js, sizeof js,
-             "{\"ms_round\":%.4f,\"resident\":%.4f,\"tokens\":%llu,\"rejected\":%llu,"
-             "\"mem_avail\":%lld,\"t\":%.6f}",
-             ms, res, (unsigned long long)tok, (unsigned long long)rej, (long long)avail, t_sent);
-    hr_worker_send(a, HR_RING_HEARTBEAT, pid, js);
+    hr_msg_heartbeat hb = {.ms_round = ms,
+                           .resident = res,
+                           .tokens = tok,
+                           .rejected = rej,
+                           .mem_avail = avail,
+                           .t = t_sent};
+    hr_msg m;
+    char err[HR_ERR_LEN];
+    if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {
+        m.h.plan_id = pid;
+        hr_worker_send(a, &m);
+    }
 }
 
 static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
@@ -663,11 +639,14 @@ static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
     int rc = hr_ring_secure_client_pairing(s, sec, hk, err);
     if (rc == 0 && zmq_connect(s, a->head_ep) != 0)
         rc = hr_seterr(err, HR_ENET, "cannot connect to head %s", a->head_ep);
-    json_t *j = json_pack("{s:s,s:s}", "name", a->name, "pubkey", hr_ring_keys_public(a->keys));
-    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    hr_ring_hdr h = {.type = HR_RING_PAIR, .pos = -1, .len = js ? (uint32_t)strlen(js) : 0};
-    if (rc == 0 && (rc = hr_ring_send_msg(s, NULL, 0, &h, js, err)) == 0) {
+    hr_msg_pair pm;
+    snprintf(pm.name, sizeof pm.name, "%s", a->name);
+    snprintf(pm.pubkey, sizeof pm.pubkey, "%s", hr_ring_keys_public(a->keys));
+    hr_msg m;
+    if (rc == 0)
+        rc = hr_msg_pair_encode(&m, &pm, err);
+    if (rc == 0 && (rc = hr_msg_send(s, NULL, 0, &m, err)) == 0) {
+        hr_ring_hdr h;
         uint8_t buf[HR_RING_HDR_SIZE + 512];
         double until = hr_now_s() + 10.0;
         rc = hr_seterr(err, HR_ETIMEDOUT,
@@ -681,14 +660,14 @@ static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
                 rc = 0;
                 break;
             }
-            if (n > 0 && h.type == HR_RING_REJECT) {
-                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %.*s", (int)h.len,
-                               (const char *)buf + HR_RING_HDR_SIZE);
+            hr_msg_reject rj;
+            if (n > 0 && h.type == HR_RING_REJECT &&
+                hr_msg_reject_decode(&h, buf + HR_RING_HDR_SIZE, &rj, e2) == 0) {
+                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %s", rj.reason);
                 break;
             }
         }
     }
-    free(js);
     zmq_close(s);
     return rc;
 }
@@ -713,7 +692,10 @@ static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     while (!atomic_load(&a->stop)) {
         double now = hr_now_s();
         if (!joined && now - last_join > 1.0) {
-            hr_worker_send(a, HR_RING_JOIN, 0, a->info_json);
+            hr_msg m = hr_msg_empty(HR_RING_JOIN, 0, 0);
+            m.h.len = (uint32_t)strlen(a->info_json);
+            if ((m.data = strdup(a->info_json)))
+                hr_worker_send(a, &m);
             last_join = now;
         }
         if (joined && now - last_hb > a->p.hb_interval_ms / 1000.0) {
@@ -746,6 +728,12 @@ static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
         if (!(it[0].revents & ZMQ_POLLIN))
             continue;
         long n = hr_ring_recv(a->up, NULL, NULL, buf, cap, 0, &h, e2);
+        if (n == HR_EUNSUPPORTED) { /* only the head reaches this link */
+            rc = hr_seterr(err, HR_EUNSUPPORTED, "head %s speaks another protocol: %s", a->head_ep,
+                           e2);
+            atomic_store(&a->stop, 1);
+            break;
+        }
         if (n <= 0) {
             if (n < 0)
                 hr_reject_frame(a, "head link", e2);
@@ -759,37 +747,39 @@ static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
                 HR_LOG_INFO(TAG, "%s: joined head %s", a->name, a->head_ep);
             joined = true;
             break;
-        case HR_RING_REJECT:
-            if (h.pos == 1) { /* fatal: model or version mismatch */
-                rc = hr_seterr(err, HR_EDENIED, "head %s refused us: %.*s", a->head_ep, (int)h.len,
-                               pl);
+        case HR_RING_REJECT: {
+            hr_msg_reject rj;
+            if (hr_msg_reject_decode(&h, pl, &rj, e2)) {
+                hr_reject_frame(a, "head link", e2);
+            } else if (rj.fatal) { /* model or version mismatch */
+                rc = hr_seterr(err, HR_EDENIED, "head %s refused us: %s", a->head_ep, rj.reason);
                 atomic_store(&a->stop, 1);
             } else {
-                HR_LOG_WARN(TAG, "%s: head says: %.*s", a->name, (int)h.len, pl);
+                HR_LOG_WARN(TAG, "%s: head says: %s", a->name, rj.reason);
                 joined = false;
                 last_join = 0;
             }
             break;
+        }
         case HR_RING_PLAN: {
             hr_local_plan np;
-            char js[256];
-            int prc = hr_plan_from_json(a, pl, h.len, &np, e2);
+            hr_msg_ready rd = {.ok = true};
+            int prc = hr_plan_from_msg(a, &h, pl, &np, e2);
             if (prc == 0) {
                 pthread_mutex_lock(&a->plan_mu);
                 prc = hr_agent_apply_plan(a, &np, e2);
                 pthread_mutex_unlock(&a->plan_mu);
             }
-            if (prc == 0) {
-                snprintf(js, sizeof js, "{\"ok\":true}");
-            } else {
-                json_t *ej = json_pack("{s:b,s:s}", "ok", 0, "error", e2);
-                char *s = ej ? json_dumps(ej, JSON_COMPACT) : NULL;
-                snprintf(js, sizeof js, "%s", s ? s : "{\"ok\":false}");
-                free(s);
-                json_decref(ej);
+            if (prc) {
+                rd.ok = false;
+                snprintf(rd.error, sizeof rd.error, "%s", e2);
                 HR_LOG_ERROR(TAG, "%s: cannot apply plan: %s", a->name, e2);
             }
-            hr_worker_send(a, HR_RING_READY, np.plan_id ? np.plan_id : h.plan_id, js);
+            hr_msg m;
+            if (hr_msg_ready_encode(&m, &rd, e2) == 0) {
+                m.h.plan_id = np.plan_id ? np.plan_id : h.plan_id;
+                hr_worker_send(a, &m);
+            }
             break;
         }
         case HR_RING_CANCEL: {
@@ -808,8 +798,10 @@ static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
             hr_reject_frame(a, "head link", hr_ring_type_name(h.type));
         }
     }
-    if (joined)
-        hr_worker_send(a, HR_RING_LEAVE, 0, NULL);
+    if (joined) {
+        hr_msg m = hr_msg_empty(HR_RING_LEAVE, 0, 0);
+        hr_worker_send(a, &m);
+    }
     free(buf);
     return rc;
 }

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "ring/msg.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -18,16 +19,29 @@
 
 /* ---- helpers ---- */
 
-static void hr_head_reply(hr_agent *a, const uint8_t *id, size_t idl, int type, int32_t pos,
-                          uint64_t req, uint32_t plan_id, const char *msg) {
+/* Sends m to the peer with ROUTER identity id (frees its payload). */
+static void hr_head_send(hr_agent *a, const uint8_t *id, size_t idl, hr_msg *m) {
     char err[HR_ERR_LEN];
-    hr_ring_hdr h = {.type = (uint8_t)type,
-                     .pos = pos,
-                     .req_id = req,
-                     .plan_id = plan_id,
-                     .len = msg ? (uint32_t)strlen(msg) : 0};
-    if (hr_ring_send_msg(a->ctrl, id, idl, &h, msg, err))
+    int type = m->h.type;
+    if (hr_msg_send(a->ctrl, id, idl, m, err))
         HR_LOG_DEBUG(TAG, "reply %s: %s", hr_ring_type_name(type), err);
+}
+
+static void hr_head_reject(hr_agent *a, const uint8_t *id, size_t idl, bool fatal,
+                           const char *reason) {
+    hr_msg_reject rj = {.fatal = fatal};
+    snprintf(rj.reason, sizeof rj.reason, "%s", reason);
+    hr_msg m;
+    char err[HR_ERR_LEN];
+    if (hr_msg_reject_encode(&m, &rj, err) == 0)
+        hr_head_send(a, id, idl, &m);
+}
+
+static void hr_head_error(hr_agent *a, const uint8_t *id, size_t idl, const char *text) {
+    hr_msg m;
+    char err[HR_ERR_LEN];
+    if (hr_msg_error_encode(&m, text, err) == 0)
+        hr_head_send(a, id, idl, &m);
 }
 
 static int hr_find_dev(const hr_agent *a, const uint8_t *id, size_t idl) {
@@ -37,17 +51,15 @@ static int hr_find_dev(const hr_agent *a, const uint8_t *id, size_t idl) {
     return -1;
 }
 
-static void hr_dev_sched(hr_agent *a, hr_dev *d, const char *info, bool is_head) {
+/* The scheduler's view of d from its profile (JSON text, may be NULL). */
+static void hr_dev_sched(hr_agent *a, hr_dev *d, const char *profile, bool is_head) {
     d->has_sched = false;
     if (!a->have_pm)
         return;
-    json_t *j = json_loads(info, 0, NULL);
-    json_t *pj = j ? json_object_get(j, "profile") : NULL;
-    if (pj) {
-        char *s = json_dumps(pj, JSON_COMPACT);
+    if (profile) {
         hr_prof_device *pd = calloc(1, sizeof *pd);
         char err[HR_ERR_LEN];
-        int prc = s && pd ? hr_prof_device_parse(s, strlen(s), pd, err) : HR_ENOMEM;
+        int prc = pd ? hr_prof_device_parse(profile, strlen(profile), pd, err) : HR_ENOMEM;
         if (prc)
             HR_LOG_WARN("head", "device '%s': unusable profile (%s); no predictions for it",
                         d->name, prc == HR_ENOMEM ? "out of memory" : err);
@@ -68,9 +80,7 @@ static void hr_dev_sched(hr_agent *a, hr_dev *d, const char *info, bool is_head)
             }
         }
         free(pd);
-        free(s);
     }
-    json_decref(j);
 }
 
 /* ---- planning ---- */
@@ -197,69 +207,69 @@ int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]) {
         }
     }
     int n_ctx = a->p.n_ctx > 0 ? a->p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    json_t *keys = json_array(); /* ring members vouched for to each other */
-    for (int r = 0; r < n_active; r++)
+    hr_msg_plan pm = {.plan_id = a->plan_id,
+                      .k = k,
+                      .W = W,
+                      .n_active = n_active,
+                      .n_ctx = n_ctx,
+                      .n_batch = a->p.n_batch,
+                      .dtype = a->p.wire_dtype};
+    for (int r = 0; r < n_active; r++) /* ring members vouched for to each other */
         if (a->devs[ring[r]].pubkey[0])
-            json_array_append_new(keys, json_string(a->devs[ring[r]].pubkey));
+            snprintf(pm.keys[pm.n_keys++], HR_RING_KEY_LEN, "%s", a->devs[ring[r]].pubkey);
     for (int r = 0; r < n_active; r++) {
         hr_dev *d = &a->devs[ring[r]];
         const char *next = n_active > 1 ? a->devs[ring[(r + 1) % n_active]].data_ep : "";
         const char *next_key = n_active > 1 ? a->devs[ring[(r + 1) % n_active]].pubkey : "";
-        hr_local_plan np = {.plan_id = a->plan_id,
-                            .k = k,
-                            .W = W,
-                            .w = d->w,
-                            .offset = d->offset,
-                            .n_active = n_active,
-                            .index = r,
-                            .n_ctx = n_ctx,
-                            .n_batch = a->p.n_batch,
-                            .dtype = a->p.wire_dtype,
-                            .prefetch = a->p.prefetch,
-                            .release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded};
-        snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
-        snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
+        pm.w = d->w;
+        pm.offset = d->offset;
+        pm.prefetch = a->p.prefetch;
+        pm.release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded;
+        snprintf(pm.next, sizeof pm.next, "%s", next);
+        snprintf(pm.next_key, sizeof pm.next_key, "%s", next_key);
         if (r == 0) {
-            if ((rc = hr_agent_apply_plan(a, &np, err))) {
-                json_decref(keys);
+            hr_local_plan np = {.plan_id = a->plan_id,
+                                .k = k,
+                                .W = W,
+                                .w = d->w,
+                                .offset = d->offset,
+                                .n_active = n_active,
+                                .index = r,
+                                .n_ctx = n_ctx,
+                                .n_batch = a->p.n_batch,
+                                .dtype = a->p.wire_dtype,
+                                .prefetch = pm.prefetch,
+                                .release = pm.release};
+            snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
+            snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
+            if ((rc = hr_agent_apply_plan(a, &np, err)))
                 return rc;
-            }
             d->ready = true;
             d->ready_plan = a->plan_id;
             continue;
         }
-        json_t *j = json_pack("{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:b,s:b}", "plan_id",
-                              (json_int_t)np.plan_id, "k", k, "W", W, "w", np.w, "offset",
-                              np.offset, "n_active", n_active, "n_ctx", n_ctx, "n_batch",
-                              np.n_batch, "dtype", np.dtype, "next", next, "prefetch",
-                              (int)np.prefetch, "release", (int)np.release);
-        if (j) {
-            json_object_set_new(j, "next_key", json_string(next_key));
-            json_object_set(j, "keys", keys);
-        }
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (!s) {
-            json_decref(keys);
-            return hr_seterr(err, HR_ENOMEM, "out of memory");
-        }
-        hr_head_reply(a, d->id, d->id_len, HR_RING_PLAN, -1, 0, a->plan_id, s);
-        free(s);
+        hr_msg m;
+        if ((rc = hr_msg_plan_encode(&m, &pm, err)))
+            return rc;
+        hr_head_send(a, d->id, d->id_len, &m);
     }
-    json_decref(keys);
     a->planned = true;
     /* devices left out of the ring get an empty window */
+    hr_msg_plan empty = {.plan_id = a->plan_id,
+                         .k = k,
+                         .W = W,
+                         .n_active = n_active,
+                         .n_ctx = n_ctx,
+                         .n_batch = a->p.n_batch,
+                         .dtype = a->p.wire_dtype};
     for (int i = 1; i < a->n_devs; i++) {
         hr_dev *d = &a->devs[i];
         if (d->lost || d->ring_pos >= 0)
             continue;
-        char s[256];
-        snprintf(s, sizeof s,
-                 "{\"plan_id\":%u,\"k\":%d,\"W\":%d,\"w\":0,\"offset\":0,\"n_active\":%d,"
-                 "\"n_ctx\":%d,\"n_batch\":%d,\"dtype\":%d,\"next\":\"\",\"prefetch\":false,"
-                 "\"release\":false}",
-                 a->plan_id, k, W, n_active, n_ctx, a->p.n_batch, a->p.wire_dtype);
-        hr_head_reply(a, d->id, d->id_len, HR_RING_PLAN, -1, 0, a->plan_id, s);
+        hr_msg m;
+        if ((rc = hr_msg_plan_encode(&m, &empty, err)))
+            return rc;
+        hr_head_send(a, d->id, d->id_len, &m);
     }
     HR_LOG_INFO(TAG, "plan %u: %d devices in the ring, k %d, %d layers per round", a->plan_id,
                 n_active, k, W);
@@ -285,49 +295,42 @@ static void hr_head_update_ready(hr_agent *a) {
 
 /* ---- messages ---- */
 
-static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const char *pl, size_t len) {
-    json_error_t je;
-    json_t *j = json_loadb(pl, len, 0, &je);
-    const char *name = NULL, *ctrl = NULL, *data = NULL, *hash = NULL;
-    json_int_t size = 0;
-    int ver = 0;
-    char msg[HR_ERR_LEN];
-    if (!j || json_unpack_ex(j, &je, 0, "{s:i,s:s,s:s,s:s,s:I,s:s}", "version", &ver, "name", &name,
-                             "ctrl", &ctrl, "data", &data, "model_size", &size, "model_hash",
-                             &hash) != 0) {
-        snprintf(msg, sizeof msg, "malformed JOIN: %s", je.text);
+static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ring_hdr *h,
+                         const char *pl) {
+    hr_msg_join jm;
+    char msg[HR_ERR_LEN], e2[HR_ERR_LEN];
+    if (hr_msg_join_decode(h, pl, &jm, e2)) {
+        snprintf(msg, sizeof msg, "malformed JOIN: %.200s", e2);
         HR_LOG_WARN(TAG, "%s", msg);
-        hr_head_reply(a, id, idl, HR_RING_REJECT, 1, 0, 0, msg);
-        json_decref(j);
+        hr_head_reject(a, id, idl, true, msg);
         return;
     }
-    char mine[24];
-    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)a->model_hash);
-    if (ver != HR_RING_VERSION) {
-        snprintf(msg, sizeof msg, "protocol version %d unsupported (head speaks %d)", ver,
+    if (jm.version != HR_RING_VERSION) {
+        snprintf(msg, sizeof msg, "protocol version %d unsupported (head speaks %d)", jm.version,
                  HR_RING_VERSION);
-    } else if ((uint64_t)size != a->model_size || strcmp(hash, mine) != 0) {
+    } else if (jm.model_size != a->model_size || jm.model_hash != a->model_hash) {
         snprintf(msg, sizeof msg,
-                 "model mismatch: device '%.40s' has %lld bytes, header hash %.16s; head has "
-                 "%llu bytes, hash %s (every device needs the same GGUF file)",
-                 name, (long long)size, hash, (unsigned long long)a->model_size, mine);
+                 "model mismatch: device '%.40s' has %llu bytes, header hash %016llx; head has "
+                 "%llu bytes, hash %016llx (every device needs the same GGUF file)",
+                 jm.name, (unsigned long long)jm.model_size, (unsigned long long)jm.model_hash,
+                 (unsigned long long)a->model_size, (unsigned long long)a->model_hash);
     } else {
         msg[0] = 0;
     }
     if (msg[0]) {
-        HR_LOG_ERROR(TAG, "refused %s: %s", ctrl, msg);
-        hr_head_reply(a, id, idl, HR_RING_REJECT, 1, 0, 0, msg);
-        json_decref(j);
+        HR_LOG_ERROR(TAG, "refused %s: %s", jm.ctrl, msg);
+        hr_head_reject(a, id, idl, true, msg);
+        hr_msg_join_clear(&jm);
         return;
     }
     int di = -1;
     for (int i = 1; i < a->n_devs; i++)
-        if (strcmp(a->devs[i].ctrl_ep, ctrl) == 0)
+        if (strcmp(a->devs[i].ctrl_ep, jm.ctrl) == 0)
             di = i;
     if (di < 0) {
         if (a->n_devs >= HR_AGENT_MAX_DEV) {
-            hr_head_reply(a, id, idl, HR_RING_REJECT, 1, 0, 0, "cluster is full");
-            json_decref(j);
+            hr_head_reject(a, id, idl, true, "cluster is full");
+            hr_msg_join_clear(&jm);
             return;
         }
         di = a->n_devs++;
@@ -340,42 +343,40 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const char 
         HR_LOG_WARN(TAG, "%s", a->lost_msg);
         atomic_store(&a->lost, di + 1);
     }
-    const char *pk = json_string_value(json_object_get(j, "pubkey"));
     free(d->info);
     memset(d, 0, sizeof *d);
-    snprintf(d->pubkey, sizeof d->pubkey, "%s", pk && hr_ring_key_valid(pk) ? pk : "");
-    snprintf(d->name, sizeof d->name, "%s", name);
-    snprintf(d->ctrl_ep, sizeof d->ctrl_ep, "%s", ctrl);
-    snprintf(d->data_ep, sizeof d->data_ep, "%s", data);
+    snprintf(d->pubkey, sizeof d->pubkey, "%s", jm.pubkey);
+    snprintf(d->name, sizeof d->name, "%s", jm.name);
+    snprintf(d->ctrl_ep, sizeof d->ctrl_ep, "%s", jm.ctrl);
+    snprintf(d->data_ep, sizeof d->data_ep, "%s", jm.data);
     memcpy(d->id, id, idl);
     d->id_len = idl;
-    d->info = strndup(pl, len);
+    d->info = strndup(pl, h->len);
     d->last_seen = hr_now_s();
     d->ring_pos = -1;
-    hr_dev_sched(a, d, d->info ? d->info : "{}", false);
-    json_decref(j);
+    hr_dev_sched(a, d, jm.profile, false);
+    hr_msg_join_clear(&jm);
     HR_LOG_INFO(TAG, "%s joined from %s (data %s)", d->name, d->ctrl_ep, d->data_ep);
-    hr_head_reply(a, id, idl, HR_RING_WELCOME, 0, 0, 0, NULL);
+    hr_msg w = hr_msg_empty(HR_RING_WELCOME, 0, 0);
+    w.h.pos = 0;
+    hr_head_send(a, id, idl, &w);
     a->replan = true;
     a->ready = false;
 }
 
-static void hr_head_heartbeat(hr_agent *a, int di, const char *pl, size_t len) {
+static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const char *pl) {
     hr_dev *d = &a->devs[di];
     d->last_seen = hr_now_s();
-    json_t *j = json_loadb(pl, len, 0, NULL);
-    if (!j)
+    hr_msg_heartbeat hb;
+    char err[HR_ERR_LEN];
+    if (hr_msg_heartbeat_decode(h, pl, &hb, err) != 0) {
+        HR_LOG_DEBUG(TAG, "%s: %s", d->name, err);
         return;
-    double ms = 0, res = 0;
-    json_int_t tok = 0, avail = -1;
-    if (json_unpack(j, "{s:F,s:F,s:I,s:I}", "ms_round", &ms, "resident", &res, "tokens", &tok,
-                    "mem_avail", &avail) == 0) {
-        d->meas_ms_round = ms;
-        d->resident = res;
-        d->tokens = (uint64_t)tok;
-        d->mem_avail = avail;
     }
-    json_decref(j);
+    d->meas_ms_round = hb.ms_round;
+    d->resident = hb.resident;
+    d->tokens = hb.tokens;
+    d->mem_avail = hb.mem_avail;
 }
 
 static void hr_head_check_lost(hr_agent *a) {
@@ -402,8 +403,10 @@ static void hr_head_check_lost(hr_agent *a) {
 
 static void hr_head_broadcast(hr_agent *a, int type, uint64_t req) {
     for (int i = 1; i < a->n_devs; i++)
-        if (!a->devs[i].lost && a->devs[i].ring_pos >= 0)
-            hr_head_reply(a, a->devs[i].id, a->devs[i].id_len, type, -1, req, a->plan_id, NULL);
+        if (!a->devs[i].lost && a->devs[i].ring_pos >= 0) {
+            hr_msg m = hr_msg_empty(type, req, a->plan_id);
+            hr_head_send(a, a->devs[i].id, a->devs[i].id_len, &m);
+        }
 }
 
 /* Events from the generating thread: START/CANCEL go to the workers,
@@ -431,8 +434,7 @@ static void hr_head_prompt(hr_agent *a, const uint8_t *id, size_t idl, const cha
     pthread_mutex_lock(&a->job_mu);
     if (a->job_pending || a->job_busy) {
         pthread_mutex_unlock(&a->job_mu);
-        hr_head_reply(a, id, idl, HR_RING_ERROR, -1, 0, 0,
-                      "head is busy with another prompt; try again later");
+        hr_head_error(a, id, idl, "head is busy with another prompt; try again later");
         return;
     }
     free(a->job_json);
@@ -451,31 +453,34 @@ static void hr_head_prompt(hr_agent *a, const uint8_t *id, size_t idl, const cha
 static void hr_head_pair(hr_agent *a, const uint8_t *id, size_t idl, const hr_ring_hdr *h,
                          const char *pl) {
     char err[HR_ERR_LEN] = "";
-    const char *name = NULL, *pub = NULL;
-    if (h->type != HR_RING_PAIR) {
+    const hr_msg_info *mi = hr_msg_info_of(h->type);
+    if (!mi || !(mi->flags & HR_MSG_F_PAIRING)) {
         HR_LOG_WARN(TAG, "join token holder sent %s; only PAIR is allowed before pairing",
                     hr_ring_type_name(h->type));
         return;
     }
-    json_t *j = json_loadb(pl, h->len, 0, NULL);
-    if (!j || json_unpack(j, "{s:s,s:s}", "name", &name, "pubkey", &pub) != 0)
-        snprintf(err, sizeof err, "malformed PAIR");
-    else if (hr_ring_trust_add(hr_ring_keys_dir(a->keys), name, pub, err) == 0)
-        HR_LOG_INFO(TAG, "paired '%s' (key %s) by join token", name, pub);
-    if (err[0])
+    hr_msg_pair pm;
+    if (hr_msg_pair_decode(h, pl, &pm, err) == 0 &&
+        hr_ring_trust_add(hr_ring_keys_dir(a->keys), pm.name, pm.pubkey, err) == 0)
+        HR_LOG_INFO(TAG, "paired '%s' (key %s) by join token", pm.name, pm.pubkey);
+    if (err[0]) {
         HR_LOG_WARN(TAG, "pairing refused: %s", err);
-    hr_head_reply(a, id, idl, err[0] ? HR_RING_REJECT : HR_RING_PAIR, -1, 0, 0,
-                  err[0] ? err : "ok");
-    json_decref(j);
+        hr_head_reject(a, id, idl, true, err);
+        return;
+    }
+    hr_msg ok = hr_msg_empty(HR_RING_PAIR, 0, 0);
+    hr_head_send(a, id, idl, &ok);
 }
 
 static void hr_head_invite(hr_agent *a, void **inv, int n_inv, bool *joined) {
     char err[HR_ERR_LEN];
+    hr_msg_invite im;
+    snprintf(im.head, sizeof im.head, "%s", a->ctrl_ep);
     for (int i = 0; i < n_inv; i++) {
-        if (joined[i] || !inv[i])
+        hr_msg m;
+        if (joined[i] || !inv[i] || hr_msg_invite_encode(&m, &im, err) != 0)
             continue;
-        hr_ring_hdr h = {.type = HR_RING_INVITE, .pos = -1, .len = (uint32_t)strlen(a->ctrl_ep)};
-        hr_ring_send_msg(inv[i], NULL, 0, &h, a->ctrl_ep, err);
+        hr_msg_send(inv[i], NULL, 0, &m, err);
     }
 }
 
@@ -493,7 +498,12 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         snprintf(me->pubkey, sizeof me->pubkey, "%s", hr_ring_keys_public(a->keys));
     if (hr_prof_model_build(&a->pm, a->m, a->g, err) == 0)
         a->have_pm = true;
-    hr_dev_sched(a, me, a->info_json, true);
+    hr_msg_join own;
+    hr_ring_hdr oh = {.type = HR_RING_JOIN, .len = (uint32_t)strlen(a->info_json)};
+    if (hr_msg_join_decode(&oh, a->info_json, &own, err) == 0) {
+        hr_dev_sched(a, me, own.profile, true);
+        hr_msg_join_clear(&own);
+    }
     a->replan = true;
     pthread_mutex_unlock(&a->dev_mu);
     char ev_ep[64];
@@ -609,7 +619,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         if (n < 0) {
             HR_LOG_WARN(TAG, "rejected frame on the control port: %s", e2);
             if (n == HR_EUNSUPPORTED && idl > 0)
-                hr_head_reply(a, id, idl, HR_RING_REJECT, 1, 0, 0, e2);
+                hr_head_reject(a, id, idl, true, e2);
             continue;
         }
         const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
@@ -617,9 +627,13 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
             pthread_mutex_lock(&a->dev_mu);
             bool alone = a->n_devs == 1 && a->p.expect <= 0 && !a->p.peers;
             pthread_mutex_unlock(&a->dev_mu);
-            char ep[HR_EP_LEN], hs[HR_EP_LEN];
-            snprintf(hs, sizeof hs, "%.*s", (int)(h.len < HR_EP_LEN - 1 ? h.len : HR_EP_LEN - 1),
-                     pl);
+            char ep[HR_EP_LEN];
+            hr_msg_invite im;
+            if (hr_msg_invite_decode(&h, pl, &im, e2) != 0) {
+                HR_LOG_WARN(TAG, "malformed INVITE ignored: %s", e2);
+                continue;
+            }
+            const char *hs = im.head;
             if (alone && hr_ring_endpoint(hs, 0, ep, sizeof ep) == 0) {
                 HR_LOG_INFO(TAG, "%s: invited by %s; joining as a worker", a->name, ep);
                 snprintf(a->head_ep, sizeof a->head_ep, "%s", ep);
@@ -639,8 +653,11 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         }
         if (h.type == HR_RING_STATUS_REQ) {
             char *s = hr_head_status_json(a);
-            hr_head_reply(a, id, idl, s ? HR_RING_STATUS : HR_RING_ERROR, -1, 0, 0,
-                          s ? s : "out of memory");
+            hr_msg m;
+            if (s && hr_msg_status_encode(&m, s, e2) == 0)
+                hr_head_send(a, id, idl, &m);
+            else
+                hr_head_error(a, id, idl, s ? e2 : "out of memory");
             free(s);
             continue;
         }
@@ -648,27 +665,33 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         int di = hr_find_dev(a, id, idl);
         switch (h.type) {
         case HR_RING_JOIN:
-            hr_head_join(a, id, idl, pl, h.len);
+            hr_head_join(a, id, idl, &h, pl);
             break;
         case HR_RING_HEARTBEAT:
             if (di < 0 || a->devs[di].lost) {
-                hr_head_reply(a, id, idl, HR_RING_REJECT, 0, 0, 0,
-                              "unknown or lost device; join again");
+                hr_head_reject(a, id, idl, false, "unknown or lost device; join again");
                 break;
             }
-            hr_head_heartbeat(a, di, pl, h.len);
-            hr_head_reply(a, id, idl, HR_RING_HEARTBEAT, -1, 0, a->plan_id, NULL);
+            hr_head_heartbeat(a, di, &h, pl);
+            {
+                hr_msg echo = hr_msg_empty(HR_RING_HEARTBEAT, 0, a->plan_id);
+                hr_head_send(a, id, idl, &echo);
+            }
             break;
         case HR_RING_READY:
             if (di < 0)
                 break;
             a->devs[di].last_seen = hr_now_s();
-            if (h.len >= 11 && strncmp(pl, "{\"ok\":true}", 11) == 0) {
+            hr_msg_ready rd;
+            if (hr_msg_ready_decode(&h, pl, &rd, e2) != 0) {
+                rd.ok = false;
+                snprintf(rd.error, sizeof rd.error, "%s", e2);
+            }
+            if (rd.ok) {
                 a->devs[di].ready = true;
                 a->devs[di].ready_plan = h.plan_id;
             } else {
-                snprintf(a->devs[di].ready_err, HR_ERR_LEN, "%.*s",
-                         (int)(h.len < 200 ? h.len : 200), pl);
+                snprintf(a->devs[di].ready_err, HR_ERR_LEN, "%.200s", rd.error);
                 snprintf(a->plan_err, sizeof a->plan_err,
                          "device '%.64s' cannot apply the plan: %.150s", a->devs[di].name,
                          a->devs[di].ready_err);

@@ -1,6 +1,7 @@
 /* ring.c - wire format (32-byte little-endian header + payload), hidden
  * state packing (F16/F32) and ZeroMQ socket helpers with timeouts. */
 #include "ring/ring.h"
+#include "ring/msg.h"
 
 #include "kernels/quant.h"
 
@@ -10,22 +11,9 @@
 #include <string.h>
 #include <zmq.h>
 
-static const char *const hr_ring_names[HR_RING_TYPE_END] = {
-    [HR_RING_JOIN] = "JOIN",     [HR_RING_WELCOME] = "WELCOME",
-    [HR_RING_REJECT] = "REJECT", [HR_RING_PLAN] = "PLAN",
-    [HR_RING_READY] = "READY",   [HR_RING_START] = "START",
-    [HR_RING_CANCEL] = "CANCEL", [HR_RING_HEARTBEAT] = "HEARTBEAT",
-    [HR_RING_LEAVE] = "LEAVE",   [HR_RING_INVITE] = "INVITE",
-    [HR_RING_HIDDEN] = "HIDDEN", [HR_RING_PROMPT] = "PROMPT",
-    [HR_RING_TOKEN] = "TOKEN",   [HR_RING_DONE] = "DONE",
-    [HR_RING_ERROR] = "ERROR",   [HR_RING_STATUS_REQ] = "STATUS_REQ",
-    [HR_RING_STATUS] = "STATUS", [HR_RING_PAIR] = "PAIR",
-};
-
 const char *hr_ring_type_name(int type) {
-    if (type <= 0 || type >= HR_RING_TYPE_END)
-        return "?";
-    return hr_ring_names[type];
+    const hr_msg_info *mi = hr_msg_info_of(type);
+    return mi ? mi->name : "?";
 }
 
 size_t hr_ring_dtype_size(int dtype) {
@@ -88,14 +76,15 @@ int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ER
     h->round = hr_get16(p + 22);
     h->plan_id = hr_get32(p + 24);
     h->len = hr_get32(p + 28);
-    if (h->type == 0 || h->type >= HR_RING_TYPE_END)
+    if (!hr_msg_info_of(h->type))
         return hr_seterr(err, HR_EFORMAT, "unknown message type %u", h->type);
     if ((uint64_t)h->len != (uint64_t)n - HR_RING_HDR_SIZE)
         return hr_seterr(err, HR_EFORMAT, "%s frame says %u payload bytes but carries %zu",
                          hr_ring_type_name(h->type), h->len, n - HR_RING_HDR_SIZE);
-    if (h->type != HR_RING_HIDDEN && h->len > HR_RING_MAX_CTRL)
+    uint32_t max = hr_msg_info_of(h->type)->max_len; /* the message table's row */
+    if (h->len > max)
         return hr_seterr(err, HR_EFORMAT, "%s payload of %u bytes exceeds the %u-byte limit",
-                         hr_ring_type_name(h->type), h->len, HR_RING_MAX_CTRL);
+                         hr_ring_type_name(h->type), h->len, max);
     if (h->type == HR_RING_HIDDEN) {
         size_t es = hr_ring_dtype_size(h->dtype);
         if (es == 0)

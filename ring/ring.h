@@ -16,7 +16,9 @@
  *    24    4 plan_id  plan epoch the frame belongs to
  *    28    4 len      payload bytes; must equal frame size - 32
  *
- * Control payloads are JSON (at most HR_RING_MAX_CTRL bytes). A HIDDEN data
+ * Control payloads and their limits are listed in ring/msg.h (the message
+ * table; none exceeds HR_RING_MAX_CTRL bytes), which also encodes and
+ * decodes them. A HIDDEN data
  * payload is n_tok x n_embd elements of dtype, row-major. Receivers check the
  * header (magic, version, type, exact length, limits) before touching the
  * payload, and dimensions against their plan before any copy.
@@ -35,7 +37,7 @@
 #include <stdint.h>
 
 #define HR_RING_MAGIC 0x48545248u
-#define HR_RING_VERSION 1
+#define HR_RING_VERSION 2 /* 2: typed REJECT, READY, INVITE, PAIR payloads (msg.h) */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
@@ -82,7 +84,8 @@ size_t hr_ring_dtype_size(int dtype);    /* 2, 4, or 0 for unknown */
 /* Writes h as 32 bytes at out. */
 void hr_ring_hdr_write(void *out, const hr_ring_hdr *h);
 /* Parses and checks a whole frame of n bytes: n >= 32, magic, version
- * (HR_EUNSUPPORTED), known type, len == n - 32, control payload limit.
+ * (HR_EUNSUPPORTED), known type, len == n - 32, the type's payload limit
+ * from the message table (msg.h).
  * HR_EFORMAT otherwise, err says what. */
 int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ERR_LEN]);
 
