@@ -1,5 +1,6 @@
-/* agent-impl.h - the agent's internal state, shared by agent.c (control
- * plane, worker ring loop), head.c (plan, generation) and stream.c (mmap
+/* agent-impl.h - the agent's internal state, shared by agent.c (create,
+ * plan application), worker.c (worker control loop, data thread), head.c
+ * (the head's control loop, plans), gen.c (generation) and stream.c (mmap
  * prefetch / release / residency). Not for other modules. */
 #ifndef HR_AGENT_AGENT_IMPL_H
 #define HR_AGENT_AGENT_IMPL_H
@@ -133,8 +134,7 @@ struct hr_agent {
 };
 
 /* head.c */
-int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]);    /* 1 = invited: become a worker */
-int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]); /* dev_mu held, plan_mu held */
+int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]); /* 1 = invited: become a worker */
 void *hr_head_job_main(void *arg);
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
 
@@ -142,6 +142,12 @@ int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
 int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
 /* agent.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key) */
 void hr_agent_push_connect(hr_agent *a);
+/* agent.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
+void hr_agent_meminfo(int64_t *avail, int64_t *total);
+
+/* worker.c: the worker's control loop (and its data thread) until stop or a
+ * fatal refusal by the head */
+int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]);
 
 /* stream.c */
 void hr_stream_windows(hr_agent *a);          /* fills lp.win_off/len */

@@ -134,6 +134,38 @@ int hr_ring_unpack(float *dst, size_t n, const void *src, size_t len, int dtype)
     return 0;
 }
 
+_Static_assert(HR_RING_DEALER == ZMQ_DEALER && HR_RING_ROUTER == ZMQ_ROUTER &&
+                   HR_RING_PULL == ZMQ_PULL && HR_RING_PUSH == ZMQ_PUSH,
+               "socket types are zmq's");
+
+void *hr_ring_context(void) { return zmq_ctx_new(); }
+
+void hr_ring_context_term(void *zctx) {
+    if (zctx)
+        zmq_ctx_term(zctx);
+}
+
+void hr_ring_close(void *sock) {
+    if (sock)
+        zmq_close(sock);
+}
+
+int hr_ring_connect(void *sock, const char *endpoint, char err[HR_ERR_LEN]) {
+    if (zmq_connect(sock, endpoint) != 0)
+        return hr_seterr(err, HR_ENET, "cannot connect to %s: %s", endpoint,
+                         zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+void hr_ring_disconnect(void *sock, const char *endpoint) { zmq_disconnect(sock, endpoint); }
+
+int hr_ring_forward(void *sock, const void *id, size_t id_len, const void *frame, size_t n) {
+    if ((id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+        zmq_send(sock, frame, n, ZMQ_DONTWAIT) < 0)
+        return zmq_errno() == EAGAIN ? HR_ETIMEDOUT : HR_ENET;
+    return 0;
+}
+
 hr_ring_sockopt hr_ring_sockopt_default(void) {
     return (hr_ring_sockopt){
         .rcv_timeout_ms = 1000, .snd_timeout_ms = 1000, .hwm = 64, .max_msg = HR_RING_MAX_FRAME};
@@ -155,6 +187,9 @@ void *hr_ring_socket(void *zctx, int type, const hr_ring_sockopt *o, char err[HR
     rc |= zmq_setsockopt(s, ZMQ_SNDHWM, &o->hwm, sizeof o->hwm);
     rc |= zmq_setsockopt(s, ZMQ_RCVHWM, &o->hwm, sizeof o->hwm);
     rc |= zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &o->max_msg, sizeof o->max_msg);
+    int one = 1;
+    if (o->mandatory && type == ZMQ_ROUTER)
+        rc |= zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     if (rc) {
         hr_seterr(err, HR_ENET, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
         zmq_close(s);

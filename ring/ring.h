@@ -32,6 +32,7 @@
 
 #include "common/error.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -95,17 +96,30 @@ long hr_ring_pack(void *dst, size_t cap, const float *src, size_t n, int dtype);
 /* Unpacks exactly n elements; len must be n x dtype size (HR_EFORMAT). */
 int hr_ring_unpack(float *dst, size_t n, const void *src, size_t len, int dtype);
 
+/* Socket types for hr_ring_socket (their values are ZeroMQ's). */
+enum { HR_RING_DEALER = 5, HR_RING_ROUTER = 6, HR_RING_PULL = 7, HR_RING_PUSH = 8 };
+
+/* A messaging context (one per agent or client; sockets are made from it).
+ * NULL on failure. term: after every socket of it is closed; NULL no-op. */
+void *hr_ring_context(void);
+void hr_ring_context_term(void *zctx);
+
 typedef struct {
     int rcv_timeout_ms; /* ZMQ_RCVTIMEO */
     int snd_timeout_ms; /* ZMQ_SNDTIMEO */
     int hwm;            /* ZMQ_SNDHWM and ZMQ_RCVHWM, messages */
     int64_t max_msg;    /* ZMQ_MAXMSGSIZE, bytes */
+    bool mandatory;     /* ROUTER: fail sends to unknown peers (ZMQ_ROUTER_MANDATORY) */
 } hr_ring_sockopt;
 
 hr_ring_sockopt hr_ring_sockopt_default(void);
 
 /* A socket of zmq type `type` with the options set; NULL on failure (err). */
 void *hr_ring_socket(void *zctx, int type, const hr_ring_sockopt *o, char err[HR_ERR_LEN]);
+void hr_ring_close(void *sock); /* NULL is a no-op */
+/* Connects to endpoint (tcp:// or inproc://); HR_ENET with err. */
+int hr_ring_connect(void *sock, const char *endpoint, char err[HR_ERR_LEN]);
+void hr_ring_disconnect(void *sock, const char *endpoint);
 /* Binds to endpoint ("tcp://host:port", port 0 = any) and writes the
  * resolved endpoint into out (cap bytes). */
 int hr_ring_bind(void *sock, const char *endpoint, char *out, size_t cap, char err[HR_ERR_LEN]);
@@ -118,6 +132,9 @@ int hr_ring_endpoint(const char *addr, int port_delta, char *out, size_t cap);
  * (queue full past the send timeout) or HR_ENET. */
 int hr_ring_send(void *sock, const void *id, size_t id_len, void *frame, const hr_ring_hdr *h,
                  char err[HR_ERR_LEN]);
+/* Passes a received frame (n bytes, header included) on unchanged without
+ * waiting (ROUTER: to id). Returns 0, HR_ETIMEDOUT (queue full) or HR_ENET. */
+int hr_ring_forward(void *sock, const void *id, size_t id_len, const void *frame, size_t n);
 /* Header-plus-payload convenience for small control messages (copies into
  * a stack buffer when len <= 4096, else allocates; not for the hot path). */
 int hr_ring_send_msg(void *sock, const void *id, size_t id_len, const hr_ring_hdr *h,
@@ -136,6 +153,31 @@ long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, i
  * CURVE) in user (HR_RING_KEY_LEN bytes). */
 long hr_ring_recv_user(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
                        hr_ring_hdr *h, char *user, char err[HR_ERR_LEN]);
+
+/* ---- event loop (loop.c) ----
+ *
+ * A small loop over zmq_poll for one thread's sockets: each socket has a
+ * callback run when a message is waiting (it receives what it wants; the
+ * loop polls again), each timer a callback run every period_ms (0: on every
+ * turn). The loop waits at most HR_RING_LOOP_TICK_MS per turn, so the
+ * timers' resolution is about that. Not thread-safe: one loop per thread,
+ * and its sockets belong to that thread. */
+#define HR_RING_LOOP_MAX 8
+#define HR_RING_LOOP_TICK_MS 50
+
+typedef void (*hr_ring_loop_fn)(void *ud);
+typedef struct hr_ring_loop hr_ring_loop;
+
+/* NULL on out of memory. stop (may be NULL) is polled every turn. */
+hr_ring_loop *hr_ring_loop_create(const atomic_int *stop);
+void hr_ring_loop_destroy(hr_ring_loop *l); /* NULL is a no-op; closes no socket */
+/* HR_ERANGE past HR_RING_LOOP_MAX sockets or timers. */
+int hr_ring_loop_socket(hr_ring_loop *l, void *sock, hr_ring_loop_fn fn, void *ud);
+int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void *ud);
+/* Turns until *stop or hr_ring_loop_break(); returns 0, or HR_ENET when
+ * polling fails. Timers run first on each turn, then ready sockets. */
+int hr_ring_loop_run(hr_ring_loop *l, char err[HR_ERR_LEN]);
+void hr_ring_loop_break(hr_ring_loop *l); /* from a callback: return after this turn */
 
 /* 64-bit FNV-1a over n bytes (model fingerprints). */
 uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);
