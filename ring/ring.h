@@ -179,6 +179,39 @@ int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void 
 int hr_ring_loop_run(hr_ring_loop *l, char err[HR_ERR_LEN]);
 void hr_ring_loop_break(hr_ring_loop *l); /* from a callback: return after this turn */
 
+/* ---- link probes (echo.c) ----
+ *
+ * The transport of the profiler's link measurement. A probe frame is a
+ * 16-byte little-endian header (magic "HRPE", version u16, flags u16, seq
+ * u32, payload length u32) and the payload; the responder answers a probe
+ * with the frame itself, or with the header alone (payload length 0) when
+ * flags has HR_RING_ECHO_ACK, and drops anything malformed. */
+#define HR_RING_ECHO_HDR 16
+#define HR_RING_ECHO_ACK 1u
+#define HR_RING_ECHO_MAX_PAYLOAD (16u << 20)
+
+void hr_ring_echo_hdr_write(unsigned char *p, uint16_t flags, uint32_t seq, uint32_t len);
+/* Checks a probe frame of n bytes: magic, version, length. */
+bool hr_ring_echo_hdr_check(const unsigned char *p, size_t n, uint16_t *flags, uint32_t *seq,
+                            uint32_t *len);
+/* A bound responder socket (its address in out); NULL with err (HR_ENET). */
+void *hr_ring_echo_bind(void *zctx, const char *endpoint, char *out, size_t cap,
+                        char err[HR_ERR_LEN]);
+/* Answers probes on sock until *stop, counting answered and dropped ones;
+ * the socket belongs to the calling thread from then on. */
+int hr_ring_echo_serve(void *sock, const atomic_int *stop, atomic_ullong *served,
+                       atomic_ullong *dropped);
+/* A connected probing socket with send / receive timeouts; NULL with err. */
+void *hr_ring_probe_open(void *zctx, const char *endpoint, int timeout_ms, char err[HR_ERR_LEN]);
+/* Writes the header into frame[0..16) and sends it with payload bytes of
+ * payload after it. HR_ETIMEDOUT or HR_ENET. */
+int hr_ring_probe_send(void *sock, unsigned char *frame, uint32_t payload, uint16_t flags,
+                       uint32_t seq, char err[HR_ERR_LEN]);
+/* Receives one answer into rbuf (rcap bytes) and checks it: seq and the
+ * payload length it carries. HR_ETIMEDOUT, HR_ENET or HR_EFORMAT. */
+int hr_ring_probe_recv(void *sock, unsigned char *rbuf, size_t rcap, uint32_t *seq, uint32_t *len,
+                       char err[HR_ERR_LEN]);
+
 /* 64-bit FNV-1a over n bytes (model fingerprints). */
 uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);
 
