@@ -1,5 +1,6 @@
-/* agent-impl.h - the agent's internal state, shared by agent.c (control
- * plane, worker ring loop), head.c (plan, generation) and stream.c (mmap
+/* agent-impl.h - the agent's internal state, shared by agent.c (create,
+ * plan application), worker.c (worker control loop, data thread), head.c
+ * (the head's control loop, plans), gen.c (generation) and stream.c (mmap
  * prefetch / release / residency). Not for other modules. */
 #ifndef HR_AGENT_AGENT_IMPL_H
 #define HR_AGENT_AGENT_IMPL_H
@@ -8,14 +9,16 @@
 #include "mmap/gguf.h"
 #include "model/model.h"
 #include "profiler/profiler.h"
+#include "ring/msg.h"
 #include "ring/ring.h"
 #include "sched/sched.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define HR_EP_LEN 160
-#define HR_NAME_LEN 64
+#define HR_EP_LEN HR_MSG_EP_LEN
+#define HR_NAME_LEN HR_MSG_NAME_LEN
+_Static_assert(HR_AGENT_MAX_DEV <= HR_MSG_MAX_KEYS, "a PLAN vouches for every ring member");
 
 /* A device as the head sees it (index 0 is the head itself). */
 typedef struct {
@@ -123,18 +126,19 @@ struct hr_agent {
 };
 
 /* head.c */
-int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]);    /* 1 = invited: become a worker */
-int hr_head_replan(hr_agent *a, char err[HR_ERR_LEN]); /* dev_mu held, plan_mu held */
+int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]); /* 1 = invited: become a worker */
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
 
 /* agent.c: applies this device's plan (plan_mu held) */
 int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
-/* agent.c: parses a PLAN payload (pure; the fuzz target calls it): keys gets
- * up to HR_AGENT_MAX_DEV ring member keys. HR_EFORMAT with err. */
-int hr_agent_plan_parse(const char *js, size_t len, hr_local_plan *np,
-                        char (*keys)[HR_RING_KEY_LEN], int *n_keys, char err[HR_ERR_LEN]);
 /* agent.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key) */
 void hr_agent_push_connect(hr_agent *a);
+/* agent.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
+void hr_agent_meminfo(int64_t *avail, int64_t *total);
+
+/* worker.c: the worker's control loop (and its data thread) until stop or a
+ * fatal refusal by the head */
+int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]);
 
 /* prompt.c: `hearth prompt` clients on the control thread: PROMPT (queued
  * on the service), CANCEL (that client's requests), and the TOKEN/DONE/ERROR

@@ -1,21 +1,20 @@
-/* agent.c - the agent daemon: sockets, the control plane (join, plan,
- * ready, heartbeat, cancel, leave) for workers and the head, and the
- * worker's data thread that computes its windows as hidden states come
- * around the ring. Plan making and generation live in head.c. */
+/* agent.c - the agent daemon's node: parameters, model, keys and sockets
+ * (create / destroy), the JOIN payload describing this device, applying
+ * this device's part of a plan (both roles) and the data PUSH. The control
+ * loops live in worker.c and head.c, generation in gen.c. */
 #include "agent/agent-impl.h"
 #include "agent/service.h"
 
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/sync.h"
+#include "ring/msg.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #define TAG "agent"
 
@@ -73,39 +72,113 @@ static char *hr_agent_info(hr_agent *a, char err[HR_ERR_LEN]) {
     int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
     if (lim > 0 && (d->mem.weights_avail_bytes < 0 || d->mem.weights_avail_bytes > lim))
         d->mem.weights_avail_bytes = lim;
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    json_t *j = json_pack(
-        "{s:i,s:s,s:s,s:s,s:I,s:s,s:i,s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:I,s:f,s:f}", "version",
-        HR_RING_VERSION, "name", a->name, "ctrl", a->ctrl_ep, "data", a->data_ep, "model_size",
-        (json_int_t)a->model_size, "model_hash", "", "n_layer", hp->n_layer, "threads",
-        a->p.n_threads, "os", d->os.name, "kernel", d->os.release, "cores", d->topo.n_cores, "numa",
-        d->topo.n_numa, "mem_total", (json_int_t)d->mem.total_bytes, "mem_avail",
-        (json_int_t)d->mem.available_bytes, "cg_limit", (json_int_t)d->mem.cg_limit_bytes,
-        "disk_mbs", d->disk.seq_mbs, "disk_mmap_mbs", d->disk.mmap_mbs);
-    char hash[24];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)a->model_hash);
-    if (j)
-        json_object_set_new(j, "model_hash", json_string(hash));
-    if (j && a->keys)
-        json_object_set_new(j, "pubkey", json_string(hr_ring_keys_public(a->keys)));
-    if (j && measured) {
-        char *pj = NULL;
-        if (hr_prof_device_to_json(d, &pj, err) == 0) {
-            json_t *pd = json_loads(pj, 0, NULL);
-            if (pd)
-                json_object_set_new(j, "profile", pd);
-            free(pj);
-        }
-    }
+    hr_msg_join jm = {.version = HR_RING_VERSION,
+                      .model_size = a->model_size,
+                      .model_hash = a->model_hash,
+                      .n_layer = hr_model_hparams(a->m)->n_layer,
+                      .threads = a->p.n_threads,
+                      .cores = d->topo.n_cores,
+                      .numa = d->topo.n_numa,
+                      .mem_total = d->mem.total_bytes,
+                      .mem_avail = d->mem.available_bytes,
+                      .cg_limit = d->mem.cg_limit_bytes,
+                      .disk_mbs = d->disk.seq_mbs,
+                      .disk_mmap_mbs = d->disk.mmap_mbs};
+    snprintf(jm.name, sizeof jm.name, "%s", a->name);
+    snprintf(jm.ctrl, sizeof jm.ctrl, "%s", a->ctrl_ep);
+    snprintf(jm.data, sizeof jm.data, "%s", a->data_ep);
+    snprintf(jm.os, sizeof jm.os, "%s", d->os.name);
+    snprintf(jm.kernel, sizeof jm.kernel, "%s", d->os.release);
+    if (a->keys)
+        snprintf(jm.pubkey, sizeof jm.pubkey, "%s", hr_ring_keys_public(a->keys));
+    if (measured && hr_prof_device_to_json(d, &jm.profile, err) != 0)
+        jm.profile = NULL;
     free(d);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s)
-        hr_seterr(err, HR_ENOMEM, "out of memory");
-    return s;
+    hr_msg m;
+    int rc = hr_msg_join_encode(&m, &jm, err);
+    free(jm.profile);
+    return rc ? NULL : m.data; /* NUL-terminated JSON */
 }
 
 /* ---- create / destroy ---- */
+
+/* Fills in defaults for out-of-range parameters. */
+static void hr_agent_params_fix(hr_agent_params *p) {
+    if (p->n_threads < 1)
+        p->n_threads = 1;
+    if (p->n_batch < 1)
+        p->n_batch = 64;
+    if (p->hb_interval_ms < 10)
+        p->hb_interval_ms = 250;
+    if (p->hb_timeout_ms < 4 * p->hb_interval_ms)
+        p->hb_timeout_ms = 4 * p->hb_interval_ms;
+    if (p->data_timeout_ms < 1000)
+        p->data_timeout_ms = 60000;
+    if (p->recover_ms < 1000)
+        p->recover_ms = 30000;
+}
+
+/* Key pair, ZAP handler, join token (head) or the head's key (worker). */
+static int hr_agent_security(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
+    int rc;
+    if (p->insecure) {
+        HR_LOG_WARN(TAG, "*** INSECURE MODE: no encryption, no authentication; anyone who can "
+                         "reach this agent's ports can join, send frames and read hidden "
+                         "states. For benchmarks only. ***");
+        return 0;
+    }
+    if ((rc = hr_ring_keys_open(&a->keys, p->key_dir, err)) ||
+        (rc = hr_ring_keys_zap_start(a->keys, a->zctx, p->name ? p->name : "agent", err)))
+        return rc;
+    char tk_sec[HR_RING_KEY_LEN];
+    if (p->join && hr_ring_join_parse(p->join, a->head_key, tk_sec) != 0)
+        return hr_seterr(err, HR_EINVAL, "--join: not a join token (want HJ1 + 80 chars)");
+    if (p->join && (rc = hr_ring_trust_add(hr_ring_keys_dir(a->keys), "head", a->head_key, err)))
+        return rc;
+    if (a->is_head)
+        return hr_ring_keys_join_token(a->keys, a->join_token, sizeof a->join_token, err);
+    if (!p->join &&
+        hr_ring_keys_lookup(a->keys, p->head_key ? p->head_key : "head", a->head_key) != 0) {
+        if (p->head_key)
+            return hr_seterr(err, HR_EINVAL,
+                             "--head-key '%s' is neither a public key nor a trusted name",
+                             p->head_key);
+        snprintf(a->head_key, sizeof a->head_key, "%s", hr_ring_keys_public(a->keys));
+    }
+    return 0;
+}
+
+/* Binds the control ROUTER on listen and the data PULL on the next port. */
+static int hr_agent_sockets(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
+    char ep[HR_EP_LEN];
+    int rc;
+    if (hr_ring_endpoint(p->listen, 0, ep, sizeof ep))
+        return hr_seterr(err, HR_EINVAL, "bad listen address '%s' (want host:port)", p->listen);
+    hr_ring_sockopt so = hr_ring_sockopt_default();
+    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
+    so.mandatory = true;
+    if (!(a->ctrl = hr_ring_socket(a->zctx, HR_RING_ROUTER, &so, err)))
+        return HR_ENET;
+    if (a->keys && (rc = a->is_head ? hr_ring_secure_server_pairing(a->ctrl, a->keys, err)
+                                    : hr_ring_secure_server(a->ctrl, a->keys, err)))
+        return rc;
+    if ((rc = hr_ring_bind(a->ctrl, ep, a->ctrl_ep, sizeof a->ctrl_ep, err)))
+        return rc;
+    char dep[HR_EP_LEN];
+    if (strcmp(ep + strlen(ep) - 2, ":0") == 0)
+        snprintf(dep, sizeof dep, "%s", ep);
+    else
+        hr_ring_endpoint(ep, 1, dep, sizeof dep);
+    hr_ring_sockopt ds = hr_ring_sockopt_default();
+    ds.hwm = 16;
+    ds.snd_timeout_ms = 2000;
+    if (!(a->pull = hr_ring_socket(a->zctx, HR_RING_PULL, &ds, err)) ||
+        !(a->push = hr_ring_socket(a->zctx, HR_RING_PUSH, &ds, err)))
+        return HR_ENET;
+    if (a->keys && (rc = hr_ring_secure_server(a->pull, a->keys, err)))
+        return rc;
+    return hr_ring_bind(a->pull, dep, a->data_ep, sizeof a->data_ep, err);
+}
 
 int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     *out = NULL;
@@ -115,18 +188,7 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
     if (!a)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
     a->p = *p;
-    if (a->p.n_threads < 1)
-        a->p.n_threads = 1;
-    if (a->p.n_batch < 1)
-        a->p.n_batch = 64;
-    if (a->p.hb_interval_ms < 10)
-        a->p.hb_interval_ms = 250;
-    if (a->p.hb_timeout_ms < 4 * a->p.hb_interval_ms)
-        a->p.hb_timeout_ms = 4 * a->p.hb_interval_ms;
-    if (a->p.data_timeout_ms < 1000)
-        a->p.data_timeout_ms = 60000;
-    if (a->p.recover_ms < 1000)
-        a->p.recover_ms = 30000;
+    hr_agent_params_fix(&a->p);
     a->is_head = !p->head;
     pthread_mutex_init(&a->plan_mu, NULL);
     pthread_mutex_init(&a->st.mu, NULL);
@@ -135,85 +197,19 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
     pthread_mutex_init(&a->gen_mu, NULL);
     a->next_req = 1;
     int rc;
-    if ((rc = hr_gguf_open(&a->g, p->model_path, err)))
-        goto fail;
-    if ((rc = hr_model_load(&a->m, a->g, err)))
-        goto fail;
-    if (a->is_head && (rc = hr_tokenizer_create(&a->tok, a->g, err)))
+    if ((rc = hr_gguf_open(&a->g, p->model_path, err)) || (rc = hr_model_load(&a->m, a->g, err)) ||
+        (a->is_head && (rc = hr_tokenizer_create(&a->tok, a->g, err))))
         goto fail;
     a->model_size = hr_gguf_file_size(a->g);
     a->model_hash =
         hr_ring_hash(hr_gguf_base(a->g), (size_t)hr_gguf_data_offset(a->g), a->model_size);
     a->pool = hr_pool_create(a->p.n_threads);
-    a->zctx = zmq_ctx_new();
+    a->zctx = hr_ring_context();
     if (!a->pool || !a->zctx) {
         rc = hr_seterr(err, HR_ENOMEM, "cannot create thread pool or zmq context");
         goto fail;
     }
-    if (p->insecure) {
-        HR_LOG_WARN(TAG, "*** INSECURE MODE: no encryption, no authentication; anyone who can "
-                         "reach this agent's ports can join, send frames and read hidden "
-                         "states. For benchmarks only. ***");
-    } else {
-        if ((rc = hr_ring_keys_open(&a->keys, p->key_dir, err)) ||
-            (rc = hr_ring_keys_zap_start(a->keys, a->zctx, p->name ? p->name : "agent", err)))
-            goto fail;
-        char tk_sec[HR_RING_KEY_LEN];
-        if (p->join &&
-            (hr_ring_join_parse(p->join, a->head_key, tk_sec) != 0 ||
-             (rc = hr_ring_trust_add(hr_ring_keys_dir(a->keys), "head", a->head_key, err)) != 0)) {
-            if (!rc)
-                rc = hr_seterr(err, HR_EINVAL, "--join: not a join token (want HJ1 + 80 chars)");
-            goto fail;
-        }
-        if (a->is_head &&
-            (rc = hr_ring_keys_join_token(a->keys, a->join_token, sizeof a->join_token, err)))
-            goto fail;
-        if (!a->is_head && !p->join &&
-            hr_ring_keys_lookup(a->keys, p->head_key ? p->head_key : "head", a->head_key) != 0) {
-            if (p->head_key) {
-                rc = hr_seterr(err, HR_EINVAL,
-                               "--head-key '%s' is neither a public key nor a trusted name",
-                               p->head_key);
-                goto fail;
-            }
-            snprintf(a->head_key, sizeof a->head_key, "%s", hr_ring_keys_public(a->keys));
-        }
-    }
-    char ep[HR_EP_LEN];
-    if ((rc = hr_ring_endpoint(p->listen, 0, ep, sizeof ep))) {
-        rc = hr_seterr(err, HR_EINVAL, "bad listen address '%s' (want host:port)", p->listen);
-        goto fail;
-    }
-    hr_ring_sockopt so = hr_ring_sockopt_default();
-    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
-    if (!(a->ctrl = hr_ring_socket(a->zctx, ZMQ_ROUTER, &so, err))) {
-        rc = HR_ENET;
-        goto fail;
-    }
-    int one = 1;
-    zmq_setsockopt(a->ctrl, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    if (a->keys && (rc = a->is_head ? hr_ring_secure_server_pairing(a->ctrl, a->keys, err)
-                                    : hr_ring_secure_server(a->ctrl, a->keys, err)))
-        goto fail;
-    if ((rc = hr_ring_bind(a->ctrl, ep, a->ctrl_ep, sizeof a->ctrl_ep, err)))
-        goto fail;
-    char dep[HR_EP_LEN];
-    if (strcmp(ep + strlen(ep) - 2, ":0") == 0)
-        snprintf(dep, sizeof dep, "%s", ep);
-    else
-        hr_ring_endpoint(ep, 1, dep, sizeof dep);
-    hr_ring_sockopt ds = hr_ring_sockopt_default();
-    ds.hwm = 16;
-    ds.snd_timeout_ms = 2000;
-    if (!(a->pull = hr_ring_socket(a->zctx, ZMQ_PULL, &ds, err)) ||
-        !(a->push = hr_ring_socket(a->zctx, ZMQ_PUSH, &ds, err))) {
-        rc = HR_ENET;
-        goto fail;
-    }
-    if (a->keys && (rc = hr_ring_secure_server(a->pull, a->keys, err)))
-        goto fail;
-    if ((rc = hr_ring_bind(a->pull, dep, a->data_ep, sizeof a->data_ep, err)))
+    if ((rc = hr_agent_security(a, p, err)) || (rc = hr_agent_sockets(a, p, err)))
         goto fail;
     if (p->name && *p->name) {
         snprintf(a->name, sizeof a->name, "%s", p->name);
@@ -267,21 +263,14 @@ void hr_agent_destroy(hr_agent *a) {
     for (int i = 0; i < a->n_devs; i++)
         free(a->devs[i].info);
     free(a->info_json);
-    if (a->ctrl)
-        zmq_close(a->ctrl);
-    if (a->up)
-        zmq_close(a->up);
-    if (a->pull)
-        zmq_close(a->pull);
-    if (a->push)
-        zmq_close(a->push);
-    if (a->ev_push)
-        zmq_close(a->ev_push);
-    if (a->ev_pull)
-        zmq_close(a->ev_pull);
+    hr_ring_close(a->ctrl);
+    hr_ring_close(a->up);
+    hr_ring_close(a->pull);
+    hr_ring_close(a->push);
+    hr_ring_close(a->ev_push);
+    hr_ring_close(a->ev_pull);
     hr_ring_keys_close(a->keys); /* its ZAP socket lives in zctx */
-    if (a->zctx)
-        zmq_ctx_term(a->zctx);
+    hr_ring_context_term(a->zctx);
     hr_pool_destroy(a->pool);
     hr_tokenizer_destroy(a->tok);
     hr_model_free(a->m);
@@ -297,7 +286,7 @@ void hr_agent_destroy(hr_agent *a) {
 /* ---- plan application (both roles) ---- */
 
 /* MemAvailable and MemTotal from /proc/meminfo, bytes (-1 if unknown). */
-static void hr_meminfo(int64_t *avail, int64_t *total) {
+void hr_agent_meminfo(int64_t *avail, int64_t *total) {
     *avail = *total = -1;
     FILE *mf = fopen("/proc/meminfo", "r");
     char line[128];
@@ -322,7 +311,7 @@ static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_
     uint64_t bufs = (uint64_t)lp->n_batch * (uint64_t)hp->n_embd * 4 * 4 +
                     (a->is_head ? (uint64_t)hp->n_vocab * 4 * 2 : 0);
     int64_t avail, total;
-    hr_meminfo(&avail, &total);
+    hr_agent_meminfo(&avail, &total);
     if (avail < 0 || total <= 0)
         return 0;
     int64_t reserve = total / 20 > (64 << 20) ? total / 20 : (64 << 20);
@@ -409,13 +398,13 @@ fail:
     return rc;
 }
 
-/* ---- worker data thread ---- */
+/* ---- data plane ---- */
 
 void hr_agent_push_connect(hr_agent *a) {
     if (strcmp(a->push_ep, a->lp.next_ep) == 0)
         return;
     if (a->push_ep[0])
-        zmq_disconnect(a->push, a->push_ep);
+        hr_ring_disconnect(a->push, a->push_ep);
     a->push_ep[0] = 0;
     if (!a->lp.next_ep[0])
         return;
@@ -425,386 +414,8 @@ void hr_agent_push_connect(hr_agent *a) {
                      err);
         return;
     }
-    if (zmq_connect(a->push, a->lp.next_ep) == 0)
+    if (hr_ring_connect(a->push, a->lp.next_ep, err) == 0)
         snprintf(a->push_ep, sizeof a->push_ep, "%s", a->lp.next_ep);
-}
-
-static void hr_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
-    pthread_mutex_lock(&a->st.mu);
-    if (n_tok == 1)
-        a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
-    if (last_round)
-        a->st.tokens += (uint64_t)n_tok;
-    pthread_mutex_unlock(&a->st.mu);
-}
-
-static void hr_reject_frame(hr_agent *a, const char *where, const char *why) {
-    pthread_mutex_lock(&a->st.mu);
-    a->st.frames_rejected++;
-    pthread_mutex_unlock(&a->st.mu);
-    HR_LOG_WARN(TAG, "%s: rejected frame on %s: %s", a->name, where, why);
-}
-
-/* Checks a HIDDEN frame against the plan; returns 0 if it is ours. */
-static int hr_check_hidden(const hr_agent *a, const hr_ring_hdr *h, char err[HR_ERR_LEN]) {
-    const hr_local_plan *lp = &a->lp;
-    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
-    if (h->type != HR_RING_HIDDEN)
-        return hr_seterr(err, HR_EFORMAT, "%s frame on the data port", hr_ring_type_name(h->type));
-    if (h->plan_id != lp->plan_id)
-        return hr_seterr(err, HR_EINVAL, "frame of plan %u, current plan %u", h->plan_id,
-                         lp->plan_id);
-    if (h->dtype != lp->dtype || h->n_tok > lp->n_batch || h->round >= lp->k || h->pos < 0 ||
-        (int64_t)h->pos + h->n_tok > lp->n_ctx ||
-        (size_t)h->len != (size_t)h->n_tok * E * hr_ring_dtype_size(h->dtype))
-        return hr_seterr(err, HR_EFORMAT,
-                         "HIDDEN frame does not fit the plan: dtype %u, n_tok %u (batch %d), "
-                         "round %u (k %d), pos %d (ctx %d), %u bytes for n_embd %zu",
-                         h->dtype, h->n_tok, lp->n_batch, h->round, lp->k, h->pos, lp->n_ctx,
-                         h->len, E);
-    return 0;
-}
-
-static void *hr_data_main(void *arg) {
-    hr_agent *a = arg;
-    char err[HR_ERR_LEN];
-    size_t cap = HR_RING_HDR_SIZE + (size_t)4096 * hr_model_hparams(a->m)->n_embd * 4;
-    uint8_t *rx = malloc(cap); /* largest legal frame: allocated once */
-    if (!rx) {
-        HR_LOG_ERROR(TAG, "%s: out of memory for the data thread", a->name);
-        return NULL;
-    }
-    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
-    /* replay / reorder guard: frames of the current request must arrive in
-     * position order per round; a newer request starts at position 0 */
-    uint64_t cur_req = 0, cur_epoch = 0;
-    int32_t next_pos[HR_AGENT_MAX_K] = {0};
-    while (!atomic_load(&a->stop)) {
-        hr_ring_hdr h;
-        err[0] = 0;
-        long n = hr_ring_recv(a->pull, NULL, NULL, rx, cap, 200, &h, err);
-        if (n == 0)
-            continue;
-        if (n < 0) {
-            hr_reject_frame(a, "data port", err);
-            continue;
-        }
-        pthread_mutex_lock(&a->plan_mu);
-        hr_local_plan *lp = &a->lp;
-        if (hr_check_hidden(a, &h, err)) {
-            pthread_mutex_unlock(&a->plan_mu);
-            hr_reject_frame(a, "data port", err);
-            continue;
-        }
-        if (h.req_id <= atomic_load(&a->canceled_req) || lp->w <= 0) {
-            pthread_mutex_unlock(&a->plan_mu);
-            HR_LOG_DEBUG(TAG, "%s: dropped frame of canceled request %llu", a->name,
-                         (unsigned long long)h.req_id);
-            continue;
-        }
-        if (a->plan_epoch != cur_epoch || (h.req_id > cur_req && h.pos == 0)) {
-            cur_epoch = a->plan_epoch;
-            cur_req = h.req_id;
-            memset(next_pos, 0, sizeof next_pos);
-        }
-        if (h.req_id != cur_req || h.pos != next_pos[h.round]) {
-            snprintf(err, HR_ERR_LEN,
-                     "HIDDEN frame of request %llu at pos %d round %u out of order or replayed "
-                     "(current request %llu expects pos %d)",
-                     (unsigned long long)h.req_id, h.pos, h.round, (unsigned long long)cur_req,
-                     next_pos[h.round]);
-            pthread_mutex_unlock(&a->plan_mu);
-            hr_reject_frame(a, "data port", err);
-            continue;
-        }
-        next_pos[h.round] = h.pos + h.n_tok;
-        hr_agent_push_connect(a);
-        int nt = h.n_tok;
-        hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
-        double t0 = hr_now_s();
-        int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
-        hr_stream_after(a, h.round);
-        double ms = (hr_now_s() - t0) * 1000.0;
-        if (rc) {
-            pthread_mutex_unlock(&a->plan_mu);
-            HR_LOG_ERROR(TAG, "%s: window failed: %s", a->name, err);
-            continue;
-        }
-        long len = hr_ring_pack(lp->frame + HR_RING_HDR_SIZE, lp->frame_cap - HR_RING_HDR_SIZE,
-                                lp->hid, (size_t)nt * E, lp->dtype);
-        h.len = (uint32_t)len;
-        rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
-        pthread_mutex_unlock(&a->plan_mu);
-        hr_stats_round(a, ms, nt, h.round + 1 == lp->k);
-        if (rc)
-            HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
-                        err);
-    }
-    free(rx);
-    return NULL;
-}
-
-/* ---- worker control plane ---- */
-
-int hr_agent_plan_parse(const char *js, size_t len, hr_local_plan *np,
-                        char (*keys)[HR_RING_KEY_LEN], int *n_keys, char err[HR_ERR_LEN]) {
-    json_error_t je;
-    *n_keys = 0;
-    memset(np, 0, sizeof *np);
-    json_t *j = json_loadb(js, len, 0, &je);
-    if (!j)
-        return hr_seterr(err, HR_EFORMAT, "PLAN is not JSON: %s", je.text);
-    const char *next = "";
-    int prefetch = 1, release = 0;
-    json_int_t plan_id = 0;
-    if (json_unpack_ex(j, &je, 0, "{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:b,s:b}", "plan_id",
-                       &plan_id, "k", &np->k, "W", &np->W, "w", &np->w, "offset", &np->offset,
-                       "n_active", &np->n_active, "n_ctx", &np->n_ctx, "n_batch", &np->n_batch,
-                       "dtype", &np->dtype, "next", &next, "prefetch", &prefetch, "release",
-                       &release) != 0) {
-        json_decref(j);
-        return hr_seterr(err, HR_EFORMAT, "PLAN: %s", je.text);
-    }
-    np->plan_id = (uint32_t)plan_id;
-    np->prefetch = prefetch;
-    np->release = release;
-    snprintf(np->next_ep, sizeof np->next_ep, "%s", next);
-    const char *nk = json_string_value(json_object_get(j, "next_key"));
-    snprintf(np->next_key, sizeof np->next_key, "%s", nk ? nk : "");
-    json_t *arr = json_object_get(j, "keys"), *v;
-    size_t i;
-    json_array_foreach(arr, i, v) {
-        const char *ks = json_string_value(v);
-        if (ks && *n_keys < HR_AGENT_MAX_DEV && hr_ring_key_valid(ks))
-            snprintf(keys[(*n_keys)++], HR_RING_KEY_LEN, "%s", ks);
-    }
-    json_decref(j);
-    return 0;
-}
-
-static int hr_plan_from_json(hr_agent *a, const char *js, size_t len, hr_local_plan *np,
-                             char err[HR_ERR_LEN]) {
-    char keys[HR_AGENT_MAX_DEV][HR_RING_KEY_LEN];
-    int n = 0;
-    int rc = hr_agent_plan_parse(js, len, np, keys, &n, err);
-    if (rc)
-        return rc;
-    np->prefetch = np->prefetch && a->p.prefetch;
-    np->release = a->p.release >= 0 ? a->p.release == 1 : np->release;
-    if (a->keys) /* the ring members the head vouches for may send us hidden states */
-        hr_ring_keys_vouch(a->keys, (const char(*)[HR_RING_KEY_LEN])keys, n);
-    return 0;
-}
-
-static void hr_worker_send(hr_agent *a, int type, uint32_t plan_id, const char *json) {
-    char err[HR_ERR_LEN];
-    hr_ring_hdr h = {.type = (uint8_t)type,
-                     .pos = -1,
-                     .plan_id = plan_id,
-                     .len = json ? (uint32_t)strlen(json) : 0};
-    if (hr_ring_send_msg(a->up, NULL, 0, &h, json, err))
-        HR_LOG_DEBUG(TAG, "%s: %s to head: %s", a->name, hr_ring_type_name(type), err);
-}
-
-static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
-    double ms, res;
-    uint64_t tok, rej;
-    pthread_mutex_lock(&a->st.mu);
-    ms = a->st.ms_round;
-    tok = a->st.tokens;
-    rej = a->st.frames_rejected;
-    pthread_mutex_unlock(&a->st.mu);
-    pthread_mutex_lock(&a->plan_mu);
-    res = hr_stream_resident(a);
-    uint32_t pid = a->lp.plan_id;
-    pthread_mutex_unlock(&a->plan_mu);
-    int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
-    hr_meminfo(&avail, &total);
-    char js[512];
-    snprintf(js, sizeof js,
-             "{\"ms_round\":%.4f,\"resident\":%.4f,\"tokens\":%llu,\"rejected\":%llu,"
-             "\"mem_avail\":%lld,\"t\":%.6f}",
-             ms, res, (unsigned long long)tok, (unsigned long long)rej, (long long)avail, t_sent);
-    hr_worker_send(a, HR_RING_HEARTBEAT, pid, js);
-}
-
-static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
-    if (a->up)
-        zmq_close(a->up);
-    hr_ring_sockopt so = hr_ring_sockopt_default();
-    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
-    so.snd_timeout_ms = 100;
-    if (!(a->up = hr_ring_socket(a->zctx, ZMQ_DEALER, &so, err)))
-        return HR_ENET;
-    int rc;
-    if (a->keys && (rc = hr_ring_secure_client(a->up, a->keys, a->head_key, err)))
-        return rc;
-    if (zmq_connect(a->up, a->head_ep) != 0)
-        return hr_seterr(err, HR_ENET, "cannot connect to head %s: %s", a->head_ep,
-                         zmq_strerror(zmq_errno()));
-    return 0;
-}
-
-/* --join: asks the head (as a join token holder) to trust our key. */
-static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
-    char hk[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
-    if (hr_ring_join_parse(a->p.join, hk, sec) != 0)
-        return hr_seterr(err, HR_EINVAL, "--join: not a join token");
-    void *s = hr_ring_socket(a->zctx, ZMQ_DEALER, NULL, err);
-    if (!s)
-        return HR_ENET;
-    int rc = hr_ring_secure_client_pairing(s, sec, hk, err);
-    if (rc == 0 && zmq_connect(s, a->head_ep) != 0)
-        rc = hr_seterr(err, HR_ENET, "cannot connect to head %s", a->head_ep);
-    json_t *j = json_pack("{s:s,s:s}", "name", a->name, "pubkey", hr_ring_keys_public(a->keys));
-    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    hr_ring_hdr h = {.type = HR_RING_PAIR, .pos = -1, .len = js ? (uint32_t)strlen(js) : 0};
-    if (rc == 0 && (rc = hr_ring_send_msg(s, NULL, 0, &h, js, err)) == 0) {
-        uint8_t buf[HR_RING_HDR_SIZE + 512];
-        double until = hr_now_s() + 10.0;
-        rc = hr_seterr(err, HR_ETIMEDOUT,
-                       "no pairing answer from head %s within 10 s (wrong token or address?)",
-                       a->head_ep);
-        while (hr_now_s() < until && !atomic_load(&a->stop)) {
-            char e2[HR_ERR_LEN];
-            long n = hr_ring_recv(s, NULL, NULL, buf, sizeof buf, 200, &h, e2);
-            if (n > 0 && h.type == HR_RING_PAIR) {
-                HR_LOG_INFO(TAG, "%s: paired with head %s by join token", a->name, a->head_ep);
-                rc = 0;
-                break;
-            }
-            if (n > 0 && h.type == HR_RING_REJECT) {
-                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %.*s", (int)h.len,
-                               (const char *)buf + HR_RING_HDR_SIZE);
-                break;
-            }
-        }
-    }
-    free(js);
-    zmq_close(s);
-    return rc;
-}
-
-/* Worker control loop: join, apply plans, heartbeat, follow cancels. */
-static int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
-    int rc;
-    if (a->p.join && a->keys && (rc = hr_worker_pair(a, err)))
-        return rc;
-    if ((rc = hr_worker_connect(a, err)))
-        return rc;
-    if (pthread_create(&a->data_thread, NULL, hr_data_main, a) != 0)
-        return hr_seterr(err, HR_EINTERNAL, "cannot start the data thread");
-    a->data_started = true;
-    bool joined = false;
-    double last_join = 0, last_hb = 0, last_head = hr_now_s();
-    size_t cap = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL;
-    uint8_t *buf = malloc(cap);
-    if (!buf)
-        return hr_seterr(err, HR_ENOMEM, "out of memory");
-    rc = 0;
-    while (!atomic_load(&a->stop)) {
-        double now = hr_now_s();
-        if (!joined && now - last_join > 1.0) {
-            hr_worker_send(a, HR_RING_JOIN, 0, a->info_json);
-            last_join = now;
-        }
-        if (joined && now - last_hb > a->p.hb_interval_ms / 1000.0) {
-            hr_worker_heartbeat(a, now);
-            last_hb = now;
-        }
-        if (joined && now - last_head > 3.0 * a->p.hb_timeout_ms / 1000.0) {
-            HR_LOG_WARN(TAG, "%s: no word from head %s for %.1f s; joining again", a->name,
-                        a->head_ep, now - last_head);
-            joined = false;
-            last_head = now;
-        }
-        zmq_pollitem_t it[2] = {{.socket = a->up, .events = ZMQ_POLLIN},
-                                {.socket = a->ctrl, .events = ZMQ_POLLIN}};
-        if (zmq_poll(it, 2, 50) <= 0)
-            continue;
-        hr_ring_hdr h;
-        char e2[HR_ERR_LEN] = "";
-        if (it[1].revents & ZMQ_POLLIN) { /* our own control port: invites, strays */
-            uint8_t id[HR_RING_MAX_ID];
-            size_t idl = 0;
-            long n = hr_ring_recv(a->ctrl, id, &idl, buf, cap, 0, &h, e2);
-            if (n < 0)
-                hr_reject_frame(a, "control port", e2);
-            else if (n > 0 && h.type == HR_RING_INVITE)
-                HR_LOG_INFO(TAG, "%s: already joined to %s; invite ignored", a->name, a->head_ep);
-            else if (n > 0)
-                hr_reject_frame(a, "control port", hr_ring_type_name(h.type));
-        }
-        if (!(it[0].revents & ZMQ_POLLIN))
-            continue;
-        long n = hr_ring_recv(a->up, NULL, NULL, buf, cap, 0, &h, e2);
-        if (n <= 0) {
-            if (n < 0)
-                hr_reject_frame(a, "head link", e2);
-            continue;
-        }
-        last_head = hr_now_s();
-        const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
-        switch (h.type) {
-        case HR_RING_WELCOME:
-            if (!joined)
-                HR_LOG_INFO(TAG, "%s: joined head %s", a->name, a->head_ep);
-            joined = true;
-            break;
-        case HR_RING_REJECT:
-            if (h.pos == 1) { /* fatal: model or version mismatch */
-                rc = hr_seterr(err, HR_EDENIED, "head %s refused us: %.*s", a->head_ep, (int)h.len,
-                               pl);
-                atomic_store(&a->stop, 1);
-            } else {
-                HR_LOG_WARN(TAG, "%s: head says: %.*s", a->name, (int)h.len, pl);
-                joined = false;
-                last_join = 0;
-            }
-            break;
-        case HR_RING_PLAN: {
-            hr_local_plan np;
-            char js[256];
-            int prc = hr_plan_from_json(a, pl, h.len, &np, e2);
-            if (prc == 0) {
-                pthread_mutex_lock(&a->plan_mu);
-                prc = hr_agent_apply_plan(a, &np, e2);
-                pthread_mutex_unlock(&a->plan_mu);
-            }
-            if (prc == 0) {
-                snprintf(js, sizeof js, "{\"ok\":true}");
-            } else {
-                json_t *ej = json_pack("{s:b,s:s}", "ok", 0, "error", e2);
-                char *s = ej ? json_dumps(ej, JSON_COMPACT) : NULL;
-                snprintf(js, sizeof js, "%s", s ? s : "{\"ok\":false}");
-                free(s);
-                json_decref(ej);
-                HR_LOG_ERROR(TAG, "%s: cannot apply plan: %s", a->name, e2);
-            }
-            hr_worker_send(a, HR_RING_READY, np.plan_id ? np.plan_id : h.plan_id, js);
-            break;
-        }
-        case HR_RING_CANCEL: {
-            unsigned long long cur = atomic_load(&a->canceled_req);
-            if (h.req_id > cur)
-                atomic_store(&a->canceled_req, h.req_id);
-            HR_LOG_INFO(TAG, "%s: request %llu canceled", a->name, (unsigned long long)h.req_id);
-            break;
-        }
-        case HR_RING_START:
-            HR_LOG_DEBUG(TAG, "%s: request %llu starts", a->name, (unsigned long long)h.req_id);
-            break;
-        case HR_RING_HEARTBEAT:
-            break;
-        default:
-            hr_reject_frame(a, "head link", hr_ring_type_name(h.type));
-        }
-    }
-    if (joined)
-        hr_worker_send(a, HR_RING_LEAVE, 0, NULL);
-    free(buf);
-    return rc;
 }
 
 /* An agent without --head waits for an invitation when it has no workers

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <zmq.h>
 
 #define TAG "head"
 
@@ -54,10 +53,10 @@ int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
         snprintf(ep, sizeof ep, "inproc://hr-events-%p", (void *)a);
         hr_ring_sockopt eo = hr_ring_sockopt_default();
         eo.hwm = 4096;
-        if (!(a->ev_push = hr_ring_socket(a->zctx, ZMQ_PUSH, &eo, err)))
+        if (!(a->ev_push = hr_ring_socket(a->zctx, HR_RING_PUSH, &eo, err)))
             return HR_ENET;
-        if (zmq_connect(a->ev_push, ep) != 0) {
-            zmq_close(a->ev_push);
+        if (hr_ring_connect(a->ev_push, ep, err) != 0) {
+            hr_ring_close(a->ev_push);
             a->ev_push = NULL;
             return HR_ENET;
         }

@@ -13,14 +13,13 @@
 #include "agent/service.h"
 
 #include "common/log.h"
+#include "ring/msg.h"
 
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <zmq.h>
 
 #define TAG "head"
 #define HR_PROMPT_PIECE 512 /* bytes of text per TOKEN frame */
@@ -66,65 +65,80 @@ static void hr_prompt_send(hr_prompt *p, int type, const void *msg, size_t len, 
         pthread_mutex_unlock(&p->a->gen_mu);
 }
 
+/* Sends an encoded message to the client (hr_prompt_send) and frees it. */
+static void hr_prompt_send_msg(hr_prompt *p, hr_msg *m, bool gen_mu_held) {
+    hr_prompt_send(p, m->h.type, m->data, m->h.len, gen_mu_held);
+    free(m->data);
+    m->data = NULL;
+}
+
+/* The end of a request: DONE with its statistics, or ERROR with err. */
+static void hr_prompt_reply(hr_prompt *p, int rc, const hr_head_stats *st, const char *err) {
+    hr_msg m;
+    char e2[HR_ERR_LEN];
+    int erc;
+    if (rc == 0 && st) {
+        hr_msg_done d = {.n_prompt = st->n_prompt,
+                         .n_gen = st->n_gen,
+                         .prompt_s = st->prompt_s,
+                         .gen_s = st->gen_s,
+                         .prompt_tps = st->n_prompt / (st->prompt_s > 0 ? st->prompt_s : 1e-9),
+                         .gen_tps = st->n_gen / (st->gen_s > 0 ? st->gen_s : 1e-9)};
+        erc = hr_msg_done_encode(&m, &d, e2);
+    } else {
+        erc = hr_msg_error_encode(&m, err && *err ? err : hr_strerror(rc), e2);
+    }
+    if (erc == 0)
+        hr_prompt_send_msg(p, &m, false);
+    else
+        HR_LOG_WARN(TAG, "cannot encode the reply: %s", e2);
+}
+
 /* on_token: runs inside hr_head_generate (gen_mu held). */
 static int hr_prompt_token(void *ud, int32_t id, const char *piece, int len) {
     hr_prompt *p = ud;
     if (len > HR_PROMPT_PIECE)
         len = HR_PROMPT_PIECE;
-    uint8_t pl[4 + HR_PROMPT_PIECE];
-    for (int i = 0; i < 4; i++)
-        pl[i] = (uint8_t)((uint32_t)id >> (8 * i));
-    memcpy(pl + 4, piece, (size_t)len);
-    hr_prompt_send(p, HR_RING_TOKEN, pl, 4 + (size_t)len, true);
+    hr_msg m;
+    char err[HR_ERR_LEN];
+    if (hr_msg_token_encode(&m, id, piece, len, err) == 0)
+        hr_prompt_send_msg(p, &m, true);
     return 0;
 }
 
 static void hr_prompt_done(void *ud, int rc, const hr_head_stats *st, const char *err) {
     hr_prompt *p = ud;
-    if (rc) {
-        hr_prompt_send(p, HR_RING_ERROR, err, strlen(err), false);
-    } else {
-        char done[256];
-        int n = snprintf(done, sizeof done,
-                         "{\"n_prompt\":%d,\"n_gen\":%d,\"prompt_s\":%.4f,\"gen_s\":%.4f,"
-                         "\"prompt_tps\":%.3f,\"gen_tps\":%.3f}",
-                         st->n_prompt, st->n_gen, st->prompt_s, st->gen_s,
-                         st->n_prompt / (st->prompt_s > 0 ? st->prompt_s : 1e-9),
-                         st->n_gen / (st->gen_s > 0 ? st->gen_s : 1e-9));
-        hr_prompt_send(p, HR_RING_DONE, done, (size_t)n < sizeof done ? (size_t)n : 0, false);
-    }
+    hr_prompt_reply(p, rc, st, err);
     free(p);
 }
 
-/* The PROMPT payload: {"text", "n_predict", "temp", "top_k", "top_p",
- * "min_p", "repeat_penalty", "seed", "wait_ms"}; sampler fields default
- * to hr_sampler_params_default(). */
-static int hr_prompt_decode(const char *pl, size_t len, json_t **out, hr_service_req *r,
+/* The PROMPT payload (ring/msg.h) onto r; absent sampler fields keep
+ * hr_sampler_params_default()'s values. */
+static int hr_prompt_decode(const char *pl, size_t len, hr_msg_prompt *pm, hr_service_req *r,
                             char err[HR_ERR_LEN]) {
-    json_error_t je;
-    json_t *j = json_loadb(pl, len, 0, &je);
-    *out = j;
-    const char *text = NULL;
-    int n_predict = 128, top_k = r->sp.top_k, wait_ms = 30000;
-    double temp = r->sp.temperature, top_p = r->sp.top_p, min_p = r->sp.min_p,
-           rep = r->sp.repeat_penalty;
-    json_int_t seed = -1;
-    if (!j || json_unpack_ex(j, &je, 0, "{s:s,s?i,s?F,s?i,s?F,s?F,s?F,s?I,s?i}", "text", &text,
-                             "n_predict", &n_predict, "temp", &temp, "top_k", &top_k, "top_p",
-                             &top_p, "min_p", &min_p, "repeat_penalty", &rep, "seed", &seed,
-                             "wait_ms", &wait_ms) != 0)
-        return hr_seterr(err, HR_EFORMAT, "malformed PROMPT: %s", je.text);
-    r->text = text;
-    r->text_len = strlen(text);
-    r->max_tokens = n_predict;
+    *pm = (hr_msg_prompt){.n_predict = 128,
+                          .top_k = r->sp.top_k,
+                          .wait_ms = 30000,
+                          .temp = r->sp.temperature,
+                          .top_p = r->sp.top_p,
+                          .min_p = r->sp.min_p,
+                          .repeat_penalty = r->sp.repeat_penalty,
+                          .seed = -1};
+    hr_ring_hdr h = {.type = HR_RING_PROMPT, .pos = -1, .len = (uint32_t)len};
+    int rc = hr_msg_prompt_decode(&h, pl, pm, err);
+    if (rc)
+        return rc;
+    r->text = pm->text;
+    r->text_len = strlen(pm->text);
+    r->max_tokens = pm->n_predict;
     r->fit = false; /* refused up front, not cut short */
-    r->wait_ms = wait_ms;
-    r->sp.temperature = (float)temp;
-    r->sp.top_k = top_k;
-    r->sp.top_p = (float)top_p;
-    r->sp.min_p = (float)min_p;
-    r->sp.repeat_penalty = (float)rep;
-    r->sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
+    r->wait_ms = pm->wait_ms;
+    r->sp.temperature = (float)pm->temp;
+    r->sp.top_k = pm->top_k;
+    r->sp.top_p = (float)pm->top_p;
+    r->sp.min_p = (float)pm->min_p;
+    r->sp.repeat_penalty = (float)pm->repeat_penalty;
+    r->sp.seed = pm->seed >= 0 ? (uint64_t)pm->seed : (uint64_t)time(NULL);
     return 0;
 }
 
@@ -141,13 +155,13 @@ void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl
     hr_service_req r = hr_service_req_default();
     r.client = key;
     r.client_len = hr_prompt_key(key, p->id, p->idl);
-    json_t *j = NULL;
-    int rc = hr_prompt_decode(pl, len, &j, &r, err);
+    hr_msg_prompt pm;
+    int rc = hr_prompt_decode(pl, len, &pm, &r, err);
     if (rc == 0)
         rc = hr_service_submit(a->svc, &r, hr_prompt_token, hr_prompt_done, p, NULL, err);
-    json_decref(j);
+    hr_msg_prompt_clear(&pm);
     if (rc) {
-        hr_prompt_send(p, HR_RING_ERROR, err, strlen(err), false);
+        hr_prompt_reply(p, rc, NULL, err);
         free(p);
     }
 }
@@ -171,6 +185,5 @@ void hr_prompt_forward(hr_agent *a, const hr_ring_hdr *h, uint8_t *buf, size_t n
     uint8_t *frame = buf + 2 + idl;
     hr_ring_hdr ch = {.type = h->type, .pos = -1, .len = (uint32_t)(h->len - 2 - idl)};
     hr_ring_hdr_write(frame, &ch);
-    if (zmq_send(a->ctrl, id, idl, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-        zmq_send(a->ctrl, frame, HR_RING_HDR_SIZE + ch.len, ZMQ_DONTWAIT);
+    hr_ring_forward(a->ctrl, id, idl, frame, HR_RING_HDR_SIZE + ch.len);
 }

@@ -65,10 +65,7 @@ int hr_service_n_ctx(const hr_service *s) { return s->n_ctx; }
 /* The default context of a head: --ctx, else min(n_ctx_train, 4096). The
  * plan sizes its KV cache the same way. */
 static int hr_service_default_ctx(const hr_agent *a) {
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    if (a->p.n_ctx > 0)
-        return a->p.n_ctx;
-    return hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    return hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
 }
 
 void hr_service_set_queue_max(hr_service *s, int n) {

@@ -159,7 +159,7 @@ static int hr_sess_open(hr_sess *c, const hr_cli *o, char **stops, int n_stops) 
     if (hr_chat_template_pick(&c->tmpl, c->g, c->tok, o->chat_template, err))
         return hr_cli_fail("%s", err);
     const hr_hparams *hp = hr_model_hparams(c->m);
-    c->n_ctx = o->ctx > 0 ? o->ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    c->n_ctx = hr_hparams_ctx(hp, o->ctx);
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = c->n_ctx;
     cp.n_batch = o->batch > 0 ? o->batch : 64;

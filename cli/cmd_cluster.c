@@ -3,6 +3,7 @@
 #include "agent/agent.h"
 #include "api/http.h"
 #include "cli/cli.h"
+#include "ring/msg.h"
 #include "ring/ring.h"
 
 #include "common/log.h"
@@ -210,25 +211,28 @@ int hr_cmd_prompt(hr_cli *o) {
     const char *text = o->n_args > 0 ? o->args[0] : o->prompt;
     if (!text)
         return hr_cli_fail("no prompt given (hearth prompt [--head ADDR] \"text\")");
-    json_t *j =
-        json_pack("{s:s,s:i,s:f,s:i,s:f,s:f,s:f,s:I,s:i}", "text", text, "n_predict", o->n_predict,
-                  "temp", (double)o->temp, "top_k", o->top_k, "top_p", (double)o->top_p, "min_p",
-                  (double)o->min_p, "repeat_penalty", (double)o->repeat_penalty, "seed",
-                  (json_int_t)o->seed, "wait_ms", o->timeout_s > 0 ? o->timeout_s * 1000 : 30000);
-    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!js)
-        return hr_cli_fail("out of memory");
-    void *zctx = zmq_ctx_new();
+    hr_msg_prompt pm = {.text = (char *)text,
+                        .n_predict = o->n_predict,
+                        .temp = o->temp,
+                        .top_k = o->top_k,
+                        .top_p = o->top_p,
+                        .min_p = o->min_p,
+                        .repeat_penalty = o->repeat_penalty,
+                        .seed = o->seed,
+                        .wait_ms = o->timeout_s > 0 ? o->timeout_s * 1000 : 30000};
+    hr_msg msg;
     char ep[160], err[HR_ERR_LEN];
+    if (hr_msg_prompt_encode(&msg, &pm, err))
+        return hr_cli_fail("cannot send the prompt: %s", err);
+    void *zctx = zmq_ctx_new();
     void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
     uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
     if (!s || !buf)
         goto done;
     hr_install_signals();
-    hr_ring_hdr h = {.type = HR_RING_PROMPT, .pos = -1, .len = (uint32_t)strlen(js)};
-    if (hr_ring_send_msg(s, NULL, 0, &h, js, err)) {
+    hr_ring_hdr h;
+    if (hr_msg_send(s, NULL, 0, &msg, err)) {
         hr_cli_fail("cannot send the prompt to %s: %s", ep, err);
         goto done;
     }
@@ -256,32 +260,31 @@ int hr_cmd_prompt(hr_cli *o) {
         }
         last = hr_now_s();
         const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
-        if (h.type == HR_RING_TOKEN && h.len >= 4) {
-            fwrite(pl + 4, 1, h.len - 4, stdout);
+        hr_msg_token tk;
+        hr_msg_done dn;
+        char etext[HR_ERR_LEN];
+        if (h.type == HR_RING_TOKEN && hr_msg_token_decode(&h, pl, &tk, err) == 0) {
+            fwrite(tk.piece, 1, (size_t)tk.len, stdout);
             fflush(stdout);
         } else if (h.type == HR_RING_DONE) {
             fputc('\n', stdout);
-            json_t *d = json_loadb(pl, h.len, 0, NULL);
-            double pt = 0, gt = 0;
-            int np = 0, ng = 0;
-            if (d && json_unpack(d, "{s:i,s:i,s:F,s:F}", "n_prompt", &np, "n_gen", &ng,
-                                 "prompt_tps", &pt, "gen_tps", &gt) == 0)
+            if (hr_msg_done_decode(&h, pl, &dn, err) == 0)
                 fprintf(stderr,
                         "prompt: %d tokens, %.2f tokens/s | generation: %d tokens, "
                         "%.2f tokens/s\n",
-                        np, pt, ng, gt);
-            json_decref(d);
+                        dn.n_prompt, dn.prompt_tps, dn.n_gen, dn.gen_tps);
             rc = 0;
             goto done;
         } else if (h.type == HR_RING_ERROR) {
             fputc('\n', stdout);
-            hr_cli_fail("head: %.*s", (int)h.len, pl);
+            hr_msg_error_decode(&h, pl, etext, sizeof etext, err);
+            hr_cli_fail("head: %s", etext);
             goto done;
         }
     }
 done:
     free(buf);
-    free(js);
+    hr_msg_clear(&msg);
     if (s)
         zmq_close(s);
     zmq_ctx_term(zctx);

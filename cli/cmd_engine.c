@@ -171,7 +171,7 @@ int hr_cmd_run(hr_cli *o) {
         hr_cli_fail("the prompt is empty");
         goto done;
     }
-    int n_ctx = o->ctx > 0 ? o->ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int n_ctx = hr_hparams_ctx(hp, o->ctx);
     if (n_ids >= n_ctx) {
         hr_cli_fail("prompt has %d tokens but the context holds %d (raise --ctx)", n_ids, n_ctx);
         goto done;

@@ -49,9 +49,7 @@ int hr_cmd_plan(hr_cli *o) {
         hr_cli_fail("%s: %s", o->model, err);
         goto done;
     }
-    int n_ctx = o->ctx > 0 ? o->ctx : 4096;
-    if (n_ctx > hr_model_hparams(m)->n_ctx_train)
-        n_ctx = hr_model_hparams(m)->n_ctx_train;
+    int n_ctx = hr_hparams_ctx(hr_model_hparams(m), o->ctx); /* as the head plans it */
     hr_sched_model sm;
     if (hr_prof_to_sched_model(&pm, n_ctx, &sm, err)) {
         hr_cli_fail("%s", err);

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include "common/log.h"
+#include "model/sampler.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -92,14 +93,15 @@ int main(int argc, char **argv) {
         hr_cli_fail("unknown command '%s' (see hearth --help)", argv[1]);
         return 2;
     }
+    const hr_sampler_params sp = hr_sampler_params_default();
     hr_cli cli = {.n_predict = 128,
                   .threads = 0,
                   .batch = 64,
-                  .temp = 0.8f,
-                  .top_k = 40,
-                  .top_p = 0.95f,
-                  .min_p = 0.05f,
-                  .repeat_penalty = 1.0f,
+                  .temp = sp.temperature,
+                  .top_k = sp.top_k,
+                  .top_p = sp.top_p,
+                  .min_p = sp.min_p,
+                  .repeat_penalty = sp.repeat_penalty,
                   .seed = -1,
                   .n_prompt = 128,
                   .n_gen = 64,

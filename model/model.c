@@ -17,6 +17,12 @@
 #define HR_TAG "model"
 #define HR_MAX_CTX_DEFAULT 4096
 
+int hr_hparams_ctx(const hr_hparams *hp, int requested) {
+    if (requested > 0)
+        return requested;
+    return hp->n_ctx_train < HR_MAX_CTX_DEFAULT ? hp->n_ctx_train : HR_MAX_CTX_DEFAULT;
+}
+
 struct hr_model {
     hr_hparams hp;
     hr_weight tok_embd, output, output_norm;
@@ -356,8 +362,7 @@ static void *hr_ctx_buf(void *ud, size_t bytes) {
 static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
     if (c->p.layer_end == 0)
         c->p.layer_end = hp->n_layer;
-    if (c->p.n_ctx <= 0)
-        c->p.n_ctx = hp->n_ctx_train < HR_MAX_CTX_DEFAULT ? hp->n_ctx_train : HR_MAX_CTX_DEFAULT;
+    c->p.n_ctx = hr_hparams_ctx(hp, c->p.n_ctx);
     if (c->p.n_batch <= 0)
         c->p.n_batch = 1;
     if (c->p.n_batch > c->p.n_ctx)

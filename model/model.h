@@ -116,6 +116,9 @@ typedef struct hr_model hr_model;
 int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]);
 void hr_model_free(hr_model *m);
 const hr_hparams *hr_model_hparams(const hr_model *m);
+/* The context (KV positions) everything sizes by default: requested when
+ * > 0, else the training context capped at 4096. */
+int hr_hparams_ctx(const hr_hparams *hp, int requested);
 const hr_layer_weights *hr_model_layer(const hr_model *m, int il);
 const hr_weight *hr_model_tok_embd(const hr_model *m);
 const hr_weight *hr_model_output(const hr_model *m);

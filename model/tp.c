@@ -10,6 +10,7 @@
 #include "model/layer-impl.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "kernels/quant.h"
 
 #include <stdlib.h>
@@ -133,12 +134,6 @@ struct hr_tp {
     hr_phase ph;
     int64_t tokens[2], calls[2], barriers[2];
 };
-
-static double hr_tp_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void *hr_tp_take(hr_tp *tp, int g, size_t bytes) {
     hr_tp_group *gr = &tp->g[g];
@@ -472,9 +467,9 @@ static void hr_tp_gather_worker(void *ctx, int ith, int nth) {
 }
 
 static void hr_tp_barrier(hr_tp *tp, hr_tp_group *gr) {
-    double t0 = hr_tp_now();
+    double t0 = hr_now_s();
     hr_gpool_barrier(tp->gp);
-    gr->barrier_s[tp->ph] += hr_tp_now() - t0;
+    gr->barrier_s[tp->ph] += hr_now_s() - t0;
 }
 
 static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, float *hid, int which, int li, int n) {
@@ -540,7 +535,7 @@ static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
     hr_tp *tp = ctx;
     hr_tp_group *gr = &tp->g[g];
     int n = tp->n, E = tp->m.hp->n_embd;
-    double t0 = hr_tp_now(), b0 = gr->barrier_s[tp->ph];
+    double t0 = hr_now_s(), b0 = gr->barrier_s[tp->ph];
     float *hid = tp->hidden; /* [n][E] */
     if (g > 0) {             /* scatter: each group works on its own replica */
         hid = gr->hid;
@@ -565,7 +560,7 @@ static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
             hr_tp_rows_out(tp, gr, S, &S->part.w.w_down, tp->gate_full, tp->down_full, hid, n);
         }
     }
-    gr->compute_s[tp->ph] += hr_tp_now() - t0 - (gr->barrier_s[tp->ph] - b0);
+    gr->compute_s[tp->ph] += hr_now_s() - t0 - (gr->barrier_s[tp->ph] - b0);
 }
 
 void hr_tp_layers(hr_tp *tp, float *hidden, int n, int pos) {

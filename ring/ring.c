@@ -1,6 +1,7 @@
 /* ring.c - wire format (32-byte little-endian header + payload), hidden
  * state packing (F16/F32) and ZeroMQ socket helpers with timeouts. */
 #include "ring/ring.h"
+#include "ring/msg.h"
 
 #include "kernels/types.h"
 
@@ -10,22 +11,9 @@
 #include <string.h>
 #include <zmq.h>
 
-static const char *const hr_ring_names[HR_RING_TYPE_END] = {
-    [HR_RING_JOIN] = "JOIN",     [HR_RING_WELCOME] = "WELCOME",
-    [HR_RING_REJECT] = "REJECT", [HR_RING_PLAN] = "PLAN",
-    [HR_RING_READY] = "READY",   [HR_RING_START] = "START",
-    [HR_RING_CANCEL] = "CANCEL", [HR_RING_HEARTBEAT] = "HEARTBEAT",
-    [HR_RING_LEAVE] = "LEAVE",   [HR_RING_INVITE] = "INVITE",
-    [HR_RING_HIDDEN] = "HIDDEN", [HR_RING_PROMPT] = "PROMPT",
-    [HR_RING_TOKEN] = "TOKEN",   [HR_RING_DONE] = "DONE",
-    [HR_RING_ERROR] = "ERROR",   [HR_RING_STATUS_REQ] = "STATUS_REQ",
-    [HR_RING_STATUS] = "STATUS", [HR_RING_PAIR] = "PAIR",
-};
-
 const char *hr_ring_type_name(int type) {
-    if (type <= 0 || type >= HR_RING_TYPE_END)
-        return "?";
-    return hr_ring_names[type];
+    const hr_msg_info *mi = hr_msg_info_of(type);
+    return mi ? mi->name : "?";
 }
 
 size_t hr_ring_dtype_size(int dtype) {
@@ -88,14 +76,15 @@ int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ER
     h->round = hr_get16(p + 22);
     h->plan_id = hr_get32(p + 24);
     h->len = hr_get32(p + 28);
-    if (h->type == 0 || h->type >= HR_RING_TYPE_END)
+    if (!hr_msg_info_of(h->type))
         return hr_seterr(err, HR_EFORMAT, "unknown message type %u", h->type);
     if ((uint64_t)h->len != (uint64_t)n - HR_RING_HDR_SIZE)
         return hr_seterr(err, HR_EFORMAT, "%s frame says %u payload bytes but carries %zu",
                          hr_ring_type_name(h->type), h->len, n - HR_RING_HDR_SIZE);
-    if (h->type != HR_RING_HIDDEN && h->len > HR_RING_MAX_CTRL)
+    uint32_t max = hr_msg_info_of(h->type)->max_len; /* the message table's row */
+    if (h->len > max)
         return hr_seterr(err, HR_EFORMAT, "%s payload of %u bytes exceeds the %u-byte limit",
-                         hr_ring_type_name(h->type), h->len, HR_RING_MAX_CTRL);
+                         hr_ring_type_name(h->type), h->len, max);
     if (h->type == HR_RING_HIDDEN) {
         size_t es = hr_ring_dtype_size(h->dtype);
         if (es == 0)
@@ -145,6 +134,38 @@ int hr_ring_unpack(float *dst, size_t n, const void *src, size_t len, int dtype)
     return 0;
 }
 
+_Static_assert(HR_RING_DEALER == ZMQ_DEALER && HR_RING_ROUTER == ZMQ_ROUTER &&
+                   HR_RING_PULL == ZMQ_PULL && HR_RING_PUSH == ZMQ_PUSH,
+               "socket types are zmq's");
+
+void *hr_ring_context(void) { return zmq_ctx_new(); }
+
+void hr_ring_context_term(void *zctx) {
+    if (zctx)
+        zmq_ctx_term(zctx);
+}
+
+void hr_ring_close(void *sock) {
+    if (sock)
+        zmq_close(sock);
+}
+
+int hr_ring_connect(void *sock, const char *endpoint, char err[HR_ERR_LEN]) {
+    if (zmq_connect(sock, endpoint) != 0)
+        return hr_seterr(err, HR_ENET, "cannot connect to %s: %s", endpoint,
+                         zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+void hr_ring_disconnect(void *sock, const char *endpoint) { zmq_disconnect(sock, endpoint); }
+
+int hr_ring_forward(void *sock, const void *id, size_t id_len, const void *frame, size_t n) {
+    if ((id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+        zmq_send(sock, frame, n, ZMQ_DONTWAIT) < 0)
+        return zmq_errno() == EAGAIN ? HR_ETIMEDOUT : HR_ENET;
+    return 0;
+}
+
 hr_ring_sockopt hr_ring_sockopt_default(void) {
     return (hr_ring_sockopt){
         .rcv_timeout_ms = 1000, .snd_timeout_ms = 1000, .hwm = 64, .max_msg = HR_RING_MAX_FRAME};
@@ -166,6 +187,9 @@ void *hr_ring_socket(void *zctx, int type, const hr_ring_sockopt *o, char err[HR
     rc |= zmq_setsockopt(s, ZMQ_SNDHWM, &o->hwm, sizeof o->hwm);
     rc |= zmq_setsockopt(s, ZMQ_RCVHWM, &o->hwm, sizeof o->hwm);
     rc |= zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &o->max_msg, sizeof o->max_msg);
+    int one = 1;
+    if (o->mandatory && type == ZMQ_ROUTER)
+        rc |= zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     if (rc) {
         hr_seterr(err, HR_ENET, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
         zmq_close(s);

@@ -16,7 +16,9 @@
  *    24    4 plan_id  plan epoch the frame belongs to
  *    28    4 len      payload bytes; must equal frame size - 32
  *
- * Control payloads are JSON (at most HR_RING_MAX_CTRL bytes). A HIDDEN data
+ * Control payloads and their limits are listed in ring/msg.h (the message
+ * table; none exceeds HR_RING_MAX_CTRL bytes), which also encodes and
+ * decodes them. A HIDDEN data
  * payload is n_tok x n_embd elements of dtype, row-major. Receivers check the
  * header (magic, version, type, exact length, limits) before touching the
  * payload, and dimensions against their plan before any copy.
@@ -30,12 +32,13 @@
 
 #include "common/error.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define HR_RING_MAGIC 0x48545248u
-#define HR_RING_VERSION 1
+#define HR_RING_VERSION 2 /* 2: typed REJECT, READY, INVITE, PAIR payloads (msg.h) */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
@@ -82,7 +85,8 @@ size_t hr_ring_dtype_size(int dtype);    /* 2, 4, or 0 for unknown */
 /* Writes h as 32 bytes at out. */
 void hr_ring_hdr_write(void *out, const hr_ring_hdr *h);
 /* Parses and checks a whole frame of n bytes: n >= 32, magic, version
- * (HR_EUNSUPPORTED), known type, len == n - 32, control payload limit.
+ * (HR_EUNSUPPORTED), known type, len == n - 32, the type's payload limit
+ * from the message table (msg.h).
  * HR_EFORMAT otherwise, err says what. */
 int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ERR_LEN]);
 
@@ -92,17 +96,30 @@ long hr_ring_pack(void *dst, size_t cap, const float *src, size_t n, int dtype);
 /* Unpacks exactly n elements; len must be n x dtype size (HR_EFORMAT). */
 int hr_ring_unpack(float *dst, size_t n, const void *src, size_t len, int dtype);
 
+/* Socket types for hr_ring_socket (their values are ZeroMQ's). */
+enum { HR_RING_DEALER = 5, HR_RING_ROUTER = 6, HR_RING_PULL = 7, HR_RING_PUSH = 8 };
+
+/* A messaging context (one per agent or client; sockets are made from it).
+ * NULL on failure. term: after every socket of it is closed; NULL no-op. */
+void *hr_ring_context(void);
+void hr_ring_context_term(void *zctx);
+
 typedef struct {
     int rcv_timeout_ms; /* ZMQ_RCVTIMEO */
     int snd_timeout_ms; /* ZMQ_SNDTIMEO */
     int hwm;            /* ZMQ_SNDHWM and ZMQ_RCVHWM, messages */
     int64_t max_msg;    /* ZMQ_MAXMSGSIZE, bytes */
+    bool mandatory;     /* ROUTER: fail sends to unknown peers (ZMQ_ROUTER_MANDATORY) */
 } hr_ring_sockopt;
 
 hr_ring_sockopt hr_ring_sockopt_default(void);
 
 /* A socket of zmq type `type` with the options set; NULL on failure (err). */
 void *hr_ring_socket(void *zctx, int type, const hr_ring_sockopt *o, char err[HR_ERR_LEN]);
+void hr_ring_close(void *sock); /* NULL is a no-op */
+/* Connects to endpoint (tcp:// or inproc://); HR_ENET with err. */
+int hr_ring_connect(void *sock, const char *endpoint, char err[HR_ERR_LEN]);
+void hr_ring_disconnect(void *sock, const char *endpoint);
 /* Binds to endpoint ("tcp://host:port", port 0 = any) and writes the
  * resolved endpoint into out (cap bytes). */
 int hr_ring_bind(void *sock, const char *endpoint, char *out, size_t cap, char err[HR_ERR_LEN]);
@@ -115,6 +132,9 @@ int hr_ring_endpoint(const char *addr, int port_delta, char *out, size_t cap);
  * (queue full past the send timeout) or HR_ENET. */
 int hr_ring_send(void *sock, const void *id, size_t id_len, void *frame, const hr_ring_hdr *h,
                  char err[HR_ERR_LEN]);
+/* Passes a received frame (n bytes, header included) on unchanged without
+ * waiting (ROUTER: to id). Returns 0, HR_ETIMEDOUT (queue full) or HR_ENET. */
+int hr_ring_forward(void *sock, const void *id, size_t id_len, const void *frame, size_t n);
 /* Header-plus-payload convenience for small control messages (copies into
  * a stack buffer when len <= 4096, else allocates; not for the hot path). */
 int hr_ring_send_msg(void *sock, const void *id, size_t id_len, const hr_ring_hdr *h,
@@ -133,6 +153,64 @@ long hr_ring_recv(void *sock, void *id, size_t *id_len, void *buf, size_t cap, i
  * CURVE) in user (HR_RING_KEY_LEN bytes). */
 long hr_ring_recv_user(void *sock, void *id, size_t *id_len, void *buf, size_t cap, int timeout_ms,
                        hr_ring_hdr *h, char *user, char err[HR_ERR_LEN]);
+
+/* ---- event loop (loop.c) ----
+ *
+ * A small loop over zmq_poll for one thread's sockets: each socket has a
+ * callback run when a message is waiting (it receives what it wants; the
+ * loop polls again), each timer a callback run every period_ms (0: on every
+ * turn). The loop waits at most HR_RING_LOOP_TICK_MS per turn, so the
+ * timers' resolution is about that. Not thread-safe: one loop per thread,
+ * and its sockets belong to that thread. */
+#define HR_RING_LOOP_MAX 8
+#define HR_RING_LOOP_TICK_MS 50
+
+typedef void (*hr_ring_loop_fn)(void *ud);
+typedef struct hr_ring_loop hr_ring_loop;
+
+/* NULL on out of memory. stop (may be NULL) is polled every turn. */
+hr_ring_loop *hr_ring_loop_create(const atomic_int *stop);
+void hr_ring_loop_destroy(hr_ring_loop *l); /* NULL is a no-op; closes no socket */
+/* HR_ERANGE past HR_RING_LOOP_MAX sockets or timers. */
+int hr_ring_loop_socket(hr_ring_loop *l, void *sock, hr_ring_loop_fn fn, void *ud);
+int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void *ud);
+/* Turns until *stop or hr_ring_loop_break(); returns 0, or HR_ENET when
+ * polling fails. Timers run first on each turn, then ready sockets. */
+int hr_ring_loop_run(hr_ring_loop *l, char err[HR_ERR_LEN]);
+void hr_ring_loop_break(hr_ring_loop *l); /* from a callback: return after this turn */
+
+/* ---- link probes (echo.c) ----
+ *
+ * The transport of the profiler's link measurement. A probe frame is a
+ * 16-byte little-endian header (magic "HRPE", version u16, flags u16, seq
+ * u32, payload length u32) and the payload; the responder answers a probe
+ * with the frame itself, or with the header alone (payload length 0) when
+ * flags has HR_RING_ECHO_ACK, and drops anything malformed. */
+#define HR_RING_ECHO_HDR 16
+#define HR_RING_ECHO_ACK 1u
+#define HR_RING_ECHO_MAX_PAYLOAD (16u << 20)
+
+void hr_ring_echo_hdr_write(unsigned char *p, uint16_t flags, uint32_t seq, uint32_t len);
+/* Checks a probe frame of n bytes: magic, version, length. */
+bool hr_ring_echo_hdr_check(const unsigned char *p, size_t n, uint16_t *flags, uint32_t *seq,
+                            uint32_t *len);
+/* A bound responder socket (its address in out); NULL with err (HR_ENET). */
+void *hr_ring_echo_bind(void *zctx, const char *endpoint, char *out, size_t cap,
+                        char err[HR_ERR_LEN]);
+/* Answers probes on sock until *stop, counting answered and dropped ones;
+ * the socket belongs to the calling thread from then on. */
+int hr_ring_echo_serve(void *sock, const atomic_int *stop, atomic_ullong *served,
+                       atomic_ullong *dropped);
+/* A connected probing socket with send / receive timeouts; NULL with err. */
+void *hr_ring_probe_open(void *zctx, const char *endpoint, int timeout_ms, char err[HR_ERR_LEN]);
+/* Writes the header into frame[0..16) and sends it with payload bytes of
+ * payload after it. HR_ETIMEDOUT or HR_ENET. */
+int hr_ring_probe_send(void *sock, unsigned char *frame, uint32_t payload, uint16_t flags,
+                       uint32_t seq, char err[HR_ERR_LEN]);
+/* Receives one answer into rbuf (rcap bytes) and checks it: seq and the
+ * payload length it carries. HR_ETIMEDOUT, HR_ENET or HR_EFORMAT. */
+int hr_ring_probe_recv(void *sock, unsigned char *rbuf, size_t rcap, uint32_t *seq, uint32_t *len,
+                       char err[HR_ERR_LEN]);
 
 /* 64-bit FNV-1a over n bytes (model fingerprints). */
 uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);

@@ -1,11 +1,11 @@
 /* fuzz_json.c - libFuzzer target for the JSON parsers that take input from
- * other machines: the worker's PLAN parser and the device profile / profile
+ * other machines: the worker's PLAN decoder (ring/msg.h) and the device profile / profile
  * document parsers (JOIN payloads). The first byte picks the parser.
  * Built with -DHR_FUZZ=ON (clang) or deploy/fuzz.sh. */
-#include "agent/agent-impl.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "profiler/profiler.h"
+#include "ring/msg.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,15 +29,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = size - 1;
     switch (data[0] % 3) {
     case 0: {
-        hr_local_plan np;
-        char keys[HR_AGENT_MAX_DEV][HR_RING_KEY_LEN];
-        int nk = 0;
-        if (hr_agent_plan_parse(js, n, &np, keys, &nk, err) == 0) {
-            if (nk < 0 || nk > HR_AGENT_MAX_DEV || strlen(np.next_ep) >= HR_EP_LEN ||
-                strlen(np.next_key) >= HR_RING_KEY_LEN)
+        hr_ring_hdr h = {.type = HR_RING_PLAN, .len = (uint32_t)n};
+        hr_msg_plan np;
+        if (n <= UINT32_MAX && hr_msg_plan_decode(&h, js, &np, err) == 0) {
+            if (np.n_keys < 0 || np.n_keys > HR_MSG_MAX_KEYS ||
+                strnlen(np.next, sizeof np.next) >= sizeof np.next ||
+                strnlen(np.next_key, sizeof np.next_key) >= sizeof np.next_key)
                 abort();
-            for (int i = 0; i < nk; i++)
-                if (!hr_ring_key_valid(keys[i]))
+            for (int i = 0; i < np.n_keys; i++)
+                if (!hr_ring_key_valid(np.keys[i]))
                     abort();
         }
         break;

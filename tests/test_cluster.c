@@ -440,7 +440,7 @@ static void test_garbage(void) {
     uint8_t buf[HR_RING_HDR_SIZE + 512];
     hr_ring_hdr h = {.type = HR_RING_JOIN, .pos = -1, .len = 2};
     hr_ring_hdr_write(buf, &h);
-    buf[4] = 2;
+    buf[4] = HR_RING_VERSION + 1;
     memcpy(buf + HR_RING_HDR_SIZE, "{}", 2);
     zmq_send(d, buf, HR_RING_HDR_SIZE + 2, 0);
     long n = hr_ring_recv(d, NULL, NULL, buf, sizeof buf, 3000, &h, err);

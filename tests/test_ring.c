@@ -1,7 +1,9 @@
 /* test_ring.c - wire format: header round trip, every rejection path
  * (short, bad magic, version, type, length, limits), F16/F32 packing, and
- * the socket helpers (timeouts, oversized and multi-part frames). */
+ * the socket helpers (timeouts, oversized and multi-part frames), and the
+ * message table with every typed payload's round trip and refusals. */
 #include "common/log.h"
+#include "ring/msg.h"
 #include "ring/ring.h"
 
 #include "check.h"
@@ -48,7 +50,9 @@ static void test_header(void) {
     CHECK(strstr(err, "magic") != NULL);
     /* other version */
     memcpy(bad, buf, sizeof bad);
-    bad[4] = 2;
+    bad[4] = HR_RING_VERSION + 1;
+    CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EUNSUPPORTED);
+    bad[4] = HR_RING_VERSION - 1;
     CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EUNSUPPORTED);
     CHECK(strstr(err, "version") != NULL);
     /* unknown type */
@@ -235,6 +239,350 @@ static void test_curve(void) {
     CHECK_EQ(system(cmd), 0);
 }
 
+/* ---- message table and typed payloads (msg.h) ---- */
+
+/* Encodes into m, then reads the frame back as a receiver would. */
+static uint8_t *roundtrip(hr_msg *m, hr_ring_hdr *h) {
+    char err[HR_ERR_LEN] = "";
+    uint8_t *f = malloc(HR_RING_HDR_SIZE + m->h.len + 1);
+    hr_ring_hdr_write(f, &m->h);
+    if (m->h.len)
+        memcpy(f + HR_RING_HDR_SIZE, m->data, m->h.len);
+    CHECK_EQ(hr_ring_hdr_read(f, HR_RING_HDR_SIZE + m->h.len, h, err), 0);
+    hr_msg_clear(m);
+    return f;
+}
+
+/* A hand-made frame of type with payload js. */
+static hr_ring_hdr raw(int type, const char *js) {
+    return (hr_ring_hdr){.type = (uint8_t)type, .pos = -1, .len = (uint32_t)strlen(js)};
+}
+
+static void test_msg_table(void) {
+    for (int t = 1; t < HR_RING_TYPE_END; t++) {
+        const hr_msg_info *mi = hr_msg_info_of(t);
+        CHECK(mi != NULL);
+        if (!mi)
+            continue;
+        CHECK_STR(mi->name, hr_ring_type_name(t));
+        CHECK(mi->dir != 0);
+        CHECK(mi->max_len <= (t == HR_RING_HIDDEN ? HR_RING_MAX_FRAME : HR_RING_MAX_CTRL));
+        CHECK(mi->kind != HR_MSG_NONE || mi->max_len == 0);
+    }
+    CHECK(hr_msg_info_of(0) == NULL);
+    CHECK(hr_msg_info_of(HR_RING_TYPE_END) == NULL);
+    CHECK(hr_msg_info_of(HR_RING_PAIR)->flags & HR_MSG_F_PAIRING);
+    CHECK(!(hr_msg_info_of(HR_RING_JOIN)->flags & HR_MSG_F_PAIRING));
+    CHECK(hr_msg_info_of(HR_RING_HEARTBEAT)->flags & HR_MSG_F_KNOWN);
+    /* the frame header check takes each type's limit from the table */
+    char err[HR_ERR_LEN];
+    hr_ring_hdr g;
+    uint8_t f[HR_RING_HDR_SIZE + 8] = {0};
+    hr_ring_hdr w = {.type = HR_RING_WELCOME, .len = 1}; /* no payload allowed */
+    hr_ring_hdr_write(f, &w);
+    CHECK_EQ(hr_ring_hdr_read(f, HR_RING_HDR_SIZE + 1, &g, err), HR_EFORMAT);
+    CHECK(strstr(err, "limit") != NULL);
+    uint32_t pmax = hr_msg_info_of(HR_RING_PLAN)->max_len;
+    uint8_t *big = calloc(1, HR_RING_HDR_SIZE + pmax + 1);
+    hr_ring_hdr p = {.type = HR_RING_PLAN, .len = pmax + 1};
+    hr_ring_hdr_write(big, &p);
+    CHECK_EQ(hr_ring_hdr_read(big, HR_RING_HDR_SIZE + pmax + 1, &g, err), HR_EFORMAT);
+    p.len = pmax;
+    hr_ring_hdr_write(big, &p);
+    CHECK_EQ(hr_ring_hdr_read(big, HR_RING_HDR_SIZE + pmax, &g, err), 0);
+    free(big);
+}
+
+static void test_msg_roundtrip(const char *key) {
+    char err[HR_ERR_LEN] = "";
+    hr_msg m;
+    hr_ring_hdr h;
+    uint8_t *f;
+    /* JOIN */
+    hr_msg_join j = {.version = HR_RING_VERSION,
+                     .model_size = 123456789012ull,
+                     .model_hash = 0x0123456789abcdefull,
+                     .n_layer = 22,
+                     .threads = 4,
+                     .cores = 8,
+                     .numa = 1,
+                     .mem_total = 1ll << 34,
+                     .mem_avail = 1ll << 33,
+                     .cg_limit = -1,
+                     .disk_mbs = 512.5,
+                     .profile = "{\"a\":1}"};
+    snprintf(j.name, sizeof j.name, "laptop");
+    snprintf(j.ctrl, sizeof j.ctrl, "tcp://10.0.0.2:7700");
+    snprintf(j.data, sizeof j.data, "tcp://10.0.0.2:7701");
+    snprintf(j.os, sizeof j.os, "Debian");
+    snprintf(j.pubkey, sizeof j.pubkey, "%s", key);
+    CHECK_EQ(hr_msg_join_encode(&m, &j, err), 0);
+    CHECK_EQ(m.h.type, HR_RING_JOIN);
+    f = roundtrip(&m, &h);
+    hr_msg_join jd;
+    CHECK_EQ(hr_msg_join_decode(&h, f + HR_RING_HDR_SIZE, &jd, err), 0);
+    CHECK_EQ(jd.version, HR_RING_VERSION);
+    CHECK(jd.model_size == j.model_size && jd.model_hash == j.model_hash);
+    CHECK_STR(jd.name, "laptop");
+    CHECK_STR(jd.data, j.data);
+    CHECK_STR(jd.pubkey, key);
+    CHECK_EQ(jd.n_layer, 22);
+    CHECK_EQ(jd.mem_avail, 1ll << 33);
+    CHECK_EQ(jd.cg_limit, -1);
+    CHECK(jd.profile && strcmp(jd.profile, "{\"a\":1}") == 0);
+    hr_msg_join_clear(&jd);
+    /* a JOIN is not a PLAN */
+    hr_msg_plan pd;
+    CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), HR_EFORMAT);
+    CHECK(strstr(err, "JOIN frame") != NULL);
+    free(f);
+    /* PLAN */
+    hr_msg_plan p = {.plan_id = 4000000000u,
+                     .k = 2,
+                     .W = 11,
+                     .w = 5,
+                     .offset = 6,
+                     .n_active = 3,
+                     .n_ctx = 4096,
+                     .n_batch = 64,
+                     .dtype = HR_RING_F16,
+                     .prefetch = true,
+                     .release = false,
+                     .n_keys = 2};
+    snprintf(p.next, sizeof p.next, "tcp://10.0.0.3:7701");
+    snprintf(p.next_key, sizeof p.next_key, "%s", key);
+    snprintf(p.keys[0], HR_RING_KEY_LEN, "%s", key);
+    snprintf(p.keys[1], HR_RING_KEY_LEN, "%s", key);
+    CHECK_EQ(hr_msg_plan_encode(&m, &p, err), 0);
+    CHECK_EQ(m.h.plan_id, 4000000000u);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), 0);
+    CHECK_EQ(pd.plan_id, 4000000000u);
+    CHECK(pd.k == 2 && pd.W == 11 && pd.w == 5 && pd.offset == 6 && pd.n_active == 3);
+    CHECK(pd.n_ctx == 4096 && pd.n_batch == 64 && pd.dtype == HR_RING_F16);
+    CHECK(pd.prefetch && !pd.release);
+    CHECK_STR(pd.next, p.next);
+    CHECK_STR(pd.next_key, key);
+    CHECK_EQ(pd.n_keys, 2);
+    free(f);
+    /* READY: ok and not ok */
+    hr_msg_ready r = {.ok = false}, rd;
+    snprintf(r.error, sizeof r.error, "no memory for plan 3");
+    CHECK_EQ(hr_msg_ready_encode(&m, &r, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_ready_decode(&h, f + HR_RING_HDR_SIZE, &rd, err), 0);
+    CHECK(!rd.ok);
+    CHECK_STR(rd.error, "no memory for plan 3");
+    free(f);
+    r.ok = true;
+    CHECK_EQ(hr_msg_ready_encode(&m, &r, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_ready_decode(&h, f + HR_RING_HDR_SIZE, &rd, err), 0);
+    CHECK(rd.ok);
+    CHECK_STR(rd.error, "");
+    free(f);
+    /* REJECT: fatal is a field, not a header position */
+    hr_msg_reject rj = {.fatal = true}, rjd;
+    snprintf(rj.reason, sizeof rj.reason, "model mismatch");
+    CHECK_EQ(hr_msg_reject_encode(&m, &rj, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_reject_decode(&h, f + HR_RING_HDR_SIZE, &rjd, err), 0);
+    CHECK(rjd.fatal);
+    CHECK_STR(rjd.reason, "model mismatch");
+    free(f);
+    rj.fatal = false;
+    CHECK_EQ(hr_msg_reject_encode(&m, &rj, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_reject_decode(&h, f + HR_RING_HDR_SIZE, &rjd, err), 0);
+    CHECK(!rjd.fatal);
+    free(f);
+    /* HEARTBEAT */
+    hr_msg_heartbeat hb = {.ms_round = 1.25,
+                           .resident = 0.5,
+                           .tokens = 77,
+                           .rejected = 3,
+                           .mem_avail = 1ll << 32,
+                           .t = 12.5},
+                     hbd;
+    CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
+    CHECK(hbd.ms_round == 1.25 && hbd.resident == 0.5 && hbd.t == 12.5);
+    CHECK(hbd.tokens == 77 && hbd.rejected == 3 && hbd.mem_avail == 1ll << 32);
+    free(f);
+    /* INVITE, PAIR */
+    hr_msg_invite iv = {0}, ivd;
+    snprintf(iv.head, sizeof iv.head, "tcp://10.0.0.1:7700");
+    CHECK_EQ(hr_msg_invite_encode(&m, &iv, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_invite_decode(&h, f + HR_RING_HDR_SIZE, &ivd, err), 0);
+    CHECK_STR(ivd.head, iv.head);
+    free(f);
+    hr_msg_pair pr = {0}, prd;
+    snprintf(pr.name, sizeof pr.name, "nas");
+    snprintf(pr.pubkey, sizeof pr.pubkey, "%s", key);
+    CHECK_EQ(hr_msg_pair_encode(&m, &pr, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_pair_decode(&h, f + HR_RING_HDR_SIZE, &prd, err), 0);
+    CHECK_STR(prd.name, "nas");
+    CHECK_STR(prd.pubkey, key);
+    free(f);
+    /* STATUS */
+    char *st = NULL;
+    CHECK_EQ(hr_msg_status_encode(&m, "{\"head\":\"h\",\"k\":2}", err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_status_decode(&h, f + HR_RING_HDR_SIZE, &st, err), 0);
+    CHECK(st && strcmp(st, "{\"head\":\"h\",\"k\":2}") == 0);
+    free(st);
+    free(f);
+    /* PROMPT (absent fields keep the receiver's defaults) */
+    const hr_msg_prompt dflt = {.n_predict = 128,
+                                .top_k = 40,
+                                .wait_ms = 30000,
+                                .temp = 0.8,
+                                .top_p = 0.95,
+                                .min_p = 0.05,
+                                .repeat_penalty = 1.0,
+                                .seed = -1};
+    hr_msg_prompt pm = dflt, pmd = dflt;
+    pm.text = "Why is the sky blue?";
+    pm.n_predict = 9;
+    pm.seed = 42;
+    pm.temp = 0.0;
+    CHECK_EQ(hr_msg_prompt_encode(&m, &pm, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_prompt_decode(&h, f + HR_RING_HDR_SIZE, &pmd, err), 0);
+    CHECK(pmd.text && strcmp(pmd.text, pm.text) == 0);
+    CHECK(pmd.n_predict == 9 && pmd.seed == 42 && pmd.temp == 0.0 && pmd.top_k == 40);
+    hr_msg_prompt_clear(&pmd);
+    free(f);
+    hr_ring_hdr ph = raw(HR_RING_PROMPT, "{\"text\":\"hi\"}");
+    pmd = dflt;
+    pmd.top_k = 7; /* a receiver default other than the sender's */
+    CHECK_EQ(hr_msg_prompt_decode(&ph, "{\"text\":\"hi\"}", &pmd, err), 0);
+    CHECK(pmd.n_predict == 128 && pmd.seed == -1 && pmd.wait_ms == 30000 && pmd.top_k == 7);
+    hr_msg_prompt_clear(&pmd);
+    /* TOKEN */
+    hr_msg_token tk;
+    CHECK_EQ(hr_msg_token_encode(&m, -1, "sky", 3, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_token_decode(&h, f + HR_RING_HDR_SIZE, &tk, err), 0);
+    CHECK_EQ(tk.id, -1);
+    CHECK_EQ(tk.len, 3);
+    CHECK_STR(tk.piece, "sky");
+    free(f);
+    CHECK_EQ(hr_msg_token_encode(&m, 5, "x", HR_MSG_MAX_PIECE + 1, err), HR_ERANGE);
+    /* DONE, ERROR */
+    hr_msg_done dn = {.n_prompt = 5, .n_gen = 7, .prompt_s = 0.5, .gen_s = 2.0, .gen_tps = 3.5},
+                dnd;
+    CHECK_EQ(hr_msg_done_encode(&m, &dn, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_done_decode(&h, f + HR_RING_HDR_SIZE, &dnd, err), 0);
+    CHECK(dnd.n_prompt == 5 && dnd.n_gen == 7 && dnd.gen_s == 2.0 && dnd.gen_tps == 3.5);
+    free(f);
+    char text[32];
+    CHECK_EQ(hr_msg_error_encode(&m, "cluster not ready", err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_error_decode(&h, f + HR_RING_HDR_SIZE, text, sizeof text, err), 0);
+    CHECK_STR(text, "cluster not ready");
+    free(f);
+}
+
+static void test_msg_refusals(const char *key) {
+    char err[HR_ERR_LEN];
+    hr_ring_hdr h;
+    hr_msg_plan p;
+    hr_msg_ready r;
+    hr_msg_reject rj;
+    hr_msg_join j;
+    hr_msg_pair pr;
+    const char *plan = "{\"plan_id\":1,\"k\":1,\"W\":2,\"w\":2,\"offset\":0,\"n_active\":1,"
+                       "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":\"\",\"prefetch\":true,"
+                       "\"release\":false}";
+    h = raw(HR_RING_PLAN, plan);
+    CHECK_EQ(hr_msg_plan_decode(&h, plan, &p, err), 0);
+    CHECK_EQ(p.n_keys, 0);
+    /* wrong kind: the same payload under another type */
+    h = raw(HR_RING_READY, plan);
+    CHECK_EQ(hr_msg_plan_decode(&h, plan, &p, err), HR_EFORMAT);
+    /* oversize: over the table's limit even when the bytes are there */
+    h = raw(HR_RING_PLAN, plan);
+    h.len = hr_msg_info_of(HR_RING_PLAN)->max_len + 1;
+    CHECK_EQ(hr_msg_plan_decode(&h, plan, &p, err), HR_EFORMAT);
+    CHECK(strstr(err, "limit") != NULL);
+    /* missing and mistyped fields */
+    const char *nok = "{\"plan_id\":1,\"k\":1}";
+    h = raw(HR_RING_PLAN, nok);
+    CHECK_EQ(hr_msg_plan_decode(&h, nok, &p, err), HR_EFORMAT);
+    const char *badnext = "{\"plan_id\":1,\"k\":1,\"W\":2,\"w\":2,\"offset\":0,\"n_active\":1,"
+                          "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":5,\"prefetch\":true,"
+                          "\"release\":false}";
+    h = raw(HR_RING_PLAN, badnext);
+    CHECK_EQ(hr_msg_plan_decode(&h, badnext, &p, err), HR_EFORMAT);
+    CHECK(strstr(err, "next") != NULL);
+    const char *negid = "{\"plan_id\":-1,\"k\":1,\"W\":2,\"w\":2,\"offset\":0,\"n_active\":1,"
+                        "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":\"\",\"prefetch\":true,"
+                        "\"release\":false}";
+    h = raw(HR_RING_PLAN, negid);
+    CHECK_EQ(hr_msg_plan_decode(&h, negid, &p, err), HR_EFORMAT);
+    h = raw(HR_RING_PLAN, "[1,2]");
+    CHECK_EQ(hr_msg_plan_decode(&h, "[1,2]", &p, err), HR_EFORMAT);
+    h = raw(HR_RING_PLAN, "{\"plan_id\"");
+    CHECK_EQ(hr_msg_plan_decode(&h, "{\"plan_id\"", &p, err), HR_EFORMAT);
+    /* READY needs a real boolean: the old prefix test no longer applies */
+    h = raw(HR_RING_READY, "{\"ok\":\"true\"}");
+    CHECK_EQ(hr_msg_ready_decode(&h, "{\"ok\":\"true\"}", &r, err), HR_EFORMAT);
+    h = raw(HR_RING_READY, "{\"error\":\"x\"}");
+    CHECK_EQ(hr_msg_ready_decode(&h, "{\"error\":\"x\"}", &r, err), HR_EFORMAT);
+    h = raw(HR_RING_READY, "{\"ok\":false}");
+    CHECK_EQ(hr_msg_ready_decode(&h, "{\"ok\":false}", &r, err), 0);
+    CHECK(!r.ok && r.error[0]);
+    /* REJECT needs fatal and a reason */
+    h = raw(HR_RING_REJECT, "{\"fatal\":true}");
+    CHECK_EQ(hr_msg_reject_decode(&h, "{\"fatal\":true}", &rj, err), HR_EFORMAT);
+    h = raw(HR_RING_REJECT, "refused");
+    CHECK_EQ(hr_msg_reject_decode(&h, "refused", &rj, err), HR_EFORMAT);
+    /* JOIN: required fields, hash format, field sizes */
+    const char *j0 = "{\"version\":2,\"name\":\"a\",\"ctrl\":\"c\",\"data\":\"d\","
+                     "\"model_size\":10,\"model_hash\":\"xyz\"}";
+    h = raw(HR_RING_JOIN, j0);
+    CHECK_EQ(hr_msg_join_decode(&h, j0, &j, err), HR_EFORMAT);
+    CHECK(strstr(err, "model_hash") != NULL);
+    h = raw(HR_RING_JOIN, "{}");
+    CHECK_EQ(hr_msg_join_decode(&h, "{}", &j, err), HR_EFORMAT);
+    char longname[400];
+    snprintf(longname, sizeof longname,
+             "{\"version\":2,\"name\":\"%0100d\",\"ctrl\":\"c\",\"data\":\"d\","
+             "\"model_size\":10,\"model_hash\":\"0123456789abcdef\"}",
+             0);
+    h = raw(HR_RING_JOIN, longname);
+    CHECK_EQ(hr_msg_join_decode(&h, longname, &j, err), HR_EFORMAT);
+    CHECK(strstr(err, "name") != NULL);
+    /* PAIR: the key must be a key */
+    char pair[200];
+    snprintf(pair, sizeof pair, "{\"name\":\"n\",\"pubkey\":\"%s\"}", key);
+    h = raw(HR_RING_PAIR, pair);
+    CHECK_EQ(hr_msg_pair_decode(&h, pair, &pr, err), 0);
+    h = raw(HR_RING_PAIR, "{\"name\":\"n\",\"pubkey\":\"short\"}");
+    CHECK_EQ(hr_msg_pair_decode(&h, "{\"name\":\"n\",\"pubkey\":\"short\"}", &pr, err), HR_EFORMAT);
+    /* TOKEN shorter than its id; ERROR with a NUL */
+    hr_msg_token tk;
+    h = (hr_ring_hdr){.type = HR_RING_TOKEN, .len = 3};
+    CHECK_EQ(hr_msg_token_decode(&h, "abc", &tk, err), HR_EFORMAT);
+    char text[8];
+    h = (hr_ring_hdr){.type = HR_RING_ERROR, .len = 3};
+    CHECK_EQ(hr_msg_error_decode(&h, "a\0b", text, sizeof text, err), HR_EFORMAT);
+}
+
+static void test_messages(void) {
+    char pub[41], sec[41];
+    CHECK_EQ(zmq_curve_keypair(pub, sec), 0);
+    CHECK(hr_ring_key_valid(pub));
+    test_msg_table();
+    test_msg_roundtrip(pub);
+    test_msg_refusals(pub);
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
     test_header();
@@ -242,5 +590,6 @@ int main(void) {
     test_endpoint();
     test_sockets();
     test_curve();
+    test_messages();
     return hr_check_finish("ring");
 }

@@ -1,0 +1,455 @@
+/* worker.c - a worker's two threads: the control loop (join, apply plans,
+ * heartbeats, cancels; one handler per message type the head sends, timers
+ * for joining, heartbeats and head silence) and the data thread that
+ * computes this device's windows as hidden states come around the ring. */
+#include "agent/agent-impl.h"
+
+#include "common/log.h"
+#include "common/sync.h"
+#include "ring/msg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "agent"
+
+/* ---- data thread ---- */
+
+static void hr_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
+    pthread_mutex_lock(&a->st.mu);
+    if (n_tok == 1)
+        a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
+    if (last_round)
+        a->st.tokens += (uint64_t)n_tok;
+    pthread_mutex_unlock(&a->st.mu);
+}
+
+static void hr_reject_frame(hr_agent *a, const char *where, const char *why) {
+    pthread_mutex_lock(&a->st.mu);
+    a->st.frames_rejected++;
+    pthread_mutex_unlock(&a->st.mu);
+    HR_LOG_WARN(TAG, "%s: rejected frame on %s: %s", a->name, where, why);
+}
+
+/* Checks a HIDDEN frame against the plan; returns 0 if it is ours. */
+static int hr_check_hidden(const hr_agent *a, const hr_ring_hdr *h, char err[HR_ERR_LEN]) {
+    const hr_local_plan *lp = &a->lp;
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    if (h->type != HR_RING_HIDDEN)
+        return hr_seterr(err, HR_EFORMAT, "%s frame on the data port", hr_ring_type_name(h->type));
+    if (h->plan_id != lp->plan_id)
+        return hr_seterr(err, HR_EINVAL, "frame of plan %u, current plan %u", h->plan_id,
+                         lp->plan_id);
+    if (h->dtype != lp->dtype || h->n_tok > lp->n_batch || h->round >= lp->k || h->pos < 0 ||
+        (int64_t)h->pos + h->n_tok > lp->n_ctx ||
+        (size_t)h->len != (size_t)h->n_tok * E * hr_ring_dtype_size(h->dtype))
+        return hr_seterr(err, HR_EFORMAT,
+                         "HIDDEN frame does not fit the plan: dtype %u, n_tok %u (batch %d), "
+                         "round %u (k %d), pos %d (ctx %d), %u bytes for n_embd %zu",
+                         h->dtype, h->n_tok, lp->n_batch, h->round, lp->k, h->pos, lp->n_ctx,
+                         h->len, E);
+    return 0;
+}
+
+static void *hr_data_main(void *arg) {
+    hr_agent *a = arg;
+    char err[HR_ERR_LEN];
+    size_t cap = HR_RING_HDR_SIZE + (size_t)4096 * hr_model_hparams(a->m)->n_embd * 4;
+    uint8_t *rx = malloc(cap); /* largest legal frame: allocated once */
+    if (!rx) {
+        HR_LOG_ERROR(TAG, "%s: out of memory for the data thread", a->name);
+        return NULL;
+    }
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    /* replay / reorder guard: frames of the current request must arrive in
+     * position order per round; a newer request starts at position 0 */
+    uint64_t cur_req = 0, cur_epoch = 0;
+    int32_t next_pos[HR_AGENT_MAX_K] = {0};
+    while (!atomic_load(&a->stop)) {
+        hr_ring_hdr h;
+        err[0] = 0;
+        long n = hr_ring_recv(a->pull, NULL, NULL, rx, cap, 200, &h, err);
+        if (n == 0)
+            continue;
+        if (n < 0) {
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
+        pthread_mutex_lock(&a->plan_mu);
+        hr_local_plan *lp = &a->lp;
+        if (hr_check_hidden(a, &h, err)) {
+            pthread_mutex_unlock(&a->plan_mu);
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
+        if (h.req_id <= atomic_load(&a->canceled_req) || lp->w <= 0) {
+            pthread_mutex_unlock(&a->plan_mu);
+            HR_LOG_DEBUG(TAG, "%s: dropped frame of canceled request %llu", a->name,
+                         (unsigned long long)h.req_id);
+            continue;
+        }
+        if (a->plan_epoch != cur_epoch || (h.req_id > cur_req && h.pos == 0)) {
+            cur_epoch = a->plan_epoch;
+            cur_req = h.req_id;
+            memset(next_pos, 0, sizeof next_pos);
+        }
+        if (h.req_id != cur_req || h.pos != next_pos[h.round]) {
+            snprintf(err, HR_ERR_LEN,
+                     "HIDDEN frame of request %llu at pos %d round %u out of order or replayed "
+                     "(current request %llu expects pos %d)",
+                     (unsigned long long)h.req_id, h.pos, h.round, (unsigned long long)cur_req,
+                     next_pos[h.round]);
+            pthread_mutex_unlock(&a->plan_mu);
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
+        next_pos[h.round] = h.pos + h.n_tok;
+        hr_agent_push_connect(a);
+        int nt = h.n_tok;
+        hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
+        double t0 = hr_now_s();
+        int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
+        hr_stream_after(a, h.round);
+        double ms = (hr_now_s() - t0) * 1000.0;
+        if (rc) {
+            pthread_mutex_unlock(&a->plan_mu);
+            HR_LOG_ERROR(TAG, "%s: window failed: %s", a->name, err);
+            continue;
+        }
+        long len = hr_ring_pack(lp->frame + HR_RING_HDR_SIZE, lp->frame_cap - HR_RING_HDR_SIZE,
+                                lp->hid, (size_t)nt * E, lp->dtype);
+        h.len = (uint32_t)len;
+        rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
+        pthread_mutex_unlock(&a->plan_mu);
+        hr_stats_round(a, ms, nt, h.round + 1 == lp->k);
+        if (rc)
+            HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
+                        err);
+    }
+    free(rx);
+    return NULL;
+}
+
+/* ---- control loop ---- */
+
+typedef struct {
+    hr_agent *a;
+    hr_ring_loop *loop;
+    bool joined;
+    double last_join, last_head; /* s, monotonic */
+    uint8_t *buf;                /* one control frame */
+    size_t cap;
+    int rc; /* fatal refusal: HR_EDENIED, HR_EUNSUPPORTED */
+    char *err;
+} hr_worker;
+
+/* Sends m to the head (frees its payload). */
+static void hr_worker_send(hr_agent *a, hr_msg *m) {
+    char err[HR_ERR_LEN];
+    if (hr_msg_send(a->up, NULL, 0, m, err))
+        HR_LOG_DEBUG(TAG, "%s: %s to head: %s", a->name, hr_ring_type_name(m->h.type), err);
+}
+
+/* After a fatal refusal (w->rc and w->err set): the agent stops. */
+static void hr_worker_fatal(hr_worker *w) {
+    atomic_store(&w->a->stop, 1);
+    hr_ring_loop_break(w->loop);
+}
+
+/* PLAN payload -> this device's part, with our own prefetch / release
+ * settings; the ring members the head vouches for may send us hidden states. */
+static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, hr_local_plan *np,
+                            char err[HR_ERR_LEN]) {
+    hr_msg_plan m;
+    memset(np, 0, sizeof *np);
+    int rc = hr_msg_plan_decode(h, pl, &m, err);
+    if (rc)
+        return rc;
+    np->plan_id = m.plan_id;
+    np->k = m.k;
+    np->W = m.W;
+    np->w = m.w;
+    np->offset = m.offset;
+    np->n_active = m.n_active;
+    np->n_ctx = m.n_ctx;
+    np->n_batch = m.n_batch;
+    np->dtype = m.dtype;
+    np->prefetch = m.prefetch && a->p.prefetch;
+    np->release = a->p.release >= 0 ? a->p.release == 1 : m.release;
+    snprintf(np->next_ep, sizeof np->next_ep, "%s", m.next);
+    snprintf(np->next_key, sizeof np->next_key, "%s", m.next_key);
+    if (a->keys)
+        hr_ring_keys_vouch(a->keys, (const char(*)[HR_RING_KEY_LEN])m.keys, m.n_keys);
+    return 0;
+}
+
+static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
+    double ms, res;
+    uint64_t tok, rej;
+    pthread_mutex_lock(&a->st.mu);
+    ms = a->st.ms_round;
+    tok = a->st.tokens;
+    rej = a->st.frames_rejected;
+    pthread_mutex_unlock(&a->st.mu);
+    pthread_mutex_lock(&a->plan_mu);
+    res = hr_stream_resident(a);
+    uint32_t pid = a->lp.plan_id;
+    pthread_mutex_unlock(&a->plan_mu);
+    int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
+    hr_agent_meminfo(&avail, &total);
+    hr_msg_heartbeat hb = {.ms_round = ms,
+                           .resident = res,
+                           .tokens = tok,
+                           .rejected = rej,
+                           .mem_avail = avail,
+                           .t = t_sent};
+    hr_msg m;
+    char err[HR_ERR_LEN];
+    if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {
+        m.h.plan_id = pid;
+        hr_worker_send(a, &m);
+    }
+}
+
+/* ---- handlers: one per message type from the head ---- */
+
+typedef void (*hr_worker_fn)(hr_worker *w, const hr_ring_hdr *h, const char *pl);
+
+static void hr_worker_on_welcome(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    (void)h;
+    (void)pl;
+    if (!w->joined)
+        HR_LOG_INFO(TAG, "%s: joined head %s", w->a->name, w->a->head_ep);
+    w->joined = true;
+}
+
+static void hr_worker_on_reject(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    hr_msg_reject rj;
+    char e2[HR_ERR_LEN];
+    if (hr_msg_reject_decode(h, pl, &rj, e2)) {
+        hr_reject_frame(w->a, "head link", e2);
+    } else if (rj.fatal) { /* model or version mismatch */
+        w->rc = hr_seterr(w->err, HR_EDENIED, "head %s refused us: %s", w->a->head_ep, rj.reason);
+        hr_worker_fatal(w);
+    } else {
+        HR_LOG_WARN(TAG, "%s: head says: %s", w->a->name, rj.reason);
+        w->joined = false;
+        w->last_join = 0;
+    }
+}
+
+static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    hr_agent *a = w->a;
+    hr_local_plan np;
+    hr_msg_ready rd = {.ok = true};
+    char e2[HR_ERR_LEN];
+    int rc = hr_plan_from_msg(a, h, pl, &np, e2);
+    if (rc == 0) {
+        pthread_mutex_lock(&a->plan_mu);
+        rc = hr_agent_apply_plan(a, &np, e2);
+        pthread_mutex_unlock(&a->plan_mu);
+    }
+    if (rc) {
+        rd.ok = false;
+        snprintf(rd.error, sizeof rd.error, "%s", e2);
+        HR_LOG_ERROR(TAG, "%s: cannot apply plan: %s", a->name, e2);
+    }
+    hr_msg m;
+    if (hr_msg_ready_encode(&m, &rd, e2) == 0) {
+        m.h.plan_id = np.plan_id ? np.plan_id : h->plan_id;
+        hr_worker_send(a, &m);
+    }
+}
+
+static void hr_worker_on_cancel(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    (void)pl;
+    unsigned long long cur = atomic_load(&w->a->canceled_req);
+    if (h->req_id > cur)
+        atomic_store(&w->a->canceled_req, h->req_id);
+    HR_LOG_INFO(TAG, "%s: request %llu canceled", w->a->name, (unsigned long long)h->req_id);
+}
+
+static void hr_worker_on_start(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    (void)pl;
+    HR_LOG_DEBUG(TAG, "%s: request %llu starts", w->a->name, (unsigned long long)h->req_id);
+}
+
+static void hr_worker_on_echo(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    (void)w; /* the head's heartbeat echo: hearing from it is all it says */
+    (void)h;
+    (void)pl;
+}
+
+static const hr_worker_fn hr_worker_handlers[HR_RING_TYPE_END] = {
+    [HR_RING_WELCOME] = hr_worker_on_welcome, [HR_RING_REJECT] = hr_worker_on_reject,
+    [HR_RING_PLAN] = hr_worker_on_plan,       [HR_RING_CANCEL] = hr_worker_on_cancel,
+    [HR_RING_START] = hr_worker_on_start,     [HR_RING_HEARTBEAT] = hr_worker_on_echo,
+};
+
+/* The head link is readable: one message, dispatched by type. */
+static void hr_worker_on_up(void *ud) {
+    hr_worker *w = ud;
+    hr_agent *a = w->a;
+    hr_ring_hdr h;
+    char e2[HR_ERR_LEN] = "";
+    long n = hr_ring_recv(a->up, NULL, NULL, w->buf, w->cap, 0, &h, e2);
+    if (n == HR_EUNSUPPORTED) { /* only the head reaches this link */
+        w->rc = hr_seterr(w->err, HR_EUNSUPPORTED, "head %s speaks another protocol: %s",
+                          a->head_ep, e2);
+        hr_worker_fatal(w);
+        return;
+    }
+    if (n <= 0) {
+        if (n < 0)
+            hr_reject_frame(a, "head link", e2);
+        return;
+    }
+    w->last_head = hr_now_s();
+    const hr_msg_info *mi = hr_msg_info_of(h.type);
+    hr_worker_fn fn = hr_worker_handlers[h.type];
+    if (!fn || !(mi->dir & HR_MSG_H2W)) {
+        hr_reject_frame(a, "head link", hr_ring_type_name(h.type));
+        return;
+    }
+    fn(w, &h, (const char *)w->buf + HR_RING_HDR_SIZE);
+}
+
+/* Our own control port: invites (we already have a head) and strays. */
+static void hr_worker_on_ctrl(void *ud) {
+    hr_worker *w = ud;
+    hr_ring_hdr h;
+    char e2[HR_ERR_LEN] = "";
+    uint8_t id[HR_RING_MAX_ID];
+    size_t idl = 0;
+    long n = hr_ring_recv(w->a->ctrl, id, &idl, w->buf, w->cap, 0, &h, e2);
+    if (n < 0)
+        hr_reject_frame(w->a, "control port", e2);
+    else if (n > 0 && h.type == HR_RING_INVITE)
+        HR_LOG_INFO(TAG, "%s: already joined to %s; invite ignored", w->a->name, w->a->head_ep);
+    else if (n > 0)
+        hr_reject_frame(w->a, "control port", hr_ring_type_name(h.type));
+}
+
+/* ---- timers ---- */
+
+static void hr_worker_join_timer(void *ud) {
+    hr_worker *w = ud;
+    double now = hr_now_s();
+    if (w->joined || now - w->last_join <= 1.0)
+        return;
+    hr_msg m = hr_msg_empty(HR_RING_JOIN, 0, 0);
+    m.h.len = (uint32_t)strlen(w->a->info_json);
+    if ((m.data = strdup(w->a->info_json)))
+        hr_worker_send(w->a, &m);
+    w->last_join = now;
+}
+
+static void hr_worker_hb_timer(void *ud) {
+    hr_worker *w = ud;
+    if (w->joined)
+        hr_worker_heartbeat(w->a, hr_now_s());
+}
+
+static void hr_worker_silence_timer(void *ud) {
+    hr_worker *w = ud;
+    double now = hr_now_s();
+    if (w->joined && now - w->last_head > 3.0 * w->a->p.hb_timeout_ms / 1000.0) {
+        HR_LOG_WARN(TAG, "%s: no word from head %s for %.1f s; joining again", w->a->name,
+                    w->a->head_ep, now - w->last_head);
+        w->joined = false;
+        w->last_head = now;
+    }
+}
+
+static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
+    hr_ring_close(a->up);
+    hr_ring_sockopt so = hr_ring_sockopt_default();
+    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
+    so.snd_timeout_ms = 100;
+    if (!(a->up = hr_ring_socket(a->zctx, HR_RING_DEALER, &so, err)))
+        return HR_ENET;
+    int rc;
+    if (a->keys && (rc = hr_ring_secure_client(a->up, a->keys, a->head_key, err)))
+        return rc;
+    return hr_ring_connect(a->up, a->head_ep, err);
+}
+
+/* --join: asks the head (as a join token holder) to trust our key. */
+static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
+    char hk[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
+    if (hr_ring_join_parse(a->p.join, hk, sec) != 0)
+        return hr_seterr(err, HR_EINVAL, "--join: not a join token");
+    void *s = hr_ring_socket(a->zctx, HR_RING_DEALER, NULL, err);
+    if (!s)
+        return HR_ENET;
+    int rc = hr_ring_secure_client_pairing(s, sec, hk, err);
+    if (rc == 0)
+        rc = hr_ring_connect(s, a->head_ep, err);
+    hr_msg_pair pm;
+    snprintf(pm.name, sizeof pm.name, "%s", a->name);
+    snprintf(pm.pubkey, sizeof pm.pubkey, "%s", hr_ring_keys_public(a->keys));
+    hr_msg m;
+    if (rc == 0)
+        rc = hr_msg_pair_encode(&m, &pm, err);
+    if (rc == 0 && (rc = hr_msg_send(s, NULL, 0, &m, err)) == 0) {
+        hr_ring_hdr h;
+        uint8_t buf[HR_RING_HDR_SIZE + 4096]; /* PAIR echo or a REJECT */
+        double until = hr_now_s() + 10.0;
+        rc = hr_seterr(err, HR_ETIMEDOUT,
+                       "no pairing answer from head %s within 10 s (wrong token or address?)",
+                       a->head_ep);
+        while (hr_now_s() < until && !atomic_load(&a->stop)) {
+            char e2[HR_ERR_LEN];
+            long n = hr_ring_recv(s, NULL, NULL, buf, sizeof buf, 200, &h, e2);
+            if (n > 0 && h.type == HR_RING_PAIR) {
+                HR_LOG_INFO(TAG, "%s: paired with head %s by join token", a->name, a->head_ep);
+                rc = 0;
+                break;
+            }
+            hr_msg_reject rj;
+            if (n > 0 && h.type == HR_RING_REJECT &&
+                hr_msg_reject_decode(&h, buf + HR_RING_HDR_SIZE, &rj, e2) == 0) {
+                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %s", rj.reason);
+                break;
+            }
+        }
+    }
+    hr_ring_close(s);
+    return rc;
+}
+
+int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
+    int rc;
+    if (a->p.join && a->keys && (rc = hr_worker_pair(a, err)))
+        return rc;
+    if ((rc = hr_worker_connect(a, err)))
+        return rc;
+    if (pthread_create(&a->data_thread, NULL, hr_data_main, a) != 0)
+        return hr_seterr(err, HR_EINTERNAL, "cannot start the data thread");
+    a->data_started = true;
+    hr_worker w = {.a = a, .last_head = hr_now_s(), .err = err};
+    w.cap = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL;
+    w.buf = malloc(w.cap);
+    w.loop = hr_ring_loop_create(&a->stop);
+    if (!w.buf || !w.loop) {
+        free(w.buf);
+        hr_ring_loop_destroy(w.loop);
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    }
+    hr_ring_loop_timer(w.loop, 0, hr_worker_join_timer, &w);
+    hr_ring_loop_timer(w.loop, a->p.hb_interval_ms, hr_worker_hb_timer, &w);
+    hr_ring_loop_timer(w.loop, 0, hr_worker_silence_timer, &w);
+    hr_ring_loop_socket(w.loop, a->up, hr_worker_on_up, &w);
+    hr_ring_loop_socket(w.loop, a->ctrl, hr_worker_on_ctrl, &w);
+    rc = hr_ring_loop_run(w.loop, err);
+    if (w.rc)
+        rc = w.rc;
+    if (w.joined) {
+        hr_msg m = hr_msg_empty(HR_RING_LEAVE, 0, 0);
+        hr_worker_send(a, &m);
+    }
+    hr_ring_loop_destroy(w.loop);
+    free(w.buf);
+    return rc;
+}

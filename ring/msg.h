@@ -1,0 +1,195 @@
+/* msg.h - the control-plane message catalogue: one table row per message
+ * type (who sends it to whom, what payload it carries, how large it may be,
+ * what the receiver requires of the sender) and the typed encode / decode
+ * of every control payload, so the JSON of the wire lives in ring/msg.c
+ * alone. ring.h's frame header check takes its length limits from here.
+ *
+ * Payload kinds: NONE (len 0), JSON (one UTF-8 JSON object), TEXT (UTF-8,
+ * no NUL), BINARY (layout in the row's comment). Encoders build an hr_msg
+ * (header + malloc'ed payload, NUL-terminated past h.len for JSON and
+ * TEXT) that hr_msg_send() sends and frees; decoders
+ * take a received header and its payload, check the type, the length
+ * against the table and every field, and fill a plain struct (HR_EFORMAT
+ * with err otherwise). All functions are reentrant and thread-safe. */
+#ifndef HR_RING_MSG_H
+#define HR_RING_MSG_H
+
+#include "ring/ring.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HR_MSG_EP_LEN 160   /* bytes of an endpoint, with the NUL */
+#define HR_MSG_NAME_LEN 64  /* bytes of a device name, with the NUL */
+#define HR_MSG_TEXT_LEN 256 /* bytes of an error or reason text, with the NUL */
+#define HR_MSG_MAX_KEYS 16  /* ring member keys a PLAN vouches for */
+#define HR_MSG_MAX_PIECE 512
+
+/* Directions (bits): who may send a message to whom. */
+enum {
+    HR_MSG_H2W = 1 << 0,  /* head -> worker (or any agent) */
+    HR_MSG_W2H = 1 << 1,  /* worker -> head */
+    HR_MSG_C2H = 1 << 2,  /* client -> head */
+    HR_MSG_H2C = 1 << 3,  /* head -> client */
+    HR_MSG_PEER = 1 << 4, /* device -> next device (data plane) */
+};
+
+typedef enum { HR_MSG_NONE, HR_MSG_JSON, HR_MSG_TEXT, HR_MSG_BINARY } hr_msg_kind;
+
+/* Flags: what a receiver requires before it acts on a message. */
+enum {
+    HR_MSG_F_KNOWN = 1 << 0,    /* sender must be a device in the head's table */
+    HR_MSG_F_PAIRING = 1 << 1,  /* allowed from a join-token holder before pairing */
+    HR_MSG_F_EMPTY_OK = 1 << 2, /* may also be sent empty (the head's echo or ack) */
+};
+
+typedef struct {
+    const char *name;
+    unsigned dir;     /* HR_MSG_H2W | ... */
+    hr_msg_kind kind; /* payload */
+    uint32_t max_len; /* payload bytes */
+    unsigned flags;   /* HR_MSG_F_* */
+} hr_msg_info;
+
+/* The row of type, NULL for an unknown type. */
+const hr_msg_info *hr_msg_info_of(int type);
+
+/* ---- encoded messages ---- */
+
+typedef struct {
+    hr_ring_hdr h; /* type, pos -1 and len set by the encoder; req_id, plan_id by the caller */
+    char *data;    /* payload of h.len bytes (malloc'ed; NULL when empty) */
+} hr_msg;
+
+/* A message without payload (WELCOME, START, CANCEL, LEAVE, STATUS_REQ,
+ * the head's HEARTBEAT echo). */
+hr_msg hr_msg_empty(int type, uint64_t req_id, uint32_t plan_id);
+/* Sends m (ROUTER: id first) and frees its payload. Returns 0 or HR_E*. */
+int hr_msg_send(void *sock, const void *id, size_t id_len, hr_msg *m, char err[HR_ERR_LEN]);
+void hr_msg_clear(hr_msg *m); /* frees the payload; NULL-safe */
+
+/* ---- JOIN: worker -> head ---- */
+typedef struct {
+    int version; /* HR_RING_VERSION of the sender */
+    char name[HR_MSG_NAME_LEN];
+    char ctrl[HR_MSG_EP_LEN], data[HR_MSG_EP_LEN]; /* its endpoints */
+    uint64_t model_size, model_hash;               /* bytes, fingerprint */
+    char pubkey[HR_RING_KEY_LEN];                  /* "" when insecure */
+    int n_layer, threads, cores, numa;
+    char os[96], kernel[96];
+    int64_t mem_total, mem_avail, cg_limit; /* bytes, -1 unknown */
+    double disk_mbs, disk_mmap_mbs;
+    char *profile; /* device profile JSON (encode: borrowed, may be NULL; decode:
+                      malloc'ed or NULL, freed by hr_msg_join_clear) */
+} hr_msg_join;
+int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]);
+int hr_msg_join_decode(const hr_ring_hdr *h, const void *pl, hr_msg_join *m, char err[HR_ERR_LEN]);
+void hr_msg_join_clear(hr_msg_join *m);
+
+/* ---- PLAN: head -> worker (plan id also in the header) ---- */
+typedef struct {
+    uint32_t plan_id;
+    int k, W, w, offset, n_active, n_ctx, n_batch, dtype;
+    bool prefetch, release;
+    char next[HR_MSG_EP_LEN];                    /* data endpoint of the next device, "" alone */
+    char next_key[HR_RING_KEY_LEN];              /* its public key, "" when insecure */
+    char keys[HR_MSG_MAX_KEYS][HR_RING_KEY_LEN]; /* ring members vouched for */
+    int n_keys;                                  /* invalid keys are skipped */
+} hr_msg_plan;
+int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]);
+int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, char err[HR_ERR_LEN]);
+
+/* ---- READY: worker -> head, for the plan id in the header ---- */
+typedef struct {
+    bool ok;
+    char error[HR_MSG_TEXT_LEN]; /* why not, when !ok */
+} hr_msg_ready;
+int hr_msg_ready_encode(hr_msg *out, const hr_msg_ready *m, char err[HR_ERR_LEN]);
+int hr_msg_ready_decode(const hr_ring_hdr *h, const void *pl, hr_msg_ready *m,
+                        char err[HR_ERR_LEN]);
+
+/* ---- REJECT: head -> worker / client ---- */
+typedef struct {
+    bool fatal; /* model or version mismatch, malformed JOIN: do not retry */
+    char reason[HR_MSG_TEXT_LEN];
+} hr_msg_reject;
+int hr_msg_reject_encode(hr_msg *out, const hr_msg_reject *m, char err[HR_ERR_LEN]);
+int hr_msg_reject_decode(const hr_ring_hdr *h, const void *pl, hr_msg_reject *m,
+                         char err[HR_ERR_LEN]);
+
+/* ---- HEARTBEAT: worker -> head (the head echoes it empty) ---- */
+typedef struct {
+    double ms_round; /* EMA of the decode window time, ms */
+    double resident; /* fraction of own windows resident, -1 unknown */
+    uint64_t tokens, rejected;
+    int64_t mem_avail; /* bytes, -1 unknown */
+    double t;          /* sender's monotonic clock, s */
+} hr_msg_heartbeat;
+int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
+int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,
+                            char err[HR_ERR_LEN]);
+
+/* ---- INVITE: head -> agent (--peers): join me ---- */
+typedef struct {
+    char head[HR_MSG_EP_LEN]; /* the head's control endpoint */
+} hr_msg_invite;
+int hr_msg_invite_encode(hr_msg *out, const hr_msg_invite *m, char err[HR_ERR_LEN]);
+int hr_msg_invite_decode(const hr_ring_hdr *h, const void *pl, hr_msg_invite *m,
+                         char err[HR_ERR_LEN]);
+
+/* ---- PAIR: join-token holder -> head: trust my key (the head echoes it
+ * empty when it did) ---- */
+typedef struct {
+    char name[HR_MSG_NAME_LEN];
+    char pubkey[HR_RING_KEY_LEN];
+} hr_msg_pair;
+int hr_msg_pair_encode(hr_msg *out, const hr_msg_pair *m, char err[HR_ERR_LEN]);
+int hr_msg_pair_decode(const hr_ring_hdr *h, const void *pl, hr_msg_pair *m, char err[HR_ERR_LEN]);
+
+/* ---- STATUS: head -> client, the cluster status document ---- */
+/* json: one JSON object (hr_head_status_json). */
+int hr_msg_status_encode(hr_msg *out, const char *json, char err[HR_ERR_LEN]);
+/* *json: a NUL-terminated malloc'ed copy after checking it is a JSON object. */
+int hr_msg_status_decode(const hr_ring_hdr *h, const void *pl, char **json, char err[HR_ERR_LEN]);
+
+/* ---- PROMPT: client -> head ---- */
+typedef struct {
+    char *text; /* encode: borrowed; decode: malloc'ed, freed by hr_msg_prompt_clear */
+    int n_predict, top_k, wait_ms;
+    double temp, top_p, min_p, repeat_penalty;
+    int64_t seed; /* -1: the head picks one */
+} hr_msg_prompt;
+int hr_msg_prompt_encode(hr_msg *out, const hr_msg_prompt *m, char err[HR_ERR_LEN]);
+/* Fields other than text are optional: an absent one keeps the value *m
+ * has on entry (the receiver's defaults, e.g. hr_sampler_params_default()). */
+int hr_msg_prompt_decode(const hr_ring_hdr *h, const void *pl, hr_msg_prompt *m,
+                         char err[HR_ERR_LEN]);
+void hr_msg_prompt_clear(hr_msg_prompt *m);
+
+/* ---- TOKEN: head -> client, binary: i32 LE token id, then the piece ---- */
+typedef struct {
+    int32_t id;                       /* -1: held-back text flushed at the end */
+    int len;                          /* piece bytes */
+    char piece[HR_MSG_MAX_PIECE + 1]; /* NUL-terminated */
+} hr_msg_token;
+int hr_msg_token_encode(hr_msg *out, int32_t id, const char *piece, int len, char err[HR_ERR_LEN]);
+int hr_msg_token_decode(const hr_ring_hdr *h, const void *pl, hr_msg_token *m,
+                        char err[HR_ERR_LEN]);
+
+/* ---- DONE: head -> client, generation statistics ---- */
+typedef struct {
+    int n_prompt, n_gen;
+    double prompt_s, gen_s;     /* wall time, s */
+    double prompt_tps, gen_tps; /* tokens/s */
+} hr_msg_done;
+int hr_msg_done_encode(hr_msg *out, const hr_msg_done *m, char err[HR_ERR_LEN]);
+int hr_msg_done_decode(const hr_ring_hdr *h, const void *pl, hr_msg_done *m, char err[HR_ERR_LEN]);
+
+/* ---- ERROR: head -> client, text ---- */
+int hr_msg_error_encode(hr_msg *out, const char *text, char err[HR_ERR_LEN]);
+/* text: cap bytes, NUL-terminated, truncated when longer. */
+int hr_msg_error_decode(const hr_ring_hdr *h, const void *pl, char *text, size_t cap,
+                        char err[HR_ERR_LEN]);
+
+#endif
