@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zmq.h>
 
 const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
@@ -177,7 +176,7 @@ static void *hr_client_connect(void *zctx, const hr_cli *o, char *ep, size_t cap
         return NULL;
     }
     char err[HR_ERR_LEN] = "";
-    void *s = hr_ring_socket(zctx, ZMQ_DEALER, NULL, err);
+    void *s = hr_ring_socket(zctx, HR_RING_DEALER, NULL, err);
     if (s && !o->insecure) {
         hr_ring_keys *k = NULL;
         char hk[HR_RING_KEY_LEN];
@@ -194,14 +193,13 @@ static void *hr_client_connect(void *zctx, const hr_cli *o, char *ep, size_t cap
         hr_ring_keys_close(k);
         if (rc) {
             hr_cli_fail("%s", err);
-            zmq_close(s);
+            hr_ring_close(s);
             return NULL;
         }
     }
-    if (!s || zmq_connect(s, ep) != 0) {
+    if (!s || hr_ring_connect(s, ep, err) != 0) {
         hr_cli_fail("cannot connect to %s: %s", ep, err);
-        if (s)
-            zmq_close(s);
+        hr_ring_close(s);
         return NULL;
     }
     return s;
@@ -224,7 +222,7 @@ int hr_cmd_prompt(hr_cli *o) {
     char ep[160], err[HR_ERR_LEN];
     if (hr_msg_prompt_encode(&msg, &pm, err))
         return hr_cli_fail("cannot send the prompt: %s", err);
-    void *zctx = zmq_ctx_new();
+    void *zctx = hr_ring_context();
     void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
     uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
@@ -286,8 +284,8 @@ done:
     free(buf);
     hr_msg_clear(&msg);
     if (s)
-        zmq_close(s);
-    zmq_ctx_term(zctx);
+        hr_ring_close(s);
+    hr_ring_context_term(zctx);
     return rc;
 }
 
@@ -339,7 +337,7 @@ static void hr_print_status(json_t *j) {
 }
 
 int hr_cmd_status(hr_cli *o) {
-    void *zctx = zmq_ctx_new();
+    void *zctx = hr_ring_context();
     char ep[160], err[HR_ERR_LEN];
     void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
@@ -373,7 +371,7 @@ int hr_cmd_status(hr_cli *o) {
 done:
     free(buf);
     if (s)
-        zmq_close(s);
-    zmq_ctx_term(zctx);
+        hr_ring_close(s);
+    hr_ring_context_term(zctx);
     return rc;
 }

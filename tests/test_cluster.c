@@ -489,6 +489,23 @@ static void test_kill(void) {
     }
     char model[512];
     hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
+    /* every file of this run in its own folder (runs may overlap) */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/hr-test-kill-XXXXXX");
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    char f_ref[96], f_out[96], f_rc[96], f_head[96], f_cl[96], f_st[96], f_run[96], f_w[3][96];
+    snprintf(f_ref, sizeof f_ref, "%s/ref.txt", dir);
+    snprintf(f_out, sizeof f_out, "%s/out.txt", dir);
+    snprintf(f_rc, sizeof f_rc, "%s/rc", dir);
+    snprintf(f_head, sizeof f_head, "%s/head.log", dir);
+    snprintf(f_cl, sizeof f_cl, "%s/client.log", dir);
+    snprintf(f_st, sizeof f_st, "%s/status.json", dir);
+    snprintf(f_run, sizeof f_run, "%s/run.txt", dir);
+    for (int i = 0; i < 3; i++)
+        snprintf(f_w[i], sizeof f_w[i], "%s/w%d.log", dir, i + 1);
     int base = 20000 + (int)(getpid() % 20000);
     char hl[32], w1l[32], w2l[32], hd[32];
     snprintf(hl, sizeof hl, "127.0.0.1:%d", base);
@@ -502,20 +519,20 @@ static void test_kill(void) {
                          "--head", hd,      "--name", "worker-one", "--no-profile", NULL};
     const char *w2a[] = {bin,      "agent", "-m",     model,        "--listen",     w2l,
                          "--head", hd,      "--name", "worker-two", "--no-profile", NULL};
-    pid_t h = spawn(ha, "/tmp/hr_test_kill_head.log");
-    pid_t w1 = spawn(w1a, "/tmp/hr_test_kill_w1.log");
-    pid_t w2 = spawn(w2a, "/tmp/hr_test_kill_w2.log");
+    pid_t h = spawn(ha, f_head);
+    pid_t w1 = spawn(w1a, f_w[0]);
+    pid_t w2 = spawn(w2a, f_w[1]);
     /* the answer without a kill */
-    char cmd[1024];
+    char cmd[2048], tail[256];
     const char *ask = "%s prompt --head %s --temp 0.8 --seed 5 -n 1500 --timeout 60 "
                       "'Tell me a story' >%s 2>%s";
-    snprintf(cmd, sizeof cmd, ask, bin, hd, "/tmp/hr_test_kill_ref.txt", "/dev/null");
+    snprintf(cmd, sizeof cmd, ask, bin, hd, f_ref, "/dev/null");
     double tr = now_s();
     CHECK_EQ(system(cmd), 0);
     tr = now_s() - tr; /* kill about half-way through the same request */
     /* the same request, worker-two killed mid-way */
-    snprintf(cmd, sizeof cmd, ask, bin, hd, "/tmp/hr_test_kill_out.txt",
-             "/tmp/hr_test_kill_client.log; echo $? >/tmp/hr_test_kill_rc");
+    snprintf(tail, sizeof tail, "%s; echo $? >%s", f_cl, f_rc);
+    snprintf(cmd, sizeof cmd, ask, bin, hd, f_out, tail);
     pid_t cl = fork();
     if (cl == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -534,10 +551,19 @@ static void test_kill(void) {
     }
     printf("kill: client returned %.2f s after the worker was killed\n", now_s() - t0);
     CHECK(done == cl);
-    char *ref = slurp("/tmp/hr_test_kill_ref.txt"), *out = slurp("/tmp/hr_test_kill_out.txt");
-    char *rcs = slurp("/tmp/hr_test_kill_rc"), *log = slurp("/tmp/hr_test_kill_head.log");
+    char *ref = slurp(f_ref), *out = slurp(f_out);
+    char *rcs = slurp(f_rc), *log = slurp(f_head);
+    /* the independent reference: one process, no ring (F32 wire = same numbers) */
+    snprintf(cmd, sizeof cmd,
+             "%s run -m %s --temp 0.8 --seed 5 -n 1500 --ctx 4096 -p 'Tell me a story' >%s "
+             "2>/dev/null",
+             bin, model, f_run);
+    CHECK_EQ(system(cmd), 0);
+    char *run = slurp(f_run);
     CHECK(ref && out && strlen(ref) > 20);
-    CHECK(ref && out && strcmp(ref, out) == 0);
+    CHECK(run && ref && strcmp(run, ref) == 0);
+    CHECK(run && out && strcmp(run, out) == 0);
+    free(run);
     CHECK(rcs && atoi(rcs) == 0);
     CHECK(log && strstr(log, "worker-two") && strstr(log, "recovered on plan"));
     printf("kill: answer after recovery %s the one without the kill (%zu bytes)\n",
@@ -547,14 +573,14 @@ static void test_kill(void) {
     free(rcs);
     free(log);
     /* worker-two comes back; the next request uses all three again */
-    w2 = spawn(w2a, "/tmp/hr_test_kill_w2b.log");
-    snprintf(cmd, sizeof cmd, ask, bin, hd, "/tmp/hr_test_kill_out.txt", "/dev/null");
+    w2 = spawn(w2a, f_w[2]);
+    snprintf(cmd, sizeof cmd, ask, bin, hd, f_out, "/dev/null");
     double t1 = now_s();
     bool three = false;
     while (!three && now_s() - t1 < 20) {
-        snprintf(cmd, sizeof cmd, "%s status --head %s --json >/tmp/hr_test_kill_st.json", bin, hd);
+        snprintf(cmd, sizeof cmd, "%s status --head %s --json >%s", bin, hd, f_st);
         if (system(cmd) == 0) {
-            char *js = slurp("/tmp/hr_test_kill_st.json");
+            char *js = slurp(f_st);
             three = js && strstr(js, "\"ready\":true") && strstr(js, "worker-two") &&
                     !strstr(js, "\"ring_pos\":-1");
             free(js);
@@ -563,12 +589,15 @@ static void test_kill(void) {
         nanosleep(&t, NULL);
     }
     CHECK(three);
-    snprintf(cmd, sizeof cmd, ask, bin, hd, "/tmp/hr_test_kill_out.txt", "/dev/null");
+    snprintf(cmd, sizeof cmd, ask, bin, hd, f_out, "/dev/null");
     CHECK_EQ(system(cmd), 0);
-    char *again = slurp("/tmp/hr_test_kill_out.txt"), *r2 = slurp("/tmp/hr_test_kill_ref.txt");
+    char *again = slurp(f_out), *r2 = slurp(f_ref);
     CHECK(again && r2 && strcmp(again, r2) == 0);
     free(again);
     free(r2);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
     kill(w2, SIGTERM);
     kill(w1, SIGTERM);
     kill(h, SIGTERM);
