@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define HR_TAG "numa"
+#define TAG "numa"
 
 hr_gpool_params hr_gpool_params_default(void) {
     return (hr_gpool_params){.n_groups = 0, .domain = HR_NUMA_DOMAIN_NODE, .pin = true};
@@ -86,7 +86,7 @@ int hr_numa_plan_make(const hr_gpool_params *p, hr_numa_plan *out, char err[HR_E
     hwloc_obj_type_t type = p->domain == HR_NUMA_DOMAIN_L3 ? HWLOC_OBJ_L3CACHE : HWLOC_OBJ_NUMANODE;
     int nd = hwloc_get_nbobjs_by_type(topo, type);
     if (nd <= 0 && type == HWLOC_OBJ_L3CACHE) {
-        HR_LOG_INFO(HR_TAG, "no L3 caches in the topology; grouping by NUMA node");
+        HR_LOG_INFO(TAG, "no L3 caches in the topology; grouping by NUMA node");
         type = HWLOC_OBJ_NUMANODE;
         nd = hwloc_get_nbobjs_by_type(topo, type);
     }
@@ -121,7 +121,7 @@ int hr_numa_plan_make(const hr_gpool_params *p, hr_numa_plan *out, char err[HR_E
     if (G == 0) {
         G = nd;
         if (G > HR_NUMA_MAX_GROUPS) {
-            HR_LOG_INFO(HR_TAG, "%d domains; merging them into %d groups", nd, HR_NUMA_MAX_GROUPS);
+            HR_LOG_INFO(TAG, "%d domains; merging them into %d groups", nd, HR_NUMA_MAX_GROUPS);
             G = HR_NUMA_MAX_GROUPS;
         }
     }
@@ -236,11 +236,11 @@ int hr_gpool_create(hr_gpool **out, const hr_gpool_params *p, char err[HR_ERR_LE
             if (pl->groups[0].cpus[i] < CPU_SETSIZE)
                 CPU_SET(pl->groups[0].cpus[i], &set);
         if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
-            HR_LOG_WARN(HR_TAG, "cannot pin the calling thread to group 0's node");
+            HR_LOG_WARN(TAG, "cannot pin the calling thread to group 0's node");
     }
     hr_barrier_init(&gp->bar);
     hr_gpool_set_phase(gp, HR_PHASE_PREFILL);
-    HR_LOG_INFO(HR_TAG, "%d groups over %d %s (%d nodes, %s topology%s)", G, pl->n_domains,
+    HR_LOG_INFO(TAG, "%d groups over %d %s (%d nodes, %s topology%s)", G, pl->n_domains,
                 p->domain == HR_NUMA_DOMAIN_L3 ? "L3 domains" : "nodes", pl->n_nodes,
                 pl->this_system ? "this machine's" : "a foreign",
                 gp->bind ? ", memory bound per node" : "");
@@ -321,7 +321,7 @@ int hr_gpool_bind_area(hr_gpool *gp, int g, const void *ptr, size_t bytes) {
         return HR_EUNSUPPORTED;
     mask[node / (8 * sizeof mask[0])] |= 1ul << (node % (8 * sizeof mask[0]));
     if (mbind((void *)b, e - b, MPOL_BIND, mask, sizeof mask * 8, MPOL_MF_MOVE) != 0) {
-        HR_LOG_DEBUG(HR_TAG, "mbind of %zu bytes to node %d refused", (size_t)(e - b), node);
+        HR_LOG_DEBUG(TAG, "mbind of %zu bytes to node %d refused", (size_t)(e - b), node);
         return HR_EIO;
     }
     return 0;

@@ -10,6 +10,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#define TAG "pool"
 #define HR_CPU_RELAX() _mm_pause()
 #else
 #define HR_CPU_RELAX() ((void)0)
@@ -102,8 +104,7 @@ hr_pool *hr_pool_create_pinned(int n_threads, const int *cpus) {
             }
             int rc = pthread_create(&w->thread, &attr, hr_worker_main, w);
             if (rc != 0 && cpus && cpus[i] >= 0) {
-                HR_LOG_WARN("pool", "cannot pin worker %d to cpu %d; running it unpinned", i,
-                            cpus[i]);
+                HR_LOG_WARN(TAG, "cannot pin worker %d to cpu %d; running it unpinned", i, cpus[i]);
                 rc = pthread_create(&w->thread, NULL, hr_worker_main, w);
             }
             pthread_attr_destroy(&attr);

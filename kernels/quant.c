@@ -14,6 +14,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+
+#define TAG "quant"
 #define HR_X86 1
 #else
 #define HR_X86 0
@@ -111,7 +113,7 @@ static void init_tables(void) {
         else if (strcasecmp(want, "avx2") == 0 && g_have_avx2)
             g_best = &g_avx2;
     }
-    HR_LOG_DEBUG("quant", "kernels: %s%s%s", hr_isa_name(g_best->isa),
+    HR_LOG_DEBUG(TAG, "kernels: %s%s%s", hr_isa_name(g_best->isa),
                  g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_VNNI) ? " vnni" : "",
                  g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_PREFER_YMM) ? " ymm" : "");
 }

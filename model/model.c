@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HR_TAG "model"
+#define TAG "model"
 #define HR_MAX_CTX_DEFAULT 4096
 
 int hr_hparams_ctx(const hr_hparams *hp, int requested) {

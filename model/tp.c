@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HR_TAG "tp"
+#define TAG "tp"
 
 /* ---- split plan ---- */
 
@@ -256,7 +256,7 @@ static bool hr_tp_want_copies(const hr_tp *tp, const hr_ctx_params *p, uint64_t 
     double avail = pages > 0 && ps > 0 ? (double)pages * (double)ps : 0.0;
     bool ok = (double)bytes * 1.25 + (256.0 * 1048576.0) < avail;
     if (!ok)
-        HR_LOG_INFO(HR_TAG,
+        HR_LOG_INFO(TAG,
                     "%.0f MiB of weight slices do not fit in %.0f MiB of free RAM; "
                     "binding the mapped pages instead of copying",
                     (double)bytes / 1048576.0, avail / 1048576.0);
@@ -424,7 +424,7 @@ int hr_tp_create(hr_tp **out, const hr_tp_model *m, const hr_ctx_params *p, char
         hr_tp_destroy(tp);
         return rc;
     }
-    HR_LOG_INFO(HR_TAG, "layers [%d, %d) over %d groups (%s split, %s slices, %.1f MiB)",
+    HR_LOG_INFO(TAG, "layers [%d, %d) over %d groups (%s split, %s slices, %.1f MiB)",
                 p->layer_begin, p->layer_end, tp->G, tp->reduce ? "reduce" : "exact",
                 tp->copies ? "copied" : "mapped", (double)tp->mem / 1048576.0);
     *out = tp;

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#define TAG "ring"
+
 #define HR_ECHO_MAGIC 0x45505248u /* "HRPE" */
 #define HR_ECHO_VERSION 1
 
@@ -63,7 +65,7 @@ void *hr_ring_echo_bind(void *zctx, const char *endpoint, char *out, size_t cap,
     int64_t maxmsg = HR_RING_ECHO_MAX_PAYLOAD + HR_RING_ECHO_HDR;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
-        HR_LOG_WARN("ring", "echo: cannot cap message size: %s", zmq_strerror(errno));
+        HR_LOG_WARN(TAG, "echo: cannot cap message size: %s", zmq_strerror(errno));
     if (zmq_bind(s, endpoint) != 0) {
         int en = errno;
         zmq_close(s);
