@@ -1,7 +1,21 @@
-/* agent-impl.h - the agent's internal state, shared by agent.c (create,
- * plan application), worker.c (worker control loop, data thread), head.c
- * (the head's control loop, plans), gen.c (generation) and stream.c (mmap
- * prefetch / release / residency). Not for other modules. */
+/* agent-impl.h - the agent's node core: what every agent has, head or
+ * worker (parameters, keys, sockets, model, tokenizer, thread pool, this
+ * device's part of the plan, statistics). Shared by agent.c (the public
+ * entry), node.c (create / destroy, plan application, data PUSH), stream.c
+ * (prefetch / release / residency of this device's windows), worker.c and
+ * the head's files, which keep their own state in head-impl.h. Not for
+ * other modules.
+ *
+ * Threads and ownership:
+ *   - the control thread (hr_agent_run) owns ctrl, up and the head's state;
+ *   - lp (this device's plan) is guarded by plan_mu: on a worker the control
+ *     thread applies plans and the data thread computes with lp; on a head
+ *     only the generating thread (hr_head_generate / hr_head_logits, under
+ *     the head's gen_mu) applies and uses it;
+ *   - pull and push belong to the data thread (worker) or the generating
+ *     thread (head); st is guarded by st.mu; stop and canceled_req are
+ *     atomics; everything else is set at create and read-only afterwards
+ *     (head_ep: control thread only). */
 #ifndef HR_AGENT_AGENT_IMPL_H
 #define HR_AGENT_AGENT_IMPL_H
 
@@ -20,31 +34,8 @@
 #define HR_NAME_LEN HR_MSG_NAME_LEN
 _Static_assert(HR_AGENT_MAX_DEV <= HR_MSG_MAX_KEYS, "a PLAN vouches for every ring member");
 
-/* A device as the head sees it (index 0 is the head itself). */
-typedef struct {
-    char name[HR_NAME_LEN];
-    char ctrl_ep[HR_EP_LEN], data_ep[HR_EP_LEN];
-    uint8_t id[HR_RING_MAX_ID]; /* ROUTER identity of its DEALER */
-    size_t id_len;
-    char *info; /* JOIN JSON (owned) */
-    bool has_sched;
-    hr_sched_device sd;           /* from its profile */
-    char pubkey[HR_RING_KEY_LEN]; /* its CURVE public key (from JOIN) */
-    double last_seen;             /* s, monotonic */
-    bool lost, ready;
-    uint32_t ready_plan;
-    char ready_err[HR_ERR_LEN];
-    /* plan */
-    int ring_pos, w, offset;
-    bool overloaded;
-    double pred_ms_round;
-    /* heartbeat stats */
-    double meas_ms_round, resident, hb_rtt_us;
-    uint64_t tokens;
-    int64_t mem_avail;
-} hr_dev;
-
-/* This device's part of the current plan; guarded by plan_mu. */
+/* This device's part of a plan. As a parameter (a plan to apply) only the
+ * fields up to next_key are set; the buffers belong to the applied plan. */
 typedef struct {
     uint32_t plan_id;
     int k, W, w, offset, n_active, index;
@@ -69,6 +60,9 @@ typedef struct {
     uint64_t frames_rejected;
 } hr_stats;
 
+typedef struct hr_head hr_head; /* head-impl.h */
+
+/* The node: one per agent. */
 struct hr_agent {
     hr_agent_params p;
     char name[HR_NAME_LEN];
@@ -77,7 +71,7 @@ struct hr_agent {
     void *zctx;
     void *ctrl; /* ROUTER on listen: control thread */
     void *up;   /* worker: DEALER to the head: control thread */
-    void *pull; /* data in: data thread (worker) / generation (head) */
+    void *pull; /* data in: data thread (worker) / generating thread (head) */
     void *push; /* data out: same owner as pull */
     char push_ep[HR_EP_LEN];
     hr_ring_keys *keys;             /* NULL when insecure */
@@ -85,7 +79,7 @@ struct hr_agent {
     char join_token[96];            /* head: for first pairing */
     hr_gguf *g;
     hr_model *m;
-    hr_tokenizer *tok;
+    hr_tokenizer *tok; /* head only */
     hr_pool *pool;
     uint64_t model_size, model_hash;
     char *info_json; /* this device's JOIN payload */
@@ -101,55 +95,45 @@ struct hr_agent {
     atomic_ullong canceled_req; /* frames of requests <= this are dropped */
     uint64_t plan_epoch;        /* plans applied so far (plan_mu) */
 
-    /* head; devs, plan and flags guarded by dev_mu */
-    pthread_mutex_t dev_mu;
-    pthread_cond_t dev_cv;
-    hr_dev devs[HR_AGENT_MAX_DEV];
-    int n_devs;
-    uint32_t plan_id;
-    bool replan, ready, planned; /* planned: a first plan was made */
-    uint64_t recoveries;         /* requests continued after a lost device */
-    int plan_k;
-    char plan_err[HR_ERR_LEN];
-    hr_sched_plan sched;
-    bool have_sched;
-    atomic_int lost; /* 1 + index of a lost device, 0 = none */
-    char lost_msg[HR_ERR_LEN];
-    pthread_mutex_t gen_mu;
-    uint64_t next_req;
-    void *ev_push;          /* inproc events from the generating thread (under gen_mu) */
-    void *ev_pull;          /* control thread */
-    struct hr_service *svc; /* head: the request queue (service.h) */
-    double head_resident;
-    hr_prof_model pm; /* head: model profile for the scheduler */
-    bool have_pm;
+    hr_head *head; /* a head's own state (owned); NULL on a worker */
 };
 
-/* head.c */
-int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]); /* 1 = invited: become a worker */
-int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
+/* node.c: the node's model, keys and sockets; a->is_head decides the
+ * tokenizer and the pairing socket. HR_E* with err. */
+int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]);
+/* node.c: joins the data thread, frees everything hr_node_init made (not a). */
+void hr_node_fini(hr_agent *a);
+/* node.c: checks that plan np fits the model and this machine's memory
+ * without applying it. Thread-safe (reads only what create set). */
+int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+/* node.c: applies this device's plan np into a->lp (plan_mu held) */
+int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+/* node.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key);
+ * the push socket's owner, plan_mu held */
+void hr_node_push_connect(hr_agent *a);
+/* node.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
+void hr_node_meminfo(int64_t *avail, int64_t *total);
+/* node.c: one window of n_tok tokens took ms; the last round counts tokens */
+void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
 
-/* agent.c: applies this device's plan (plan_mu held) */
-int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
-/* agent.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key) */
-void hr_agent_push_connect(hr_agent *a);
-/* agent.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
-void hr_agent_meminfo(int64_t *avail, int64_t *total);
+/* stream.c: which file bytes this device's windows are and when to read
+ * them ahead or release them (the mmap/stream.h calls). Every function
+ * works on the plan lp it is given; the caller owns lp. */
+void hr_node_windows(const hr_agent *a, hr_local_plan *lp); /* fills lp->win_off/len */
+void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp,
+                          int round); /* prefetch next, release this */
+double hr_node_resident(const hr_agent *a, const hr_local_plan *lp); /* fraction resident */
 
 /* worker.c: the worker's control loop (and its data thread) until stop or a
  * fatal refusal by the head */
 int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]);
 
-/* prompt.c: `hearth prompt` clients on the control thread: PROMPT (queued
- * on the service), CANCEL (that client's requests), and the TOKEN/DONE/ERROR
- * events the service thread posts, forwarded to their client. */
-void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl, size_t len);
-void hr_prompt_cancel(hr_agent *a, const uint8_t *id, size_t idl);
-void hr_prompt_forward(hr_agent *a, const hr_ring_hdr *h, uint8_t *buf, size_t n);
-
-/* stream.c */
-void hr_stream_windows(hr_agent *a);          /* fills lp.win_off/len */
-void hr_stream_after(hr_agent *a, int round); /* prefetch next, release this */
-double hr_stream_resident(hr_agent *a);       /* fraction of own windows resident */
+/* head.c: the head's state of a (a->head) with its request service; the
+ * node must be initialised. HR_E* with err. */
+int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]);
+/* head.c: stops the service, frees a->head. NULL head is a no-op. */
+void hr_head_destroy(hr_agent *a);
+/* head.c: the head's control loop; 1 = invited: become a worker */
+int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]);
 
 #endif

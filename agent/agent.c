@@ -1,22 +1,11 @@
-/* agent.c - the agent daemon's node: parameters, model, keys and sockets
- * (create / destroy), the JOIN payload describing this device, applying
- * this device's part of a plan (both roles) and the data PUSH. The control
- * loops live in worker.c and head.c, generation in gen.c. */
+/* agent.c - the agent daemon's public entry: parameters, create / run /
+ * stop / destroy, dispatching to the node core (node.c) and to the head
+ * (head.c) or the worker (worker.c). */
 #include "agent/agent-impl.h"
-#include "agent/service.h"
 
-#include "common/log.h"
-#include "common/progress.h"
-#include "common/sync.h"
-#include "ring/msg.h"
+#include "common/error.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#define TAG "agent"
 
 hr_agent_params hr_agent_params_default(void) {
     return (hr_agent_params){.listen = "127.0.0.1:7700",
@@ -38,148 +27,6 @@ bool hr_agent_is_head(const hr_agent *a) { return a->is_head; }
 const char *hr_agent_join_token(const hr_agent *a) { return a->join_token; }
 void hr_agent_stop(hr_agent *a) { atomic_store(&a->stop, 1); }
 
-/* ---- JOIN payload: who we are, what we run, our profile ---- */
-
-static char *hr_agent_info(hr_agent *a, char err[HR_ERR_LEN]) {
-    hr_prof_device *d = calloc(1, sizeof *d);
-    if (!d) {
-        hr_seterr(err, HR_ENOMEM, "out of memory");
-        return NULL;
-    }
-    bool measured = false;
-    if (a->p.profile) {
-        hr_prof_params pp = hr_prof_params_default();
-        pp.model_path = a->p.model_path;
-        pp.quick = true;
-        int types[HR_PROF_MAX_TYPES];
-        hr_prof_model pm = {0};
-        if (hr_prof_model_build(&pm, a->m, a->g, err) == 0) {
-            pp.n_types = hr_prof_model_types(&pm, types, HR_PROF_MAX_TYPES);
-            memcpy(pp.types, types, sizeof types);
-            hr_prof_model_clear(&pm);
-        }
-        pp.threads[0] = a->p.n_threads;
-        pp.n_threads = 1;
-        hr_progress pr;
-        hr_progress_begin(&pr, TAG, "profiling this device", NULL, 0);
-        measured = hr_prof_device_measure(d, &pp, err) == 0;
-        hr_progress_end(&pr);
-        if (!measured)
-            HR_LOG_WARN(TAG, "%s: profiling failed (%s); joining without a profile", a->name, err);
-    }
-    if (!measured)
-        hr_prof_device_sysinfo(d, NULL);
-    int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
-    if (lim > 0 && (d->mem.weights_avail_bytes < 0 || d->mem.weights_avail_bytes > lim))
-        d->mem.weights_avail_bytes = lim;
-    hr_msg_join jm = {.version = HR_RING_VERSION,
-                      .model_size = a->model_size,
-                      .model_hash = a->model_hash,
-                      .n_layer = hr_model_hparams(a->m)->n_layer,
-                      .threads = a->p.n_threads,
-                      .cores = d->topo.n_cores,
-                      .numa = d->topo.n_numa,
-                      .mem_total = d->mem.total_bytes,
-                      .mem_avail = d->mem.available_bytes,
-                      .cg_limit = d->mem.cg_limit_bytes,
-                      .disk_mbs = d->disk.seq_mbs,
-                      .disk_mmap_mbs = d->disk.mmap_mbs};
-    snprintf(jm.name, sizeof jm.name, "%s", a->name);
-    snprintf(jm.ctrl, sizeof jm.ctrl, "%s", a->ctrl_ep);
-    snprintf(jm.data, sizeof jm.data, "%s", a->data_ep);
-    snprintf(jm.os, sizeof jm.os, "%s", d->os.name);
-    snprintf(jm.kernel, sizeof jm.kernel, "%s", d->os.release);
-    if (a->keys)
-        snprintf(jm.pubkey, sizeof jm.pubkey, "%s", hr_ring_keys_public(a->keys));
-    if (measured && hr_prof_device_to_json(d, &jm.profile, err) != 0)
-        jm.profile = NULL;
-    free(d);
-    hr_msg m;
-    int rc = hr_msg_join_encode(&m, &jm, err);
-    free(jm.profile);
-    return rc ? NULL : m.data; /* NUL-terminated JSON */
-}
-
-/* ---- create / destroy ---- */
-
-/* Fills in defaults for out-of-range parameters. */
-static void hr_agent_params_fix(hr_agent_params *p) {
-    if (p->n_threads < 1)
-        p->n_threads = 1;
-    if (p->n_batch < 1)
-        p->n_batch = 64;
-    if (p->hb_interval_ms < 10)
-        p->hb_interval_ms = 250;
-    if (p->hb_timeout_ms < 4 * p->hb_interval_ms)
-        p->hb_timeout_ms = 4 * p->hb_interval_ms;
-    if (p->data_timeout_ms < 1000)
-        p->data_timeout_ms = 60000;
-    if (p->recover_ms < 1000)
-        p->recover_ms = 30000;
-}
-
-/* Key pair, ZAP handler, join token (head) or the head's key (worker). */
-static int hr_agent_security(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
-    int rc;
-    if (p->insecure) {
-        HR_LOG_WARN(TAG, "*** INSECURE MODE: no encryption, no authentication; anyone who can "
-                         "reach this agent's ports can join, send frames and read hidden "
-                         "states. For benchmarks only. ***");
-        return 0;
-    }
-    if ((rc = hr_ring_keys_open(&a->keys, p->key_dir, err)) ||
-        (rc = hr_ring_keys_zap_start(a->keys, a->zctx, p->name ? p->name : "agent", err)))
-        return rc;
-    char tk_sec[HR_RING_KEY_LEN];
-    if (p->join && hr_ring_join_parse(p->join, a->head_key, tk_sec) != 0)
-        return hr_seterr(err, HR_EINVAL, "--join: not a join token (want HJ1 + 80 chars)");
-    if (p->join && (rc = hr_ring_trust_add(hr_ring_keys_dir(a->keys), "head", a->head_key, err)))
-        return rc;
-    if (a->is_head)
-        return hr_ring_keys_join_token(a->keys, a->join_token, sizeof a->join_token, err);
-    if (!p->join &&
-        hr_ring_keys_lookup(a->keys, p->head_key ? p->head_key : "head", a->head_key) != 0) {
-        if (p->head_key)
-            return hr_seterr(err, HR_EINVAL,
-                             "--head-key '%s' is neither a public key nor a trusted name",
-                             p->head_key);
-        snprintf(a->head_key, sizeof a->head_key, "%s", hr_ring_keys_public(a->keys));
-    }
-    return 0;
-}
-
-/* Binds the control ROUTER on listen and the data PULL on the next port. */
-static int hr_agent_sockets(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
-    char ep[HR_EP_LEN];
-    int rc;
-    if (hr_ring_endpoint(p->listen, 0, ep, sizeof ep))
-        return hr_seterr(err, HR_EINVAL, "bad listen address '%s' (want host:port)", p->listen);
-    hr_ring_sockopt so = hr_ring_sockopt_default();
-    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
-    so.mandatory = true;
-    if (!(a->ctrl = hr_ring_socket(a->zctx, HR_RING_ROUTER, &so, err)))
-        return HR_ENET;
-    if (a->keys && (rc = a->is_head ? hr_ring_secure_server_pairing(a->ctrl, a->keys, err)
-                                    : hr_ring_secure_server(a->ctrl, a->keys, err)))
-        return rc;
-    if ((rc = hr_ring_bind(a->ctrl, ep, a->ctrl_ep, sizeof a->ctrl_ep, err)))
-        return rc;
-    char dep[HR_EP_LEN];
-    if (strcmp(ep + strlen(ep) - 2, ":0") == 0)
-        snprintf(dep, sizeof dep, "%s", ep);
-    else
-        hr_ring_endpoint(ep, 1, dep, sizeof dep);
-    hr_ring_sockopt ds = hr_ring_sockopt_default();
-    ds.hwm = 16;
-    ds.snd_timeout_ms = 2000;
-    if (!(a->pull = hr_ring_socket(a->zctx, HR_RING_PULL, &ds, err)) ||
-        !(a->push = hr_ring_socket(a->zctx, HR_RING_PUSH, &ds, err)))
-        return HR_ENET;
-    if (a->keys && (rc = hr_ring_secure_server(a->pull, a->keys, err)))
-        return rc;
-    return hr_ring_bind(a->pull, dep, a->data_ep, sizeof a->data_ep, err);
-}
-
 int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     *out = NULL;
     if (!p->model_path)
@@ -187,235 +34,25 @@ int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LE
     hr_agent *a = calloc(1, sizeof *a);
     if (!a)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
-    a->p = *p;
-    hr_agent_params_fix(&a->p);
     a->is_head = !p->head;
-    pthread_mutex_init(&a->plan_mu, NULL);
-    pthread_mutex_init(&a->st.mu, NULL);
-    pthread_mutex_init(&a->dev_mu, NULL);
-    pthread_cond_init(&a->dev_cv, NULL);
-    pthread_mutex_init(&a->gen_mu, NULL);
-    a->next_req = 1;
-    int rc;
-    if ((rc = hr_gguf_open(&a->g, p->model_path, err)) || (rc = hr_model_load(&a->m, a->g, err)) ||
-        (a->is_head && (rc = hr_tokenizer_create(&a->tok, a->g, err))))
-        goto fail;
-    a->model_size = hr_gguf_file_size(a->g);
-    a->model_hash =
-        hr_ring_hash(hr_gguf_base(a->g), (size_t)hr_gguf_data_offset(a->g), a->model_size);
-    a->pool = hr_pool_create(a->p.n_threads);
-    a->zctx = hr_ring_context();
-    if (!a->pool || !a->zctx) {
-        rc = hr_seterr(err, HR_ENOMEM, "cannot create thread pool or zmq context");
-        goto fail;
+    int rc = hr_node_init(a, p, err);
+    if (rc == 0 && a->is_head)
+        rc = hr_head_create(a, err);
+    if (rc) {
+        hr_agent_destroy(a);
+        return rc;
     }
-    if ((rc = hr_agent_security(a, p, err)) || (rc = hr_agent_sockets(a, p, err)))
-        goto fail;
-    if (p->name && *p->name) {
-        snprintf(a->name, sizeof a->name, "%s", p->name);
-    } else {
-        char host[48] = "host";
-        gethostname(host, sizeof host - 1);
-        const char *port = strrchr(a->ctrl_ep, ':');
-        snprintf(a->name, sizeof a->name, "%s%s", host, port ? port : "");
-    }
-    if (p->head && (rc = hr_ring_endpoint(p->head, 0, a->head_ep, sizeof a->head_ep))) {
-        rc = hr_seterr(err, HR_EINVAL, "bad head address '%s' (want host:port)", p->head);
-        goto fail;
-    }
-    if (!(a->info_json = hr_agent_info(a, err))) {
-        rc = HR_ENOMEM;
-        goto fail;
-    }
-    HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx), %s", a->name,
-                a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
-                (unsigned long long)a->model_hash,
-                a->keys ? hr_ring_keys_public(a->keys) : "INSECURE (no key)");
-    if (a->is_head && (rc = hr_service_create(&a->svc, a, err)))
-        goto fail;
     *out = a;
     return 0;
-fail:
-    hr_agent_destroy(a);
-    return rc;
-}
-
-static void hr_local_plan_free(hr_local_plan *lp) {
-    for (int r = 0; r < HR_AGENT_MAX_K; r++)
-        hr_ctx_destroy(lp->ctx[r]);
-    hr_ctx_destroy(lp->out_ctx);
-    free(lp->hid);
-    free(lp->frame);
-    free(lp->rx);
-    free(lp->logits);
-    memset(lp, 0, sizeof *lp);
 }
 
 void hr_agent_destroy(hr_agent *a) {
     if (!a)
         return;
     atomic_store(&a->stop, 1);
-    if (a->data_started)
-        pthread_join(a->data_thread, NULL);
-    hr_service_destroy(a->svc);
-    hr_local_plan_free(&a->lp);
-    hr_prof_model_clear(&a->pm);
-    for (int i = 0; i < a->n_devs; i++)
-        free(a->devs[i].info);
-    free(a->info_json);
-    hr_ring_close(a->ctrl);
-    hr_ring_close(a->up);
-    hr_ring_close(a->pull);
-    hr_ring_close(a->push);
-    hr_ring_close(a->ev_push);
-    hr_ring_close(a->ev_pull);
-    hr_ring_keys_close(a->keys); /* its ZAP socket lives in zctx */
-    hr_ring_context_term(a->zctx);
-    hr_pool_destroy(a->pool);
-    hr_tokenizer_destroy(a->tok);
-    hr_model_free(a->m);
-    hr_gguf_close(a->g);
-    pthread_mutex_destroy(&a->plan_mu);
-    pthread_mutex_destroy(&a->st.mu);
-    pthread_mutex_destroy(&a->dev_mu);
-    pthread_cond_destroy(&a->dev_cv);
-    pthread_mutex_destroy(&a->gen_mu);
+    hr_head_destroy(a); /* the service first: it may be generating */
+    hr_node_fini(a);
     free(a);
-}
-
-/* ---- plan application (both roles) ---- */
-
-/* MemAvailable and MemTotal from /proc/meminfo, bytes (-1 if unknown). */
-void hr_agent_meminfo(int64_t *avail, int64_t *total) {
-    *avail = *total = -1;
-    FILE *mf = fopen("/proc/meminfo", "r");
-    char line[128];
-    while (mf && fgets(line, sizeof line, mf)) {
-        long long kb;
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-            *avail = kb * 1024;
-        else if (sscanf(line, "MemTotal: %lld kB", &kb) == 1)
-            *total = kb * 1024;
-    }
-    if (mf)
-        fclose(mf);
-}
-
-/* Refuses a plan whose KV cache and buffers (anonymous memory) would not
- * fit in what this machine has available without swapping, keeping a
- * reserve of 5% of RAM (at least 64 MiB) for everything else. */
-static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_ERR_LEN]) {
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    uint64_t kv = 2ull * (uint64_t)lp->w * (uint64_t)lp->k * (uint64_t)lp->n_ctx *
-                  (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * sizeof(float);
-    uint64_t bufs = (uint64_t)lp->n_batch * (uint64_t)hp->n_embd * 4 * 4 +
-                    (a->is_head ? (uint64_t)hp->n_vocab * 4 * 2 : 0);
-    int64_t avail, total;
-    hr_agent_meminfo(&avail, &total);
-    if (avail < 0 || total <= 0)
-        return 0;
-    int64_t reserve = total / 20 > (64 << 20) ? total / 20 : (64 << 20);
-    int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
-    if (lim > 0 && lim < avail) /* --mem-limit caps what we may use */
-        avail = lim;
-    if ((int64_t)(kv + bufs) > avail - reserve)
-        return hr_seterr(err, HR_ENOMEM,
-                         "plan %u needs %.1f MiB of KV cache (%d layers x %d positions) and "
-                         "buffers, but only %.1f MiB are available without swapping",
-                         lp->plan_id, (kv + bufs) / 1048576.0, lp->w * lp->k, lp->n_ctx,
-                         (avail - reserve) / 1048576.0);
-    return 0;
-}
-
-int hr_agent_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    a->plan_epoch++; /* fresh KV: the data thread forgets its request state */
-    hr_local_plan_free(&a->lp);
-    hr_local_plan *lp = &a->lp;
-    lp->plan_id = np->plan_id;
-    lp->k = np->k;
-    lp->W = np->W;
-    lp->w = np->w;
-    lp->offset = np->offset;
-    lp->n_active = np->n_active;
-    lp->index = np->index;
-    lp->n_ctx = np->n_ctx;
-    lp->n_batch = np->n_batch;
-    lp->dtype = np->dtype;
-    lp->prefetch = np->prefetch;
-    lp->release = np->release;
-    snprintf(lp->next_ep, sizeof lp->next_ep, "%s", np->next_ep);
-    snprintf(lp->next_key, sizeof lp->next_key, "%s", np->next_key);
-    if (lp->k < 1 || lp->k > HR_AGENT_MAX_K || lp->W * lp->k != hp->n_layer || lp->w < 0 ||
-        lp->offset < 0 || lp->offset + lp->w > lp->W || lp->n_batch < 1 || lp->n_ctx < 1 ||
-        lp->n_batch > 4096 || hr_ring_dtype_size(lp->dtype) == 0) {
-        int rc = hr_seterr(err, HR_EINVAL,
-                           "plan %u does not fit the model: k %d, W %d, w %d, offset %d, "
-                           "n_layer %d, batch %d",
-                           np->plan_id, lp->k, lp->W, lp->w, lp->offset, hp->n_layer, lp->n_batch);
-        memset(lp, 0, sizeof *lp);
-        return rc;
-    }
-    int rc = hr_plan_fits(a, lp, err);
-    if (rc) {
-        memset(lp, 0, sizeof *lp);
-        return rc;
-    }
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = lp->n_ctx;
-    cp.n_batch = lp->n_batch;
-    cp.pool = a->pool;
-    for (int r = 0; lp->w > 0 && r < lp->k; r++) {
-        cp.layer_begin = r * lp->W + lp->offset;
-        cp.layer_end = cp.layer_begin + lp->w;
-        if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
-            goto fail;
-    }
-    size_t E = (size_t)hp->n_embd, B = (size_t)lp->n_batch;
-    if (a->is_head) {
-        cp.layer_begin = cp.layer_end = hp->n_layer;
-        if ((rc = hr_ctx_create(&lp->out_ctx, a->m, &cp, err)))
-            goto fail;
-        lp->logits = malloc((size_t)hp->n_vocab * sizeof(float));
-        lp->rx = malloc(HR_RING_HDR_SIZE + B * E * 4);
-    }
-    lp->hid = malloc(B * E * sizeof(float));
-    lp->frame_cap = HR_RING_HDR_SIZE + B * E * 4;
-    lp->frame = malloc(lp->frame_cap);
-    if (!lp->hid || !lp->frame || (a->is_head && (!lp->logits || !lp->rx))) {
-        rc = hr_seterr(err, HR_ENOMEM, "out of memory for plan buffers");
-        goto fail;
-    }
-    hr_stream_windows(a);
-    if (lp->prefetch)
-        hr_stream_after(a, lp->k - 1); /* warm the first window */
-    HR_LOG_INFO(TAG, "%s: plan %u: k %d, window %d layers at offset %d of %d per round, next %s",
-                a->name, lp->plan_id, lp->k, lp->w, lp->offset, lp->W,
-                lp->next_ep[0] ? lp->next_ep : "-");
-    return 0;
-fail:
-    hr_local_plan_free(lp);
-    return rc;
-}
-
-/* ---- data plane ---- */
-
-void hr_agent_push_connect(hr_agent *a) {
-    if (strcmp(a->push_ep, a->lp.next_ep) == 0)
-        return;
-    if (a->push_ep[0])
-        hr_ring_disconnect(a->push, a->push_ep);
-    a->push_ep[0] = 0;
-    if (!a->lp.next_ep[0])
-        return;
-    char err[HR_ERR_LEN];
-    if (a->keys && hr_ring_secure_client(a->push, a->keys, a->lp.next_key, err)) {
-        HR_LOG_ERROR(TAG, "%s: cannot connect to the next device %s: %s", a->name, a->lp.next_ep,
-                     err);
-        return;
-    }
-    if (hr_ring_connect(a->push, a->lp.next_ep, err) == 0)
-        snprintf(a->push_ep, sizeof a->push_ep, "%s", a->lp.next_ep);
 }
 
 /* An agent without --head waits for an invitation when it has no workers
@@ -424,7 +61,7 @@ int hr_agent_run(hr_agent *a, char err[HR_ERR_LEN]) {
     if (!a->is_head)
         return hr_worker_run(a, err);
     int rc = hr_head_run(a, err);
-    if (rc == 1) { /* invited: become a worker */
+    if (rc == 1) { /* invited: become a worker (the head's state stays idle) */
         a->is_head = false;
         return hr_worker_run(a, err);
     }

@@ -3,7 +3,7 @@
  * window in each round), output head + sampling on the head.
  * hr_head_generate() is the entry point the request service (service.c)
  * calls. */
-#include "agent/agent-impl.h"
+#include "agent/head-impl.h"
 #include "common/sync.h"
 
 #include "common/log.h"
@@ -19,61 +19,29 @@
 const hr_tokenizer *hr_head_tokenizer(const hr_agent *a) { return a->tok; }
 int hr_head_n_vocab(const hr_agent *a) { return hr_model_hparams(a->m)->n_vocab; }
 
-int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_ERR_LEN]) {
-    struct timespec dl;
-    hr_deadline_ms(&dl, timeout_ms);
-    pthread_mutex_lock(&a->dev_mu);
-    int rc = 0;
-    for (;;) {
-        int nw = 0;
-        for (int i = 1; i < a->n_devs; i++)
-            nw += !a->devs[i].lost && a->devs[i].ready_plan == a->plan_id;
-        if (a->ready && nw >= n_workers)
-            break;
-        if (atomic_load(&a->lost) && !a->replan && strncmp(a->plan_err, "no plan", 7) == 0) {
-            rc = hr_seterr(err, HR_EINFEASIBLE, "cluster not ready: %s", a->plan_err);
-            break;
-        }
-        if (pthread_cond_timedwait(&a->dev_cv, &a->dev_mu, &dl) != 0) {
-            rc = hr_seterr(err, HR_ETIMEDOUT,
-                           "cluster not ready after %d ms: %d of %d workers ready%s%s", timeout_ms,
-                           nw, n_workers, a->plan_err[0] ? "; " : "", a->plan_err);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&a->dev_mu);
-    return rc;
-}
-
 /* Posts an event to the control thread (caller holds gen_mu). */
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
+    hr_head *hd = a->head;
     char err[HR_ERR_LEN];
-    if (!a->ev_push) {
+    if (!hd->ev_push) {
         char ep[64];
         snprintf(ep, sizeof ep, "inproc://hr-events-%p", (void *)a);
         hr_ring_sockopt eo = hr_ring_sockopt_default();
         eo.hwm = 4096;
-        if (!(a->ev_push = hr_ring_socket(a->zctx, HR_RING_PUSH, &eo, err)))
+        if (!(hd->ev_push = hr_ring_socket(a->zctx, HR_RING_PUSH, &eo, err)))
             return HR_ENET;
-        if (hr_ring_connect(a->ev_push, ep, err) != 0) {
-            hr_ring_close(a->ev_push);
-            a->ev_push = NULL;
+        if (hr_ring_connect(hd->ev_push, ep, err) != 0) {
+            hr_ring_close(hd->ev_push);
+            hd->ev_push = NULL;
             return HR_ENET;
         }
     }
-    return hr_ring_send_msg(a->ev_push, NULL, 0, h, payload, err);
+    return hr_ring_send_msg(hd->ev_push, NULL, 0, h, payload, err);
 }
 
 static void hr_post_simple(hr_agent *a, int type, uint64_t req) {
     hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .req_id = req};
     hr_head_post(a, &h, NULL);
-}
-
-static int hr_lost_err(hr_agent *a, char err[HR_ERR_LEN]) {
-    pthread_mutex_lock(&a->dev_mu);
-    int rc = hr_seterr(err, HR_ENET, "%s", a->lost_msg[0] ? a->lost_msg : "a device was lost");
-    pthread_mutex_unlock(&a->dev_mu);
-    return rc;
 }
 
 /* Waits for our hidden state (req, pos, n_tok, round) to come back. */
@@ -85,8 +53,8 @@ static int hr_gen_wait(hr_agent *a, const hr_ring_hdr *want, const atomic_int *c
     for (;;) {
         if (cancel && atomic_load(cancel))
             return hr_seterr(err, HR_ECANCELED, "canceled");
-        if (atomic_load(&a->lost))
-            return hr_lost_err(a, err);
+        if (atomic_load(&a->head->lost))
+            return hr_head_lost_err(a->head, err);
         if (atomic_load(&a->stop))
             return hr_seterr(err, HR_ECANCELED, "agent stopping");
         if (hr_now_s() > deadline)
@@ -122,14 +90,14 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
     hr_local_plan *lp = &a->lp;
     size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
     if (lp->n_active > 1)
-        hr_agent_push_connect(a);
+        hr_node_push_connect(a);
     for (int r = 0; r < lp->k; r++) {
         int rc;
         if (lp->w > 0) {
             double t0 = hr_now_s();
             if ((rc = hr_ctx_layers(lp->ctx[r], lp->hid, nb, pos, err)))
                 return rc;
-            hr_stream_after(a, r);
+            hr_node_after_window(a, lp, r);
             if (nb == 1) {
                 double ms = (hr_now_s() - t0) * 1000.0;
                 pthread_mutex_lock(&a->st.mu);
@@ -152,11 +120,11 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
         if ((rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err))) {
             /* the next device is gone or stuck: give the heartbeats time to name it */
             double until = hr_now_s() + a->p.hb_timeout_ms / 1000.0 + 0.5;
-            while (hr_now_s() < until && !atomic_load(&a->lost)) {
+            while (hr_now_s() < until && !atomic_load(&a->head->lost)) {
                 struct timespec ts = {0, 20000000};
                 nanosleep(&ts, NULL);
             }
-            return atomic_load(&a->lost) ? hr_lost_err(a, err) : rc;
+            return atomic_load(&a->head->lost) ? hr_head_lost_err(a->head, err) : rc;
         }
         if ((rc = hr_gen_wait(a, &h, cancel, err)))
             return rc;
@@ -167,34 +135,38 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
     return 0;
 }
 
-/* Locks gen_mu and plan_mu when the ring is ready. */
-static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
-    pthread_mutex_lock(&a->gen_mu);
-    pthread_mutex_lock(&a->dev_mu);
-    /* a device joined, came back or was lost since the last request: wait
-     * (bounded) for the re-plan the control thread is making */
-    double until = hr_now_s() + a->p.recover_ms / 1000.0;
-    while (!a->ready && a->planned && !atomic_load(&a->stop) && hr_now_s() < until &&
-           (a->replan ||
-            (strncmp(a->plan_err, "no plan", 7) != 0 && !strstr(a->plan_err, "cannot apply")))) {
-        hr_cond_wait_ms(&a->dev_cv, &a->dev_mu, 100);
-    }
-    bool ok = a->ready;
-    int rc = ok ? 0
-                : hr_seterr(err, HR_EAGAIN, "cluster not ready%s%s", a->plan_err[0] ? ": " : "",
-                            a->plan_err);
-    pthread_mutex_unlock(&a->dev_mu);
-    if (rc) {
-        pthread_mutex_unlock(&a->gen_mu);
-        return rc;
-    }
-    pthread_mutex_lock(&a->plan_mu);
-    return 0;
+/* Applies the head's part of plan np unless it is the one in use
+ * (plan_mu held). */
+static int hr_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
+    if (np->plan_id == a->lp.plan_id)
+        return 0;
+    int rc = hr_node_apply_plan(a, np, err);
+    if (rc)
+        HR_LOG_ERROR(TAG, "%s: cannot apply plan %u: %s", a->name, np->plan_id, err);
+    return rc;
 }
 
 static void hr_gen_end(hr_agent *a) {
     pthread_mutex_unlock(&a->plan_mu);
-    pthread_mutex_unlock(&a->gen_mu);
+    hr_head_end(a->head);
+    pthread_mutex_unlock(&a->head->gen_mu);
+}
+
+/* Locks gen_mu and plan_mu when the ring is ready and applies the head's
+ * part of the current plan. */
+static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
+    hr_head *hd = a->head;
+    pthread_mutex_lock(&hd->gen_mu);
+    hr_local_plan np;
+    int rc = hr_head_begin(hd, &np, err);
+    if (rc) {
+        pthread_mutex_unlock(&hd->gen_mu);
+        return rc;
+    }
+    pthread_mutex_lock(&a->plan_mu);
+    if ((rc = hr_gen_apply(a, &np, err)))
+        hr_gen_end(a);
+    return rc;
 }
 
 /* Prefill ids[n] at pos 0 in batches; logits of the last token (or all). */
@@ -225,44 +197,15 @@ static int hr_gen_prefill(hr_agent *a, uint64_t req, const int32_t *ids, int n, 
 /* ---- recovery from a lost device ---- */
 
 static bool hr_gen_lost(hr_agent *a, int rc) {
-    return (rc == HR_ENET || rc == HR_ETIMEDOUT) && atomic_load(&a->lost) != 0;
+    return (rc == HR_ENET || rc == HR_ETIMEDOUT) && atomic_load(&a->head->lost) != 0;
 }
 
-/* With plan_mu released, waits until the control thread made and readied
- * a plan newer than old_plan over the remaining devices. */
+/* Waits until the control thread made and readied a plan newer than
+ * old_plan over the remaining devices, and applies the head's part. */
 static int hr_gen_recover(hr_agent *a, uint32_t old_plan, char err[HR_ERR_LEN]) {
-    pthread_mutex_unlock(&a->plan_mu);
-    double deadline = hr_now_s() + a->p.recover_ms / 1000.0;
-    char why[HR_ERR_LEN];
-    pthread_mutex_lock(&a->dev_mu);
-    snprintf(why, sizeof why, "%s", a->lost_msg[0] ? a->lost_msg : "a device was lost");
-    int rc = 0;
-    for (;;) {
-        if (a->ready && !a->replan && a->plan_id != old_plan) {
-            a->recoveries++;
-            break;
-        }
-        if (!a->replan && strncmp(a->plan_err, "no plan", 7) == 0) {
-            rc = hr_seterr(err, HR_EINFEASIBLE, "%s and no feasible plan remains (%s)", why,
-                           a->plan_err);
-            break;
-        }
-        if (atomic_load(&a->stop)) {
-            rc = hr_seterr(err, HR_ECANCELED, "agent stopping");
-            break;
-        }
-        if (hr_now_s() > deadline) {
-            rc = hr_seterr(err, HR_ETIMEDOUT, "%s; no working plan within %d ms%s%s", why,
-                           a->p.recover_ms, a->plan_err[0] ? ": " : "", a->plan_err);
-            break;
-        }
-        hr_cond_wait_ms(&a->dev_cv, &a->dev_mu, 100);
-    }
-    pthread_mutex_unlock(&a->dev_mu);
-    pthread_mutex_lock(&a->plan_mu);
-    if (rc == 0 && a->lp.plan_id == old_plan) /* replaced again meanwhile */
-        rc = hr_seterr(err, HR_EAGAIN, "%s; the plan changed again during recovery", why);
-    return rc;
+    hr_local_plan np;
+    int rc = hr_head_recover_wait(a->head, old_plan, &np, err);
+    return rc ? rc : hr_gen_apply(a, &np, err);
 }
 
 /* Feeds hist[0..n) exactly as the request did (the prompt in n_batch
@@ -300,7 +243,7 @@ static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n
         hr_post_simple(a, HR_RING_CANCEL, *req);
         if ((rc = hr_gen_recover(a, old, err)))
             return rc;
-        *req = a->next_req++;
+        *req = a->head->next_req++;
         hr_post_simple(a, HR_RING_START, *req);
         double t0 = hr_now_s();
         rc = hr_gen_replay(a, *req, hist, n, n_prompt, cancel, err);
@@ -312,7 +255,7 @@ static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n
 }
 
 int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]) {
-    if (!a->is_head)
+    if (!a->is_head || !a->head)
         return hr_seterr(err, HR_EINVAL, "not a head");
     int rc = hr_gen_begin(a, err);
     if (rc)
@@ -321,7 +264,7 @@ int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char e
         hr_gen_end(a);
         return hr_seterr(err, HR_EINVAL, "%d tokens for a context of %d", n, a->lp.n_ctx);
     }
-    uint64_t req = a->next_req++;
+    uint64_t req = a->head->next_req++;
     hr_post_simple(a, HR_RING_START, req);
     rc = hr_gen_prefill(a, req, ids, n, logits, true, NULL, err);
     if (rc)
@@ -335,7 +278,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
                      hr_head_stats *stats, char err[HR_ERR_LEN]) {
     if (stats)
         memset(stats, 0, sizeof *stats);
-    if (!a->is_head)
+    if (!a->is_head || !a->head)
         return hr_seterr(err, HR_EINVAL, "not a head");
     if (n_ids < 1)
         return hr_seterr(err, HR_EINVAL, "empty prompt");
@@ -359,7 +302,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
         rc = hr_seterr(err, HR_ENOMEM, "out of memory");
         goto done;
     }
-    uint64_t req = a->next_req++;
+    uint64_t req = a->head->next_req++;
     hr_post_simple(a, HR_RING_START, req);
     for (int i = 0; i < n_ids; i++)
         hr_sampler_accept(smp, ids[i]);

@@ -9,7 +9,7 @@
  * that client. A request refused up front, or canceled while queued (its
  * on_done then runs inside hr_service_cancel_client on the control thread),
  * is answered directly. */
-#include "agent/agent-impl.h"
+#include "agent/head-impl.h"
 #include "agent/service.h"
 
 #include "common/log.h"
@@ -59,10 +59,10 @@ static void hr_prompt_send(hr_prompt *p, int type, const void *msg, size_t len, 
     memcpy(pl + 2 + p->idl, msg, len);
     hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)(2 + p->idl + len)};
     if (!gen_mu_held)
-        pthread_mutex_lock(&p->a->gen_mu);
+        pthread_mutex_lock(&p->a->head->gen_mu);
     hr_head_post(p->a, &h, pl);
     if (!gen_mu_held)
-        pthread_mutex_unlock(&p->a->gen_mu);
+        pthread_mutex_unlock(&p->a->head->gen_mu);
 }
 
 /* Sends an encoded message to the client (hr_prompt_send) and frees it. */
@@ -158,7 +158,7 @@ void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl
     hr_msg_prompt pm;
     int rc = hr_prompt_decode(pl, len, &pm, &r, err);
     if (rc == 0)
-        rc = hr_service_submit(a->svc, &r, hr_prompt_token, hr_prompt_done, p, NULL, err);
+        rc = hr_service_submit(a->head->svc, &r, hr_prompt_token, hr_prompt_done, p, NULL, err);
     hr_msg_prompt_clear(&pm);
     if (rc) {
         hr_prompt_reply(p, rc, NULL, err);
@@ -169,7 +169,7 @@ void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl
 void hr_prompt_cancel(hr_agent *a, const uint8_t *id, size_t idl) {
     uint8_t key[4 + HR_RING_MAX_ID];
     size_t n = hr_prompt_key(key, id, idl < HR_RING_MAX_ID ? idl : HR_RING_MAX_ID);
-    hr_service_cancel_client(a->svc, key, n);
+    hr_service_cancel_client(a->head->svc, key, n);
 }
 
 void hr_prompt_forward(hr_agent *a, const hr_ring_hdr *h, uint8_t *buf, size_t n) {

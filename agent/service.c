@@ -5,7 +5,7 @@
  * so that every front end refuses and generates alike. */
 #include "agent/service.h"
 
-#include "agent/agent-impl.h"
+#include "agent/head-impl.h"
 #include "common/log.h"
 #include "common/sync.h"
 
@@ -58,7 +58,7 @@ hr_service_req hr_service_req_default(void) {
     return (hr_service_req){.sp = hr_sampler_params_default(), .max_tokens = -1, .wait_ms = -1};
 }
 
-hr_service *hr_head_service(hr_agent *a) { return a ? a->svc : NULL; }
+hr_service *hr_head_service(hr_agent *a) { return a && a->head ? a->head->svc : NULL; }
 
 int hr_service_n_ctx(const hr_service *s) { return s->n_ctx; }
 
@@ -296,9 +296,9 @@ int hr_service_cancel_client(hr_service *s, const void *client, size_t len) {
  * later a lost device means a re-plan with the devices that remain. */
 static int hr_service_wait_ready(hr_service *s, int wait_ms, char err[HR_ERR_LEN]) {
     hr_agent *a = s->a;
-    pthread_mutex_lock(&a->dev_mu);
-    int want = a->planned ? 0 : a->p.expect;
-    pthread_mutex_unlock(&a->dev_mu);
+    hr_head_snap snap;
+    hr_head_snap_get(a->head, &snap);
+    int want = snap.planned ? 0 : snap.expect;
     return hr_head_wait_ready(a, want, wait_ms, err);
 }
 

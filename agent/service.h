@@ -76,7 +76,7 @@ typedef struct {
 /* The head's service (created with the head; NULL for a worker). */
 hr_service *hr_head_service(hr_agent *a);
 
-/* For agent.c: creates the service of head a (borrowed; the model, the
+/* For head.c: creates the service of head a (borrowed; the model, the
  * tokenizer and the params must be loaded) and starts its thread.
  * HR_ENOMEM with err. */
 int hr_service_create(hr_service **out, hr_agent *a, char err[HR_ERR_LEN]);

@@ -16,15 +16,6 @@
 
 /* ---- data thread ---- */
 
-static void hr_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
-    pthread_mutex_lock(&a->st.mu);
-    if (n_tok == 1)
-        a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
-    if (last_round)
-        a->st.tokens += (uint64_t)n_tok;
-    pthread_mutex_unlock(&a->st.mu);
-}
-
 static void hr_reject_frame(hr_agent *a, const char *where, const char *why) {
     pthread_mutex_lock(&a->st.mu);
     a->st.frames_rejected++;
@@ -105,12 +96,12 @@ static void *hr_data_main(void *arg) {
             continue;
         }
         next_pos[h.round] = h.pos + h.n_tok;
-        hr_agent_push_connect(a);
+        hr_node_push_connect(a);
         int nt = h.n_tok;
         hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
         double t0 = hr_now_s();
         int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
-        hr_stream_after(a, h.round);
+        hr_node_after_window(a, lp, h.round);
         double ms = (hr_now_s() - t0) * 1000.0;
         if (rc) {
             pthread_mutex_unlock(&a->plan_mu);
@@ -122,7 +113,7 @@ static void *hr_data_main(void *arg) {
         h.len = (uint32_t)len;
         rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
         pthread_mutex_unlock(&a->plan_mu);
-        hr_stats_round(a, ms, nt, h.round + 1 == lp->k);
+        hr_node_stats_round(a, ms, nt, h.round + 1 == lp->k);
         if (rc)
             HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
                         err);
@@ -193,11 +184,11 @@ static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
     rej = a->st.frames_rejected;
     pthread_mutex_unlock(&a->st.mu);
     pthread_mutex_lock(&a->plan_mu);
-    res = hr_stream_resident(a);
+    res = hr_node_resident(a, &a->lp);
     uint32_t pid = a->lp.plan_id;
     pthread_mutex_unlock(&a->plan_mu);
     int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
-    hr_agent_meminfo(&avail, &total);
+    hr_node_meminfo(&avail, &total);
     hr_msg_heartbeat hb = {.ms_round = ms,
                            .resident = res,
                            .tokens = tok,
@@ -247,7 +238,7 @@ static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl
     int rc = hr_plan_from_msg(a, h, pl, &np, e2);
     if (rc == 0) {
         pthread_mutex_lock(&a->plan_mu);
-        rc = hr_agent_apply_plan(a, &np, e2);
+        rc = hr_node_apply_plan(a, &np, e2);
         pthread_mutex_unlock(&a->plan_mu);
     }
     if (rc) {

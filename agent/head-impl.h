@@ -1,0 +1,155 @@
+/* head-impl.h - the head's own state (struct hr_head, a->head), which a
+ * worker never has: the device table and the plan the control thread
+ * makes, and the small interface through which the control thread and the
+ * generating thread meet. Included by head.c (control loop), head_plan.c
+ * (planning, status), head_state.c (the shared interface), gen.c
+ * (generation), prompt.c and service.c; never by worker.c or node.c.
+ *
+ * Threads and ownership:
+ *   - the control thread (hr_head_run) owns the device table and the plan
+ *     state (the "control" block). It writes them under dev_mu, which only
+ *     hr_head_status_json takes from other threads to read them; the
+ *     generating thread never takes dev_mu.
+ *   - the generating thread (whoever holds gen_mu: the service thread, or
+ *     a caller of hr_head_logits) owns a->lp under a->plan_mu, the data
+ *     sockets and the "generating" block. It tells the control thread what
+ *     it does with events on the inproc socket ev_push -> ev_pull (START,
+ *     CANCEL for the workers, TOKEN/DONE/ERROR for `hearth prompt`
+ *     clients).
+ *   - they share only the "shared" block, under mu / cv: the control thread
+ *     publishes a snapshot of its state and the head's own part of the
+ *     current plan (hr_head_publish); the generating thread waits on the
+ *     snapshot, marks itself busy for a request (the control thread does
+ *     not re-plan then, except while the request recovers from a lost
+ *     device) and applies the pending plan itself (hr_head_begin,
+ *     hr_head_recover_wait). lost and recoveries are atomics. */
+#ifndef HR_AGENT_HEAD_IMPL_H
+#define HR_AGENT_HEAD_IMPL_H
+
+#include "agent/agent-impl.h"
+
+/* A device as the head sees it (index 0 is the head itself). */
+typedef struct {
+    char name[HR_NAME_LEN];
+    char ctrl_ep[HR_EP_LEN], data_ep[HR_EP_LEN];
+    uint8_t id[HR_RING_MAX_ID]; /* ROUTER identity of its DEALER */
+    size_t id_len;
+    char *info; /* JOIN JSON (owned) */
+    bool has_sched;
+    hr_sched_device sd;           /* from its profile */
+    char pubkey[HR_RING_KEY_LEN]; /* its CURVE public key (from JOIN) */
+    double last_seen;             /* s, monotonic */
+    bool lost, ready;
+    uint32_t ready_plan;
+    char ready_err[HR_ERR_LEN];
+    /* plan */
+    int ring_pos, w, offset;
+    bool overloaded;
+    double pred_ms_round;
+    /* heartbeat stats */
+    double meas_ms_round, resident, hb_rtt_us;
+    uint64_t tokens;
+    int64_t mem_avail;
+} hr_dev;
+
+/* What the control thread publishes for the other threads. */
+typedef struct {
+    uint32_t plan_id;
+    bool ready;   /* every device ready on plan_id */
+    bool planned; /* a first plan was made */
+    bool replan;  /* a re-plan is due */
+    int expect;   /* workers to wait for before the first plan */
+    int n_ready;  /* workers not lost and ready on plan_id */
+    char plan_err[HR_ERR_LEN];
+    char lost_msg[HR_ERR_LEN];
+} hr_head_snap;
+
+struct hr_head {
+    hr_agent *a;
+    struct hr_service *svc; /* the request queue (service.h); set at create */
+
+    /* ---- shared: mu / cv ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hr_head_snap snap;        /* written by hr_head_publish (control thread) */
+    hr_local_plan pending;    /* the head's part of plan snap.plan_id (parameters only) */
+    bool busy;                /* the generating thread runs a request (not recovering) */
+    atomic_int lost;          /* 1 + index of a lost ring device, 0 = none */
+    atomic_ullong recoveries; /* requests continued after a lost device */
+
+    /* ---- control thread (written under dev_mu) ---- */
+    pthread_mutex_t dev_mu;
+    hr_dev devs[HR_AGENT_MAX_DEV];
+    int n_devs;
+    uint32_t plan_id;
+    bool replan, ready, planned;
+    int lost_di; /* 1 + index of a lost ring device, 0 = none */
+    int plan_k;
+    int expect;
+    char plan_err[HR_ERR_LEN];
+    char lost_msg[HR_ERR_LEN];
+    hr_sched_plan sched;
+    bool have_sched;
+    hr_local_plan own; /* the head's part of plan_id (parameters and windows) */
+    double resident;   /* of own's windows */
+    hr_prof_model pm;  /* model profile for the scheduler */
+    bool have_pm;
+    void *ev_pull; /* events from the generating thread */
+
+    /* ---- generating thread (gen_mu) ---- */
+    pthread_mutex_t gen_mu;
+    uint64_t next_req;
+    void *ev_push; /* events to the control thread */
+};
+
+/* ---- head_state.c: the shared interface ---- */
+
+/* Control thread: publishes its state (snapshot, own plan as pending,
+ * lost) and wakes the waiters. */
+void hr_head_publish(hr_head *hd);
+/* Control thread: true when it may re-plan now (no request generating);
+ * the published ring is then not ready until the next hr_head_publish. */
+bool hr_head_claim(hr_head *hd);
+/* Generating thread: waits (bounded by recover_ms) for a ready ring when a
+ * re-plan is pending, marks the head busy and copies the plan to apply
+ * into *np. HR_EAGAIN with err when the ring is not ready. */
+int hr_head_begin(hr_head *hd, hr_local_plan *np, char err[HR_ERR_LEN]);
+/* Generating thread: the request is over. */
+void hr_head_end(hr_head *hd);
+/* Generating thread, after a lost device: leaves busy, waits until the
+ * control thread made and readied a plan newer than old_plan, then marks
+ * busy again and copies it into *np. HR_EINFEASIBLE, HR_ETIMEDOUT,
+ * HR_ECANCELED with err. */
+int hr_head_recover_wait(hr_head *hd, uint32_t old_plan, hr_local_plan *np, char err[HR_ERR_LEN]);
+/* Any thread: HR_ENET with the lost device's message in err. */
+int hr_head_lost_err(hr_head *hd, char err[HR_ERR_LEN]);
+/* Any thread: a copy of the snapshot. */
+void hr_head_snap_get(hr_head *hd, hr_head_snap *out);
+
+/* ---- head_plan.c: planning (control thread, dev_mu held) ---- */
+
+/* The scheduler's view of device d from its profile (JSON text, may be NULL). */
+void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head);
+/* Makes a plan over the devices not lost, sends it to the workers and
+ * keeps the head's own part in hd->own. */
+int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]);
+/* Sets ready from the devices' READY reports. */
+void hr_head_update_ready(hr_head *hd);
+int hr_head_n_workers(const hr_head *hd);
+/* Sends m to the peer with ROUTER identity id (frees its payload). */
+void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);
+
+/* ---- gen.c ---- */
+
+/* Posts an event to the control thread (gen_mu held). */
+int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
+
+/* ---- prompt.c: `hearth prompt` clients on the control thread: PROMPT
+ * (queued on the service), CANCEL (that client's requests), and the
+ * TOKEN/DONE/ERROR events the service thread posts, forwarded to their
+ * client. ---- */
+void hr_prompt_submit(hr_agent *a, const uint8_t *id, size_t idl, const char *pl, size_t len);
+void hr_prompt_cancel(hr_agent *a, const uint8_t *id, size_t idl);
+void hr_prompt_forward(hr_agent *a, const hr_ring_hdr *h, uint8_t *buf, size_t n);
+
+#endif

@@ -1,0 +1,377 @@
+/* head_plan.c - the head's plans (control thread, dev_mu held): the
+ * scheduler's view of each device, picking k and the windows (forced k /
+ * windows, the Halda scheduler over the devices' profiles, or an even
+ * split), the ring layout, sending every worker its PLAN and keeping the
+ * head's own part for the generating thread (hd->own, published by
+ * head_state.c); readiness; the cluster status as JSON. */
+#include "agent/head-impl.h"
+
+#include "common/log.h"
+#include "common/sync.h"
+#include "mmap/stream.h"
+#include "ring/msg.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "head"
+
+void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m) {
+    char err[HR_ERR_LEN];
+    int type = m->h.type;
+    if (hr_msg_send(hd->a->ctrl, id, idl, m, err))
+        HR_LOG_DEBUG(TAG, "reply %s: %s", hr_ring_type_name(type), err);
+}
+
+/* The scheduler's view of d from its profile (JSON text, may be NULL). */
+void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head) {
+    const hr_agent *a = hd->a;
+    d->has_sched = false;
+    if (!hd->have_pm)
+        return;
+    if (profile) {
+        hr_prof_device *pd = calloc(1, sizeof *pd);
+        char err[HR_ERR_LEN];
+        int prc = pd ? hr_prof_device_parse(profile, strlen(profile), pd, err) : HR_ENOMEM;
+        if (prc)
+            HR_LOG_WARN(TAG, "device '%s': unusable profile (%s); no predictions for it", d->name,
+                        prc == HR_ENOMEM ? "out of memory" : err);
+        if (prc == 0) {
+            hr_prof_sched_params sp = hr_prof_sched_params_default();
+            sp.is_head = is_head;
+            sp.n_ctx = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+            if (hr_prof_to_sched_device(pd, &hd->pm, NULL, &sp, &d->sd, err) == 0) {
+                snprintf(d->sd.name, sizeof d->sd.name, "%s", d->name);
+                if (d->sd.link_bps <= 0)
+                    d->sd.link_bps = 1e9; /* loopback-class until measured */
+                if (d->sd.rtt_ms <= 0)
+                    d->sd.rtt_ms = 0.1;
+                d->has_sched = true;
+            } else {
+                HR_LOG_WARN(TAG, "device '%s': profile not usable for planning: %s", d->name, err);
+            }
+        }
+        free(pd);
+    }
+}
+
+/* ---- planning ---- */
+
+static int hr_parse_windows(const char *s, int *w, int max) {
+    int n = 0;
+    while (s && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > 100000 || n >= max)
+            return -1;
+        w[n++] = (int)v;
+        s = end;
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+    return n;
+}
+
+/* Picks k and w[] for devices cand[0..n) (cand[0] = head). */
+static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *w,
+                          char err[HR_ERR_LEN]) {
+    const hr_agent *a = hd->a;
+    int L = hr_model_hparams(a->m)->n_layer;
+    if (a->p.windows) {
+        int nw = hr_parse_windows(a->p.windows, w, HR_AGENT_MAX_DEV);
+        if (nw != n)
+            return hr_seterr(err, HR_EINVAL, "--windows lists %d sizes for %d devices", nw, n);
+        int sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += w[i];
+        int k = a->p.k > 0 ? a->p.k : (sum > 0 ? L / sum : 0);
+        if (sum <= 0 || sum * k != L)
+            return hr_seterr(err, HR_EINVAL, "windows sum to %d; k x sum must be %d layers", sum,
+                             L);
+        *k_out = k;
+        return 0;
+    }
+    bool all_sched = true;
+    for (int i = 0; i < n; i++)
+        all_sched &= hd->devs[cand[i]].has_sched;
+    if (all_sched && hd->have_pm) {
+        hr_sched_device sd[HR_AGENT_MAX_DEV];
+        for (int i = 0; i < n; i++) {
+            sd[i] = hd->devs[cand[i]].sd;
+            sd[i].is_head = i == 0;
+        }
+        hr_sched_model sm;
+        hr_sched_opts so = hr_sched_opts_default();
+        so.k_fixed = a->p.k;
+        if (hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx), &sm,
+                                   err) == 0 &&
+            hr_sched_solve(&sm, sd, n, &so, &hd->sched, err) == 0) {
+            *k_out = hd->sched.k;
+            for (int i = 0; i < n; i++)
+                w[i] = hd->sched.dev[i].w;
+            return 0;
+        }
+        HR_LOG_WARN(TAG, "scheduler: %s; splitting evenly", err);
+    }
+    int k = a->p.k > 0 ? a->p.k : 1;
+    if (L % k != 0)
+        return hr_seterr(err, HR_EINVAL, "k = %d does not divide %d layers", k, L);
+    int W = L / k;
+    for (int i = 0; i < n; i++)
+        w[i] = W / n + (i < W % n);
+    *k_out = k;
+    return 0;
+}
+
+int hr_head_n_workers(const hr_head *hd) {
+    int n = 0;
+    for (int i = 1; i < hd->n_devs; i++)
+        n += !hd->devs[i].lost;
+    return n;
+}
+
+/* Predicted figures (hd->sched) when every device has a profile. */
+static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const int *w) {
+    const hr_agent *a = hd->a;
+    bool all_sched = hd->have_pm;
+    hr_sched_device sd[HR_AGENT_MAX_DEV];
+    for (int i = 0; i < n; i++) {
+        all_sched &= hd->devs[cand[i]].has_sched;
+        sd[i] = hd->devs[cand[i]].sd;
+        sd[i].is_head = i == 0;
+    }
+    hr_sched_model sm;
+    char e2[HR_ERR_LEN];
+    if (all_sched &&
+        hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx), &sm,
+                               e2) == 0 &&
+        hr_sched_evaluate(&sm, sd, n, NULL, k, w, NULL, &hd->sched, e2) == 0)
+        hd->have_sched = true;
+    else if (all_sched)
+        HR_LOG_WARN(TAG, "no predicted times for plan: %s", e2);
+    else
+        HR_LOG_INFO(TAG, "no predicted times: not every device sent a profile");
+}
+
+/* Windows and ring positions for the candidates; ring[] gets the device
+ * indexes in ring order (the head first, devices with w 0 left out). */
+static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int *w, int *ring,
+                           int *n_active) {
+    int off = 0;
+    *n_active = 0;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hd->devs[i].ring_pos = -1;
+        hd->devs[i].w = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        hr_dev *d = &hd->devs[cand[i]];
+        d->w = w[i];
+        d->offset = off;
+        off += w[i];
+        d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
+        d->pred_ms_round =
+            hd->have_sched ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / k
+                           : 0;
+        d->ready = false;
+        if (i == 0 || w[i] > 0) {
+            d->ring_pos = *n_active;
+            ring[(*n_active)++] = cand[i];
+        }
+    }
+}
+
+/* Keeps the head's own part (checked, applied later by the generating
+ * thread) and sends every other device its PLAN
+ * (devices left out of the ring get an empty window). */
+static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_active,
+                              char err[HR_ERR_LEN]) {
+    const hr_agent *a = hd->a;
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    int rc;
+    int n_ctx = hr_hparams_ctx(hp, a->p.n_ctx);
+    hr_msg_plan pm = {.plan_id = hd->plan_id,
+                      .k = k,
+                      .W = W,
+                      .n_active = n_active,
+                      .n_ctx = n_ctx,
+                      .n_batch = a->p.n_batch,
+                      .dtype = a->p.wire_dtype};
+    for (int r = 0; r < n_active; r++) /* ring members vouched for to each other */
+        if (hd->devs[ring[r]].pubkey[0])
+            snprintf(pm.keys[pm.n_keys++], HR_RING_KEY_LEN, "%s", hd->devs[ring[r]].pubkey);
+    for (int r = 0; r < n_active; r++) {
+        hr_dev *d = &hd->devs[ring[r]];
+        const char *next = n_active > 1 ? hd->devs[ring[(r + 1) % n_active]].data_ep : "";
+        const char *next_key = n_active > 1 ? hd->devs[ring[(r + 1) % n_active]].pubkey : "";
+        pm.w = d->w;
+        pm.offset = d->offset;
+        pm.prefetch = a->p.prefetch;
+        pm.release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded;
+        snprintf(pm.next, sizeof pm.next, "%s", next);
+        snprintf(pm.next_key, sizeof pm.next_key, "%s", next_key);
+        if (r == 0) {
+            hr_local_plan np = {.plan_id = hd->plan_id,
+                                .k = k,
+                                .W = W,
+                                .w = d->w,
+                                .offset = d->offset,
+                                .n_active = n_active,
+                                .index = r,
+                                .n_ctx = n_ctx,
+                                .n_batch = a->p.n_batch,
+                                .dtype = a->p.wire_dtype,
+                                .prefetch = pm.prefetch,
+                                .release = pm.release};
+            snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
+            snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
+            if ((rc = hr_node_plan_check(a, &np, err)))
+                return rc;
+            hr_node_windows(a, &np);
+            hd->own = np;
+            if (np.prefetch) /* warm the first window */
+                hr_stream_prefetch(a->g, np.win_off[0], np.win_len[0]);
+            d->ready = true;
+            d->ready_plan = hd->plan_id;
+            continue;
+        }
+        hr_msg m;
+        if ((rc = hr_msg_plan_encode(&m, &pm, err)))
+            return rc;
+        hr_head_send(hd, d->id, d->id_len, &m);
+    }
+    hd->planned = true;
+    /* devices left out of the ring get an empty window */
+    hr_msg_plan empty = {.plan_id = hd->plan_id,
+                         .k = k,
+                         .W = W,
+                         .n_active = n_active,
+                         .n_ctx = n_ctx,
+                         .n_batch = a->p.n_batch,
+                         .dtype = a->p.wire_dtype};
+    for (int i = 1; i < hd->n_devs; i++) {
+        hr_dev *d = &hd->devs[i];
+        if (d->lost || d->ring_pos >= 0)
+            continue;
+        hr_msg m;
+        if ((rc = hr_msg_plan_encode(&m, &empty, err)))
+            return rc;
+        hr_head_send(hd, d->id, d->id_len, &m);
+    }
+    return 0;
+}
+
+/* Makes and sends a plan over the devices not lost (control thread,
+ * dev_mu held, after hr_head_claim). */
+int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]) {
+    const hr_agent *a = hd->a;
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    int cand[HR_AGENT_MAX_DEV], n = 0, w[HR_AGENT_MAX_DEV], k = 1;
+    for (int i = 0; i < hd->n_devs; i++)
+        if (!hd->devs[i].lost)
+            cand[n++] = i;
+    hd->ready = false;
+    hd->have_sched = false;
+    int rc = hr_head_assign(hd, cand, n, &k, w, err);
+    if (rc)
+        return rc;
+    hr_head_predict(hd, cand, n, k, w);
+    hd->plan_id++;
+    hd->plan_k = k;
+    int W = hp->n_layer / k, n_active = 0, ring[HR_AGENT_MAX_DEV];
+    hr_head_layout(hd, cand, n, k, w, ring, &n_active);
+    if ((rc = hr_head_send_plans(hd, k, W, ring, n_active, err)))
+        return rc;
+    HR_LOG_INFO(TAG, "plan %u: %d devices in the ring, k %d, %d layers per round", hd->plan_id,
+                n_active, k, W);
+    return 0;
+}
+
+void hr_head_update_ready(hr_head *hd) {
+    bool ok = hd->plan_id > 0 && !hd->replan;
+    for (int i = 0; i < hd->n_devs; i++) {
+        const hr_dev *d = &hd->devs[i];
+        if (d->lost)
+            continue;
+        if (!d->ready || d->ready_plan != hd->plan_id)
+            ok = false;
+    }
+    if (ok && !hd->ready) {
+        HR_LOG_INFO(TAG, "ring ready: plan %u, %d workers", hd->plan_id, hr_head_n_workers(hd));
+        hd->lost_di = 0;
+    }
+    hd->ready = ok;
+}
+
+/* ---- status ---- */
+
+static void hr_layers_str(char *out, size_t cap, int k, int W, int off, int w) {
+    size_t n = 0;
+    out[0] = 0;
+    for (int r = 0; r < k && w > 0 && n < cap; r++) {
+        int b = r * W + off;
+        n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", r ? "," : "", b, b + w - 1);
+    }
+    if (w <= 0)
+        snprintf(out, cap, "-");
+}
+
+/* One device's JSON row (dev_mu held). */
+static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head, int k, int W) {
+    json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
+    if (!info)
+        info = json_object();
+    json_object_del(info, "profile");
+    char layers[256];
+    hr_layers_str(layers, sizeof layers, k, W, d->offset, d->w);
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:b,s:b,s:b,s:i,s:i,s:i,s:s,s:f,s:f,s:f,s:I,s:b,s:O}", "name",
+                  d->name, "address", d->ctrl_ep, "data", d->data_ep, "head", is_head, "lost",
+                  d->lost, "ready", d->ready && d->ready_plan == hd->plan_id, "ring_pos",
+                  d->ring_pos, "w", d->w, "k", k, "layers", layers, "pred_ms_round",
+                  d->pred_ms_round, "meas_ms_round", d->meas_ms_round, "resident", d->resident,
+                  "tokens", (json_int_t)d->tokens, "overloaded", d->overloaded, "info", info);
+    json_decref(info);
+    return o;
+}
+
+char *hr_head_status_json(hr_agent *a) {
+    hr_head *hd = a->head;
+    if (!hd)
+        return NULL;
+    json_t *devs = json_array();
+    pthread_mutex_lock(&hd->dev_mu);
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    int k = hd->plan_k > 0 ? hd->plan_k : 1, W = hp->n_layer / k;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hr_dev d = hd->devs[i];
+        if (i == 0) { /* the head's own figures */
+            pthread_mutex_lock(&a->st.mu);
+            d.meas_ms_round = a->st.ms_round;
+            d.tokens = a->st.tokens;
+            pthread_mutex_unlock(&a->st.mu);
+            d.resident = hd->resident;
+        }
+        json_t *o = hr_head_dev_json(hd, &d, i == 0, k, W);
+        if (o)
+            json_array_append_new(devs, o);
+    }
+    json_t *j = json_pack("{s:s,s:i,s:I,s:i,s:i,s:b,s:s,s:s,s:i,s:o}", "head", a->name, "version",
+                          HR_RING_VERSION, "plan_id", (json_int_t)hd->plan_id, "k", k, "n_layer",
+                          hp->n_layer, "ready", hd->ready, "wire",
+                          a->p.wire_dtype == HR_RING_F32 ? "f32" : "f16", "error", hd->plan_err,
+                          "prefetch", (int)a->p.prefetch, "devices", devs);
+    if (j) {
+        json_object_set_new(j, "secure", json_boolean(a->keys != NULL));
+        json_object_set_new(j, "pubkey", json_string(a->keys ? hr_ring_keys_public(a->keys) : ""));
+        json_object_set_new(j, "auth_refused",
+                            json_integer(a->keys ? (json_int_t)hr_ring_keys_refused(a->keys) : 0));
+        json_object_set_new(j, "recoveries",
+                            json_integer((json_int_t)atomic_load(&hd->recoveries)));
+    }
+    pthread_mutex_unlock(&hd->dev_mu);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
