@@ -347,7 +347,10 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
         stats->gen_s = hr_now_s() - t1;
     goto done;
 fail:
-    HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);
+    if (rc == HR_ECANCELED) /* the client hung up or the server stops: not an error */
+        HR_LOG_INFO(TAG, "request %llu canceled", (unsigned long long)req);
+    else
+        HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);
     hr_post_simple(a, HR_RING_CANCEL, req);
 done:
     hr_sampler_destroy(smp);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define HR_API_MAX_STOP_LEN 1024
@@ -90,7 +91,7 @@ size_t hr_api_utf8_clean(const char *s, size_t n, char *out, size_t cap) {
 bool hr_api_auth_ok(const char *authorization, const char *key) {
     if (!key || !*key)
         return true;
-    if (!authorization || strncmp(authorization, "Bearer ", 7) != 0)
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
         return false;
     const char *given = authorization + 7;
     while (*given == ' ')
@@ -305,6 +306,51 @@ static int hr_parse_prompt(hr_api_req *r, json_t *v, hr_api_err *e) {
     return 0;
 }
 
+/* v is absent, null, or an empty string / array / object. */
+static bool hr_json_empty(const json_t *v) {
+    return !v || json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+/* The rest of OpenAI's parameters that would change the answer: refused
+ * (400 naming the parameter) unless they ask for what we do anyway. */
+static int hr_parse_unsupported(json_t *j, hr_api_err *e) {
+    json_t *rf = json_object_get(j, "response_format");
+    if (!hr_json_empty(rf)) {
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+            return BAD(e, "response_format",
+                       "'response_format' other than {\"type\":\"text\"} is not supported");
+    }
+    json_t *tc = json_object_get(j, "tool_choice");
+    if (!hr_json_empty(tc) && !(json_is_string(tc) && (strcmp(json_string_value(tc), "none") == 0 ||
+                                                       strcmp(json_string_value(tc), "auto") == 0)))
+        return BAD(e, "tool_choice", "'tool_choice' is not supported (there are no tools)");
+    json_t *fc = json_object_get(j, "function_call");
+    if (!hr_json_empty(fc) && !(json_is_string(fc) && (strcmp(json_string_value(fc), "none") == 0 ||
+                                                       strcmp(json_string_value(fc), "auto") == 0)))
+        return BAD(e, "function_call", "'function_call' is not supported");
+    json_t *tl = json_object_get(j, "top_logprobs");
+    if (tl && !json_is_null(tl) && !(json_is_integer(tl) && json_integer_value(tl) == 0))
+        return BAD(e, "top_logprobs", "'top_logprobs' is not supported");
+    json_t *bo = json_object_get(j, "best_of");
+    if (bo && !json_is_null(bo) && !(json_is_integer(bo) && json_integer_value(bo) == 1))
+        return BAD(e, "best_of", "'best_of' other than 1 is not supported");
+    json_t *mod = json_object_get(j, "modalities");
+    if (!hr_json_empty(mod) && !(json_is_array(mod) && json_array_size(mod) == 1 &&
+                                 json_is_string(json_array_get(mod, 0)) &&
+                                 strcmp(json_string_value(json_array_get(mod, 0)), "text") == 0))
+        return BAD(e, "modalities", "only the \"text\" modality is supported");
+    /* present and not empty: refused */
+    static const char *const unsupported[] = {"functions", "logit_bias", "suffix", "audio",
+                                              "prediction"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (!hr_json_empty(json_object_get(j, unsupported[i])))
+            return BAD(e, unsupported[i], "'%s' is not supported", unsupported[i]);
+    return 0;
+}
+
 int hr_api_parse(hr_api_req *r, hr_api_kind kind, const char *body, size_t len,
                  int max_tokens_limit, hr_api_err *e) {
     memset(r, 0, sizeof *r);
@@ -384,7 +430,7 @@ int hr_api_parse(hr_api_req *r, hr_api_kind kind, const char *body, size_t len,
     json_t *tools = json_object_get(j, "tools");
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
         return BAD(e, "tools", "'tools' is not supported");
-    return 0;
+    return hr_parse_unsupported(j, e);
 }
 
 void hr_api_req_free(hr_api_req *r) {

@@ -26,8 +26,9 @@ struct hr_job {
     char id[48];
     long long created;
     /* srv->mu */
-    bool done;  /* on_done ran */
-    char *text; /* released reply bytes */
+    bool done;     /* on_done ran */
+    bool shutdown; /* ended by hr_http_drain after the grace period */
+    char *text;    /* released reply bytes */
     size_t text_len, text_cap;
     int rc;
     char err[HR_ERR_LEN];
@@ -43,6 +44,17 @@ struct hr_job {
     double last_write;
 };
 
+/* One open connection (guard.c; srv->cmu). */
+typedef struct hr_slot hr_slot;
+struct hr_slot {
+    int fd;
+    double deadline; /* seconds (hr_now_s) by which a request must have arrived; 0 = serving */
+    bool cut;        /* the watchdog shut it down */
+    hr_slot *prev, *next;
+};
+
+#define HR_HTTP_HEALTH_RESERVE 16 /* connections past max_conns kept for /health */
+
 struct hr_http {
     hr_agent *a;
     hr_service *svc; /* the head's request queue (borrowed) */
@@ -56,20 +68,44 @@ struct hr_http {
     long long started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    char id_tag[24]; /* random per start: completion ids stay unique across restarts */
     /* mu */
     bool stop;
-    int n_live; /* jobs submitted whose on_done has not run */
+    bool draining;    /* hr_http_drain: new requests refused */
+    bool shutdown;    /* hr_http_drain's grace is over: requests canceled end with an error */
+    double drain_end; /* hr_now_s() when the grace is over */
+    int n_live;       /* jobs submitted whose on_done has not run */
+    int n_jobs;       /* jobs allocated (answers not yet sent) */
     unsigned long long next_id;
+    /* guard.c: cmu */
+    pthread_mutex_t cmu;
+    pthread_cond_t wcv;
+    hr_slot *slots;
+    int n_conns;
+    bool wd_started, wd_stop;
+    pthread_t wd;
 };
 
 /* http.c */
 void hr_job_unref(hr_job *j); /* takes srv->mu */
+
+/* guard.c: MHD's connection notifications (open / closed); the deadline of
+ * c's next request (serving = false: now + read_timeout_s; true: none);
+ * the open connections; the watchdog that shuts down connections past
+ * their deadline (start: 0 or HR_ENOMEM; stop joins it). */
+void hr_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+void hr_guard_serving(hr_http *h, struct MHD_Connection *c, bool serving);
+int hr_guard_count(hr_http *h);
+int hr_guard_start(hr_http *h);
+void hr_guard_stop(hr_http *h);
 
 /* respond.c: answers (each queues a response on c and consumes s) */
 bool hr_client_gone(int fd);
 void hr_add_common_headers(struct MHD_Response *r, const char *type);
 /* Queues s (malloc'ed; taken) with status; NULL s answers 500. */
 enum MHD_Result hr_send_json(struct MHD_Connection *c, unsigned status, char *s);
+/* An error body; 429 and 503 carry Retry-After. */
 enum MHD_Result hr_send_err(struct MHD_Connection *c, const hr_api_err *e);
 enum MHD_Result hr_fail(struct MHD_Connection *c, int status, const char *type, const char *code,
                         const char *msg);

@@ -1,7 +1,8 @@
 /* http.c - the head's HTTP server (libmicrohttpd, one thread per
- * connection): routing, API key and size limits, the endpoints, and
- * generation requests handed to the head's request service (service.h),
- * which queues them (429 when full) and runs them in order.
+ * connection, poll()): routing, API key, size and connection limits, the
+ * endpoints, generation requests handed to the head's request service
+ * (service.h), which queues them (429 when full) and runs them in order,
+ * and the graceful shutdown (hr_http_drain).
  *
  * A request's life: the connection thread parses it (and renders a chat),
  * submits it to the service (which tokenizes and checks the context) and
@@ -18,20 +19,27 @@
 #include "model/tokenizer.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TAG "http"
+
+#define HR_HTTP_SEND_TIMEOUT_S 30u           /* an answer the client reads nothing of */
+#define HR_HTTP_THREAD_STACK (1024u * 1024u) /* bytes per connection thread */
 
 enum {
     HR_ROUTE_NONE,
     HR_ROUTE_PAGE,
     HR_ROUTE_HEALTH,
     HR_ROUTE_MODELS,
+    HR_ROUTE_MODEL, /* /v1/models/{id} */
     HR_ROUTE_CLUSTER,
     HR_ROUTE_COMPLETIONS,
     HR_ROUTE_CHAT,
@@ -46,6 +54,7 @@ typedef struct {
     char *body;
     size_t len, cap;
     hr_job *job;
+    char model[160]; /* HR_ROUTE_MODEL: the id asked for */
 } hr_conn;
 
 hr_http_params hr_http_params_default(void) {
@@ -53,7 +62,9 @@ hr_http_params hr_http_params_default(void) {
                             .max_body = 1u << 20,
                             .max_tokens = 4096,
                             .queue_max = 8,
-                            .max_conns = 64};
+                            .max_conns = 2048,
+                            .max_conns_per_ip = 256,
+                            .read_timeout_s = 10};
 }
 
 /* ---- jobs ---- */
@@ -61,6 +72,8 @@ hr_http_params hr_http_params_default(void) {
 static void hr_job_unref_locked(hr_job *j) {
     if (--j->refs > 0)
         return;
+    j->srv->n_jobs--;
+    pthread_cond_broadcast(&j->srv->cv);
     hr_api_req_free(&j->req);
     hr_gen_destroy(j->gen);
     free(j->text);
@@ -125,8 +138,12 @@ static void hr_job_done(void *ud, int rc, const hr_head_stats *st, const char *e
         hr_gen_finish(j->gen, HR_FINISH_LENGTH); /* the context ran out */
     if (rc == 0)
         hr_job_flush_delta(j);
+    pthread_mutex_lock(&h->mu);
+    bool shutdown = h->shutdown;
+    pthread_mutex_unlock(&h->mu);
     if (rc == HR_ECANCELED)
-        HR_LOG_INFO(TAG, "%s: canceled after %d tokens (client gone)", j->id, st->n_gen);
+        HR_LOG_INFO(TAG, "%s: canceled after %d tokens (%s)", j->id, st->n_gen,
+                    shutdown ? "server shutting down" : "client gone");
     else if (rc)
         HR_LOG_WARN(TAG, "%s failed: %s", j->id, err);
     else
@@ -135,7 +152,9 @@ static void hr_job_done(void *ud, int rc, const hr_head_stats *st, const char *e
                     hr_finish_name(hr_gen_finish_reason(j->gen)));
     pthread_mutex_lock(&h->mu);
     j->rc = rc;
-    snprintf(j->err, sizeof j->err, "%s", err);
+    j->shutdown = rc == HR_ECANCELED && shutdown;
+    snprintf(j->err, sizeof j->err, "%s",
+             j->shutdown ? "the server is shutting down; the request was stopped" : err);
     j->finish = hr_gen_finish_reason(j->gen);
     j->st = *st;
     j->done = true;
@@ -166,21 +185,86 @@ static bool hr_ready(hr_http *h, char err[HR_ERR_LEN]) {
     return hr_head_wait_ready(h->a, 0, 0, err) == 0;
 }
 
+/* Why the cluster is not ready, in words: the workers still awaited (from
+ * the head's status), else the head's own reason. */
+static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN]) {
+    char *st = hr_head_status_json(h->a);
+    json_t *j = st ? json_loads(st, 0, NULL) : NULL;
+    free(st);
+    int joined = 0, ready = 0;
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(j, "devices"), i, d) {
+        if (json_is_true(json_object_get(d, "head")) || json_is_true(json_object_get(d, "lost")))
+            continue;
+        joined++;
+        ready += json_is_true(json_object_get(d, "ready"));
+    }
+    const char *perr = json_string_value(json_object_get(j, "error"));
+    if (h->p.expect > joined)
+        snprintf(out, HR_ERR_LEN, "waiting for %d worker%s (%d joined)", h->p.expect,
+                 h->p.expect == 1 ? "" : "s", joined);
+    else if (perr && perr[0])
+        snprintf(out, HR_ERR_LEN, "cluster not ready: %s", perr);
+    else if (joined > ready)
+        snprintf(out, HR_ERR_LEN, "waiting for the plan: %d of %d workers ready", ready, joined);
+    else
+        snprintf(out, HR_ERR_LEN, "%s", why);
+    json_decref(j);
+}
+
 static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
-    char err[HR_ERR_LEN] = "";
-    bool ok = hr_ready(h, err);
-    json_t *j =
-        ok ? json_pack("{s:s}", "status", "ok")
-           : json_pack("{s:s,s:o}", "status", "loading", "error", hr_jstr(err, strlen(err)));
+    char err[HR_ERR_LEN] = "", msg[HR_ERR_LEN];
+    pthread_mutex_lock(&h->mu);
+    bool draining = h->draining;
+    pthread_mutex_unlock(&h->mu);
+    bool ok = !draining && hr_ready(h, err);
+    if (draining)
+        snprintf(msg, sizeof msg, "the server is shutting down");
+    else if (!ok)
+        hr_not_ready_text(h, err, msg);
+    json_t *j = ok ? json_pack("{s:s}", "status", "ok")
+                   : json_pack("{s:s,s:o}", "status", draining ? "shutting down" : "loading",
+                               "error", hr_jstr(msg, strlen(msg)));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return hr_send_json(c, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, s);
 }
 
-static enum MHD_Result hr_serve_models(hr_http *h, struct MHD_Connection *c) {
-    json_t *j = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:i}]}", "object", "list", "data", "id",
-                          h->model_id, "object", "model", "created", (json_int_t)h->started,
-                          "owned_by", "hearth", "context_length", h->n_ctx);
+/* Whether a request's "model" names the served model (its id or an alias);
+ * no model given is fine too. */
+static bool hr_model_known(const hr_http *h, const char *model) {
+    if (!model || strcmp(model, h->model_id) == 0)
+        return true;
+    for (int i = 0; i < h->p.n_aliases; i++)
+        if (h->p.aliases[i] && strcmp(model, h->p.aliases[i]) == 0)
+            return true;
+    return false;
+}
+
+static json_t *hr_model_json(const hr_http *h) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", h->model_id, "object", "model", "created",
+                     (json_int_t)h->started, "owned_by", "hearth", "context_length", h->n_ctx);
+}
+
+static enum MHD_Result hr_model_404(struct MHD_Connection *c, const char *model) {
+    hr_api_err e;
+    hr_api_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                "the model '%.120s' does not exist (this server serves one model: see "
+                "/v1/models)",
+                model);
+    return hr_send_err(c, &e);
+}
+
+static enum MHD_Result hr_serve_models(hr_http *h, struct MHD_Connection *c, const char *id) {
+    json_t *j;
+    if (id) {
+        if (!hr_model_known(h, id))
+            return hr_model_404(c, id);
+        j = hr_model_json(h);
+    } else {
+        j = json_pack("{s:s,s:[o]}", "object", "list", "data", hr_model_json(h));
+    }
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return hr_send_json(c, MHD_HTTP_OK, s);
@@ -244,7 +328,7 @@ static int hr_job_submit(hr_http *h, hr_job *j, hr_api_err *e) {
     r.client = "http";
     r.client_len = 4;
     pthread_mutex_lock(&h->mu);
-    snprintf(j->id, sizeof j->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", ++h->next_id);
+    snprintf(j->id, sizeof j->id, "%s-%s%llu", chat ? "chatcmpl" : "cmpl", h->id_tag, ++h->next_id);
     j->refs++; /* the service's, until on_done */
     h->n_live++;
     pthread_mutex_unlock(&h->mu);
@@ -275,8 +359,11 @@ static int hr_job_submit(hr_http *h, hr_job *j, hr_api_err *e) {
     }
 }
 
-/* Non-streamed: waits for j, watching the client; then answers. */
+/* Non-streamed: waits for j, watching the client; then answers. MHD's
+ * idle timer is off while it waits (a long generation is no idle client)
+ * and starts afresh for sending the answer. */
 static enum MHD_Result hr_job_wait(hr_http *h, struct MHD_Connection *c, hr_job *j) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     pthread_mutex_lock(&h->mu);
     while (!j->done) {
         hr_cond_wait_ms(&h->cv, &h->mu, 100);
@@ -292,6 +379,7 @@ static enum MHD_Result hr_job_wait(hr_http *h, struct MHD_Connection *c, hr_job 
         pthread_mutex_lock(&h->mu);
     }
     pthread_mutex_unlock(&h->mu);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, HR_HTTP_SEND_TIMEOUT_S);
     if (j->rc) {
         hr_api_err e;
         hr_job_error(j, &e);
@@ -309,11 +397,16 @@ static enum MHD_Result hr_serve_generate(hr_http *h, struct MHD_Connection *c, h
         return hr_fail(c, 500, "server_error", NULL, "out of memory");
     j->srv = h;
     j->refs = 1;
+    pthread_mutex_lock(&h->mu);
+    h->n_jobs++;
+    pthread_mutex_unlock(&h->mu);
     j->fd = -1;
     cc->job = j;
     hr_api_kind kind = cc->route == HR_ROUTE_CHAT ? HR_API_CHAT : HR_API_COMPLETIONS;
     if (hr_api_parse(&j->req, kind, cc->body ? cc->body : "", cc->len, h->p.max_tokens, &e))
         return hr_send_err(c, &e);
+    if (!hr_model_known(h, j->req.model))
+        return hr_model_404(c, j->req.model);
     if (!hr_ready(h, err))
         return hr_fail(c, 503, "server_error", "cluster_not_ready", err);
     hr_gen_params gp = hr_gen_params_default();
@@ -355,6 +448,11 @@ static int hr_route(const char *url, const char *method, bool *bad_method) {
         {"/v1/chat/completions", "POST", HR_ROUTE_CHAT},
     };
     *bad_method = false;
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
+        bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+        *bad_method = !get;
+        return get ? HR_ROUTE_MODEL : HR_ROUTE_NONE;
+    }
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(url, routes[i].url) != 0)
             continue;
@@ -399,6 +497,19 @@ static enum MHD_Result hr_on_request(void *cls, struct MHD_Connection *c, const 
                         "request body larger than %zu bytes", h->p.max_body);
             return hr_send_err(c, &e);
         }
+        bool gen = cc->route == HR_ROUTE_COMPLETIONS || cc->route == HR_ROUTE_CHAT;
+        pthread_mutex_lock(&h->mu);
+        bool draining = h->draining;
+        pthread_mutex_unlock(&h->mu);
+        if (draining && gen)
+            return hr_fail(c, 503, "server_error", "shutting_down",
+                           "the server is shutting down; try again later");
+        /* past max_conns only /health is served (the reserve keeps it answering) */
+        if (cc->route != HR_ROUTE_HEALTH && hr_guard_count(h) > h->p.max_conns)
+            return hr_fail(c, 503, "server_error", "too_many_connections",
+                           "too many open connections; try again later");
+        if (cc->route == HR_ROUTE_MODEL)
+            snprintf(cc->model, sizeof cc->model, "%s", url + 11);
         cc->refused = false;
         return MHD_YES;
     }
@@ -432,6 +543,7 @@ static enum MHD_Result hr_on_request(void *cls, struct MHD_Connection *c, const 
         return MHD_YES;
     }
     cc->refused = true; /* answered below */
+    hr_guard_serving(h, c, true);
     if (cc->too_big) {
         hr_api_err e;
         hr_api_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
@@ -444,7 +556,9 @@ static enum MHD_Result hr_on_request(void *cls, struct MHD_Connection *c, const 
     case HR_ROUTE_HEALTH:
         return hr_serve_health(h, c);
     case HR_ROUTE_MODELS:
-        return hr_serve_models(h, c);
+        return hr_serve_models(h, c, NULL);
+    case HR_ROUTE_MODEL:
+        return hr_serve_models(h, c, cc->model);
     case HR_ROUTE_CLUSTER:
         return hr_serve_cluster(h, c);
     default:
@@ -455,8 +569,8 @@ static enum MHD_Result hr_on_request(void *cls, struct MHD_Connection *c, const 
 static void hr_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                             enum MHD_RequestTerminationCode toe) {
     hr_conn *cc = *con_cls;
-    (void)cls;
-    (void)c;
+    hr_http *h = cls;
+    hr_guard_serving(h, c, false); /* a kept-alive connection waits for its next request */
     if (!cc)
         return;
     if (cc->job) {
@@ -538,6 +652,43 @@ static int hr_http_model(hr_http *h, char err[HR_ERR_LEN]) {
     return rc;
 }
 
+/* A random tag for this start's completion ids (the clock and pid when
+ * /dev/urandom cannot be read). */
+static void hr_http_id_tag(hr_http *h) {
+    unsigned char b[6] = {0};
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && read(fd, b, sizeof b) == (ssize_t)sizeof b;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        unsigned long long x =
+            (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
+        memcpy(b, &x, sizeof b);
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(h->id_tag + 2 * i, 3, "%02x", b[i]);
+    h->id_tag[2 * sizeof b] = '-';
+    h->id_tag[2 * sizeof b + 1] = 0;
+}
+
+/* Lowers max_conns to what the open-file limit allows (each connection is
+ * a descriptor; 128 stay for the model, the ring and the rest). */
+static void hr_http_fit_fds(hr_http *h) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    long room = (long)rl.rlim_cur - 128 - HR_HTTP_HEALTH_RESERVE;
+    if (room < 16)
+        room = 16;
+    if (h->p.max_conns > room) {
+        HR_LOG_WARN(TAG,
+                    "HTTP API: %d connections at most (the open-file limit is %llu; raise it "
+                    "with ulimit -n for more)",
+                    (int)room, (unsigned long long)rl.rlim_cur);
+        h->p.max_conns = (int)room;
+    }
+}
+
 int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[HR_ERR_LEN]) {
     *out = NULL;
     if (!a || !p || !p->listen)
@@ -565,23 +716,42 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
         h->p.queue_max = def.queue_max;
     if (h->p.max_conns <= 0)
         h->p.max_conns = def.max_conns;
+    if (h->p.max_conns_per_ip <= 0)
+        h->p.max_conns_per_ip = def.max_conns_per_ip;
+    if (h->p.read_timeout_s <= 0)
+        h->p.read_timeout_s = def.read_timeout_s;
+    hr_http_fit_fds(h);
     h->api_key = p->api_key && *p->api_key ? strdup(p->api_key) : NULL;
     h->started = (long long)time(NULL);
+    hr_http_id_tag(h);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
+    pthread_mutex_init(&h->cmu, NULL);
+    pthread_cond_init(&h->wcv, NULL);
     int rc = hr_http_model(h, err);
     if (rc)
         goto fail;
+    if ((rc = hr_guard_start(h))) {
+        hr_seterr(err, rc, "cannot start the HTTP API's watchdog thread");
+        goto fail;
+    }
     if (h->p.max_tokens > h->n_ctx)
         h->p.max_tokens = h->n_ctx;
     hr_service_set_queue_max(h->svc, h->p.queue_max);
+    /* poll(), not select(): descriptors past FD_SETSIZE; MHD's idle timer
+     * bounds answers the client does not read, the watchdog (guard.c)
+     * bounds reading a request */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, hr_on_request, h, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)h->p.max_conns, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                            MHD_OPTION_NOTIFY_COMPLETED, hr_on_completed, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, hr_mhd_log, h, MHD_OPTION_END);
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                     (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    h->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, hr_on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(h->p.max_conns + HR_HTTP_HEALTH_RESERVE),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->p.max_conns_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, HR_HTTP_SEND_TIMEOUT_S, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)HR_HTTP_THREAD_STACK, MHD_OPTION_NOTIFY_CONNECTION, hr_guard_notify, h,
+        MHD_OPTION_NOTIFY_COMPLETED, hr_on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, hr_mhd_log, h,
+        MHD_OPTION_END);
     if (!h->d) {
         rc = hr_seterr(err, HR_ENET, "cannot listen on %s for the HTTP API", p->listen);
         goto fail;
@@ -591,8 +761,11 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
     if (!hr_is_loopback(&ss) && !h->api_key)
         HR_LOG_WARN(TAG, "HTTP API on %s without an API key: anyone on the network can use it",
                     p->listen);
-    HR_LOG_INFO(TAG, "HTTP API on port %d (model %s, context %d, queue %d)", h->port, h->model_id,
-                h->n_ctx, h->p.queue_max);
+    HR_LOG_INFO(TAG,
+                "HTTP API on port %d (model %s, context %d, queue %d, %d connections, %d per "
+                "address, requests within %d s)",
+                h->port, h->model_id, h->n_ctx, h->p.queue_max, h->p.max_conns,
+                h->p.max_conns_per_ip, h->p.read_timeout_s);
     (void)sl;
     *out = h;
     return 0;
@@ -602,6 +775,42 @@ fail:
 }
 
 int hr_http_port(const hr_http *h) { return h ? h->port : 0; }
+
+void hr_http_drain(hr_http *h, int grace_ms) {
+    if (!h)
+        return;
+    double t_end = hr_now_s() + (grace_ms > 0 ? grace_ms : 0) / 1e3;
+    pthread_mutex_lock(&h->mu);
+    bool first = !h->draining;
+    h->draining = true;
+    if (first || t_end < h->drain_end)
+        h->drain_end = t_end; /* a second call (grace 0) cuts the first one's short */
+    pthread_cond_broadcast(&h->cv);
+    int n = h->n_live;
+    pthread_mutex_unlock(&h->mu);
+    if (first)
+        HR_LOG_INFO(TAG,
+                    "shutting down: new requests refused; %d running or queued (%d ms to "
+                    "finish)",
+                    n, grace_ms);
+    pthread_mutex_lock(&h->mu);
+    while (h->n_live > 0 && hr_now_s() < h->drain_end)
+        hr_cond_wait_ms(&h->cv, &h->mu, 100);
+    n = h->n_live;
+    if (n > 0)
+        h->shutdown = true;
+    pthread_mutex_unlock(&h->mu);
+    if (n > 0) {
+        HR_LOG_INFO(TAG, "shutting down: stopping %d request%s", n, n == 1 ? "" : "s");
+        hr_service_cancel_client(h->svc, "http", 4);
+    }
+    /* the answers (error events, [DONE], 503 bodies) go out */
+    t_end = hr_now_s() + 5;
+    pthread_mutex_lock(&h->mu);
+    while ((h->n_live > 0 || h->n_jobs > 0) && hr_now_s() < t_end)
+        hr_cond_wait_ms(&h->cv, &h->mu, 50);
+    pthread_mutex_unlock(&h->mu);
+}
 
 void hr_http_stop(hr_http *h) {
     if (!h)
@@ -614,12 +823,15 @@ void hr_http_stop(hr_http *h) {
         hr_service_cancel_client(h->svc, "http", 4);
     if (h->d)
         MHD_stop_daemon(h->d);
+    hr_guard_stop(h);
     pthread_mutex_lock(&h->mu); /* the running request's on_done */
     while (h->n_live > 0)
         pthread_cond_wait(&h->cv, &h->mu);
     pthread_mutex_unlock(&h->mu);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->cmu);
+    pthread_cond_destroy(&h->wcv);
     free(h->api_key);
     free(h);
 }

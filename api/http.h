@@ -16,9 +16,18 @@
  * or parameters), 401 (API key), 404, 405, 413 (body too large), 429
  * (queue full), 503 (cluster not ready or a device lost), 500.
  *
- * Threads: one thread per connection (libmicrohttpd); generation runs on
- * the service thread; hr_http_start/stop are called from one thread. The
- * request parsing (hr_api_*) is pure and thread-safe. */
+ * Limits (see README.md, "Limits and timeouts"): a request's headers and
+ * body must arrive within read_timeout_s of the connection opening (or of
+ * the previous answer on a kept-alive connection), else the server closes
+ * it; max_conns connections in all (a few more are kept for /health),
+ * max_conns_per_ip from one address. Answers are not timed: a stream runs
+ * as long as it generates (keep-alive comments every few seconds).
+ *
+ * Threads: one thread per connection (libmicrohttpd, poll(), small stacks)
+ * plus a watchdog thread for the read deadlines; generation runs on the
+ * service thread; hr_http_start/stop are called from one thread,
+ * hr_http_drain from any. The request parsing (hr_api_*) is pure and
+ * thread-safe. */
 #ifndef HR_API_HTTP_H
 #define HR_API_HTTP_H
 
@@ -34,15 +43,21 @@
 /* ---- server ---- */
 
 typedef struct {
-    const char *listen;        /* "ADDR:PORT", numeric IPv4 or [IPv6]; port 0 = any */
-    const char *api_key;       /* NULL or "" = no key */
-    const char *model_path;    /* the GGUF (for the chat template and the model id) */
-    const char *chat_template; /* template name; NULL = from the model */
-    size_t max_body;           /* largest request body, bytes (default 1 MiB) */
-    int max_tokens;            /* most tokens a request may ask for (default 4096) */
-    int queue_max;             /* requests waiting behind the running one (default 8; sets
-                                  the head's service queue, `hearth prompt` included) */
-    int max_conns;             /* simultaneous connections (default 64) */
+    const char *listen;         /* "ADDR:PORT", numeric IPv4 or [IPv6]; port 0 = any */
+    const char *api_key;        /* NULL or "" = no key */
+    const char *model_path;     /* the GGUF (for the chat template and the model id) */
+    const char *chat_template;  /* template name; NULL = from the model */
+    size_t max_body;            /* largest request body, bytes (default 1 MiB) */
+    int max_tokens;             /* most tokens a request may ask for (default 4096) */
+    int queue_max;              /* requests waiting behind the running one (default 8; sets
+                                   the head's service queue, `hearth prompt` included) */
+    int max_conns;              /* simultaneous connections (default 2048; lowered to fit
+                                   the open-file limit) */
+    int max_conns_per_ip;       /* from one client address (default 256) */
+    int read_timeout_s;         /* headers + body must arrive within this (default 10 s) */
+    int expect;                 /* workers the head waits for (for /health's message) */
+    const char *const *aliases; /* more accepted "model" names (n_aliases; borrowed) */
+    int n_aliases;
 } hr_http_params;
 
 hr_http_params hr_http_params_default(void);
@@ -55,6 +70,13 @@ typedef struct hr_http hr_http;
 int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[HR_ERR_LEN]);
 /* The bound TCP port. */
 int hr_http_port(const hr_http *h);
+/* Graceful shutdown, step one: new generation requests are refused (503,
+ * "shutting down"; /health answers 503), running and queued ones may
+ * finish for grace_ms; then the rest end: a stream with an error event and
+ * "data: [DONE]", a non-streamed request with a 503 error body. Returns
+ * once their answers are sent (at most a few seconds after the grace).
+ * Thread-safe; NULL is a no-op. */
+void hr_http_drain(hr_http *h, int grace_ms);
 /* Cancels this server's requests (running or queued), stops listening,
  * waits for the service to let go of them and frees. NULL is a no-op. */
 void hr_http_stop(hr_http *h);
@@ -114,7 +136,8 @@ char *hr_api_error_json(const hr_api_err *e);
  * character boundary when out is too small). JSON strings must be UTF-8. */
 size_t hr_api_utf8_clean(const char *s, size_t n, char *out, size_t cap);
 
-/* Checks "Bearer KEY" against key in constant time (for the key's length). */
+/* Checks "Bearer KEY" (the scheme in any case) against key in constant
+ * time (for the key's length). */
 bool hr_api_auth_ok(const char *authorization, const char *key);
 
 /* "stop" or "length" (OpenAI's finish_reason) for a finish. */

@@ -26,7 +26,9 @@ void hr_add_common_headers(struct MHD_Response *r, const char *type) {
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
 }
 
-enum MHD_Result hr_send_json(struct MHD_Connection *c, unsigned status, char *s) {
+/* Queues s; retry_after > 0 adds a Retry-After header (seconds). */
+static enum MHD_Result hr_send_json_ra(struct MHD_Connection *c, unsigned status, char *s,
+                                       int retry_after) {
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                               "\"param\":null,\"code\":null}}";
     struct MHD_Response *r;
@@ -41,13 +43,23 @@ enum MHD_Result hr_send_json(struct MHD_Connection *c, unsigned status, char *s)
         return MHD_NO;
     }
     hr_add_common_headers(r, "application/json");
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
     enum MHD_Result rc = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return rc;
 }
 
+enum MHD_Result hr_send_json(struct MHD_Connection *c, unsigned status, char *s) {
+    return hr_send_json_ra(c, status, s, 0);
+}
+
 enum MHD_Result hr_send_err(struct MHD_Connection *c, const hr_api_err *e) {
-    return hr_send_json(c, (unsigned)e->status, hr_api_error_json(e));
+    int ra = e->status == 429 ? 2 : e->status == 503 ? 5 : 0;
+    return hr_send_json_ra(c, (unsigned)e->status, hr_api_error_json(e), ra);
 }
 
 enum MHD_Result hr_fail(struct MHD_Connection *c, int status, const char *type, const char *code,
@@ -125,7 +137,8 @@ void hr_job_error(const hr_job *j, hr_api_err *e) {
         hr_api_fail(e, 400, "invalid_request_error", NULL, NULL, "%s", j->err);
         break;
     case HR_ECANCELED:
-        hr_api_fail(e, 503, "server_error", "canceled", NULL, "%s", j->err);
+        hr_api_fail(e, 503, "server_error", j->shutdown ? "shutting_down" : "canceled", NULL, "%s",
+                    j->err);
         break;
     default:
         hr_api_fail(e, 500, "server_error", NULL, NULL, "%s", j->err[0] ? j->err : "failed");
@@ -225,11 +238,11 @@ static int hr_sse_next(hr_job *j) {
     j->stage = 2;
     int rc;
     if (j->rc == 0) {
+        /* usage only when asked for, in a last chunk without choices (OpenAI's
+         * stream_options.include_usage) */
         json_t *o = hr_chunk(h, j, NULL, 0, hr_api_finish_reason(j->finish), false);
-        if (o) {
-            json_object_set_new(o, "usage", hr_usage_json(j));
+        if (o)
             json_object_set_new(o, "timings", hr_timings_json(j));
-        }
         rc = hr_ev_json(j, o);
         if (rc == 0 && j->req.include_usage) {
             o = hr_answer_json(h, j, true, NULL);

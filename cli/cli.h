@@ -92,6 +92,12 @@ typedef struct {
     const char *api_key;    /* agent (head): require Authorization: Bearer KEY */
     int api_queue;          /* agent (head): requests waiting at most (0 = default) */
     int api_max_tokens;     /* agent (head): most tokens per request (0 = context) */
+    int api_max_conns;      /* agent (head): HTTP connections at most (0 = default) */
+    int api_max_conns_ip;   /* agent (head): HTTP connections per client address (0 = default) */
+    int api_read_timeout;   /* agent (head): seconds for a request to arrive (0 = default) */
+    int api_grace;          /* agent (head): seconds running requests get at shutdown (-1 =
+                               default) */
+    hr_cli_list api_alias;  /* agent (head): more accepted "model" names */
     const char *key_dir;    /* agent, prompt, status, key, trust: key folder */
     const char *head_key;   /* agent, prompt, status: the head's public key or trusted name */
     const char *join;       /* agent: the head's join token (first pairing) */
@@ -104,13 +110,15 @@ typedef struct {
 
 typedef int (*hr_cmd_fn)(hr_cli *o);
 
-/* What an option stores: a string (borrowed from argv), an int, an int64, a
- * float, true (a flag, no value), one more value of a repeatable option; or
- * a row that stands for a shared group of options (INCLUDE), or the end. */
+/* What an option stores: a string (borrowed from argv), an int, a count (an
+ * int >= 0: "-n -5" is refused), an int64, a float, true (a flag, no value),
+ * one more value of a repeatable option; or a row that stands for a shared
+ * group of options (INCLUDE), or the end. */
 typedef enum {
     HR_CLI_END = 0,
     HR_CLI_STR,
     HR_CLI_INT,
+    HR_CLI_COUNT,
     HR_CLI_I64,
     HR_CLI_FLOAT,
     HR_CLI_FLAG,

@@ -1,4 +1,5 @@
-/* cmd_cluster.c - cluster subcommands: `hearth agent` (the daemon),
+/* cmd_cluster.c - cluster subcommands: `hearth agent` (the daemon, with
+ * the head's HTTP API and its graceful shutdown on SIGTERM / SIGINT),
  * `hearth prompt` (stream an answer from the head) and `hearth status`. */
 #include "agent/agent.h"
 #include "api/http.h"
@@ -10,10 +11,13 @@
 #include "common/sync.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
@@ -22,11 +26,11 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("peers", 0, STR, peers, "A,B,..", "be the head, invite these agents"),
     HR_CLI_OPT("name", 0, STR, name, "NAME", "device name"),
     HR_CLI_OPT("mem-limit", 0, FLOAT, mem_limit, "GiB", "memory offered for weights"),
-    HR_CLI_OPT("threads", 't', INT, threads, "N", "worker threads (default 1)"),
-    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "context size in tokens"),
-    HR_CLI_OPT("batch", 'b', INT, batch, "N", "prompt batch size (default 64)"),
-    HR_CLI_OPT("expect", 0, INT, expect, "N", "head: workers to wait for"),
-    HR_CLI_OPT("k", 0, INT, k, "K", "head: force k rounds around the ring"),
+    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "worker threads (default 1)"),
+    HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size in tokens"),
+    HR_CLI_OPT("batch", 'b', COUNT, batch, "N", "prompt batch size (default 64)"),
+    HR_CLI_OPT("expect", 0, COUNT, expect, "N", "head: workers to wait for"),
+    HR_CLI_OPT("k", 0, COUNT, k, "K", "head: force k rounds around the ring"),
     HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
     HR_CLI_OPT("wire", 0, STR, wire, "f16|f32", "head: hidden states on the wire"),
     HR_CLI_OPT("no-prefetch", 0, FLAG, no_prefetch, NULL, "no prefetch of the next window"),
@@ -36,15 +40,24 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_security),
     HR_CLI_OPT("api-listen", 0, STR, api_listen, "ADDR:PORT", "head: serve the HTTP API"),
     HR_CLI_OPT("api-key", 0, STR, api_key, "KEY", "head: API key (or $HEARTH_API_KEY)"),
-    HR_CLI_OPT("api-queue", 0, INT, api_queue, "N", "head: API requests waiting (8)"),
-    HR_CLI_OPT("api-max-tokens", 0, INT, api_max_tokens, "N", "head: tokens per API request"),
+    HR_CLI_OPT("api-queue", 0, COUNT, api_queue, "N", "head: API requests waiting (8)"),
+    HR_CLI_OPT("api-max-tokens", 0, COUNT, api_max_tokens, "N", "head: tokens per API request"),
+    HR_CLI_OPT("api-max-conns", 0, COUNT, api_max_conns, "N", "head: HTTP connections (2048)"),
+    HR_CLI_OPT("api-max-conns-per-ip", 0, COUNT, api_max_conns_ip, "N",
+               "head: HTTP connections per client address (256)"),
+    HR_CLI_OPT("api-read-timeout", 0, COUNT, api_read_timeout, "S",
+               "head: seconds for a request to arrive (10)"),
+    HR_CLI_OPT("api-grace", 0, COUNT, api_grace, "S",
+               "head: seconds running requests get at shutdown (10)"),
+    HR_CLI_OPT("api-model-alias", 0, LIST, api_alias, "NAME",
+               "head: also accept this \"model\" (repeatable)"),
     HR_CLI_OPT("template", 0, STR, chat_template, "NAME", "head: API chat template"),
     HR_CLI_OPT_END,
 };
 
 const hr_cli_opt hr_cmd_prompt_opts[] = {
     HR_CLI_OPT("prompt", 'p', STR, prompt, "TEXT", "the prompt (or as the argument)"),
-    HR_CLI_OPT("n-predict", 'n', INT, n_predict, "N", "tokens to generate (default 128)"),
+    HR_CLI_OPT("n-predict", 'n', COUNT, n_predict, "N", "tokens to generate (default 128)"),
     HR_CLI_OPTS(hr_cli_opts_sampling),
     HR_CLI_OPTS(hr_cli_opts_client),
     HR_CLI_OPT_END,
@@ -58,12 +71,63 @@ const hr_cli_opt hr_cmd_status_opts[] = {
 
 static hr_agent *volatile hr_sig_agent;
 static volatile sig_atomic_t hr_sig_count;
+/* With the HTTP API the first signal wakes the drain thread (sem_post is
+ * async-signal-safe), which lets requests finish before stopping the
+ * agent; a second signal stops at once. */
+static sem_t hr_sig_sem;
+static volatile sig_atomic_t hr_sig_drain;
 
 static void hr_on_signal(int sig) {
     (void)sig;
     hr_sig_count++;
+    if (hr_sig_drain && hr_sig_count == 1) {
+        sem_post(&hr_sig_sem);
+        return;
+    }
     if (hr_sig_agent)
         hr_agent_stop(hr_sig_agent);
+}
+
+typedef struct {
+    hr_agent *a;
+    hr_http *api;
+    int grace_ms;
+} hr_drain_arg;
+
+static void *hr_drain_main(void *arg) {
+    hr_drain_arg *d = arg;
+    sem_wait(&hr_sig_sem);
+    if (!hr_sig_drain) /* the agent ended first */
+        return NULL;
+    HR_LOG_INFO("agent", "signal: finishing the HTTP API's requests, then stopping");
+    hr_http_drain(d->api, d->grace_ms);
+    hr_agent_stop(d->a);
+    return NULL;
+}
+
+/* The open-file limit up to its hard limit (each HTTP connection is a
+ * descriptor). */
+static void hr_raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = was;
+    }
+    HR_LOG_DEBUG("agent", "open-file limit %llu (was %llu, hard limit %llu)",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)was,
+                 (unsigned long long)rl.rlim_max);
+}
+
+/* The port of "ADDR:PORT" or "tcp://ADDR:PORT", -1 if none. */
+static long hr_port_of(const char *ep) {
+    const char *c = ep ? strrchr(ep, ':') : NULL;
+    char *end;
+    long p = c ? strtol(c + 1, &end, 10) : -1;
+    return c && c[1] && !*end ? p : -1;
 }
 
 static void hr_install_signals(void) {
@@ -124,6 +188,16 @@ int hr_cmd_agent(hr_cli *o) {
     }
     if (hr_log_threshold > HR_LOG_LEVEL_INFO && !o->log_level)
         hr_log_set_level(HR_LOG_LEVEL_INFO);
+    if (o->api_listen && p.head)
+        return hr_cli_fail("--api-listen is for the head (drop --head)");
+    long api_port = o->api_listen ? hr_port_of(o->api_listen) : -1;
+    long ctrl_port = hr_port_of(p.listen);
+    if (o->api_listen && api_port > 0 && ctrl_port > 0 &&
+        (api_port == ctrl_port || api_port == ctrl_port + 1))
+        return hr_cli_fail("--api-listen port %ld is the agent's %s port (--listen %s; the data "
+                           "port is the control port + 1): pick another port",
+                           api_port, api_port == ctrl_port ? "control" : "data", p.listen);
+    hr_raise_fd_limit();
     hr_agent *a = NULL;
     if (hr_agent_create(&a, &p, err))
         return hr_cli_fail("agent: %s", err);
@@ -137,10 +211,17 @@ int hr_cmd_agent(hr_cli *o) {
                 "...\n",
                 hr_agent_join_token(a));
     hr_http *api = NULL;
+    pthread_t drain;
+    bool drain_started = false;
+    hr_drain_arg da = {.a = a, .grace_ms = (o->api_grace >= 0 ? o->api_grace : 10) * 1000};
     if (o->api_listen) {
-        if (p.head) {
+        /* --listen port 0: the ports are known once bound */
+        long dport = hr_port_of(hr_agent_data_endpoint(a));
+        if (api_port > 0 && (api_port == dport || api_port == hr_port_of(hr_agent_endpoint(a)))) {
             hr_agent_destroy(a);
-            return hr_cli_fail("--api-listen is for the head (drop --head)");
+            return hr_cli_fail("--api-listen port %ld is taken by the agent's own %s port: pick "
+                               "another port",
+                               api_port, api_port == dport ? "data" : "control");
         }
         hr_http_params hp = hr_http_params_default();
         hp.listen = o->api_listen;
@@ -150,14 +231,36 @@ int hr_cmd_agent(hr_cli *o) {
         if (o->api_queue > 0)
             hp.queue_max = o->api_queue;
         hp.max_tokens = o->api_max_tokens > 0 ? o->api_max_tokens : 1 << 30;
+        if (o->api_max_conns > 0)
+            hp.max_conns = o->api_max_conns;
+        if (o->api_max_conns_ip > 0)
+            hp.max_conns_per_ip = o->api_max_conns_ip;
+        if (o->api_read_timeout > 0)
+            hp.read_timeout_s = o->api_read_timeout;
+        hp.expect = o->expect;
+        hp.aliases = o->api_alias.v;
+        hp.n_aliases = o->api_alias.n;
         if (hr_http_start(&api, a, &hp, err)) {
             hr_agent_destroy(a);
             return hr_cli_fail("API: %s", err);
         }
         fprintf(stderr, "hearth agent: HTTP API on http://%s (port %d)\n", o->api_listen,
                 hr_http_port(api));
+        da.api = api;
+        if (sem_init(&hr_sig_sem, 0, 0) == 0 &&
+            pthread_create(&drain, NULL, hr_drain_main, &da) == 0) {
+            drain_started = true;
+            hr_sig_drain = 1;
+        }
     }
     int rc = hr_agent_run(a, err);
+    if (drain_started) {
+        hr_sig_drain = 0;
+        hr_http_drain(api, 0); /* a second signal or the agent's end: no more grace */
+        sem_post(&hr_sig_sem); /* the drain thread leaves (or has left) */
+        pthread_join(drain, NULL);
+        sem_destroy(&hr_sig_sem);
+    }
     hr_http_stop(api);
     hr_sig_agent = NULL;
     hr_agent_destroy(a);

@@ -20,8 +20,8 @@
 
 const hr_cli_opt hr_cmd_plan_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
-    HR_CLI_OPT("ctx", 'c', INT, ctx, "N", "context size (default 4096, at most the model's)"),
-    HR_CLI_OPT("k", 0, INT, k, "K", "force k rounds around the ring"),
+    HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size (default 4096, at most the model's)"),
+    HR_CLI_OPT("k", 0, COUNT, k, "K", "force k rounds around the ring"),
     HR_CLI_OPT("json", 0, FLAG, json, NULL, "print the plan as JSON"),
     HR_CLI_OPT_END,
 };

@@ -239,15 +239,15 @@ static int hr_predict(hr_prof_doc *doc, const hr_cli *o, char *err) {
 
 const hr_cli_opt hr_cmd_profile_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
-    HR_CLI_OPT("threads", 't', INT, threads, "N", "measure this thread count only"),
+    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "measure this thread count only"),
     HR_CLI_OPT("json", 0, FLAG, json, NULL, "print JSON (schema hearth.profile v1)"),
     HR_CLI_OPT("out", 'o', STR, out, "FILE", "write the JSON to this file"),
     HR_CLI_OPT("quick", 0, FLAG, quick, NULL, "quick device profile (under 2 s)"),
     HR_CLI_OPT("no-cache", 0, FLAG, no_cache, NULL, "measure again, refresh the cache"),
     HR_CLI_OPT("cache-dir", 0, STR, cache_dir, "DIR", "cache folder"),
     HR_CLI_OPT("peer", 0, STR, peer, "ENDPOINT", "measure the link to this echo peer"),
-    HR_CLI_OPT("n-prompt", 'P', INT, n_prompt, "N", "prediction: prompt tokens (default 128)"),
-    HR_CLI_OPT("n-gen", 'N', INT, n_gen, "N", "prediction: generated tokens (default 64)"),
+    HR_CLI_OPT("n-prompt", 'P', COUNT, n_prompt, "N", "prediction: prompt tokens (default 128)"),
+    HR_CLI_OPT("n-gen", 'N', COUNT, n_gen, "N", "prediction: generated tokens (default 64)"),
     HR_CLI_OPT_END,
 };
 
@@ -317,7 +317,9 @@ int hr_cmd_profile(hr_cli *o) {
             goto done;
         }
     }
-    if (o->json) {
+    if (o->json && o->out) {
+        /* the JSON went to the file only */
+    } else if (o->json) {
         printf("%s\n", json);
     } else {
         hr_print_device(&doc->device);

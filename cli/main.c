@@ -33,7 +33,9 @@ static const hr_cli_cmd hr_cli_cmds[] = {
      "cluster daemon: every machine runs one; the head is the one others join",
      "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"
      "       [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"
-     "       [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]]"},
+     "       [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]\n"
+     "        [--api-max-conns N] [--api-max-conns-per-ip N] [--api-read-timeout S]\n"
+     "        [--api-grace S] [--api-model-alias NAME]]"},
     {"prompt", hr_cmd_prompt, hr_cmd_prompt_opts, "ask the cluster; the answer streams to stdout",
      "prompt [--head ADDR:PORT] [-n N] [sampling] \"TEXT\""},
     {"status", hr_cmd_status, hr_cmd_status_opts,
@@ -105,7 +107,8 @@ int main(int argc, char **argv) {
                   .seed = -1,
                   .n_prompt = 128,
                   .n_gen = 64,
-                  .reps = 3};
+                  .reps = 3,
+                  .api_grace = -1};
     if (hr_cli_parse(&cli, cmd, argc - 2, argv + 2))
         return 2;
     if (cli.help) {

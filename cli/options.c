@@ -19,13 +19,13 @@ const hr_cli_opt hr_cli_opts_model[] = {
 };
 
 const hr_cli_opt hr_cli_opts_threads[] = {
-    HR_CLI_OPT("threads", 't', INT, threads, "N", "worker threads (default: all cores)"),
+    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "worker threads (default: all cores)"),
     HR_CLI_OPT_END,
 };
 
 const hr_cli_opt hr_cli_opts_engine[] = {
     HR_CLI_OPTS(hr_cli_opts_threads),
-    HR_CLI_OPT("threads-decode", 0, INT, threads_decode, "N", "threads for decode (default -t)"),
+    HR_CLI_OPT("threads-decode", 0, COUNT, threads_decode, "N", "threads for decode (default -t)"),
     HR_CLI_OPT("groups", 0, INT, groups, "N", "N NUMA thread groups (-1 = one per node)"),
     HR_CLI_OPT("numa", 0, FLAG, numa, NULL, "one thread group per NUMA node"),
     HR_CLI_OPT("tp-reduce", 0, FLAG, tp_reduce, NULL, "groups: column split + partial sums"),
@@ -34,7 +34,7 @@ const hr_cli_opt hr_cli_opts_engine[] = {
 
 const hr_cli_opt hr_cli_opts_sampling[] = {
     HR_CLI_OPT("temp", 0, FLOAT, temp, "T", "sampling temperature, 0 = greedy (default 0.8)"),
-    HR_CLI_OPT("top-k", 0, INT, top_k, "K", "top-k filter, 0 = off (default 40)"),
+    HR_CLI_OPT("top-k", 0, COUNT, top_k, "K", "top-k filter, 0 = off (default 40)"),
     HR_CLI_OPT("top-p", 0, FLOAT, top_p, "P", "top-p filter, 1 = off (default 0.95)"),
     HR_CLI_OPT("min-p", 0, FLOAT, min_p, "P", "min-p filter, 0 = off (default 0.05)"),
     HR_CLI_OPT("repeat-penalty", 0, FLOAT, repeat_penalty, "X", "repetition penalty (1 = off)"),
@@ -50,7 +50,7 @@ const hr_cli_opt hr_cli_opts_penalties[] = {
 
 const hr_cli_opt hr_cli_opts_reply[] = {
     HR_CLI_OPT("stop", 0, LIST, stop, "STR", "stop string (repeatable, a,b list)"),
-    HR_CLI_OPT("max-tokens", 0, INT, max_tokens, "N", "most tokens per reply"),
+    HR_CLI_OPT("max-tokens", 0, COUNT, max_tokens, "N", "most tokens per reply"),
     HR_CLI_OPT_END,
 };
 
@@ -68,7 +68,7 @@ const hr_cli_opt hr_cli_opts_security[] = {
 
 const hr_cli_opt hr_cli_opts_client[] = {
     HR_CLI_OPT("head", 0, STR, head, "ADDR:PORT", "the head to ask (default 127.0.0.1:7700)"),
-    HR_CLI_OPT("timeout", 0, INT, timeout_s, "S", "seconds to wait"),
+    HR_CLI_OPT("timeout", 0, COUNT, timeout_s, "S", "seconds to wait"),
     HR_CLI_OPTS(hr_cli_opts_security),
     HR_CLI_OPT_END,
 };
@@ -108,6 +108,16 @@ static int hr_set(hr_cli *cli, const hr_cli_cmd *cmd, const hr_cli_opt *o, const
         long v = strtol(val, &end, 10);
         if (errno || !*val || *end || v < -1000000000L || v > 1000000000L)
             return hr_cli_fail("%s: option --%s: '%s' is not an integer", cmd->name, o->lname, val);
+        *(int *)dst = (int)v;
+        return 0;
+    }
+    case HR_CLI_COUNT: {
+        long v = strtol(val, &end, 10);
+        if (errno || !*val || *end || v < -1000000000L || v > 1000000000L)
+            return hr_cli_fail("%s: option --%s: '%s' is not an integer", cmd->name, o->lname, val);
+        if (v < 0)
+            return hr_cli_fail("%s: option --%s: %ld is negative (want a count >= 0)", cmd->name,
+                               o->lname, v);
         *(int *)dst = (int)v;
         return 0;
     }

@@ -8,7 +8,11 @@
  *    for the same seed; SSE framing; chat; stop strings; malformed JSON,
  *    wrong types, huge bodies and bad keys answered while a valid request
  *    streams undisturbed; a client that drops (streamed or not) cancels
- *    its generation; 429 when the queue is full;
+ *    its generation; 429 (with Retry-After) when the queue is full; an
+ *    unknown model is 404; usage in a stream only when asked for;
+ *  - 1,000 idle and trickling connections: /health and a completion answer
+ *    as usual, and the server closes them within the read timeout;
+ *  - SIGTERM during a stream: an error event and [DONE], the head exits 0;
  *  - the status page in headless Chromium (no network beyond the head):
  *    every device with its layer range in the DOM, and a screenshot
  *    (status.png in the test's build folder). */
@@ -16,10 +20,13 @@
 
 #include "check.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,6 +34,8 @@
 #include <unistd.h>
 
 #define KEY "test-key-123"
+#define READ_TIMEOUT_S 3 /* the head's --api-read-timeout */
+#define GRACE_S 1        /* the head's --api-grace */
 
 /* ---- unit ---- */
 
@@ -124,6 +133,36 @@ static void test_parse(void) {
     expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":3}", "logprobs");
     expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"model\":3}", "model");
     expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"presence_penalty\":3}", "presence_penalty");
+    /* parameters that would change the answer are refused, not ignored */
+    expect_bad(HR_API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+               "\"response_format\":{\"type\":\"json_object\"}}",
+               "response_format");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"response_format\":\"json\"}",
+               "response_format");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":10}}", "logit_bias");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"suffix\":\"end\"}", "suffix");
+    expect_bad(HR_API_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":3}", "best_of");
+    expect_bad(HR_API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+               "top_logprobs");
+    expect_bad(HR_API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"
+               "\"required\"}",
+               "tool_choice");
+    expect_bad(HR_API_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":"
+               "[\"audio\"]}",
+               "modalities");
+    /* ... unless they ask for what happens anyway */
+    CHECK_EQ(parse(&r, HR_API_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+                   "{\"type\":\"text\"},\"logit_bias\":{},\"tool_choice\":\"none\","
+                   "\"modalities\":[\"text\"],\"best_of\":1,\"model\":\"gpt-4o\"}",
+                   &e),
+             0);
+    CHECK_STR(r.model, "gpt-4o"); /* parsing keeps it; the server checks it (404) */
+    hr_api_req_free(&r);
     expect_bad(HR_API_CHAT, "{\"messages\":\"hi\"}", "messages");
     expect_bad(HR_API_CHAT, "{\"messages\":[]}", "messages");
     expect_bad(HR_API_CHAT, "{\"messages\":[5]}", "messages[0]");
@@ -160,6 +199,9 @@ static void test_parse(void) {
     CHECK(!hr_api_auth_ok("Bearer k", "k1"));
     CHECK(!hr_api_auth_ok("Bearer k12", "k1"));
     CHECK(!hr_api_auth_ok("Basic k1", "k1"));
+    CHECK(hr_api_auth_ok("bearer k1", "k1")); /* the scheme in any case (RFC 7235) */
+    CHECK(hr_api_auth_ok("BEARER k1", "k1"));
+    CHECK(!hr_api_auth_ok("bearer k2", "k1"));
     /* UTF-8 */
     char out[64];
     CHECK_EQ(hr_api_utf8_clean("a\xc3\xa9z", 4, out, sizeof out), 4);
@@ -515,7 +557,7 @@ static void test_completions(void) {
     /* the same text as `hearth prompt`, non-streamed and streamed */
     char *want = cli_prompt("The quick brown fox", 24, 7);
     CHECK(want && strlen(want) > 0);
-    const char *body = "{\"model\":\"x\",\"prompt\":\"The quick brown fox\",\"max_tokens\":24,"
+    const char *body = "{\"model\":\"tiny\",\"prompt\":\"The quick brown fox\",\"max_tokens\":24,"
                        "\"seed\":7,\"temperature\":0.8}";
     json_t *j = http_json("POST", "/v1/completions", body, &st);
     CHECK_EQ(st, 200);
@@ -531,11 +573,38 @@ static void test_completions(void) {
     CHECK_EQ(ct, 24);
     CHECK_EQ(tt, pt + ct);
     CHECK_STR(json_string_value(json_object_get(j, "object")), "text_completion");
+    /* ids: "cmpl-" + a random tag of this start + a counter */
+    const char *id = json_string_value(json_object_get(j, "id"));
+    CHECK(id && strncmp(id, "cmpl-", 5) == 0 && strlen(id) >= 5 + 12 + 2 && id[17] == '-');
+    char id1[64];
+    snprintf(id1, sizeof id1, "%s", id ? id : "");
     json_decref(j);
     free(got);
+    /* the served id names the model too; others are 404 model_not_found */
+    const char *named = "{\"model\":\"small-llama-q8_0\",\"prompt\":\"The quick brown fox\","
+                        "\"max_tokens\":24,\"seed\":7,\"temperature\":0.8}";
+    j = http_json("POST", "/v1/completions", named, &st);
+    CHECK_EQ(st, 200);
+    got = answer_text(j, NULL);
+    CHECK_STR(got, want);
+    const char *id2 = json_string_value(json_object_get(j, "id"));
+    CHECK(id2 && strcmp(id2, id1) != 0 && strncmp(id2, id1, 18) == 0);
+    free(got);
+    json_decref(j);
+    char *s = NULL;
+    st = http("POST", "/v1/chat/completions",
+              "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", KEY,
+              NULL, &s);
+    expect_error(st, 404, s, "invalid_request_error", "model");
+    CHECK(s && strstr(s, "\"code\":\"model_not_found\""));
+    free(s);
+    /* "bearer" in lower case is the same scheme */
+    st = http("POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2}", NULL,
+              "-H 'Authorization: bearer " KEY "'", &s);
+    CHECK_EQ(st, 200);
+    free(s);
     const char *sbody = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":24,\"seed\":7,"
                         "\"temperature\":0.8,\"stream\":true}";
-    char *s = NULL;
     st = http("POST", "/v1/completions", sbody, KEY, "-N", &s);
     CHECK_EQ(st, 200);
     char finish[32];
@@ -543,7 +612,22 @@ static void test_completions(void) {
     char *streamed = sse_text(s ? s : "", false, finish, sizeof finish, &usage);
     CHECK_STR(streamed, want);
     CHECK_STR(finish, "length");
+    CHECK_EQ(usage, -1); /* not asked for */
+    CHECK(s && !strstr(s, "\"usage\""));
+    free(streamed);
+    free(s);
+    const char *ubody = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":24,\"seed\":7,"
+                        "\"temperature\":0.8,\"stream\":true,\"stream_options\":{\"include_usage\":"
+                        "true}}";
+    st = http("POST", "/v1/completions", ubody, KEY, "-N", &s);
+    CHECK_EQ(st, 200);
+    streamed = sse_text(s ? s : "", false, finish, sizeof finish, &usage);
+    CHECK_STR(streamed, want);
     CHECK_EQ(usage, 24);
+    /* once, in the last chunk (no choices) before [DONE] */
+    const char *u = s ? strstr(s, "\"usage\"") : NULL;
+    CHECK(u && !strstr(u + 1, "\"usage\"") && strstr(u, "\"choices\":[]") == NULL &&
+          strstr(s, "\"choices\":[]") != NULL && strstr(u, "data: [DONE]") != NULL);
     free(streamed);
     free(s);
     /* stop strings: the reply ends right before the first match */
@@ -597,7 +681,8 @@ static void test_errors_concurrent(void) {
     char outf[300];
     snprintf(outf, sizeof outf, "%s/bg.sse", g_dir);
     const char *body = "{\"prompt\":\"Tell me a story\",\"max_tokens\":1200,\"seed\":11,"
-                       "\"temperature\":0.8,\"stream\":true}";
+                       "\"temperature\":0.8,\"stream_options\":{\"include_usage\":true},"
+                       "\"stream\":true}";
     pid_t bg = stream_bg(body, outf);
     CHECK(wait_file_has(outf, "data: {", 20));
     char *s = NULL;
@@ -659,7 +744,9 @@ static void test_errors_concurrent(void) {
     free(s);
     CHECK_EQ(usage, 1200);
     char alone[256];
-    snprintf(alone, sizeof alone, "%.*s}", (int)strlen(body) - (int)strlen(",\"stream\":true}"),
+    snprintf(alone, sizeof alone, "%.*s}",
+             (int)strlen(body) -
+                 (int)strlen(",\"stream_options\":{\"include_usage\":true},\"stream\":true}"),
              body);
     json_t *j = http_json("POST", "/v1/completions", alone, &st);
     char *ref = answer_text(j, NULL);
@@ -706,9 +793,15 @@ static void test_cancel_and_queue(void) {
     double t1 = now_s();
     while (api_count("queued") < 1 && now_s() - t1 < 5)
         sleep_ms(20);
-    st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", KEY, NULL, &s);
+    char hdrs[300], extra[340];
+    snprintf(hdrs, sizeof hdrs, "%s/429.headers", g_dir);
+    snprintf(extra, sizeof extra, "-D '%s'", hdrs);
+    st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", KEY, extra, &s);
     expect_error(st, 429, s, "rate_limit_error", NULL);
     free(s);
+    char *hs = slurp(hdrs, NULL);
+    CHECK(hs && strstr(hs, "Retry-After: "));
+    free(hs);
     /* both clients leave: the running one is canceled on the ring, the queued one dropped */
     long long c1 = api_count("canceled");
     stop_pid(pb);
@@ -716,6 +809,149 @@ static void test_cancel_and_queue(void) {
     g_npids -= 2;
     CHECK(wait_idle(5));
     CHECK_EQ(api_count("canceled"), c1 + 2);
+}
+
+/* Seconds one curl request takes (status in *st). */
+static double timed(const char *method, const char *path, const char *body, int *st) {
+    char *s = NULL;
+    double t0 = now_s();
+    *st = http(method, path, body, KEY, NULL, &s);
+    free(s);
+    return now_s() - t0;
+}
+
+/* 1,000 connections that send nothing or trickle a request one byte a
+ * second: the API still answers at once, and the server closes them all
+ * within the read timeout. */
+static void test_flood(int port) {
+    enum { N = 1000 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < N + 100 && rl.rlim_max >= N + 100) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    getrlimit(RLIMIT_NOFILE, &rl);
+    CHECK(rl.rlim_cur >= N + 100);
+    if (rl.rlim_cur < N + 100) {
+        fprintf(stderr, "  open-file limit %llu: cannot open %d connections\n",
+                (unsigned long long)rl.rlim_cur, N);
+        return;
+    }
+    /* the usual times, without the flood */
+    int st = 0;
+    double health0 = timed("GET", "/health", NULL, &st);
+    CHECK_EQ(st, 200);
+    const char *shortb = "{\"prompt\":\"Hi\",\"max_tokens\":8}";
+    double compl0 = timed("POST", "/v1/completions", shortb, &st);
+    CHECK_EQ(st, 200);
+    static int fds[N];
+    int n_open = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(0x7f000001)};
+    double t0 = now_s();
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0) {
+            fcntl(fds[i], F_SETFL, O_NONBLOCK);
+            n_open++;
+        }
+    }
+    CHECK_EQ(n_open, N);
+    /* half trickle "GET /health HTTP/1.1\r\n..." a byte a second; meanwhile real requests */
+    static const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\n";
+    double worst_health = 0, worst_compl = 0;
+    for (int k = 0; k < 3; k++) {
+        for (int i = 1; i < N; i += 2)
+            if (send(fds[i], req + k, 1, MSG_NOSIGNAL) != 1)
+                CHECK(0); /* the server must not close them yet */
+        double th = timed("GET", "/health", NULL, &st);
+        CHECK_EQ(st, 200);
+        double tc = timed("POST", "/v1/completions", shortb, &st);
+        CHECK_EQ(st, 200);
+        worst_health = th > worst_health ? th : worst_health;
+        worst_compl = tc > worst_compl ? tc : worst_compl;
+        sleep_ms(900);
+    }
+    printf("flood of %d connections: /health %.0f ms (alone %.0f ms), completion of 8 tokens "
+           "%.0f ms (alone %.0f ms)\n",
+           N, worst_health * 1e3, health0 * 1e3, worst_compl * 1e3, compl0 * 1e3);
+    fflush(stdout); /* before the next fork */
+    CHECK(worst_health < health0 + 1.0);
+    CHECK(worst_compl < compl0 + 2.0);
+    /* the server closes every one of them within the read timeout (+ the watchdog's tick) */
+    int n_closed = 0;
+    static bool closed[N];
+    while (n_closed < N && now_s() - t0 < READ_TIMEOUT_S + 3) {
+        for (int i = 0; i < N; i++) {
+            if (closed[i])
+                continue;
+            char b[64];
+            ssize_t r = recv(fds[i], b, sizeof b, 0);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                closed[i] = true;
+                n_closed++;
+            }
+        }
+        sleep_ms(50);
+    }
+    double t_closed = now_s() - t0;
+    printf("flood: %d of %d closed by the server after %.1f s (read timeout %d s)\n", n_closed, N,
+           t_closed, READ_TIMEOUT_S);
+    fflush(stdout);
+    CHECK_EQ(n_closed, N);
+    CHECK(t_closed >= READ_TIMEOUT_S - 0.5); /* not before the bound either */
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    CHECK_EQ(timed("GET", "/health", NULL, &st) < 2.0, 1);
+    CHECK_EQ(st, 200);
+}
+
+/* SIGTERM to the head mid-stream: new requests get 503, the stream ends
+ * with an error event (the grace is shorter than the answer) and [DONE],
+ * and the head exits 0. Runs last: it stops the head. */
+static void test_sigterm(const char *hlog) {
+    char outf[300];
+    snprintf(outf, sizeof outf, "%s/term.sse", g_dir);
+    pid_t bg =
+        stream_bg("{\"prompt\":\"Once\",\"max_tokens\":4000,\"seed\":5,\"stream\":true}", outf);
+    CHECK(wait_file_has(outf, "data: {", 20));
+    pid_t head = g_pids[0];
+    double t0 = now_s();
+    kill(head, SIGTERM);
+    sleep_ms(200);
+    char *s = NULL;
+    int st = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", KEY, NULL, &s);
+    expect_error(st, 503, s, "server_error", NULL);
+    CHECK(s && strstr(s, "shutting_down"));
+    free(s);
+    int wst = -1;
+    waitpid(bg, &wst, 0);
+    g_npids--;                                      /* bg was the last one spawned */
+    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0); /* curl: the stream ended properly */
+    char *sse = slurp(outf, NULL);
+    size_t n = sse ? strlen(sse) : 0;
+    CHECK(n > 14 && strcmp(sse + n - 14, "data: [DONE]\n\n") == 0);
+    CHECK(sse && (strstr(sse, "\"code\":\"shutting_down\"") ||
+                  strstr(sse, "\"finish_reason\":\"length\"")));
+    free(sse);
+    int hst = -1;
+    pid_t r = 0;
+    while ((r = waitpid(head, &hst, WNOHANG)) == 0 && now_s() - t0 < GRACE_S + 15)
+        sleep_ms(50);
+    CHECK_EQ(r, head);
+    CHECK(WIFEXITED(hst) && WEXITSTATUS(hst) == 0);
+    if (r == head)
+        g_pids[0] = 0;
+    printf("SIGTERM: the head exited after %.1f s (grace %d s)\n", now_s() - t0, GRACE_S);
+    /* client hang-ups and the shutdown are not errors in the head's log */
+    char *l = slurp(hlog, NULL);
+    CHECK(l && !strstr(l, "error ["));
+    if (l && strstr(l, "error ["))
+        fprintf(stderr, "  head log has errors:\n%s\n", strstr(l, "error ["));
+    free(l);
 }
 
 static void test_status_page(json_t *cluster) {
@@ -839,9 +1075,37 @@ static void test_cluster(void) {
     snprintf(g_url, sizeof g_url, "http://127.0.0.1:%d", aport);
     snprintf(hlog, sizeof hlog, "%s/head.log", g_dir);
     snprintf(wlog, sizeof wlog, "%s/worker.log", g_dir);
-    char *head[] = {g_bin,  "agent",     "-m", g_model,        "--listen", listen, "--name",
-                    "head", "--expect",  "1",  "--no-profile", "--ctx",    "4096", "--api-listen",
-                    api,    "--api-key", KEY,  "--api-queue",  "1",        NULL};
+    char rt[16], grace[16];
+    snprintf(rt, sizeof rt, "%d", READ_TIMEOUT_S);
+    snprintf(grace, sizeof grace, "%d", GRACE_S);
+    char *head[] = {g_bin,
+                    "agent",
+                    "-m",
+                    g_model,
+                    "--listen",
+                    listen,
+                    "--name",
+                    "head",
+                    "--expect",
+                    "1",
+                    "--no-profile",
+                    "--ctx",
+                    "4096",
+                    "--api-listen",
+                    api,
+                    "--api-key",
+                    KEY,
+                    "--api-queue",
+                    "1",
+                    "--api-model-alias",
+                    "tiny",
+                    "--api-max-conns-per-ip",
+                    "1200",
+                    "--api-read-timeout",
+                    rt,
+                    "--api-grace",
+                    grace,
+                    NULL};
     spawn(head, NULL, hlog);
     /* up but not ready: 503 */
     int st = 0;
@@ -853,6 +1117,9 @@ static void test_cluster(void) {
         sleep_ms(100);
     }
     CHECK_EQ(st, 503);
+    CHECK(s && strstr(s, "waiting for 1 worker (0 joined)"));
+    if (!s || !strstr(s, "waiting for 1 worker"))
+        fprintf(stderr, "  /health before the worker: %s\n", s ? s : "");
     free(s);
     st = http("POST", "/v1/completions", "{\"prompt\":\"x\"}", KEY, NULL, &s);
     expect_error(st, 503, s, "server_error", NULL);
@@ -877,6 +1144,20 @@ static void test_cluster(void) {
         json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
         "small-llama-q8_0");
     json_decref(j);
+    j = http_json("GET", "/v1/models/small-llama-q8_0", NULL, &st);
+    CHECK_EQ(st, 200);
+    CHECK_STR(json_string_value(json_object_get(j, "id")), "small-llama-q8_0");
+    CHECK_STR(json_string_value(json_object_get(j, "object")), "model");
+    json_decref(j);
+    j = http_json("GET", "/v1/models/tiny", NULL, &st); /* an alias */
+    CHECK_EQ(st, 200);
+    CHECK_STR(json_string_value(json_object_get(j, "id")), "small-llama-q8_0");
+    json_decref(j);
+    s = NULL;
+    st = http("GET", "/v1/models/gpt-4o", NULL, KEY, NULL, &s);
+    expect_error(st, 404, s, "invalid_request_error", "model");
+    CHECK(s && strstr(s, "model_not_found"));
+    free(s);
     json_t *cl = http_json("GET", "/v1/cluster", NULL, &st);
     CHECK_EQ(st, 200);
     CHECK(json_is_true(json_object_get(cl, "ready")));
@@ -909,11 +1190,13 @@ static void test_cluster(void) {
     test_completions();
     test_errors_concurrent();
     test_cancel_and_queue();
+    test_flood(aport);
     test_status_page(cl);
     json_decref(cl);
     /* the agents were fine throughout */
     CHECK_EQ(waitpid(g_pids[0], NULL, WNOHANG), 0);
     CHECK_EQ(waitpid(g_pids[1], NULL, WNOHANG), 0);
+    test_sigterm(hlog);
 }
 
 int main(void) {

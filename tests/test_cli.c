@@ -1,6 +1,7 @@
 /* test_cli.c - the `hearth` binary end to end: info, logits against the
  * llama.cpp reference, run (greedy text), mkmodel + bench on a generated
- * model, and clear one-line errors for bad paths and corrupt files. */
+ * model, and clear one-line errors for bad paths, corrupt files, negative
+ * counts and an API port that is the agent's data port; profile -o. */
 #include "tests/check.h"
 
 #include "mmap/gguf.h"
@@ -352,6 +353,42 @@ int main(void) {
     CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust list --key-dir %s/keys", bin, tmpdir),
              0);
     CHECK(strstr(out, "laptop") != NULL && strstr(out, pub) != NULL);
+
+    /* negative counts are refused before anything runs (not "until the context ends") */
+    static const char *const negative[] = {"run -m %s -p hi -n -5", "run -m %s -p hi --ctx -1",
+                                           "bench -m %s -N -2", "prompt -n -3 hi"};
+    for (size_t i = 0; i < sizeof negative / sizeof negative[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, negative[i], model);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s %s", bin, args), 2);
+        CHECK(strstr(err, "is negative") != NULL);
+        CHECK_EQ(out[0], 0);
+        if (!strstr(err, "is negative"))
+            fprintf(stderr, "  %s: %s\n", args, err);
+    }
+    /* --api-listen on the agent's own data port (control + 1) is refused up front */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "%s agent -m %s --listen 127.0.0.1:47700 --api-listen 127.0.0.1:47701 "
+                "--no-profile",
+                bin, model),
+             1);
+    CHECK(strstr(err, "data port") != NULL);
+    CHECK_EQ(count_lines(err), 1);
+    /* profile --json -o FILE: the JSON goes to the file only */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "%s profile -m %s --quick --json -o %s/dev3.json --cache-dir %s/cache -t 1", bin,
+                model, tmpdir, tmpdir),
+             0);
+    CHECK_EQ(out[0], 0);
+    char dev3[300];
+    snprintf(dev3, sizeof dev3, "%s/dev3.json", tmpdir);
+    json_t *pj = json_load_file(dev3, 0, &je);
+    CHECK(pj != NULL && json_object_get(pj, "device") != NULL);
+    json_decref(pj);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                "%s profile -m %s --quick --json --cache-dir %s/cache -t 1", bin, model, tmpdir),
+             0);
+    CHECK(out[0] == '{');
 
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);
