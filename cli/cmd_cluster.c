@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#define TAG "agent"
+
 const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
     HR_CLI_OPT("listen", 0, STR, listen, "ADDR:PORT", "control port (data on port + 1)"),
@@ -99,7 +101,7 @@ static void *hr_drain_main(void *arg) {
     sem_wait(&hr_sig_sem);
     if (!hr_sig_drain) /* the agent ended first */
         return NULL;
-    HR_LOG_INFO("agent", "signal: finishing the HTTP API's requests, then stopping");
+    HR_LOG_INFO(TAG, "signal: finishing the HTTP API's requests, then stopping");
     hr_http_drain(d->api, d->grace_ms);
     hr_agent_stop(d->a);
     return NULL;
@@ -117,7 +119,7 @@ static void hr_raise_fd_limit(void) {
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
             rl.rlim_cur = was;
     }
-    HR_LOG_DEBUG("agent", "open-file limit %llu (was %llu, hard limit %llu)",
+    HR_LOG_DEBUG(TAG, "open-file limit %llu (was %llu, hard limit %llu)",
                  (unsigned long long)rl.rlim_cur, (unsigned long long)was,
                  (unsigned long long)rl.rlim_max);
 }

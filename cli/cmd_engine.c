@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define TAG "run"
+
 int hr_cli_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -179,7 +181,7 @@ int hr_cmd_run(hr_cli *o) {
     int n_want = o->max_tokens > 0 ? o->max_tokens : o->n_predict;
     int n_predict = n_want < 0 ? n_ctx - n_ids : n_want;
     if (n_ids + n_predict > n_ctx) {
-        HR_LOG_WARN("run", "generation limited to %d tokens by the context size %d", n_ctx - n_ids,
+        HR_LOG_WARN(TAG, "generation limited to %d tokens by the context size %d", n_ctx - n_ids,
                     n_ctx);
         n_predict = n_ctx - n_ids;
     }
@@ -253,7 +255,7 @@ int hr_cmd_run(hr_cli *o) {
             "%.2f tokens/s\n",
             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
             n_gen / (t_gen > 0 ? t_gen : 1e-9));
-    HR_LOG_INFO("run", "finish reason: %s", hr_finish_name(hr_gen_finish_reason(gen)));
+    HR_LOG_INFO(TAG, "finish reason: %s", hr_finish_name(hr_gen_finish_reason(gen)));
     rc = 0;
 done:
     hr_gen_destroy(gen);
