@@ -46,6 +46,7 @@ typedef struct {
     int ring_pos, w, offset;
     bool overloaded;
     double pred_ms_round;
+    char left_out[96]; /* why a device without layers was left out (head_plan.c) */
     /* heartbeat stats */
     double meas_ms_round, resident, hb_rtt_us;
     uint64_t tokens;
@@ -90,6 +91,8 @@ struct hr_head {
     char lost_msg[HR_ERR_LEN];
     hr_sched_plan sched;
     bool have_sched;
+    /* how the current plan was made (head_plan.c) */
+    char plan_src[256];
     hr_local_plan own; /* the head's part of plan_id (parameters and windows) */
     double resident;   /* of own's windows */
     hr_prof_model pm;  /* model profile for the scheduler */

@@ -44,10 +44,7 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
             sp.n_ctx = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
             if (hr_prof_to_sched_device(pd, &hd->pm, NULL, &sp, &d->sd, err) == 0) {
                 snprintf(d->sd.name, sizeof d->sd.name, "%s", d->name);
-                if (d->sd.link_bps <= 0)
-                    d->sd.link_bps = 1e9; /* loopback-class until measured */
-                if (d->sd.rtt_ms <= 0)
-                    d->sd.rtt_ms = 0.1;
+                hr_prof_assume_link(&d->sd); /* no link is measured yet: labelled assumed */
                 d->has_sched = true;
             } else {
                 HR_LOG_WARN(TAG, "device '%s': profile not usable for planning: %s", d->name, err);
@@ -74,7 +71,13 @@ static int hr_parse_windows(const char *s, int *w, int max) {
     return n;
 }
 
-/* Picks k and w[] for devices cand[0..n) (cand[0] = head). */
+/* Picks k and w[] for devices cand[0..n) (cand[0] = head) and says how in
+ * hd->plan_src: --windows as given; else the scheduler over the devices'
+ * profiles (k fixed by --k when given); a device without a profile leaves
+ * the scheduler nothing to plan with, so the layers are split evenly (and
+ * the status says so). When the scheduler finds no plan there is no plan:
+ * the reason goes to err (and the status), unless --k forced the rounds,
+ * which then split evenly as forced. */
 static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *w,
                           char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
@@ -91,12 +94,19 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             return hr_seterr(err, HR_EINVAL, "windows sum to %d; k x sum must be %d layers", sum,
                              L);
         *k_out = k;
+        snprintf(hd->plan_src, sizeof hd->plan_src, "forced by --windows %s", a->p.windows);
         return 0;
     }
-    bool all_sched = true;
-    for (int i = 0; i < n; i++)
-        all_sched &= hd->devs[cand[i]].has_sched;
-    if (all_sched && hd->have_pm) {
+    const char *no_prof = NULL;
+    for (int i = 0; i < n && !no_prof; i++)
+        if (!hd->devs[cand[i]].has_sched)
+            no_prof = hd->devs[cand[i]].name;
+    char why[HR_ERR_LEN] = "";
+    if (!hd->have_pm) {
+        snprintf(why, sizeof why, "no model profile");
+    } else if (no_prof) {
+        snprintf(why, sizeof why, "no profile from '%.64s'", no_prof);
+    } else {
         hr_sched_device sd[HR_AGENT_MAX_DEV];
         for (int i = 0; i < n; i++) {
             sd[i] = hd->devs[cand[i]].sd;
@@ -105,15 +115,23 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         hr_sched_model sm;
         hr_sched_opts so = hr_sched_opts_default();
         so.k_fixed = a->p.k;
-        if (hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx), &sm,
-                                   err) == 0 &&
-            hr_sched_solve(&sm, sd, n, &so, &hd->sched, err) == 0) {
+        int rc = hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx),
+                                        &sm, err);
+        if (rc == 0)
+            rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
+        if (rc == 0) {
             *k_out = hd->sched.k;
             for (int i = 0; i < n; i++)
                 w[i] = hd->sched.dev[i].w;
+            snprintf(hd->plan_src, sizeof hd->plan_src, "scheduler%s: %.170s",
+                     a->p.k > 0 ? " (k forced by --k)" : "", hd->sched.explanation);
             return 0;
         }
-        HR_LOG_WARN(TAG, "scheduler: %s; splitting evenly", err);
+        if (a->p.k <= 0) {
+            snprintf(hd->plan_src, sizeof hd->plan_src, "none: %.180s", err);
+            return rc;
+        }
+        snprintf(why, sizeof why, "%.200s", err);
     }
     int k = a->p.k > 0 ? a->p.k : 1;
     if (L % k != 0)
@@ -122,6 +140,9 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
     for (int i = 0; i < n; i++)
         w[i] = W / n + (i < W % n);
     *k_out = k;
+    snprintf(hd->plan_src, sizeof hd->plan_src, "even split%s (%.150s)",
+             a->p.k > 0 ? " at --k" : "", why);
+    HR_LOG_INFO(TAG, "plan: %s", hd->plan_src);
     return 0;
 }
 
@@ -155,6 +176,8 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
         HR_LOG_INFO(TAG, "no predicted times: not every device sent a profile");
 }
 
+static bool a_windows(const hr_head *hd) { return hd->a->p.windows != NULL; }
+
 /* Windows and ring positions for the candidates; ring[] gets the device
  * indexes in ring order (the head first, devices with w 0 left out). */
 static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int *w, int *ring,
@@ -171,6 +194,12 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         d->offset = off;
         off += w[i];
         d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
+        d->left_out[0] = 0;
+        if (i > 0 && w[i] == 0)
+            snprintf(d->left_out, sizeof d->left_out, "%s",
+                     hd->have_sched && hd->sched.dev[i].left_out[0] ? hd->sched.dev[i].left_out
+                     : a_windows(hd)                                ? "forced by --windows"
+                                                                    : "no layer left for it");
         d->pred_ms_round =
             hd->have_sched ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / k
                            : 0;
@@ -333,6 +362,17 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
                   d->pred_ms_round, "meas_ms_round", d->meas_ms_round, "resident", d->resident,
                   "tokens", (json_int_t)d->tokens, "overloaded", d->overloaded, "info", info);
     json_decref(info);
+    if (o) {
+        /* what the planner knew: a profile, the link figures (assumed until measured) */
+        json_object_set_new(o, "has_profile", json_boolean(d->has_sched));
+        json_object_set_new(o, "link_assumed", json_boolean(!d->has_sched || d->sd.link_assumed));
+        if (d->has_sched) {
+            json_object_set_new(o, "link_rtt_ms", json_real(d->sd.rtt_ms));
+            json_object_set_new(o, "link_bps", json_real(d->sd.link_bps));
+        }
+        if (d->left_out[0])
+            json_object_set_new(o, "left_out", json_string(d->left_out));
+    }
     return o;
 }
 
@@ -367,6 +407,10 @@ char *hr_head_status_json(hr_agent *a) {
         json_object_set_new(j, "pubkey", json_string(a->keys ? hr_ring_keys_public(a->keys) : ""));
         json_object_set_new(j, "auth_refused",
                             json_integer(a->keys ? (json_int_t)hr_ring_keys_refused(a->keys) : 0));
+        json_object_set_new(j, "plan_source", json_string(hd->plan_src));
+        json_object_set_new(
+            j, "plan_error",
+            json_string(strncmp(hd->plan_err, "no plan", 7) == 0 ? hd->plan_err : ""));
         json_object_set_new(j, "recoveries",
                             json_integer((json_int_t)atomic_load(&hd->recoveries)));
     }

@@ -247,29 +247,37 @@ void hr_node_meminfo(int64_t *avail, int64_t *total) {
         fclose(mf);
 }
 
-/* Refuses a plan whose KV cache and buffers (anonymous memory) would not
- * fit in what this machine has available without swapping, keeping a
- * reserve of 5% of RAM (at least 64 MiB) for everything else. */
+/* Refuses a plan whose part here would not fit: the same arithmetic as
+ * the planner's (profiler.h, plan memory): KV of all k x w layers, one
+ * window of weights and (head) the output head against MemAvailable now,
+ * capped by --mem-limit, less the reserve for buffers and slack. */
 static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_ERR_LEN]) {
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    uint64_t kv = 2ull * (uint64_t)lp->w * (uint64_t)lp->k * (uint64_t)lp->n_ctx *
-                  (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * sizeof(float);
-    uint64_t bufs = (uint64_t)lp->n_batch * (uint64_t)hp->n_embd * 4 * 4 +
-                    (a->is_head ? (uint64_t)hp->n_vocab * 4 * 2 : 0);
+    if (lp->w <= 0)
+        return 0;
     int64_t avail, total;
     hr_node_meminfo(&avail, &total);
     if (avail < 0 || total <= 0)
         return 0;
-    int64_t reserve = total / 20 > (64 << 20) ? total / 20 : (64 << 20);
-    int64_t lim = (int64_t)(a->p.mem_limit_gib * 1073741824.0);
-    if (lim > 0 && lim < avail) /* --mem-limit caps what we may use */
-        avail = lim;
-    if ((int64_t)(kv + bufs) > avail - reserve)
+    hr_prof_model pm = {0};
+    hr_sched_model sm;
+    int rc = hr_prof_model_build(&pm, a->m, a->g, err);
+    if (rc == 0)
+        rc = hr_prof_to_sched_model(&pm, lp->n_ctx, &sm, err);
+    hr_prof_model_clear(&pm);
+    if (rc)
+        return rc;
+    double need = hr_prof_mem_need(&sm, lp->k, lp->w, a->is_head);
+    double budget =
+        hr_prof_mem_budget((double)avail, a->p.mem_limit_gib * 1073741824.0, sm.layer_bytes, -1);
+    if (need > budget * (1.0 + 1e-9) + 1.0)
         return hr_seterr(err, HR_ENOMEM,
-                         "plan %u needs %.1f MiB of KV cache (%d layers x %d positions) and "
-                         "buffers, but only %.1f MiB are available without swapping",
-                         lp->plan_id, (kv + bufs) / 1048576.0, lp->w * lp->k, lp->n_ctx,
-                         (avail - reserve) / 1048576.0);
+                         "device '%s': plan %u needs %.0f bytes (%.1f MiB: KV of %d layers x %d "
+                         "positions, a window of %d layers%s) but has %.0f bytes (%.1f MiB "
+                         "available%s, less %.1f MiB for buffers and slack)",
+                         a->name, lp->plan_id, need, need / 1048576.0, lp->w * lp->k, lp->n_ctx,
+                         lp->w, a->is_head ? ", the output head" : "", budget, budget / 1048576.0,
+                         a->p.mem_limit_gib > 0 ? " under --mem-limit" : "",
+                         hr_prof_mem_reserve(sm.layer_bytes) / 1048576.0);
     return 0;
 }
 

@@ -401,6 +401,12 @@ static void hr_print_status(json_t *j) {
                 "ready", &ready, "wire", &wire, "error", &error);
     printf("head %s: %s, k %d, %d layers, wire %s%s%s\n", head, ready ? "ready" : "NOT READY", k,
            n_layer, wire, error[0] ? ", " : "", error);
+    const char *src = "", *perr = "";
+    json_unpack(j, "{s?s,s?s}", "plan_source", &src, "plan_error", &perr);
+    if (src[0])
+        printf("plan: %s\n", src);
+    if (perr[0] && strcmp(perr, error) != 0)
+        printf("plan error: %s\n", perr);
     json_t *devs = json_object_get(j, "devices");
     size_t i;
     json_t *d;
@@ -430,14 +436,27 @@ static void hr_print_status(json_t *j) {
             printf("; disk %.0f MB/s\n", disk);
         else
             printf("; disk unknown\n");
-        char pbuf[32] = "n/a (no profile)", mbuf[32] = "n/a (no token yet)";
+        int has_prof = 0, lassumed = 0;
+        double rtt = 0, lbps = 0;
+        const char *left = "";
+        json_unpack(d, "{s?b,s?b,s?F,s?F,s?s}", "has_profile", &has_prof, "link_assumed", &lassumed,
+                    "link_rtt_ms", &rtt, "link_bps", &lbps, "left_out", &left);
+        char pbuf[64] = "n/a", mbuf[32] = "n/a (no token yet)";
         if (pred > 0)
             snprintf(pbuf, sizeof pbuf, "%.2f", pred);
+        else if (!has_prof)
+            snprintf(pbuf, sizeof pbuf, "n/a (no profile)");
         if (meas > 0)
             snprintf(mbuf, sizeof mbuf, "%.2f", meas);
-        printf("      layers %s (w %d); ms/round predicted %s, measured %s; resident %.0f%%; "
-               "tokens %lld\n",
-               layers, w, pbuf, mbuf, res * 100.0, (long long)tok);
+        if (left[0])
+            printf("      no layers (left out: %s)\n", left);
+        else
+            printf("      layers %s (w %d); ms/round predicted %s, measured %s; resident %.0f%%; "
+                   "tokens %lld\n",
+                   layers, w, pbuf, mbuf, res * 100.0, (long long)tok);
+        if (has_prof)
+            printf("      link to next: %.3g Gbit/s, %.2g ms round trip (%s)\n", lbps * 8e-9, rtt,
+                   lassumed ? "assumed: no link measured" : "measured");
     }
 }
 

@@ -13,11 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Link figures assumed when a profile carries no measured link: a wired
- * home LAN (1 Gbit/s, 0.5 ms round trip). */
-#define HR_PLAN_DEFAULT_LINK_BPS 125e6
-#define HR_PLAN_DEFAULT_RTT_MS 0.5
-
 const hr_cli_opt hr_cmd_plan_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
     HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size (default 4096, at most the model's)"),
@@ -90,10 +85,7 @@ int hr_cmd_plan(hr_cli *o) {
             hr_cli_fail("%s: %s", path, err);
             goto done;
         }
-        if (!link) {
-            devs[i].link_bps = HR_PLAN_DEFAULT_LINK_BPS;
-            devs[i].rtt_ms = HR_PLAN_DEFAULT_RTT_MS;
-        }
+        hr_prof_assume_link(&devs[i]); /* labelled "assumed" in the plan's table */
         if (strlen(devs[i].name) == 0 || o->n_args > 1) {
             /* name devices after their file when several share a hostname */
             char nm[HR_SCHED_NAME_LEN];

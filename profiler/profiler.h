@@ -367,6 +367,36 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
                            char err[HR_ERR_LEN]);
 
+/* Link figures assumed where no link to the next device was measured: a
+ * wired home LAN, 1 Gbit/s and a 0.5 ms round trip. */
+#define HR_PROF_ASSUMED_LINK_BPS 125e6
+#define HR_PROF_ASSUMED_RTT_MS 0.5
+/* Fills rtt_ms / link_bps of d with the assumed figures where they are not
+ * measured (<= 0) and marks d->link_assumed. Reentrant. */
+void hr_prof_assume_link(hr_sched_device *d);
+
+/* ---- plan memory: one arithmetic for the planner and a device's admission ----
+ *
+ * The planner gives the scheduler mem_bytes = hr_prof_mem_budget(profile's
+ * weights_avail_bytes, --mem-limit, layer); a device admits its part of a
+ * plan iff hr_prof_mem_need(...) <= hr_prof_mem_budget(MemAvailable now,
+ * --mem-limit, layer). need is the scheduler's window-fit rule in bytes, the
+ * least any plan it makes asks of the device, so a plan made from a profile
+ * is refused for memory only when memory shrank since the profile. */
+
+/* Bytes kept out of available memory for work buffers (activations,
+ * logits, scratch), the runtime and one layer of streaming slack: one mean
+ * layer + 64 MiB. */
+double hr_prof_mem_reserve(double layer_bytes);
+/* Bytes a plan may use on a device for weights + KV: avail (bytes; < 0
+ * unknown: 0) capped by limit when limit > 0, less the reserve (or
+ * reserve_bytes when >= 0); never negative. Reentrant. */
+double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes);
+/* Bytes a device's part of a plan needs resident: the KV cache of all its
+ * k x w layers, one window of w layers' weights (the rest may stream) and,
+ * on the head with layers, the output head; 0 when w = 0. Reentrant. */
+double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
+
 /* ---- documents (JSON) ---- */
 
 typedef struct {

@@ -13,6 +13,26 @@ hr_prof_sched_params hr_prof_sched_params_default(void) {
         .is_head = false, .n_ctx = 4096, .n_past = 0, .prefill_batch = 64, .reserve_bytes = -1};
 }
 
+double hr_prof_mem_reserve(double layer_bytes) {
+    return (layer_bytes > 0 ? layer_bytes : 0) + 64.0 * 1048576.0;
+}
+
+double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes) {
+    double a = avail > 0 ? avail : 0;
+    if (limit > 0 && limit < a)
+        a = limit;
+    double r = reserve_bytes >= 0 ? reserve_bytes : hr_prof_mem_reserve(layer_bytes);
+    return a > r ? a - r : 0;
+}
+
+double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head) {
+    if (!m || w <= 0 || k <= 0)
+        return 0;
+    double kv = (double)k * w * m->kv_bytes_per_layer; /* all k windows' KV stays */
+    double win = (double)w * m->layer_bytes;           /* one window of weights */
+    return kv + win + (is_head ? m->output_bytes : 0);
+}
+
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
                            char err[HR_ERR_LEN]) {
     memset(out, 0, sizeof *out);
@@ -69,12 +89,10 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     /* memory for weights + KV (bytes) */
     double mean_layer =
         (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) / m->n_layer;
-    double reserve =
-        p->reserve_bytes >= 0 ? (double)p->reserve_bytes : mean_layer + 64.0 * 1048576.0;
-    double avail = d->mem.weights_avail_bytes >= 0 ? (double)d->mem.weights_avail_bytes : 0;
     if (d->mem.weights_avail_bytes < 0)
         HR_LOG_WARN(HR_PROF_TAG, "%s: available memory unknown: mem_bytes = 0", out->name);
-    out->mem_bytes = avail > reserve ? avail - reserve : 0;
+    out->mem_bytes = hr_prof_mem_budget((double)d->mem.weights_avail_bytes, 0, mean_layer,
+                                        (double)p->reserve_bytes);
     /* disk (bytes/s): what faulting a non-resident window achieves */
     double mbs = d->disk.mmap_mbs > 0 ? d->disk.mmap_mbs : d->disk.seq_mbs;
     out->disk_bps = mbs > 0 ? mbs * 1e6 : 0;
@@ -97,4 +115,15 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         out->t_head_ms = c.total_ms + sample_ms;
     }
     return 0;
+}
+
+void hr_prof_assume_link(hr_sched_device *d) {
+    if (d->link_bps <= 0) {
+        d->link_bps = HR_PROF_ASSUMED_LINK_BPS;
+        d->link_assumed = true;
+    }
+    if (d->rtt_ms <= 0) {
+        d->rtt_ms = HR_PROF_ASSUMED_RTT_MS;
+        d->link_assumed = true;
+    }
 }

@@ -136,6 +136,9 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].disk = d->disk_bps;
     c->d[i].lru = d->os != HR_SCHED_OS_LINUX && d->os != HR_SCHED_OS_ANDROID;
     c->d[i].th = i == c->head ? d->t_head_ms : 0.0;
+    c->d[i].link_assumed = d->link_assumed;
+    c->d[i].rtt_ms = d->rtt_ms;
+    c->d[i].link_bps = d->link_bps;
     memcpy(c->d[i].name, d->name, sizeof c->d[i].name);
     c->d[i].prefill_threads = pt;
     c->d[i].decode_threads = dt;
@@ -199,11 +202,21 @@ int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_d
     }
     char who[HR_SCHED_NAME_LEN + 32];
     c->d[c->head].mem_eff -= c->out;
-    if (c->d[c->head].mem_eff < 0.0)
-        return hr_seterr(err, HR_EINFEASIBLE,
-                         "scheduler: head %s has %.3f GiB but the output head needs %.3f GiB",
-                         dev_label(&devs[c->head], c->head, who, sizeof who),
-                         devs[c->head].mem_bytes / GIB, c->out / GIB);
+    if (c->d[c->head].mem_eff < 0.0) {
+        /* the output head's shortfall is streamed from the mapping every token */
+        double short_b = -c->d[c->head].mem_eff;
+        if (c->d[c->head].disk <= 0.0)
+            return hr_seterr(err, HR_EINFEASIBLE,
+                             "scheduler: head %s has %.3f GiB (%.0f bytes) but the output head "
+                             "needs %.3f GiB (%.0f bytes) and it cannot stream the other %.0f "
+                             "bytes from disk (disk_bps = 0)",
+                             dev_label(&devs[c->head], c->head, who, sizeof who),
+                             devs[c->head].mem_bytes / GIB, devs[c->head].mem_bytes, c->out / GIB,
+                             c->out, short_b);
+        c->out_stream = short_b;
+        c->d[c->head].mem_eff = 0.0;
+        c->d[c->head].th += 1e3 * short_b / c->d[c->head].disk; /* ms per token */
+    }
     if (o->k_fixed > 0 && (o->k_fixed > c->L || c->L % o->k_fixed != 0))
         return hr_seterr(err, HR_EINVAL, "scheduler: k_fixed = %d does not divide n_layer = %d",
                          o->k_fixed, c->L);
@@ -317,9 +330,30 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
             d->disk_exposed_ms = z > 0.0 ? k * z : 0.0;
         }
     }
-    for (int i = 0; i < c->n; i++)
-        memcpy(p->dev[i].name, c->d[i].name, sizeof p->dev[i].name);
+    for (int i = 0; i < c->n; i++) {
+        hr_sched_dev_plan *d = &p->dev[i];
+        memcpy(d->name, c->d[i].name, sizeof d->name);
+        d->rtt_ms = c->d[i].rtt_ms;
+        d->link_bps = c->d[i].link_bps;
+        d->link_assumed = c->d[i].link_assumed;
+        if (d->active)
+            continue;
+        if (kc->d[i].ub == 0)
+            snprintf(d->left_out, sizeof d->left_out,
+                     "no room for one layer: %.0f MiB for %.0f MiB of weights + KV",
+                     c->d[i].mem_eff / 1048576.0, (c->b + kc->k * c->kv) / 1048576.0);
+        else
+            snprintf(d->left_out, sizeof d->left_out,
+                     "the ring is predicted faster without it (%.2f ms per layer, %.2f ms hop)",
+                     c->d[i].t, c->d[i].h);
+    }
     p->n_active = n_active;
+    p->out_stream_bytes = c->out_stream;
+    if (p->out_stream_bytes > 0.0) {
+        hr_sched_dev_plan *h = &p->dev[c->head];
+        h->read_bytes += c->out_stream;
+        h->mem_bytes -= c->out_stream; /* only the resident part of the output head */
+    }
 }
 
 double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
@@ -364,7 +398,7 @@ double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *
 }
 
 int hr_sched_explain_infeasible(const hr_sched_ctx *c, char *err) {
-    double need = c->L * (c->b + c->kv) + c->out, have = c->out;
+    double need = c->L * (c->b + c->kv) + c->out, have = c->out - c->out_stream;
     bool disk = false, gpu = false;
     for (int i = 0; i < c->n; i++) {
         have += c->d[i].mem_eff;
@@ -423,6 +457,9 @@ void hr_sched_explain(hr_sched_plan *p) {
                    p->dev[i].bottleneck ? " (bottleneck)" : "");
             sep = ",";
         }
+    if (p->out_stream_bytes > 0.0)
+        APPEND("; output head streamed from disk: %.1f MiB per token",
+               p->out_stream_bytes / 1048576.0);
     sep = "; per k:";
     for (int j = 0; j < p->n_k; j++) {
         if (isfinite(p->k_latency_ms[j]))

@@ -85,6 +85,19 @@ static void format_plan(const hr_sched_plan *p, hr_sink *s) {
             d->prefill_threads, d->decode_threads, win,
             d->is_head ? " head" : (d->bottleneck ? " bottleneck" : ""));
     }
+    for (int j = 0; j < p->n_active && p->n_active > 1; j++) {
+        const hr_sched_dev_plan *d = &p->dev[p->order[j]];
+        if (d->link_assumed)
+            put(s, "  %s: link_ms %.2f (assumed %.3g Gbit/s, %.2g ms: no link measured)\n",
+                d->name[0] ? d->name : "?", d->link_ms, d->link_bps * 8e-9, d->rtt_ms);
+    }
+    for (int i = 0; i < p->n_dev; i++)
+        if (!p->dev[i].active)
+            put(s, "  %s: left out: %s\n", p->dev[i].name[0] ? p->dev[i].name : "?",
+                p->dev[i].left_out);
+    if (p->out_stream_bytes > 0.0)
+        put(s, "  output head: %.1f MiB streamed from disk per token (head short of memory)\n",
+            p->out_stream_bytes / 1048576.0);
     put(s, "  candidates:");
     for (int j = 0; j < p->n_k; j++) {
         const char *sep = j + 1 < p->n_k ? "," : "";
@@ -163,6 +176,11 @@ static json_t *dev_json(const hr_sched_plan *p, int i, bool *bad) {
     jset(o, "t_layer_ms", jnum(d->t_layer_ms), bad);
     jset(o, "prefill_threads", json_integer(d->prefill_threads), bad);
     jset(o, "decode_threads", json_integer(d->decode_threads), bad);
+    jset(o, "rtt_ms", jnum(d->rtt_ms), bad);
+    jset(o, "link_bps", jnum(d->link_bps), bad);
+    jset(o, "link_assumed", json_boolean(d->link_assumed), bad);
+    if (!d->active)
+        jset(o, "left_out", json_string(d->left_out), bad);
     return o;
 }
 
@@ -192,6 +210,7 @@ int hr_sched_plan_json(const hr_sched_plan *p, char **json, char err[HR_ERR_LEN]
         jset(br, "disk_exposed_ms", jnum(p->disk_exposed_ms), &bad);
         jset(br, "head_ms", jnum(p->head_ms), &bad);
         jset(br, "round_ms", jnum(p->round_ms), &bad);
+        jset(br, "out_stream_bytes", jnum(p->out_stream_bytes), &bad);
         jset(root, "breakdown", br, &bad);
         jset(root, "overlap", json_string(overlap_name(p->overlap)), &bad);
         jset(root, "optimal", json_boolean(p->optimal), &bad);

@@ -12,9 +12,10 @@ typedef struct {
     int n, L, head;
     hr_sched_overlap overlap;
     bool use_gpu;
-    double b;   /* bytes per layer */
-    double kv;  /* KV bytes per layer */
-    double out; /* output head bytes, on the head */
+    double b;          /* bytes per layer */
+    double kv;         /* KV bytes per layer */
+    double out;        /* output head bytes, on the head */
+    double out_stream; /* of which the head streams per token (short of memory), bytes */
     struct {
         double t;       /* ms per CPU layer */
         double g;       /* ms per GPU layer */
@@ -24,6 +25,8 @@ typedef struct {
         double vram;    /* bytes */
         double th;      /* ms per token of embedding + output head (head only, else 0) */
         bool lru;       /* lru reclaim (else pinned) */
+        bool link_assumed;
+        double rtt_ms, link_bps;
         int prefill_threads, decode_threads;
         char name[HR_SCHED_NAME_LEN];
     } d[HR_SCHED_MAX_DEV];

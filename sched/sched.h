@@ -66,8 +66,16 @@
  *
  * t_head_ms covers the embedding lookup, output norm, LM head and sampling,
  * once per token on the head. Embedding rows are read one per token and are
- * not charged memory; the output matrix (output_bytes) must stay resident on
- * the head. The ring order is the head, then the active devices in input
+ * not charged memory; the output matrix (output_bytes) takes the head's
+ * memory first. A head with less memory than output_bytes streams the
+ * shortfall from the mapping every token (it is bytes like any layer's):
+ *
+ *   out_stream = max(0, output_bytes - mem_bytes(head))      bytes per token
+ *   t_head_ms += 1000 * out_stream / disk_bps(head)           ms per token
+ *
+ * and then holds no layers (mem_eff = 0); only a head with disk_bps = 0
+ * and too little memory for the output head makes the model infeasible.
+ * The ring order is the head, then the active devices in input
  * order: every term above uses the sending device's own link figures, so the
  * order does not change the cost.
  *
@@ -132,6 +140,7 @@ typedef struct {
     double t_head_ms;      /* ms per token for embedding + output head + sampling (head only) */
     double vram_bytes;     /* accelerator memory for layers; 0 = none */
     double t_layer_gpu_ms; /* ms per layer on the accelerator (> 0 when vram is used) */
+    bool link_assumed;     /* rtt_ms / link_bps are assumed, not measured (reported) */
     /* Thread plans (Sandwich): ms per layer with t = 1..n_thread_rates threads,
      * lower is better, 0 = not measured. Prefill: one prompt batch; decode: one
      * token. The plan takes the smallest t within opts.thread_tol of the best. */
@@ -180,6 +189,9 @@ typedef struct {
     double t_layer_ms;      /* ms per CPU layer used by the model */
     int prefill_threads;    /* 0 = not measured, runtime default */
     int decode_threads;
+    double rtt_ms, link_bps; /* the link figures used (copied from the input) */
+    bool link_assumed;       /* ... and they were assumed, not measured */
+    char left_out[96];       /* why an inactive device was left out ("" when active) */
 } hr_sched_dev_plan;
 
 typedef struct {
@@ -193,17 +205,18 @@ typedef struct {
     int order[HR_SCHED_MAX_DEV]; /* ring order: input indices of the n_active devices */
     hr_sched_dev_plan dev[HR_SCHED_MAX_DEV];
     hr_sched_overlap overlap;
-    double latency_ms;      /* predicted ms per token (the objective) */
-    double tokens_per_s;    /* 1000 / latency_ms */
-    double compute_ms;      /* per token: k * sum c_m */
-    double link_ms;         /* per token: k * H */
-    double disk_exposed_ms; /* per token: k * E */
-    double head_ms;         /* t_head_ms of the head */
-    double round_ms;        /* S + E */
-    bool optimal;           /* proven optimal for the model (no time limit hit) */
-    int n_ilp;              /* programs solved */
-    double solve_ms;        /* wall time of hr_sched_solve / hr_sched_exhaustive */
-    int n_k;                /* candidates considered */
+    double latency_ms;       /* predicted ms per token (the objective) */
+    double tokens_per_s;     /* 1000 / latency_ms */
+    double compute_ms;       /* per token: k * sum c_m */
+    double link_ms;          /* per token: k * H */
+    double disk_exposed_ms;  /* per token: k * E */
+    double head_ms;          /* t_head_ms of the head */
+    double round_ms;         /* S + E */
+    double out_stream_bytes; /* output head bytes the head streams per token (short of memory) */
+    bool optimal;            /* proven optimal for the model (no time limit hit) */
+    int n_ilp;               /* programs solved */
+    double solve_ms;         /* wall time of hr_sched_solve / hr_sched_exhaustive */
+    int n_k;                 /* candidates considered */
     int k_list[HR_SCHED_MAX_K];
     double k_latency_ms[HR_SCHED_MAX_K]; /* best per k; INFINITY = infeasible, NAN = pruned
                                             (proven no better than the chosen plan) */

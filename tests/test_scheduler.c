@@ -151,6 +151,8 @@ static void test_random_optimality(void) {
         CHECK_NEAR(hr_sched_cost(&m, d, n, &o, p.k, w, NULL), p.latency_ms, 1e-9 * p.latency_ms);
         k_gt1 += p.k > 1;
         excluded += p.n_active < n;
+        for (int i = 0; i < n; i++) /* every device left out says why */
+            CHECK_EQ(p.dev[i].active, p.dev[i].left_out[0] == '\0');
         for (int i = 0; i < n; i++)
             if (p.dev[i].overloaded) {
                 streaming++;
@@ -542,8 +544,27 @@ static void test_bad_inputs(void) {
     e[0].os = (hr_sched_os)42;
     expect_fail(&m, e, 3, HR_EINVAL, "os");
     memcpy(e, d, sizeof e);
-    e[0].mem_bytes = 0.5 * GIB; /* head cannot hold the output head */
+    e[0].mem_bytes = 0.5 * GIB; /* head cannot hold the output head, nor stream it */
+    e[0].disk_bps = 0;
     expect_fail(&m, e, 3, HR_EINFEASIBLE, "output head");
+    {
+        /* with a disk it streams the missing 0.3 GiB every token and holds no layers */
+        static hr_sched_plan ps, pe;
+        e[0].disk_bps = 2e9;
+        char e1[HR_ERR_LEN] = "";
+        CHECK_EQ(hr_sched_solve(&m, e, 3, NULL, &ps, e1), 0);
+        CHECK_EQ(hr_sched_exhaustive(&m, e, 3, NULL, &pe, NULL), 0);
+        CHECK_NEAR(ps.latency_ms, pe.latency_ms, 1e-6 * pe.latency_ms);
+        CHECK_NEAR(ps.out_stream_bytes, 0.3 * GIB, 1.0);
+        CHECK_EQ(ps.dev[0].w, 0);
+        CHECK(ps.dev[0].active);
+        CHECK_NEAR(ps.dev[0].read_bytes, 0.3 * GIB, 1.0);
+        CHECK_NEAR(ps.head_ms, e[0].t_head_ms + 1e3 * 0.3 * GIB / 2e9, 1e-9);
+        CHECK(strstr(ps.explanation, "output head streamed") != NULL);
+        char txt[4096];
+        CHECK(hr_sched_plan_format(&ps, txt, sizeof txt) > 0);
+        CHECK(strstr(txt, "streamed from disk per token") != NULL);
+    }
     memcpy(e, d, sizeof e);
     for (int i = 0; i < 3; i++)
         e[i].mem_bytes = 0.2 * GIB; /* not even one window fits */
