@@ -47,7 +47,7 @@ typedef struct {
     int expect;             /* head: workers to wait for before serving (0 = peers given) */
     int k;                  /* head: force k rounds (0 = scheduler) */
     const char *windows;    /* head: force window sizes per ring position, "2,1,1" */
-    int wire_dtype;         /* head: HR_RING_F16 (default) or HR_RING_F32 */
+    int wire_dtype;         /* head: HR_RING_F32 (default, exact) or HR_RING_F16 */
     bool prefetch;          /* madvise(WILLNEED) the next window after each window */
     int release;            /* release finished windows: -1 plan's overloaded devices, 0, 1 */
     bool profile;           /* measure a quick device profile to send (cached) */

@@ -34,7 +34,7 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("expect", 0, COUNT, expect, "N", "head: workers to wait for"),
     HR_CLI_OPT("k", 0, COUNT, k, "K", "head: force k rounds around the ring"),
     HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
-    HR_CLI_OPT("wire", 0, STR, wire, "f16|f32", "head: hidden states on the wire"),
+    HR_CLI_OPT("wire", 0, STR, wire, "f32|f16", "head: hidden states on the wire (f32: exact, default)"),
     HR_CLI_OPT("no-prefetch", 0, FLAG, no_prefetch, NULL, "no prefetch of the next window"),
     HR_CLI_OPT("release", 0, STR, release, "auto|on|off", "release finished windows"),
     HR_CLI_OPT("no-profile", 0, FLAG, no_profile, NULL, "join without a profile"),

@@ -53,6 +53,8 @@ typedef struct {
     int n;
 } cluster;
 
+#define WIRE_DEFAULT (-1) /* leave hr_agent_params_default()'s wire type */
+
 /* Starts n agents (the first is the head) and waits until ready. */
 static int cluster_start(cluster *c, const char *model, int n, int k, int dtype) {
     memset(c, 0, sizeof *c);
@@ -68,7 +70,8 @@ static int cluster_start(cluster *c, const char *model, int n, int k, int dtype)
         p.n_ctx = N_CTX;
         p.k = k;
         p.expect = n - 1;
-        p.wire_dtype = dtype;
+        if (dtype != WIRE_DEFAULT)
+            p.wire_dtype = dtype;
         if (hr_agent_create(&c->ag[i].a, &p, err)) {
             fprintf(stderr, "agent %d: %s\n", i, err);
             return -1;
@@ -220,8 +223,10 @@ static void test_model(const char *file) {
     hr_ctx_eval(r.ctx, seq, n_seq, 0, want, true, err);
     struct {
         int n, k, dtype;
-    } cfg[] = {{1, 1, HR_RING_F32}, {2, 1, HR_RING_F32},  {2, kk, HR_RING_F32},
-               {3, 1, HR_RING_F32}, {3, kk, HR_RING_F32}, {2, 1, HR_RING_F16}};
+    } cfg[] = {{1, 1, HR_RING_F32}, {2, 1, WIRE_DEFAULT},  {2, kk, HR_RING_F32},
+               {3, 1, HR_RING_F32}, {3, kk, WIRE_DEFAULT}, {2, 1, HR_RING_F16}};
+    /* what users get without --wire must be the exact one */
+    CHECK_EQ(hr_agent_params_default().wire_dtype, HR_RING_F32);
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         cluster cl;
         if (cluster_start(&cl, path, cfg[c].n, cfg[c].k, cfg[c].dtype)) {
@@ -241,10 +246,13 @@ static void test_model(const char *file) {
             if (out.ids[i] != ref.ids[i])
                 first_diff = i;
         printf("%-24s agents %d k %d wire %s: ids %s (%d tokens%s%d), logits max rel %.2e\n", file,
-               cfg[c].n, cfg[c].k, cfg[c].dtype == HR_RING_F32 ? "f32" : "f16",
+               cfg[c].n, cfg[c].k,
+               cfg[c].dtype == HR_RING_F16   ? "f16"
+               : cfg[c].dtype == HR_RING_F32 ? "f32"
+                                             : "default",
                same ? "identical" : "DIFFER", out.n, first_diff >= 0 ? ", first diff at " : ", ",
                first_diff >= 0 ? first_diff : out.n, rel);
-        if (cfg[c].dtype == HR_RING_F32) {
+        if (cfg[c].dtype != HR_RING_F16) {
             CHECK(same);
             CHECK(rel <= 1e-5);
         } else {
