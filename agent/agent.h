@@ -63,6 +63,9 @@ typedef struct {
     const char *join;     /* worker: a head's join token (first pairing: the head trusts
                              our key, we trust the head's as "head") */
     bool insecure;        /* plaintext, anyone may connect: benchmarks only */
+    /* send this device profile (JSON: a profile document or a device) instead of
+     * measuring; NULL = measure */
+    const char *profile_file;
 } hr_agent_params;
 
 hr_agent_params hr_agent_params_default(void);

@@ -5,6 +5,7 @@
  * and the head's files; calls none of them. */
 #include "agent/agent-impl.h"
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/sync.h"
@@ -20,6 +21,28 @@
 
 /* ---- JOIN payload: who we are, what we run, our profile ---- */
 
+/* A saved profile instead of a measured one: a profile document (hearth
+ * profile --json) or a device alone. */
+static int hr_node_profile_file(const char *path, hr_prof_device *d, char err[HR_ERR_LEN]) {
+    size_t len = 0;
+    char *json = hr_file_read(path, (size_t)64 << 20, &len);
+    if (!json)
+        return hr_seterr(err, HR_EIO, "cannot read profile %s", path);
+    hr_prof_doc *doc = calloc(1, sizeof *doc);
+    int rc = doc ? hr_prof_doc_parse(json, len, doc, err) : HR_ENOMEM;
+    if (rc == 0 && doc->has_device)
+        *d = doc->device;
+    else
+        rc = hr_prof_device_parse(json, len, d, err);
+    if (doc)
+        hr_prof_doc_clear(doc);
+    free(doc);
+    free(json);
+    if (rc && err)
+        snprintf(err + strlen(err), HR_ERR_LEN - strlen(err), " (%s)", path);
+    return rc;
+}
+
 static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_prof_device *d = calloc(1, sizeof *d);
     if (!d) {
@@ -27,7 +50,12 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
         return NULL;
     }
     bool measured = false;
-    if (a->p.profile) {
+    if (a->p.profile_file) {
+        if ((measured = hr_node_profile_file(a->p.profile_file, d, err) == 0))
+            HR_LOG_INFO(TAG, "%s: sending the profile in %s", a->name, a->p.profile_file);
+        else
+            HR_LOG_WARN(TAG, "%s: %s; joining without a profile", a->name, err);
+    } else if (a->p.profile) {
         hr_prof_params pp = hr_prof_params_default();
         pp.model_path = a->p.model_path;
         pp.quick = true;

@@ -106,6 +106,8 @@ typedef struct {
     bool help;
     int n_args;
     const char *args[16]; /* positional arguments */
+    /* agent: send this device profile (JSON) instead of measuring */
+    const char *profile_file;
 } hr_cli;
 
 typedef int (*hr_cmd_fn)(hr_cli *o);

@@ -38,6 +38,8 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("no-prefetch", 0, FLAG, no_prefetch, NULL, "no prefetch of the next window"),
     HR_CLI_OPT("release", 0, STR, release, "auto|on|off", "release finished windows"),
     HR_CLI_OPT("no-profile", 0, FLAG, no_profile, NULL, "join without a profile"),
+    HR_CLI_OPT("profile-file", 0, STR, profile_file, "FILE",
+               "send this profile (hearth profile --json) instead of measuring"),
     HR_CLI_OPT("join", 0, STR, join, "TOKEN", "pair with the head by its join token"),
     HR_CLI_OPTS(hr_cli_opts_security),
     HR_CLI_OPT("api-listen", 0, STR, api_listen, "ADDR:PORT", "head: serve the HTTP API"),
@@ -163,6 +165,7 @@ int hr_cmd_agent(hr_cli *o) {
     p.windows = o->windows;
     p.prefetch = !o->no_prefetch;
     p.profile = !o->no_profile;
+    p.profile_file = o->profile_file;
     p.key_dir = o->key_dir;
     p.head_key = o->head_key;
     p.join = o->join;

@@ -405,12 +405,20 @@ int hr_sched_explain_infeasible(const hr_sched_ctx *c, char *err) {
         disk = disk || c->d[i].disk > 0.0;
         gpu = gpu || c->d[i].vram > 0.0;
     }
-    if (!disk && !gpu)
+    if (!disk && !gpu) {
+        char per[256] = "";
+        size_t len = 0;
+        for (int i = 0; i < c->n && len < sizeof per; i++) {
+            int n_ = snprintf(per + len, sizeof per - len, "%s%s %.0f bytes", i ? ", " : "",
+                              c->d[i].name[0] ? c->d[i].name : "?", c->d[i].mem_eff);
+            len += n_ > 0 ? (size_t)n_ : 0;
+        }
         return hr_seterr(err, HR_EINFEASIBLE,
-                         "scheduler: the model needs %.3f GiB (%d layers x %.3f GiB weights + "
-                         "KV, output head) but the devices hold %.3f GiB and none can stream "
-                         "from disk (disk_bps = 0 everywhere)",
-                         need / GIB, c->L, (c->b + c->kv) / GIB, have / GIB);
+                         "scheduler: memory short (room for layers + KV: %s) and no disk to "
+                         "stream from (disk_bps = 0 everywhere): the model needs %.3f GiB (%d "
+                         "layers x %.3f GiB weights + KV, output head), the devices hold %.3f GiB",
+                         per, need / GIB, c->L, (c->b + c->kv) / GIB, have / GIB);
+    }
     int best_k = 0, best_sum = -1, best_w = 0;
     for (int j = 0; j < c->n_k; j++) {
         hr_sched_kctx kc;
