@@ -281,9 +281,15 @@ static void hr_head_on_leave(hr_head_loop *hl, const hr_head_from *f, const hr_r
     hr_head *hd = a->head;
     hr_dev *d = &hd->devs[f->di];
     HR_LOG_INFO(TAG, "%s left", d->name);
-    if (d->ring_pos >= 0 && !d->lost) {
+    if (d->ring_pos >= 0 && !d->lost) { /* a ring member: lost until a plan without it */
         snprintf(hd->lost_msg, sizeof hd->lost_msg, "device '%s' (%s) left", d->name, d->ctrl_ep);
         hd->lost_di = f->di + 1;
+        d->lost = true;
+        d->ready = false;
+        d->id_len = 0; /* its link is gone: nothing more from or to it */
+        hd->replan = true;
+        hd->ready = false;
+        return;
     }
     free(d->info);
     *d = hd->devs[--hd->n_devs];
@@ -438,6 +444,22 @@ static void hr_head_invite_timer(void *ud) {
     }
 }
 
+/* No plan fits: plan_err says so ("no plan: ..." is what the generating
+ * thread and /health look for), naming the lost ring member that left the
+ * plan in use unable to serve, if any. */
+static void hr_head_no_plan(hr_head *hd, const char *why) {
+    const hr_dev *lost = NULL;
+    for (int i = 1; i < hd->n_devs && !lost; i++)
+        if (hd->devs[i].lost && hd->devs[i].ring_pos >= 0)
+            lost = &hd->devs[i];
+    if (lost)
+        snprintf(hd->plan_err, sizeof hd->plan_err,
+                 "no plan: device '%.40s' (%.48s) is lost; the rest cannot serve: %.100s",
+                 lost->name, lost->ctrl_ep, why);
+    else
+        snprintf(hd->plan_err, sizeof hd->plan_err, "no plan: %.200s", why);
+}
+
 /* Every turn: lost devices, a pending re-plan, our own residency. */
 static void hr_head_plan_timer(void *ud) {
     hr_agent *a = ((hr_head_loop *)ud)->a;
@@ -449,7 +471,7 @@ static void hr_head_plan_timer(void *ud) {
         char e2[HR_ERR_LEN] = "";
         hd->replan = false;
         if (hr_head_replan(hd, e2)) {
-            snprintf(hd->plan_err, sizeof hd->plan_err, "no plan: %.200s", e2);
+            hr_head_no_plan(hd, e2);
             HR_LOG_ERROR(TAG, "%s", hd->plan_err);
         } else {
             hd->plan_err[0] = 0;

@@ -292,8 +292,10 @@ void hr_head_update_ready(hr_head *hd) {
     bool ok = hd->plan_id > 0 && !hd->replan;
     for (int i = 0; i < hd->n_devs; i++) {
         const hr_dev *d = &hd->devs[i];
-        if (d->lost)
+        if (d->lost) { /* a lost ring member: the plan in use cannot serve */
+            ok &= d->ring_pos < 0;
             continue;
+        }
         if (!d->ready || d->ready_plan != hd->plan_id)
             ok = false;
     }
