@@ -325,6 +325,7 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
     if (!info)
         info = json_object();
     json_object_del(info, "profile");
+    json_int_t threads = json_integer_value(json_object_get(info, "threads"));
     char layers[256];
     hr_layers_str(layers, sizeof layers, k, W, d->offset, d->w);
     json_t *o =
@@ -334,6 +335,8 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
                   d->ring_pos, "w", d->w, "k", k, "layers", layers, "pred_ms_round",
                   d->pred_ms_round, "meas_ms_round", d->meas_ms_round, "resident", d->resident,
                   "tokens", (json_int_t)d->tokens, "overloaded", d->overloaded, "info", info);
+    if (o) /* compute threads in use (its JOIN) */
+        json_object_set_new(o, "threads", json_integer(threads));
     json_decref(info);
     return o;
 }

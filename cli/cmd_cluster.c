@@ -28,7 +28,7 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("peers", 0, STR, peers, "A,B,..", "be the head, invite these agents"),
     HR_CLI_OPT("name", 0, STR, name, "NAME", "device name"),
     HR_CLI_OPT("mem-limit", 0, FLOAT, mem_limit, "GiB", "memory offered for weights"),
-    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "worker threads (default 1)"),
+    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "compute threads (default: all cores)"),
     HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size in tokens"),
     HR_CLI_OPT("batch", 'b', COUNT, batch, "N", "prompt batch size (default 64)"),
     HR_CLI_OPT("expect", 0, COUNT, expect, "N", "head: workers to wait for"),
@@ -155,7 +155,7 @@ int hr_cmd_agent(hr_cli *o) {
     p.peers = o->peers;
     p.name = o->name;
     p.mem_limit_gib = o->mem_limit;
-    p.n_threads = o->threads > 0 ? o->threads : 1;
+    p.n_threads = o->threads > 0 ? o->threads : 0; /* 0: every online core */
     p.n_ctx = o->ctx;
     p.n_batch = o->batch;
     p.expect = o->expect;
@@ -406,13 +406,13 @@ static void hr_print_status(json_t *j) {
     json_t *d;
     json_array_foreach(devs, i, d) {
         const char *name = "", *addr = "", *layers = "", *os = "";
-        int pos = -1, w = 0, lost = 0, rdy = 0, cores = 0, numa = 0, over = 0;
+        int pos = -1, w = 0, lost = 0, rdy = 0, cores = 0, numa = 0, over = 0, threads = 0;
         double pred = 0, meas = 0, res = 0, disk = 0;
         json_int_t tok = 0, mt = 0, ma = 0, cg = -1;
-        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b}", "name", &name,
+        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b,s?i}", "name", &name,
                     "address", &addr, "layers", &layers, "ring_pos", &pos, "w", &w, "lost", &lost,
                     "ready", &rdy, "pred_ms_round", &pred, "meas_ms_round", &meas, "resident", &res,
-                    "tokens", &tok, "overloaded", &over);
+                    "tokens", &tok, "overloaded", &over, "threads", &threads);
         json_t *info = json_object_get(d, "info");
         json_unpack(info, "{s?s,s?i,s?i,s?I,s?I,s?I,s?F}", "os", &os, "cores", &cores, "numa",
                     &numa, "mem_total", &mt, "mem_avail", &ma, "cg_limit", &cg, "disk_mbs", &disk);
@@ -421,9 +421,10 @@ static void hr_print_status(json_t *j) {
                : rdy ? "ready"
                      : "not ready",
                over ? ", overloaded" : "");
-        printf("      os %s; %d cores, %d NUMA; memory %.1f GiB total, %.1f GiB available, "
-               "cgroup limit %s",
-               os, cores, numa, mt / 1073741824.0, ma / 1073741824.0, cg > 0 ? "" : "none");
+        printf("      os %s; %d cores, %d NUMA, %d threads in use; memory %.1f GiB total, %.1f GiB "
+               "available, cgroup limit %s",
+               os, cores, numa, threads, mt / 1073741824.0, ma / 1073741824.0,
+               cg > 0 ? "" : "none");
         if (cg > 0)
             printf("%.2f GiB", cg / 1073741824.0);
         if (disk > 0)

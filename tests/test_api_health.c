@@ -4,7 +4,8 @@
  * turns 503 within 3 s naming the lost device, an API request and
  * `hearth prompt` fail at once (< 1 s) naming it, `hearth status` (table
  * and JSON) says not ready; the worker comes back: /health is 200 again and
- * requests succeed, with no restart of the head. */
+ * requests succeed, with no restart of the head. Both agents start without
+ * -t: `hearth status` (JSON and table) shows every online core in use. */
 #include "api_harness.h"
 
 /* Runs argv to the end, stdout to out, stderr to errf; the exit status (-1
@@ -69,6 +70,27 @@ static void test_loss(void) {
         free(l);
         return;
     }
+    /* started without -t: every device computes with every online core */
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    char *sj[] = {g_bin, "status", "--head", g_ctrl, "--json", NULL};
+    CHECK_EQ(run_wait(sj, outf, errf, NULL), 0);
+    char *o = slurp(outf, NULL);
+    json_t *j = o ? json_loads(o, 0, NULL) : NULL;
+    free(o);
+    size_t di;
+    json_t *d;
+    CHECK_EQ(json_array_size(json_object_get(j, "devices")), 2);
+    json_array_foreach(json_object_get(j, "devices"), di, d) {
+        CHECK_EQ(json_integer_value(json_object_get(d, "threads")), nproc);
+    }
+    json_decref(j);
+    char *sa[] = {g_bin, "status", "--head", g_ctrl, NULL};
+    CHECK_EQ(run_wait(sa, outf, errf, NULL), 0);
+    o = slurp(outf, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "%ld threads in use", nproc);
+    CHECK(o && strstr(o, want));
+    free(o);
     const char *req = "{\"prompt\":\"Hi\",\"max_tokens\":4}";
     char *s = NULL;
     st = http("POST", "/v1/completions", req, KEY, NULL, &s);
@@ -110,15 +132,13 @@ static void test_loss(void) {
     CHECK(e && strstr(e, "lostworker"));
     free(e);
     /* `hearth status` agrees: not ready, and why */
-    char *sa[] = {g_bin, "status", "--head", g_ctrl, NULL};
     CHECK_EQ(run_wait(sa, outf, errf, NULL), 0);
-    char *o = slurp(outf, NULL);
+    o = slurp(outf, NULL);
     CHECK(o && strstr(o, "NOT READY") && strstr(o, "lostworker"));
     free(o);
-    char *sj[] = {g_bin, "status", "--head", g_ctrl, "--json", NULL};
     CHECK_EQ(run_wait(sj, outf, errf, NULL), 0);
     o = slurp(outf, NULL);
-    json_t *j = o ? json_loads(o, 0, NULL) : NULL;
+    j = o ? json_loads(o, 0, NULL) : NULL;
     free(o);
     CHECK(json_is_false(json_object_get(j, "ready")));
     const char *perr = json_string_value(json_object_get(j, "error"));
