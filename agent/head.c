@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TAG "head"
 
@@ -89,6 +90,17 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
         di = hd->n_devs++;
     }
     hr_dev *d = &hd->devs[di];
+    if (!d->lost && d->id_len && d->id_len == idl && memcmp(d->id, id, idl) == 0 &&
+        strcmp(d->pubkey, jm.pubkey) == 0 && strcmp(d->data_ep, jm.data) == 0) {
+        /* a repeated JOIN (queued while we were away, or a retry): the same
+         * link, key and ports refresh the device; no new plan */
+        d->last_seen = hr_now_s();
+        HR_LOG_DEBUG(TAG, "%s: repeated JOIN; already joined", d->name);
+        hr_msg_join_clear(&jm);
+        hr_msg w = hr_msg_empty(HR_RING_WELCOME, 0, 0);
+        hr_head_send(a->head, id, idl, &w);
+        return;
+    }
     if (d->ring_pos >= 0 && !d->lost && d->id_len &&
         (d->id_len != idl || memcmp(d->id, id, idl) != 0)) { /* restarted, not yet missed */
         snprintf(hd->lost_msg, sizeof hd->lost_msg, "device '%s' (%s) restarted", d->name,
@@ -549,6 +561,27 @@ static int hr_head_peers(hr_head_loop *hl, char err[HR_ERR_LEN]) {
     return 0;
 }
 
+/* The head stops: tells every worker, which then joins again (with its
+ * backoff) instead of waiting for the heartbeat silence. */
+static void hr_head_farewell(hr_agent *a) {
+    hr_head *hd = a->head;
+    int n = 0;
+    pthread_mutex_lock(&hd->dev_mu);
+    for (int i = 1; i < hd->n_devs; i++) {
+        if (hd->devs[i].lost || !hd->devs[i].id_len)
+            continue;
+        hr_msg m = hr_msg_empty(HR_RING_LEAVE, 0, hd->plan_id);
+        hr_head_send(hd, hd->devs[i].id, hd->devs[i].id_len, &m);
+        n++;
+    }
+    pthread_mutex_unlock(&hd->dev_mu);
+    if (n) { /* sockets close without linger: give the frames time to go out */
+        HR_LOG_INFO(TAG, "told %d worker%s the head is stopping", n, n == 1 ? "" : "s");
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* ---- create / destroy / run ---- */
 
 int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
@@ -608,6 +641,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         rc = hr_ring_loop_run(hl.loop, err);
         if (rc == 0)
             rc = hl.rc;
+        if (rc == 0)
+            hr_head_farewell(a);
     }
     for (int i = 0; i < hl.n_inv; i++)
         hr_ring_close(hl.inv[i]);

@@ -271,6 +271,37 @@ int hr_cmd_agent(hr_cli *o) {
     return 0;
 }
 
+/* Clients give up on a head that does not answer its first message (a
+ * STATUS_REQ) within this long; a generation has its own, longer, timeout. */
+#define HR_CLIENT_CONNECT_MS 5000
+
+/* Asks the head for its status: HR_ETIMEDOUT with "no head at EP" when
+ * nothing answers within tmo_ms. buf holds HR_RING_HDR_SIZE +
+ * HR_RING_MAX_CTRL bytes; *h the STATUS frame's header. */
+static int hr_client_status(void *s, const char *ep, int tmo_ms, uint8_t *buf, hr_ring_hdr *h,
+                            char err[HR_ERR_LEN]) {
+    hr_ring_hdr q = {.type = HR_RING_STATUS_REQ, .pos = -1};
+    char e2[HR_ERR_LEN] = "";
+    if (hr_ring_send_msg(s, NULL, 0, &q, NULL, e2))
+        return hr_seterr(err, HR_ENET, "no head at %s: %s", ep, e2);
+    double until = hr_now_s() + tmo_ms / 1000.0;
+    for (;;) {
+        int left = (int)((until - hr_now_s()) * 1000.0);
+        long n = left > 0 ? hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL,
+                                         left, h, e2)
+                          : 0;
+        if (n > 0 && h->type == HR_RING_STATUS)
+            return 0;
+        if (n < 0)
+            return hr_seterr(err, HR_EFORMAT, "bad frame from the head at %s: %s", ep, e2);
+        if (n == 0 && hr_now_s() >= until)
+            return hr_seterr(err, HR_ETIMEDOUT,
+                             "no head at %s: nothing answered within %.0f s (is it running, "
+                             "and is its key trusted here?)",
+                             ep, tmo_ms / 1000.0);
+    }
+}
+
 /* A DEALER to the head's control port: CURVE with this machine's key, the
  * head's key from --head-key, the trusted peer "head", else our own (a
  * client on the head's machine). */
@@ -335,6 +366,10 @@ int hr_cmd_prompt(hr_cli *o) {
         goto done;
     hr_install_signals();
     hr_ring_hdr h;
+    if (hr_client_status(s, ep, HR_CLIENT_CONNECT_MS, buf, &h, err)) { /* is a head there? */
+        hr_cli_fail("%s", err);
+        goto done;
+    }
     if (hr_msg_send(s, NULL, 0, &msg, err)) {
         hr_cli_fail("cannot send the prompt to %s: %s", ep, err);
         goto done;
@@ -448,17 +483,12 @@ int hr_cmd_status(hr_cli *o) {
     void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
     uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
-    hr_ring_hdr h = {.type = HR_RING_STATUS_REQ, .pos = -1};
+    hr_ring_hdr h;
     if (!s || !buf)
         goto done;
-    if (hr_ring_send_msg(s, NULL, 0, &h, NULL, err)) {
-        hr_cli_fail("cannot reach %s: %s", ep, err);
-        goto done;
-    }
-    int tmo = (o->timeout_s > 0 ? o->timeout_s : 5) * 1000;
-    long n = hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL, tmo, &h, err);
-    if (n <= 0 || h.type != HR_RING_STATUS) {
-        hr_cli_fail("no status from the head at %s%s%s", ep, n < 0 ? ": " : "", n < 0 ? err : "");
+    int tmo = o->timeout_s > 0 ? o->timeout_s * 1000 : HR_CLIENT_CONNECT_MS;
+    if (hr_client_status(s, ep, tmo, buf, &h, err)) {
+        hr_cli_fail("%s", err);
         goto done;
     }
     const char *pl = (const char *)buf + HR_RING_HDR_SIZE;
