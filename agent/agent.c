@@ -9,7 +9,7 @@
 
 hr_agent_params hr_agent_params_default(void) {
     return (hr_agent_params){.listen = "127.0.0.1:7700",
-                             .n_threads = 1,
+                             .n_threads = 0,
                              .n_batch = 64,
                              .wire_dtype = HR_RING_F32,
                              .prefetch = true,

@@ -41,7 +41,7 @@ typedef struct {
     const char *peers;      /* head: invite these agents, "host:port,host:port" */
     const char *name;       /* device name (default: hostname:port) */
     double mem_limit_gib;   /* caps the memory reported in the profile; 0 = none */
-    int n_threads;          /* compute threads (>= 1) */
+    int n_threads;          /* compute threads; 0 = every online core (the default) */
     int n_ctx;              /* head: KV positions planned (0 = min(train, 4096)) */
     int n_batch;            /* head: prompt tokens per ring pass (default 64) */
     int expect;             /* head: workers to wait for before serving (0 = peers given) */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TAG "head"
 
@@ -89,6 +90,17 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
         di = hd->n_devs++;
     }
     hr_dev *d = &hd->devs[di];
+    if (!d->lost && d->id_len && d->id_len == idl && memcmp(d->id, id, idl) == 0 &&
+        strcmp(d->pubkey, jm.pubkey) == 0 && strcmp(d->data_ep, jm.data) == 0) {
+        /* a repeated JOIN (queued while we were away, or a retry): the same
+         * link, key and ports refresh the device; no new plan */
+        d->last_seen = hr_now_s();
+        HR_LOG_DEBUG(TAG, "%s: repeated JOIN; already joined", d->name);
+        hr_msg_join_clear(&jm);
+        hr_msg w = hr_msg_empty(HR_RING_WELCOME, 0, 0);
+        hr_head_send(a->head, id, idl, &w);
+        return;
+    }
     if (d->ring_pos >= 0 && !d->lost && d->id_len &&
         (d->id_len != idl || memcmp(d->id, id, idl) != 0)) { /* restarted, not yet missed */
         snprintf(hd->lost_msg, sizeof hd->lost_msg, "device '%s' (%s) restarted", d->name,
@@ -281,9 +293,15 @@ static void hr_head_on_leave(hr_head_loop *hl, const hr_head_from *f, const hr_r
     hr_head *hd = a->head;
     hr_dev *d = &hd->devs[f->di];
     HR_LOG_INFO(TAG, "%s left", d->name);
-    if (d->ring_pos >= 0 && !d->lost) {
+    if (d->ring_pos >= 0 && !d->lost) { /* a ring member: lost until a plan without it */
         snprintf(hd->lost_msg, sizeof hd->lost_msg, "device '%s' (%s) left", d->name, d->ctrl_ep);
         hd->lost_di = f->di + 1;
+        d->lost = true;
+        d->ready = false;
+        d->id_len = 0; /* its link is gone: nothing more from or to it */
+        hd->replan = true;
+        hd->ready = false;
+        return;
     }
     free(d->info);
     *d = hd->devs[--hd->n_devs];
@@ -438,6 +456,22 @@ static void hr_head_invite_timer(void *ud) {
     }
 }
 
+/* No plan fits: plan_err says so ("no plan: ..." is what the generating
+ * thread and /health look for), naming the lost ring member that left the
+ * plan in use unable to serve, if any. */
+static void hr_head_no_plan(hr_head *hd, const char *why) {
+    const hr_dev *lost = NULL;
+    for (int i = 1; i < hd->n_devs && !lost; i++)
+        if (hd->devs[i].lost && hd->devs[i].ring_pos >= 0)
+            lost = &hd->devs[i];
+    if (lost)
+        snprintf(hd->plan_err, sizeof hd->plan_err,
+                 "no plan: device '%.40s' (%.48s) is lost; the rest cannot serve: %.100s",
+                 lost->name, lost->ctrl_ep, why);
+    else
+        snprintf(hd->plan_err, sizeof hd->plan_err, "no plan: %.200s", why);
+}
+
 /* Every turn: lost devices, a pending re-plan, our own residency. */
 static void hr_head_plan_timer(void *ud) {
     hr_agent *a = ((hr_head_loop *)ud)->a;
@@ -449,7 +483,7 @@ static void hr_head_plan_timer(void *ud) {
         char e2[HR_ERR_LEN] = "";
         hd->replan = false;
         if (hr_head_replan(hd, e2)) {
-            snprintf(hd->plan_err, sizeof hd->plan_err, "no plan: %.200s", e2);
+            hr_head_no_plan(hd, e2);
             HR_LOG_ERROR(TAG, "%s", hd->plan_err);
         } else {
             hd->plan_err[0] = 0;
@@ -527,6 +561,27 @@ static int hr_head_peers(hr_head_loop *hl, char err[HR_ERR_LEN]) {
     return 0;
 }
 
+/* The head stops: tells every worker, which then joins again (with its
+ * backoff) instead of waiting for the heartbeat silence. */
+static void hr_head_farewell(hr_agent *a) {
+    hr_head *hd = a->head;
+    int n = 0;
+    pthread_mutex_lock(&hd->dev_mu);
+    for (int i = 1; i < hd->n_devs; i++) {
+        if (hd->devs[i].lost || !hd->devs[i].id_len)
+            continue;
+        hr_msg m = hr_msg_empty(HR_RING_LEAVE, 0, hd->plan_id);
+        hr_head_send(hd, hd->devs[i].id, hd->devs[i].id_len, &m);
+        n++;
+    }
+    pthread_mutex_unlock(&hd->dev_mu);
+    if (n) { /* sockets close without linger: give the frames time to go out */
+        HR_LOG_INFO(TAG, "told %d worker%s the head is stopping", n, n == 1 ? "" : "s");
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* ---- create / destroy / run ---- */
 
 int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
@@ -586,6 +641,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         rc = hr_ring_loop_run(hl.loop, err);
         if (rc == 0)
             rc = hl.rc;
+        if (rc == 0)
+            hr_head_farewell(a);
     }
     for (int i = 0; i < hl.n_inv; i++)
         hr_ring_close(hl.inv[i]);

@@ -321,8 +321,10 @@ void hr_head_update_ready(hr_head *hd) {
     bool ok = hd->plan_id > 0 && !hd->replan;
     for (int i = 0; i < hd->n_devs; i++) {
         const hr_dev *d = &hd->devs[i];
-        if (d->lost)
+        if (d->lost) { /* a lost ring member: the plan in use cannot serve */
+            ok &= d->ring_pos < 0;
             continue;
+        }
         if (!d->ready || d->ready_plan != hd->plan_id)
             ok = false;
     }
@@ -352,6 +354,7 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
     if (!info)
         info = json_object();
     json_object_del(info, "profile");
+    json_int_t threads = json_integer_value(json_object_get(info, "threads"));
     char layers[256];
     hr_layers_str(layers, sizeof layers, k, W, d->offset, d->w);
     json_t *o =
@@ -361,6 +364,8 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
                   d->ring_pos, "w", d->w, "k", k, "layers", layers, "pred_ms_round",
                   d->pred_ms_round, "meas_ms_round", d->meas_ms_round, "resident", d->resident,
                   "tokens", (json_int_t)d->tokens, "overloaded", d->overloaded, "info", info);
+    if (o) /* compute threads in use (its JOIN) */
+        json_object_set_new(o, "threads", json_integer(threads));
     json_decref(info);
     if (o) {
         /* what the planner knew: a profile, the link figures (assumed until measured) */

@@ -112,8 +112,10 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
 
 /* Fills in defaults for out-of-range parameters. */
 static void hr_node_params_fix(hr_agent_params *p) {
-    if (p->n_threads < 1)
-        p->n_threads = 1;
+    if (p->n_threads < 1) { /* every online core, as `hearth run` */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        p->n_threads = n > 0 ? (int)n : 1;
+    }
     if (p->n_batch < 1)
         p->n_batch = 64;
     if (p->hb_interval_ms < 10)
@@ -218,9 +220,9 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
         return hr_seterr(err, HR_EINVAL, "bad head address '%s' (want host:port)", p->head);
     if (!(a->info_json = hr_node_info(a, err)))
         return HR_ENOMEM;
-    HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx), %s", a->name,
-                a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
-                (unsigned long long)a->model_hash,
+    HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx), %d threads, %s",
+                a->name, a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
+                (unsigned long long)a->model_hash, a->p.n_threads,
                 a->keys ? hr_ring_keys_public(a->keys) : "INSECURE (no key)");
     return 0;
 }

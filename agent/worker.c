@@ -128,7 +128,9 @@ typedef struct {
     hr_agent *a;
     hr_ring_loop *loop;
     bool joined;
-    double last_join, last_head; /* s, monotonic */
+    double next_join, join_wait; /* s, monotonic: next JOIN, then the wait after it */
+    int join_tries;              /* JOINs sent without an answer */
+    double last_head;            /* s, monotonic */
     uint8_t *buf;                /* one control frame */
     size_t cap;
     int rc; /* fatal refusal: HR_EDENIED, HR_EUNSUPPORTED */
@@ -140,6 +142,14 @@ static void hr_worker_send(hr_agent *a, hr_msg *m) {
     char err[HR_ERR_LEN];
     if (hr_msg_send(a->up, NULL, 0, m, err))
         HR_LOG_DEBUG(TAG, "%s: %s to head: %s", a->name, hr_ring_type_name(m->h.type), err);
+}
+
+/* Joins again from the start: a JOIN now, then 0.5 s doubling to 8 s. */
+static void hr_worker_rejoin(hr_worker *w) {
+    w->joined = false;
+    w->next_join = 0;
+    w->join_wait = 0.5;
+    w->join_tries = 0;
 }
 
 /* After a fatal refusal (w->rc and w->err set): the agent stops. */
@@ -225,8 +235,7 @@ static void hr_worker_on_reject(hr_worker *w, const hr_ring_hdr *h, const char *
         hr_worker_fatal(w);
     } else {
         HR_LOG_WARN(TAG, "%s: head says: %s", w->a->name, rj.reason);
-        w->joined = false;
-        w->last_join = 0;
+        hr_worker_rejoin(w);
     }
 }
 
@@ -266,6 +275,17 @@ static void hr_worker_on_start(hr_worker *w, const hr_ring_hdr *h, const char *p
     HR_LOG_DEBUG(TAG, "%s: request %llu starts", w->a->name, (unsigned long long)h->req_id);
 }
 
+/* LEAVE: the head is going away (shutdown): join again, with the backoff,
+ * rather than wait for the heartbeat silence. */
+static void hr_worker_on_leave(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    (void)h;
+    (void)pl;
+    HR_LOG_INFO(TAG, "%s: head %s is going away; joining again when it is back", w->a->name,
+                w->a->head_ep);
+    hr_worker_rejoin(w);
+    w->next_join = hr_now_s() + w->join_wait; /* it is stopping: not at once */
+}
+
 static void hr_worker_on_echo(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
     (void)w; /* the head's heartbeat echo: hearing from it is all it says */
     (void)h;
@@ -276,6 +296,7 @@ static const hr_worker_fn hr_worker_handlers[HR_RING_TYPE_END] = {
     [HR_RING_WELCOME] = hr_worker_on_welcome, [HR_RING_REJECT] = hr_worker_on_reject,
     [HR_RING_PLAN] = hr_worker_on_plan,       [HR_RING_CANCEL] = hr_worker_on_cancel,
     [HR_RING_START] = hr_worker_on_start,     [HR_RING_HEARTBEAT] = hr_worker_on_echo,
+    [HR_RING_LEAVE] = hr_worker_on_leave,
 };
 
 /* The head link is readable: one message, dispatched by type. */
@@ -324,16 +345,23 @@ static void hr_worker_on_ctrl(void *ud) {
 
 /* ---- timers ---- */
 
+/* JOIN until the head answers: at once, then after 0.5 s doubling to 8 s,
+ * saying so at each retry (the head folds repeated JOINs into one). */
 static void hr_worker_join_timer(void *ud) {
     hr_worker *w = ud;
     double now = hr_now_s();
-    if (w->joined || now - w->last_join <= 1.0)
+    if (w->joined || now < w->next_join)
         return;
+    if (w->join_tries > 0)
+        HR_LOG_INFO(TAG, "%s: no answer from head %s yet; retrying in %.1f s", w->a->name,
+                    w->a->head_ep, w->join_wait);
     hr_msg m = hr_msg_empty(HR_RING_JOIN, 0, 0);
     m.h.len = (uint32_t)strlen(w->a->info_json);
     if ((m.data = strdup(w->a->info_json)))
         hr_worker_send(w->a, &m);
-    w->last_join = now;
+    w->join_tries++;
+    w->next_join = now + w->join_wait;
+    w->join_wait = w->join_wait * 2 < 8.0 ? w->join_wait * 2 : 8.0;
 }
 
 static void hr_worker_hb_timer(void *ud) {
@@ -348,7 +376,7 @@ static void hr_worker_silence_timer(void *ud) {
     if (w->joined && now - w->last_head > 3.0 * w->a->p.hb_timeout_ms / 1000.0) {
         HR_LOG_WARN(TAG, "%s: no word from head %s for %.1f s; joining again", w->a->name,
                     w->a->head_ep, now - w->last_head);
-        w->joined = false;
+        hr_worker_rejoin(w);
         w->last_head = now;
     }
 }
@@ -419,7 +447,7 @@ int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     if (pthread_create(&a->data_thread, NULL, hr_data_main, a) != 0)
         return hr_seterr(err, HR_EINTERNAL, "cannot start the data thread");
     a->data_started = true;
-    hr_worker w = {.a = a, .last_head = hr_now_s(), .err = err};
+    hr_worker w = {.a = a, .last_head = hr_now_s(), .join_wait = 0.5, .err = err};
     w.cap = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL;
     w.buf = malloc(w.cap);
     w.loop = hr_ring_loop_create(&a->stop);

@@ -201,11 +201,11 @@ static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN])
         ready += json_is_true(json_object_get(d, "ready"));
     }
     const char *perr = json_string_value(json_object_get(j, "error"));
-    if (h->p.expect > joined)
+    if (perr && perr[0]) /* a plan failed (a lost device): that, not the workers awaited */
+        snprintf(out, HR_ERR_LEN, "cluster not ready: %s", perr);
+    else if (h->p.expect > joined)
         snprintf(out, HR_ERR_LEN, "waiting for %d worker%s (%d joined)", h->p.expect,
                  h->p.expect == 1 ? "" : "s", joined);
-    else if (perr && perr[0])
-        snprintf(out, HR_ERR_LEN, "cluster not ready: %s", perr);
     else if (joined > ready)
         snprintf(out, HR_ERR_LEN, "waiting for the plan: %d of %d workers ready", ready, joined);
     else

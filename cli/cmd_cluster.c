@@ -28,7 +28,7 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("peers", 0, STR, peers, "A,B,..", "be the head, invite these agents"),
     HR_CLI_OPT("name", 0, STR, name, "NAME", "device name"),
     HR_CLI_OPT("mem-limit", 0, FLOAT, mem_limit, "GiB", "memory offered for weights"),
-    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "worker threads (default 1)"),
+    HR_CLI_OPT("threads", 't', COUNT, threads, "N", "compute threads (default: all cores)"),
     HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size in tokens"),
     HR_CLI_OPT("batch", 'b', COUNT, batch, "N", "prompt batch size (default 64)"),
     HR_CLI_OPT("expect", 0, COUNT, expect, "N", "head: workers to wait for"),
@@ -157,7 +157,7 @@ int hr_cmd_agent(hr_cli *o) {
     p.peers = o->peers;
     p.name = o->name;
     p.mem_limit_gib = o->mem_limit;
-    p.n_threads = o->threads > 0 ? o->threads : 1;
+    p.n_threads = o->threads > 0 ? o->threads : 0; /* 0: every online core */
     p.n_ctx = o->ctx;
     p.n_batch = o->batch;
     p.expect = o->expect;
@@ -274,6 +274,37 @@ int hr_cmd_agent(hr_cli *o) {
     return 0;
 }
 
+/* Clients give up on a head that does not answer its first message (a
+ * STATUS_REQ) within this long; a generation has its own, longer, timeout. */
+#define HR_CLIENT_CONNECT_MS 5000
+
+/* Asks the head for its status: HR_ETIMEDOUT with "no head at EP" when
+ * nothing answers within tmo_ms. buf holds HR_RING_HDR_SIZE +
+ * HR_RING_MAX_CTRL bytes; *h the STATUS frame's header. */
+static int hr_client_status(void *s, const char *ep, int tmo_ms, uint8_t *buf, hr_ring_hdr *h,
+                            char err[HR_ERR_LEN]) {
+    hr_ring_hdr q = {.type = HR_RING_STATUS_REQ, .pos = -1};
+    char e2[HR_ERR_LEN] = "";
+    if (hr_ring_send_msg(s, NULL, 0, &q, NULL, e2))
+        return hr_seterr(err, HR_ENET, "no head at %s: %s", ep, e2);
+    double until = hr_now_s() + tmo_ms / 1000.0;
+    for (;;) {
+        int left = (int)((until - hr_now_s()) * 1000.0);
+        long n = left > 0 ? hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL,
+                                         left, h, e2)
+                          : 0;
+        if (n > 0 && h->type == HR_RING_STATUS)
+            return 0;
+        if (n < 0)
+            return hr_seterr(err, HR_EFORMAT, "bad frame from the head at %s: %s", ep, e2);
+        if (n == 0 && hr_now_s() >= until)
+            return hr_seterr(err, HR_ETIMEDOUT,
+                             "no head at %s: nothing answered within %.0f s (is it running, "
+                             "and is its key trusted here?)",
+                             ep, tmo_ms / 1000.0);
+    }
+}
+
 /* A DEALER to the head's control port: CURVE with this machine's key, the
  * head's key from --head-key, the trusted peer "head", else our own (a
  * client on the head's machine). */
@@ -338,6 +369,10 @@ int hr_cmd_prompt(hr_cli *o) {
         goto done;
     hr_install_signals();
     hr_ring_hdr h;
+    if (hr_client_status(s, ep, HR_CLIENT_CONNECT_MS, buf, &h, err)) { /* is a head there? */
+        hr_cli_fail("%s", err);
+        goto done;
+    }
     if (hr_msg_send(s, NULL, 0, &msg, err)) {
         hr_cli_fail("cannot send the prompt to %s: %s", ep, err);
         goto done;
@@ -415,13 +450,13 @@ static void hr_print_status(json_t *j) {
     json_t *d;
     json_array_foreach(devs, i, d) {
         const char *name = "", *addr = "", *layers = "", *os = "";
-        int pos = -1, w = 0, lost = 0, rdy = 0, cores = 0, numa = 0, over = 0;
+        int pos = -1, w = 0, lost = 0, rdy = 0, cores = 0, numa = 0, over = 0, threads = 0;
         double pred = 0, meas = 0, res = 0, disk = 0;
         json_int_t tok = 0, mt = 0, ma = 0, cg = -1;
-        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b}", "name", &name,
+        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b,s?i}", "name", &name,
                     "address", &addr, "layers", &layers, "ring_pos", &pos, "w", &w, "lost", &lost,
                     "ready", &rdy, "pred_ms_round", &pred, "meas_ms_round", &meas, "resident", &res,
-                    "tokens", &tok, "overloaded", &over);
+                    "tokens", &tok, "overloaded", &over, "threads", &threads);
         json_t *info = json_object_get(d, "info");
         json_unpack(info, "{s?s,s?i,s?i,s?I,s?I,s?I,s?F}", "os", &os, "cores", &cores, "numa",
                     &numa, "mem_total", &mt, "mem_avail", &ma, "cg_limit", &cg, "disk_mbs", &disk);
@@ -430,9 +465,10 @@ static void hr_print_status(json_t *j) {
                : rdy ? "ready"
                      : "not ready",
                over ? ", overloaded" : "");
-        printf("      os %s; %d cores, %d NUMA; memory %.1f GiB total, %.1f GiB available, "
-               "cgroup limit %s",
-               os, cores, numa, mt / 1073741824.0, ma / 1073741824.0, cg > 0 ? "" : "none");
+        printf("      os %s; %d cores, %d NUMA, %d threads in use; memory %.1f GiB total, %.1f GiB "
+               "available, cgroup limit %s",
+               os, cores, numa, threads, mt / 1073741824.0, ma / 1073741824.0,
+               cg > 0 ? "" : "none");
         if (cg > 0)
             printf("%.2f GiB", cg / 1073741824.0);
         if (disk > 0)
@@ -469,17 +505,12 @@ int hr_cmd_status(hr_cli *o) {
     void *s = hr_client_connect(zctx, o, ep, sizeof ep);
     int rc = 1;
     uint8_t *buf = malloc(HR_RING_HDR_SIZE + HR_RING_MAX_CTRL);
-    hr_ring_hdr h = {.type = HR_RING_STATUS_REQ, .pos = -1};
+    hr_ring_hdr h;
     if (!s || !buf)
         goto done;
-    if (hr_ring_send_msg(s, NULL, 0, &h, NULL, err)) {
-        hr_cli_fail("cannot reach %s: %s", ep, err);
-        goto done;
-    }
-    int tmo = (o->timeout_s > 0 ? o->timeout_s : 5) * 1000;
-    long n = hr_ring_recv(s, NULL, NULL, buf, HR_RING_HDR_SIZE + HR_RING_MAX_CTRL, tmo, &h, err);
-    if (n <= 0 || h.type != HR_RING_STATUS) {
-        hr_cli_fail("no status from the head at %s%s%s", ep, n < 0 ? ": " : "", n < 0 ? err : "");
+    int tmo = o->timeout_s > 0 ? o->timeout_s * 1000 : HR_CLIENT_CONNECT_MS;
+    if (hr_client_status(s, ep, tmo, buf, &h, err)) {
+        hr_cli_fail("%s", err);
         goto done;
     }
     const char *pl = (const char *)buf + HR_RING_HDR_SIZE;

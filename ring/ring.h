@@ -53,7 +53,7 @@ typedef enum {
     HR_RING_START,      /* head -> worker: a request begins */
     HR_RING_CANCEL,     /* head -> worker, client -> head: stop request req_id */
     HR_RING_HEARTBEAT,  /* worker -> head: alive + stats */
-    HR_RING_LEAVE,      /* worker -> head: going away */
+    HR_RING_LEAVE,      /* worker -> head: going away; head -> worker: the head stops */
     HR_RING_INVITE,     /* head -> agent (--peers): join me at payload address */
     HR_RING_HIDDEN,     /* data plane: hidden states */
     HR_RING_PROMPT,     /* client -> head: generate */

@@ -7,7 +7,12 @@
  *    protocol version is refused at join;
  *  - a killed worker process (hearth agent via HR_BIN, F32 wire): the head
  *    re-plans, replays and the answer equals the one without the kill; the
- *    restarted worker is planned in at the next request.
+ *    restarted worker is planned in at the next request;
+ *  - comings and goings (HR_BIN): `hearth prompt` / `status` against no
+ *    head fail in < 6 s with "no head at"; a worker started before its
+ *    head logs its join retries, and the head folds its queued JOINs into
+ *    one plan; a head stopped with SIGTERM tells the worker, which joins
+ *    again (with its backoff) and is planned in by the next head.
  * Every agent here shares the key folder $HEARTH_KEY_DIR (CURVE on), and
  * the garbage senders use that key so their frames reach the parsers. */
 #include "agent/agent.h"
@@ -615,6 +620,103 @@ static void test_kill(void) {
     CHECK(WIFEXITED(st));
 }
 
+/* Count of needle in the file at path. */
+static int count_in(const char *path, const char *needle) {
+    char *s = slurp(path);
+    int n = 0;
+    for (const char *p = s ? strstr(s, needle) : NULL; p; p = strstr(p + 1, needle))
+        n++;
+    free(s);
+    return n;
+}
+
+/* Polls until the file at path holds needle at least n times. */
+static bool wait_count(const char *path, const char *needle, int n, double timeout_s) {
+    double t0 = now_s();
+    while (count_in(path, needle) < n) {
+        if (now_s() - t0 > timeout_s)
+            return false;
+        struct timespec t = {0, 50000000};
+        nanosleep(&t, NULL);
+    }
+    return true;
+}
+
+static void test_comings_and_goings(void) {
+    const char *bin = getenv("HR_BIN");
+    if (!bin || access(bin, X_OK) != 0) {
+        hr_check_skip("comings and goings: HR_BIN not set");
+        return;
+    }
+    char model[512], dir[64], f_h[96], f_h2[96], f_w[96], f_err[96], cmd[1024];
+    hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
+    snprintf(dir, sizeof dir, "/tmp/hr-test-join-XXXXXX");
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    snprintf(f_h, sizeof f_h, "%s/head.log", dir);
+    snprintf(f_h2, sizeof f_h2, "%s/head2.log", dir);
+    snprintf(f_w, sizeof f_w, "%s/worker.log", dir);
+    snprintf(f_err, sizeof f_err, "%s/client.err", dir);
+    int base = 20000 + (int)((getpid() + 7) % 20000);
+    char hl[32], wl[32];
+    snprintf(hl, sizeof hl, "127.0.0.1:%d", base + 30);
+    snprintf(wl, sizeof wl, "127.0.0.1:%d", base + 40);
+    /* nothing at the head's address: clients say so within the connect timeout */
+    const char *verbs[] = {"status", "prompt --timeout 60 -n 4 hi"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s --head %s >/dev/null 2>%s", bin, verbs[i], hl, f_err);
+        double t0 = now_s();
+        int rc = system(cmd);
+        double t = now_s() - t0;
+        printf("no head: `hearth %s` failed after %.2f s\n", verbs[i], t);
+        CHECK(rc != 0);
+        CHECK(t < 6.0);
+        CHECK_EQ(count_in(f_err, "no head at"), 1);
+    }
+    fflush(stdout); /* before the next fork */
+    /* the worker first: it retries, saying so */
+    const char *wa[] = {bin,      "agent", "-m",     model,   "--listen",     wl,
+                        "--head", hl,      "--name", "early", "--no-profile", NULL};
+    const char *ha[] = {bin,    "agent",        "-m",       model, "--listen", hl,    "--name",
+                        "head", "--no-profile", "--expect", "1",   "--ctx",    "512", NULL};
+    pid_t w = spawn(wa, f_w);
+    CHECK(wait_count(f_w, "no answer from head", 3, 10));
+    /* the head: the queued JOINs make one device and one plan */
+    pid_t h = spawn(ha, f_h);
+    CHECK(wait_count(f_h, "ring ready", 1, 30));
+    struct timespec settle = {0, 500000000}; /* repeated JOINs would re-plan by now */
+    nanosleep(&settle, NULL);
+    CHECK_EQ(count_in(f_h, "early joined from"), 1);
+    CHECK_EQ(count_in(f_h, "devices in the ring"), 1); /* one plan made */
+    CHECK_EQ(count_in(f_h, "plan 1: 2 devices"), 1);
+    /* SIGTERM to the head: the worker hears it at once and joins again */
+    int retries = count_in(f_w, "no answer from head");
+    double t0 = now_s();
+    kill(h, SIGTERM);
+    int st = 0;
+    waitpid(h, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(wait_count(f_w, "is going away", 1, 2));
+    double t_told = now_s() - t0;
+    printf("head stopped: the worker knew after %.2f s\n", t_told);
+    CHECK(t_told < 2.0); /* the heartbeat silence would take 6 s */
+    CHECK(wait_count(f_w, "no answer from head", retries + 1, 5));
+    /* a new head: the worker is planned in */
+    h = spawn(ha, f_h2);
+    CHECK(wait_count(f_h2, "ring ready: plan 1, 1 workers", 1, 30));
+    snprintf(cmd, sizeof cmd, "%s prompt --head %s -n 4 hi >/dev/null 2>%s", bin, hl, f_err);
+    CHECK_EQ(system(cmd), 0);
+    kill(w, SIGTERM);
+    kill(h, SIGTERM);
+    waitpid(w, &st, 0);
+    waitpid(h, &st, 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
+}
+
 int main(int argc, char **argv) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
     signal(SIGPIPE, SIG_IGN);
@@ -627,5 +729,6 @@ int main(int argc, char **argv) {
         test_model(models[i]);
     test_garbage();
     test_kill();
+    test_comings_and_goings();
     return hr_check_finish("cluster");
 }

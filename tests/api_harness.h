@@ -1,0 +1,221 @@
+/* api_harness.h - what the HTTP API's cluster tests share (test_api_cluster.c,
+ * test_api_health.c): hearth agents started from HR_BIN as child processes
+ * (killed with the test), free loopback ports, files, and curl requests
+ * against the head's API with OpenAI error bodies checked. One test
+ * executable includes it once; everything is static. */
+#ifndef HR_TESTS_API_HARNESS_H
+#define HR_TESTS_API_HARNESS_H
+
+#include "check.h"
+
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEY "test-key-123"
+
+static char g_dir[256], g_bin[512], g_model[512], g_url[128], g_ctrl[64];
+static pid_t g_pids[8];
+static int g_npids;
+
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static inline pid_t spawn(char *const argv[], const char *out, const char *errf) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
+        if (out && !freopen(out, "w", stdout))
+            _exit(126);
+        if (errf && !freopen(errf, "w", stderr))
+            _exit(126);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (pid > 0 && g_npids < 8)
+        g_pids[g_npids++] = pid;
+    return pid;
+}
+
+static inline void stop_pid(pid_t pid) {
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static inline void teardown(void) {
+    for (int i = g_npids - 1; i >= 0; i--)
+        stop_pid(g_pids[i]);
+    g_npids = 0;
+    if (g_dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", g_dir);
+    }
+}
+
+static inline void on_signal(int sig) {
+    (void)sig;
+    for (int i = 0; i < g_npids; i++)
+        kill(g_pids[i], SIGKILL);
+    _exit(1);
+}
+
+/* A free loopback port p with p + 1 free too (agents use port + 1 for data). */
+static inline int free_port(void) {
+    for (int tries = 0; tries < 50; tries++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+        socklen_t l = sizeof a;
+        if (bind(s, (struct sockaddr *)&a, sizeof a) || getsockname(s, (struct sockaddr *)&a, &l)) {
+            close(s);
+            continue;
+        }
+        int p = ntohs(a.sin_port);
+        int s2 = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in b = a;
+        b.sin_port = htons((uint16_t)(p + 1));
+        int ok = p < 65535 && bind(s2, (struct sockaddr *)&b, sizeof b) == 0;
+        close(s2);
+        close(s);
+        if (ok)
+            return p;
+    }
+    return -1;
+}
+
+static inline char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = s ? fread(s, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    fclose(f);
+    if (s)
+        s[got] = 0;
+    if (len)
+        *len = got;
+    return s;
+}
+
+static inline void write_file(const char *path, const char *s, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(s, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* curl METHOD path [body] -> status (0 = no answer); *out = body (malloc'ed). extra is added to
+ * the command line as is (trusted, from this file). */
+static inline int http(const char *method, const char *path, const char *body, const char *key,
+                       const char *extra, char **out) {
+    char bodyf[300], outf[300], cmd[2048];
+    snprintf(bodyf, sizeof bodyf, "%s/req.json", g_dir);
+    snprintf(outf, sizeof outf, "%s/resp.out", g_dir);
+    unlink(outf);
+    if (body)
+        write_file(bodyf, body, strlen(body));
+    snprintf(cmd, sizeof cmd,
+             "curl -s -o '%s' -w '%%{http_code}' --max-time 60 -X %s %s%s%s %s %s%s%s '%s%s'", outf,
+             method, key ? "-H 'Authorization: Bearer " : "", key ? key : "", key ? "'" : "",
+             extra ? extra : "", body ? "-H 'Content-Type: application/json' --data-binary @'" : "",
+             body ? bodyf : "", body ? "'" : "", g_url, path);
+    FILE *p = popen(cmd, "r");
+    char code[16] = "";
+    if (p) {
+        if (!fgets(code, sizeof code, p))
+            code[0] = 0;
+        pclose(p);
+    }
+    if (out)
+        *out = slurp(outf, NULL);
+    return atoi(code);
+}
+
+static inline json_t *http_json(const char *method, const char *path, const char *body,
+                                int *status) {
+    char *s = NULL;
+    *status = http(method, path, body, KEY, NULL, &s);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    if (!j)
+        fprintf(stderr, "  %s %s -> %d, not JSON: %.300s\n", method, path, *status, s ? s : "");
+    free(s);
+    return j;
+}
+
+/* Checks an OpenAI error body with status. */
+static inline void expect_error(int status, int want, const char *s, const char *type,
+                                const char *param) {
+    CHECK_EQ(status, want);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    const char *t = NULL, *msg = NULL;
+    json_t *pj = NULL;
+    int rc =
+        j ? json_unpack(j, "{s:{s:s,s:s,s:o}}", "error", "type", &t, "message", &msg, "param", &pj)
+          : -1;
+    CHECK_EQ(rc, 0);
+    if (rc == 0) {
+        CHECK_STR(t, type);
+        if (param)
+            CHECK_STR(json_string_value(pj), param);
+    } else {
+        fprintf(stderr, "  not an error body: %.300s\n", s ? s : "(none)");
+    }
+    json_decref(j);
+}
+
+/* The test's folder, HR_BIN and the shared model (models/NAME); registers
+ * the clean-up. false (a part skipped or failed) when something is missing. */
+static inline bool harness_init(const char *model, const char *tag) {
+    const char *bin = getenv("HR_BIN");
+    char path[512], rel[128];
+    snprintf(rel, sizeof rel, "models/%s", model);
+    hr_shared_path(rel, path, sizeof path);
+    if (!bin || access(bin, X_OK) != 0 || access(path, R_OK) != 0 ||
+        system("curl --version >/dev/null 2>&1") != 0) {
+        char why[200];
+        snprintf(why, sizeof why, "%s: needs HR_BIN, the shared %s and curl", tag, model);
+        hr_check_skip(why);
+        return false;
+    }
+    snprintf(g_bin, sizeof g_bin, "%s", bin);
+    snprintf(g_model, sizeof g_model, "%s", path);
+    snprintf(g_dir, sizeof g_dir, "/tmp/hr-test-api-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        CHECK(0);
+        g_dir[0] = 0;
+        return false;
+    }
+    atexit(teardown);
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    return true;
+}
+
+#endif
