@@ -334,7 +334,8 @@ EOF
         echo "FAIL up"; cat "$tmp/up.out"; fail=1
     fi
     if [ "$fail" = 0 ]; then
-        local out lim cgs
+        local out lim cgs # (read by the check expressions)
+        # shellcheck disable=SC2034
         out=$(prompt -n 4 --temp 0 "Hello" 2>&1) || true
         check "prompt answered" '[[ $out =~ generation:\ [1-9][0-9]*\ tokens ]]'
         lim=$(limits)
@@ -346,6 +347,7 @@ EOF
         check "tbf 100Mbit on device 0 (out)" 'tc -n ${PFX}ns0 qdisc show dev ${PFX}v0 | grep -q "tbf.*rate 100Mbit"'
         check "tbf 20Mbit on device 1 (in)" 'tc -n ${PFX}nsbr qdisc show dev ${PFX}b1 | grep -q "tbf.*rate 20Mbit"'
         local p1
+        # shellcheck disable=SC2034
         p1=$(cat "$LAB_DIR/pid.1")
         check "agent 1 in its memory cgroup" 'grep -q "memory:.*/$CGNAME/1-small" /proc/$p1/cgroup'
         check "agent 1 in its cpu cgroup (0.5 core)" 'g=$(grep -o "[^ ]*/cpu/[^ ]*1-small" "$LAB_DIR/devices"); grep -qx "$p1" $g/cgroup.procs && [ "$(cat $g/cpu.cfs_quota_us)/$(cat $g/cpu.cfs_period_us)" = 1000/2000 ]'

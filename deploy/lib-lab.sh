@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib-lab.sh - shell helpers shared by deploy/cluster.sh and deploy/lab.sh
 # (sourced, not run): key pairing, network namespaces joined by veth links to
 # a bridge, tbf link shaping, cgroup v1 groups (memory, cpu, blkio), starting
@@ -37,7 +38,7 @@ lab_pair() {
         for j in "${!names[@]}"; do
             [ "$i" = "$j" ] && continue
             nm=${names[j]}
-            [ "$nm" = "$head" ] && nm=head
+            [ "$nm" = "$head" ] && nm="head"
             "$BIN" trust add "$nm" "${keys[j]}" --key-dir "$root/${names[i]}" >/dev/null 2>&1
         done
     done
