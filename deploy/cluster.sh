@@ -9,44 +9,29 @@
 # the head. --netns puts each agent in its own network namespace (hr-ns<i>)
 # joined to a bridge hr-br0 in namespace hr-nsbr by veth links with
 # addresses 10.77.0.<i+1>/24 (all inside this machine). --mem-mb puts each
-# agent in its own cgroup v1 memory group hearth/agent<i> with that limit.
+# agent in its own cgroup v1 memory group hearth/agent<i> (under this shell's
+# own memory group) with that limit. deploy/lab.sh builds labs of unequal
+# devices on the same helpers (deploy/lib-lab.sh).
 # Security is on: each agent gets its own key folder $DIR/keys/agent<i>
 # (CURVE key pair made on first use) and every agent trusts every other
 # (the head is trusted under the name "head"); clients run by this script
 # use the head's folder. --insecure turns encryption off (benchmarks).
 # State (pids, cgroups, namespaces) goes to $HR_CLUSTER_DIR (default
-# /tmp/hearth-cluster); `stop` undoes everything it recorded.
+# /tmp/hearth-cluster); `stop` undoes everything it recorded, also after a
+# start that failed.
 set -euo pipefail
 
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${HR_CLUSTER_DIR:-/tmp/hearth-cluster}
-BIN=${HEARTH:-$(cd "$(dirname "$0")/.." && pwd)/build/hearth}
-CG=/sys/fs/cgroup/memory/hearth
+BIN=${HEARTH:-$ROOT/build/hearth}
+LAB_DIR=$DIR
+# shellcheck source=deploy/lib-lab.sh
+. "$ROOT/deploy/lib-lab.sh"
 
 stop() {
     [ -d "$DIR" ] || return 0
-    for f in "$DIR"/pid.*; do
-        [ -e "$f" ] || continue
-        pid=$(cat "$f")
-        kill "$pid" 2>/dev/null || true
-    done
-    for f in "$DIR"/pid.*; do
-        [ -e "$f" ] || continue
-        pid=$(cat "$f")
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
-        rm -f "$f"
-    done
-    if [ -f "$DIR/cgroups" ]; then
-        while read -r g; do
-            [ -d "$g" ] && rmdir "$g" 2>/dev/null || true
-        done <"$DIR/cgroups"
-        rmdir "$CG" 2>/dev/null || true
-        rm -f "$DIR/cgroups"
-    fi
-    if [ -f "$DIR/netns" ]; then
-        while read -r ns; do ip netns del "$ns" 2>/dev/null || true; done <"$DIR/netns"
-        rm -f "$DIR/netns"
-    fi
+    lab_teardown
+    rm -f "$DIR/head" "$DIR/head_ns"
     echo "cluster stopped"
 }
 
@@ -70,95 +55,71 @@ start() {
     [ -x "$BIN" ] || { echo "cluster.sh: no hearth binary at $BIN (set HEARTH=)" >&2; exit 2; }
     stop >/dev/null
     mkdir -p "$DIR"
+    rm -f "$DIR/head_ns"
+    local names=() cg=""
+    for i in $(seq 0 $((n - 1))); do names[i]=agent$i; done
     if [ "$insecure" = 1 ]; then
         echo "cluster.sh: WARNING: --insecure: plaintext links, no authentication" >&2
         echo 1 >"$DIR/insecure"
     else
         rm -f "$DIR/insecure"
-        pair "$n"
+        lab_pair "$DIR/keys" agent0 "${names[@]}"
     fi
-    if [ "$netns" = 1 ]; then
-        ip netns add hr-nsbr
-        echo hr-nsbr >>"$DIR/netns"
-        ip -n hr-nsbr link add hr-br0 type bridge
-        ip -n hr-nsbr link set hr-br0 up
+    if [ "$mem_mb" -gt 0 ]; then
+        cg=$(lab_cg_root memory) || { echo "cluster.sh: no cgroup v1 memory hierarchy" >&2; exit 1; }
+        cg=$cg/hearth
     fi
+    [ "$netns" = 1 ] && lab_bridge hr-nsbr hr-br0
     local head_addr=""
     for i in $(seq 0 $((n - 1))); do
-        local host=127.0.0.1 port=$((base + 10 * i)) wrap=()
+        local host=127.0.0.1 port=$((base + 10 * i)) ns="" cgs=""
         if [ "$netns" = 1 ]; then
-            host=10.77.0.$((i + 1)); port=$base
-            ip netns add "hr-ns$i"
-            echo "hr-ns$i" >>"$DIR/netns"
-            ip link add "hr-v$i" type veth peer name "hr-b$i"
-            ip link set "hr-v$i" netns "hr-ns$i"
-            ip link set "hr-b$i" netns hr-nsbr
-            ip -n hr-nsbr link set "hr-b$i" master hr-br0 up
-            ip -n "hr-ns$i" addr add "$host/24" dev "hr-v$i"
-            ip -n "hr-ns$i" link set "hr-v$i" up
-            ip -n "hr-ns$i" link set lo up
-            wrap=(ip netns exec "hr-ns$i")
+            host=10.77.0.$((i + 1)); port=$base; ns=hr-ns$i
+            lab_node "$ns" "hr-v$i" hr-nsbr "hr-b$i" hr-br0 "$host/24"
         fi
-        local args=(agent -m "$model" --listen "$host:$port" --name "agent$i" -t "$threads"
-                    --key-dir "$DIR/keys/agent$i")
+        local args=(agent -m "$model" --listen "$host:$port" --name "agent$i" -t "$threads")
         # a measured (cached) device profile feeds the planner; off by default
         # so test clusters start fast
         [ "$profile" = 1 ] || args+=(--no-profile)
-        [ "$insecure" = 1 ] && args+=(--insecure)
+        if [ "$insecure" = 1 ]; then args+=(--insecure); else args+=(--key-dir "$DIR/keys/agent$i"); fi
         if [ "$i" = 0 ]; then
             head_addr=$host:$port
+            echo "$head_addr" >"$DIR/head"
+            [ -z "$ns" ] || echo "$ns" >"$DIR/head_ns"
             args+=(--expect $((n - 1)) "${extra[@]}")
         else
             args+=(--head "$head_addr")
         fi
-        # start inside the cgroup: the child moves itself in before exec
-        if [ "$mem_mb" -gt 0 ]; then
-            mkdir -p "$CG/agent$i"
-            echo "$CG/agent$i" >>"$DIR/cgroups"
-            echo $((mem_mb * 1024 * 1024)) >"$CG/agent$i/memory.limit_in_bytes"
-            "${wrap[@]}" sh -c "echo \$\$ > $CG/agent$i/cgroup.procs; exec \"\$0\" \"\$@\"" \
-                "$BIN" "${args[@]}" 2>"$DIR/agent$i.log" &
-        else
-            "${wrap[@]}" "$BIN" "${args[@]}" 2>"$DIR/agent$i.log" &
+        if [ -n "$cg" ]; then
+            lab_cg_make "$cg"
+            lab_cg_make "$cg/agent$i"
+            echo $((mem_mb * 1024 * 1024)) >"$cg/agent$i/memory.limit_in_bytes"
+            cgs=$cg/agent$i
         fi
-        echo $! >"$DIR/pid.$i"
+        # the agent moves itself into its cgroup before exec (lib-lab.sh)
+        lab_spawn "$i" "$DIR/agent$i.log" "$ns" "$cgs" -- "$BIN" "${args[@]}"
     done
-    echo "$head_addr" >"$DIR/head"
-    [ "$netns" = 1 ] && echo "hr-ns0" >"$DIR/head_ns" || rm -f "$DIR/head_ns"
     # wait until the head reports ready
     for _ in $(seq 300); do
         if head_cmd status --timeout 1 --json 2>/dev/null | grep -q '"ready":true'; then
             echo "cluster of $n agents ready; head $head_addr (logs in $DIR)"
             return 0
         fi
+        for i in $(seq 0 $((n - 1))); do
+            lab_alive "$i" || { echo "cluster.sh: agent$i exited; see $DIR/agent$i.log" >&2; return 1; }
+        done
         sleep 0.2
     done
     echo "cluster.sh: cluster not ready after 60 s; see $DIR/agent*.log" >&2
     return 1
 }
 
-# Local pairing: a key pair per agent, everyone trusts everyone.
-pair() {
-    local n=$1 keys=()
-    for i in $(seq 0 $((n - 1))); do
-        keys[i]=$("$BIN" key show --key-dir "$DIR/keys/agent$i" 2>/dev/null)
-    done
-    for i in $(seq 0 $((n - 1))); do
-        for j in $(seq 0 $((n - 1))); do
-            [ "$i" = "$j" ] && continue
-            local nm="agent$j"
-            [ "$j" = 0 ] && nm=head
-            "$BIN" trust add "$nm" "${keys[j]}" --key-dir "$DIR/keys/agent$i" 2>/dev/null
-        done
-    done
-}
-
 # Runs a hearth client command against the head (inside its namespace if any).
 head_cmd() {
-    local wrap=() sec=(--key-dir "$DIR/keys/agent0")
-    [ -f "$DIR/head_ns" ] && wrap=(ip netns exec "$(cat "$DIR/head_ns")")
+    local ns="" sec=(--key-dir "$DIR/keys/agent0")
+    [ -f "$DIR/head_ns" ] && ns=$(cat "$DIR/head_ns")
     [ -f "$DIR/insecure" ] && sec=(--insecure)
-    "${wrap[@]}" "$BIN" "$@" "${sec[@]}" --head "$(cat "$DIR/head")"
+    lab_in "$ns" "$BIN" "$@" "${sec[@]}" --head "$(cat "$DIR/head")"
 }
 
 case "${1:-}" in

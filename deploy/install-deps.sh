@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libnuma-dev libhwloc-dev
       hwloc libglpk-dev libpcre2-dev libjansson-dev libmicrohttpd-dev clang
-      libclang-rt-14-dev clang-format curl iproute2 chromium)
+      libclang-rt-14-dev clang-format curl iproute2 jq chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

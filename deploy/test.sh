@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test: the full suite on a
-# release build, then the unit tests again under AddressSanitizer +
+# release build and the emulated-lab selftest (deploy/lab.sh; root only),
+# then the unit tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, then the format check, then every fuzz target
 # for a bounded time (HR_FUZZ_SECONDS, default 20).
 # Usage: deploy/test.sh        (expects the shared fixtures in ../shared)
@@ -12,6 +13,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== release build + all tests"
 bash deploy/build.sh
 (cd build && ctest --output-on-failure -j1)
+
+echo "== emulated home lab selftest (needs root and ip netns; prints SKIPPED otherwise)"
+bash deploy/lab.sh selftest
 
 echo "== sanitizer build (ASan + UBSan) + unit tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHR_WERROR=ON -DHR_SANITIZE=ON >/dev/null

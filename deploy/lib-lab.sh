@@ -1,0 +1,202 @@
+# shellcheck shell=bash
+# lib-lab.sh - shell helpers shared by deploy/cluster.sh and deploy/lab.sh
+# (sourced, not run): key pairing, network namespaces joined by veth links to
+# a bridge, tbf link shaping, cgroup v1 groups (memory, cpu, blkio), starting
+# an agent inside a namespace and its cgroups, and teardown.
+#
+# Every resource is written to $LAB_DIR/resources ("KIND ARGS", one a line)
+# *before* it is made, so lab_teardown also undoes a start that failed half
+# way. Agents' pids go to $LAB_DIR/pid.<i> (deploy/soak.sh reads them).
+# Callers set LAB_DIR and BIN (the hearth binary) and use `set -euo pipefail`.
+
+lab_rec() { echo "$*" >>"$LAB_DIR/resources"; }
+
+# lab_netns_new NS: fails (recording nothing) when namespace NS exists
+# already, e.g. another lab's, so teardown never removes what it did not make.
+lab_netns_new() {
+    if [ -e "/run/netns/$1" ]; then
+        echo "network namespace $1 exists already (another lab or cluster up?)" >&2
+        return 1
+    fi
+    lab_rec netns "$1"
+    ip netns add "$1"
+}
+
+# ---- key pairing ----
+
+# lab_pair KEYROOT HEADNAME NAME...: a key pair per device (folder
+# KEYROOT/NAME, made on first use); every device trusts every other, the head
+# under the name "head".
+lab_pair() {
+    local root=$1 head=$2
+    shift 2
+    local names=("$@") keys=() i j nm
+    for i in "${!names[@]}"; do
+        keys[i]=$("$BIN" key show --key-dir "$root/${names[i]}" 2>/dev/null)
+    done
+    for i in "${!names[@]}"; do
+        for j in "${!names[@]}"; do
+            [ "$i" = "$j" ] && continue
+            nm=${names[j]}
+            [ "$nm" = "$head" ] && nm="head"
+            "$BIN" trust add "$nm" "${keys[j]}" --key-dir "$root/${names[i]}" >/dev/null 2>&1
+        done
+    done
+}
+
+# ---- network ----
+
+# lab_bridge NS BR: a namespace holding bridge BR (both go with the namespace).
+lab_bridge() {
+    lab_netns_new "$1"
+    ip -n "$1" link add "$2" type bridge
+    ip -n "$1" link set "$2" up
+}
+
+# lab_node NS DEV BRNS BDEV BR ADDR/PREFIX: namespace NS with veth DEV
+# (address ADDR) whose peer BDEV is a port of bridge BR in namespace BRNS.
+# The veth is made directly inside the two namespaces (no name in the host's).
+lab_node() {
+    local ns=$1 dev=$2 brns=$3 bdev=$4 br=$5 addr=$6
+    lab_netns_new "$ns"
+    lab_rec link "$brns" "$bdev"
+    ip link add name "$dev" netns "$ns" type veth peer name "$bdev" netns "$brns"
+    ip -n "$brns" link set "$bdev" master "$br" up
+    ip -n "$ns" addr add "$addr" dev "$dev"
+    ip -n "$ns" link set "$dev" up
+    ip -n "$ns" link set lo up
+}
+
+# lab_shape NS DEV MBIT: token bucket on DEV's egress at MBIT Mbit/s (burst
+# 10 ms of traffic, at least 32 KiB; packets wait at most 50 ms).
+lab_shape() {
+    local ns=$1 dev=$2 mbit=$3 burst
+    burst=$(awk -v m="$mbit" 'BEGIN { b = m * 1e6 / 8 / 100; if (b < 32768) b = 32768; printf "%d", b }')
+    lab_rec qdisc "$ns" "$dev"
+    tc -n "$ns" qdisc replace dev "$dev" root tbf rate "${mbit}mbit" burst "$burst" latency 50ms
+}
+
+# ---- cgroups (v1) ----
+
+# lab_cg_root CONTROLLER: the folder of this shell's own group in the
+# hierarchy holding CONTROLLER (mount point from /proc/self/mountinfo plus the
+# path from /proc/self/cgroup), so lab groups nest under it.
+lab_cg_root() {
+    local ctl=$1 mnt rel
+    mnt=$(awk -v c="$ctl" '{
+            for (i = 7; $i != "-"; i++) ;
+            if ($(i + 1) != "cgroup") next
+            n = split($(i + 3), o, ",")
+            for (j = 1; j <= n; j++) if (o[j] == c) { print $5; exit }
+          }' /proc/self/mountinfo)
+    [ -n "$mnt" ] || return 1
+    rel=$(awk -F: -v c="$ctl" '{ n = split($2, o, ","); for (j = 1; j <= n; j++) if (o[j] == c) { print $3; exit } }' /proc/self/cgroup)
+    echo "$mnt${rel%/}"
+}
+
+# lab_cg_make DIR: makes a cgroup folder (recorded once; removed by teardown).
+lab_cg_make() {
+    grep -qxF "cg $1" "$LAB_DIR/resources" 2>/dev/null || lab_rec cg "$1"
+    mkdir -p "$1"
+}
+
+# lab_blkdev FILE: MAJOR:MINOR of the whole disk holding FILE (blkio throttle
+# rules take disks, not partitions). Follows st_dev, or the mount's source
+# device when st_dev is anonymous (major 0: overlayfs, btrfs, ...).
+lab_blkdev() {
+    local f=$1 mm src sys
+    mm=$(stat -c '%Hd:%Ld' "$f")
+    if [ "${mm%%:*}" = 0 ]; then
+        src=$(findmnt -n -o SOURCE --target "$f" 2>/dev/null | head -1)
+        src=${src%%[*}
+        [ -b "$src" ] || return 1
+        mm=$(lsblk -dno MAJ:MIN "$src" | tr -d ' ')
+    fi
+    sys=/sys/dev/block/$mm
+    [ -e "$sys" ] || return 1
+    if [ -e "$sys/partition" ]; then
+        mm=$(cat "$(readlink -f "$sys")/../dev")
+    fi
+    echo "$mm"
+}
+
+# ---- agents ----
+
+# lab_spawn I LOG NS CGDIRS -- CMD...: starts CMD in the background inside
+# network namespace NS ("" for none) and the cgroup folders listed
+# (space-separated, "" for none); its pid goes to $LAB_DIR/pid.I. nsenter
+# switches only the network namespace: `ip netns exec` would remount /sys and
+# hide /sys/fs/cgroup from the child (the agent reads its memory limit there).
+lab_spawn() {
+    local i=$1 log=$2 ns=$3 cgs=$4
+    shift 5
+    local wrap=()
+    [ -n "$ns" ] && wrap=(nsenter "--net=/run/netns/$ns" --)
+    HR_LAB_CGS=$cgs "${wrap[@]}" sh -c \
+        'for g in $HR_LAB_CGS; do echo $$ >"$g/cgroup.procs" || exit 111; done; unset HR_LAB_CGS; exec "$@"' \
+        sh "$@" >"$log" 2>&1 </dev/null &
+    echo $! >"$LAB_DIR/pid.$i"
+    lab_rec pid "$i"
+}
+
+# lab_in NS CMD...: runs CMD inside network namespace NS ("" for none).
+lab_in() {
+    local ns=$1
+    shift
+    if [ -n "$ns" ]; then nsenter "--net=/run/netns/$ns" -- "$@"; else "$@"; fi
+}
+
+# lab_alive I: whether agent I still runs.
+lab_alive() {
+    [ -f "$LAB_DIR/pid.$1" ] && kill -0 "$(cat "$LAB_DIR/pid.$1")" 2>/dev/null
+}
+
+# ---- teardown ----
+
+# lab_teardown: stops the agents (TERM, then KILL after 5 s) and removes
+# every qdisc, link, namespace and cgroup recorded, newest first. Safe to run
+# twice and after a failed start.
+lab_teardown() {
+    [ -d "$LAB_DIR" ] || return 0
+    local f pid kind a b
+    for f in "$LAB_DIR"/pid.*; do
+        [ -e "$f" ] || continue
+        kill "$(cat "$f")" 2>/dev/null || true
+    done
+    for f in "$LAB_DIR"/pid.*; do
+        [ -e "$f" ] || continue
+        pid=$(cat "$f")
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        rm -f "$f"
+    done
+    [ -f "$LAB_DIR/resources" ] || return 0
+    tac "$LAB_DIR/resources" | while read -r kind a b; do
+        case "$kind" in
+        qdisc) tc -n "$a" qdisc del dev "$b" root 2>/dev/null || true ;;
+        link) ip -n "$a" link del "$b" 2>/dev/null || true ;;
+        netns) ip netns del "$a" 2>/dev/null || true ;;
+        cg)
+            for _ in $(seq 30); do
+                [ -d "$a" ] || break
+                rmdir "$a" 2>/dev/null && break
+                sleep 0.1
+            done
+            [ -d "$a" ] && echo "teardown: cannot remove cgroup $a" >&2
+            ;;
+        esac
+    done
+    rm -f "$LAB_DIR/resources"
+}
+
+# lab_leftovers PREFIX CGNAME: prints what is left of a lab whose namespaces
+# start with PREFIX and whose cgroup folders are named CGNAME (empty output:
+# nothing left).
+lab_leftovers() {
+    local p=$1 cg=$2
+    ip netns list 2>/dev/null | awk -v p="$p" 'index($1, p) == 1 { print "netns " $1 }'
+    ip -o link show 2>/dev/null | awk -F': ' -v p="$p" 'index($2, p) == 1 { print "link " $2 }'
+    tc qdisc show 2>/dev/null | awk -v p="$p" '$2 == "tbf" && index($5, p) == 1 { print "qdisc " $0 }'
+    find /sys/fs/cgroup -maxdepth 4 -type d -name "$cg" 2>/dev/null | sed 's/^/cgroup /'
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# plan-sweep.sh - measures every candidate plan of a lab (deploy/lab.sh) and
+# compares the head's own plan with the best one.
+#
+#   deploy/plan-sweep.sh SPEC.json [-m MODEL] [-n TOKENS] [--max N] [--keep]
+#                                  [-- extra head options, e.g. --ctx 512]
+#
+# First the lab comes up with the head's own plan (no --k, no --windows):
+# that run warms the per-device profile caches and gives the layer count L.
+# Then for each k dividing L (k <= 4) a coarse grid of windows (the head
+# first, then the other devices in spec order; 0 leaves a device out of the
+# ring): an even split, splits proportional to CPU share and to memory, the
+# head alone, the weakest device left out, a heavy and a light head, taken in
+# turn across k and cut at --max candidates (default 12). Each plan is a
+# fresh lab (`lab.sh up ... -- --k K --windows a,b,c`) after the page cache
+# is dropped (memory-limited labs), then one greedy prompt of TOKENS tokens
+# (default 8). Prints a table: plan, generation tok/s (the client's figure),
+# predicted ms/token (k x the sum of the devices' pred_ms_round from
+# `hearth status --json`, when every device sent a profile and the scheduler
+# could evaluate the plan) and the head's plan as a % of the best measured.
+# Output also goes to $HR_LAB_DIR/sweep-<spec>.txt. --keep leaves the last lab up.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LAB="$ROOT/deploy/lab.sh"
+export HR_LAB_DIR=${HR_LAB_DIR:-/tmp/hearth-lab}
+PROMPT="Once upon a time, in a small village by the sea, there lived an old fisherman who"
+
+spec="" model="" ntok=8 max=12 keep=0 extra=()
+[ $# -gt 0 ] && { spec=$1; shift; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    -m) model=$2; shift 2 ;;
+    -n) ntok=$2; shift 2 ;;
+    --max) max=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "plan-sweep.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+[ -f "$spec" ] || { echo "usage: $0 SPEC.json [-m MODEL] [-n TOKENS] [--max N] [-- head opts]" >&2; exit 2; }
+margs=()
+[ -n "$model" ] && margs=(-m "$model")
+[ "$keep" = 1 ] || trap 'bash "$LAB" down >/dev/null 2>&1 || true' EXIT
+mkdir -p "$HR_LAB_DIR"
+out=$HR_LAB_DIR/sweep-$(basename "$spec" .json).txt
+t_start=$SECONDS
+
+# ring order: the head, then the others in spec order
+n=$(jq '.devices | length' "$spec")
+h=$(jq -r '(.head // 0) as $h | if ($h | type) == "number" then $h
+           else ([.devices[].name] | index($h)) // -1 end' "$spec")
+order=("$h")
+for i in $(seq 0 $((n - 1))); do [ "$i" = "$h" ] || order+=("$i"); done
+names=() cpus=() mems=()
+for i in "${order[@]}"; do
+    names+=("$(jq -r --argjson i "$i" '.devices[$i].name' "$spec")")
+    cpus+=("$(jq -r --argjson i "$i" '.devices[$i].cpu // 1' "$spec")")
+    mems+=("$(jq -r --argjson i "$i" '.devices[$i].mem_mb // 100000' "$spec")")
+done
+memlimited=$(jq -r '[.devices[].mem_mb // 0] | add > 0' "$spec")
+
+log() { echo "[sweep $((SECONDS - t_start))s] $*" >&2; }
+
+# alloc W WEIGHT...: W layers split in proportion to the weights (largest
+# remainder; a weight of 0 gets 0), comma-separated.
+alloc() {
+    local W=$1
+    shift
+    echo "$@" | awk -v W="$W" '{
+        s = 0; for (i = 1; i <= NF; i++) s += $i
+        t = 0
+        for (i = 1; i <= NF; i++) { q = W * $i / s; w[i] = int(q); r[i] = q - w[i]; t += w[i] }
+        while (t < W) { b = 0; for (i = 1; i <= NF; i++) if ($i > 0 && (b == 0 || r[i] > r[b])) b = i; w[b]++; r[b] = -1; t++ }
+        o = w[1]; for (i = 2; i <= NF; i++) o = o "," w[i]; print o }'
+}
+
+# candidates L: "k windows" lines, interleaved across k, unique, at most $max.
+candidates() {
+    local L=$1 ks=() k
+    for k in 1 2 3 4; do [ $((L % k)) = 0 ] && ks+=("$k"); done
+    local weak=1 i ws=()
+    for i in $(seq 1 $((n - 1))); do # the weakest worker: smallest cpu x memory
+        awk -v a="${cpus[i]}" -v b="${mems[i]}" -v c="${cpus[weak]}" -v d="${mems[weak]}" \
+            'BEGIN { exit !(a * b < c * d) }' && weak=$i
+    done
+    for k in "${ks[@]}"; do
+        local W=$((L / k)) ones=() drop=() heavy light rest
+        for i in $(seq 0 $((n - 1))); do ones+=(1); done
+        drop=("${ones[@]}")
+        [ "$n" -gt 1 ] && drop[weak]=0
+        ws=()
+        ws[0]=$(alloc "$W" "${ones[@]}")
+        ws[1]=$(alloc "$W" "${cpus[@]}")
+        ws[2]=$(alloc "$W" "${mems[@]}")
+        ws[3]=$W$(printf ',0%.0s' $(seq 2 "$n"))
+        ws[4]=$(alloc "$W" "${drop[@]}")
+        heavy=$((W / 2)) light=$((W / (2 * n)))
+        if [ "$n" -gt 1 ]; then
+            rest=$(alloc $((W - heavy)) "${ones[@]:1}")
+            ws[5]=$heavy,$rest
+            rest=$(alloc $((W - light)) "${ones[@]:1}")
+            ws[6]=$light,$rest
+        fi
+        for i in "${!ws[@]}"; do echo "$i $k ${ws[i]}"; done
+    done | sort -n -s -k1,1 | awk '!seen[$2 " " $3]++ { print $2, $3 }' | head -n "$max"
+}
+
+# run_plan LABEL [head options...]: one fresh lab, one prompt; prints
+# "LABEL|k|windows|tok/s|pred_ms|note".
+run_plan() {
+    local label=$1
+    shift
+    bash "$LAB" down >/dev/null 2>&1 || true
+    if [ "$memlimited" = true ]; then
+        sync
+        echo 3 >/proc/sys/vm/drop_caches
+    fi
+    local upout st k ws pred tps gen note=""
+    if ! upout=$(bash "$LAB" up "$spec" "${margs[@]}" -- "$@" "${extra[@]}" 2>&1); then
+        note=$(echo "$upout" | grep -m1 "lab.sh:" | cut -c1-60)
+        echo "$label|-|-|-|-|failed: $note"
+        return
+    fi
+    st=$(bash "$LAB" status --json)
+    k=$(echo "$st" | jq -r '.k')
+    ws=$(echo "$st" | jq -r '[.devices[] | .w] | map(tostring) | join(",")')
+    local perr
+    perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
+        note="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-70)"
+    gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1)
+    tps=${gen#* }
+    [ -n "$gen" ] || tps=-
+    [ -z "$gen" ] || [ "${gen%% *}" = "$ntok" ] || note="${gen%% *} tokens"
+    st=$(bash "$LAB" status --json)
+    pred=$(echo "$st" | jq -r '[.devices[] | select(.ring_pos >= 0) | .pred_ms_round] as $p
+        | if ($p | length) > 0 and ($p | all(. > 0)) then ($p | add) * .k | . * 10 | round / 10 else "-" end')
+    echo "$label|$k|$ws|$tps|$pred|$note"
+}
+
+log "spec $spec: ${names[*]} (ring order); $ntok tokens per plan"
+log "head's own plan (no --k, no --windows)"
+own=$(run_plan "head's plan")
+log "$own"
+L=$(bash "$LAB" status --json 2>/dev/null | jq -r '.n_layer' || echo "")
+[ -n "$L" ] && [ "$L" != null ] || { echo "plan-sweep.sh: lab did not come up: $own" >&2; exit 1; }
+mapfile -t cands < <(candidates "$L")
+log "$L layers; ${#cands[@]} candidates"
+rows=()
+j=0
+for c in "${cands[@]}"; do
+    j=$((j + 1))
+    set -- $c
+    log "plan $j/${#cands[@]}: k $1 windows $2"
+    r=$(run_plan "k=$1 w=$2" --k "$1" --windows "$2")
+    log "$r"
+    rows+=("$r")
+done
+
+{
+    echo "# plan sweep: $(jq -r '.name // "lab"' "$spec") ($spec), ring order: ${names[*]}"
+    echo "# $L layers, $ntok generated tokens per plan, prompt of $(echo "$PROMPT" | wc -w) words; CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+    printf '%-22s %-3s %-12s %10s %14s  %s\n' plan k windows "tok/s" "pred ms/tok" note
+    best=0
+    for r in "${rows[@]}" "$own"; do
+        IFS='|' read -r label k ws tps pred note <<<"$r"
+        printf '%-22s %-3s %-12s %10s %14s  %s\n' "$label" "$k" "$ws" "$tps" "$pred" "$note"
+        [ "$label" = "head's plan" ] && continue
+        awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a + 0 > b + 0) }' && best=$tps
+    done
+    IFS='|' read -r _ k ws tps _ _ <<<"$own"
+    echo "head's plan (k $k, windows $ws): $tps tok/s = $(awk -v a="$tps" -v b="$best" \
+        'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }') of the best swept plan ($best tok/s)"
+    echo "# total $((SECONDS - t_start)) s"
+} | tee "$out"
