@@ -135,6 +135,10 @@ typedef struct {
     size_t cap;
     int rc; /* fatal refusal: HR_EDENIED, HR_EUNSUPPORTED */
     char *err;
+    /* the applied plan's windows and id, for heartbeats: read without
+     * plan_mu, which the data thread holds for a whole window (seconds on a
+     * device that streams from a slow disk; the head must not think it lost) */
+    hr_local_plan windows;
 } hr_worker;
 
 /* Sends m to the head (frees its payload). */
@@ -185,7 +189,8 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
     return 0;
 }
 
-static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
+static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
+    hr_agent *a = w->a;
     double ms, res;
     uint64_t tok, rej;
     pthread_mutex_lock(&a->st.mu);
@@ -193,10 +198,8 @@ static void hr_worker_heartbeat(hr_agent *a, double t_sent) {
     tok = a->st.tokens;
     rej = a->st.frames_rejected;
     pthread_mutex_unlock(&a->st.mu);
-    pthread_mutex_lock(&a->plan_mu);
-    res = hr_node_resident(a, &a->lp);
-    uint32_t pid = a->lp.plan_id;
-    pthread_mutex_unlock(&a->plan_mu);
+    res = hr_node_resident(a, &w->windows);
+    uint32_t pid = w->windows.plan_id;
     int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
     hr_node_meminfo(&avail, &total);
     hr_msg_heartbeat hb = {.ms_round = ms,
@@ -248,6 +251,10 @@ static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl
     if (rc == 0) {
         pthread_mutex_lock(&a->plan_mu);
         rc = hr_node_apply_plan(a, &np, e2);
+        /* only the windows and the plan id (the buffers stay the data thread's) */
+        w->windows = (hr_local_plan){.plan_id = a->lp.plan_id, .k = a->lp.k, .w = a->lp.w};
+        memcpy(w->windows.win_off, a->lp.win_off, sizeof w->windows.win_off);
+        memcpy(w->windows.win_len, a->lp.win_len, sizeof w->windows.win_len);
         pthread_mutex_unlock(&a->plan_mu);
     }
     if (rc) {
@@ -367,7 +374,7 @@ static void hr_worker_join_timer(void *ud) {
 static void hr_worker_hb_timer(void *ud) {
     hr_worker *w = ud;
     if (w->joined)
-        hr_worker_heartbeat(w->a, hr_now_s());
+        hr_worker_heartbeat(w, hr_now_s());
 }
 
 static void hr_worker_silence_timer(void *ud) {
