@@ -21,6 +21,8 @@
 #ifndef HR_CLI_CLI_H
 #define HR_CLI_CLI_H
 
+#include "model/sampler.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -214,6 +216,10 @@ extern const hr_cli_opt hr_cmd_trust_opts[];
  * hr_cli_stop_free). Returns 0 or 1 after printing the error. */
 int hr_cli_stop_list(const hr_cli *o, char ***out, int *n);
 void hr_cli_stop_free(char **v, int n);
+
+/* The sampler the sampling options describe (hr_sampler_params_default()
+ * for what they leave out; seed -1: the time). */
+hr_sampler_params hr_cli_sampler(const hr_cli *o);
 
 /* Prints "hearth: <msg>" to stderr (one clear line) and returns 1. */
 int hr_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -167,15 +167,7 @@ static int hr_sess_open(hr_sess *c, const hr_cli *o, char **stops, int n_stops) 
     cp.n_threads = o->threads > 0 ? o->threads : nproc > 0 ? (int)(nproc > 64 ? 64 : nproc) : 1;
     if (hr_ctx_create(&c->ctx, c->m, &cp, err))
         return hr_cli_fail("%s", err);
-    hr_sampler_params sp = hr_sampler_params_default();
-    sp.temperature = o->temp;
-    sp.top_k = o->top_k;
-    sp.top_p = o->top_p;
-    sp.min_p = o->min_p;
-    sp.repeat_penalty = o->repeat_penalty;
-    sp.presence_penalty = o->presence_penalty;
-    sp.frequency_penalty = o->frequency_penalty;
-    sp.seed = o->seed >= 0 ? (uint64_t)o->seed : (uint64_t)time(NULL);
+    hr_sampler_params sp = hr_cli_sampler(o);
     c->smp = hr_sampler_create(&sp, hp->n_vocab);
     c->logits = malloc((size_t)hp->n_vocab * sizeof *c->logits);
     c->ids_cap = 256;

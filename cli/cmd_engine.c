@@ -187,15 +187,7 @@ int hr_cmd_run(hr_cli *o) {
     }
     if (hr_engine_ctx(&e, o, n_ctx, o->batch))
         goto done;
-    hr_sampler_params sp = hr_sampler_params_default();
-    sp.temperature = o->temp;
-    sp.top_k = o->top_k;
-    sp.top_p = o->top_p;
-    sp.min_p = o->min_p;
-    sp.repeat_penalty = o->repeat_penalty;
-    sp.presence_penalty = o->presence_penalty;
-    sp.frequency_penalty = o->frequency_penalty;
-    sp.seed = o->seed >= 0 ? (uint64_t)o->seed : (uint64_t)time(NULL);
+    hr_sampler_params sp = hr_cli_sampler(o);
     smp = hr_sampler_create(&sp, hp->n_vocab);
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);
     if (!smp || !logits) {

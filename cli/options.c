@@ -2,6 +2,8 @@
  * accepts a command's declared options only, and the per-command help. */
 #include "cli/cli.h"
 
+#include <time.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,4 +242,17 @@ void hr_cli_help(const hr_cli_cmd *cmd, FILE *f) {
     }
     fprintf(f, "\ncommon options:\n");
     hr_help_rows(f, v, n_own, n);
+}
+
+hr_sampler_params hr_cli_sampler(const hr_cli *o) {
+    hr_sampler_params sp = hr_sampler_params_default();
+    sp.temperature = o->temp;
+    sp.top_k = o->top_k;
+    sp.top_p = o->top_p;
+    sp.min_p = o->min_p;
+    sp.repeat_penalty = o->repeat_penalty;
+    sp.presence_penalty = o->presence_penalty;
+    sp.frequency_penalty = o->frequency_penalty;
+    sp.seed = o->seed >= 0 ? (uint64_t)o->seed : (uint64_t)time(NULL);
+    return sp;
 }
