@@ -139,9 +139,19 @@ int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_E
             break;
         }
         if (pthread_cond_timedwait(&hd->cv, &hd->mu, &dl) != 0) {
-            rc = hr_seterr(err, HR_ETIMEDOUT,
-                           "cluster not ready after %d ms: %d of %d workers ready%s%s", timeout_ms,
-                           s->n_ready, n_workers, s->plan_err[0] ? "; " : "", s->plan_err);
+            char why[96];
+            if (s->replan || atomic_load(&hd->lost))
+                snprintf(why, sizeof why, "re-planning after a lost device");
+            else if (n_workers > s->n_ready)
+                snprintf(why, sizeof why, "waiting for %d worker%s (%d ready)", n_workers,
+                         n_workers == 1 ? "" : "s", s->n_ready);
+            else
+                snprintf(why, sizeof why, "no plan serving yet");
+            char waited[32] = "";
+            if (timeout_ms > 0)
+                snprintf(waited, sizeof waited, " after %d ms", timeout_ms);
+            rc = hr_seterr(err, HR_ETIMEDOUT, "cluster not ready%s: %s%s%s", waited, why,
+                           s->plan_err[0] ? "; " : "", s->plan_err);
             break;
         }
     }

@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -700,6 +701,13 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
     if (hr_parse_listen(p->listen, &ss, &sl))
         return hr_seterr(err, HR_EINVAL, "bad API address '%s' (want ADDR:PORT, numeric)",
                          p->listen);
+    /* Each connection's buffers (libmicrohttpd's per-connection pool, tens
+     * of KiB) come from its own thread's malloc arena; after a flood of
+     * concurrent connections those arenas stay fragmented and the process
+     * keeps megabytes it does not use. Buffers from 16 KiB up are mapped
+     * instead and go back to the system when the connection closes
+     * (process-wide; the engine's large buffers are mapped anyway). */
+    mallopt(M_MMAP_THRESHOLD, 16 * 1024);
     hr_http *h = calloc(1, sizeof *h);
     if (!h)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
