@@ -301,8 +301,9 @@ int main(void) {
          {"--temp T", "--windows"}},
     };
     CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s --help", bin), 0);
-    static char top[1 << 14];
-    snprintf(top, sizeof top, "%s", out);
+    static char top[1 << 16]; /* as large as out: the whole top-level help */
+    memcpy(top, out, sizeof top < sizeof out ? sizeof top : sizeof out);
+    top[sizeof top - 1] = 0;
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         char line[64];
         snprintf(line, sizeof line, "\n  %s ", helps[i].cmd);
