@@ -4,16 +4,17 @@
  *
  * Each command declares the options it accepts; anything else is a usage
  * error (exit 2, the command's usage on stderr). The table of commands is
- * hr_cli_cmds in main.c: name, entry function, option list, one-line
- * summary, usage synopsis.
+ * HR_CLI_COMMANDS in main.c: name, one-line summary, usage synopsis (the
+ * entry function hr_cmd_<name> and option list hr_cmd_<name>_opts follow
+ * from the name).
  *
  * Adding a command `hearth x`:
- *   1. cli/cmd_x.c with `int hr_cmd_x(hr_cli *o)` and its option list
+ *   1. cli/cmd_x.c with `HR_CLI_COMMAND(x) { ... }` and its option list
  *      `const hr_cli_opt hr_cmd_x_opts[]`: its own rows (HR_CLI_OPT) and the
  *      shared groups it takes (HR_CLI_OPTS(hr_cli_opts_model), ...), ended by
  *      HR_CLI_OPT_END. A new value gets a field in hr_cli (defaults are set
  *      in main.c).
- *   2. One row in hr_cli_cmds (main.c) and the two declarations below.
+ *   2. One row in HR_CLI_COMMANDS (main.c): name, summary, usage.
  * -v/--verbose, --log LEVEL and -h/--help are accepted by every command
  * without being listed. `hearth x --help` prints the usage and the options
  * from the list; the help of every command also checks that no option name
@@ -180,36 +181,13 @@ int hr_cli_parse(hr_cli *cli, const hr_cli_cmd *cmd, int argc, char **argv);
  * declares an option name twice (a broken table). */
 void hr_cli_help(const hr_cli_cmd *cmd, FILE *f);
 
-/* Entry points and option lists, one pair per command. */
-int hr_cmd_run(hr_cli *o); /* cmd_engine.c: run, logits, info, mkmodel, bench, tokenize */
-int hr_cmd_logits(hr_cli *o);
-int hr_cmd_info(hr_cli *o);
-int hr_cmd_mkmodel(hr_cli *o);
-int hr_cmd_bench(hr_cli *o);
-int hr_cmd_tokenize(hr_cli *o);
-int hr_cmd_profile(hr_cli *o); /* cmd_profile.c */
-int hr_cmd_plan(hr_cli *o);    /* cmd_plan.c */
-int hr_cmd_agent(hr_cli *o);   /* cmd_cluster.c: agent, prompt, status */
-int hr_cmd_prompt(hr_cli *o);
-int hr_cmd_status(hr_cli *o);
-int hr_cmd_chat(hr_cli *o); /* cmd_chat.c */
-int hr_cmd_key(hr_cli *o);  /* cmd_trust.c: key, trust */
-int hr_cmd_trust(hr_cli *o);
-
-extern const hr_cli_opt hr_cmd_run_opts[];
-extern const hr_cli_opt hr_cmd_logits_opts[];
-extern const hr_cli_opt hr_cmd_info_opts[];
-extern const hr_cli_opt hr_cmd_mkmodel_opts[];
-extern const hr_cli_opt hr_cmd_bench_opts[];
-extern const hr_cli_opt hr_cmd_tokenize_opts[];
-extern const hr_cli_opt hr_cmd_profile_opts[];
-extern const hr_cli_opt hr_cmd_plan_opts[];
-extern const hr_cli_opt hr_cmd_agent_opts[];
-extern const hr_cli_opt hr_cmd_prompt_opts[];
-extern const hr_cli_opt hr_cmd_status_opts[];
-extern const hr_cli_opt hr_cmd_chat_opts[];
-extern const hr_cli_opt hr_cmd_key_opts[];
-extern const hr_cli_opt hr_cmd_trust_opts[];
+/* Defines command x's entry function, declaring it and its option list
+ * (`const hr_cli_opt hr_cmd_x_opts[]`, in the same file) on the way:
+ *   HR_CLI_COMMAND(x) { ...uses o... }                                  */
+#define HR_CLI_COMMAND(x)                                                                          \
+    extern const hr_cli_opt hr_cmd_##x##_opts[];                                                   \
+    int hr_cmd_##x(hr_cli *o);                                                                     \
+    int hr_cmd_##x(hr_cli *o)
 
 /* The --stop values split at unescaped commas, with \n \t \r \, \\ decoded:
  * *out is a malloc'ed array of *n malloc'ed strings (free with

@@ -349,7 +349,7 @@ const hr_cli_opt hr_cmd_chat_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_chat(hr_cli *o) {
+HR_CLI_COMMAND(chat) {
     hr_sess c;
     memset(&c, 0, sizeof c);
     hr_convo cv = {NULL, 0, 0};

@@ -144,7 +144,7 @@ static void hr_install_signals(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int hr_cmd_agent(hr_cli *o) {
+HR_CLI_COMMAND(agent) {
     char err[HR_ERR_LEN] = "";
     if (!o->model)
         return hr_cli_fail("no model given (use -m MODEL.gguf)");
@@ -345,7 +345,7 @@ static void *hr_client_connect(void *zctx, const hr_cli *o, char *ep, size_t cap
     return s;
 }
 
-int hr_cmd_prompt(hr_cli *o) {
+HR_CLI_COMMAND(prompt) {
     const char *text = o->n_args > 0 ? o->args[0] : o->prompt;
     if (!text)
         return hr_cli_fail("no prompt given (hearth prompt [--head ADDR] \"text\")");
@@ -500,7 +500,7 @@ static void hr_print_status(json_t *j) {
     }
 }
 
-int hr_cmd_status(hr_cli *o) {
+HR_CLI_COMMAND(status) {
     void *zctx = hr_ring_context();
     char ep[160], err[HR_ERR_LEN];
     void *s = hr_client_connect(zctx, o, ep, sizeof ep);

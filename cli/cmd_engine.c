@@ -133,7 +133,7 @@ const hr_cli_opt hr_cmd_run_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_run(hr_cli *o) {
+HR_CLI_COMMAND(run) {
     char err[HR_ERR_LEN] = "";
     char *file_text = NULL;
     size_t text_len = 0;
@@ -269,7 +269,7 @@ const hr_cli_opt hr_cmd_tokenize_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_tokenize(hr_cli *o) {
+HR_CLI_COMMAND(tokenize) {
     char *file_text = NULL;
     size_t len = 0;
     const char *text = o->n_args > 0 ? o->args[0] : o->prompt;
@@ -359,7 +359,7 @@ const hr_cli_opt hr_cmd_logits_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_logits(hr_cli *o) {
+HR_CLI_COMMAND(logits) {
     char err[HR_ERR_LEN] = "";
     int32_t *ids = NULL;
     int n = 0;
@@ -446,7 +446,7 @@ const hr_cli_opt hr_cmd_info_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_info(hr_cli *o) {
+HR_CLI_COMMAND(info) {
     char err[HR_ERR_LEN] = "";
     if (!o->model)
         return hr_cli_fail("no model given (use -m MODEL.gguf)");
@@ -534,7 +534,7 @@ const hr_cli_opt hr_cmd_mkmodel_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_mkmodel(hr_cli *o) {
+HR_CLI_COMMAND(mkmodel) {
     char err[HR_ERR_LEN] = "";
     if (!o->out)
         return hr_cli_fail("mkmodel needs -o OUT.gguf");
@@ -603,7 +603,7 @@ const hr_cli_opt hr_cmd_bench_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_bench(hr_cli *o) {
+HR_CLI_COMMAND(bench) {
     char err[HR_ERR_LEN] = "";
     hr_engine e;
     if (hr_engine_open(&e, o, false))

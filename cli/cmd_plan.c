@@ -21,7 +21,7 @@ const hr_cli_opt hr_cmd_plan_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_plan(hr_cli *o) {
+HR_CLI_COMMAND(plan) {
     char err[HR_ERR_LEN] = "";
     if (!o->model)
         return hr_cli_fail("plan needs --model MODEL.gguf and one profile per device");

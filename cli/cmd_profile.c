@@ -251,7 +251,7 @@ const hr_cli_opt hr_cmd_profile_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_profile(hr_cli *o) {
+HR_CLI_COMMAND(profile) {
     char err[HR_ERR_LEN] = "";
     hr_gguf *g = NULL;
     hr_model *model = NULL;

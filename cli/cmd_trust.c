@@ -12,7 +12,7 @@ const hr_cli_opt hr_cmd_key_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_key(hr_cli *o) {
+HR_CLI_COMMAND(key) {
     const char *sub = o->n_args > 0 ? o->args[0] : "show";
     if (strcmp(sub, "show") != 0 && strcmp(sub, "token") != 0)
         return hr_cli_fail("usage: hearth key show | hearth key token [--key-dir DIR]");
@@ -40,7 +40,7 @@ const hr_cli_opt hr_cmd_trust_opts[] = {
     HR_CLI_OPT_END,
 };
 
-int hr_cmd_trust(hr_cli *o) {
+HR_CLI_COMMAND(trust) {
     const char *sub = o->n_args > 0 ? o->args[0] : "list";
     char err[HR_ERR_LEN], dir[1024];
     if (o->key_dir)

@@ -9,50 +9,49 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The commands: name, entry function, options, summary, usage. */
-static const hr_cli_cmd hr_cli_cmds[] = {
-    {"run", hr_cmd_run, hr_cmd_run_opts, "generate text, streamed to stdout; speeds go to stderr",
-     "run -m MODEL (-p PROMPT | -f FILE) [-n N] [-t T] [--ctx C] [sampling] [--stop S]"},
-    {"chat", hr_cmd_chat, hr_cmd_chat_opts,
-     "interactive multi-turn chat on stdin/stdout (piped stdin: one user turn a line)",
-     "chat -m MODEL [--template NAME] [--system TEXT] [--stop S] [--max-tokens N] [sampling]"},
-    {"logits", hr_cmd_logits, hr_cmd_logits_opts,
-     "teacher-forced logits, float32 rows of n_vocab per position",
-     "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]"},
-    {"tokenize", hr_cmd_tokenize, hr_cmd_tokenize_opts, "print the token ids of TEXT on one line",
-     "tokenize -m MODEL [--bos] [--special] TEXT | -f FILE"},
-    {"info", hr_cmd_info, hr_cmd_info_opts, "architecture, sizes, tensor types",
-     "info -m MODEL [--kv]"},
-    {"mkmodel", hr_cmd_mkmodel, hr_cmd_mkmodel_opts, "write a random-weight model",
-     "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"
-     "       [--embd N --layers N --heads N --heads-kv N --ffn N --vocab-size N] [--seed S]"},
-    {"bench", hr_cmd_bench, hr_cmd_bench_opts,
-     "prompt and generation tokens/s, weight bytes per token, memory bandwidth",
-     "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3] [--groups N | --numa]"},
-    {"agent", hr_cmd_agent, hr_cmd_agent_opts,
-     "cluster daemon: every machine runs one; the head is the one others join",
-     "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"
-     "       [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"
-     "       [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]\n"
-     "        [--api-max-conns N] [--api-max-conns-per-ip N] [--api-read-timeout S]\n"
-     "        [--api-grace S] [--api-model-alias NAME]]"},
-    {"prompt", hr_cmd_prompt, hr_cmd_prompt_opts, "ask the cluster; the answer streams to stdout",
-     "prompt [--head ADDR:PORT] [-n N] [sampling] \"TEXT\""},
-    {"status", hr_cmd_status, hr_cmd_status_opts,
-     "every device of the cluster, its layers and figures", "status [--head ADDR:PORT] [--json]"},
-    {"key", hr_cmd_key, hr_cmd_key_opts,
-     "this machine's public key (made on first use) / the head's join token",
-     "key show | key token [--key-dir DIR]"},
-    {"trust", hr_cmd_trust, hr_cmd_trust_opts,
-     "let the agent with that key join (or be joined); list trusted keys",
-     "trust add NAME PUBKEY | trust list [--key-dir DIR]"},
-    {"plan", hr_cmd_plan, hr_cmd_plan_opts,
-     "plan a ring offline from saved profiles (the first is the head)",
-     "plan --model MODEL PROFILE.json... [--ctx N] [--k K] [--json]"},
-    {"profile", hr_cmd_profile, hr_cmd_profile_opts,
-     "device, model and link profiles and the predicted decode time per layer/token",
-     "profile [-m MODEL] [-t T] [--json] [-o FILE] [--quick] [--no-cache] [--peer ENDPOINT]"},
-};
+/* The commands: X(name, one-line summary, usage); the entry function is
+ * hr_cmd_<name> and the option list hr_cmd_<name>_opts (HR_CLI_COMMAND). */
+#define HR_CLI_COMMANDS(X)                                                                         \
+    X(run, "generate text, streamed to stdout; speeds go to stderr",                               \
+      "run -m MODEL (-p PROMPT | -f FILE) [-n N] [-t T] [--ctx C] [sampling] [--stop S]")          \
+    X(chat, "interactive multi-turn chat on stdin/stdout (piped stdin: one user turn a line)",     \
+      "chat -m MODEL [--template NAME] [--system TEXT] [--stop S] [--max-tokens N] [sampling]")    \
+    X(logits, "teacher-forced logits, float32 rows of n_vocab per position",                       \
+      "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]")                                        \
+    X(tokenize, "print the token ids of TEXT on one line",                                         \
+      "tokenize -m MODEL [--bos] [--special] TEXT | -f FILE")                                      \
+    X(info, "architecture, sizes, tensor types", "info -m MODEL [--kv]")                           \
+    X(mkmodel, "write a random-weight model",                                                      \
+      "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"           \
+      "       [--embd N --layers N --heads N --heads-kv N --ffn N --vocab-size N] [--seed S]")     \
+    X(bench, "prompt and generation tokens/s, weight bytes per token, memory bandwidth",           \
+      "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3] [--groups N | --numa]")                       \
+    X(agent, "cluster daemon: every machine runs one; the head is the one others join",            \
+      "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"          \
+      "       [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"   \
+      "       [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]\n"      \
+      "        [--api-max-conns N] [--api-max-conns-per-ip N] [--api-read-timeout S]\n"            \
+      "        [--api-grace S] [--api-model-alias NAME]]")                                         \
+    X(prompt, "ask the cluster; the answer streams to stdout",                                     \
+      "prompt [--head ADDR:PORT] [-n N] [sampling] \"TEXT\"")                                      \
+    X(status, "every device of the cluster, its layers and figures",                               \
+      "status [--head ADDR:PORT] [--json]")                                                        \
+    X(key, "this machine's public key (made on first use) / the head's join token",                \
+      "key show | key token [--key-dir DIR]")                                                      \
+    X(trust, "let the agent with that key join (or be joined); list trusted keys",                 \
+      "trust add NAME PUBKEY | trust list [--key-dir DIR]")                                        \
+    X(plan, "plan a ring offline from saved profiles (the first is the head)",                     \
+      "plan --model MODEL PROFILE.json... [--ctx N] [--k K] [--json]")                             \
+    X(profile, "device, model and link profiles and the predicted decode time per layer/token",    \
+      "profile [-m MODEL] [-t T] [--json] [-o FILE] [--quick] [--no-cache] [--peer ENDPOINT]")
+
+#define HR_CLI_EXTERN(x, summary, usage)                                                           \
+    extern const hr_cli_opt hr_cmd_##x##_opts[];                                                   \
+    int hr_cmd_##x(hr_cli *o);
+HR_CLI_COMMANDS(HR_CLI_EXTERN)
+
+#define HR_CLI_ROW(x, summary, usage) {#x, hr_cmd_##x, hr_cmd_##x##_opts, summary, usage},
+static const hr_cli_cmd hr_cli_cmds[] = {HR_CLI_COMMANDS(HR_CLI_ROW)};
 
 #define HR_N_CMDS (sizeof hr_cli_cmds / sizeof hr_cli_cmds[0])
 
