@@ -251,6 +251,10 @@ static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl
     if (rc == 0) {
         pthread_mutex_lock(&a->plan_mu);
         rc = hr_node_apply_plan(a, &np, e2);
+        /* request ids are the head's: a restarted head counts from 1 again.
+         * Frames of requests canceled under an earlier plan carry its plan
+         * id and are refused by that, so the cancel mark starts over. */
+        atomic_store(&a->canceled_req, 0);
         /* only the windows and the plan id (the buffers stay the data thread's) */
         w->windows = (hr_local_plan){.plan_id = a->lp.plan_id, .k = a->lp.k, .w = a->lp.w};
         memcpy(w->windows.win_off, a->lp.win_off, sizeof w->windows.win_off);
