@@ -220,13 +220,15 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
     const hr_hparams *hp = hr_model_hparams(a->m);
     int rc;
     int n_ctx = hr_hparams_ctx(hp, a->p.n_ctx);
-    hr_msg_plan pm = {.plan_id = hd->plan_id,
-                      .k = k,
-                      .W = W,
-                      .n_active = n_active,
-                      .n_ctx = n_ctx,
-                      .n_batch = a->p.n_batch,
-                      .dtype = a->p.wire_dtype};
+    /* what every device's PLAN shares; ring members add their window */
+    const hr_msg_plan base = {.plan_id = hd->plan_id,
+                              .k = k,
+                              .W = W,
+                              .n_active = n_active,
+                              .n_ctx = n_ctx,
+                              .n_batch = a->p.n_batch,
+                              .dtype = a->p.wire_dtype};
+    hr_msg_plan pm = base;
     for (int r = 0; r < n_active; r++) /* ring members vouched for to each other */
         if (hd->devs[ring[r]].pubkey[0])
             snprintf(pm.keys[pm.n_keys++], HR_RING_KEY_LEN, "%s", hd->devs[ring[r]].pubkey);
@@ -271,20 +273,13 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
         hr_head_send(hd, d->id, d->id_len, &m);
     }
     hd->planned = true;
-    /* devices left out of the ring get an empty window */
-    hr_msg_plan empty = {.plan_id = hd->plan_id,
-                         .k = k,
-                         .W = W,
-                         .n_active = n_active,
-                         .n_ctx = n_ctx,
-                         .n_batch = a->p.n_batch,
-                         .dtype = a->p.wire_dtype};
+    /* devices left out of the ring get an empty window: the shared part only */
     for (int i = 1; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
         if (d->lost || d->ring_pos >= 0)
             continue;
         hr_msg m;
-        if ((rc = hr_msg_plan_encode(&m, &empty, err)))
+        if ((rc = hr_msg_plan_encode(&m, &base, err)))
             return rc;
         hr_head_send(hd, d->id, d->id_len, &m);
     }
