@@ -11,6 +11,7 @@
 #include "common/sync.h"
 #include "ring/msg.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +328,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     const hr_hparams *hp = hr_model_hparams(a->m);
     a->plan_epoch++; /* fresh KV: the data thread forgets its request state */
     hr_local_plan_free(&a->lp);
+    malloc_trim(0); /* give the old plan's freed pages back before the new one allocates */
     hr_local_plan *lp = &a->lp;
     lp->plan_id = np->plan_id;
     lp->k = np->k;
