@@ -2,8 +2,8 @@
 # plan-sweep.sh - measures every candidate plan of a lab (deploy/lab.sh) and
 # compares the head's own plan with the best one.
 #
-#   deploy/plan-sweep.sh SPEC.json [-m MODEL] [-n TOKENS] [--max N] [--keep]
-#                                  [-- extra head options, e.g. --ctx 512]
+#   deploy/plan-sweep.sh SPEC.json [-m MODEL] [-n TOKENS] [--max N] [--reps R]
+#                                  [--keep] [-- extra head options, e.g. --ctx 512]
 #
 # First the lab comes up with the head's own plan (no --k, no --windows):
 # that run warms the per-device profile caches and gives the layer count L.
@@ -13,11 +13,15 @@
 # head alone, the weakest device left out, a heavy and a light head, taken in
 # turn across k and cut at --max candidates (default 12). Each plan is a
 # fresh lab (`lab.sh up ... -- --k K --windows a,b,c`) after the page cache
-# is dropped (memory-limited labs), then one greedy prompt of TOKENS tokens
-# (default 8). Prints a table: plan, generation tok/s (the client's figure),
+# is dropped (memory-limited labs), then R greedy prompts (--reps, default 1)
+# of TOKENS tokens (default 8) whose median generation rate counts. Prints a
+# table: plan, generation tok/s (the client's figure; min-max of the reps),
 # predicted ms/token (k x the sum of the devices' pred_ms_round from
 # `hearth status --json`, when every device sent a profile and the scheduler
-# could evaluate the plan) and the head's plan as a % of the best measured.
+# could evaluate the plan), its error against the measured ms/token, and the
+# head's plan as a % of the best measured. Exits 1 when the head's plan is
+# below 95% of the best swept plan or its prediction is off by more than 20%
+# (the planner's acceptance bounds); 0 otherwise.
 # Output also goes to $HR_LAB_DIR/sweep-<spec>.txt. --keep leaves the last lab up.
 set -euo pipefail
 
@@ -26,13 +30,14 @@ LAB="$ROOT/deploy/lab.sh"
 export HR_LAB_DIR=${HR_LAB_DIR:-/tmp/hearth-lab}
 PROMPT="Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
-spec="" model="" ntok=8 max=12 keep=0 extra=()
+spec="" model="" ntok=8 max=12 reps=1 keep=0 extra=()
 [ $# -gt 0 ] && { spec=$1; shift; }
 while [ $# -gt 0 ]; do
     case "$1" in
     -m) model=$2; shift 2 ;;
     -n) ntok=$2; shift 2 ;;
     --max) max=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "plan-sweep.sh: unknown option $1" >&2; exit 2 ;;
@@ -106,6 +111,12 @@ candidates() {
     done | sort -n -s -k1,1 | awk '!seen[$2 " " $3]++ { print $2, $3 }' | head -n "$max"
 }
 
+# pred_err PRED_MS TOK_S: the prediction's error against the measured
+# ms/token, signed percent ("-" when either is unknown).
+pred_err() {
+    awk -v p="$1" -v t="$2" 'BEGIN { if (p + 0 > 0 && t + 0 > 0) printf "%+.0f%%", 100 * (p - 1000 / t) / (1000 / t); else print "-" }'
+}
+
 # run_plan LABEL [head options...]: one fresh lab, one prompt; prints
 # "LABEL|k|windows|tok/s|pred_ms|note".
 run_plan() {
@@ -125,13 +136,21 @@ run_plan() {
     st=$(bash "$LAB" status --json)
     k=$(echo "$st" | jq -r '.k')
     ws=$(echo "$st" | jq -r '[.devices[] | .w] | map(tostring) | join(",")')
-    local perr
-    perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
-        note="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-70)"
-    gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1)
-    tps=${gen#* }
-    [ -n "$gen" ] || tps=-
-    [ -z "$gen" ] || [ "${gen%% *}" = "$ntok" ] || note="${gen%% *} tokens"
+    local perr r rates=()
+    for r in $(seq 1 "$reps"); do
+        perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
+            note="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-70)"
+        gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1)
+        [ -z "$gen" ] || [ "${gen%% *}" = "$ntok" ] || note="${gen%% *} tokens"
+        [ -n "$gen" ] && rates+=("${gen#* }")
+    done
+    tps=-
+    if [ "${#rates[@]}" -gt 0 ]; then # median, and the spread when repeated
+        tps=$(printf '%s\n' "${rates[@]}" | sort -g | awk '{ v[NR] = $1 } END {
+            m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f", m }')
+        [ "${#rates[@]}" -gt 1 ] && note="${note:+$note; }reps $(printf '%s\n' "${rates[@]}" | sort -g |
+            sed -n '1p;$p' | paste -sd- -)"
+    fi
     st=$(bash "$LAB" status --json)
     pred=$(echo "$st" | jq -r '[.devices[] | select(.ring_pos >= 0) | .pred_ms_round] as $p
         | if ($p | length) > 0 and ($p | all(. > 0)) then ($p | add) * .k | . * 10 | round / 10 else "-" end')
@@ -160,16 +179,23 @@ done
 {
     echo "# plan sweep: $(jq -r '.name // "lab"' "$spec") ($spec), ring order: ${names[*]}"
     echo "# $L layers, $ntok generated tokens per plan, prompt of $(echo "$PROMPT" | wc -w) words; CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
-    printf '%-22s %-3s %-12s %10s %14s  %s\n' plan k windows "tok/s" "pred ms/tok" note
+    printf '%-22s %-3s %-12s %10s %14s %8s  %s\n' plan k windows "tok/s" "pred ms/tok" "pred err" note
     best=0
     for r in "${rows[@]}" "$own"; do
         IFS='|' read -r label k ws tps pred note <<<"$r"
-        printf '%-22s %-3s %-12s %10s %14s  %s\n' "$label" "$k" "$ws" "$tps" "$pred" "$note"
+        printf '%-22s %-3s %-12s %10s %14s %8s  %s\n' "$label" "$k" "$ws" "$tps" "$pred" \
+            "$(pred_err "$pred" "$tps")" "$note"
         [ "$label" = "head's plan" ] && continue
         awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a + 0 > b + 0) }' && best=$tps
     done
-    IFS='|' read -r _ k ws tps _ _ <<<"$own"
-    echo "head's plan (k $k, windows $ws): $tps tok/s = $(awk -v a="$tps" -v b="$best" \
-        'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }') of the best swept plan ($best tok/s)"
+    IFS='|' read -r _ k ws tps pred _ <<<"$own"
+    share=$(awk -v a="$tps" -v b="$best" 'BEGIN { if (b > 0 && a + 0 > 0) printf "%.1f", 100 * a / b; else print "n/a" }')
+    err=$(pred_err "$pred" "$tps")
+    echo "head's plan (k $k, windows $ws): $tps tok/s = $share% of the best swept plan ($best tok/s); predicted $pred ms/token, error $err"
+    verdict=pass
+    awk -v s="$share" 'BEGIN { exit !(s == "n/a" || s + 0 < 95) }' && verdict=fail && echo "FAIL: the head's plan is below 95% of the best swept plan"
+    awk -v e="$err" 'BEGIN { sub(/%/, "", e); exit !(e == "-" || e + 0 > 20 || e + 0 < -20) }' && verdict=fail && echo "FAIL: the head's prediction is not within 20% of the measured ms/token"
+    echo "verdict: $verdict"
     echo "# total $((SECONDS - t_start)) s"
 } | tee "$out"
+grep -q "^verdict: pass" "$out"
