@@ -208,7 +208,7 @@ int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const h
     uint64_t resident = p->resident_bytes < wbytes ? p->resident_bytes : wbytes;
     double disk = 0;
     if (resident < wbytes) {
-        double mbs = d->disk.mmap_mbs > 0 ? d->disk.mmap_mbs : d->disk.seq_mbs;
+        double mbs = hr_prof_disk_stream_mbs(&d->disk);
         if (!(mbs > 0)) {
             mbs = 100.0;
             HR_LOG_WARN(HR_PROF_TAG, "disk speed unknown: assuming %.0f MB/s", mbs);

@@ -4,7 +4,8 @@
  * result.
  *
  * The cache is keyed by a fingerprint of what the measurements depend on
- * (CPU model, ISA, topology, kernel release, total memory, cgroup limit,
+ * (CPU model, ISA, topology, kernel release, total memory, cgroup limits
+ * of memory, CPU time and disk reads,
  * the file system of the model, and the request: types, thread counts, row
  * length, quick). A hit also needs the memory available for weights to be
  * within 20% (or 256 MiB) of what it was. */
@@ -130,6 +131,11 @@ static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int
         n += snprintf(s + n, sizeof s - (size_t)n, "t%d,", types[i]);
     for (int i = 0; i < n_threads && n > 0 && (size_t)n < sizeof s; i++)
         n += snprintf(s + n, sizeof s - (size_t)n, "n%d,", threads[i]);
+    if (n > 0 && (size_t)n < sizeof s) {
+        char lim[1024];
+        hr_prof_cg_limits_key(lim, sizeof lim, NULL);
+        n += snprintf(s + n, sizeof s - (size_t)n, "|cg:%s", lim);
+    }
     struct stat st;
     if (p->model_path && n > 0 && (size_t)n < sizeof s && stat(p->model_path, &st) == 0)
         snprintf(s + n, sizeof s - (size_t)n, "|dev%llu|%s|%s", (unsigned long long)st.st_dev,

@@ -4,7 +4,7 @@
  * bypassed; where O_DIRECT is refused, the range is evicted with
  * posix_fadvise first), and page faults on an evicted range of a read-only
  * mapping, which is what a non-resident layer window costs during decode.
- * The mmap test evicts at most 96 MiB of the file (2 chunks of 48 MiB) from
+ * The mmap test evicts at most 128 MiB of the file (2 chunks of 64 MiB) from
  * the page cache; a later run reads those pages from disk once. Time our
  * threads spent waiting for a CPU (other programs) is not charged to the
  * disk. */
@@ -117,17 +117,27 @@ static uint64_t hr_rng(uint64_t *s) {
     return *s >> 17;
 }
 
-/* Reads [off, off+len) in blocks of bs; returns bytes read or -1. */
-static long long hr_read_range(int fd, void *buf, uint64_t off, uint64_t len, size_t bs,
-                               double deadline) {
+/* Reads blocks of bs sequentially from *pos, wrapping to 0 at span (a
+ * block-aligned length within the file), until max_bytes are read or the
+ * deadline passes; evicts each block first when the reads are not direct.
+ * Advances *pos; returns bytes read or -1. */
+static long long hr_read_seq(int fd, void *buf, uint64_t *pos, uint64_t span, size_t bs,
+                             bool direct, uint64_t max_bytes, double deadline) {
     long long got = 0;
-    while ((uint64_t)got < len) {
-        ssize_t r = pread(fd, buf, bs, (off_t)(off + (uint64_t)got));
+    while ((uint64_t)got < max_bytes) {
+        if (*pos + bs > span)
+            *pos = 0;
+        if (!direct)
+            posix_fadvise(fd, (off_t)*pos, (off_t)bs, POSIX_FADV_DONTNEED);
+        ssize_t r = pread(fd, buf, bs, (off_t)*pos);
         if (r < 0)
             return -1;
-        if (r == 0)
-            break;
+        if (r == 0) {
+            *pos = 0;
+            continue;
+        }
         got += r;
+        *pos += (uint64_t)r;
         if (hr_now_s() > deadline)
             break;
     }
@@ -150,31 +160,39 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
         for (size_t i = 0; i < n_pages; i++)
             absent += !(vec[i] & 1);
     if (vec && absent * 2 >= n_pages) {
+        /* the rate counts the second half of the chunk only: a throttled
+         * disk (cgroup blkio) lets a burst through at first */
         unsigned sum = 0;
-        size_t faulted = 0, i = 0;
+        size_t faulted = 0, i = 0, half = n_pages / 2, f_half = 0;
         int64_t w0 = hr_prof_run_delay_ns();
-        double t0 = hr_now_s();
+        double t0 = hr_now_s(), t_half = t0;
         while (i < n_pages) {
             size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
             for (; i < end; i++) {
                 sum += map[i * (size_t)pg];
                 faulted += !(vec[i] & 1);
             }
+            if (i >= half && f_half == 0 && faulted > 0) {
+                f_half = faulted;
+                w0 = hr_prof_run_delay_ns();
+                t_half = hr_now_s();
+            }
             if (hr_now_s() - t0 > budget_s)
                 break; /* slow disk: enough of a sample */
         }
-        double dt = hr_io_elapsed(t0, w0);
-        if (dt > 0 && faulted > 0)
-            rate = (double)faulted * (double)pg / dt / 1e6;
-        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages in %.3f s (sum %u)", faulted, dt, sum);
+        double dt = hr_io_elapsed(t_half, w0);
+        if (dt > 0 && faulted > f_half && f_half > 0)
+            rate = (double)(faulted - f_half) * (double)pg / dt / 1e6;
+        HR_LOG_DEBUG(HR_PROF_TAG, "mmap faults: %zu pages, %zu in the last %.3f s (sum %u)",
+                     faulted, faulted - f_half, dt, sum);
     }
     free(vec);
     munmap((void *)map, len);
     return rate;
 }
 
-/* Median fault rate over chunks spread through the file (1 x 32 MiB quick,
- * 2 x 48 MiB otherwise: long enough for the kernel's read-ahead to reach
+/* Median fault rate over chunks spread through the file (1 x 48 MiB quick,
+ * 2 x 64 MiB otherwise: long enough for the kernel's read-ahead to reach
  * its streaming rate, as it does over a window of layers), MB/s; -1 when
  * no chunk could be evicted. */
 static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
@@ -185,7 +203,7 @@ static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
     if (pg <= 0)
         pg = 4096;
     int n_chunks = quick ? 1 : 2, n = 0;
-    uint64_t len = quick ? (32u << 20) : (48u << 20);
+    uint64_t len = quick ? (48u << 20) : (64u << 20);
     if (len > size / (uint64_t)(n_chunks + 1))
         len = (size / (uint64_t)(n_chunks + 1)) & ~(uint64_t)(pg - 1);
     double rates[2];
@@ -193,7 +211,7 @@ static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
         uint64_t off = (size / (uint64_t)(n_chunks + 1) * (uint64_t)(k + 1)) & ~(uint64_t)(pg - 1);
         if (off + len > size)
             continue;
-        double r = hr_mmap_chunk(fd, off, len, pg, quick ? 0.2 : 0.4);
+        double r = hr_mmap_chunk(fd, off, len, pg, quick ? 0.4 : 0.6);
         if (r > 0)
             rates[n++] = r;
     }
@@ -230,65 +248,68 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
         return;
     }
     uint64_t size = (uint64_t)st.st_size;
-    uint64_t seq_len = quick ? (16u << 20) : (64u << 20);
-    if (seq_len > (size & ~(uint64_t)(HR_DISK_BLOCK - 1)))
-        seq_len = size & ~(uint64_t)(HR_DISK_BLOCK - 1);
-    if (seq_len == 0)
-        seq_len = size & ~(uint64_t)4095;
-    /* sequential: from the middle of the file, where the layers are */
-    uint64_t off = (size / 2) & ~(uint64_t)(HR_DISK_BLOCK - 1);
-    if (off + seq_len > size)
-        off = 0;
-    double budget = quick ? 0.15 : 0.5;
-    long long got = -1;
-    double t0 = 0, dt = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!direct)
-            posix_fadvise(fd, (off_t)off, (off_t)seq_len, POSIX_FADV_DONTNEED);
-        int64_t w0 = hr_prof_run_delay_ns();
-        t0 = hr_now_s();
-        got = hr_read_range(fd, buf, off, seq_len, HR_DISK_BLOCK, t0 + budget);
-        dt = hr_io_elapsed(t0, w0);
-        if (got >= 0 || !direct || errno != EINVAL)
-            break;
-        /* this file system takes the O_DIRECT flag at open but not the read */
-        close(fd);
-        fd = open(path, O_RDONLY);
-        direct = false;
-        if (fd < 0)
-            break;
-    }
-    if (fd < 0 || got <= 0) {
-        HR_LOG_WARN(HR_PROF_TAG, "reading %s failed: disk speed unknown", path);
-        if (fd >= 0)
-            close(fd);
-        free(buf);
-        return;
-    }
-    hr_prof_strlcpy(dk->method, direct ? "direct" : "evicted", sizeof dk->method);
-    dk->seq_mbs = (double)got / dt / 1e6;
-    /* random 4 KiB reads, queue depth 1, over the whole file */
+    /* random 4 KiB reads first, queue depth 1, over the whole file: the
+     * sequential test then ends right before the mmap test, so a throttled
+     * disk (cgroup blkio, io.max) has no unspent allowance left for it */
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)st.st_ino;
     int max_reads = quick ? 300 : 2000, n = 0;
     uint64_t n_slots = size / HR_DISK_RAND;
     int64_t w0 = hr_prof_run_delay_ns();
-    t0 = hr_now_s();
+    double t0 = hr_now_s();
     double rb = quick ? 0.1 : 0.3;
     for (; n < max_reads; n++) {
         uint64_t o = (hr_rng(&rng) % n_slots) * HR_DISK_RAND;
         if (!direct)
             posix_fadvise(fd, (off_t)o, HR_DISK_RAND, POSIX_FADV_DONTNEED);
-        if (pread(fd, buf, HR_DISK_RAND, (off_t)o) < 0)
+        if (pread(fd, buf, HR_DISK_RAND, (off_t)o) < 0) {
+            if (n == 0 && direct && errno == EINVAL) {
+                /* this file system takes the O_DIRECT flag at open but not the read */
+                close(fd);
+                fd = open(path, O_RDONLY);
+                direct = false;
+                if (fd < 0)
+                    break;
+                n--;
+                continue;
+            }
             break;
+        }
         if (hr_now_s() - t0 > rb)
             break;
     }
-    dt = hr_io_elapsed(t0, w0);
+    double dt = hr_io_elapsed(t0, w0);
     if (n > 0 && dt > 0) {
         dk->rand_iops = (double)n / dt;
         dk->rand_mbs = dk->rand_iops * HR_DISK_RAND / 1e6;
     }
-    close(fd);
+    /* sequential 1 MiB reads from the middle of the file (where the layers
+     * are), wrapping around: first a warm-up that spends a throttle's burst
+     * allowance (blk-throttle lets about one slice, 100 ms, of its rate
+     * through at once), then the measured part, long enough to be the
+     * sustained rate */
+    size_t bs = size >= HR_DISK_BLOCK ? HR_DISK_BLOCK : (size_t)(size & ~(uint64_t)4095);
+    uint64_t span = size & ~(uint64_t)(bs - 1);
+    long long got = -1;
+    if (fd >= 0) {
+        uint64_t pos = (size / 2) & ~(uint64_t)(bs - 1);
+        got = hr_read_seq(fd, buf, &pos, span, bs, direct, 32u << 20, hr_now_s() + 0.1);
+        if (got >= 0) {
+            double budget = quick ? 0.2 : 0.5;
+            uint64_t cap = quick ? (256ull << 20) : (1ull << 30);
+            w0 = hr_prof_run_delay_ns();
+            t0 = hr_now_s();
+            got = hr_read_seq(fd, buf, &pos, span, bs, direct, cap, t0 + budget);
+            dt = hr_io_elapsed(t0, w0);
+        }
+    }
+    if (got > 0 && dt > 0) {
+        hr_prof_strlcpy(dk->method, direct ? "direct" : "evicted", sizeof dk->method);
+        dk->seq_mbs = (double)got / dt / 1e6;
+    } else {
+        HR_LOG_WARN(HR_PROF_TAG, "reading %s failed: sequential disk speed unknown", path);
+    }
+    if (fd >= 0)
+        close(fd);
     free(buf);
     dk->mmap_mbs = hr_mmap_rate(path, size, quick);
 }

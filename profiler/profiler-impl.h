@@ -36,6 +36,10 @@ int64_t hr_prof_run_delay_ns(void);
 /* sysinfo.c: /proc, /sys, uname. Each degrades to unknown with a warning. */
 void hr_prof_read_os(hr_prof_os *os, const char *sysroot);
 void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot);
+/* The CPU and disk limits of our cgroups as text (v1: cfs quota/period,
+ * blkio read throttles; v2: cpu.max, io.max), for the profile cache key:
+ * measured rates depend on them. Empty when there are none. */
+void hr_prof_cg_limits_key(char *out, size_t cap, const char *sysroot);
 double hr_prof_read_load(const char *sysroot); /* 1-minute load average; -1 unknown */
 int hr_prof_read_gpus(char gpus[][64], int max, const char *sysroot);
 void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot);

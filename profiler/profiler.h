@@ -375,6 +375,12 @@ int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *ou
  * measured (<= 0) and marks d->link_assumed. Reentrant. */
 void hr_prof_assume_link(hr_sched_device *d);
 
+/* The read rate a streamed window gets from this disk, MB/s (<= 0 when
+ * unknown): the smaller of the mmap fault rate and the sustained sequential
+ * rate, since either test alone can be flattered by a throttle's burst or
+ * the kernel's read-ahead. */
+double hr_prof_disk_stream_mbs(const hr_prof_disk *dk);
+
 /* ---- plan memory: one arithmetic for the planner and a device's admission ----
  *
  * The planner gives the scheduler mem_bytes = hr_prof_mem_budget(profile's

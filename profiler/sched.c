@@ -94,7 +94,7 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     out->mem_bytes = hr_prof_mem_budget((double)d->mem.weights_avail_bytes, 0, mean_layer,
                                         (double)p->reserve_bytes);
     /* disk (bytes/s): what faulting a non-resident window achieves */
-    double mbs = d->disk.mmap_mbs > 0 ? d->disk.mmap_mbs : d->disk.seq_mbs;
+    double mbs = hr_prof_disk_stream_mbs(&d->disk);
     out->disk_bps = mbs > 0 ? mbs * 1e6 : 0;
     if (next) {
         out->rtt_ms = next->rtt_us > 0 ? next->rtt_us * 1e-3 : 0;
@@ -126,4 +126,11 @@ void hr_prof_assume_link(hr_sched_device *d) {
         d->rtt_ms = HR_PROF_ASSUMED_RTT_MS;
         d->link_assumed = true;
     }
+}
+
+double hr_prof_disk_stream_mbs(const hr_prof_disk *dk) {
+    double a = dk->mmap_mbs, b = dk->seq_mbs;
+    if (a > 0 && b > 0)
+        return a < b ? a : b;
+    return a > 0 ? a : b;
 }

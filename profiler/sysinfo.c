@@ -220,8 +220,8 @@ static int64_t hr_stat_value(const char *text, const char *key) {
 
 /* Finds the mount point (and its root) of a cgroup hierarchy in
  * /proc/self/mountinfo: fstype "cgroup" with option `opt`, or "cgroup2". */
-static bool hr_cg_mount(const char *sysroot, bool v2, char *mnt, size_t mcap, char *root,
-                        size_t rcap) {
+static bool hr_cg_mount_of(const char *sysroot, bool v2, const char *ctrl, char *mnt, size_t mcap,
+                           char *root, size_t rcap) {
     char path[512];
     hr_prof_path(path, sizeof path, sysroot, "/proc/self/mountinfo");
     FILE *f = fopen(path, "r");
@@ -246,7 +246,7 @@ static bool hr_cg_mount(const char *sysroot, bool v2, char *mnt, size_t mcap, ch
             bool has = false;
             char *save = NULL;
             for (char *tok = strtok_r(sopts, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-                has |= strcmp(tok, "memory") == 0;
+                has |= strcmp(tok, ctrl) == 0;
             if (!has)
                 continue;
         }
@@ -256,6 +256,11 @@ static bool hr_cg_mount(const char *sysroot, bool v2, char *mnt, size_t mcap, ch
     }
     fclose(f);
     return found;
+}
+
+static bool hr_cg_mount(const char *sysroot, bool v2, char *mnt, size_t mcap, char *root,
+                        size_t rcap) {
+    return hr_cg_mount_of(sysroot, v2, "memory", mnt, mcap, root, rcap);
 }
 
 /* Directory of our memory cgroup: mount + (path relative to the mount's root). */
@@ -650,4 +655,65 @@ void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot) {
     }
     t->n_numa_listed = nn;
     t->n_numa = nn > 0 ? nn : -1;
+}
+
+/* Appends "name=contents;" of a cgroup file (newlines as spaces) to out. */
+static void hr_cg_key_file(char *out, size_t cap, const char *dir, const char *name) {
+    char path[1200], buf[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (hr_prof_read_text(path, buf, sizeof buf) <= 0)
+        return;
+    for (char *c = buf; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    size_t n = strlen(out);
+    if (n < cap)
+        snprintf(out + n, cap - n, "%s=%s;", name, buf);
+}
+
+void hr_prof_cg_limits_key(char *out, size_t cap, const char *sysroot) {
+    out[0] = 0;
+    char path[512];
+    char *text = malloc(8192);
+    hr_prof_path(path, sizeof path, sysroot, "/proc/self/cgroup");
+    if (!text || hr_prof_read_text(path, text, 8192) <= 0) {
+        free(text);
+        return;
+    }
+    static const char *const v1[][3] = {
+        {"cpu", "cpu.cfs_quota_us", "cpu.cfs_period_us"},
+        {"blkio", "blkio.throttle.read_bps_device", "blkio.throttle.read_iops_device"}};
+    char *lsave = NULL;
+    for (char *l = strtok_r(text, "\n", &lsave); l; l = strtok_r(NULL, "\n", &lsave)) {
+        char *c1 = strchr(l, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c1 = *c2 = 0;
+        const char *ctrls = c1 + 1, *p = c2 + 1;
+        char mnt[512], root[512], dir[1024];
+        if (strcmp(l, "0") == 0 && *ctrls == 0) {
+            if (hr_cg_mount_of(sysroot, true, "", mnt, sizeof mnt, root, sizeof root)) {
+                hr_cg_dir(dir, sizeof dir, sysroot, mnt, root, p);
+                hr_cg_key_file(out, cap, dir, "cpu.max");
+                hr_cg_key_file(out, cap, dir, "io.max");
+            }
+            continue;
+        }
+        for (size_t k = 0; k < sizeof v1 / sizeof v1[0]; k++) {
+            char cbuf[256];
+            bool has = false;
+            hr_prof_strlcpy(cbuf, ctrls, sizeof cbuf);
+            for (char *save = NULL, *tok = strtok_r(cbuf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save))
+                has |= strcmp(tok, v1[k][0]) == 0;
+            if (has &&
+                hr_cg_mount_of(sysroot, false, v1[k][0], mnt, sizeof mnt, root, sizeof root)) {
+                hr_cg_dir(dir, sizeof dir, sysroot, mnt, root, p);
+                hr_cg_key_file(out, cap, dir, v1[k][1]);
+                hr_cg_key_file(out, cap, dir, v1[k][2]);
+            }
+        }
+    }
+    free(text);
 }
