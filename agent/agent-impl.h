@@ -113,6 +113,11 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
 void hr_node_push_connect(hr_agent *a);
 /* node.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
 void hr_node_meminfo(int64_t *avail, int64_t *total);
+/* Loop timer (both roles, every HR_NODE_TRIM_MS): hands memory freed by
+ * requests and plans back to the system, so a long-running agent's RSS is
+ * what it uses, not what its busiest moment left in malloc's arenas. */
+#define HR_NODE_TRIM_MS 10000
+void hr_node_trim_timer(void *ud);
 /* node.c: one window of n_tok tokens took ms; the last round counts tokens */
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
 

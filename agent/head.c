@@ -636,6 +636,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
     if (!rc) {
         hr_ring_loop_timer(hl.loop, 1000, hr_head_invite_timer, &hl);
         hr_ring_loop_timer(hl.loop, 0, hr_head_plan_timer, &hl);
+        hr_ring_loop_timer(hl.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
         hr_ring_loop_socket(hl.loop, hd->ev_pull, hr_head_on_events, &hl);
         hr_ring_loop_socket(hl.loop, a->ctrl, hr_head_on_ctrl, &hl);
         rc = hr_ring_loop_run(hl.loop, err);

@@ -278,6 +278,11 @@ void hr_node_meminfo(int64_t *avail, int64_t *total) {
         fclose(mf);
 }
 
+void hr_node_trim_timer(void *ud) {
+    (void)ud;
+    malloc_trim(0);
+}
+
 /* Refuses a plan whose part here would not fit: the same arithmetic as
  * the planner's (profiler.h, plan memory): KV of all k x w layers, one
  * window of weights and (head) the output head against MemAvailable now,

@@ -470,6 +470,7 @@ int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_ring_loop_timer(w.loop, 0, hr_worker_join_timer, &w);
     hr_ring_loop_timer(w.loop, a->p.hb_interval_ms, hr_worker_hb_timer, &w);
     hr_ring_loop_timer(w.loop, 0, hr_worker_silence_timer, &w);
+    hr_ring_loop_timer(w.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
     hr_ring_loop_socket(w.loop, a->up, hr_worker_on_up, &w);
     hr_ring_loop_socket(w.loop, a->ctrl, hr_worker_on_ctrl, &w);
     rc = hr_ring_loop_run(w.loop, err);

@@ -24,7 +24,7 @@ connection while the head restarts), a request takes longer than its bound
 more than 10% from its value after warm-up (anonymous RSS: the mapped
 model's pages are page cache, not the agent's memory; sampled every 5 s
 outside the floods, whose 400 open connections are served by live
-threads). Prints a summary either way.
+threads; every sample goes to $HR_CLUSTER_DIR/rss.txt). Prints a summary either way.
 """
 import argparse
 import http.client
@@ -128,6 +128,7 @@ class Run:
     def __init__(self, a):
         self.a = a
         self.end = 0.0
+        self.start = time.time()
         self.mu = threading.Lock()
         self.counts = {}
         self.failures = []
@@ -325,6 +326,8 @@ def rss_loop(r):
                 dev = max(dev, abs(kb - base) * 100.0 / base)
             r.rss[pid] = (t, base, dev)
             r.rss_kb[pid] = (i, base, kb)
+            with open(f"{os.environ['HR_CLUSTER_DIR']}/rss.txt", "a") as f:
+                f.write(f"{now - r.start:.0f} agent{i} {pid} {kb}\n")
         time.sleep(5)
 
 
