@@ -96,6 +96,10 @@ struct hr_agent {
     uint64_t plan_epoch;        /* plans applied so far (plan_mu) */
 
     hr_head *head; /* a head's own state (owned); NULL on a worker */
+
+    /* link.c: the echo responder peers probe and the prober (own threads) */
+    struct hr_link *link;
+    char echo_ep[HR_EP_LEN]; /* the responder's endpoint, "" without one */
 };
 
 /* node.c: the node's model, keys and sockets; a->is_head decides the
@@ -128,6 +132,20 @@ void hr_node_windows(const hr_agent *a, hr_local_plan *lp); /* fills lp->win_off
 void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp,
                           int round); /* prefetch next, release this */
 double hr_node_resident(const hr_agent *a, const hr_local_plan *lp); /* fraction resident */
+
+/* link.c: this agent's links (thread-safe unless said otherwise).
+ * start: binds the echo responder next to the data port (CURVE like it)
+ * and starts the responder and prober threads; sets a->echo_ep. stop: joins
+ * them (before the context ends); a->link NULL is a no-op. request: asks
+ * the prober to measure the link to rq->to (the latest request wins; never
+ * blocks). take: 1 and *out when a measurement finished since the last
+ * take, 0 when none did, a negative HR_E* code with err (and out->to,
+ * out->plan_id) when it failed. */
+typedef struct hr_link hr_link;
+int hr_link_start(hr_agent *a, char err[HR_ERR_LEN]);
+void hr_link_stop(hr_agent *a);
+void hr_link_request(hr_agent *a, const hr_msg_probe *rq);
+int hr_link_take(hr_agent *a, hr_msg_link *out, char err[HR_ERR_LEN]);
 
 /* worker.c: the worker's control loop (and its data thread) until stop or a
  * fatal refusal by the head */

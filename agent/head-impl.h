@@ -48,9 +48,25 @@ typedef struct {
     double pred_ms_round;
     char left_out[96]; /* why a device without layers was left out (head_plan.c) */
     /* heartbeat stats */
-    double meas_ms_round, resident, hb_rtt_us;
+    double meas_ms_round, resident;
     uint64_t tokens;
     int64_t mem_avail;
+    /* its link to the next device, measured (head_link.c) */
+    char echo_ep[HR_EP_LEN]; /* its link responder (JOIN), "" when none */
+    bool link_measured;
+    double link_rtt_ms, link_bps; /* round trip of a hidden state, ms; throughput, bytes/s */
+    double link_t;                /* s, monotonic, when the figures arrived */
+    uint32_t link_plan;           /* the plan whose next device was measured; 0: the head */
+    int link_n;                   /* measurements received */
+    char link_to[HR_EP_LEN];      /* the responder measured */
+    char link_to_name[HR_NAME_LEN];
+    char probe_to[HR_EP_LEN]; /* a PROBE asked and not answered yet, "" none */
+    double probe_t;           /* s, monotonic, when it was asked (or failed) */
+    bool probe_failed;        /* the last probe to probe_to failed: retried later */
+    /* the link figures the current plan used */
+    double plan_rtt_ms, plan_bps;
+    bool plan_link_measured, plan_link_reverse; /* reverse: the head's, from its next's probe */
+    char plan_link_to[HR_NAME_LEN];
 } hr_dev;
 
 /* What the control thread publishes for the other threads. */
@@ -99,6 +115,11 @@ struct hr_head {
     bool have_pm;
     void *ev_pull; /* events from the generating thread */
 
+    /* link-driven re-plans (head_link.c, control thread) */
+    bool link_replan_due;
+    double link_replan_t; /* s, monotonic, of the last one */
+    char link_replan_why[HR_ERR_LEN];
+
     /* ---- generating thread (gen_mu) ---- */
     pthread_mutex_t gen_mu;
     uint64_t next_req;
@@ -141,6 +162,26 @@ void hr_head_update_ready(hr_head *hd);
 int hr_head_n_workers(const hr_head *hd);
 /* Sends m to the peer with ROUTER identity id (frees its payload). */
 void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);
+
+/* ---- head_link.c: measured links (control thread, dev_mu held) ---- */
+
+/* A device joined: it measures its link to the head (PROBE). */
+void hr_head_link_join(hr_head *hd, hr_dev *d);
+/* A LINK message from device di. */
+void hr_head_link_msg(hr_head *hd, int di, const hr_ring_hdr *h, const char *pl);
+/* Every turn: the head's own measurement, PROBEs for ring members whose
+ * next device changed (once the ring is ready), pending probes that timed
+ * out, and a due link re-plan (rate-limited). */
+void hr_head_link_timer(hr_head *hd);
+/* True while a device that just joined is measuring its link (the plan
+ * waits for the figures, a few seconds at most; never while recovering). */
+bool hr_head_link_wait(const hr_head *hd);
+/* The planner's link figures for candidates cand[0..n) (sd[i] of
+ * devs[cand[i]]): measured where measured, else as they are (assumed);
+ * remembered as the plan's. */
+void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *sd);
+/* The link fields of device d's status row. */
+void hr_head_link_json(const hr_dev *d, bool is_head, void *json_obj);
 
 /* ---- gen.c ---- */
 

@@ -119,12 +119,14 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     d->info = strndup(pl, h->len);
     d->last_seen = hr_now_s();
     d->ring_pos = -1;
+    snprintf(d->echo_ep, sizeof d->echo_ep, "%s", jm.echo);
     hr_head_dev_sched(hd, d, jm.profile, false);
     hr_msg_join_clear(&jm);
     HR_LOG_INFO(TAG, "%s joined from %s (data %s)", d->name, d->ctrl_ep, d->data_ep);
     hr_msg w = hr_msg_empty(HR_RING_WELCOME, 0, 0);
     w.h.pos = 0;
     hr_head_send(a->head, id, idl, &w);
+    hr_head_link_join(hd, d); /* its link to us, for the plan */
     hd->replan = true;
     hd->ready = false;
 }
@@ -261,6 +263,11 @@ static void hr_head_on_heartbeat(hr_head_loop *hl, const hr_head_from *f, const 
     hr_head_send(a->head, f->id, f->idl, &echo);
 }
 
+static void hr_head_on_link(hr_head_loop *hl, const hr_head_from *f, const hr_ring_hdr *h,
+                            const char *pl) {
+    hr_head_link_msg(hl->a->head, f->di, h, pl);
+}
+
 static void hr_head_on_ready(hr_head_loop *hl, const hr_head_from *f, const hr_ring_hdr *h,
                              const char *pl) {
     hr_agent *a = hl->a;
@@ -376,6 +383,7 @@ static const struct {
     [HR_RING_PROMPT] = {hr_head_on_prompt, false},
     [HR_RING_CANCEL] = {hr_head_on_cancel, false},
     [HR_RING_STATUS_REQ] = {hr_head_on_status, false},
+    [HR_RING_LINK] = {hr_head_on_link, true},
 };
 
 static void hr_head_dispatch(hr_head_loop *hl, hr_head_from *f, const hr_ring_hdr *h,
@@ -478,7 +486,9 @@ static void hr_head_plan_timer(void *ud) {
     hr_head *hd = a->head;
     pthread_mutex_lock(&hd->dev_mu);
     hr_head_check_lost(a);
-    if (hd->replan && (hd->planned || hd->expect <= 0 || hr_head_n_workers(hd) >= hd->expect) &&
+    hr_head_link_timer(hd);
+    if (hd->replan && !hr_head_link_wait(hd) &&
+        (hd->planned || hd->expect <= 0 || hr_head_n_workers(hd) >= hd->expect) &&
         hr_head_claim(hd)) {
         char e2[HR_ERR_LEN] = "";
         hd->replan = false;

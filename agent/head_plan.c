@@ -112,6 +112,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             sd[i] = hd->devs[cand[i]].sd;
             sd[i].is_head = i == 0;
         }
+        hr_head_link_inputs(hd, cand, n, sd); /* measured links where there are */
         hr_sched_model sm;
         hr_sched_opts so = hr_sched_opts_default();
         so.k_fixed = a->p.k;
@@ -163,6 +164,7 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
         sd[i] = hd->devs[cand[i]].sd;
         sd[i].is_head = i == 0;
     }
+    hr_head_link_inputs(hd, cand, n, sd);
     hr_sched_model sm;
     char e2[HR_ERR_LEN];
     if (all_sched &&
@@ -365,11 +367,7 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
     if (o) {
         /* what the planner knew: a profile, the link figures (assumed until measured) */
         json_object_set_new(o, "has_profile", json_boolean(d->has_sched));
-        json_object_set_new(o, "link_assumed", json_boolean(!d->has_sched || d->sd.link_assumed));
-        if (d->has_sched) {
-            json_object_set_new(o, "link_rtt_ms", json_real(d->sd.rtt_ms));
-            json_object_set_new(o, "link_bps", json_real(d->sd.link_bps));
-        }
+        hr_head_link_json(d, is_head, o);
         if (d->left_out[0])
             json_object_set_new(o, "left_out", json_string(d->left_out));
     }

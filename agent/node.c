@@ -100,6 +100,7 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
     snprintf(jm.kernel, sizeof jm.kernel, "%s", d->os.release);
     if (a->keys)
         snprintf(jm.pubkey, sizeof jm.pubkey, "%s", hr_ring_keys_public(a->keys));
+    snprintf(jm.echo, sizeof jm.echo, "%s", a->echo_ep);
     if (measured && hr_prof_device_to_json(d, &jm.profile, err) != 0)
         jm.profile = NULL;
     free(d);
@@ -219,6 +220,11 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     }
     if (p->head && hr_ring_endpoint(p->head, 0, a->head_ep, sizeof a->head_ep))
         return hr_seterr(err, HR_EINVAL, "bad head address '%s' (want host:port)", p->head);
+    char le[HR_ERR_LEN];
+    if (hr_link_start(a, le)) { /* links then stay assumed, and are shown so */
+        HR_LOG_WARN(TAG, "%s: no link responder (%s); links to it are not measured", a->name, le);
+        hr_link_stop(a);
+    }
     if (!(a->info_json = hr_node_info(a, err)))
         return HR_ENOMEM;
     HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx), %d threads, %s",
@@ -245,6 +251,7 @@ void hr_node_fini(hr_agent *a) {
         pthread_join(a->data_thread, NULL);
     a->data_started = false;
     hr_local_plan_free(&a->lp);
+    hr_link_stop(a); /* its sockets close before the context ends */
     free(a->info_json);
     hr_ring_close(a->ctrl);
     hr_ring_close(a->up);

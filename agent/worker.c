@@ -303,11 +303,34 @@ static void hr_worker_on_echo(hr_worker *w, const hr_ring_hdr *h, const char *pl
     (void)pl;
 }
 
+/* PROBE: measure the link to the responder named (the next device of a
+ * plan, or the head at join) on the link thread; the figures go to the
+ * head from the heartbeat timer (hr_worker_link_report). */
+static void hr_worker_on_probe(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    hr_msg_probe rq;
+    char e2[HR_ERR_LEN];
+    if (hr_msg_probe_decode(h, pl, &rq, e2)) {
+        hr_reject_frame(w->a, "head link", e2);
+        return;
+    }
+    hr_link_request(w->a, &rq);
+}
+
+/* Sends the head a finished link measurement, if any. */
+static void hr_worker_link_report(hr_worker *w) {
+    hr_msg_link lk;
+    char e2[HR_ERR_LEN];
+    int rc = hr_link_take(w->a, &lk, e2);
+    hr_msg m;
+    if (rc == 1 && hr_msg_link_encode(&m, &lk, e2) == 0)
+        hr_worker_send(w->a, &m);
+}
+
 static const hr_worker_fn hr_worker_handlers[HR_RING_TYPE_END] = {
     [HR_RING_WELCOME] = hr_worker_on_welcome, [HR_RING_REJECT] = hr_worker_on_reject,
     [HR_RING_PLAN] = hr_worker_on_plan,       [HR_RING_CANCEL] = hr_worker_on_cancel,
     [HR_RING_START] = hr_worker_on_start,     [HR_RING_HEARTBEAT] = hr_worker_on_echo,
-    [HR_RING_LEAVE] = hr_worker_on_leave,
+    [HR_RING_LEAVE] = hr_worker_on_leave,     [HR_RING_PROBE] = hr_worker_on_probe,
 };
 
 /* The head link is readable: one message, dispatched by type. */
@@ -379,6 +402,12 @@ static void hr_worker_hb_timer(void *ud) {
     hr_worker *w = ud;
     if (w->joined)
         hr_worker_heartbeat(w, hr_now_s());
+}
+
+static void hr_worker_link_timer(void *ud) {
+    hr_worker *w = ud;
+    if (w->joined)
+        hr_worker_link_report(w);
 }
 
 static void hr_worker_silence_timer(void *ud) {
@@ -471,6 +500,7 @@ int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_ring_loop_timer(w.loop, a->p.hb_interval_ms, hr_worker_hb_timer, &w);
     hr_ring_loop_timer(w.loop, 0, hr_worker_silence_timer, &w);
     hr_ring_loop_timer(w.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
+    hr_ring_loop_timer(w.loop, 0, hr_worker_link_timer, &w);
     hr_ring_loop_socket(w.loop, a->up, hr_worker_on_up, &w);
     hr_ring_loop_socket(w.loop, a->ctrl, hr_worker_on_ctrl, &w);
     rc = hr_ring_loop_run(w.loop, err);

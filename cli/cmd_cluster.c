@@ -433,6 +433,32 @@ done:
     return rc;
 }
 
+/* One device's link line: measured (to whom, when, on which plan),
+ * measured the other way (the head before it probed its own next), or
+ * assumed (the planner's stand-in; shown only when it planned with it). */
+static void hr_print_link(json_t *d, int has_prof, int assumed, double rtt, double bps) {
+    const char *to = "", *probe = "";
+    double age = -1;
+    json_int_t plan = 0, n = 0;
+    int reverse = 0;
+    json_unpack(d, "{s?s,s?F,s?I,s?I,s?b,s?s}", "link_to", &to, "link_age_s", &age, "link_plan",
+                &plan, "link_measurements", &n, "link_reverse", &reverse, "link_probe", &probe);
+    char who[80];
+    snprintf(who, sizeof who, "%s", to[0] ? to : "next");
+    if (!assumed && reverse)
+        printf("      link to %s: %.3g Mbit/s, %.3g ms round trip (measured by %s the other "
+               "way)\n",
+               who, bps * 8e-6, rtt, who);
+    else if (!assumed)
+        printf("      link to %s: %.3g Mbit/s, %.3g ms round trip (measured %.0f s ago, %s, "
+               "%lld time%s)\n",
+               who, bps * 8e-6, rtt, age, plan ? "on its plan" : "at join", (long long)n,
+               n == 1 ? "" : "s");
+    else if (has_prof)
+        printf("      link to next: %.3g Mbit/s, %.3g ms round trip (assumed: not measured%s%s)\n",
+               bps * 8e-6, rtt, probe[0] ? ", probe " : "", probe);
+}
+
 static void hr_print_status(json_t *j) {
     const char *head = "", *wire = "", *error = "";
     int k = 0, n_layer = 0, ready = 0;
@@ -476,7 +502,7 @@ static void hr_print_status(json_t *j) {
             printf("; disk %.0f MB/s\n", disk);
         else
             printf("; disk unknown\n");
-        int has_prof = 0, lassumed = 0;
+        int has_prof = 0, lassumed = 1;
         double rtt = 0, lbps = 0;
         const char *left = "";
         json_unpack(d, "{s?b,s?b,s?F,s?F,s?s}", "has_profile", &has_prof, "link_assumed", &lassumed,
@@ -494,9 +520,7 @@ static void hr_print_status(json_t *j) {
             printf("      layers %s (w %d); ms/round predicted %s, measured %s; resident %.0f%%; "
                    "tokens %lld\n",
                    layers, w, pbuf, mbuf, res * 100.0, (long long)tok);
-        if (has_prof)
-            printf("      link to next: %.3g Gbit/s, %.2g ms round trip (%s)\n", lbps * 8e-9, rtt,
-                   lassumed ? "assumed: no link measured" : "measured");
+        hr_print_link(d, has_prof, lassumed, rtt, lbps);
     }
 }
 

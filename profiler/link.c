@@ -27,6 +27,11 @@ struct hr_prof_echo {
 
 int hr_prof_echo_create(hr_prof_echo **out, void *zctx, const char *endpoint,
                         char err[HR_ERR_LEN]) {
+    return hr_prof_echo_create_secure(out, zctx, endpoint, NULL, err);
+}
+
+int hr_prof_echo_create_secure(hr_prof_echo **out, void *zctx, const char *endpoint,
+                               const hr_ring_keys *keys, char err[HR_ERR_LEN]) {
     *out = NULL;
     if (!endpoint)
         return hr_seterr(err, HR_EINVAL, "no endpoint to bind");
@@ -38,8 +43,8 @@ int hr_prof_echo_create(hr_prof_echo **out, void *zctx, const char *endpoint,
         e->ctx = hr_ring_context();
         e->own_ctx = true;
     }
-    if (!e->ctx ||
-        !(e->sock = hr_ring_echo_bind(e->ctx, endpoint, e->endpoint, sizeof e->endpoint, err))) {
+    if (!e->ctx || !(e->sock = hr_ring_echo_bind_secure(e->ctx, endpoint, keys, e->endpoint,
+                                                        sizeof e->endpoint, err))) {
         if (!e->ctx)
             hr_seterr(err, HR_ENET, "cannot create a messaging context");
         hr_prof_echo_destroy(e);
@@ -91,24 +96,42 @@ static int hr_probe(void *sock, unsigned char *frame, uint32_t payload, uint16_t
     }
 }
 
+hr_prof_link_params hr_prof_link_params_default(void) {
+    return (hr_prof_link_params){.msg_bytes = 16384,
+                                 .n_samples = 20,
+                                 .timeout_ms = 2000,
+                                 .burst_bytes = HR_LINK_BURST_MSG,
+                                 .burst_s = 0.2};
+}
+
 int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, int msg_bytes,
                          int n_samples, int timeout_ms, char err[HR_ERR_LEN]) {
+    hr_prof_link_params p = hr_prof_link_params_default();
+    p.endpoint = endpoint;
+    p.msg_bytes = msg_bytes;
+    p.n_samples = n_samples;
+    p.timeout_ms = timeout_ms;
+    return hr_prof_link_measure_ex(out, zctx, &p, err);
+}
+
+int hr_prof_link_measure_ex(hr_prof_link *out, void *zctx, const hr_prof_link_params *p,
+                            char err[HR_ERR_LEN]) {
     memset(out, 0, sizeof *out);
     out->rtt_us = out->rtt_min_us = out->bw_mbs = -1.0;
-    if (!endpoint || msg_bytes < 0 || (uint32_t)msg_bytes > HR_RING_ECHO_MAX_PAYLOAD)
+    const char *endpoint = p ? p->endpoint : NULL;
+    int msg_bytes = p ? p->msg_bytes : -1;
+    uint32_t bmsg = p && p->burst_bytes > 0 ? (uint32_t)p->burst_bytes : HR_LINK_BURST_MSG;
+    if (!endpoint || msg_bytes < 0 || (uint32_t)msg_bytes > HR_RING_ECHO_MAX_PAYLOAD ||
+        bmsg > HR_RING_ECHO_MAX_PAYLOAD || (p->keys && !p->server_pub))
         return hr_seterr(err, HR_EINVAL, "bad link probe parameters");
-    if (n_samples < 1)
-        n_samples = 1;
-    if (n_samples > 1000)
-        n_samples = 1000;
-    if (timeout_ms <= 0)
-        timeout_ms = 2000;
+    int n_samples = p->n_samples < 1 ? 1 : p->n_samples > 1000 ? 1000 : p->n_samples;
+    int timeout_ms = p->timeout_ms > 0 ? p->timeout_ms : 2000;
+    double burst_s = p->burst_s > 0 ? p->burst_s : 0.2;
     hr_prof_strlcpy(out->endpoint, endpoint, sizeof out->endpoint);
     out->msg_bytes = msg_bytes;
     void *ctx = zctx ? zctx : hr_ring_context();
     size_t fcap =
-        HR_RING_ECHO_HDR +
-        (size_t)(msg_bytes > (int)HR_LINK_BURST_MSG ? (uint32_t)msg_bytes : HR_LINK_BURST_MSG);
+        HR_RING_ECHO_HDR + (size_t)((uint32_t)msg_bytes > bmsg ? (uint32_t)msg_bytes : bmsg);
     unsigned char *frame = malloc(fcap), *rbuf = malloc(fcap);
     double *t = malloc((size_t)n_samples * sizeof *t);
     int rc = 0;
@@ -117,14 +140,15 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
         rc = hr_seterr(err, HR_ENOMEM, "cannot set up the link probe");
         goto done;
     }
-    if (!(sock = hr_ring_probe_open(ctx, endpoint, timeout_ms, err))) {
+    if (!(sock =
+              hr_ring_probe_open_secure(ctx, endpoint, p->keys, p->server_pub, timeout_ms, err))) {
         rc = HR_ENET;
         goto done;
     }
     for (size_t i = HR_RING_ECHO_HDR; i < fcap; i++)
         frame[i] = (unsigned char)(i * 131u);
     uint32_t seq = 1;
-    /* warm-up: connection set-up is not a round trip */
+    /* warm-up: connection set-up (and the CURVE handshake) is not a round trip */
     for (int i = 0; i < 3; i++)
         if ((rc = hr_probe(sock, frame, (uint32_t)msg_bytes, 0, seq++, rbuf, fcap, err))) {
             hr_seterr(err, rc, "%s: no echo within %d ms", endpoint, timeout_ms);
@@ -139,18 +163,27 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
     out->n_samples = n_samples;
     out->rtt_us = hr_prof_median(t, n_samples);
     out->rtt_min_us = t[0];
-    /* throughput: one 1 MiB probe sizes a burst of about 0.2 s */
+    for (int i = 1; i < n_samples; i++)
+        if (t[i] < out->rtt_min_us)
+            out->rtt_min_us = t[i];
+    /* throughput: one bmsg probe sizes a burst of about burst_s */
     double t0 = hr_now_s();
-    if ((rc = hr_probe(sock, frame, HR_LINK_BURST_MSG, HR_RING_ECHO_ACK, seq++, rbuf, fcap, err)))
+    if ((rc = hr_probe(sock, frame, bmsg, HR_RING_ECHO_ACK, seq++, rbuf, fcap, err)))
         goto done;
     double one = hr_now_s() - t0;
-    int burst = one > 0 ? (int)(0.2 / one) : 32;
+    out->burst_bytes = (int)bmsg;
+    if (one >= burst_s) { /* a slow link: that one message took the whole time */
+        double dt = one - out->rtt_min_us * 1e-6;
+        out->bw_mbs = (double)(bmsg + HR_RING_ECHO_HDR) / (dt > one / 2 ? dt : one) / 1e6;
+        goto done;
+    }
+    int burst = one > 0 ? (int)(burst_s / one) : 32;
     burst = burst < 2 ? 2 : burst > 32 ? 32 : burst;
     uint32_t first = seq;
     t0 = hr_now_s();
     char e2[HR_ERR_LEN];
     for (int i = 0; i < burst; i++)
-        if (hr_ring_probe_send(sock, frame, HR_LINK_BURST_MSG, HR_RING_ECHO_ACK, seq++, e2)) {
+        if (hr_ring_probe_send(sock, frame, bmsg, HR_RING_ECHO_ACK, seq++, e2)) {
             rc = hr_seterr(err, HR_ENET, "burst %s", e2);
             goto done;
         }
@@ -166,7 +199,7 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
     }
     rc = 0;
     double dt = hr_now_s() - t0;
-    out->bw_mbs = (double)burst * (HR_LINK_BURST_MSG + HR_RING_ECHO_HDR) / dt / 1e6;
+    out->bw_mbs = (double)burst * (bmsg + HR_RING_ECHO_HDR) / dt / 1e6;
 done:
     hr_ring_close(sock);
     if (!zctx)

@@ -38,6 +38,7 @@
 #include "common/error.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
+#include "ring/ring.h"
 #include "sched/sched.h"
 
 #define HR_PROF_SCHEMA "hearth.profile"
@@ -270,7 +271,8 @@ typedef struct {
     int n_samples; /* round trips timed */
     double rtt_us; /* median round trip of a msg_bytes message, us */
     double rtt_min_us;
-    double bw_mbs; /* one-way throughput of back-to-back 1 MiB messages, MB/s */
+    double bw_mbs;   /* one-way throughput of back-to-back 1 MiB messages, MB/s */
+    int burst_bytes; /* bytes of each throughput message (0: not measured) */
 } hr_prof_link;
 
 /* Times n_samples echo round trips of msg_bytes against the responder at
@@ -280,6 +282,24 @@ typedef struct {
 int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, int msg_bytes,
                          int n_samples, int timeout_ms, char err[HR_ERR_LEN]);
 
+/* The probe's parameters: endpoint (borrowed); msg_bytes per timed round
+ * trip (a hidden state); n_samples round trips; timeout_ms per answer;
+ * burst_bytes per throughput message (0: 1 MiB) and burst_s, the time the
+ * burst aims at (a link slower than one message per burst_s is measured on
+ * that one message). keys / server_pub: probe as a CURVE client of
+ * server_pub (the data plane's security), NULL: plain. */
+typedef struct {
+    const char *endpoint;
+    int msg_bytes, n_samples, timeout_ms, burst_bytes;
+    double burst_s;
+    const hr_ring_keys *keys;
+    const char *server_pub;
+} hr_prof_link_params;
+hr_prof_link_params hr_prof_link_params_default(void);
+/* hr_prof_link_measure with every parameter. Thread-safe (own socket). */
+int hr_prof_link_measure_ex(hr_prof_link *out, void *zctx, const hr_prof_link_params *p,
+                            char err[HR_ERR_LEN]);
+
 /* Echo responder the agent hosts for peers' link probes: a ROUTER socket
  * that answers each well-formed probe (echo or short ack) and drops anything
  * else. Create binds (endpoint may be "tcp://127.0.0.1:0" for any port);
@@ -287,6 +307,9 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
  * serving thread (create, then serve on exactly one thread). */
 typedef struct hr_prof_echo hr_prof_echo;
 int hr_prof_echo_create(hr_prof_echo **out, void *zctx, const char *endpoint, char err[HR_ERR_LEN]);
+/* A responder that is a CURVE server with keys (keys NULL: plain). */
+int hr_prof_echo_create_secure(hr_prof_echo **out, void *zctx, const char *endpoint,
+                               const hr_ring_keys *keys, char err[HR_ERR_LEN]);
 const char *hr_prof_echo_endpoint(const hr_prof_echo *e); /* bound address */
 int hr_prof_echo_serve(hr_prof_echo *e);                  /* returns 0 after stop */
 void hr_prof_echo_stop(hr_prof_echo *e);                  /* thread-safe */

@@ -56,9 +56,18 @@ bool hr_ring_echo_hdr_check(const unsigned char *p, size_t n, uint16_t *flags, u
 
 void *hr_ring_echo_bind(void *zctx, const char *endpoint, char *out, size_t cap,
                         char err[HR_ERR_LEN]) {
+    return hr_ring_echo_bind_secure(zctx, endpoint, NULL, out, cap, err);
+}
+
+void *hr_ring_echo_bind_secure(void *zctx, const char *endpoint, const hr_ring_keys *keys,
+                               char *out, size_t cap, char err[HR_ERR_LEN]) {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     if (!s) {
         hr_seterr(err, HR_ENET, "zmq socket: %s", zmq_strerror(errno));
+        return NULL;
+    }
+    if (keys && hr_ring_secure_server(s, keys, err)) { /* before bind: CURVE as the data port */
+        zmq_close(s);
         return NULL;
     }
     int linger = 0;
@@ -138,9 +147,18 @@ int hr_ring_echo_serve(void *sock, const atomic_int *stop, atomic_ullong *served
 /* ---- probing side ---- */
 
 void *hr_ring_probe_open(void *zctx, const char *endpoint, int timeout_ms, char err[HR_ERR_LEN]) {
+    return hr_ring_probe_open_secure(zctx, endpoint, NULL, NULL, timeout_ms, err);
+}
+
+void *hr_ring_probe_open_secure(void *zctx, const char *endpoint, const hr_ring_keys *keys,
+                                const char *server_pub, int timeout_ms, char err[HR_ERR_LEN]) {
     void *s = zctx ? zmq_socket(zctx, ZMQ_DEALER) : NULL;
     if (!s) {
         hr_seterr(err, HR_ENET, "cannot set up the link probe");
+        return NULL;
+    }
+    if (keys && hr_ring_secure_client(s, keys, server_pub, err)) {
+        zmq_close(s);
         return NULL;
     }
     int linger = 0, hwm = 0;

@@ -31,6 +31,8 @@ static const hr_msg_info hr_msg_table[HR_RING_TYPE_END] = {
     [HR_RING_STATUS_REQ] = {"STATUS_REQ", HR_MSG_C2H,              HR_MSG_NONE,   0,                0},
     [HR_RING_STATUS]     = {"STATUS",     HR_MSG_H2C,              HR_MSG_JSON,   HR_RING_MAX_CTRL, 0},
     [HR_RING_PAIR]       = {"PAIR",       HR_MSG_W2H | HR_MSG_H2W, HR_MSG_JSON,   HR_MSG_SMALL,     HR_MSG_F_PAIRING | HR_MSG_F_EMPTY_OK},
+    [HR_RING_PROBE]      = {"PROBE",      HR_MSG_H2W,              HR_MSG_JSON,   HR_MSG_SMALL,     0},
+    [HR_RING_LINK]       = {"LINK",       HR_MSG_W2H,              HR_MSG_JSON,   HR_MSG_SMALL,     HR_MSG_F_KNOWN},
 };
 /* clang-format on */
 
@@ -154,6 +156,8 @@ int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]) 
         (json_int_t)m->cg_limit, "disk_mbs", m->disk_mbs, "disk_mmap_mbs", m->disk_mmap_mbs);
     if (j && m->pubkey[0])
         json_object_set_new(j, "pubkey", json_string(m->pubkey));
+    if (j && m->echo[0])
+        json_object_set_new(j, "echo", json_string(m->echo));
     if (j && m->profile) {
         json_t *pd = json_loads(m->profile, 0, NULL);
         if (pd)
@@ -191,7 +195,8 @@ int hr_msg_join_decode(const hr_ring_hdr *h, const void *pl, hr_msg_join *m, cha
         (rc = hr_msg_str(j, "model_hash", true, hash, sizeof hash, HR_RING_JOIN, err)) ||
         (rc = hr_msg_str(j, "pubkey", false, m->pubkey, sizeof m->pubkey, HR_RING_JOIN, err)) ||
         (rc = hr_msg_str(j, "os", false, m->os, sizeof m->os, HR_RING_JOIN, err)) ||
-        (rc = hr_msg_str(j, "kernel", false, m->kernel, sizeof m->kernel, HR_RING_JOIN, err))) {
+        (rc = hr_msg_str(j, "kernel", false, m->kernel, sizeof m->kernel, HR_RING_JOIN, err)) ||
+        (rc = hr_msg_str(j, "echo", false, m->echo, sizeof m->echo, HR_RING_JOIN, err))) {
         json_decref(j);
         return rc;
     }
@@ -538,5 +543,95 @@ int hr_msg_error_decode(const hr_ring_hdr *h, const void *pl, char *text, size_t
         return hr_seterr(err, HR_EFORMAT, "ERROR text contains a NUL byte");
     if (cap)
         snprintf(text, cap, "%.*s", (int)h->len, (const char *)pl);
+    return 0;
+}
+
+/* ---- PROBE / LINK: measured links ---- */
+
+/* An endpoint a probe may go to: tcp:// and at least host:port. */
+static bool hr_msg_tcp_ep(const char *ep) {
+    return strncmp(ep, "tcp://", 6) == 0 && strchr(ep + 6, ':') != NULL;
+}
+
+int hr_msg_probe_encode(hr_msg *out, const hr_msg_probe *m, char err[HR_ERR_LEN]) {
+    json_t *j = json_pack("{s:s,s:s,s:s,s:I}", "to", m->to, "key", m->key, "name", m->name,
+                          "plan_id", (json_int_t)m->plan_id);
+    int rc = hr_msg_take_json(out, HR_RING_PROBE, j, err);
+    out->h.plan_id = m->plan_id;
+    return rc;
+}
+
+int hr_msg_probe_decode(const hr_ring_hdr *h, const void *pl, hr_msg_probe *m,
+                        char err[HR_ERR_LEN]) {
+    memset(m, 0, sizeof *m);
+    json_t *j = hr_msg_load(h, pl, HR_RING_PROBE, err);
+    if (!j)
+        return HR_EFORMAT;
+    json_error_t je;
+    json_int_t plan_id = -1;
+    const char *to = NULL, *key = NULL, *name = NULL; /* copied, sizes checked, below */
+    if (json_unpack_ex(j, &je, JSON_STRICT, "{s:s,s?s,s?s,s:I}", "to", &to, "key", &key, "name",
+                       &name, "plan_id", &plan_id) != 0)
+        return hr_msg_unpack_err(j, &je, HR_RING_PROBE, err);
+    int rc;
+    if ((rc = hr_msg_str(j, "to", true, m->to, sizeof m->to, HR_RING_PROBE, err)) ||
+        (rc = hr_msg_str(j, "key", false, m->key, sizeof m->key, HR_RING_PROBE, err)) ||
+        (rc = hr_msg_str(j, "name", false, m->name, sizeof m->name, HR_RING_PROBE, err))) {
+        json_decref(j);
+        return rc;
+    }
+    json_decref(j);
+    if (plan_id < 0 || plan_id > UINT32_MAX)
+        return hr_seterr(err, HR_EFORMAT, "PROBE: plan_id %lld out of range", (long long)plan_id);
+    if (!hr_msg_tcp_ep(m->to))
+        return hr_seterr(err, HR_EFORMAT, "PROBE: '%s' is not a tcp:// endpoint", m->to);
+    if (m->key[0] && !hr_ring_key_valid(m->key))
+        return hr_seterr(err, HR_EFORMAT, "PROBE: key '%s' is not a public key", m->key);
+    m->plan_id = (uint32_t)plan_id;
+    return 0;
+}
+
+int hr_msg_link_encode(hr_msg *out, const hr_msg_link *m, char err[HR_ERR_LEN]) {
+    json_t *j = json_pack("{s:s,s:I,s:f,s:f,s:f,s:i,s:i,s:i}", "to", m->to, "plan_id",
+                          (json_int_t)m->plan_id, "rtt_us", m->rtt_us, "rtt_min_us", m->rtt_min_us,
+                          "bw_mbs", m->bw_mbs, "msg_bytes", m->msg_bytes, "burst_bytes",
+                          m->burst_bytes, "samples", m->samples);
+    int rc = hr_msg_take_json(out, HR_RING_LINK, j, err);
+    out->h.plan_id = m->plan_id;
+    return rc;
+}
+
+/* A finite figure in (0, max]. */
+static bool hr_msg_pos(double v, double max) { return v > 0 && v <= max; }
+
+int hr_msg_link_decode(const hr_ring_hdr *h, const void *pl, hr_msg_link *m, char err[HR_ERR_LEN]) {
+    memset(m, 0, sizeof *m);
+    json_t *j = hr_msg_load(h, pl, HR_RING_LINK, err);
+    if (!j)
+        return HR_EFORMAT;
+    json_error_t je;
+    json_int_t plan_id = -1;
+    const char *to = NULL; /* copied, with its size checked, below */
+    if (json_unpack_ex(j, &je, JSON_STRICT, "{s:s,s:I,s:F,s:F,s:F,s:i,s:i,s:i}", "to", &to,
+                       "plan_id", &plan_id, "rtt_us", &m->rtt_us, "rtt_min_us", &m->rtt_min_us,
+                       "bw_mbs", &m->bw_mbs, "msg_bytes", &m->msg_bytes, "burst_bytes",
+                       &m->burst_bytes, "samples", &m->samples) != 0)
+        return hr_msg_unpack_err(j, &je, HR_RING_LINK, err);
+    int rc = hr_msg_str(j, "to", true, m->to, sizeof m->to, HR_RING_LINK, err);
+    json_decref(j);
+    if (rc)
+        return rc;
+    /* figures a real link can give: a round trip up to 60 s, up to 1 TB/s */
+    if (plan_id < 0 || plan_id > UINT32_MAX || !hr_msg_tcp_ep(m->to) ||
+        !hr_msg_pos(m->rtt_us, 60e6) || !hr_msg_pos(m->rtt_min_us, m->rtt_us) ||
+        !hr_msg_pos(m->bw_mbs, 1e6) || m->msg_bytes < 0 ||
+        m->msg_bytes > (int)HR_RING_ECHO_MAX_PAYLOAD || m->burst_bytes <= 0 ||
+        m->burst_bytes > (int)HR_RING_ECHO_MAX_PAYLOAD || m->samples < 1 || m->samples > 1000)
+        return hr_seterr(err, HR_EFORMAT,
+                         "LINK: implausible figures (to '%.60s', plan %lld, rtt %g us, min %g us, "
+                         "%g MB/s, %d/%d bytes, %d samples)",
+                         m->to, (long long)plan_id, m->rtt_us, m->rtt_min_us, m->bw_mbs,
+                         m->msg_bytes, m->burst_bytes, m->samples);
+    m->plan_id = (uint32_t)plan_id;
     return 0;
 }

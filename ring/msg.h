@@ -80,8 +80,9 @@ typedef struct {
     char os[96], kernel[96];
     int64_t mem_total, mem_avail, cg_limit; /* bytes, -1 unknown */
     double disk_mbs, disk_mmap_mbs;
-    char *profile; /* device profile JSON (encode: borrowed, may be NULL; decode:
-                      malloc'ed or NULL, freed by hr_msg_join_clear) */
+    char *profile;            /* device profile JSON (encode: borrowed, may be NULL; decode:
+                                 malloc'ed or NULL, freed by hr_msg_join_clear) */
+    char echo[HR_MSG_EP_LEN]; /* its link probe responder, "" when it hosts none */
 } hr_msg_join;
 int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]);
 int hr_msg_join_decode(const hr_ring_hdr *h, const void *pl, hr_msg_join *m, char err[HR_ERR_LEN]);
@@ -191,5 +192,32 @@ int hr_msg_error_encode(hr_msg *out, const char *text, char err[HR_ERR_LEN]);
 /* text: cap bytes, NUL-terminated, truncated when longer. */
 int hr_msg_error_decode(const hr_ring_hdr *h, const void *pl, char *text, size_t cap,
                         char err[HR_ERR_LEN]);
+
+/* ---- PROBE: head -> worker: measure the link to the echo responder at
+ * `to` (the next device of plan_id, or the head itself at join) ---- */
+typedef struct {
+    char to[HR_MSG_EP_LEN];    /* tcp:// endpoint of the responder */
+    char key[HR_RING_KEY_LEN]; /* its CURVE public key, "" when insecure */
+    char name[HR_MSG_NAME_LEN];
+    uint32_t plan_id; /* 0: at join, before any plan */
+} hr_msg_probe;
+int hr_msg_probe_encode(hr_msg *out, const hr_msg_probe *m, char err[HR_ERR_LEN]);
+int hr_msg_probe_decode(const hr_ring_hdr *h, const void *pl, hr_msg_probe *m,
+                        char err[HR_ERR_LEN]);
+
+/* ---- LINK: worker -> head: the link measured for a PROBE. Decode refuses
+ * figures no link gives (rtt_us in (0, 60 s], rtt_min_us in (0, rtt_us],
+ * bw_mbs in (0, 1e6], byte counts within the probe's limits) and unknown
+ * fields. ---- */
+typedef struct {
+    char to[HR_MSG_EP_LEN]; /* the endpoint probed */
+    uint32_t plan_id;       /* the PROBE's */
+    double rtt_us;          /* median round trip of a msg_bytes message, us */
+    double rtt_min_us;      /* fastest round trip, us */
+    double bw_mbs;          /* one-way throughput, MB/s */
+    int msg_bytes, burst_bytes, samples;
+} hr_msg_link;
+int hr_msg_link_encode(hr_msg *out, const hr_msg_link *m, char err[HR_ERR_LEN]);
+int hr_msg_link_decode(const hr_ring_hdr *h, const void *pl, hr_msg_link *m, char err[HR_ERR_LEN]);
 
 #endif

@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define HR_RING_MAGIC 0x48545248u
-#define HR_RING_VERSION 2 /* 2: typed REJECT, READY, INVITE, PAIR payloads (msg.h) */
+#define HR_RING_VERSION 3 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h) */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
@@ -63,6 +63,8 @@ typedef enum {
     HR_RING_STATUS_REQ, /* client -> head */
     HR_RING_STATUS,     /* head -> client: JSON */
     HR_RING_PAIR,       /* new agent -> head (join token): trust my key; head -> agent: ok */
+    HR_RING_PROBE,      /* head -> worker: measure your link to this echo endpoint */
+    HR_RING_LINK,       /* worker -> head: a measured link (round trip, throughput) */
     HR_RING_TYPE_END
 } hr_ring_type;
 
@@ -273,5 +275,14 @@ int hr_ring_secure_client_pairing(void *sock, const char *pair_sec, const char *
 /* Makes sock a CURVE client expecting server_pub (before connect). */
 int hr_ring_secure_client(void *sock, const hr_ring_keys *k, const char *server_pub,
                           char err[HR_ERR_LEN]);
+
+/* Link probes over CURVE, as the data plane runs (echo.c): the responder is
+ * a CURVE server with keys (its ZAP handler admits whom the data port
+ * admits), the probing side a CURVE client of server_pub. keys NULL: the
+ * plain hr_ring_echo_bind / hr_ring_probe_open. */
+void *hr_ring_echo_bind_secure(void *zctx, const char *endpoint, const hr_ring_keys *keys,
+                               char *out, size_t cap, char err[HR_ERR_LEN]);
+void *hr_ring_probe_open_secure(void *zctx, const char *endpoint, const hr_ring_keys *keys,
+                                const char *server_pub, int timeout_ms, char err[HR_ERR_LEN]);
 
 #endif

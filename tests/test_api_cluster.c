@@ -672,6 +672,28 @@ static void test_status_page(json_t *cluster) {
         n_dev++;
     }
     CHECK_EQ(n_dev, 2);
+    /* links: /v1/cluster gives each device's measured link to its next one
+     * (long since measured by now), and the page shows it as measured */
+    int sc = 0;
+    json_t *now = http_json("GET", "/v1/cluster", NULL, &sc);
+    CHECK_EQ(sc, 200);
+    json_array_foreach(json_object_get(now, "devices"), i, dev) {
+        const char *name = json_string_value(json_object_get(dev, "name"));
+        const char *to = json_string_value(json_object_get(dev, "link_to"));
+        CHECK(json_is_false(json_object_get(dev, "link_assumed")));
+        CHECK(to != NULL);
+        CHECK(json_real_value(json_object_get(dev, "link_rtt_ms")) > 0);
+        CHECK(json_real_value(json_object_get(dev, "link_bps")) > 0);
+        char row[160], link[160];
+        snprintf(row, sizeof row, "data-device=\"%s\"", name ? name : "?");
+        snprintf(link, sizeof link, "link to %s: ", to ? to : "?");
+        char *r = d ? strstr(d, row) : NULL;
+        char *c = r ? strstr(r, link) : NULL;
+        char *next = r ? strstr(r + 1, "data-device=") : NULL;
+        CHECK(c != NULL && (!next || c < next));
+        CHECK(c && strstr(c, "measured") && (!next || strstr(c, "measured") < next));
+    }
+    json_decref(now);
     free(d);
     /* the screenshot */
     argv[NC + 2] = shot;

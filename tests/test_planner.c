@@ -3,7 +3,8 @@
  *  - a generated 12-layer model on three agents whose memory is short and
  *    disks slow: the plan the head runs is hr_sched_solve's for the same
  *    inputs (k and every window), not an even split, k > 1 with all three
- *    devices active, links labelled assumed; greedy ids on the ring (F32
+ *    devices active, links measured (the plan's figures are the measured
+ *    ones); greedy ids on the ring (F32
  *    wire) equal a single-process run;
  *  - one memory arithmetic: a head alone with exactly the memory the model
  *    needs (no disk) plans and accepts its own plan; 1 MiB less and the
@@ -273,6 +274,16 @@ static void test_live_plan(const char *model) {
             if (order[i] < 0)
                 order[i] = i;
             CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]], &sd[i]), 0);
+            /* the links the plan ran on were measured (each device's link to
+             * the head at join; the head's the other way): the same figures */
+            json_t *dj = json_array_get(devs, i);
+            CHECK(json_is_false(json_object_get(dj, "plan_link_assumed")));
+            double prtt = json_real_value(json_object_get(dj, "plan_link_rtt_ms"));
+            double pbps = json_real_value(json_object_get(dj, "plan_link_bps"));
+            CHECK(prtt > 0 && pbps > 0);
+            sd[i].rtt_ms = prtt;
+            sd[i].link_bps = pbps;
+            sd[i].link_assumed = false;
         }
         static hr_sched_plan want;
         CHECK_EQ(hr_sched_solve(&sm, sd, N_DEV, NULL, &want, err), 0);
@@ -292,7 +303,7 @@ static void test_live_plan(const char *model) {
             active += pos >= 0;
             even &= w == W / N_DEV + (i < W % N_DEV);
             CHECK(json_is_true(json_object_get(d, "has_profile")));
-            CHECK(json_is_true(json_object_get(d, "link_assumed")));
+            CHECK(json_is_false(json_object_get(d, "link_assumed")));
             CHECK(json_real_value(json_object_get(d, "pred_ms_round")) > 0);
         }
         CHECK_EQ(active, N_DEV);

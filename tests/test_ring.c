@@ -574,6 +574,107 @@ static void test_msg_refusals(const char *key) {
     CHECK_EQ(hr_msg_error_decode(&h, "a\0b", text, sizeof text, err), HR_EFORMAT);
 }
 
+/* PROBE / LINK round trips, JOIN's echo endpoint, and the figures no
+ * link gives refused at decode. */
+static void test_msg_links(const char *key) {
+    char err[HR_ERR_LEN] = "";
+    hr_msg m;
+    hr_ring_hdr h;
+    uint8_t *f;
+    hr_msg_probe pr = {.plan_id = 7}, prd;
+    snprintf(pr.to, sizeof pr.to, "tcp://10.0.0.3:41234");
+    snprintf(pr.key, sizeof pr.key, "%s", key);
+    snprintf(pr.name, sizeof pr.name, "desk");
+    CHECK_EQ(hr_msg_probe_encode(&m, &pr, err), 0);
+    CHECK_EQ(m.h.type, HR_RING_PROBE);
+    CHECK_EQ(m.h.plan_id, 7);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_probe_decode(&h, f + HR_RING_HDR_SIZE, &prd, err), 0);
+    CHECK_STR(prd.to, pr.to);
+    CHECK_STR(prd.key, key);
+    CHECK_STR(prd.name, "desk");
+    CHECK_EQ(prd.plan_id, 7);
+    free(f);
+    hr_msg_link lk = {.plan_id = 3,
+                      .rtt_us = 180.5,
+                      .rtt_min_us = 120.25,
+                      .bw_mbs = 11.75,
+                      .msg_bytes = 8192,
+                      .burst_bytes = 262144,
+                      .samples = 10},
+                lkd;
+    snprintf(lk.to, sizeof lk.to, "tcp://10.0.0.3:41234");
+    CHECK_EQ(hr_msg_link_encode(&m, &lk, err), 0);
+    CHECK_EQ(m.h.type, HR_RING_LINK);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_link_decode(&h, f + HR_RING_HDR_SIZE, &lkd, err), 0);
+    CHECK_STR(lkd.to, lk.to);
+    CHECK_EQ(lkd.plan_id, 3);
+    CHECK(lkd.rtt_us == 180.5 && lkd.rtt_min_us == 120.25 && lkd.bw_mbs == 11.75);
+    CHECK(lkd.msg_bytes == 8192 && lkd.burst_bytes == 262144 && lkd.samples == 10);
+    free(f);
+    CHECK(hr_msg_info_of(HR_RING_LINK)->flags & HR_MSG_F_KNOWN);
+    /* JOIN carries the responder's endpoint; absent means none */
+    hr_msg_join j = {.version = HR_RING_VERSION, .model_hash = 1, .model_size = 2}, jd;
+    snprintf(j.name, sizeof j.name, "n");
+    snprintf(j.ctrl, sizeof j.ctrl, "tcp://10.0.0.2:7700");
+    snprintf(j.data, sizeof j.data, "tcp://10.0.0.2:7701");
+    snprintf(j.echo, sizeof j.echo, "tcp://10.0.0.2:40001");
+    CHECK_EQ(hr_msg_join_encode(&m, &j, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_join_decode(&h, f + HR_RING_HDR_SIZE, &jd, err), 0);
+    CHECK_STR(jd.echo, j.echo);
+    hr_msg_join_clear(&jd);
+    free(f);
+    /* refusals: every bad figure, a stray field, a non-tcp endpoint */
+    const char *bad[] = {
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":0,\"rtt_min_us\":1,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":-5,\"rtt_min_us\":1,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":200,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":0,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":2e6,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":7e7,\"rtt_min_us\":50,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":0}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":-1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"ipc://x\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":\"100\",\"rtt_min_us\":50,"
+        "\"bw_mbs\":1,\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1,\"extra\":1}",
+        "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,\"bw_mbs\":1,"
+        "\"msg_bytes\":8,\"samples\":1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h = raw(HR_RING_LINK, bad[i]);
+        int rc = hr_msg_link_decode(&h, bad[i], &lkd, err);
+        if (rc != HR_EFORMAT)
+            fprintf(stderr, "LINK %zu accepted: %s\n", i, bad[i]);
+        CHECK_EQ(rc, HR_EFORMAT);
+    }
+    const char *good = "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"rtt_us\":100,\"rtt_min_us\":50,"
+                       "\"bw_mbs\":1,\"msg_bytes\":8,\"burst_bytes\":8,\"samples\":1}";
+    h = raw(HR_RING_LINK, good);
+    CHECK_EQ(hr_msg_link_decode(&h, good, &lkd, err), 0);
+    h = raw(HR_RING_PROBE, good); /* a LINK payload is no PROBE */
+    CHECK_EQ(hr_msg_probe_decode(&h, good, &prd, err), HR_EFORMAT);
+    const char *pbad[] = {"{\"to\":\"tcp://h:1\"}", "{\"to\":\"h:1\",\"plan_id\":1}",
+                          "{\"to\":\"tcp://h:1\",\"plan_id\":1,\"key\":\"short\"}",
+                          "{\"to\":\"tcp://h:1\",\"plan_id\":5000000000}"};
+    for (size_t i = 0; i < sizeof pbad / sizeof pbad[0]; i++) {
+        h = raw(HR_RING_PROBE, pbad[i]);
+        CHECK_EQ(hr_msg_probe_decode(&h, pbad[i], &prd, err), HR_EFORMAT);
+    }
+}
+
 static void test_messages(void) {
     char pub[41], sec[41];
     CHECK_EQ(zmq_curve_keypair(pub, sec), 0);
@@ -581,6 +682,7 @@ static void test_messages(void) {
     test_msg_table();
     test_msg_roundtrip(pub);
     test_msg_refusals(pub);
+    test_msg_links(pub);
 }
 
 int main(void) {
