@@ -51,6 +51,11 @@ typedef struct {
     double meas_ms_round, resident, hb_rtt_us;
     uint64_t tokens;
     int64_t mem_avail;
+    /* disk: predicted (plan) and measured / done (heartbeat) */
+    double pred_read_token;      /* bytes per token the cost model says it reads; -1 n/a */
+    double meas_read_round;      /* bytes per window computed, measured; -1 unknown */
+    double stream_round, pinned; /* the runtime's split: bytes per round, bytes kept */
+    int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
 } hr_dev;
 
 /* What the control thread publishes for the other threads. */

@@ -433,6 +433,30 @@ done:
     return rc;
 }
 
+/* MiB of a status number, or n/a (null / absent). */
+static const char *hr_mib(json_t *v, const char *na, char *buf, size_t cap) {
+    if (!json_is_number(v))
+        return na;
+    snprintf(buf, cap, "%.1f MiB", json_number_value(v) / 1048576.0);
+    return buf;
+}
+
+/* One device's disk line: predicted vs measured bytes read per token, and
+ * what its runtime streams and keeps. */
+static void hr_print_disk(json_t *d) {
+    char a[32], b[32], c[32], e[32];
+    const char *by = "unknown";
+    json_unpack(d, "{s?s}", "pinned_by", &by);
+    printf("      disk per token: read %s predicted, %s measured; streams %s, keeps %s (%s)\n",
+           hr_mib(json_object_get(d, "pred_read_bytes_token"), "n/a (no prediction)", a, sizeof a),
+           hr_mib(json_object_get(d, "meas_read_bytes_token"), "n/a (no token yet)", b, sizeof b),
+           hr_mib(json_object_get(d, "stream_bytes_token"), "n/a", c, sizeof c),
+           hr_mib(json_object_get(d, "pinned_bytes"), "n/a", e, sizeof e),
+           strcmp(by, "mlock") == 0    ? "pinned by mlock"
+           : strcmp(by, "advice") == 0 ? "kept by advice"
+                                       : "pinning unknown");
+}
+
 static void hr_print_status(json_t *j) {
     const char *head = "", *wire = "", *error = "";
     int k = 0, n_layer = 0, ready = 0;
@@ -497,6 +521,8 @@ static void hr_print_status(json_t *j) {
         if (has_prof)
             printf("      link to next: %.3g Gbit/s, %.2g ms round trip (%s)\n", lbps * 8e-9, rtt,
                    lassumed ? "assumed: no link measured" : "measured");
+        if (!left[0] && w > 0)
+            hr_print_disk(d);
     }
 }
 
