@@ -50,8 +50,19 @@ typedef struct {
     uint8_t *frame; /* 32 + n_batch x n_embd x 4 bytes, sends */
     uint8_t *rx;    /* head: same size, receives */
     size_t frame_cap;
-    float *logits; /* head: [n_vocab] */
+    float *logits;     /* head: [n_vocab] */
+    double mem_budget; /* parameter: the scheduler's budget for this device, bytes; <= 0 unknown */
 } hr_local_plan;
+
+typedef struct hr_streamer hr_streamer; /* stream.c */
+
+/* What the streamer does and measures (stream.c). */
+typedef struct {
+    double read_round;   /* bytes read from storage per window computed, measured; -1 unknown */
+    double stream_round; /* bytes the split streams per round (mean over the k windows) */
+    double pinned;       /* bytes of the windows kept resident */
+    int locked;          /* 1 mlock'ed, 0 kept by advice, -1 not yet known */
+} hr_stream_stats;
 
 typedef struct {
     pthread_mutex_t mu;
@@ -100,6 +111,7 @@ struct hr_agent {
     /* link.c: the echo responder peers probe and the prober (own threads) */
     struct hr_link *link;
     char echo_ep[HR_EP_LEN]; /* the responder's endpoint, "" without one */
+    hr_streamer *streamer; /* reads ahead / drops the streamed parts (stream.c; owned) */
 };
 
 /* node.c: the node's model, keys and sockets; a->is_head decides the
@@ -129,9 +141,23 @@ void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
  * them ahead or release them (the mmap/stream.h calls). Every function
  * works on the plan lp it is given; the caller owns lp. */
 void hr_node_windows(const hr_agent *a, hr_local_plan *lp); /* fills lp->win_off/len */
-void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp,
-                          int round); /* prefetch next, release this */
+/* window `round` of lp was computed: the streamer drops its streamed part
+ * and reads the next window's ahead, on its own thread. Call it after the
+ * hidden state went on, without plan_mu. Thread-safe. */
+void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round);
 double hr_node_resident(const hr_agent *a, const hr_local_plan *lp); /* fraction resident */
+/* stream.c: starts / stops the streamer thread (hr_node_init / hr_node_fini) */
+int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]);
+void hr_node_streamer_stop(hr_agent *a);
+/* stream.c: splits lp's windows (hr_node_windows done) under room bytes for
+ * weights (hr_prof_stream_room) and hands the parts to the streamer, which
+ * pins the resident parts and warms the first window. Returns the streamed
+ * bytes per round. Thread-safe (the streamer's own lock, not plan_mu). */
+double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room);
+/* stream.c: the measured bytes per round, the split (any thread) */
+void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out);
+/* stream.c: one measurement tick (one thread: the control loop's timer) */
+void hr_node_io_sample(hr_agent *a);
 
 /* link.c: this agent's links (thread-safe unless said otherwise).
  * start: binds the echo responder next to the data port (CURVE like it)

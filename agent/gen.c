@@ -97,7 +97,6 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
             double t0 = hr_now_s();
             if ((rc = hr_ctx_layers(lp->ctx[r], lp->hid, nb, pos, err)))
                 return rc;
-            hr_node_after_window(a, lp, r);
             if (nb == 1) {
                 double ms = (hr_now_s() - t0) * 1000.0;
                 pthread_mutex_lock(&a->st.mu);
@@ -105,8 +104,10 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
                 pthread_mutex_unlock(&a->st.mu);
             }
         }
-        if (lp->n_active <= 1)
+        if (lp->n_active <= 1) {
+            hr_node_after_window(a, lp, r); /* the streamer reads the next window ahead */
             continue;
+        }
         hr_ring_hdr h = {.type = HR_RING_HIDDEN,
                          .dtype = (uint8_t)lp->dtype,
                          .round = (uint16_t)r,
@@ -126,6 +127,7 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
             }
             return atomic_load(&a->head->lost) ? hr_head_lost_err(a->head, err) : rc;
         }
+        hr_node_after_window(a, lp, r); /* after the send: off the ring's critical path */
         if ((rc = hr_gen_wait(a, &h, cancel, err)))
             return rc;
     }

@@ -67,6 +67,11 @@ typedef struct {
     double plan_rtt_ms, plan_bps;
     bool plan_link_measured, plan_link_reverse; /* reverse: the head's, from its next's probe */
     char plan_link_to[HR_NAME_LEN];
+    /* disk: predicted (plan) and measured / done (heartbeat) */
+    double pred_read_token;      /* bytes per token the cost model says it reads; -1 n/a */
+    double meas_read_round;      /* bytes per window computed, measured; -1 unknown */
+    double stream_round, pinned; /* the runtime's split: bytes per round, bytes kept */
+    int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
 } hr_dev;
 
 /* What the control thread publishes for the other threads. */

@@ -120,6 +120,8 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     d->last_seen = hr_now_s();
     d->ring_pos = -1;
     snprintf(d->echo_ep, sizeof d->echo_ep, "%s", jm.echo);
+    d->pred_read_token = d->meas_read_round = d->stream_round = d->pinned = -1;
+    d->locked = -1;
     hr_head_dev_sched(hd, d, jm.profile, false);
     hr_msg_join_clear(&jm);
     HR_LOG_INFO(TAG, "%s joined from %s (data %s)", d->name, d->ctrl_ep, d->data_ep);
@@ -145,6 +147,10 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->resident = hb.resident;
     d->tokens = hb.tokens;
     d->mem_avail = hb.mem_avail;
+    d->meas_read_round = hb.read_round;
+    d->stream_round = hb.stream_round;
+    d->pinned = hb.pinned;
+    d->locked = hb.locked;
 }
 
 static void hr_head_check_lost(hr_agent *a) {
@@ -501,6 +507,7 @@ static void hr_head_plan_timer(void *ud) {
         hr_head_update_ready(hd);
     }
     hd->resident = hr_node_resident(a, &hd->own);
+    hr_node_io_sample(a);
     hr_head_publish(hd);
     pthread_mutex_unlock(&hd->dev_mu);
 }
@@ -515,6 +522,7 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     snprintf(me->ctrl_ep, sizeof me->ctrl_ep, "%s", a->ctrl_ep);
     snprintf(me->data_ep, sizeof me->data_ep, "%s", a->data_ep);
     me->info = strdup(a->info_json);
+    me->pred_read_token = -1;
     if (a->keys)
         snprintf(me->pubkey, sizeof me->pubkey, "%s", hr_ring_keys_public(a->keys));
     if (hr_prof_model_build(&hd->pm, a->m, a->g, err) == 0)

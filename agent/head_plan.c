@@ -196,6 +196,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         d->offset = off;
         off += w[i];
         d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
+        d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
         d->left_out[0] = 0;
         if (i > 0 && w[i] == 0)
             snprintf(d->left_out, sizeof d->left_out, "%s",
@@ -242,6 +243,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
         pm.offset = d->offset;
         pm.prefetch = a->p.prefetch;
         pm.release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded;
+        pm.mem_budget = d->has_sched ? d->sd.mem_bytes : 0; /* what it was planned with */
         snprintf(pm.next, sizeof pm.next, "%s", next);
         snprintf(pm.next_key, sizeof pm.next_key, "%s", next_key);
         if (r == 0) {
@@ -256,7 +258,8 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .n_batch = a->p.n_batch,
                                 .dtype = a->p.wire_dtype,
                                 .prefetch = pm.prefetch,
-                                .release = pm.release};
+                                .release = pm.release,
+                                .mem_budget = pm.mem_budget};
             snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
             snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
             if ((rc = hr_node_plan_check(a, &np, err)))
@@ -345,6 +348,25 @@ static void hr_layers_str(char *out, size_t cap, int k, int W, int off, int w) {
         snprintf(out, cap, "-");
 }
 
+/* A number, or null when < 0 (unknown). */
+static json_t *hr_num_or_null(double v) { return v >= 0 ? json_real(v) : json_null(); }
+
+/* Disk figures of a device row: what the plan's cost model predicts it
+ * reads per token, what it measured (/proc/self/io over its windows) and
+ * what its runtime split streams and keeps. */
+static void hr_head_disk_json(json_t *o, const hr_dev *d, int k) {
+    json_object_set_new(o, "pred_read_bytes_token", hr_num_or_null(d->pred_read_token));
+    json_object_set_new(o, "meas_read_bytes_token",
+                        hr_num_or_null(d->meas_read_round >= 0 ? d->meas_read_round * k : -1));
+    json_object_set_new(o, "stream_bytes_token",
+                        hr_num_or_null(d->stream_round >= 0 ? d->stream_round * k : -1));
+    json_object_set_new(o, "pinned_bytes", hr_num_or_null(d->pinned));
+    json_object_set_new(o, "pinned_by",
+                        json_string(d->locked > 0    ? "mlock"
+                                    : d->locked == 0 ? "advice"
+                                                     : "unknown"));
+}
+
 /* One device's JSON row (dev_mu held). */
 static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head, int k, int W) {
     json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
@@ -370,6 +392,7 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
         hr_head_link_json(d, is_head, o);
         if (d->left_out[0])
             json_object_set_new(o, "left_out", json_string(d->left_out));
+        hr_head_disk_json(o, d, k);
     }
     return o;
 }
@@ -390,6 +413,12 @@ char *hr_head_status_json(hr_agent *a) {
             d.tokens = a->st.tokens;
             pthread_mutex_unlock(&a->st.mu);
             d.resident = hd->resident;
+            hr_stream_stats ss;
+            hr_node_stream_stats(a, &ss);
+            d.meas_read_round = ss.read_round;
+            d.stream_round = ss.stream_round;
+            d.pinned = ss.pinned;
+            d.locked = ss.locked;
         }
         json_t *o = hr_head_dev_json(hd, &d, i == 0, k, W);
         if (o)

@@ -204,6 +204,8 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     a->model_size = hr_gguf_file_size(a->g);
     a->model_hash =
         hr_ring_hash(hr_gguf_base(a->g), (size_t)hr_gguf_data_offset(a->g), a->model_size);
+    if ((rc = hr_node_streamer_start(a, err)))
+        return rc;
     a->pool = hr_pool_create(a->p.n_threads);
     a->zctx = hr_ring_context();
     if (!a->pool || !a->zctx)
@@ -250,6 +252,7 @@ void hr_node_fini(hr_agent *a) {
     if (a->data_started)
         pthread_join(a->data_thread, NULL);
     a->data_started = false;
+    hr_node_streamer_stop(a); /* before the mapping goes */
     hr_local_plan_free(&a->lp);
     hr_link_stop(a); /* its sockets close before the context ends */
     free(a->info_json);
@@ -294,24 +297,52 @@ void hr_node_trim_timer(void *ud) {
  * the planner's (profiler.h, plan memory): KV of all k x w layers, one
  * window of weights and (head) the output head against MemAvailable now,
  * capped by --mem-limit, less the reserve for buffers and slack. */
+/* The admission budget of plan lp now: hr_prof_mem_budget of MemAvailable
+ * capped by --mem-limit (*budget < 0 when MemAvailable is unknown), and
+ * the model's figures at lp's context in *sm. */
+static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_model *sm,
+                          double *budget, char err[HR_ERR_LEN]) {
+    int64_t avail, total;
+    hr_node_meminfo(&avail, &total);
+    hr_prof_model pm = {0};
+    int rc = hr_prof_model_build(&pm, a->m, a->g, err);
+    if (rc == 0)
+        rc = hr_prof_to_sched_model(&pm, lp->n_ctx, sm, err);
+    hr_prof_model_clear(&pm);
+    *budget = avail < 0 || total <= 0
+                  ? -1
+                  : hr_prof_mem_budget((double)avail, a->p.mem_limit_gib * 1073741824.0,
+                                       sm->layer_bytes, -1);
+    return rc;
+}
+
+/* Bytes of lp's windows that may stay resident: the admission budget,
+ * capped by the budget the scheduler planned this device with (PLAN
+ * mem_budget), less KV and output head (hr_prof_stream_room). */
+static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp) {
+    hr_sched_model sm;
+    double budget;
+    char err[HR_ERR_LEN];
+    if (lp->w <= 0 || hr_node_budget(a, lp, &sm, &budget, err) != 0)
+        return 1e300; /* nothing to split, or no model figures: keep everything */
+    if (lp->mem_budget > 0 && (budget < 0 || lp->mem_budget < budget))
+        budget = lp->mem_budget;
+    if (budget < 0)
+        return 1e300;
+    return hr_prof_stream_room(&sm, lp->k, lp->w, a->is_head, budget);
+}
+
 static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_ERR_LEN]) {
     if (lp->w <= 0)
         return 0;
-    int64_t avail, total;
-    hr_node_meminfo(&avail, &total);
-    if (avail < 0 || total <= 0)
-        return 0;
-    hr_prof_model pm = {0};
     hr_sched_model sm;
-    int rc = hr_prof_model_build(&pm, a->m, a->g, err);
-    if (rc == 0)
-        rc = hr_prof_to_sched_model(&pm, lp->n_ctx, &sm, err);
-    hr_prof_model_clear(&pm);
+    double budget;
+    int rc = hr_node_budget(a, lp, &sm, &budget, err);
     if (rc)
         return rc;
+    if (budget < 0)
+        return 0;
     double need = hr_prof_mem_need(&sm, lp->k, lp->w, a->is_head);
-    double budget =
-        hr_prof_mem_budget((double)avail, a->p.mem_limit_gib * 1073741824.0, sm.layer_bytes, -1);
     if (need > budget * (1.0 + 1e-9) + 1.0)
         return hr_seterr(err, HR_ENOMEM,
                          "device '%s': plan %u needs %.0f bytes (%.1f MiB: KV of %d layers x %d "
@@ -354,6 +385,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     lp->dtype = np->dtype;
     lp->prefetch = np->prefetch;
     lp->release = np->release;
+    lp->mem_budget = np->mem_budget;
     snprintf(lp->next_ep, sizeof lp->next_ep, "%s", np->next_ep);
     snprintf(lp->next_key, sizeof lp->next_key, "%s", np->next_key);
     int rc = hr_node_plan_check(a, lp, err);
@@ -387,8 +419,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
         goto fail;
     }
     hr_node_windows(a, lp);
-    if (lp->prefetch)
-        hr_node_after_window(a, lp, lp->k - 1); /* warm the first window */
+    hr_node_stream_plan(a, lp, hr_node_stream_room(a, lp)); /* pins, warms the first window */
     HR_LOG_INFO(TAG, "%s: plan %u: k %d, window %d layers at offset %d of %d per round, next %s",
                 a->name, lp->plan_id, lp->k, lp->w, lp->offset, lp->W,
                 lp->next_ep[0] ? lp->next_ep : "-");

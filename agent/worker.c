@@ -101,7 +101,6 @@ static void *hr_data_main(void *arg) {
         hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
         double t0 = hr_now_s();
         int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
-        hr_node_after_window(a, lp, h.round);
         double ms = (hr_now_s() - t0) * 1000.0;
         if (rc) {
             pthread_mutex_unlock(&a->plan_mu);
@@ -112,6 +111,7 @@ static void *hr_data_main(void *arg) {
                                 lp->hid, (size_t)nt * E, lp->dtype);
         h.len = (uint32_t)len;
         rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
+        hr_node_after_window(a, lp, h.round); /* after the send: the streamer reads ahead */
         pthread_mutex_unlock(&a->plan_mu);
         hr_node_stats_round(a, ms, nt, h.round + 1 == lp->k);
         if (rc)
@@ -182,6 +182,7 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
     np->dtype = m.dtype;
     np->prefetch = m.prefetch && a->p.prefetch;
     np->release = a->p.release >= 0 ? a->p.release == 1 : m.release;
+    np->mem_budget = m.mem_budget;
     snprintf(np->next_ep, sizeof np->next_ep, "%s", m.next);
     snprintf(np->next_key, sizeof np->next_key, "%s", m.next_key);
     if (a->keys)
@@ -202,12 +203,19 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
     uint32_t pid = w->windows.plan_id;
     int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
     hr_node_meminfo(&avail, &total);
+    hr_node_io_sample(a);
+    hr_stream_stats ss;
+    hr_node_stream_stats(a, &ss);
     hr_msg_heartbeat hb = {.ms_round = ms,
                            .resident = res,
                            .tokens = tok,
                            .rejected = rej,
                            .mem_avail = avail,
-                           .t = t_sent};
+                           .t = t_sent,
+                           .read_round = ss.read_round,
+                           .stream_round = ss.stream_round,
+                           .pinned = ss.pinned,
+                           .locked = ss.locked};
     hr_msg m;
     char err[HR_ERR_LEN];
     if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {

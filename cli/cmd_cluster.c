@@ -457,6 +457,29 @@ static void hr_print_link(json_t *d, int has_prof, int assumed, double rtt, doub
     else if (has_prof)
         printf("      link to next: %.3g Mbit/s, %.3g ms round trip (assumed: not measured%s%s)\n",
                bps * 8e-6, rtt, probe[0] ? ", probe " : "", probe);
+
+/* MiB of a status number, or n/a (null / absent). */
+static const char *hr_mib(json_t *v, const char *na, char *buf, size_t cap) {
+    if (!json_is_number(v))
+        return na;
+    snprintf(buf, cap, "%.1f MiB", json_number_value(v) / 1048576.0);
+    return buf;
+}
+
+/* One device's disk line: predicted vs measured bytes read per token, and
+ * what its runtime streams and keeps. */
+static void hr_print_disk(json_t *d) {
+    char a[32], b[32], c[32], e[32];
+    const char *by = "unknown";
+    json_unpack(d, "{s?s}", "pinned_by", &by);
+    printf("      disk per token: read %s predicted, %s measured; streams %s, keeps %s (%s)\n",
+           hr_mib(json_object_get(d, "pred_read_bytes_token"), "n/a (no prediction)", a, sizeof a),
+           hr_mib(json_object_get(d, "meas_read_bytes_token"), "n/a (no token yet)", b, sizeof b),
+           hr_mib(json_object_get(d, "stream_bytes_token"), "n/a", c, sizeof c),
+           hr_mib(json_object_get(d, "pinned_bytes"), "n/a", e, sizeof e),
+           strcmp(by, "mlock") == 0    ? "pinned by mlock"
+           : strcmp(by, "advice") == 0 ? "kept by advice"
+                                       : "pinning unknown");
 }
 
 static void hr_print_status(json_t *j) {
@@ -521,6 +544,8 @@ static void hr_print_status(json_t *j) {
                    "tokens %lld\n",
                    layers, w, pbuf, mbuf, res * 100.0, (long long)tok);
         hr_print_link(d, has_prof, lassumed, rtt, lbps);
+        if (!left[0] && w > 0)
+            hr_print_disk(d);
     }
 }
 

@@ -8,6 +8,8 @@
 #include "mmap/gguf-impl.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -101,4 +103,122 @@ double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t
         }
     }
     return total ? (double)res / (double)total : 1.0;
+}
+
+/* ---- resident / streamed split ---- */
+
+/* Resident bytes plus the largest tail when every window streams min(len, s). */
+static double split_need(const hr_stream_part *p, int n, uint64_t s) {
+    double keep = 0, buf = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t t = p[i].len < s ? p[i].len : s;
+        keep += (double)(p[i].len - t);
+        if ((double)t > buf)
+            buf = (double)t;
+    }
+    return keep + buf;
+}
+
+int hr_stream_split(hr_stream_part *parts, int n, double room) {
+    if (!parts || n < 1)
+        return HR_EINVAL;
+    uint64_t pg = page_size(), total = 0, max = 0;
+    for (int i = 0; i < n; i++) {
+        total += parts[i].len;
+        if (parts[i].len > max)
+            max = parts[i].len;
+    }
+    uint64_t s = 0;
+    int rc = 0;
+    if ((double)total <= room) {
+        s = 0; /* everything stays */
+    } else if (n < 2 || split_need(parts, n, max) > room) {
+        s = max; /* no resident part can leave room for a tail: all streams */
+        rc = HR_ERANGE;
+    } else { /* smallest s with split_need(s) <= room (non-increasing in s) */
+        uint64_t lo = 0, hi = max;
+        while (lo < hi) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (split_need(parts, n, mid) <= room)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        s = lo;
+    }
+    for (int i = 0; i < n; i++) {
+        hr_stream_part *p = &parts[i];
+        uint64_t t = p->len < s ? p->len : s, end = p->off + p->len;
+        uint64_t a = end - t, b = end - end % pg;
+        if (rc == 0)
+            a = (a + pg - 1) / pg * pg; /* the kept head may grow by a page, never shrink */
+        else
+            a -= a % pg; /* whole windows: from their first page */
+        p->stream_off = p->stream_len = 0;
+        p->keep_len = p->len;
+        if (t > 0 && a < b) {
+            p->stream_off = a;
+            p->stream_len = b - a;
+            p->keep_len = a > p->off ? a - p->off : 0;
+        }
+    }
+    return rc;
+}
+
+int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len) {
+    int rc = 0;
+#ifdef MADV_COLD
+    rc = advise(g, off, len, MADV_COLD, "COLD");
+#endif
+    int rc2 = advise(g, off, len, MADV_DONTNEED, "DONTNEED");
+    return rc ? rc : rc2;
+}
+
+int hr_stream_fetch(const hr_gguf *g, uint64_t off, uint64_t len) {
+    uint64_t start, n;
+    int rc = page_range(g, off, len, &start, &n);
+    if (rc || n == 0)
+        return rc;
+    rc = advise(g, start, n, MADV_WILLNEED, "WILLNEED");
+    volatile const uint8_t *p = g->base + start;
+    uint8_t sum = 0;
+    for (uint64_t at = 0; at < n; at += page_size())
+        sum ^= p[at];
+    (void)sum;
+    return rc;
+}
+
+static int lock_range(const hr_gguf *g, uint64_t off, uint64_t len, bool lock) {
+    uint64_t start, n;
+    int rc = page_range(g, off, len, &start, &n);
+    if (rc || n == 0)
+        return rc;
+    void *p = (void *)(g->base + start);
+    if ((lock ? mlock(p, (size_t)n) : munlock(p, (size_t)n)) != 0) {
+        HR_LOG_DEBUG(TAG, "%s of [%" PRIu64 ", +%" PRIu64 ") refused", lock ? "mlock" : "munlock",
+                     start, n);
+        return HR_EDENIED;
+    }
+    return 0;
+}
+
+int hr_stream_lock(const hr_gguf *g, uint64_t off, uint64_t len) {
+    return lock_range(g, off, len, true);
+}
+
+int hr_stream_unlock(const hr_gguf *g, uint64_t off, uint64_t len) {
+    return lock_range(g, off, len, false);
+}
+
+int64_t hr_stream_io_read_bytes(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f)
+        return -1;
+    char line[128];
+    long long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %lld", &v) == 1)
+            break;
+    fclose(f);
+    return v;
 }

@@ -56,4 +56,57 @@ int hr_stream_release(const hr_gguf *g, uint64_t off, uint64_t len);
  * this process has mapped, not the whole page cache. */
 double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t *len, int n);
 
+/* ---- one device's windows: a resident part and a streamed part ----
+ *
+ * A device computes n windows in turn (one per round). When their bytes
+ * do not all fit the room it has for weights, each window keeps a
+ * resident head [off, off + keep_len) and streams its tail
+ * [stream_off, stream_off + stream_len) from disk every round: the tail of
+ * window r is read ahead while the rest of the ring computes and dropped
+ * once window r is done, so at any time the resident parts plus one tail
+ * are in memory. hr_stream_split picks the smallest tail length s (each
+ * window streams min(len, s)) with
+ *
+ *     sum_i (len_i - min(len_i, s)) + min(s, max_i len_i) <= room
+ *
+ * which for n equal windows of T / n bytes is s = (T - room) / (n - 1):
+ * the scheduler's pinned-reclaim rule (sched/sched.h). The tail is then
+ * trimmed to whole pages inside the window (its start rounded up, its end
+ * rounded down), so the streamed bytes are exactly what madvise acts on
+ * and a page shared with a neighbouring window is never dropped. */
+typedef struct {
+    uint64_t off, len;               /* the window, as hr_stream_window_range gives it */
+    uint64_t keep_len;               /* [off, off + keep_len) stays resident */
+    uint64_t stream_off, stream_len; /* whole pages streamed every round; 0 = none */
+} hr_stream_part;
+
+/* Splits the n windows parts[i].off / .len (the caller sets them) under
+ * room bytes for weights: fills keep_len, stream_off and stream_len and
+ * returns 0. Everything stays (stream_len 0) when the windows fit. When
+ * they cannot be split (n == 1 or room below the largest window) every
+ * window streams whole (keep_len 0, its whole pages streamed) and the
+ * return is HR_ERANGE. HR_EINVAL for NULL parts or n < 1. Reentrant. */
+int hr_stream_split(hr_stream_part *parts, int n, double room);
+
+/* Drops [off, off + len) from this mapping after use: MADV_COLD (where the
+ * headers have it: the pages become the first to reclaim) and then
+ * MADV_DONTNEED (unmapped here; they fault back in from the page cache or
+ * the file). Same returns as hr_stream_prefetch. */
+int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len);
+
+/* Reads [off, off + len) in now: MADV_WILLNEED, then one byte of every page
+ * is touched, so the call returns when the range is resident and mapped.
+ * Blocks for the disk: for a thread off the critical path. Same returns. */
+int hr_stream_fetch(const hr_gguf *g, uint64_t off, uint64_t len);
+
+/* mlock / munlock of [off, off + len) of the mapping (whole pages). 0,
+ * HR_EINVAL as hr_stream_prefetch, HR_EDENIED when the kernel refuses
+ * (no CAP_IPC_LOCK and RLIMIT_MEMLOCK too small, or no memory). */
+int hr_stream_lock(const hr_gguf *g, uint64_t off, uint64_t len);
+int hr_stream_unlock(const hr_gguf *g, uint64_t off, uint64_t len);
+
+/* Bytes this process has caused to be read from storage so far
+ * (read_bytes of /proc/self/io, all threads); -1 when unknown. */
+int64_t hr_stream_io_read_bytes(void);
+
 #endif

@@ -33,6 +33,13 @@ double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head) {
     return kv + win + (is_head ? m->output_bytes : 0);
 }
 
+double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget) {
+    if (!m || k <= 0 || w < 0)
+        return 0;
+    double room = budget - (double)k * w * m->kv_bytes_per_layer - (is_head ? m->output_bytes : 0);
+    return room > 0 ? room : 0;
+}
+
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
                            char err[HR_ERR_LEN]) {
     memset(out, 0, sizeof *out);

@@ -222,6 +222,22 @@ int hr_msg_join_decode(const hr_ring_hdr *h, const void *pl, hr_msg_join *m, cha
 
 /* ---- PLAN ---- */
 
+/* Reads the optional number member key of o into *out (-1 when absent);
+ * refuses a non-number or one outside [lo, hi]. */
+static int hr_msg_opt_num(const json_t *o, const char *key, double lo, double hi, double *out,
+                          int type, char err[HR_ERR_LEN]) {
+    json_t *v = json_object_get(o, key);
+    *out = -1;
+    if (!v)
+        return 0;
+    double x = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!json_is_number(v) || !(x >= lo && x <= hi))
+        return hr_seterr(err, HR_EFORMAT, "%s: %s must be a number in [%g, %g]",
+                         hr_ring_type_name(type), key, lo, hi);
+    *out = x;
+    return 0;
+}
+
 int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]) {
     json_t *keys = json_array();
     for (int i = 0; keys && i < m->n_keys && i < HR_MSG_MAX_KEYS; i++)
@@ -231,6 +247,8 @@ int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]) 
                           m->offset, "n_active", m->n_active, "n_ctx", m->n_ctx, "n_batch",
                           m->n_batch, "dtype", m->dtype, "next", m->next, "next_key", m->next_key,
                           "prefetch", (int)m->prefetch, "release", (int)m->release, "keys", keys);
+    if (j && m->mem_budget > 0)
+        json_object_set_new(j, "mem_budget", json_real(m->mem_budget));
     int rc = hr_msg_take_json(out, HR_RING_PLAN, j, err);
     out->h.plan_id = m->plan_id;
     return rc;
@@ -261,6 +279,10 @@ int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, cha
         return hr_seterr(err, HR_EFORMAT, "PLAN: plan_id %lld out of range", (long long)plan_id);
     }
     m->plan_id = (uint32_t)plan_id;
+    if ((rc = hr_msg_opt_num(j, "mem_budget", 0, 1e18, &m->mem_budget, HR_RING_PLAN, err))) {
+        json_decref(j);
+        return rc;
+    }
     m->prefetch = prefetch;
     m->release = release;
     json_t *arr = json_object_get(j, "keys"), *v;
@@ -343,6 +365,14 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
         json_pack("{s:f,s:f,s:I,s:I,s:I,s:f}", "ms_round", m->ms_round, "resident", m->resident,
                   "tokens", (json_int_t)m->tokens, "rejected", (json_int_t)m->rejected, "mem_avail",
                   (json_int_t)m->mem_avail, "t", m->t);
+    if (j && m->read_round >= 0)
+        json_object_set_new(j, "read_round", json_real(m->read_round));
+    if (j && m->stream_round >= 0)
+        json_object_set_new(j, "stream_round", json_real(m->stream_round));
+    if (j && m->pinned >= 0)
+        json_object_set_new(j, "pinned", json_real(m->pinned));
+    if (j && m->locked >= 0)
+        json_object_set_new(j, "locked", json_boolean(m->locked > 0));
     return hr_msg_take_json(out, HR_RING_HEARTBEAT, j, err);
 }
 
@@ -358,6 +388,18 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
                        &m->resident, "tokens", &tok, "rejected", &rej, "mem_avail", &avail, "t",
                        &m->t) != 0)
         return hr_msg_unpack_err(j, &je, HR_RING_HEARTBEAT, err);
+    int rc;
+    json_t *lk = json_object_get(j, "locked");
+    if ((rc = hr_msg_opt_num(j, "read_round", 0, 1e15, &m->read_round, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "stream_round", 0, 1e15, &m->stream_round, HR_RING_HEARTBEAT,
+                             err)) ||
+        (rc = hr_msg_opt_num(j, "pinned", 0, 1e15, &m->pinned, HR_RING_HEARTBEAT, err)) ||
+        (lk && !json_is_boolean(lk) &&
+         (rc = hr_seterr(err, HR_EFORMAT, "HEARTBEAT: locked must be true or false")))) {
+        json_decref(j);
+        return rc;
+    }
+    m->locked = lk ? json_is_true(lk) : -1;
     json_decref(j);
     if (tok < 0 || rej < 0)
         return hr_seterr(err, HR_EFORMAT, "HEARTBEAT: negative counters");

@@ -97,6 +97,8 @@ typedef struct {
     char next_key[HR_RING_KEY_LEN];              /* its public key, "" when insecure */
     char keys[HR_MSG_MAX_KEYS][HR_RING_KEY_LEN]; /* ring members vouched for */
     int n_keys;                                  /* invalid keys are skipped */
+    double mem_budget; /* bytes for weights + KV the scheduler planned this device with
+                          (hr_prof_mem_budget); <= 0 unknown (absent on the wire) */
 } hr_msg_plan;
 int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]);
 int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, char err[HR_ERR_LEN]);
@@ -126,6 +128,11 @@ typedef struct {
     uint64_t tokens, rejected;
     int64_t mem_avail; /* bytes, -1 unknown */
     double t;          /* sender's monotonic clock, s */
+    /* streaming (all optional on the wire: -1 = unknown / absent) */
+    double read_round;   /* bytes read from storage per window computed, measured (/proc/self/io) */
+    double stream_round; /* bytes per round the runtime's split streams (mmap/stream.h) */
+    double pinned;       /* bytes of the windows kept resident */
+    int locked;          /* 1: the resident part is mlock'ed, 0: kept by advice, -1 unknown */
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,
