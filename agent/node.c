@@ -195,6 +195,11 @@ static int hr_node_sockets(hr_agent *a, const hr_agent_params *p, char err[HR_ER
 int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     a->p = *p;
     hr_node_params_fix(&a->p);
+    /* a fixed threshold (glibc's moves up to 32 MiB after the first large
+     * free): buffers of 64 KiB and more, such as a re-prefill's hidden
+     * states, get their own mapping and go back to the system when freed,
+     * so a long-running agent's RSS does not keep its busiest moment */
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
     pthread_mutex_init(&a->plan_mu, NULL);
     pthread_mutex_init(&a->st.mu, NULL);
     int rc;

@@ -457,6 +457,7 @@ static void hr_print_link(json_t *d, int has_prof, int assumed, double rtt, doub
     else if (has_prof)
         printf("      link to next: %.3g Mbit/s, %.3g ms round trip (assumed: not measured%s%s)\n",
                bps * 8e-6, rtt, probe[0] ? ", probe " : "", probe);
+}
 
 /* MiB of a status number, or n/a (null / absent). */
 static const char *hr_mib(json_t *v, const char *na, char *buf, size_t cap) {
