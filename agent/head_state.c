@@ -140,8 +140,13 @@ int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_E
         }
         if (pthread_cond_timedwait(&hd->cv, &hd->mu, &dl) != 0) {
             char why[96];
-            if (s->replan || atomic_load(&hd->lost))
+            if (atomic_load(&hd->lost))
                 snprintf(why, sizeof why, "re-planning after a lost device");
+            else if (!s->planned && s->expect > s->n_ready)
+                snprintf(why, sizeof why, "waiting for %d worker%s (%d ready)", s->expect,
+                         s->expect == 1 ? "" : "s", s->n_ready);
+            else if (s->replan)
+                snprintf(why, sizeof why, "re-planning");
             else if (n_workers > s->n_ready)
                 snprintf(why, sizeof why, "waiting for %d worker%s (%d ready)", n_workers,
                          n_workers == 1 ? "" : "s", s->n_ready);

@@ -21,10 +21,12 @@ an answer differs, a request ends without the exact answer or a clear error
 (an OpenAI-style error body or SSE error event, a 429/503, or a refused
 connection while the head restarts), a request takes longer than its bound
 (REQ_BOUND_S), an agent dies other than by our hand, or an agent's RSS moves
-more than 10% from its value after warm-up (anonymous RSS: the mapped
-model's pages are page cache, not the agent's memory; sampled every 5 s
-outside the floods, whose 400 open connections are served by live
-threads; every sample goes to $HR_CLUSTER_DIR/rss.txt). Prints a summary either way.
+more than 10% from its value after warm-up for the same share of the work
+(anonymous RSS: the mapped model's pages are page cache, not the agent's
+memory; a worker carrying a lost peer's layers holds their KV too, so each
+(process, layers) pair has its own baseline; sampled every 5 s once a plan
+has served for 5 s, outside the floods, whose 400 open connections are
+served by live threads; every sample goes to $HR_CLUSTER_DIR/rss.txt). Prints a summary either way.
 """
 import argparse
 import http.client
@@ -134,11 +136,11 @@ class Run:
         self.failures = []
         self.max_s = 0.0
         self.ours = set()  # pids we killed on purpose
-        self.rss = {}  # pid -> (start time, baseline kB or None, max deviation %)
+        self.rss = {}  # (pid, layers) -> (baseline kB or None, max deviation %)
         self.head_down = False  # the head is being restarted on purpose
         self.flooding = False  # a flood's connections (and their threads) are open
         self.errors = {}  # error message -> count
-        self.rss_kb = {}  # pid -> (agent index, baseline kB, last kB)
+        self.rss_kb = {}  # (pid, layers) -> (agent index, baseline kB, last kB)
 
     def count(self, what, why=None):
         with self.mu:
@@ -205,6 +207,8 @@ def client_loop(r, refs, seed0):
             r.count("error")
             with r.mu:
                 r.errors[v[:90]] = r.errors.get(v[:90], 0) + 1
+            if v.startswith(("503", "429")):
+                time.sleep(0.2)  # as a client that respects Retry-After would, briefly
         elif kind == "refused" and r.head_down:
             r.count("refused")  # the head is restarting: a clear "connection refused"
             time.sleep(0.5)
@@ -305,10 +309,43 @@ def malformed_loop(r):
             r.count("malformed_bad", f"expected {want}, got {st}: {out[:120]!r}")
 
 
+def ring_shape(port):
+    """(plan id, {agent name: layers it computes}) of the serving plan, or None."""
+    st, out = http(port, "/v1/cluster", timeout=5)
+    if st != 200:
+        return None
+    try:
+        j = json.loads(out)
+        if not j.get("ready"):
+            return None
+        k = j.get("k", 1)
+        return j["plan_id"], {d["name"]: d.get("w", 0) * k for d in j["devices"]
+                              if not d.get("lost")}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def rss_loop(r):
+    """Anonymous RSS of each agent, compared for the same share of the work:
+    a worker that computes twice the layers while a peer is lost holds more
+    KV and touches more of its work buffers (a re-prefill), which is not
+    growth. Each (process, layers) pair gets its baseline at its first sample
+    after the process's warm-up; samples are taken 5 s or more after a plan
+    became ready, outside the floods."""
+    plan, plan_t = None, 0.0
+    started = {}  # pid -> first seen
     while r.alive():
         now = time.time()
         if r.flooding:  # 400 live connections use memory; not what is watched
+            time.sleep(1)
+            continue
+        shape = ring_shape(r.a.port)
+        if shape is None:
+            time.sleep(1)
+            continue
+        if shape[0] != plan:
+            plan, plan_t = shape[0], now
+        if now - plan_t < 5:
             time.sleep(1)
             continue
         for i in range(3):
@@ -317,17 +354,20 @@ def rss_loop(r):
             except (OSError, ValueError):
                 continue
             kb = rss_kb(pid)
-            if kb == 0:
+            layers = shape[1].get(f"agent{i}")
+            if kb == 0 or layers is None:
                 continue
-            t, base, dev = r.rss.get(pid, (now, None, 0.0))
-            if base is None and now - t >= WARMUP_S:
+            t0 = started.setdefault(pid, now)
+            key = (pid, layers)
+            base, dev = r.rss.get(key, (None, 0.0))
+            if base is None and now - t0 >= WARMUP_S:
                 base = kb
             if base:
                 dev = max(dev, abs(kb - base) * 100.0 / base)
-            r.rss[pid] = (t, base, dev)
-            r.rss_kb[pid] = (i, base, kb)
+            r.rss[key] = (base, dev)
+            r.rss_kb[key] = (i, base, kb)
             with open(f"{os.environ['HR_CLUSTER_DIR']}/rss.txt", "a") as f:
-                f.write(f"{now - r.start:.0f} agent{i} {pid} {kb}\n")
+                f.write(f"{now - r.start:.0f} agent{i} {pid} layers {layers} plan {plan} {kb}\n")
         time.sleep(5)
 
 
@@ -399,11 +439,13 @@ def main():
     for t in threads:
         t.join(timeout=REQ_BOUND_S + 30)
     cluster("stop", check=False)
-    rss_bad = [f"pid {p}: {dev:.1f}%" for p, (_, base, dev) in r.rss.items() if base and dev > 10]
+    rss_bad = [f"pid {p} with {n} layers: {dev:.1f}%" for (p, n), (base, dev) in r.rss.items()
+               if base and dev > 10]
     for x in rss_bad:
         r.count("rss", x)
-    devs = ", ".join(f"agent{r.rss_kb[p][0]} pid {p} {r.rss_kb[p][1]}->{r.rss_kb[p][2]} kB "
-                     f"(max {dev:.1f}%)" for p, (_, base, dev) in sorted(r.rss.items()) if base)
+    devs = ", ".join(f"agent{r.rss_kb[key][0]} pid {key[0]} with {key[1]} layers "
+                     f"{r.rss_kb[key][1]}->{r.rss_kb[key][2]} kB (max {dev:.1f}%)"
+                     for key, (base, dev) in sorted(r.rss.items()) if base)
     ok = not any(r.counts.get(k) for k in ("wrong", "unclear", "slow", "crash", "rss",
                                            "malformed_bad", "flood_health"))
     print(f"chaos: {a.duration:.0f} s, {json.dumps(r.counts, sort_keys=True)}; longest request "
