@@ -713,28 +713,39 @@ static int hr_bench_parallel(hr_engine *e, const hr_cli *o, int np, int ng, int 
                     counts[k] == 0 ? " (single-sequence API)" : "", tps[k][r]);
         }
     if (rc == 0) {
-        double med[16];
-        printf("%-10s %22s %12s %11s %14s\n", "streams", "aggregate tok/s", "per-stream", "x solo",
+        /* ratios to the solo run of the same repetition (the machine's load
+         * drifts between repetitions), median with min..max */
+        printf("%-10s %24s %12s %20s %20s\n", "streams", "aggregate tok/s", "per-stream", "x solo",
                "latency x solo");
+        double agg_x[16], lat_x[16];
         for (int k = 0; k < nc; k++) {
-            qsort(tps[k], (size_t)reps, sizeof tps[k][0], hr_dbl_cmp);
-            med[k] = tps[k][reps / 2];
             int s = counts[k] > 0 ? counts[k] : 1;
-            char lab[32], agg[48];
+            double v[20], ax[20], lx[20];
+            for (int r = 0; r < reps; r++) {
+                v[r] = tps[k][r];
+                ax[r] = tps[k][r] / tps[0][r];
+                lx[r] = tps[0][r] / (tps[k][r] / s);
+            }
+            qsort(v, (size_t)reps, sizeof v[0], hr_dbl_cmp);
+            qsort(ax, (size_t)reps, sizeof ax[0], hr_dbl_cmp);
+            qsort(lx, (size_t)reps, sizeof lx[0], hr_dbl_cmp);
+            agg_x[k] = ax[reps / 2];
+            lat_x[k] = lx[reps / 2];
+            char lab[32], c1[48], c2[48], c3[48];
             snprintf(lab, sizeof lab, "%d%s", s, counts[k] == 0 ? " (solo)" : "");
-            snprintf(agg, sizeof agg, "%.2f (%.2f..%.2f)", med[k], tps[k][0], tps[k][reps - 1]);
-            /* latency per token of one stream: s / aggregate */
-            printf("%-10s %22s %12.2f %10.2fx %13.2fx\n", lab, agg, med[k] / s, med[k] / med[0],
-                   med[0] / (med[k] / s));
+            snprintf(c1, sizeof c1, "%.2f (%.2f..%.2f)", v[reps / 2], v[0], v[reps - 1]);
+            snprintf(c2, sizeof c2, "%.2fx (%.2f..%.2f)", ax[reps / 2], ax[0], ax[reps - 1]);
+            snprintf(c3, sizeof c3, "%.2fx (%.2f..%.2f)", lx[reps / 2], lx[0], lx[reps - 1]);
+            printf("%-10s %24s %12.2f %20s %20s\n", lab, c1, v[reps / 2] / s, c2, c3);
         }
         for (int k = 1; k < nc; k++)
             if (counts[k] == 4 || counts[k] == 8)
                 printf("acceptance: %d streams aggregate %.2fx solo (target >= %dx)\n", counts[k],
-                       med[k] / med[0], counts[k] == 4 ? 3 : 5);
+                       agg_x[k], counts[k] == 4 ? 3 : 5);
         for (int k = 1; k < nc; k++)
             if (counts[k] == 4)
                 printf("acceptance: 4 streams per-stream latency %.2fx solo (target <= 1.4x)\n",
-                       med[0] / (med[k] / 4));
+                       lat_x[k]);
     }
     free(logits);
     free(ids);
