@@ -328,8 +328,8 @@ struct hr_ctx {
     hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
     /* sequences: [n_seq] slot in use, positions cached, last step's run */
     bool *seq_used;
-    int *seq_len, *seq_run;
-    int step;
+    int *seq_len;
+    unsigned *seq_run, step; /* the step a slot last had a run in; step counter */
     /* a step's rows: [n_batch] slots, positions, run lengths, attention
      * rows, and a run of ones (hr_ctx_output_rows) */
     int *row_seq, *row_pos, *run_len, *ones;
@@ -641,7 +641,10 @@ static int hr_ctx_rows(hr_ctx *c, const hr_seq_pos *rows, int n, char *err) {
         return hr_seterr(err, HR_EUNSUPPORTED, "batched steps need plain execution");
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d rows outside [1, %d]", n, c->p.n_batch);
-    c->step++;
+    if (++c->step == 0) { /* wrapped: forget every mark */
+        memset(c->seq_run, 0, (size_t)c->p.n_seq * sizeof *c->seq_run);
+        c->step = 1;
+    }
     int n_runs = 0;
     for (int t = 0; t < n; t++) {
         int s = rows[t].seq, p = rows[t].pos;
