@@ -61,6 +61,7 @@ typedef struct {
     int n_prompt;
     int n_gen;
     int reps;
+    int parallel; /* bench: concurrent sequences (0 = single-sequence bench) */
     int embd, layers, heads, heads_kv, ffn, vocab_size;
     float temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int top_k;

@@ -79,10 +79,12 @@ static int hr_engine_open(hr_engine *e, const hr_cli *o, bool need_tok) {
     return 0;
 }
 
-static int hr_engine_ctx(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch) {
+/* The context of e with n_seq KV slots (hr_ctx_layers_batch). */
+static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch, int n_seq) {
     char err[HR_ERR_LEN] = "";
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = n_ctx;
+    cp.n_seq = n_seq;
     cp.n_batch = n_batch;
     cp.n_threads = hr_default_threads(o);
     cp.n_threads_decode = o->threads_decode;
@@ -92,6 +94,10 @@ static int hr_engine_ctx(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch) 
     if (rc)
         return hr_cli_fail("%s", err);
     return 0;
+}
+
+static int hr_engine_ctx(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch) {
+    return hr_engine_ctx_seq(e, o, n_ctx, n_batch, 1);
 }
 
 /* Prompt files and reference logits: up to 1 GiB. */
@@ -571,6 +577,8 @@ HR_CLI_COMMAND(mkmodel) {
     return 0;
 }
 
+#define HR_BENCH_MAX_PAR 64
+
 static int hr_dbl_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -599,9 +607,152 @@ const hr_cli_opt hr_cmd_bench_opts[] = {
     HR_CLI_OPT("n-prompt", 'P', COUNT, n_prompt, "N", "prompt tokens (default 128)"),
     HR_CLI_OPT("n-gen", 'N', COUNT, n_gen, "N", "generated tokens (default 64)"),
     HR_CLI_OPT("reps", 'r', COUNT, reps, "N", "repetitions (default 3, at most 20)"),
+    HR_CLI_OPT("parallel", 0, COUNT, parallel, "N",
+               "generation of 1, 2, 4, .. N concurrent sequences (batched decode)"),
     HR_CLI_OPTS(hr_cli_opts_engine),
     HR_CLI_OPT_END,
 };
+
+/* Random prompt ids (every stream its own). */
+static void hr_bench_ids(int32_t *ids, int n, int n_vocab, uint64_t *rng) {
+    for (int i = 0; i < n; i++) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((*rng >> 33) % (uint64_t)n_vocab);
+    }
+}
+
+/* One measurement of s concurrent streams: each gets a prompt of np
+ * tokens (prefilled one stream at a time, not timed), then ng batched
+ * decode steps of s rows are timed. rows: n_batch entries. s = 0: one stream through the
+ * single-sequence API (hr_ctx_eval), the baseline. Returns seconds of
+ * decode, or < 0. */
+static double hr_bench_streams(hr_ctx *c, const hr_hparams *hp, int s, int np, int ng, int32_t *ids,
+                               hr_seq_pos *rows, float *logits, uint64_t *rng) {
+    char err[HR_ERR_LEN] = "";
+    int B = hr_ctx_get_params(c)->n_batch, S = s > 0 ? s : 1, nl = 0, rc = 0;
+    int32_t tok[HR_BENCH_MAX_PAR];
+    for (int i = 0; i < S && rc == 0; i++) {
+        hr_bench_ids(ids, np, hp->n_vocab, rng);
+        if (s == 0) {
+            rc = hr_ctx_eval(c, ids, np, 0, logits, false, err);
+        } else if ((rc = hr_ctx_seq_add(c, i)) == i) {
+            rc = 0;
+            for (int done = 0; done < np && rc == 0; done += B) {
+                int nb = np - done < B ? np - done : B;
+                for (int t = 0; t < nb; t++)
+                    rows[t] = (hr_seq_pos){i, done + t};
+                rc = hr_ctx_eval_batch(c, ids + done, rows, nb, logits, &nl, err);
+            }
+        }
+        tok[i] = hr_argmax(logits, hp->n_vocab);
+    }
+    double t0 = hr_now_s();
+    for (int g = 0; g < ng && rc == 0; g++) {
+        if (s == 0) {
+            rc = hr_ctx_eval(c, &tok[0], 1, np + g, logits, false, err);
+            tok[0] = hr_argmax(logits, hp->n_vocab);
+            continue;
+        }
+        for (int i = 0; i < s; i++)
+            rows[i] = (hr_seq_pos){i, np + g};
+        if ((rc = hr_ctx_eval_batch(c, tok, rows, s, logits, &nl, err)))
+            break;
+        for (int i = 0; i < s; i++)
+            tok[i] = hr_argmax(logits + (size_t)i * hp->n_vocab, hp->n_vocab);
+    }
+    double dt = hr_now_s() - t0;
+    for (int i = 0; i < s; i++)
+        hr_ctx_seq_remove(c, i);
+    if (rc) {
+        hr_cli_fail("%s", err[0] ? err : hr_strerror(rc));
+        return -1.0;
+    }
+    return dt;
+}
+
+/* bench --parallel N: generation throughput of 1, 2, 4, .. N concurrent
+ * sequences against one sequence through the single-sequence API, each
+ * measured reps times (median, with min..max). */
+static int hr_bench_parallel(hr_engine *e, const hr_cli *o, int np, int ng, int reps) {
+    const hr_hparams *hp = hr_model_hparams(e->m);
+    int N = o->parallel > HR_BENCH_MAX_PAR ? HR_BENCH_MAX_PAR : o->parallel;
+    int counts[16], nc = 0;
+    counts[nc++] = 0; /* the single-sequence baseline */
+    for (int s = 1; s < N; s *= 2)
+        counts[nc++] = s;
+    counts[nc++] = N;
+    int B = np < 256 ? np : 256;
+    if (hr_engine_ctx_seq(e, o, np + ng + 1, B > N ? B : N, N))
+        return 1;
+    float *logits = malloc((size_t)N * hp->n_vocab * sizeof *logits);
+    int32_t *ids = malloc((size_t)np * sizeof *ids);
+    hr_seq_pos *rows = malloc((size_t)(B > N ? B : N) * sizeof *rows);
+    double(*tps)[20] = calloc((size_t)nc, sizeof *tps);
+    if (!logits || !ids || !rows || !tps) {
+        free(logits);
+        free(ids);
+        free(rows);
+        free(tps);
+        return hr_cli_fail("out of memory");
+    }
+    printf("model: %s, %s, %d threads, isa %s; %d prompt tokens, %d generated per stream\n",
+           o->model, hp->arch_name, hr_default_threads(o), hr_isa_name(hr_kernels_best()->isa), np,
+           ng);
+    uint64_t rng = 12345;
+    int rc = 0;
+    for (int r = 0; r < reps && rc == 0; r++)
+        for (int k = 0; k < nc && rc == 0; k++) {
+            double dt = hr_bench_streams(e->ctx, hp, counts[k], np, ng, ids, rows, logits, &rng);
+            if (dt <= 0) {
+                rc = 1;
+                break;
+            }
+            int s = counts[k] > 0 ? counts[k] : 1;
+            tps[k][r] = (double)s * ng / dt;
+            fprintf(stderr, "rep %d: %d stream%s%s: %.2f tokens/s\n", r + 1, s, s > 1 ? "s" : "",
+                    counts[k] == 0 ? " (single-sequence API)" : "", tps[k][r]);
+        }
+    if (rc == 0) {
+        /* ratios to the solo run of the same repetition (the machine's load
+         * drifts between repetitions), median with min..max */
+        printf("%-10s %24s %12s %20s %20s\n", "streams", "aggregate tok/s", "per-stream", "x solo",
+               "latency x solo");
+        double agg_x[16], lat_x[16];
+        for (int k = 0; k < nc; k++) {
+            int s = counts[k] > 0 ? counts[k] : 1;
+            double v[20], ax[20], lx[20];
+            for (int r = 0; r < reps; r++) {
+                v[r] = tps[k][r];
+                ax[r] = tps[k][r] / tps[0][r];
+                lx[r] = tps[0][r] / (tps[k][r] / s);
+            }
+            qsort(v, (size_t)reps, sizeof v[0], hr_dbl_cmp);
+            qsort(ax, (size_t)reps, sizeof ax[0], hr_dbl_cmp);
+            qsort(lx, (size_t)reps, sizeof lx[0], hr_dbl_cmp);
+            agg_x[k] = ax[reps / 2];
+            lat_x[k] = lx[reps / 2];
+            char lab[32], c1[48], c2[48], c3[48];
+            snprintf(lab, sizeof lab, "%d%s", s, counts[k] == 0 ? " (solo)" : "");
+            snprintf(c1, sizeof c1, "%.2f (%.2f..%.2f)", v[reps / 2], v[0], v[reps - 1]);
+            snprintf(c2, sizeof c2, "%.2fx (%.2f..%.2f)", ax[reps / 2], ax[0], ax[reps - 1]);
+            snprintf(c3, sizeof c3, "%.2fx (%.2f..%.2f)", lx[reps / 2], lx[0], lx[reps - 1]);
+            printf("%-10s %24s %12.2f %20s %20s\n", lab, c1, v[reps / 2] / s, c2, c3);
+        }
+        for (int k = 1; k < nc; k++)
+            if (counts[k] == 4 || counts[k] == 8)
+                printf("acceptance: %d streams aggregate %.2fx solo (target >= %dx)\n", counts[k],
+                       agg_x[k], counts[k] == 4 ? 3 : 5);
+        for (int k = 1; k < nc; k++)
+            if (counts[k] == 4)
+                printf("acceptance: 4 streams per-stream latency %.2fx solo (target <= 1.4x)\n",
+                       lat_x[k]);
+    }
+    free(logits);
+    free(ids);
+    free(rows);
+    free(tps);
+    return rc;
+}
 
 HR_CLI_COMMAND(bench) {
     char err[HR_ERR_LEN] = "";
@@ -615,6 +766,10 @@ HR_CLI_COMMAND(bench) {
     int np = o->n_prompt > 0 ? o->n_prompt : 1, ng = o->n_gen > 0 ? o->n_gen : 1;
     int reps = o->reps > 0 ? (o->reps > 20 ? 20 : o->reps) : 1;
     int nt = hr_default_threads(o);
+    if (o->parallel > 0) {
+        rc = hr_bench_parallel(&e, o, np, ng, reps);
+        goto done;
+    }
     if (hr_engine_ctx(&e, o, np + ng + 1, np < 256 ? np : 256))
         goto done;
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);

@@ -25,7 +25,7 @@
       "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"           \
       "       [--embd N --layers N --heads N --heads-kv N --ffn N --vocab-size N] [--seed S]")     \
     X(bench, "prompt and generation tokens/s, weight bytes per token, memory bandwidth",           \
-      "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3] [--groups N | --numa]")                       \
+      "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3] [--groups N | --numa | --parallel N]")        \
     X(agent, "cluster daemon: every machine runs one; the head is the one others join",            \
       "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"          \
       "       [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"   \

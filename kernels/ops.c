@@ -28,6 +28,8 @@ typedef struct {
     long total_rows;
     const hr_kernels *k;
     hr_quant_fn quant;
+    const int *run_len; /* [n_runs] rows per sequence (hr_matmul_runs), or NULL */
+    int n_runs;
     long chunk;            /* rows per work item */
     _Atomic long next_row; /* next unclaimed row (concatenated over weights) */
 } hr_mm_job;
@@ -60,6 +62,42 @@ static void hr_mm_dot_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Rows [lo, hi) of w for a batch of runs, a tile of rows at a time: the
+ * one-row runs (decode) by vec_dot_n, as single-token hr_matmul computes
+ * them, the longer ones (prefill) by the gemm tiles, as hr_matmul computes
+ * a run alone. */
+static void hr_mm_runs_rows(hr_mm_job *j, const hr_weight *w, float *y, long lo, long hi) {
+    const char *wd = w->data;
+    size_t rb = w->row_bytes, ab = j->act_row_bytes, yn = (size_t)w->n_out;
+    const char *act = j->act;
+    for (long r0 = lo; r0 < hi; r0 += HR_MM_TILE_ROWS) {
+        int nr = (int)(hi - r0 < HR_MM_TILE_ROWS ? hi - r0 : HR_MM_TILE_ROWS);
+        const void *a[HR_DOT_N_MAX];
+        int col[HR_DOT_N_MAX], na = 0;
+        float out[HR_DOT_N_MAX * HR_MM_TILE_ROWS];
+        long t0 = 0;
+        for (int ri = 0; ri <= j->n_runs; ri++) {
+            int len = ri < j->n_runs ? j->run_len[ri] : 0;
+            if (len == 1) {
+                col[na] = (int)t0;
+                a[na++] = act + (size_t)t0 * ab;
+            } else if (len > 1) {
+                hr_gemm_tile(j->k, w->type, w->n_in, nr, len, wd + (size_t)r0 * rb, rb,
+                             act + (size_t)t0 * ab, ab, y + (size_t)t0 * yn + r0, yn);
+            }
+            t0 += len;
+            if (na == HR_DOT_N_MAX || (ri == j->n_runs && na > 0)) {
+                hr_vec_dot_n(j->k, w->type, w->n_in, nr, wd + (size_t)r0 * rb, rb, a, na, out,
+                             HR_MM_TILE_ROWS);
+                for (int t = 0; t < na; t++)
+                    memcpy(y + (size_t)col[t] * yn + r0, out + (size_t)t * HR_MM_TILE_ROWS,
+                           (size_t)nr * sizeof(float));
+                na = 0;
+            }
+        }
+    }
+}
+
 static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
     long base = 0;
     for (int wi = 0; wi < j->n_w && base < e; wi++) {
@@ -73,6 +111,10 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
         hr_vec_dot_fn dot = j->k->vec_dot[w->type];
         float *y = j->y[wi];
         int64_t n_in = w->n_in;
+        if (j->run_len) {
+            hr_mm_runs_rows(j, w, y, lo, hi);
+            continue;
+        }
         if (j->n_tok == 1) {
             for (long r = lo; r < hi; r++)
                 y[r] = dot(n_in, wd + (size_t)r * w->row_bytes, j->act);
@@ -88,11 +130,18 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
     }
 }
 
-void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y, const float *x,
-               int n_tok, void *wbuf) {
+static void hr_matmul_job(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
+                          const float *x, int n_tok, const int *run_len, int n_runs, void *wbuf) {
     const hr_kernels *k = hr_kernels_best();
     const hr_type_traits *tt = hr_type_get(w[0]->type);
-    hr_mm_job j = {.n_w = n_w, .w = w, .y = y, .x = x, .n_tok = n_tok, .k = k};
+    hr_mm_job j = {.n_w = n_w,
+                   .w = w,
+                   .y = y,
+                   .x = x,
+                   .n_tok = n_tok,
+                   .k = k,
+                   .run_len = run_len,
+                   .n_runs = n_runs};
     j.act_type = tt->vec_dot_type;
     for (int i = 0; i < n_w; i++)
         j.total_rows += w[i]->n_out;
@@ -115,6 +164,16 @@ void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *
         j.chunk = HR_MM_TILE_ROWS;
     atomic_init(&j.next_row, 0);
     hr_pool_run(pool, hr_mm_dot_worker, &j);
+}
+
+void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y, const float *x,
+               int n_tok, void *wbuf) {
+    hr_matmul_job(pool, n_w, w, y, x, n_tok, NULL, 0, wbuf);
+}
+
+void hr_matmul_runs(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
+                    const float *x, int n_tok, const int *run_len, int n_runs, void *wbuf) {
+    hr_matmul_job(pool, n_w, w, y, x, n_tok, run_len, n_runs, wbuf);
 }
 
 /* ---- element-wise ---- */
@@ -185,42 +244,61 @@ void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params 
 
 typedef struct {
     const hr_attn_args *a;
+    const hr_attn_row *rows; /* per token (hr_attention_rows), or NULL */
     const float *q;
     float *out;
     int n_tok, pos0;
     hr_vec_dot_fn dot_f16;
 } hr_attn_job;
 
+/* Head h of one token at position pos over the cache k/vt: q0 and o point
+ * at the head's [hd] query and output. sc: n_ctx + hd floats of scratch. */
+static void hr_attn_head(const hr_attn_job *j, const uint16_t *k, const uint16_t *vt,
+                         const float *q0, float *o, int pos, int h, float *sc) {
+    const hr_attn_args *a = j->a;
+    int hd = a->head_dim, kvh = h / (a->n_head / a->n_kv);
+    int kv_stride = a->n_kv * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    int n_pos = pos + 1;
+    /* Q is rounded to f16 like the cache it meets (as llama.cpp does
+     * with an F16 KV cache), so logits track that engine closely. */
+    float *qh = sc + a->n_ctx;
+    for (int d = 0; d < hd; d++)
+        qh[d] = hr_fp16_to_fp32(hr_fp32_to_fp16(q0[d]));
+    for (int p = 0; p < n_pos; p++)
+        sc[p] = scale * j->dot_f16(hd, k + (size_t)p * kv_stride + (size_t)kvh * hd, qh);
+    hr_softmax(sc, n_pos);
+    for (int d = 0; d < hd; d++)
+        o[d] = j->dot_f16(n_pos, vt + ((size_t)kvh * hd + d) * a->n_ctx, sc);
+}
+
 static void hr_attn_worker(void *ctx, int ith, int nth) {
     hr_attn_job *j = ctx;
     const hr_attn_args *a = j->a;
-    int hd = a->head_dim, group = a->n_head / a->n_kv;
-    int q_stride = a->n_head * hd, kv_stride = a->n_kv * hd;
+    int hd = a->head_dim, q_stride = a->n_head * hd;
     float *sc = a->scratch + (size_t)ith * (a->n_ctx + hd);
-    float scale = 1.0f / sqrtf((float)hd);
     long n_items = (long)j->n_tok * a->n_head;
     for (long it = ith; it < n_items; it += nth) {
         int t = (int)(it / a->n_head), h = (int)(it % a->n_head);
-        int kvh = h / group;
-        int n_pos = j->pos0 + t + 1;
-        /* Q is rounded to f16 like the cache it meets (as llama.cpp does
-         * with an F16 KV cache), so logits track that engine closely. */
-        float *qh = sc + a->n_ctx;
-        const float *q0 = j->q + (size_t)t * q_stride + (size_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            qh[d] = hr_fp16_to_fp32(hr_fp32_to_fp16(q0[d]));
-        for (int p = 0; p < n_pos; p++)
-            sc[p] = scale * j->dot_f16(hd, a->k + (size_t)p * kv_stride + (size_t)kvh * hd, qh);
-        hr_softmax(sc, n_pos);
-        float *o = j->out + (size_t)t * q_stride + (size_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = j->dot_f16(n_pos, a->vt + ((size_t)kvh * hd + d) * a->n_ctx, sc);
+        size_t off = (size_t)t * q_stride + (size_t)h * hd;
+        if (j->rows)
+            hr_attn_head(j, j->rows[t].k, j->rows[t].vt, j->q + off, j->out + off, j->rows[t].pos,
+                         h, sc);
+        else
+            hr_attn_head(j, a->k, a->vt, j->q + off, j->out + off, j->pos0 + t, h, sc);
     }
 }
 
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out) {
     hr_attn_job j = {.a = a, .q = q, .out = out, .n_tok = n_tok, .pos0 = pos0};
+    j.dot_f16 = hr_kernels_best()->vec_dot[HR_TYPE_F16];
+    hr_pool_run(pool, hr_attn_worker, &j);
+}
+
+void hr_attention_rows(hr_pool *pool, const hr_attn_args *a, const hr_attn_row *rows,
+                       const float *q, int n_tok, float *out) {
+    hr_attn_job j = {.a = a, .rows = rows, .q = q, .out = out, .n_tok = n_tok};
     j.dot_f16 = hr_kernels_best()->vec_dot[HR_TYPE_F16];
     hr_pool_run(pool, hr_attn_worker, &j);
 }

@@ -34,6 +34,15 @@ size_t hr_matmul_wbuf_size(int type, int64_t n_in, int n_tok);
 void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y, const float *x,
                int n_tok, void *wbuf);
 
+/* As hr_matmul, for a batch of sequences: x's rows come in n_runs runs of
+ * run_len[i] consecutive rows, one run per sequence (summing to n_tok). A
+ * run of one row (decode) is computed exactly as hr_matmul computes a
+ * single row, a longer run (prefill) exactly as hr_matmul computes that run
+ * alone, so no row's result depends on the other runs, while each weight
+ * row is read once for all of them. */
+void hr_matmul_runs(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
+                    const float *x, int n_tok, const int *run_len, int n_runs, void *wbuf);
+
 /* out[i] = x[i] / rms(x) * g[i]  (g may be NULL) ; n elements. */
 void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps);
 /* x[i] += b[i] */
@@ -65,5 +74,18 @@ typedef struct {
 } hr_attn_args;
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out);
+
+/* Token t of a batch of sequences: its sequence's cache (layout of
+ * hr_attn_args' k / vt) and its position there. */
+typedef struct {
+    const uint16_t *k;
+    const uint16_t *vt;
+    int pos;
+} hr_attn_row;
+/* As hr_attention, with each token's cache and position from rows[n_tok]
+ * (a's k and vt are not used); every token's output is what hr_attention
+ * computes for it alone. */
+void hr_attention_rows(hr_pool *pool, const hr_attn_args *a, const hr_attn_row *rows,
+                       const float *q, int n_tok, float *out);
 
 #endif

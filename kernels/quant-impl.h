@@ -41,6 +41,9 @@ void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
  * only with HR_AVX512_VNNI (it runs VNNI on ymm registers). */
 void hr_gemm_fill_avx2(hr_kernels *k);
 void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags);
+/* Multi-column decode kernels (dotn_avx512.c): fill k->vec_dot_n where
+ * the table's vec_dot is the one they reproduce bit for bit. */
+void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
 /* HR_AVX512_* flags this CPU supports / prefers (0 without AVX-512). */
 unsigned hr_quant_avx512_flags(void);
 

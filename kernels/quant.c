@@ -86,6 +86,15 @@ static void detect_cpu(bool *avx2, bool *avx512, unsigned *flags512) {
 
 static unsigned g_flags512;
 
+/* vec_dot_n entries must reproduce their table's vec_dot: one inherited
+ * from the narrower table is dropped where the wider one replaced vec_dot
+ * (hr_vec_dot_n then loops the new vec_dot). */
+static void drop_stale_dotn(hr_kernels *k, const hr_kernels *narrower) {
+    for (int t = 0; t < HR_TYPE_COUNT; t++)
+        if (k->vec_dot[t] != narrower->vec_dot[t] && k->vec_dot_n[t] == narrower->vec_dot_n[t])
+            k->vec_dot_n[t] = NULL;
+}
+
 static void init_tables(void) {
     detect_cpu(&g_have_avx2, &g_have_avx512, &g_flags512);
     fill_scalar(&g_scalar);
@@ -97,6 +106,7 @@ static void init_tables(void) {
         g_avx2.isa = HR_ISA_AVX2;
         hr_quant_fill_avx2(&g_avx2);
         hr_gemm_fill_avx2(&g_avx2);
+        drop_stale_dotn(&g_avx2, &g_scalar);
         g_best = &g_avx2;
     }
     if (g_have_avx512) {
@@ -104,6 +114,8 @@ static void init_tables(void) {
         g_avx512.isa = HR_ISA_AVX512;
         hr_quant_fill_avx512(&g_avx512, g_flags512);
         hr_gemm_fill_avx512(&g_avx512, g_flags512);
+        drop_stale_dotn(&g_avx512, &g_avx2);
+        hr_dotn_fill_avx512(&g_avx512, g_flags512);
         g_best = &g_avx512;
     }
     const char *want = getenv("HR_ISA"); /* debugging / benchmarking cap */
@@ -178,4 +190,19 @@ void hr_gemm_tile(const hr_kernels *k, int type, int64_t n, int nr, int nt, cons
         for (int r = 0; r < nr; r++)
             y[(size_t)t * y_stride + (size_t)r] =
                 k->vec_dot[type](n, wb + (size_t)r * w_stride, ab + (size_t)t * a_stride);
+}
+
+void hr_vec_dot_n(const hr_kernels *k, int type, int64_t n, int nr, const void *w, size_t w_stride,
+                  const void *const *a, int nt, float *y, size_t y_stride) {
+    if (type < 0 || type >= HR_TYPE_COUNT || !k->vec_dot[type])
+        return;
+    if (k->vec_dot_n[type]) {
+        k->vec_dot_n[type](n, nr, w, w_stride, a, nt, y, y_stride);
+        return;
+    }
+    const char *wb = w;
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++)
+            y[(size_t)t * y_stride + (size_t)r] =
+                k->vec_dot[type](n, wb + (size_t)r * w_stride, a[t]);
 }

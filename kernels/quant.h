@@ -30,12 +30,25 @@ typedef enum { HR_ISA_SCALAR = 0, HR_ISA_AVX2 = 1, HR_ISA_AVX512 = 2 } hr_isa;
 typedef void (*hr_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t w_stride, const void *a,
                            size_t a_stride, float *y, size_t y_stride);
 
+/* Decode rows of several sequences against the same weight rows:
+ *   y[t * y_stride + r] = vec_dot(n, w + r * w_stride, a[t])
+ * for r < nr (any nr >= 0) and t < nt (1 <= nt <= HR_DOT_N_MAX), each value
+ * bit-identical to the same table's vec_dot: the per-column float
+ * operations are vec_dot's, in its order, while each weight block is
+ * unpacked once for all columns (and integer terms that depend only on a
+ * column are computed once for all rows). A sequence's result thus never
+ * depends on which others share the batch. */
+#define HR_DOT_N_MAX 8
+typedef void (*hr_vec_dot_n_fn)(int64_t n, int nr, const void *w, size_t w_stride,
+                                const void *const *a, int nt, float *y, size_t y_stride);
+
 typedef struct {
     hr_isa isa;
-    hr_dequant_fn dequant[HR_TYPE_COUNT]; /* NULL where unsupported */
-    hr_quant_fn quant[HR_TYPE_COUNT];     /* activation + weight quantizers */
-    hr_vec_dot_fn vec_dot[HR_TYPE_COUNT]; /* indexed by the weight type */
-    hr_gemm_fn gemm[HR_TYPE_COUNT];       /* tile kernels; NULL: use hr_gemm_tile */
+    hr_dequant_fn dequant[HR_TYPE_COUNT];     /* NULL where unsupported */
+    hr_quant_fn quant[HR_TYPE_COUNT];         /* activation + weight quantizers */
+    hr_vec_dot_fn vec_dot[HR_TYPE_COUNT];     /* indexed by the weight type */
+    hr_gemm_fn gemm[HR_TYPE_COUNT];           /* tile kernels; NULL: use hr_gemm_tile */
+    hr_vec_dot_n_fn vec_dot_n[HR_TYPE_COUNT]; /* NULL: hr_vec_dot_n loops vec_dot */
 } hr_kernels;
 
 /* The best table this CPU can run (detected once, cached). Thread-safe. */
@@ -56,5 +69,11 @@ void hr_quantize_row(int type, const float *src, void *dst, int64_t n);
  * against). Arguments as hr_gemm_fn. */
 void hr_gemm_tile(const hr_kernels *k, int type, int64_t n, int nr, int nt, const void *w,
                   size_t w_stride, const void *a, size_t a_stride, float *y, size_t y_stride);
+
+/* k->vec_dot_n[type] where the table has one, else vec_dot per pair (the
+ * weight rows stay in cache across the columns). Arguments as
+ * hr_vec_dot_n_fn. */
+void hr_vec_dot_n(const hr_kernels *k, int type, int64_t n, int nr, const void *w, size_t w_stride,
+                  const void *const *a, int nt, float *y, size_t y_stride);
 
 #endif

@@ -20,9 +20,20 @@ typedef struct {
     hr_layer_weights w;
     int n_kv;     /* KV heads in w; query heads: n_kv * n_head / n_head_kv */
     int n_ff;     /* n_ff rows of Wgate/Wup in w */
-    uint16_t *k;  /* [n_ctx][n_kv*head_dim] f16 cache */
-    uint16_t *vt; /* [n_kv*head_dim][n_ctx] f16 cache, transposed */
+    uint16_t *k;  /* [n_seq][n_ctx][n_kv*head_dim] f16 cache, one slot per sequence */
+    uint16_t *vt; /* [n_seq][n_kv*head_dim][n_ctx] f16 cache, transposed */
 } hr_layer_part;
+
+/* Where the rows of a step over several sequences belong: row t is at
+ * position pos[t] of the sequence in KV slot seq[t]; the rows come in
+ * n_runs runs of consecutive rows of one sequence (hr_matmul_runs). */
+typedef struct {
+    const int *seq;     /* [n] */
+    const int *pos;     /* [n] */
+    const int *run_len; /* [n_runs] */
+    int n_runs;
+    hr_attn_row *attn; /* [n] scratch the attention block fills */
+} hr_layer_rows;
 
 /* What the blocks run with: one group's pool and work buffers for up to
  * n_batch tokens (qh, kvh, f: the most heads / rows a part of it has). */
@@ -56,6 +67,14 @@ void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const flo
 /* Feed-forward block up to the down projection: xb = rmsnorm(hidden),
  * gate = SwiGLU(Wgate xb, Wup xb). */
 void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n);
+/* The same blocks and projection for a step over several sequences: each
+ * row's values are what the plain functions compute for its run alone. */
+void hr_layer_attention_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden,
+                             int n, const hr_layer_rows *R);
+void hr_layer_ffn_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                       const hr_layer_rows *R);
+void hr_layer_matmul_rows(const hr_layer_env *e, const hr_weight *w, const float *x, float *y,
+                          int n, const hr_layer_rows *R);
 /* y = W x: the output projections (Wo over att, Wdown over gate).
  * x: [n][w.n_in], y: [n][w.n_out] f32. */
 void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n);

@@ -36,14 +36,17 @@ static void hr_layer_norm(const hr_layer_env *e, const float *x, const hr_weight
 /* y_j = W_j x for weights sharing the input x, one hr_matmul call per run
  * of weights with the same activation format (the input converts once). */
 static void hr_layer_mm(const hr_layer_env *e, int n_w, const hr_weight *const *w, float *const *y,
-                        const float *x, int n) {
+                        const float *x, int n, const hr_layer_rows *R) {
     int i = 0;
     while (i < n_w) {
         int act = hr_type_get(w[i]->type)->vec_dot_type;
         int jn = i + 1;
         while (jn < n_w && (int)hr_type_get(w[jn]->type)->vec_dot_type == act)
             jn++;
-        hr_matmul(e->pool, jn - i, w + i, y + i, x, n, e->wbuf);
+        if (R)
+            hr_matmul_runs(e->pool, jn - i, w + i, y + i, x, n, R->run_len, R->n_runs, e->wbuf);
+        else
+            hr_matmul(e->pool, jn - i, w + i, y + i, x, n, e->wbuf);
         i = jn;
     }
 }
@@ -52,15 +55,20 @@ void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, 
     hr_matmul(e->pool, 1, &w, &y, x, n, e->wbuf);
 }
 
+void hr_layer_matmul_rows(const hr_layer_env *e, const hr_weight *w, const float *x, float *y,
+                          int n, const hr_layer_rows *R) {
+    hr_matmul_runs(e->pool, 1, &w, &y, x, n, R->run_len, R->n_runs, e->wbuf);
+}
+
 void hr_layer_residual(float *hidden, const float *y, int n, int n_embd) {
     for (int t = 0; t < n; t++)
         hr_add(hidden + (size_t)t * n_embd, y + (size_t)t * n_embd, n_embd);
 }
 
-/* One token's q/k/v: bias, per-head norm, RoPE at pos; K and V into the
- * cache at pos. q: [qh*D], k, v: [kvh*D] f32. */
+/* One token's q/k/v: bias, per-head norm, RoPE at pos; K and V into KV
+ * slot seq at pos. q: [qh*D], k, v: [kvh*D] f32. */
 static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, float *q, float *k,
-                               float *v, int pos) {
+                               float *v, int seq, int pos) {
     const hr_hparams *hp = e->hp;
     const hr_layer_weights *W = &P->w;
     int D = hp->head_dim, kvh = P->n_kv, qh = kvh * (hp->n_head / hp->n_head_kv);
@@ -83,15 +91,18 @@ static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, fl
                          .freq_factors = e->rope_freqs};
     hr_rope(q, qh, D, pos, &rp);
     hr_rope(k, kvh, D, pos, &rp);
-    uint16_t *kc = P->k + (size_t)pos * KD;
+    size_t slot = (size_t)seq * (size_t)e->n_ctx * (size_t)KD;
+    uint16_t *kc = P->k + slot + (size_t)pos * KD, *vt = P->vt + slot;
     for (int i = 0; i < KD; i++) {
         kc[i] = hr_fp32_to_fp16(k[i]);
-        P->vt[(size_t)i * e->n_ctx + pos] = hr_fp32_to_fp16(v[i]);
+        vt[(size_t)i * e->n_ctx + pos] = hr_fp32_to_fp16(v[i]);
     }
 }
 
-void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
-                        int pos) {
+/* The attention block for one sequence at pos..pos+n-1 (R NULL, slot 0)
+ * or for the rows R places. */
+static void hr_layer_attention_any(const hr_layer_env *e, const hr_layer_part *P,
+                                   const float *hidden, int n, int pos, const hr_layer_rows *R) {
     const hr_hparams *hp = e->hp;
     const hr_layer_weights *W = &P->w;
     int D = hp->head_dim, kvh = P->n_kv, qh = kvh * (hp->n_head / hp->n_head_kv);
@@ -99,9 +110,10 @@ void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const flo
     hr_layer_norm(e, hidden, &W->attn_norm, n); /* xb: [n][E] */
     const hr_weight *wqkv[3] = {&W->wq, &W->wk, &W->wv};
     float *yqkv[3] = {e->q, e->kk, e->vv}; /* [n][QD], [n][KD], [n][KD] */
-    hr_layer_mm(e, 3, wqkv, yqkv, e->xb, n);
+    hr_layer_mm(e, 3, wqkv, yqkv, e->xb, n, R);
     for (int t = 0; t < n; t++)
-        hr_layer_qkv_token(e, P, e->q + t * QD, e->kk + t * KD, e->vv + t * KD, pos + t);
+        hr_layer_qkv_token(e, P, e->q + t * QD, e->kk + t * KD, e->vv + t * KD, R ? R->seq[t] : 0,
+                           R ? R->pos[t] : pos + t);
     hr_attn_args aa = {.n_head = qh,
                        .n_kv = kvh,
                        .head_dim = D,
@@ -109,16 +121,45 @@ void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const flo
                        .k = P->k,
                        .vt = P->vt,
                        .scratch = e->scratch};
-    hr_attention(e->pool, &aa, e->q, n, pos, e->att); /* att: [n][QD] */
+    if (!R) {
+        hr_attention(e->pool, &aa, e->q, n, pos, e->att); /* att: [n][QD] */
+        return;
+    }
+    size_t slot = (size_t)e->n_ctx * KD;
+    for (int t = 0; t < n; t++)
+        R->attn[t] = (hr_attn_row){.k = P->k + (size_t)R->seq[t] * slot,
+                                   .vt = P->vt + (size_t)R->seq[t] * slot,
+                                   .pos = R->pos[t]};
+    hr_attention_rows(e->pool, &aa, R->attn, e->q, n, e->att);
 }
 
-void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n) {
+void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                        int pos) {
+    hr_layer_attention_any(e, P, hidden, n, pos, NULL);
+}
+
+void hr_layer_attention_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden,
+                             int n, const hr_layer_rows *R) {
+    hr_layer_attention_any(e, P, hidden, n, 0, R);
+}
+
+static void hr_layer_ffn_any(const hr_layer_env *e, const hr_layer_part *P, const float *hidden,
+                             int n, const hr_layer_rows *R) {
     const hr_layer_weights *W = &P->w;
     size_t F = (size_t)P->n_ff;
     hr_layer_norm(e, hidden, &W->ffn_norm, n); /* xb: [n][E] */
     const hr_weight *wgu[2] = {&W->w_gate, &W->w_up};
     float *ygu[2] = {e->gate, e->up}; /* [n][F] each */
-    hr_layer_mm(e, 2, wgu, ygu, e->xb, n);
+    hr_layer_mm(e, 2, wgu, ygu, e->xb, n, R);
     for (int t = 0; t < n; t++)
         hr_swiglu(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
+}
+
+void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n) {
+    hr_layer_ffn_any(e, P, hidden, n, NULL);
+}
+
+void hr_layer_ffn_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                       const hr_layer_rows *R) {
+    hr_layer_ffn_any(e, P, hidden, n, R);
 }

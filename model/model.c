@@ -309,7 +309,7 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
 
 /* ---- context ---- */
 
-#define HR_CTX_MAX_BUFS 16
+#define HR_CTX_MAX_BUFS 24
 
 struct hr_ctx {
     const hr_model *m;
@@ -326,6 +326,14 @@ struct hr_ctx {
     size_t mem;
     int n_threads_decode; /* resolved per-phase thread plan */
     hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
+    /* sequences: [n_seq] slot in use, positions cached, last step's run */
+    bool *seq_used;
+    int *seq_len;
+    unsigned *seq_run, step; /* the step a slot last had a run in; step counter */
+    /* a step's rows: [n_batch] slots, positions, run lengths, attention
+     * rows, and a run of ones (hr_ctx_output_rows) */
+    int *row_seq, *row_pos, *run_len, *ones;
+    hr_attn_row *row_attn;
 };
 
 hr_ctx_params hr_ctx_params_default(void) {
@@ -369,6 +377,9 @@ static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
         c->p.n_batch = c->p.n_ctx;
     if (c->p.n_threads < 1)
         c->p.n_threads = 1;
+    if (c->p.n_seq < 1)
+        c->p.n_seq = 1;
+
     if (c->p.layer_begin < 0 || c->p.layer_begin > c->p.layer_end || c->p.layer_end > hp->n_layer)
         return hr_seterr(err, HR_EINVAL, "layer window [%d, %d) outside model with %d layers",
                          c->p.layer_begin, c->p.layer_end, hp->n_layer);
@@ -388,6 +399,9 @@ static int hr_ctx_pool_setup(hr_ctx *c, const hr_ctx_params *p, char *err) {
         if (rc)
             return rc;
     }
+    if (c->tp && c->p.n_seq > 1)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "%d sequences need plain execution (no thread groups)", c->p.n_seq);
     if (c->tp) {
         c->pool = hr_tp_pool0(c->tp);
         c->mem += hr_tp_memory(c->tp);
@@ -411,7 +425,8 @@ static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
     c->parts = calloc((size_t)nl + 1, sizeof *c->parts);
     if (!c->parts)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
-    size_t kv_bytes = (size_t)c->p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
+    size_t kv_bytes =
+        (size_t)c->p.n_seq * (size_t)c->p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
     for (int i = 0; i < nl; i++) {
         hr_layer_part *P = &c->parts[c->n_parts++];
         P->w = c->m->layers[c->p.layer_begin + i];
@@ -447,6 +462,22 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
                                 plain ? c->p.n_threads : 0, wb, hr_ctx_buf, c);
     if (rc || !c->hb || !c->xb2)
         return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
+    size_t S = (size_t)c->p.n_seq, Bz = (size_t)B;
+    c->seq_used = hr_ctx_buf(c, S * sizeof *c->seq_used);
+    c->seq_len = hr_ctx_buf(c, S * sizeof *c->seq_len);
+    c->seq_run = hr_ctx_buf(c, S * sizeof *c->seq_run);
+    c->row_seq = hr_ctx_buf(c, Bz * 4 * sizeof(int));
+    c->row_attn = hr_ctx_buf(c, Bz * sizeof *c->row_attn);
+    if (!c->seq_used || !c->seq_len || !c->seq_run || !c->row_seq || !c->row_attn)
+        return hr_seterr(err, HR_ENOMEM, "cannot allocate tables for %zu sequences", S);
+    memset(c->seq_used, 0, S * sizeof *c->seq_used);
+    memset(c->seq_len, 0, S * sizeof *c->seq_len);
+    memset(c->seq_run, 0, S * sizeof *c->seq_run);
+    c->row_pos = c->row_seq + Bz;
+    c->run_len = c->row_pos + Bz;
+    c->ones = c->run_len + Bz;
+    for (int i = 0; i < B; i++)
+        c->ones[i] = 1;
     return 0;
 }
 
@@ -506,6 +537,7 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
     if (pos < 0 || pos + n > c->p.n_ctx)
         return hr_seterr(err, HR_ERANGE, "positions [%d, %d) exceed context size %d", pos, pos + n,
                          c->p.n_ctx);
+    c->seq_len[0] = pos + n; /* slot 0: later positions are stale */
     if (c->tp) {
         hr_tp_layers(c->tp, hidden, n, pos);
         return 0;
@@ -561,5 +593,148 @@ int hr_ctx_eval(hr_ctx *c, const int32_t *ids, int n, int pos, float *logits, bo
             hr_ctx_output(c, c->hb, nb - 1, 1, logits);
         done += nb;
     }
+    return 0;
+}
+
+/* ---- several sequences ---- */
+
+int hr_ctx_n_seq(const hr_ctx *c) { return c->p.n_seq; }
+
+int hr_ctx_seq_add(hr_ctx *c, int seq) {
+    if (seq >= c->p.n_seq)
+        return HR_EINVAL;
+    if (seq < 0)
+        for (int i = 0; i < c->p.n_seq && seq < 0; i++)
+            seq = c->seq_used[i] ? -1 : i;
+    if (seq < 0 || c->seq_used[seq])
+        return HR_EAGAIN;
+    c->seq_used[seq] = true;
+    c->seq_len[seq] = 0;
+    return seq;
+}
+
+void hr_ctx_seq_remove(hr_ctx *c, int seq) {
+    if (seq < 0 || seq >= c->p.n_seq)
+        return;
+    c->seq_used[seq] = false;
+    c->seq_len[seq] = 0;
+}
+
+int hr_ctx_seq_clear(hr_ctx *c, int seq, int n_keep) {
+    if (seq < 0 || seq >= c->p.n_seq || !c->seq_used[seq] || n_keep < 0)
+        return HR_EINVAL;
+    if (n_keep < c->seq_len[seq])
+        c->seq_len[seq] = n_keep;
+    return 0;
+}
+
+int hr_ctx_seq_len(const hr_ctx *c, int seq) {
+    if (seq < 0 || seq >= c->p.n_seq || !c->seq_used[seq])
+        return HR_EINVAL;
+    return c->seq_len[seq];
+}
+
+/* Checks a step's rows and splits them into runs (c->row_*, c->run_len);
+ * returns the number of runs or an error. */
+static int hr_ctx_rows(hr_ctx *c, const hr_seq_pos *rows, int n, char *err) {
+    if (c->tp)
+        return hr_seterr(err, HR_EUNSUPPORTED, "batched steps need plain execution");
+    if (n < 1 || n > c->p.n_batch)
+        return hr_seterr(err, HR_EINVAL, "batch of %d rows outside [1, %d]", n, c->p.n_batch);
+    if (++c->step == 0) { /* wrapped: forget every mark */
+        memset(c->seq_run, 0, (size_t)c->p.n_seq * sizeof *c->seq_run);
+        c->step = 1;
+    }
+    int n_runs = 0;
+    for (int t = 0; t < n; t++) {
+        int s = rows[t].seq, p = rows[t].pos;
+        if (s < 0 || s >= c->p.n_seq || !c->seq_used[s])
+            return hr_seterr(err, HR_EINVAL, "row %d: sequence %d is not in use", t, s);
+        if (p < 0 || p >= c->p.n_ctx)
+            return hr_seterr(err, HR_ERANGE, "row %d: position %d outside context size %d", t, p,
+                             c->p.n_ctx);
+        if (t > 0 && rows[t - 1].seq == s) {
+            if (p != rows[t - 1].pos + 1)
+                return hr_seterr(err, HR_EINVAL, "row %d: position %d does not follow %d", t, p,
+                                 rows[t - 1].pos);
+            c->run_len[n_runs - 1]++;
+        } else {
+            if (c->seq_run[s] == c->step)
+                return hr_seterr(err, HR_EINVAL, "row %d: sequence %d has two runs in one step", t,
+                                 s);
+            if (p > c->seq_len[s])
+                return hr_seterr(err, HR_ERANGE,
+                                 "row %d: position %d leaves a gap after %d cached positions of "
+                                 "sequence %d",
+                                 t, p, c->seq_len[s], s);
+            c->seq_run[s] = c->step;
+            c->run_len[n_runs++] = 1;
+        }
+        c->row_seq[t] = s;
+        c->row_pos[t] = p;
+    }
+    return n_runs;
+}
+
+int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
+                        char err[HR_ERR_LEN]) {
+    int n_runs = hr_ctx_rows(c, rows, n, err);
+    if (n_runs < 0)
+        return n_runs;
+    for (int t = 0; t < n; t++)
+        c->seq_len[rows[t].seq] = rows[t].pos + 1; /* the run's last row sets it */
+    hr_layer_rows R = {.seq = c->row_seq,
+                       .pos = c->row_pos,
+                       .run_len = c->run_len,
+                       .n_runs = n_runs,
+                       .attn = c->row_attn};
+    hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
+    const hr_layer_env *e = &c->env;
+    int E = c->m->hp.n_embd;
+    for (int i = 0; i < c->n_parts; i++) { /* hidden: [n][E] f32 */
+        const hr_layer_part *P = &c->parts[i];
+        hr_layer_attention_rows(e, P, hidden, n, &R);
+        hr_layer_matmul_rows(e, &P->w.wo, e->att, c->xb2, n, &R);
+        hr_layer_residual(hidden, c->xb2, n, E);
+        hr_layer_ffn_rows(e, P, hidden, n, &R);
+        hr_layer_matmul_rows(e, &P->w.w_down, e->gate, c->xb2, n, &R);
+        hr_layer_residual(hidden, c->xb2, n, E);
+    }
+    return 0;
+}
+
+int hr_ctx_output_rows(hr_ctx *c, const float *hidden, const int *idx, int n_rows, float *logits) {
+    const hr_hparams *hp = &c->m->hp;
+    if (c->tp || n_rows < 1 || n_rows > c->p.n_batch)
+        return HR_EINVAL;
+    int E = hp->n_embd;
+    for (int t = 0; t < n_rows; t++)
+        hr_rmsnorm(c->env.xb + (size_t)t * E, hidden + (size_t)idx[t] * E, c->m->output_norm.data,
+                   E, hp->rms_eps);
+    hr_layer_rows R = {.run_len = c->ones, .n_runs = n_rows};
+    hr_layer_matmul_rows(&c->env, &c->m->output, c->env.xb, logits, n_rows, &R);
+    return 0;
+}
+
+int hr_ctx_eval_batch(hr_ctx *c, const int32_t *ids, const hr_seq_pos *rows, int n, float *logits,
+                      int *n_logits, char err[HR_ERR_LEN]) {
+    const hr_hparams *hp = &c->m->hp;
+    *n_logits = 0;
+    if (c->p.layer_begin != 0 || c->p.layer_end != hp->n_layer)
+        return hr_seterr(err, HR_EINVAL, "hr_ctx_eval_batch needs a context over all layers");
+    if (n < 1 || n > c->p.n_batch)
+        return hr_seterr(err, HR_EINVAL, "batch of %d rows outside [1, %d]", n, c->p.n_batch);
+    int rc = hr_model_embed(c->m, ids, n, c->hb, err);
+    if (rc == 0)
+        rc = hr_ctx_layers_batch(c, c->hb, rows, n, err);
+    if (rc)
+        return rc;
+    int *last = c->row_seq; /* the rows are consumed: reuse for the runs' last rows */
+    int nl = 0;
+    for (int t = 0; t < n; t++)
+        if (t == n - 1 || rows[t + 1].seq != rows[t].seq)
+            last[nl++] = t;
+    hr_ctx_output_rows(c, c->hb, last, nl, logits);
+    *n_logits = nl;
     return 0;
 }

@@ -133,7 +133,9 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
                    char err[HR_ERR_LEN]);
 
 typedef struct {
-    int n_ctx;       /* KV cache positions (0 = model's training context, capped at 4096) */
+    int n_ctx;       /* KV cache positions per sequence (0 = model's training context, capped
+                        at 4096) */
+    int n_seq;       /* KV slots: sequences a step may carry (hr_ctx_layers_batch); 0 = 1 */
     int n_batch;     /* most tokens per hr_ctx_layers call */
     int n_threads;   /* pool size (>= 1) */
     int layer_begin; /* window [layer_begin, layer_end) */
@@ -188,5 +190,58 @@ int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *l
  * for every token when all_logits; logits then holds [n][n_vocab]). */
 int hr_ctx_eval(hr_ctx *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
                 char err[HR_ERR_LEN]);
+
+/* ---- several sequences in one context (continuous batching) ----
+ *
+ * A context with n_seq > 1 holds one KV slot of n_ctx positions per
+ * sequence. Sequences join (hr_ctx_seq_add) and leave (hr_ctx_seq_remove)
+ * between steps; a step (hr_ctx_layers_batch) carries rows (seq, pos), in
+ * runs of consecutive rows of one sequence: a run of one row is a decode
+ * token, a longer run a chunk of prompt. Every weight matrix is read once
+ * per step for all rows, and each row's result is bit-identical to what the
+ * single-sequence calls compute for its run alone (hr_ctx_layers over the
+ * run, hr_ctx_output of one row): a sequence's output never depends on who
+ * else shares the step. The single-sequence calls (hr_ctx_layers,
+ * hr_ctx_eval) work on slot 0 as before. Plain execution only: a context
+ * with thread groups refuses n_seq > 1. Not thread-safe (one thread per
+ * context, as above). */
+
+/* One row of a step: position pos of the sequence in slot seq. */
+typedef struct {
+    int seq;
+    int pos;
+} hr_seq_pos;
+
+/* KV slots of the context (hr_ctx_params.n_seq, resolved). */
+int hr_ctx_n_seq(const hr_ctx *c);
+/* Claims slot seq (0 <= seq < n_seq), or the lowest free slot when seq < 0,
+ * for a new, empty sequence. Returns the slot, HR_EAGAIN when it is taken
+ * (or none is free), HR_EINVAL when seq is out of range. */
+int hr_ctx_seq_add(hr_ctx *c, int seq);
+/* Frees slot seq and forgets its cache; nothing for a free or bad slot. */
+void hr_ctx_seq_remove(hr_ctx *c, int seq);
+/* Keeps positions [0, n_keep) of sequence seq and forgets the rest, so its
+ * next row may be at any position <= n_keep (0: start over). HR_EINVAL for a
+ * slot not in use. */
+int hr_ctx_seq_clear(hr_ctx *c, int seq, int n_keep);
+/* Positions cached for seq (where its next token goes), or HR_EINVAL. */
+int hr_ctx_seq_len(const hr_ctx *c, int seq);
+
+/* Runs the window's layers over hidden: [n][n_embd] f32 in place, row t
+ * at rows[t]. Needs 1 <= n <= n_batch; the rows of a sequence form one run
+ * of consecutive positions starting at or before its length (earlier
+ * positions are rewritten, later ones forgotten), each below n_ctx, in
+ * slots in use. On error nothing was computed. */
+int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
+                        char err[HR_ERR_LEN]);
+/* Output norm + LM head for rows idx[0..n_rows) of hidden ([*][n_embd]),
+ * each computed as hr_ctx_output of that row alone; logits:
+ * [n_rows][n_vocab]. n_rows <= n_batch. */
+int hr_ctx_output_rows(hr_ctx *c, const float *hidden, const int *idx, int n_rows, float *logits);
+/* Convenience for a context over every layer: embeds ids[n], runs one step
+ * over rows[n] and writes the logits of the last row of each run, in run
+ * order, into logits ([n_runs][n_vocab]); *n_logits = n_runs. */
+int hr_ctx_eval_batch(hr_ctx *c, const int32_t *ids, const hr_seq_pos *rows, int n, float *logits,
+                      int *n_logits, char err[HR_ERR_LEN]);
 
 #endif

@@ -2,14 +2,19 @@
  * CPU runs against the vec_dot reference of the same table and of the scalar
  * table, on random data, for full tiles and for edge tiles (row and token
  * counts that are not multiples of the tile), for every supported type of
- * the traits table. */
+ * the traits table; the multi-column decode kernels (vec_dot_n) bit for bit
+ * against the same table's vec_dot; hr_matmul_runs against hr_matmul of
+ * each run alone, bit for bit. */
 #include "tests/check.h"
 
+#include "kernels/ops.h"
+#include "kernels/pool.h"
 #include "kernels/quant-impl.h"
 #include "kernels/quant.h"
 #include "kernels/types.h"
 
 #include <stdint.h>
+#include <string.h>
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 
@@ -128,6 +133,11 @@ static void check_tables(void) {
         for (size_t i = 0; i < sizeof(hot) / sizeof(hot[0]); i++)
             CHECK(k2->gemm[hot[i]] != NULL);
     }
+    /* the AVX-512 VNNI table decodes several Q4_0 columns in one pass */
+    const hr_kernels *k5 = hr_kernels_for_isa(HR_ISA_AVX512);
+    if (k5 && (hr_quant_avx512_flags() & HR_AVX512_VNNI) &&
+        !(hr_quant_avx512_flags() & HR_AVX512_PREFER_YMM))
+        CHECK(k5->vec_dot_n[HR_TYPE_Q4_0] != NULL);
     /* every table can run every supported type (hr_gemm_tile falls back to
      * vec_dot, which needs activations in the vec_dot type) */
     for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX512; isa++) {
@@ -142,6 +152,120 @@ static void check_tables(void) {
     CHECK_EQ(y, 7.0f);
 }
 
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* Quantized test rows: nr weight rows of type, nt activation rows. */
+static void make_rows(int type, int64_t n, int nr, int nt, uint8_t **w, uint8_t **a) {
+    const hr_kernels *ks = hr_kernels_for_isa(HR_ISA_SCALAR);
+    const int at = hr_type_get(type)->vec_dot_type;
+    const size_t wrb = hr_type_row_bytes(type, n), arb = hr_type_row_bytes(at, n);
+    float *xf = malloc(sizeof(float) * (size_t)n);
+    *w = malloc(wrb * (size_t)nr);
+    *a = malloc(arb * (size_t)nt);
+    CHECK(xf && *w && *a);
+    for (int r = 0; r < nr; r++) {
+        fill_floats(xf, n, 0.02f + 0.01f * (float)(r % 5));
+        ks->quant[type](xf, *w + (size_t)r * wrb, n);
+    }
+    for (int t = 0; t < nt; t++) {
+        fill_floats(xf, n, 0.5f + 0.25f * (float)(t % 3));
+        ks->quant[at](xf, *a + (size_t)t * arb, n);
+    }
+    free(xf);
+}
+
+/* hr_vec_dot_n of every table equals that table's vec_dot bit for bit, for
+ * 1..HR_DOT_N_MAX columns (in scrambled order) and row counts around the
+ * kernels' row pairs. */
+static void check_dotn(int type, int64_t n) {
+    const int at = hr_type_get(type)->vec_dot_type;
+    const size_t wrb = hr_type_row_bytes(type, n), arb = hr_type_row_bytes(at, n);
+    uint8_t *w, *a;
+    make_rows(type, n, MAX_R, HR_DOT_N_MAX, &w, &a);
+    float got[HR_DOT_N_MAX * 32];
+    const int rows[] = {1, 2, 3, 5, 16, MAX_R};
+    for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX512; isa++) {
+        const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+        if (!k)
+            continue;
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            for (int nt = 1; nt <= HR_DOT_N_MAX; nt++) {
+                const int nr = rows[ri];
+                const void *ap[HR_DOT_N_MAX];
+                for (int t = 0; t < nt; t++)
+                    ap[t] = a + (size_t)((t * 5 + 3) % HR_DOT_N_MAX) * arb;
+                for (int i = 0; i < HR_DOT_N_MAX * 32; i++)
+                    got[i] = -12345.0f;
+                hr_vec_dot_n(k, type, n, nr, w, wrb, ap, nt, got, 32);
+                int bad = 0, guard = 0;
+                for (int t = 0; t < HR_DOT_N_MAX; t++)
+                    for (int r = 0; r < 32; r++) {
+                        const float g = got[t * 32 + r];
+                        if (t >= nt || r >= nr) {
+                            guard += g != -12345.0f;
+                            continue;
+                        }
+                        bad += !same_bits(g, k->vec_dot[type](n, w + (size_t)r * wrb, ap[t]));
+                    }
+                if (bad || guard)
+                    fprintf(stderr,
+                            "vec_dot_n %s %s %dx%d n=%lld: %d differ from vec_dot, %d guard\n",
+                            hr_isa_name(k->isa), hr_type_get(type)->name, nr, nt, (long long)n, bad,
+                            guard);
+                CHECK_EQ(bad, 0);
+                CHECK_EQ(guard, 0);
+            }
+    }
+    free(w);
+    free(a);
+}
+
+/* hr_matmul_runs over mixed runs (decode rows and prefill runs, in any
+ * order) equals hr_matmul of each run alone, bit for bit, on 1 and 2
+ * threads. */
+static void check_matmul_runs(int type, int64_t n) {
+    enum { NO = 37, NT = 23 };
+    const int runs[] = {1, 3, 1, 1, 5, 1, 2, 1, 1, 1, 1, 1, 4};
+    const int n_runs = (int)(sizeof runs / sizeof runs[0]);
+    float *x = malloc(sizeof(float) * (size_t)n * NT);
+    uint8_t *wd, *unused;
+    make_rows(type, n, NO, 1, &wd, &unused);
+    float *y = malloc(sizeof(float) * NO * NT), *ref = malloc(sizeof(float) * NO * NT);
+    size_t wb = hr_matmul_wbuf_size(type, n, NT);
+    void *wbuf = malloc(wb ? wb : 64);
+    CHECK(x && y && ref && wbuf);
+    fill_floats(x, n * NT, 0.7f);
+    hr_weight w = {
+        .type = type, .n_in = n, .n_out = NO, .row_bytes = hr_type_row_bytes(type, n), .data = wd};
+    const hr_weight *wp = &w;
+    for (int nth = 1; nth <= 2; nth++) {
+        hr_pool *pool = hr_pool_create(nth);
+        CHECK(pool);
+        int t0 = 0;
+        for (int ri = 0; ri < n_runs; ri++) {
+            float *yr = ref + (size_t)t0 * NO;
+            hr_matmul(pool, 1, &wp, &yr, x + (size_t)t0 * n, runs[ri], wbuf);
+            t0 += runs[ri];
+        }
+        CHECK_EQ(t0, NT);
+        hr_matmul_runs(pool, 1, &wp, &y, x, NT, runs, n_runs, wbuf);
+        int bad = 0;
+        for (int i = 0; i < NO * NT; i++)
+            bad += !same_bits(y[i], ref[i]);
+        if (bad)
+            fprintf(stderr, "matmul_runs %s n=%lld %d threads: %d values differ\n",
+                    hr_type_get(type)->name, (long long)n, nth, bad);
+        CHECK_EQ(bad, 0);
+        hr_pool_destroy(pool);
+    }
+    free(x);
+    free(y);
+    free(ref);
+    free(wbuf);
+    free(wd);
+    free(unused);
+}
+
 int main(void) {
     check_tables();
     int n_types = 0;
@@ -153,6 +277,9 @@ int main(void) {
         const int64_t base = be == 1 ? 32 : be;
         check_type(type, base * (be == 256 ? 3 : 9)); /* short rows, odd block counts */
         check_type(type, 2048);
+        check_dotn(type, base * (be == 256 ? 3 : 9));
+        check_dotn(type, 2048);
+        check_matmul_runs(type, 2048);
         if (be == 1)
             check_type(type, 2048 + 5); /* float tails */
     }
