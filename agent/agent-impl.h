@@ -58,6 +58,12 @@ typedef struct {
     double ms_round; /* EMA of decode window time, ms */
     uint64_t tokens;
     uint64_t frames_rejected;
+    /* decode rounds (one token through one window) timed under plan_id:
+     * both start over when a plan is applied, so ms_round never mixes the
+     * windows of two plans (the head compares it with the plan's
+     * prediction, head_adapt.c) */
+    uint64_t rounds;
+    uint32_t plan_id;
 } hr_stats;
 
 typedef struct hr_head hr_head; /* head-impl.h */
@@ -96,6 +102,12 @@ struct hr_agent {
     uint64_t plan_epoch;        /* plans applied so far (plan_mu) */
 
     hr_head *head; /* a head's own state (owned); NULL on a worker */
+
+    /* TEST ONLY: ms of sleep added to every window this agent computes,
+     * from HR_TEST_SLOW_ROUND="NAME=MS" (read once, at hr_node_init, for
+     * the agent named NAME); 0 = none. Makes one device slower than its
+     * profile says, for the adaptive-plan test. */
+    double test_slow_ms;
 };
 
 /* node.c: the node's model, keys and sockets; a->is_head decides the
@@ -113,8 +125,13 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
 void hr_node_push_connect(hr_agent *a);
 /* node.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
 void hr_node_meminfo(int64_t *avail, int64_t *total);
-/* node.c: one window of n_tok tokens took ms; the last round counts tokens */
+/* node.c: one window of n_tok tokens took ms; the last round counts tokens.
+ * A decode window (n_tok 1) feeds the ms_round EMA and counts a round. */
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
+/* node.c: the round statistics start over for plan plan_id (apply_plan). */
+void hr_node_stats_reset(hr_agent *a, uint32_t plan_id);
+/* node.c: TEST ONLY: sleeps a->test_slow_ms (HR_TEST_SLOW_ROUND), if set. */
+void hr_node_test_slow(const hr_agent *a);
 
 /* stream.c: which file bytes this device's windows are and when to read
  * them ahead or release them (the mmap/stream.h calls). Every function

@@ -99,10 +99,14 @@ static void *hr_data_main(void *arg) {
         hr_node_push_connect(a);
         int nt = h.n_tok;
         hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
+        /* the window's own time (compute, and page faults where it is not
+         * resident): what the plan's pred_ms_round predicts; read-ahead
+         * and release of windows are not part of it */
         double t0 = hr_now_s();
         int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
-        hr_node_after_window(a, lp, h.round);
+        hr_node_test_slow(a);
         double ms = (hr_now_s() - t0) * 1000.0;
+        hr_node_after_window(a, lp, h.round);
         if (rc) {
             pthread_mutex_unlock(&a->plan_mu);
             HR_LOG_ERROR(TAG, "%s: window failed: %s", a->name, err);
@@ -112,8 +116,9 @@ static void *hr_data_main(void *arg) {
                                 lp->hid, (size_t)nt * E, lp->dtype);
         h.len = (uint32_t)len;
         rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
-        pthread_mutex_unlock(&a->plan_mu);
+        /* under plan_mu: a plan applied meanwhile starts its statistics over */
         hr_node_stats_round(a, ms, nt, h.round + 1 == lp->k);
+        pthread_mutex_unlock(&a->plan_mu);
         if (rc)
             HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
                         err);
@@ -192,9 +197,10 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
 static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
     hr_agent *a = w->a;
     double ms, res;
-    uint64_t tok, rej;
+    uint64_t tok, rej, rounds;
     pthread_mutex_lock(&a->st.mu);
     ms = a->st.ms_round;
+    rounds = a->st.rounds;
     tok = a->st.tokens;
     rej = a->st.frames_rejected;
     pthread_mutex_unlock(&a->st.mu);
@@ -207,7 +213,8 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .tokens = tok,
                            .rejected = rej,
                            .mem_avail = avail,
-                           .t = t_sent};
+                           .t = t_sent,
+                           .rounds = rounds};
     hr_msg m;
     char err[HR_ERR_LEN];
     if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {
