@@ -8,7 +8,9 @@
  * re-plans between tokens: the generating thread leaves the running
  * request's plan, waits for the new one and replays the token history on
  * it (gen.c, as after a lost device), so the answer stays the same. When
- * they do not change it, only the predictions are updated. Re-plans are at
+ * they do not change it, or the new plan is not predicted HR_ADAPT_GAIN
+ * faster than the plan in use at the same rates, only the predictions are
+ * updated. Re-plans are at
  * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
  * again (the hog stops). Never with --windows. */
@@ -31,6 +33,7 @@
 #define HR_ADAPT_WARMUP_TOKENS 3 /* decode tokens under a plan before its rounds count */
 #define HR_ADAPT_STALE_S 1.5     /* no fresh round for this long ends a streak (idle) */
 #define HR_ADAPT_HOLDOFF_S 10.0  /* at least this long between two adaptive decisions */
+#define HR_ADAPT_GAIN 0.10       /* a new plan must be predicted this much faster */
 #define HR_ADAPT_SCALE_MIN 0.02  /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0
 
@@ -103,9 +106,11 @@ static double hr_adapt_new_scale(const hr_dev *d) {
 }
 
 /* The scheduler's plan over the devices not lost (the candidates
- * hr_head_replan takes) at rates scale[]; HR_E* with err. */
+ * hr_head_replan takes) at rates scale[] into *out, and the plan in use
+ * at the same rates into *cur (cur->status HR_EINVAL when it does not
+ * apply to these candidates); HR_E* with err. */
 static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_out,
-                          hr_sched_plan *out, char err[HR_ERR_LEN]) {
+                          hr_sched_plan *out, hr_sched_plan *cur, char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     hr_sched_device sd[HR_AGENT_MAX_DEV];
     int n = 0;
@@ -124,7 +129,15 @@ static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_ou
     so.k_fixed = a->p.k;
     int rc = hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx),
                                     &sm, err);
-    return rc ? rc : hr_sched_solve(&sm, sd, n, &so, out, err);
+    if (rc || (rc = hr_sched_solve(&sm, sd, n, &so, out, err)))
+        return rc;
+    int w[HR_AGENT_MAX_DEV];
+    char e2[HR_ERR_LEN];
+    for (int i = 0; i < n; i++)
+        w[i] = hd->devs[cand[i]].w;
+    if (hr_sched_evaluate(&sm, sd, n, &so, hd->plan_k, w, NULL, cur, e2) != 0)
+        cur->status = HR_EINVAL;
+    return 0;
 }
 
 /* Only the rates changed: the plan in use, with predictions at them. */
@@ -184,10 +197,10 @@ void hr_head_adapt_check(hr_head *hd) {
     if (!n_off)
         return;
     hd->adapt_at = now;
-    hr_sched_plan *np = malloc(sizeof *np);
+    hr_sched_plan *np = malloc(2 * sizeof *np), *cur = np ? np + 1 : NULL;
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";
-    int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, err) : HR_ENOMEM;
+    int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
     for (int i = 0; i < hd->n_devs; i++)
         hr_adapt_reset(&hd->devs[i]);
     if (rc) { /* keep the plan and the rates in use */
@@ -201,22 +214,31 @@ void hr_head_adapt_check(hr_head *hd) {
     bool same = np->k == hd->plan_k;
     for (int i = 0; i < n && same; i++)
         same = np->dev[i].w == hd->devs[cand[i]].w;
-    if (same) {
-        hr_adapt_repredict(hd, np, cand, n);
+    /* hysteresis: a plan only a little faster on paper is not worth a
+     * re-plan and a replay */
+    bool keep =
+        same || (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms);
+    char gain[128] = "";
+    if (cur->status == 0)
+        snprintf(gain, sizeof gain,
+                 "; at these rates plan %u predicts %.1f ms/token, the best plan %.1f", hd->plan_id,
+                 cur->latency_ms, np->latency_ms);
+    if (keep) {
+        hr_adapt_repredict(hd, same ? np : cur, cand, n);
         hd->n_rescaled++;
-        HR_LOG_INFO(TAG, "adaptive plan: %s; plan %u stays the best (predictions updated)", why,
+        HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays (predictions updated)", why, gain,
                     hd->plan_id);
-        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "plan %u kept, predictions updated: %s",
-                 hd->plan_id, why);
+        snprintf(hd->adapt_reason, sizeof hd->adapt_reason,
+                 "plan %u kept, predictions updated: %.500s%.200s", hd->plan_id, why, gain);
     } else {
         hd->n_adapt++;
         hd->adapt_from = hd->plan_id;
         hd->replan = true;
         hd->ready = false;
         atomic_store(&hd->adapt, hd->plan_id); /* the generating thread yields between tokens */
-        HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s", hd->plan_id, why);
-        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %s", hd->plan_id,
-                 why);
+        HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s%s", hd->plan_id, why, gain);
+        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %.500s%.200s",
+                 hd->plan_id, why, gain);
     }
     free(np);
 }

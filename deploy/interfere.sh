@@ -67,9 +67,11 @@ trap '"$LAB" down >/dev/null 2>&1 || true' EXIT
 cat >"$OUT/stream.py" <<'EOF'
 import http.client, json, sys, time
 addr, n, prompt, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if len(sys.argv) > 5:
+    n = int(sys.argv[5])
 host, port = addr.rsplit(":", 1)
 c = http.client.HTTPConnection(host, int(port), timeout=600)
-body = {"model": "hearth", "prompt": prompt, "max_tokens": n, "temperature": 0,
+body = {"prompt": prompt, "max_tokens": n, "temperature": 0,
         "repeat_penalty": 1.0, "stream": True}
 c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
 r = c.getresponse()
@@ -87,8 +89,22 @@ with open(out, "w") as f:
                 f.flush()
 EOF
 
-stream() { # OUTFILE
-    nsenter --net="/run/netns/${HR_LAB_PREFIX}ns$HEAD_IDX" -- python3 "$OUT/stream.py" "$API_ADDR" "$N" "$PROMPT" "$1"
+stream() { # OUTFILE [TOKENS]
+    nsenter --net="/run/netns/${HR_LAB_PREFIX}ns$HEAD_IDX" -- python3 "$OUT/stream.py" "$API_ADDR" "$N" "$PROMPT" "$@"
+}
+# warm OUTFILE: a first request (pages in, first plans settled), then waits
+# until an adaptive decision it caused is past the hold-off
+warm() {
+    local s age hold
+    stream "$1" 48
+    for _ in $(seq 300); do
+        s=$(st)
+        age=$(echo "$s" | jq -r '.adapt.last_age_s // -1')
+        hold=$(echo "$s" | jq -r '.adapt.holdoff_s // 10')
+        [ "$(echo "$s" | jq -r '.ready')" = true ] && awk -v a="$age" -v h="$hold" 'BEGIN { exit !(a < 0 || a > h) }' && break
+        sleep 0.2
+    done
+    echo "  warm-up: $(echo "$s" | jq -r '.adapt.replans') adaptive re-plans, $(echo "$s" | jq -r '.adapt.rescaled') rate updates; plan $(echo "$s" | jq -r '.plan_id'): $(echo "$s" | jq -r '[.devices[] | "\(.name) \(.layers)"] | join(", ")')"
 }
 text_of() { python3 -c 'import json,sys; print("".join(json.loads(l.split(" ",1)[1]) for l in open(sys.argv[1])), end="")' "$1"; }
 now() { date +%s.%N; }
@@ -106,12 +122,15 @@ echo "reference: $(wc -c <"$OUT/ref.txt") bytes of text from hearth run"
 # ---- 2. lab A: the hog starts mid-generation ----
 "$LAB" up "$SPEC" -m "$MODEL" -- --api-listen "$API_ADDR" >"$OUT/upA.log" 2>&1 || { cat "$OUT/upA.log"; exit 1; }
 stA=$(st)
-planA=$(echo "$stA" | jq -r '.plan_id')
-echo "lab A plan $planA: $(echo "$stA" | jq -r '[.devices[] | "\(.name) \(.layers)"] | join(", ")')"
+echo "lab A plan $(echo "$stA" | jq -r '.plan_id'): $(echo "$stA" | jq -r '[.devices[] | "\(.name) \(.layers)"] | join(", ")')"
 echo "  $(echo "$stA" | jq -r '.plan_source')"
+warm "$OUT/a-warm.txt"
+stA=$(st)
+planA=$(echo "$stA" | jq -r '.plan_id')
+replans0=$(echo "$stA" | jq -r '.adapt.replans')
 stream "$OUT/a.txt" &
 spid=$!
-while [ "$(wc -l <"$OUT/a.txt" 2>/dev/null || echo 0)" -lt "$HOG_AT" ]; do
+while [ "$( (wc -l <"$OUT/a.txt") 2>/dev/null || echo 0)" -lt "$HOG_AT" ]; do
     kill -0 $spid 2>/dev/null || { echo "interfere.sh: the request ended early" >&2; exit 1; }
     sleep 0.05
 done
@@ -120,7 +139,7 @@ t_hog=$(now)
 t_decide="" t_ready="" planB=""
 while kill -0 $spid 2>/dev/null; do
     s=$(st)
-    if [ -z "$t_decide" ] && [ "$(echo "$s" | jq -r '.adapt.replans // 0')" -gt 0 ]; then
+    if [ -z "$t_decide" ] && [ "$(echo "$s" | jq -r '.adapt.replans // 0')" -gt "$replans0" ]; then
         t_decide=$(now)
         echo "$s" | jq -r '.adapt.last' >"$OUT/reason.txt"
     fi
@@ -152,6 +171,7 @@ from=$((k_ready + 2))
 stB=$(st)
 echo "lab B (fresh, hog from the start) plan: $(echo "$stB" | jq -r '[.devices[] | "\(.name) \(.layers)"] | join(", ")')"
 echo "  $(echo "$stB" | jq -r '.plan_source')"
+warm "$OUT/b-warm.txt"
 stream "$OUT/b.txt"
 "$LAB" down >/dev/null
 nB=$(wc -l <"$OUT/b.txt")
