@@ -63,6 +63,7 @@ typedef struct {
      * windows of two plans (the head compares it with the plan's
      * prediction, head_adapt.c) */
     uint64_t rounds;
+    double ms_total; /* ms of those rounds in all */
     uint32_t plan_id;
 } hr_stats;
 

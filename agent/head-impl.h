@@ -56,6 +56,7 @@ typedef struct {
     double rate_scale;            /* the profile's CPU times x this when planning; 0 = 1 */
     double adapt_ratio;           /* last measured / predicted ms per round, 0 = none */
     uint64_t adapt_rounds;        /* decode rounds at its last sample */
+    double adapt_ms_total;        /* ... and the ms they took in all */
     uint32_t adapt_plan;          /* plan of those rounds */
     int adapt_off;                /* consecutive fresh samples off by more than the threshold */
     double adapt_since;           /* s, monotonic: the first of them */
@@ -175,9 +176,11 @@ void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);
 
 /* The scheduler's view of d at its current rate_scale (what plans use). */
 void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
-/* A measurement of device di: ms per decode round (EMA) over rounds decode
- * rounds of plan plan_id (a heartbeat, or the head's own statistics). */
-void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds);
+/* A measurement of device di: rounds decode rounds of plan plan_id took
+ * ms_total ms in all (ms: their EMA, used when ms_total is 0); from a
+ * heartbeat, or the head's own statistics. */
+void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
+                          double ms_total);
 /* Every turn of the plan timer: the head's own sample; decides an adaptive
  * re-plan (sets replan and hd->adapt) or only new predictions. */
 void hr_head_adapt_check(hr_head *hd);

@@ -143,7 +143,7 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->resident = hb.resident;
     d->tokens = hb.tokens;
     d->mem_avail = hb.mem_avail;
-    hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds);
+    hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);
 }
 
 static void hr_head_check_lost(hr_agent *a) {

@@ -29,9 +29,9 @@
 
 #define HR_ADAPT_OFF 0.30        /* |measured / predicted - 1| above this is off */
 #define HR_ADAPT_WINDOW_S 2.0    /* off for at least this long ... */
-#define HR_ADAPT_MIN_SAMPLES 4   /* ... in at least this many consecutive fresh samples */
+#define HR_ADAPT_MIN_SAMPLES 2   /* ... in at least this many consecutive fresh samples */
 #define HR_ADAPT_WARMUP_TOKENS 3 /* decode tokens under a plan before its rounds count */
-#define HR_ADAPT_STALE_S 1.5     /* no fresh round for this long ends a streak (idle) */
+#define HR_ADAPT_STALE_S 5.0     /* no fresh round for this long ends a streak (idle) */
 #define HR_ADAPT_HOLDOFF_S 10.0  /* at least this long between two adaptive decisions */
 #define HR_ADAPT_GAIN 0.10       /* a new plan must be predicted this much faster */
 #define HR_ADAPT_SCALE_MIN 0.02  /* bounds of rate_scale */
@@ -61,34 +61,45 @@ static void hr_adapt_reset(hr_dev *d) {
     d->adapt_since = 0;
 }
 
-void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds) {
+void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
+                          double ms_total) {
     hr_dev *d = &hd->devs[di];
     double now = hr_now_s();
     if (plan_id != hd->plan_id || d->adapt_plan != plan_id) { /* a new plan: start over */
         d->adapt_plan = plan_id;
         d->adapt_rounds = 0;
+        d->adapt_ms_total = 0;
         d->adapt_ratio = 0;
+        d->adapt_seen = now;
         hr_adapt_reset(d);
         if (plan_id != hd->plan_id)
             return;
     }
     if (d->ring_pos < 0 || d->w <= 0 || d->pred_ms_round <= 0)
         return;
-    bool fresh = rounds > d->adapt_rounds;
-    d->adapt_rounds = rounds;
-    if (!fresh) { /* idle: a streak does not outlive the request */
+    if (rounds <= d->adapt_rounds) { /* idle: a streak does not outlive the request */
         if (d->adapt_off && now - d->adapt_seen > HR_ADAPT_STALE_S)
             hr_adapt_reset(d);
         return;
     }
+    /* the mean of the rounds since the last sample (no EMA lag), else the EMA */
+    double mean = ms_total > d->adapt_ms_total && d->adapt_rounds > 0
+                      ? (ms_total - d->adapt_ms_total) / (double)(rounds - d->adapt_rounds)
+                      : ms;
+    bool warm =
+        d->adapt_rounds >= (uint64_t)(HR_ADAPT_WARMUP_TOKENS * (hd->plan_k > 0 ? hd->plan_k : 1));
+    /* the rounds of this sample ran since the last one (after an idle
+     * gap: count them from now) */
+    double prev = now - d->adapt_seen > HR_ADAPT_STALE_S ? now : d->adapt_seen;
+    d->adapt_rounds = rounds;
+    d->adapt_ms_total = ms_total;
     d->adapt_seen = now;
-    int k = hd->plan_k > 0 ? hd->plan_k : 1;
-    if (rounds < (uint64_t)(HR_ADAPT_WARMUP_TOKENS * k) || ms <= 0)
+    if (!warm || mean <= 0)
         return; /* the first tokens of a plan (cold pages, the EMA settling) */
-    d->adapt_ratio = ms / d->pred_ms_round;
+    d->adapt_ratio = mean / d->pred_ms_round;
     if (fabs(d->adapt_ratio - 1.0) > HR_ADAPT_OFF) {
         if (d->adapt_off++ == 0)
-            d->adapt_since = now;
+            d->adapt_since = prev; /* off since its rounds began */
     } else {
         hr_adapt_reset(d);
     }
@@ -160,9 +171,10 @@ void hr_head_adapt_check(hr_head *hd) {
         pthread_mutex_lock(&a->st.mu);
         double ms = a->st.ms_round;
         uint64_t rounds = a->st.rounds;
+        double ms_total = a->st.ms_total;
         uint32_t pid = a->st.plan_id;
         pthread_mutex_unlock(&a->st.mu);
-        hr_head_adapt_sample(hd, 0, pid, ms, rounds);
+        hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
     }
     if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||
         !hd->ready || (hd->adapt_at > 0 && now - hd->adapt_at < HR_ADAPT_HOLDOFF_S))

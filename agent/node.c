@@ -425,6 +425,7 @@ void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
     if (n_tok == 1) {
         a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
         a->st.rounds++;
+        a->st.ms_total += ms;
     }
     if (last_round)
         a->st.tokens += (uint64_t)n_tok;
@@ -435,6 +436,7 @@ void hr_node_stats_reset(hr_agent *a, uint32_t plan_id) {
     pthread_mutex_lock(&a->st.mu);
     a->st.ms_round = 0;
     a->st.rounds = 0;
+    a->st.ms_total = 0;
     a->st.plan_id = plan_id;
     pthread_mutex_unlock(&a->st.mu);
 }

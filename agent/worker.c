@@ -201,6 +201,7 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
     pthread_mutex_lock(&a->st.mu);
     ms = a->st.ms_round;
     rounds = a->st.rounds;
+    double ms_total = a->st.ms_total;
     tok = a->st.tokens;
     rej = a->st.frames_rejected;
     pthread_mutex_unlock(&a->st.mu);
@@ -214,7 +215,8 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .rejected = rej,
                            .mem_avail = avail,
                            .t = t_sent,
-                           .rounds = rounds};
+                           .rounds = rounds,
+                           .ms_total = ms_total};
     hr_msg m;
     char err[HR_ERR_LEN];
     if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {

@@ -340,6 +340,8 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
                   (json_int_t)m->mem_avail, "t", m->t);
     if (j)
         json_object_set_new(j, "rounds", json_integer((json_int_t)m->rounds));
+    if (j)
+        json_object_set_new(j, "ms_total", json_real(m->ms_total));
     return hr_msg_take_json(out, HR_RING_HEARTBEAT, j, err);
 }
 
@@ -355,10 +357,10 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
                        &m->resident, "tokens", &tok, "rejected", &rej, "mem_avail", &avail, "t",
                        &m->t) != 0)
         return hr_msg_unpack_err(j, &je, HR_RING_HEARTBEAT, err);
-    if (json_unpack_ex(j, &je, 0, "{s?I}", "rounds", &rounds) != 0)
+    if (json_unpack_ex(j, &je, 0, "{s?I,s?F}", "rounds", &rounds, "ms_total", &m->ms_total) != 0)
         return hr_msg_unpack_err(j, &je, HR_RING_HEARTBEAT, err);
     json_decref(j);
-    if (tok < 0 || rej < 0 || rounds < 0)
+    if (tok < 0 || rej < 0 || rounds < 0 || !(m->ms_total >= 0))
         return hr_seterr(err, HR_EFORMAT, "HEARTBEAT: negative counters");
     m->rounds = (uint64_t)rounds;
     m->tokens = (uint64_t)tok;

@@ -127,6 +127,7 @@ typedef struct {
     double t;          /* sender's monotonic clock, s */
     uint64_t rounds;   /* decode rounds (one token, one window) timed under the
                           plan in the header's plan_id; ms_round is their EMA */
+    double ms_total;   /* ms those rounds took in all (0 = not sent) */
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,
