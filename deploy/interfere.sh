@@ -8,7 +8,8 @@
 #   1. the reference: `hearth run --temp 0` (single process) on the prompt;
 #   2. lab A (SPEC, default deploy/labs/interfere.json): a streamed greedy
 #      completion of TOKENS tokens over the HTTP API; after N tokens a CPU
-#      hog starts in DEVICE's cgroups (lab.sh hog, default the last device);
+#      hog starts in DEVICE's cgroups (lab.sh hog; default: the device the
+#      plan in use gives the most layers);
 #      the head must re-plan by itself (status "adapt");
 #   3. lab B, fresh: the same spec with the hog running before the agents
 #      start (lab.sh up --hog: the profiles see it), the same completion.
@@ -30,9 +31,12 @@ export HEARTH=$BIN
 export HR_LAB_PREFIX=${HR_LAB_PREFIX:-ia-}
 export HR_LAB_CGROUP=${HR_LAB_CGROUP:-hearth-adapt}
 export HR_LAB_DIR=${HR_LAB_DIR:-/tmp/hearth-interfere}
+OUT=$(mktemp -d /tmp/interfere.XXXXXX)
+# profiles measured now, under the machine's present load (not a cached one)
+export HR_LAB_CACHE=${HR_LAB_CACHE:-$OUT/cache}
 LAB="$ROOT/deploy/lab.sh"
 SPEC=$ROOT/deploy/labs/interfere.json
-MODEL="" DEVICE="" N=160 HOG_AT=30
+MODEL="" DEVICE="" N=120 HOG_AT=20
 PROMPT="The history of the city begins"
 REPLAN_MAX_S=5
 RATIO_MIN=0.85
@@ -55,11 +59,9 @@ if [ ! -f "$MODEL" ]; then
     echo "interfere.sh: generating $MODEL (1.1B shape, q4_0)" >&2
     "$BIN" mkmodel -o "$MODEL" --shape tinyllama --type q4_0 >/dev/null
 fi
-[ -n "$DEVICE" ] || DEVICE=$(jq -r '.devices[-1].name' "$SPEC")
 HEAD_IDX=$(jq -r '(.head // 0) as $h | if ($h | type) == "number" then $h
                   else ([.devices[].name] | index($h)) end' "$SPEC")
 API_ADDR=10.77.1.$((HEAD_IDX + 1)):$API_PORT
-OUT=$(mktemp -d /tmp/interfere.XXXXXX)
 trap '"$LAB" down >/dev/null 2>&1 || true' EXIT
 
 # stream OUTFILE: a streamed greedy completion over the head's API; one
@@ -113,7 +115,7 @@ st() { "$LAB" status --json 2>/dev/null || echo '{}'; }
 rate() { awk -v a="$2" -v b="$3" 'NR == a { t0 = $1 } NR == b { t1 = $1 } END { if (t1 > t0 && b > a) printf "%.3f", (b - a) / (t1 - t0); else print "nan" }' "$1"; }
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "model $MODEL; spec $SPEC; hog in '$DEVICE' after $HOG_AT of $N tokens"
+echo "model $MODEL; spec $SPEC; hog in '${DEVICE:-the device with the most layers}' after $HOG_AT of $N tokens"
 
 # ---- 1. the reference ----
 "$BIN" run -m "$MODEL" --temp 0 --repeat-penalty 1 -n "$N" -t 1 -p "$PROMPT" >"$OUT/ref.txt" 2>"$OUT/ref.log"
@@ -128,6 +130,9 @@ warm "$OUT/a-warm.txt"
 stA=$(st)
 planA=$(echo "$stA" | jq -r '.plan_id')
 replans0=$(echo "$stA" | jq -r '.adapt.replans')
+# by default the hog goes where the plan put the most layers
+[ -n "$DEVICE" ] || DEVICE=$(echo "$stA" | jq -r '.devices | max_by(.w) | .name')
+echo "  the hog goes into '$DEVICE'"
 stream "$OUT/a.txt" &
 spid=$!
 while [ "$( (wc -l <"$OUT/a.txt") 2>/dev/null || echo 0)" -lt "$HOG_AT" ]; do
