@@ -364,6 +364,8 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
             goto fail;
         }
         hist[n_hist++] = id;
+        atomic_store(&a->head->gen_done, i + 1); /* for head_adapt.c */
+        atomic_store(&a->head->gen_left, max_tokens - i - 1);
         if ((rc = hr_gen_advance(a, &req, hist, n_hist, n_ids, cancel, err)))
             goto fail;
     }
@@ -380,6 +382,8 @@ fail:
         HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);
     hr_post_simple(a, HR_RING_CANCEL, req);
 done:
+    atomic_store(&a->head->gen_done, 0);
+    atomic_store(&a->head->gen_left, 0);
     hr_sampler_destroy(smp);
     free(hist);
     hr_gen_end(a);

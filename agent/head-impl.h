@@ -119,14 +119,17 @@ struct hr_head {
      * control thread with replan; the generating thread then leaves the
      * running request's plan between tokens (hr_head_adapt_wait) */
     atomic_uint adapt;
+    /* shared: the running request's tokens generated so far and still to
+     * come (0, 0 when none): what a re-plan's replay costs and gains */
+    atomic_int gen_done, gen_left;
     /* control thread (dev_mu) */
-    int n_adapt;            /* adaptive re-plans decided */
-    int n_rescaled;         /* rate updates that kept the plan */
-    double adapt_at;        /* s, monotonic: the last decision, 0 = none */
-    double adapt_head_at;   /* s, monotonic: the head's own last sample */
-    uint32_t adapt_from;    /* plan replaced by the last adaptive re-plan */
-    uint32_t adapt_to;      /* ... and the plan that replaced it */
-    char adapt_reason[768]; /* the last decision and why (device, predicted, measured) */
+    int n_adapt;             /* adaptive re-plans decided */
+    int n_rescaled;          /* rate updates that kept the plan */
+    double adapt_at;         /* s, monotonic: the last decision, 0 = none */
+    double adapt_head_at;    /* s, monotonic: the head's own last sample */
+    uint32_t adapt_from;     /* plan replaced by the last adaptive re-plan */
+    uint32_t adapt_to;       /* ... and the plan that replaced it */
+    char adapt_reason[1024]; /* the last decision and why (device, predicted, measured) */
 };
 
 /* ---- head_state.c: the shared interface ---- */

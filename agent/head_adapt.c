@@ -9,8 +9,9 @@
  * request's plan, waits for the new one and replays the token history on
  * it (gen.c, as after a lost device), so the answer stays the same. When
  * they do not change it, or the new plan is not predicted HR_ADAPT_GAIN
- * faster than the plan in use at the same rates, only the predictions are
- * updated. Re-plans are at
+ * faster than the plan in use at the same rates, or the running request's
+ * remaining tokens would gain less than its replay costs, only the
+ * predictions are updated. Re-plans are at
  * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
  * again (the hog stops). Never with --windows. */
@@ -59,6 +60,13 @@ void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out) {
 static void hr_adapt_reset(hr_dev *d) {
     d->adapt_off = 0;
     d->adapt_since = 0;
+}
+
+/* d is off in at least n samples of the plan in use (a streak of an
+ * earlier plan, or of a device the plan left out, does not count). */
+static bool hr_adapt_off(const hr_head *hd, const hr_dev *d, int n) {
+    return !d->lost && d->adapt_plan == hd->plan_id && d->ring_pos >= 0 && d->w > 0 &&
+           d->pred_ms_round > 0 && d->adapt_off >= n;
 }
 
 void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
@@ -183,7 +191,7 @@ void hr_head_adapt_check(hr_head *hd) {
      * enough samples by then is rescaled with it */
     bool due = false;
     for (int i = 0; i < hd->n_devs; i++)
-        due |= !hd->devs[i].lost && hd->devs[i].adapt_off >= HR_ADAPT_MIN_SAMPLES &&
+        due |= hr_adapt_off(hd, &hd->devs[i], HR_ADAPT_MIN_SAMPLES) &&
                now - hd->devs[i].adapt_since >= HR_ADAPT_WINDOW_S;
     if (!due)
         return;
@@ -194,7 +202,7 @@ void hr_head_adapt_check(hr_head *hd) {
     for (int i = 0; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
         scale[i] = hr_dev_scale(d);
-        if (d->lost || d->adapt_off < HR_ADAPT_MIN_SAMPLES)
+        if (!hr_adapt_off(hd, d, HR_ADAPT_MIN_SAMPLES))
             continue;
         scale[i] = hr_adapt_new_scale(d);
         n_off++;
@@ -227,21 +235,29 @@ void hr_head_adapt_check(hr_head *hd) {
     for (int i = 0; i < n && same; i++)
         same = np->dev[i].w == hd->devs[cand[i]].w;
     /* hysteresis: a plan only a little faster on paper is not worth a
-     * re-plan and a replay */
-    bool keep =
-        same || (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms);
-    char gain[128] = "";
+     * re-plan; nor one whose replay of the running request (its generated
+     * tokens, one at a time on the new plan) costs more than the tokens
+     * still to come gain */
+    int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
+    double replay_ms = done * np->latency_ms;
+    double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
+    bool keep = same ||
+                (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms) ||
+                (done > 0 && gain_ms < replay_ms);
+    char gain[192] = "";
     if (cur->status == 0)
         snprintf(gain, sizeof gain,
-                 "; at these rates plan %u predicts %.1f ms/token, the best plan %.1f", hd->plan_id,
-                 cur->latency_ms, np->latency_ms);
+                 "; at these rates plan %u predicts %.1f ms/token, the best plan %.1f (%d tokens "
+                 "to come gain %.1f s, replaying %d costs %.1f s)",
+                 hd->plan_id, cur->latency_ms, np->latency_ms, left, gain_ms / 1000.0, done,
+                 replay_ms / 1000.0);
     if (keep) {
         hr_adapt_repredict(hd, same ? np : cur, cand, n);
         hd->n_rescaled++;
         HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays (predictions updated)", why, gain,
                     hd->plan_id);
         snprintf(hd->adapt_reason, sizeof hd->adapt_reason,
-                 "plan %u kept, predictions updated: %.500s%.200s", hd->plan_id, why, gain);
+                 "plan %u kept, predictions updated: %.500s%.250s", hd->plan_id, why, gain);
     } else {
         hd->n_adapt++;
         hd->adapt_from = hd->plan_id;
@@ -249,13 +265,15 @@ void hr_head_adapt_check(hr_head *hd) {
         hd->ready = false;
         atomic_store(&hd->adapt, hd->plan_id); /* the generating thread yields between tokens */
         HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s%s", hd->plan_id, why, gain);
-        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %.500s%.200s",
+        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %.500s%.250s",
                  hd->plan_id, why, gain);
     }
     free(np);
 }
 
 void hr_head_adapt_planned(hr_head *hd, int rc) {
+    for (int i = 0; i < hd->n_devs; i++) /* measured against the old plan */
+        hr_adapt_reset(&hd->devs[i]);
     unsigned from = atomic_exchange(&hd->adapt, 0);
     if (!from)
         return;
