@@ -141,9 +141,11 @@ while [ "$( (wc -l <"$OUT/a.txt") 2>/dev/null || echo 0)" -lt "$HOG_AT" ]; do
 done
 t_hog=$(now)
 "$LAB" hog "$DEVICE" 2>/dev/null
-t_decide="" t_ready="" planB=""
+t_decide="" t_ready="" planB="" last=$stA
+loadA=$(cut -d' ' -f1 /proc/loadavg)
 while kill -0 $spid 2>/dev/null; do
     s=$(st)
+    [ "$s" = '{}' ] || last=$s
     if [ -z "$t_decide" ] && [ "$(echo "$s" | jq -r '.adapt.replans // 0')" -gt "$replans0" ]; then
         t_decide=$(now)
         echo "$s" | jq -r '.adapt.last' >"$OUT/reason.txt"
@@ -161,6 +163,7 @@ wait $spid || { echo "interfere.sh: the request failed" >&2; exit 1; }
 cp "$HR_LAB_DIR"/*.log "$OUT/" 2>/dev/null || true
 "$LAB" down >/dev/null
 nA=$(wc -l <"$OUT/a.txt")
+n_replans=$(($(echo "$last" | jq -r '.adapt.replans') - replans0))
 [ -n "$t_ready" ] || { echo "FAIL no adaptive re-plan within the request ($nA tokens)"; exit 1; }
 # tokens streamed before the hog, with the hog before the re-plan, after the replay
 k_hog=$(awk -v t="$t_hog" '$1 <= t' "$OUT/a.txt" | wc -l)
@@ -177,6 +180,7 @@ stB=$(st)
 echo "lab B (fresh, hog from the start) plan: $(echo "$stB" | jq -r '[.devices[] | "\(.name) \(.layers)"] | join(", ")')"
 echo "  $(echo "$stB" | jq -r '.plan_source')"
 warm "$OUT/b-warm.txt"
+loadB=$(cut -d' ' -f1 /proc/loadavg)
 stream "$OUT/b.txt"
 "$LAB" down >/dev/null
 nB=$(wc -l <"$OUT/b.txt")
@@ -193,7 +197,8 @@ ratio=$(awk -v a="$r_after" -v b="$r_fresh" 'BEGIN { if (b > 0) printf "%.3f", a
 echo "adaptive plan (lab A): $(cat "$OUT/reason.txt")"
 echo "  plan after it: $(jq -r '[.devices[] | "\(.name) \(.layers) (x\(.rate_scale * 1000 | round / 1000))"] | join(", ")' "$OUT/statusA2.json")"
 echo "hog started at token $k_hog; re-plan decided after $decide_s s, plan $planB ready after $ready_s s"
-echo "replay of the request on plan $planB: $replay_s s (token history fed again, one token a step)"
+echo "replay of the request on plan $planB: $replay_s s (token history fed again, one token a step); $n_replans adaptive re-plans during the request in all"
+echo "load average (1 min) at the start of the measured requests: lab A $loadA, lab B $loadB"
 echo "tokens/s lab A: before the hog $r_before (tokens 2-$k_hog), with the hog before the re-plan $r_hog, after the re-plan $r_after (tokens $from-$nA)"
 echo "tokens/s lab B (fresh plan, hog running): $r_fresh over tokens $from-$nA ($r_fresh_all over 2-$nB)"
 echo "after the re-plan / fresh plan: $ratio"
