@@ -69,6 +69,13 @@ typedef struct {
     double ms_round; /* EMA of decode window time, ms */
     uint64_t tokens;
     uint64_t frames_rejected;
+    /* decode rounds (one token through one window) timed under plan_id:
+     * both start over when a plan is applied, so ms_round never mixes the
+     * windows of two plans (the head compares it with the plan's
+     * prediction, head_adapt.c) */
+    uint64_t rounds;
+    double ms_total; /* ms of those rounds in all */
+    uint32_t plan_id;
 } hr_stats;
 
 typedef struct hr_head hr_head; /* head-impl.h */
@@ -111,7 +118,12 @@ struct hr_agent {
     /* link.c: the echo responder peers probe and the prober (own threads) */
     struct hr_link *link;
     char echo_ep[HR_EP_LEN]; /* the responder's endpoint, "" without one */
-    hr_streamer *streamer; /* reads ahead / drops the streamed parts (stream.c; owned) */
+    hr_streamer *streamer;   /* reads ahead / drops the streamed parts (stream.c; owned) */
+    /* TEST ONLY: ms of sleep added to every window this agent computes,
+     * from HR_TEST_SLOW_ROUND="NAME=MS" (read once, at hr_node_init, for
+     * the agent named NAME); 0 = none. Makes one device slower than its
+     * profile says, for the adaptive-plan test. */
+    double test_slow_ms;
 };
 
 /* node.c: the node's model, keys and sockets; a->is_head decides the
@@ -134,8 +146,13 @@ void hr_node_meminfo(int64_t *avail, int64_t *total);
  * what it uses, not what its busiest moment left in malloc's arenas. */
 #define HR_NODE_TRIM_MS 10000
 void hr_node_trim_timer(void *ud);
-/* node.c: one window of n_tok tokens took ms; the last round counts tokens */
+/* node.c: one window of n_tok tokens took ms; the last round counts tokens.
+ * A decode window (n_tok 1) feeds the ms_round EMA and counts a round. */
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
+/* node.c: the round statistics start over for plan plan_id (apply_plan). */
+void hr_node_stats_reset(hr_agent *a, uint32_t plan_id);
+/* node.c: TEST ONLY: sleeps a->test_slow_ms (HR_TEST_SLOW_ROUND), if set. */
+void hr_node_test_slow(const hr_agent *a);
 
 /* stream.c: which file bytes this device's windows are and when to read
  * them ahead or release them (the mmap/stream.h calls). Every function

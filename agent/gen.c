@@ -94,15 +94,11 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
     for (int r = 0; r < lp->k; r++) {
         int rc;
         if (lp->w > 0) {
-            double t0 = hr_now_s();
+            double t0 = hr_now_s(); /* the window alone, as on a worker */
             if ((rc = hr_ctx_layers(lp->ctx[r], lp->hid, nb, pos, err)))
                 return rc;
-            if (nb == 1) {
-                double ms = (hr_now_s() - t0) * 1000.0;
-                pthread_mutex_lock(&a->st.mu);
-                a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
-                pthread_mutex_unlock(&a->st.mu);
-            }
+            hr_node_test_slow(a);
+            hr_node_stats_round(a, (hr_now_s() - t0) * 1000.0, nb, false);
         }
         if (lp->n_active <= 1) {
             hr_node_after_window(a, lp, r); /* the streamer reads the next window ahead */
@@ -226,14 +222,45 @@ static int hr_gen_replay(hr_agent *a, uint64_t req, const int32_t *hist, int n, 
     return rc;
 }
 
+/* The control thread asked for an adaptive re-plan of the plan in use
+ * (head_adapt.c): between two tokens, nothing of the request is on the
+ * ring; leave the plan, apply the new one and replay hist[0..n) on it
+ * under a new request id, exactly as after a lost device. */
+static int hr_gen_adapt(hr_agent *a, uint64_t *req, const int32_t *hist, int n, int n_prompt,
+                        const atomic_int *cancel, char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    hr_local_plan np;
+    uint32_t old = lp->plan_id;
+    double t0 = hr_now_s();
+    hr_post_simple(a, HR_RING_CANCEL, *req);
+    int rc = hr_head_adapt_wait(a->head, old, &np, err);
+    if (rc == 0)
+        rc = hr_gen_apply(a, &np, err);
+    if (rc)
+        return rc;
+    *req = a->head->next_req++;
+    hr_post_simple(a, HR_RING_START, *req);
+    double t1 = hr_now_s();
+    rc = hr_gen_replay(a, *req, hist, n, n_prompt, cancel, err);
+    if (rc == 0)
+        HR_LOG_INFO(TAG,
+                    "request %llu: adaptive re-plan: plan %u -> %u (waited %.2f s), %d tokens "
+                    "replayed in %.2f s",
+                    (unsigned long long)*req, old, lp->plan_id, t1 - t0, n, hr_now_s() - t1);
+    return rc;
+}
+
 /* Brings the ring to hist[0..n): the prompt (n == n_prompt) or one more
  * token. A lost device costs a re-plan and a replay of the whole history,
- * never a different answer. *req may change (a new request id per replay). */
+ * never a different answer; so does an adaptive re-plan, taken between
+ * tokens. *req may change (a new request id per replay). */
 static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n, int n_prompt,
                           const atomic_int *cancel, char err[HR_ERR_LEN]) {
     hr_local_plan *lp = &a->lp;
     int rc;
-    if (n == n_prompt)
+    if (n > n_prompt && atomic_load(&a->head->adapt) == lp->plan_id)
+        rc = hr_gen_adapt(a, req, hist, n, n_prompt, cancel, err);
+    else if (n == n_prompt)
         rc = hr_gen_prefill(a, *req, hist, n, lp->logits, false, cancel, err);
     else if ((rc = hr_model_embed(a->m, &hist[n - 1], 1, lp->hid, err)) == 0 &&
              (rc = hr_gen_pass(a, *req, 1, n - 1, cancel, err)) == 0)
@@ -339,6 +366,8 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
             goto fail;
         }
         hist[n_hist++] = id;
+        atomic_store(&a->head->gen_done, i + 1); /* for head_adapt.c */
+        atomic_store(&a->head->gen_left, max_tokens - i - 1);
         if ((rc = hr_gen_advance(a, &req, hist, n_hist, n_ids, cancel, err)))
             goto fail;
     }
@@ -355,6 +384,8 @@ fail:
         HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);
     hr_post_simple(a, HR_RING_CANCEL, req);
 done:
+    atomic_store(&a->head->gen_done, 0);
+    atomic_store(&a->head->gen_left, 0);
     hr_sampler_destroy(smp);
     free(hist);
     hr_gen_end(a);

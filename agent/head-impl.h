@@ -72,6 +72,16 @@ typedef struct {
     double meas_read_round;      /* bytes per window computed, measured; -1 unknown */
     double stream_round, pinned; /* the runtime's split: bytes per round, bytes kept */
     int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
+    /* adaptive plans (head_adapt.c) */
+    double pred_compute_ms_round; /* compute part of pred_ms_round, ms */
+    double rate_scale;            /* the profile's CPU times x this when planning; 0 = 1 */
+    double adapt_ratio;           /* last measured / predicted ms per round, 0 = none */
+    uint64_t adapt_rounds;        /* decode rounds at its last sample */
+    double adapt_ms_total;        /* ... and the ms they took in all */
+    uint32_t adapt_plan;          /* plan of those rounds */
+    int adapt_off;                /* consecutive fresh samples off by more than the threshold */
+    double adapt_since;           /* s, monotonic: the first of them */
+    double adapt_seen;            /* s, monotonic: the last fresh sample */
 } hr_dev;
 
 /* What the control thread publishes for the other threads. */
@@ -129,6 +139,23 @@ struct hr_head {
     pthread_mutex_t gen_mu;
     uint64_t next_req;
     void *ev_push; /* events to the control thread */
+
+    /* ---- adaptive plans (head_adapt.c) ---- */
+    /* shared: the plan an adaptive re-plan replaces, 0 = none. Set by the
+     * control thread with replan; the generating thread then leaves the
+     * running request's plan between tokens (hr_head_adapt_wait) */
+    atomic_uint adapt;
+    /* shared: the running request's tokens generated so far and still to
+     * come (0, 0 when none): what a re-plan's replay costs and gains */
+    atomic_int gen_done, gen_left;
+    /* control thread (dev_mu) */
+    int n_adapt;             /* adaptive re-plans decided */
+    int n_rescaled;          /* rate updates that kept the plan */
+    double adapt_at;         /* s, monotonic: the last decision, 0 = none */
+    double adapt_head_at;    /* s, monotonic: the head's own last sample */
+    uint32_t adapt_from;     /* plan replaced by the last adaptive re-plan */
+    uint32_t adapt_to;       /* ... and the plan that replaced it */
+    char adapt_reason[1024]; /* the last decision and why (device, predicted, measured) */
 };
 
 /* ---- head_state.c: the shared interface ---- */
@@ -143,6 +170,12 @@ bool hr_head_claim(hr_head *hd);
  * re-plan is pending, marks the head busy and copies the plan to apply
  * into *np. HR_EAGAIN with err when the ring is not ready. */
 int hr_head_begin(hr_head *hd, hr_local_plan *np, char err[HR_ERR_LEN]);
+/* Generating thread, between tokens when hd->adapt names its plan old_plan:
+ * leaves busy, waits until the control thread made and readied the new
+ * plan (or gave the re-plan up: *np is then the plan in use), marks busy
+ * again and copies it into *np. HR_EINFEASIBLE, HR_ETIMEDOUT,
+ * HR_ECANCELED with err. */
+int hr_head_adapt_wait(hr_head *hd, uint32_t old_plan, hr_local_plan *np, char err[HR_ERR_LEN]);
 /* Generating thread: the request is over. */
 void hr_head_end(hr_head *hd);
 /* Generating thread, after a lost device: leaves busy, waits until the
@@ -187,6 +220,25 @@ bool hr_head_link_wait(const hr_head *hd);
 void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *sd);
 /* The link fields of device d's status row. */
 void hr_head_link_json(const hr_dev *d, bool is_head, void *json_obj);
+/* ---- head_adapt.c: adaptive plans (control thread, dev_mu held) ---- */
+
+/* The scheduler's view of d at its current rate_scale (what plans use). */
+void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
+/* A measurement of device di: rounds decode rounds of plan plan_id took
+ * ms_total ms in all (ms: their EMA, used when ms_total is 0); from a
+ * heartbeat, or the head's own statistics. */
+void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
+                          double ms_total);
+/* Every turn of the plan timer: the head's own sample; decides an adaptive
+ * re-plan (sets replan and hd->adapt) or only new predictions. */
+void hr_head_adapt_check(hr_head *hd);
+/* After hr_head_replan returned rc: an adaptive re-plan is over. */
+void hr_head_adapt_planned(hr_head *hd, int rc);
+/* Status JSON: per device (rate_scale, meas_pred_ratio) and the head's
+ * "adapt" object (counts, the last decision and why). */
+struct json_t;
+void hr_head_adapt_dev_json(const hr_dev *d, struct json_t *o);
+void hr_head_adapt_json(const hr_head *hd, struct json_t *j);
 
 /* ---- gen.c ---- */
 

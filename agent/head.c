@@ -151,6 +151,7 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->stream_round = hb.stream_round;
     d->pinned = hb.pinned;
     d->locked = hb.locked;
+    hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);
 }
 
 static void hr_head_check_lost(hr_agent *a) {
@@ -493,17 +494,20 @@ static void hr_head_plan_timer(void *ud) {
     pthread_mutex_lock(&hd->dev_mu);
     hr_head_check_lost(a);
     hr_head_link_timer(hd);
+    hr_head_adapt_check(hd); /* measured vs predicted rounds: may ask for a re-plan */
     if (hd->replan && !hr_head_link_wait(hd) &&
         (hd->planned || hd->expect <= 0 || hr_head_n_workers(hd) >= hd->expect) &&
         hr_head_claim(hd)) {
         char e2[HR_ERR_LEN] = "";
         hd->replan = false;
-        if (hr_head_replan(hd, e2)) {
+        int prc = hr_head_replan(hd, e2);
+        if (prc) {
             hr_head_no_plan(hd, e2);
             HR_LOG_ERROR(TAG, "%s", hd->plan_err);
         } else {
             hd->plan_err[0] = 0;
         }
+        hr_head_adapt_planned(hd, prc);
         hr_head_update_ready(hd);
     }
     hd->resident = hr_node_resident(a, &hd->own);

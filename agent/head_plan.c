@@ -109,7 +109,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
     } else {
         hr_sched_device sd[HR_AGENT_MAX_DEV];
         for (int i = 0; i < n; i++) {
-            sd[i] = hd->devs[cand[i]].sd;
+            hr_head_dev_rates(&hd->devs[cand[i]], &sd[i]); /* profile x measured scale */
             sd[i].is_head = i == 0;
         }
         hr_head_link_inputs(hd, cand, n, sd); /* measured links where there are */
@@ -161,7 +161,7 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
     hr_sched_device sd[HR_AGENT_MAX_DEV];
     for (int i = 0; i < n; i++) {
         all_sched &= hd->devs[cand[i]].has_sched;
-        sd[i] = hd->devs[cand[i]].sd;
+        hr_head_dev_rates(&hd->devs[cand[i]], &sd[i]);
         sd[i].is_head = i == 0;
     }
     hr_head_link_inputs(hd, cand, n, sd);
@@ -206,6 +206,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         d->pred_ms_round =
             hd->have_sched ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / k
                            : 0;
+        d->pred_compute_ms_round = hd->have_sched ? hd->sched.dev[i].compute_ms / k : 0;
         d->ready = false;
         if (i == 0 || w[i] > 0) {
             d->ring_pos = *n_active;
@@ -393,6 +394,7 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
         if (d->left_out[0])
             json_object_set_new(o, "left_out", json_string(d->left_out));
         hr_head_disk_json(o, d, k);
+        hr_head_adapt_dev_json(d, o);
     }
     return o;
 }
@@ -440,6 +442,7 @@ char *hr_head_status_json(hr_agent *a) {
             json_string(strncmp(hd->plan_err, "no plan", 7) == 0 ? hd->plan_err : ""));
         json_object_set_new(j, "recoveries",
                             json_integer((json_int_t)atomic_load(&hd->recoveries)));
+        hr_head_adapt_json(hd, j);
     }
     pthread_mutex_unlock(&hd->dev_mu);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;

@@ -86,18 +86,27 @@ void hr_head_end(hr_head *hd) {
     pthread_mutex_unlock(&hd->mu);
 }
 
-int hr_head_recover_wait(hr_head *hd, uint32_t old_plan, hr_local_plan *np, char err[HR_ERR_LEN]) {
+/* Waits (busy left) for a ready plan newer than old_plan, or, when adapt,
+ * for the control thread to give the adaptive re-plan up (hd->adapt back
+ * to 0: the plan in use goes on). */
+static int hr_head_wait_plan(hr_head *hd, uint32_t old_plan, bool adapt, hr_local_plan *np,
+                             char err[HR_ERR_LEN]) {
     hr_agent *a = hd->a;
     const hr_head_snap *s = &hd->snap;
     double deadline = hr_now_s() + a->p.recover_ms / 1000.0;
     char why[HR_ERR_LEN];
     pthread_mutex_lock(&hd->mu);
     hd->busy = false; /* the control thread may re-plan now */
-    snprintf(why, sizeof why, "%s", s->lost_msg[0] ? s->lost_msg : "a device was lost");
+    if (adapt)
+        snprintf(why, sizeof why, "adaptive re-plan of plan %u", old_plan);
+    else
+        snprintf(why, sizeof why, "%s", s->lost_msg[0] ? s->lost_msg : "a device was lost");
     int rc = 0;
     for (;;) {
-        if (s->ready && !s->replan && s->plan_id != old_plan) {
-            atomic_fetch_add(&hd->recoveries, 1);
+        if (s->ready && !s->replan &&
+            (s->plan_id != old_plan || (adapt && atomic_load(&hd->adapt) == 0))) {
+            if (!adapt)
+                atomic_fetch_add(&hd->recoveries, 1);
             hd->busy = true;
             *np = hd->pending;
             break;
@@ -120,6 +129,14 @@ int hr_head_recover_wait(hr_head *hd, uint32_t old_plan, hr_local_plan *np, char
     }
     pthread_mutex_unlock(&hd->mu);
     return rc;
+}
+
+int hr_head_recover_wait(hr_head *hd, uint32_t old_plan, hr_local_plan *np, char err[HR_ERR_LEN]) {
+    return hr_head_wait_plan(hd, old_plan, false, np, err);
+}
+
+int hr_head_adapt_wait(hr_head *hd, uint32_t old_plan, hr_local_plan *np, char err[HR_ERR_LEN]) {
+    return hr_head_wait_plan(hd, old_plan, true, np, err);
 }
 
 int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_ERR_LEN]) {

@@ -192,6 +192,20 @@ static int hr_node_sockets(hr_agent *a, const hr_agent_params *p, char err[HR_ER
     return hr_ring_bind(a->pull, dep, a->data_ep, sizeof a->data_ep, err);
 }
 
+/* HR_TEST_SLOW_ROUND="NAME=MS": a test-only slowdown of the agent named
+ * NAME (tests/test_adapt.c); read here and nowhere else. */
+static double hr_node_test_slow_ms(const char *name) {
+    const char *v = getenv("HR_TEST_SLOW_ROUND");
+    const char *eq = v ? strchr(v, '=') : NULL;
+    if (!eq || (size_t)(eq - v) != strlen(name) || strncmp(v, name, (size_t)(eq - v)) != 0)
+        return 0;
+    double ms = strtod(eq + 1, NULL);
+    if (ms > 0)
+        HR_LOG_WARN(TAG, "%s: HR_TEST_SLOW_ROUND adds %.1f ms to every window (test only)", name,
+                    ms);
+    return ms > 0 && ms < 10000 ? ms : 0;
+}
+
 int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     a->p = *p;
     hr_node_params_fix(&a->p);
@@ -225,6 +239,7 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
         const char *port = strrchr(a->ctrl_ep, ':');
         snprintf(a->name, sizeof a->name, "%s%s", host, port ? port : "");
     }
+    a->test_slow_ms = hr_node_test_slow_ms(a->name);
     if (p->head && hr_ring_endpoint(p->head, 0, a->head_ep, sizeof a->head_ep))
         return hr_seterr(err, HR_EINVAL, "bad head address '%s' (want host:port)", p->head);
     char le[HR_ERR_LEN];
@@ -375,6 +390,7 @@ int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_E
 int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
     const hr_hparams *hp = hr_model_hparams(a->m);
     a->plan_epoch++; /* fresh KV: the data thread forgets its request state */
+    hr_node_stats_reset(a, np->plan_id);
     hr_local_plan_free(&a->lp);
     malloc_trim(0); /* give the old plan's freed pages back before the new one allocates */
     hr_local_plan *lp = &a->lp;
@@ -456,9 +472,30 @@ void hr_node_push_connect(hr_agent *a) {
 
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
     pthread_mutex_lock(&a->st.mu);
-    if (n_tok == 1)
+    if (n_tok == 1) {
         a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
+        a->st.rounds++;
+        a->st.ms_total += ms;
+    }
     if (last_round)
         a->st.tokens += (uint64_t)n_tok;
     pthread_mutex_unlock(&a->st.mu);
+}
+
+void hr_node_stats_reset(hr_agent *a, uint32_t plan_id) {
+    pthread_mutex_lock(&a->st.mu);
+    a->st.ms_round = 0;
+    a->st.rounds = 0;
+    a->st.ms_total = 0;
+    a->st.plan_id = plan_id;
+    pthread_mutex_unlock(&a->st.mu);
+}
+
+void hr_node_test_slow(const hr_agent *a) {
+    if (a->test_slow_ms <= 0)
+        return;
+    double s = a->test_slow_ms / 1000.0;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
 }

@@ -99,8 +99,12 @@ static void *hr_data_main(void *arg) {
         hr_node_push_connect(a);
         int nt = h.n_tok;
         hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
+        /* the window's own time (compute, and page faults where it is not
+         * resident): what the plan's pred_ms_round predicts; read-ahead
+         * and release of windows are not part of it */
         double t0 = hr_now_s();
         int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
+        hr_node_test_slow(a);
         double ms = (hr_now_s() - t0) * 1000.0;
         if (rc) {
             pthread_mutex_unlock(&a->plan_mu);
@@ -112,8 +116,9 @@ static void *hr_data_main(void *arg) {
         h.len = (uint32_t)len;
         rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
         hr_node_after_window(a, lp, h.round); /* after the send: the streamer reads ahead */
-        pthread_mutex_unlock(&a->plan_mu);
+        /* under plan_mu: a plan applied meanwhile starts its statistics over */
         hr_node_stats_round(a, ms, nt, h.round + 1 == lp->k);
+        pthread_mutex_unlock(&a->plan_mu);
         if (rc)
             HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
                         err);
@@ -193,9 +198,11 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
 static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
     hr_agent *a = w->a;
     double ms, res;
-    uint64_t tok, rej;
+    uint64_t tok, rej, rounds;
     pthread_mutex_lock(&a->st.mu);
     ms = a->st.ms_round;
+    rounds = a->st.rounds;
+    double ms_total = a->st.ms_total;
     tok = a->st.tokens;
     rej = a->st.frames_rejected;
     pthread_mutex_unlock(&a->st.mu);
@@ -215,7 +222,9 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .read_round = ss.read_round,
                            .stream_round = ss.stream_round,
                            .pinned = ss.pinned,
-                           .locked = ss.locked};
+                           .locked = ss.locked,
+                           .rounds = rounds,
+                           .ms_total = ms_total};
     hr_msg m;
     char err[HR_ERR_LEN];
     if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {

@@ -496,6 +496,15 @@ static void hr_print_status(json_t *j) {
         printf("plan: %s\n", src);
     if (perr[0] && strcmp(perr, error) != 0)
         printf("plan error: %s\n", perr);
+    int n_adapt = 0, n_resc = 0, pending = 0;
+    const char *alast = "";
+    double aage = -1;
+    json_unpack(json_object_get(j, "adapt"), "{s?i,s?i,s?b,s?s,s?F}", "replans", &n_adapt,
+                "rescaled", &n_resc, "pending", &pending, "last", &alast, "last_age_s", &aage);
+    if (alast[0] || pending)
+        printf("adaptive plans: %d re-plan%s, %d rate update%s%s; last (%.0f s ago): %s\n", n_adapt,
+               n_adapt == 1 ? "" : "s", n_resc, n_resc == 1 ? "" : "s",
+               pending ? ", one pending" : "", aage, alast);
     json_t *devs = json_object_get(j, "devices");
     size_t i;
     json_t *d;
@@ -547,6 +556,10 @@ static void hr_print_status(json_t *j) {
         hr_print_link(d, has_prof, lassumed, rtt, lbps);
         if (!left[0] && w > 0)
             hr_print_disk(d);
+        double scale = 1;
+        json_unpack(d, "{s?F}", "rate_scale", &scale);
+        if (scale != 1.0)
+            printf("      CPU rates planned at x%.3g of its profile (measured rounds)\n", scale);
     }
 }
 

@@ -4,13 +4,16 @@
 # device's CPU share, memory, disk read bandwidth and link rate enforced by
 # cgroup v1 and tc. Needs root, iproute2 (ip netns, tc), nsenter and jq.
 #
-#   deploy/lab.sh up SPEC.json [-m MODEL] [--no-profile] [--shared-model]
+#   deploy/lab.sh up SPEC.json [-m MODEL] [--no-profile] [--shared-model] [--hog DEVICE]
 #                              [--insecure] [-- extra head options, e.g. --k 2]
 #   deploy/lab.sh down
 #   deploy/lab.sh status [--json]      the head's view (and the limits in force)
 #   deploy/lab.sh limits               the limits read back from the kernel
 #   deploy/lab.sh prompt [opts] TEXT   a `hearth prompt` against the head
 #   deploy/lab.sh selftest             a 2-device lab on the small shared model
+#   deploy/lab.sh hog DEVICE [stop]    a CPU hog in DEVICE's cgroups (interference:
+#                                      someone starts a game on it); up --hog DEVICE
+#                                      starts it before the agent (and its profile)
 #
 # Spec (JSON):
 #   {"name": "home",                  shown by status ("about": free text, ignored)
@@ -109,12 +112,13 @@ model_for() {
 drop_file() { dd if="$1" iflag=nocache count=0 status=none 2>/dev/null || true; }
 
 up() {
-    local spec="" model="" profile=1 copies=auto insecure=0 extra=()
+    local spec="" model="" profile=1 copies=auto insecure=0 extra=() hog=""
     [ $# -gt 0 ] && { spec=$1; shift; }
     while [ $# -gt 0 ]; do
         case "$1" in
         -m) model=$2; shift 2 ;;
         --no-profile) profile=0; shift ;;
+        --hog) hog=$2; shift 2 ;;
         --shared-model) copies=0; shift ;;
         --insecure) insecure=1; shift ;;
         --) shift; extra=("$@"); break ;;
@@ -222,7 +226,12 @@ up() {
         fi
         # a profile cache per device spec: each emulated device measures itself
         local key
-        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")") | md5sum | cut -c1-12)
+        local hogged=""
+        if [ -n "$hog" ] && { [ "$hog" = "$name" ] || [ "$hog" = "$i" ]; }; then
+            hog_start "$i" "$cgs"
+            hogged="hog"
+        fi
+        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged") | md5sum | cut -c1-12)
         mkdir -p "$CACHE/profiles/$key"
         XDG_CACHE_HOME=$CACHE/profiles/$key lab_spawn "$i" "$LAB_DIR/$name.log" "$ns" "$cgs" -- \
             "$BIN" "${args[@]}"
@@ -367,6 +376,39 @@ prompt() {
     head_cmd prompt "$@"
 }
 
+# hog_start I CGDIRS: a busy loop in device I's cgroups (pid.hog<I>, so
+# teardown stops it too).
+hog_start() {
+    local i=$1 cgs=$2
+    [ -e "$LAB_DIR/pid.hog$i" ] && kill -0 "$(cat "$LAB_DIR/pid.hog$i")" 2>/dev/null && return 0
+    [[ $cgs == */cpu* ]] || die "device $i has no cpu cgroup (give it a \"cpu\" share in the spec)"
+    HR_LAB_CGS=$cgs sh -c 'for g in $HR_LAB_CGS; do echo $$ >"$g/cgroup.procs" || exit 111; done
+        unset HR_LAB_CGS; exec sh -c "while :; do :; done"' >/dev/null 2>&1 </dev/null &
+    echo $! >"$LAB_DIR/pid.hog$i"
+    echo "lab.sh: CPU hog (pid $!) in the cgroups of device $i" >&2
+}
+
+# hog DEVICE [stop]: starts (or stops) a CPU hog in a running lab's device.
+hog() {
+    [ -f "$LAB_DIR/devices" ] || die "no lab is up"
+    local want=${1:-} what=${2:-start} i pos name ns addr thr mf cgs found=""
+    [ -n "$want" ] || die "hog: name a device"
+    while read -r i pos name ns addr thr mf cgs; do
+        [ "$want" = "$name" ] || [ "$want" = "$i" ] || continue
+        found=1
+        if [ "$what" = stop ]; then
+            if [ -f "$LAB_DIR/pid.hog$i" ]; then
+                kill "$(cat "$LAB_DIR/pid.hog$i")" 2>/dev/null || true
+                rm -f "$LAB_DIR/pid.hog$i"
+                echo "lab.sh: CPU hog of device $i stopped" >&2
+            fi
+        else
+            hog_start "$i" "$cgs"
+        fi
+    done <"$LAB_DIR/devices"
+    [ -n "$found" ] || die "hog: no device '$want'"
+}
+
 case "${1:-}" in
 up) shift; up "$@" ;;
 down) down ;;
@@ -374,5 +416,6 @@ status) shift; status "$@" ;;
 limits) limits ;;
 prompt) shift; prompt "$@" ;;
 selftest) shift; selftest "$@" ;;
-*) sed -n '2,13p' "$0" >&2; exit 2 ;;
+hog) shift; hog "$@" ;;
+*) sed -n '2,16p' "$0" >&2; exit 2 ;;
 esac

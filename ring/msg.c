@@ -373,6 +373,10 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
         json_object_set_new(j, "pinned", json_real(m->pinned));
     if (j && m->locked >= 0)
         json_object_set_new(j, "locked", json_boolean(m->locked > 0));
+    if (j)
+        json_object_set_new(j, "rounds", json_integer((json_int_t)m->rounds));
+    if (j)
+        json_object_set_new(j, "ms_total", json_real(m->ms_total));
     return hr_msg_take_json(out, HR_RING_HEARTBEAT, j, err);
 }
 
@@ -383,7 +387,7 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
     if (!j)
         return HR_EFORMAT;
     json_error_t je;
-    json_int_t tok = 0, rej = 0, avail = -1;
+    json_int_t tok = 0, rej = 0, avail = -1, rounds = 0;
     if (json_unpack_ex(j, &je, 0, "{s:F,s:F,s:I,s:I,s:I,s?F}", "ms_round", &m->ms_round, "resident",
                        &m->resident, "tokens", &tok, "rejected", &rej, "mem_avail", &avail, "t",
                        &m->t) != 0)
@@ -400,9 +404,12 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
         return rc;
     }
     m->locked = lk ? json_is_true(lk) : -1;
+    if (json_unpack_ex(j, &je, 0, "{s?I,s?F}", "rounds", &rounds, "ms_total", &m->ms_total) != 0)
+        return hr_msg_unpack_err(j, &je, HR_RING_HEARTBEAT, err);
     json_decref(j);
-    if (tok < 0 || rej < 0)
+    if (tok < 0 || rej < 0 || rounds < 0 || !(m->ms_total >= 0))
         return hr_seterr(err, HR_EFORMAT, "HEARTBEAT: negative counters");
+    m->rounds = (uint64_t)rounds;
     m->tokens = (uint64_t)tok;
     m->rejected = (uint64_t)rej;
     m->mem_avail = avail;

@@ -133,6 +133,9 @@ typedef struct {
     double stream_round; /* bytes per round the runtime's split streams (mmap/stream.h) */
     double pinned;       /* bytes of the windows kept resident */
     int locked;          /* 1: the resident part is mlock'ed, 0: kept by advice, -1 unknown */
+    uint64_t rounds;     /* decode rounds (one token, one window) timed under the
+                            plan in the header's plan_id; ms_round is their EMA */
+    double ms_total;     /* ms those rounds took in all (0 = not sent) */
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,

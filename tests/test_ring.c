@@ -402,14 +402,28 @@ static void test_msg_roundtrip(const char *key) {
                            .tokens = 77,
                            .rejected = 3,
                            .mem_avail = 1ll << 32,
-                           .t = 12.5},
+                           .t = 12.5,
+                           .rounds = 40,
+                           .ms_total = 52.5},
                      hbd;
     CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
     f = roundtrip(&m, &h);
     CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
     CHECK(hbd.ms_round == 1.25 && hbd.resident == 0.5 && hbd.t == 12.5);
     CHECK(hbd.tokens == 77 && hbd.rejected == 3 && hbd.mem_avail == 1ll << 32);
+    CHECK(hbd.rounds == 40 && hbd.ms_total == 52.5);
     free(f);
+    /* a heartbeat without the round counters (an older worker) reads as 0;
+     * negative ones are refused */
+    static const char *const hb_old =
+        "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1}";
+    static const char *const hb_neg = "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,"
+                                      "\"rejected\":0,\"mem_avail\":-1,\"rounds\":-2}";
+    hr_ring_hdr hh = {.type = HR_RING_HEARTBEAT, .len = (uint32_t)strlen(hb_old)};
+    CHECK_EQ(hr_msg_heartbeat_decode(&hh, hb_old, &hbd, err), 0);
+    CHECK(hbd.rounds == 0 && hbd.ms_total == 0);
+    hh.len = (uint32_t)strlen(hb_neg);
+    CHECK_EQ(hr_msg_heartbeat_decode(&hh, hb_neg, &hbd, err), HR_EFORMAT);
     /* INVITE, PAIR */
     hr_msg_invite iv = {0}, ivd;
     snprintf(iv.head, sizeof iv.head, "tcp://10.0.0.1:7700");

@@ -1,0 +1,307 @@
+/* head_adapt.c - adaptive plans (control thread, dev_mu held): the head
+ * compares every ring member's measured ms per decode round (heartbeats;
+ * its own from a->st) with the plan's prediction (pred_ms_round). A device
+ * that stays more than HR_ADAPT_OFF off for HR_ADAPT_WINDOW_S (consecutive
+ * fresh samples, after a warm-up under each plan) gets its CPU rates
+ * scaled by what was measured (rate_scale, shown in the status) and the
+ * scheduler plans again. When the new rates change the plan, the head
+ * re-plans between tokens: the generating thread leaves the running
+ * request's plan, waits for the new one and replays the token history on
+ * it (gen.c, as after a lost device), so the answer stays the same. When
+ * they do not change it, or the new plan is not predicted HR_ADAPT_GAIN
+ * faster than the plan in use at the same rates, or the running request's
+ * remaining tokens would gain less than its replay costs, only the
+ * predictions are updated. Re-plans are at
+ * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
+ * prediction, and it re-plans back by the same rule when it gets faster
+ * again (the hog stops). Never with --windows. */
+#include "agent/head-impl.h"
+
+#include "common/log.h"
+#include "common/sync.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "head"
+
+#define HR_ADAPT_OFF 0.30        /* |measured / predicted - 1| above this is off */
+#define HR_ADAPT_WINDOW_S 2.0    /* off for at least this long ... */
+#define HR_ADAPT_MIN_SAMPLES 2   /* ... in at least this many consecutive fresh samples */
+#define HR_ADAPT_WARMUP_TOKENS 3 /* decode tokens under a plan before its rounds count */
+#define HR_ADAPT_STALE_S 5.0     /* no fresh round for this long ends a streak (idle) */
+#define HR_ADAPT_HOLDOFF_S 10.0  /* at least this long between two adaptive decisions */
+#define HR_ADAPT_GAIN 0.10       /* a new plan must be predicted this much faster */
+#define HR_ADAPT_SCALE_MIN 0.02  /* bounds of rate_scale */
+#define HR_ADAPT_SCALE_MAX 100.0
+
+static double hr_dev_scale(const hr_dev *d) { return d->rate_scale > 0 ? d->rate_scale : 1.0; }
+
+/* d's profile rates with its CPU times multiplied by scale. */
+static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out) {
+    *out = d->sd;
+    if (scale == 1.0)
+        return;
+    out->t_layer_ms *= scale; /* 0 (take decode_ms) stays 0 */
+    out->t_head_ms *= scale;
+    for (int t = 0; t < out->n_thread_rates && t < HR_SCHED_MAX_THREADS; t++) {
+        out->decode_ms[t] *= scale;
+        out->prefill_ms[t] *= scale;
+    }
+}
+
+void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out) {
+    hr_dev_rates_at(d, hr_dev_scale(d), out);
+}
+
+static void hr_adapt_reset(hr_dev *d) {
+    d->adapt_off = 0;
+    d->adapt_since = 0;
+}
+
+/* d is off in at least n samples of the plan in use (a streak of an
+ * earlier plan, or of a device the plan left out, does not count). */
+static bool hr_adapt_off(const hr_head *hd, const hr_dev *d, int n) {
+    return !d->lost && d->adapt_plan == hd->plan_id && d->ring_pos >= 0 && d->w > 0 &&
+           d->pred_ms_round > 0 && d->adapt_off >= n;
+}
+
+void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
+                          double ms_total) {
+    hr_dev *d = &hd->devs[di];
+    double now = hr_now_s();
+    if (plan_id != hd->plan_id || d->adapt_plan != plan_id) { /* a new plan: start over */
+        d->adapt_plan = plan_id;
+        d->adapt_rounds = 0;
+        d->adapt_ms_total = 0;
+        d->adapt_ratio = 0;
+        d->adapt_seen = now;
+        hr_adapt_reset(d);
+        if (plan_id != hd->plan_id)
+            return;
+    }
+    if (d->ring_pos < 0 || d->w <= 0 || d->pred_ms_round <= 0)
+        return;
+    if (rounds <= d->adapt_rounds) { /* idle: a streak does not outlive the request */
+        if (d->adapt_off && now - d->adapt_seen > HR_ADAPT_STALE_S)
+            hr_adapt_reset(d);
+        return;
+    }
+    /* the mean of the rounds since the last sample (no EMA lag), else the EMA */
+    double mean = ms_total > d->adapt_ms_total && d->adapt_rounds > 0
+                      ? (ms_total - d->adapt_ms_total) / (double)(rounds - d->adapt_rounds)
+                      : ms;
+    bool warm =
+        d->adapt_rounds >= (uint64_t)(HR_ADAPT_WARMUP_TOKENS * (hd->plan_k > 0 ? hd->plan_k : 1));
+    /* the rounds of this sample ran since the last one (after an idle
+     * gap: count them from now) */
+    double prev = now - d->adapt_seen > HR_ADAPT_STALE_S ? now : d->adapt_seen;
+    d->adapt_rounds = rounds;
+    d->adapt_ms_total = ms_total;
+    d->adapt_seen = now;
+    if (!warm || mean <= 0)
+        return; /* the first tokens of a plan (cold pages, the EMA settling) */
+    d->adapt_ratio = mean / d->pred_ms_round;
+    if (fabs(d->adapt_ratio - 1.0) > HR_ADAPT_OFF) {
+        if (d->adapt_off++ == 0)
+            d->adapt_since = prev; /* off since its rounds began */
+    } else {
+        hr_adapt_reset(d);
+    }
+}
+
+/* The scale that makes d's prediction what was measured: only the compute
+ * part of the predicted round scales (its exposed disk time stays). */
+static double hr_adapt_new_scale(const hr_dev *d) {
+    double c = d->pred_compute_ms_round, e = d->pred_ms_round - c;
+    double f = c > 0 ? (d->adapt_ratio * d->pred_ms_round - (e > 0 ? e : 0)) / c : 1.0;
+    double s = hr_dev_scale(d) * (f > 0 ? f : HR_ADAPT_SCALE_MIN);
+    return s < HR_ADAPT_SCALE_MIN   ? HR_ADAPT_SCALE_MIN
+           : s > HR_ADAPT_SCALE_MAX ? HR_ADAPT_SCALE_MAX
+                                    : s;
+}
+
+/* The scheduler's plan over the devices not lost (the candidates
+ * hr_head_replan takes) at rates scale[] into *out, and the plan in use
+ * at the same rates into *cur (cur->status HR_EINVAL when it does not
+ * apply to these candidates); HR_E* with err. */
+static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_out,
+                          hr_sched_plan *out, hr_sched_plan *cur, char err[HR_ERR_LEN]) {
+    const hr_agent *a = hd->a;
+    hr_sched_device sd[HR_AGENT_MAX_DEV];
+    int n = 0;
+    for (int i = 0; i < hd->n_devs; i++) {
+        if (hd->devs[i].lost)
+            continue;
+        if (!hd->devs[i].has_sched)
+            return hr_seterr(err, HR_EINVAL, "no profile from '%.64s'", hd->devs[i].name);
+        hr_dev_rates_at(&hd->devs[i], scale[i], &sd[n]);
+        sd[n].is_head = n == 0;
+        cand[n++] = i;
+    }
+    *n_out = n;
+    hr_sched_model sm;
+    hr_sched_opts so = hr_sched_opts_default();
+    so.k_fixed = a->p.k;
+    int rc = hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx),
+                                    &sm, err);
+    if (rc || (rc = hr_sched_solve(&sm, sd, n, &so, out, err)))
+        return rc;
+    int w[HR_AGENT_MAX_DEV];
+    char e2[HR_ERR_LEN];
+    for (int i = 0; i < n; i++)
+        w[i] = hd->devs[cand[i]].w;
+    if (hr_sched_evaluate(&sm, sd, n, &so, hd->plan_k, w, NULL, cur, e2) != 0)
+        cur->status = HR_EINVAL;
+    return 0;
+}
+
+/* Only the rates changed: the plan in use, with predictions at them. */
+static void hr_adapt_repredict(hr_head *hd, const hr_sched_plan *np, const int *cand, int n) {
+    int k = np->k > 0 ? np->k : 1;
+    for (int i = 0; i < n; i++) {
+        hr_dev *d = &hd->devs[cand[i]];
+        d->pred_ms_round = (np->dev[i].compute_ms + np->dev[i].disk_exposed_ms) / k;
+        d->pred_compute_ms_round = np->dev[i].compute_ms / k;
+        d->adapt_plan = 0; /* samples start over against the new predictions */
+    }
+    hd->sched = *np;
+}
+
+void hr_head_adapt_check(hr_head *hd) {
+    hr_agent *a = hd->a;
+    double now = hr_now_s();
+    if (now - hd->adapt_head_at >= a->p.hb_interval_ms / 1000.0) { /* the head's own sample */
+        hd->adapt_head_at = now;
+        pthread_mutex_lock(&a->st.mu);
+        double ms = a->st.ms_round;
+        uint64_t rounds = a->st.rounds;
+        double ms_total = a->st.ms_total;
+        uint32_t pid = a->st.plan_id;
+        pthread_mutex_unlock(&a->st.mu);
+        hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
+    }
+    if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||
+        !hd->ready || (hd->adapt_at > 0 && now - hd->adapt_at < HR_ADAPT_HOLDOFF_S))
+        return;
+    /* one device off for the whole window decides; every device off in
+     * enough samples by then is rescaled with it */
+    bool due = false;
+    for (int i = 0; i < hd->n_devs; i++)
+        due |= hr_adapt_off(hd, &hd->devs[i], HR_ADAPT_MIN_SAMPLES) &&
+               now - hd->devs[i].adapt_since >= HR_ADAPT_WINDOW_S;
+    if (!due)
+        return;
+    double scale[HR_AGENT_MAX_DEV];
+    char why[sizeof hd->adapt_reason] = "";
+    size_t wl = 0;
+    int n_off = 0;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hr_dev *d = &hd->devs[i];
+        scale[i] = hr_dev_scale(d);
+        if (!hr_adapt_off(hd, d, HR_ADAPT_MIN_SAMPLES))
+            continue;
+        scale[i] = hr_adapt_new_scale(d);
+        n_off++;
+        if (wl < sizeof why)
+            wl += (size_t)snprintf(
+                why + wl, sizeof why - wl,
+                "%sdevice '%.40s' measured %.2f ms/round, predicted %.2f (x%.2f) for %.1f s: CPU "
+                "rates x%.3g of its profile (was x%.3g)",
+                wl ? "; " : "", d->name, d->adapt_ratio * d->pred_ms_round, d->pred_ms_round,
+                d->adapt_ratio, now - d->adapt_since, scale[i], hr_dev_scale(d));
+    }
+    if (!n_off)
+        return;
+    hd->adapt_at = now;
+    hr_sched_plan *np = malloc(2 * sizeof *np), *cur = np ? np + 1 : NULL;
+    int cand[HR_AGENT_MAX_DEV], n = 0;
+    char err[HR_ERR_LEN] = "out of memory";
+    int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
+    for (int i = 0; i < hd->n_devs; i++)
+        hr_adapt_reset(&hd->devs[i]);
+    if (rc) { /* keep the plan and the rates in use */
+        HR_LOG_WARN(TAG, "adaptive plan: %s; no plan at the measured rates (%s): plan %u stays",
+                    why, err, hd->plan_id);
+        free(np);
+        return;
+    }
+    for (int i = 0; i < hd->n_devs; i++)
+        hd->devs[i].rate_scale = scale[i];
+    bool same = np->k == hd->plan_k;
+    for (int i = 0; i < n && same; i++)
+        same = np->dev[i].w == hd->devs[cand[i]].w;
+    /* hysteresis: a plan only a little faster on paper is not worth a
+     * re-plan; nor one whose replay of the running request (its generated
+     * tokens, one at a time on the new plan) costs more than the tokens
+     * still to come gain */
+    int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
+    double replay_ms = done * np->latency_ms;
+    double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
+    bool keep = same ||
+                (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms) ||
+                (done > 0 && gain_ms < replay_ms);
+    char gain[192] = "";
+    if (cur->status == 0)
+        snprintf(gain, sizeof gain,
+                 "; at these rates plan %u predicts %.1f ms/token, the best plan %.1f (%d tokens "
+                 "to come gain %.1f s, replaying %d costs %.1f s)",
+                 hd->plan_id, cur->latency_ms, np->latency_ms, left, gain_ms / 1000.0, done,
+                 replay_ms / 1000.0);
+    if (keep) {
+        hr_adapt_repredict(hd, same ? np : cur, cand, n);
+        hd->n_rescaled++;
+        HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays (predictions updated)", why, gain,
+                    hd->plan_id);
+        snprintf(hd->adapt_reason, sizeof hd->adapt_reason,
+                 "plan %u kept, predictions updated: %.500s%.250s", hd->plan_id, why, gain);
+    } else {
+        hd->n_adapt++;
+        hd->adapt_from = hd->plan_id;
+        hd->replan = true;
+        hd->ready = false;
+        atomic_store(&hd->adapt, hd->plan_id); /* the generating thread yields between tokens */
+        HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s%s", hd->plan_id, why, gain);
+        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %.500s%.250s",
+                 hd->plan_id, why, gain);
+    }
+    free(np);
+}
+
+void hr_head_adapt_planned(hr_head *hd, int rc) {
+    for (int i = 0; i < hd->n_devs; i++) /* measured against the old plan */
+        hr_adapt_reset(&hd->devs[i]);
+    unsigned from = atomic_exchange(&hd->adapt, 0);
+    if (!from)
+        return;
+    if (rc == 0) {
+        HR_LOG_INFO(TAG, "adaptive re-plan: plan %u replaces plan %u", hd->plan_id, from);
+        hd->adapt_to = hd->plan_id;
+    }
+}
+
+void hr_head_adapt_dev_json(const hr_dev *d, json_t *o) {
+    json_object_set_new(o, "rate_scale", json_real(hr_dev_scale(d)));
+    json_object_set_new(o, "meas_pred_ratio", json_real(d->adapt_ratio));
+}
+
+void hr_head_adapt_json(const hr_head *hd, json_t *j) {
+    json_t *o = json_object();
+    if (!o)
+        return;
+    json_object_set_new(o, "replans", json_integer(hd->n_adapt));
+    json_object_set_new(o, "rescaled", json_integer(hd->n_rescaled));
+    json_object_set_new(o, "pending", json_boolean(atomic_load(&hd->adapt) != 0));
+    json_object_set_new(o, "last", json_string(hd->adapt_reason));
+    json_object_set_new(o, "last_age_s",
+                        json_real(hd->adapt_at > 0 ? hr_now_s() - hd->adapt_at : -1.0));
+    json_object_set_new(o, "from_plan", json_integer(hd->adapt_from));
+    json_object_set_new(o, "to_plan", json_integer(hd->adapt_to));
+    json_object_set_new(o, "threshold", json_real(HR_ADAPT_OFF));
+    json_object_set_new(o, "window_s", json_real(HR_ADAPT_WINDOW_S));
+    json_object_set_new(o, "holdoff_s", json_real(HR_ADAPT_HOLDOFF_S));
+    json_object_set_new(j, "adapt", o);
+}
