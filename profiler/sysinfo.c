@@ -335,42 +335,67 @@ static void hr_cg_v2(hr_prof_mem *m, const char *dir, const char *top) {
     free(st);
 }
 
-static void hr_read_cgroup(hr_prof_mem *m, const char *sysroot) {
+/* Whether the comma-separated controller list ctrls names ctrl. */
+static bool hr_cg_has(const char *ctrls, const char *ctrl) {
+    char cbuf[256];
+    bool has = false;
+    hr_prof_strlcpy(cbuf, ctrls, sizeof cbuf);
+    for (char *save = NULL, *tok = strtok_r(cbuf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save))
+        has |= strcmp(tok, ctrl) == 0;
+    return has;
+}
+
+/* Calls fn for each line of /proc/self/cgroup ("hierarchy-id:controllers:
+ * path"): v2 for the unified hierarchy's line ("0::path"), else the v1
+ * controllers. False when the file cannot be read. */
+static bool hr_cg_lines(const char *sysroot,
+                        void (*fn)(bool v2, const char *ctrls, const char *path, void *ud),
+                        void *ud) {
     char path[512];
     char *text = malloc(8192);
     hr_prof_path(path, sizeof path, sysroot, "/proc/self/cgroup");
     if (!text || hr_prof_read_text(path, text, 8192) <= 0) {
-        HR_LOG_WARN(HR_PROF_TAG, "cannot read %s: cgroup limits unknown", path);
         free(text);
-        return;
+        return false;
     }
-    char v1path[256] = "", v2path[256] = "";
-    bool have_v1 = false, have_v2 = false;
     char *lsave = NULL;
     for (char *l = strtok_r(text, "\n", &lsave); l; l = strtok_r(NULL, "\n", &lsave)) {
-        /* hierarchy-id:controllers:path */
         char *c1 = strchr(l, ':');
         char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;
         *c1 = *c2 = 0;
-        const char *ctrls = c1 + 1, *p = c2 + 1;
-        if (strcmp(l, "0") == 0 && *ctrls == 0) {
-            hr_prof_strlcpy(v2path, p, sizeof v2path);
-            have_v2 = true;
-            continue;
-        }
-        char cbuf[256];
-        hr_prof_strlcpy(cbuf, ctrls, sizeof cbuf);
-        for (char *save = NULL, *tok = strtok_r(cbuf, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save)) {
-            if (strcmp(tok, "memory") == 0) {
-                hr_prof_strlcpy(v1path, p, sizeof v1path);
-                have_v1 = true;
-            }
-        }
+        fn(strcmp(l, "0") == 0 && c1[1] == 0, c1 + 1, c2 + 1, ud);
     }
     free(text);
+    return true;
+}
+
+typedef struct {
+    char v1path[256], v2path[256];
+    bool have_v1, have_v2;
+} hr_cg_mem_paths;
+
+static void hr_cg_mem_line(bool v2, const char *ctrls, const char *p, void *ud) {
+    hr_cg_mem_paths *mp = ud;
+    if (v2) {
+        hr_prof_strlcpy(mp->v2path, p, sizeof mp->v2path);
+        mp->have_v2 = true;
+    } else if (hr_cg_has(ctrls, "memory")) {
+        hr_prof_strlcpy(mp->v1path, p, sizeof mp->v1path);
+        mp->have_v1 = true;
+    }
+}
+
+static void hr_read_cgroup(hr_prof_mem *m, const char *sysroot) {
+    hr_cg_mem_paths mp = {0};
+    if (!hr_cg_lines(sysroot, hr_cg_mem_line, &mp)) {
+        HR_LOG_WARN(HR_PROF_TAG, "cannot read /proc/self/cgroup: cgroup limits unknown");
+        return;
+    }
+    char *v1path = mp.v1path, *v2path = mp.v2path;
+    bool have_v1 = mp.have_v1, have_v2 = mp.have_v2;
     char mnt[512], root[512], dir[1024];
     if (have_v1 && hr_cg_mount(sysroot, false, mnt, sizeof mnt, root, sizeof root)) {
         m->cg_version = 1;
@@ -395,7 +420,8 @@ static void hr_read_cgroup(hr_prof_mem *m, const char *sysroot) {
         return;
     }
     if (have_v1 || have_v2)
-        HR_LOG_WARN(HR_PROF_TAG, "memory cgroup listed in %s but its mount was not found", path);
+        HR_LOG_WARN(HR_PROF_TAG,
+                    "memory cgroup listed in /proc/self/cgroup but its mount was not found");
 }
 
 void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot) {
@@ -671,49 +697,38 @@ static void hr_cg_key_file(char *out, size_t cap, const char *dir, const char *n
         snprintf(out + n, cap - n, "%s=%s;", name, buf);
 }
 
-void hr_prof_cg_limits_key(char *out, size_t cap, const char *sysroot) {
-    out[0] = 0;
-    char path[512];
-    char *text = malloc(8192);
-    hr_prof_path(path, sizeof path, sysroot, "/proc/self/cgroup");
-    if (!text || hr_prof_read_text(path, text, 8192) <= 0) {
-        free(text);
-        return;
-    }
+typedef struct {
+    char *out;
+    size_t cap;
+    const char *sysroot;
+} hr_cg_key_ctx;
+
+static void hr_cg_key_line(bool v2, const char *ctrls, const char *p, void *ud) {
     static const char *const v1[][3] = {
         {"cpu", "cpu.cfs_quota_us", "cpu.cfs_period_us"},
         {"blkio", "blkio.throttle.read_bps_device", "blkio.throttle.read_iops_device"}};
-    char *lsave = NULL;
-    for (char *l = strtok_r(text, "\n", &lsave); l; l = strtok_r(NULL, "\n", &lsave)) {
-        char *c1 = strchr(l, ':');
-        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2)
-            continue;
-        *c1 = *c2 = 0;
-        const char *ctrls = c1 + 1, *p = c2 + 1;
-        char mnt[512], root[512], dir[1024];
-        if (strcmp(l, "0") == 0 && *ctrls == 0) {
-            if (hr_cg_mount_of(sysroot, true, "", mnt, sizeof mnt, root, sizeof root)) {
-                hr_cg_dir(dir, sizeof dir, sysroot, mnt, root, p);
-                hr_cg_key_file(out, cap, dir, "cpu.max");
-                hr_cg_key_file(out, cap, dir, "io.max");
-            }
-            continue;
+    hr_cg_key_ctx *kc = ud;
+    char mnt[512], root[512], dir[1024];
+    if (v2) {
+        if (hr_cg_mount_of(kc->sysroot, true, "", mnt, sizeof mnt, root, sizeof root)) {
+            hr_cg_dir(dir, sizeof dir, kc->sysroot, mnt, root, p);
+            hr_cg_key_file(kc->out, kc->cap, dir, "cpu.max");
+            hr_cg_key_file(kc->out, kc->cap, dir, "io.max");
         }
-        for (size_t k = 0; k < sizeof v1 / sizeof v1[0]; k++) {
-            char cbuf[256];
-            bool has = false;
-            hr_prof_strlcpy(cbuf, ctrls, sizeof cbuf);
-            for (char *save = NULL, *tok = strtok_r(cbuf, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save))
-                has |= strcmp(tok, v1[k][0]) == 0;
-            if (has &&
-                hr_cg_mount_of(sysroot, false, v1[k][0], mnt, sizeof mnt, root, sizeof root)) {
-                hr_cg_dir(dir, sizeof dir, sysroot, mnt, root, p);
-                hr_cg_key_file(out, cap, dir, v1[k][1]);
-                hr_cg_key_file(out, cap, dir, v1[k][2]);
-            }
+        return;
+    }
+    for (size_t k = 0; k < sizeof v1 / sizeof v1[0]; k++) {
+        if (hr_cg_has(ctrls, v1[k][0]) &&
+            hr_cg_mount_of(kc->sysroot, false, v1[k][0], mnt, sizeof mnt, root, sizeof root)) {
+            hr_cg_dir(dir, sizeof dir, kc->sysroot, mnt, root, p);
+            hr_cg_key_file(kc->out, kc->cap, dir, v1[k][1]);
+            hr_cg_key_file(kc->out, kc->cap, dir, v1[k][2]);
         }
     }
-    free(text);
+}
+
+void hr_prof_cg_limits_key(char *out, size_t cap, const char *sysroot) {
+    out[0] = 0;
+    hr_cg_key_ctx kc = {out, cap, sysroot};
+    hr_cg_lines(sysroot, hr_cg_key_line, &kc);
 }
