@@ -1,12 +1,13 @@
 /* api_harness.h - what the HTTP API's cluster tests share (test_api_cluster.c,
  * test_api_health.c): hearth agents started from HR_BIN as child processes
  * (killed with the test), free loopback ports, files, and curl requests
- * against the head's API with OpenAI error bodies checked. One test
- * executable includes it once; everything is static. */
+ * against the head's API with OpenAI error bodies checked (time helpers
+ * from harness.h). One test executable includes it once; everything is
+ * static. */
 #ifndef HR_TESTS_API_HARNESS_H
 #define HR_TESTS_API_HARNESS_H
 
-#include "check.h"
+#include "harness.h"
 
 #include <jansson.h>
 #include <netinet/in.h>
@@ -23,17 +24,6 @@
 static char g_dir[256], g_bin[512], g_model[512], g_url[128], g_ctrl[64];
 static pid_t g_pids[8];
 static int g_npids;
-
-static inline double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static inline void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static inline pid_t spawn(char *const argv[], const char *out, const char *errf) {
     pid_t pid = fork();

@@ -15,7 +15,7 @@
 #include "ring/ring.h"
 #include "sched/sched.h"
 
-#include "check.h"
+#include "harness.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -29,157 +29,6 @@
 #define REPLAN_BOUND_S 8.0 /* first decode token -> adaptive re-plan decided */
 
 static char g_dir[64];
-
-typedef struct {
-    hr_agent *a;
-    pthread_t th;
-    int rc;
-    char err[HR_ERR_LEN];
-} agent_th;
-
-static void *agent_main(void *arg) {
-    agent_th *t = arg;
-    t->rc = hr_agent_run(t->a, t->err);
-    return NULL;
-}
-
-/* A device profile: matvec at gbs GB/s, no disk (all resident), avail bytes. */
-static void fake_device(hr_prof_device *d, const char *host, double gbs, int64_t avail) {
-    memset(d, 0, sizeof *d);
-    d->version = HR_PROF_VERSION;
-    int types[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K,
-                   HR_TYPE_Q6_K, HR_TYPE_F16,  HR_TYPE_F32};
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        d->rates[d->n_rates++] = (hr_prof_rate){.type = types[t],
-                                                .n_threads = 1,
-                                                .matvec_gbs = gbs,
-                                                .matvec_call_us = 5.0,
-                                                .matmat_gflops = 10.0 * gbs};
-    d->n_opcosts = 1;
-    d->opcosts[0] = (hr_prof_opcost){1, 2.0, 1.0, 0.5};
-    d->eltwise = (hr_prof_eltwise){1.0, 0.5, 2.0, 3.0, 1.5};
-    d->membw_1t_gbs = d->membw_all_gbs = gbs;
-    d->mem.weights_avail_bytes = avail;
-    d->mem.available_bytes = avail;
-    d->mem.total_bytes = 2 * avail;
-    snprintf(d->os.sysname, sizeof d->os.sysname, "Linux");
-    snprintf(d->os.hostname, sizeof d->os.hostname, "%s", host);
-}
-
-static int write_profile(const hr_prof_device *d, const char *path) {
-    char *js = NULL, err[HR_ERR_LEN];
-    if (hr_prof_device_to_json(d, &js, err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    FILE *f = fopen(path, "w");
-    int rc = f && fputs(js, f) >= 0 ? 0 : -1;
-    if (f)
-        fclose(f);
-    free(js);
-    return rc;
-}
-
-static json_t *status(hr_agent *head) {
-    char *s = hr_head_status_json(head);
-    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
-    free(s);
-    return j;
-}
-
-/* Greedy ids of `hearth run --temp 0` (single process: batched prompt,
- * then one token at a time). */
-static int ref_generate(const char *model, const int32_t *prompt, int n, int32_t *out) {
-    char err[HR_ERR_LEN];
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    hr_ctx *ctx = NULL;
-    if (hr_gguf_open(&g, model, err) || hr_model_load(&m, g, err))
-        return -1;
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = N_CTX;
-    cp.n_batch = 64;
-    if (hr_ctx_create(&ctx, m, &cp, err))
-        return -1;
-    int nv = hr_model_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)nv * sizeof *logits);
-    hr_sampler_params sp = hr_sampler_params_default();
-    sp.temperature = 0;
-    hr_sampler *s = hr_sampler_create(&sp, nv);
-    for (int i = 0; i < n; i++)
-        hr_sampler_accept(s, prompt[i]);
-    out[0] = 0;
-    hr_ctx_eval(ctx, prompt, n, 0, logits, false, err);
-    int pos = n;
-    for (int i = 0; i < N_GEN; i++) {
-        int32_t id = hr_sampler_sample(s, logits);
-        hr_sampler_accept(s, id);
-        out[1 + out[0]++] = id;
-        if (i + 1 == N_GEN)
-            break;
-        hr_ctx_eval(ctx, &id, 1, pos++, logits, false, err);
-    }
-    hr_sampler_destroy(s);
-    free(logits);
-    hr_ctx_destroy(ctx);
-    hr_model_free(m);
-    hr_gguf_close(g);
-    return 0;
-}
-
-static int model_inputs(const char *model, hr_sched_model *sm) {
-    char err[HR_ERR_LEN];
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    hr_prof_model pm = {0};
-    int rc = hr_gguf_open(&g, model, err);
-    if (!rc)
-        rc = hr_model_load(&m, g, err);
-    if (!rc)
-        rc = hr_prof_model_build(&pm, m, g, err);
-    if (!rc)
-        rc = hr_prof_to_sched_model(&pm, hr_hparams_ctx(hr_model_hparams(m), N_CTX), sm, err);
-    if (rc)
-        fprintf(stderr, "%s: %s\n", model, err);
-    hr_prof_model_clear(&pm);
-    hr_model_free(m);
-    hr_gguf_close(g);
-    return rc;
-}
-
-static int start(agent_th *t, const char *model, const char *name, const char *head_ep,
-                 const char *profile, double mem_limit, int expect) {
-    char err[HR_ERR_LEN];
-    hr_agent_params p = hr_agent_params_default();
-    p.model_path = model;
-    p.listen = "127.0.0.1:0";
-    p.head = head_ep;
-    p.name = name;
-    p.n_ctx = N_CTX;
-    p.n_threads = 1;
-    p.expect = expect;
-    p.wire_dtype = HR_RING_F32;
-    p.profile_file = profile;
-    p.mem_limit_gib = mem_limit;
-    memset(t, 0, sizeof *t);
-    if (hr_agent_create(&t->a, &p, err)) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        return -1;
-    }
-    pthread_create(&t->th, NULL, agent_main, t);
-    return 0;
-}
-
-static void stop(agent_th *t, int n) {
-    for (int i = n - 1; i >= 0; i--) {
-        if (!t[i].a)
-            continue;
-        hr_agent_stop(t[i].a);
-        pthread_join(t[i].th, NULL);
-        hr_agent_destroy(t[i].a);
-        t[i].a = NULL;
-    }
-}
 
 /* ---- the request, on its own thread; the main thread watches ---- */
 
@@ -234,8 +83,11 @@ static int dev_layers(json_t *st, const char *name) {
 }
 
 static void test_adapt(const char *model) {
+    hr_prof_model pm = {0};
     hr_sched_model sm;
-    if (model_inputs(model, &sm)) {
+    int rc = model_inputs(model, N_CTX, &pm, &sm);
+    hr_prof_model_clear(&pm);
+    if (rc) {
         CHECK(0);
         return;
     }
@@ -251,28 +103,21 @@ static void test_adapt(const char *model) {
     int64_t avail[N_DEV];
     for (int i = 0; i < N_DEV; i++) {
         avail[i] = (int64_t)(reserve + hold[i] * per + (i == 0 ? sm.output_bytes : 0));
-        hr_prof_device d;
-        fake_device(&d, names[i], gbs[i], avail[i]);
-        snprintf(files[i], sizeof files[i], "%s/%s.json", g_dir, names[i]);
-        CHECK_EQ(write_profile(&d, files[i]), 0);
+        CHECK_EQ(save_profile(g_dir, names[i], gbs[i], 0.0, avail[i], files[i], sizeof files[i]),
+                 0);
     }
     agent_th ag[N_DEV];
     memset(ag, 0, sizeof ag);
-    char err[HR_ERR_LEN];
-    int ok = start(&ag[0], model, names[0], NULL, files[0], avail[0] / 1073741824.0, N_DEV - 1);
-    for (int i = 1; ok == 0 && i < N_DEV; i++)
-        ok = start(&ag[i], model, names[i], hr_agent_endpoint(ag[0].a), files[i],
-                   avail[i] / 1073741824.0, 0);
+    int ok = profiled_agents_begin(ag, N_DEV, model, N_CTX, names, files, avail, 1);
     CHECK_EQ(ok, 0);
-    if (ok == 0 && hr_head_wait_ready(ag[0].a, N_DEV - 1, 30000, err)) {
-        fprintf(stderr, "cluster: %s\n", err);
+    if (ok == 0 && head_ready(ag[0].a, N_DEV - 1, 30000)) {
         CHECK(0);
         ok = -1;
     }
-    json_t *st = ok == 0 ? status(ag[0].a) : NULL;
+    json_t *st = ok == 0 ? head_status(ag[0].a) : NULL;
     CHECK(st != NULL);
     if (!st) {
-        stop(ag, N_DEV);
+        agents_end(ag, N_DEV);
         return;
     }
     int plan0 = (int)json_integer_value(json_object_get(st, "plan_id"));
@@ -287,7 +132,7 @@ static void test_adapt(const char *model) {
     int32_t prompt[] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278};
     int n_prompt = (int)(sizeof prompt / sizeof prompt[0]);
     int32_t ref[1 + N_GEN];
-    CHECK_EQ(ref_generate(model, prompt, n_prompt, ref), 0);
+    CHECK_EQ(ref_greedy(model, N_CTX, prompt, n_prompt, N_GEN, ref), 0);
 
     request *r = calloc(1, sizeof *r);
     r->head = ag[0].a;
@@ -301,7 +146,7 @@ static void test_adapt(const char *model) {
         usleep(20000);
         if (t_ready > 0)
             continue;
-        json_t *s = status(ag[0].a);
+        json_t *s = head_status(ag[0].a);
         json_t *ad = json_object_get(s, "adapt");
         if (t_decide == 0 && json_integer_value(json_object_get(ad, "replans")) > 0) {
             t_decide = hr_now_s();
@@ -332,12 +177,9 @@ static void test_adapt(const char *model) {
     CHECK(strstr(reason, "'w2'") != NULL && strstr(reason, "predicted") != NULL);
     /* the same answer as the single process, every token */
     CHECK_EQ(r->ids[0], ref[0]);
-    int same = r->ids[0] == ref[0];
-    for (int i = 1; same && i <= ref[0]; i++)
-        same = r->ids[i] == ref[i];
-    CHECK(same);
+    CHECK(counted_ids_equal(r->ids, ref));
     /* no flapping: at most one more decision in the rest of the request */
-    st = status(ag[0].a);
+    st = head_status(ag[0].a);
     json_t *ad = json_object_get(st, "adapt");
     CHECK_INT(json_integer_value(json_object_get(ad, "replans")), <=, 2);
     json_t *d;
@@ -353,34 +195,20 @@ static void test_adapt(const char *model) {
     json_decref(st);
     printf("%d greedy ids equal the single process across the re-plan\n", ref[0]);
     free(r);
-    stop(ag, N_DEV);
+    agents_end(ag, N_DEV);
 }
 
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
-    const char *bin = getenv("HR_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
-        hr_check_skip("adapt test: HR_BIN not set");
-        return hr_check_finish("adapt");
-    }
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
     char slow[32];
     snprintf(slow, sizeof slow, "w2=%d", SLOW_MS);
     setenv("HR_TEST_SLOW_ROUND", slow, 1);
-    snprintf(g_dir, sizeof g_dir, "/tmp/hr-test-adapt-XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        CHECK(0);
-        return hr_check_finish("adapt");
-    }
-    char model[128], cmd[512];
-    snprintf(model, sizeof model, "%s/m12.gguf", g_dir);
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --shape small --layers 12 --seed 7 -o '%s' >/dev/null",
-             bin, model);
-    CHECK_EQ(system(cmd), 0);
-    if (access(model, R_OK) == 0)
+    char model[128];
+    const char *bin =
+        generated_model("adapt", 12, 7, "m12.gguf", g_dir, sizeof g_dir, model, sizeof model);
+    if (bin)
         test_adapt(model);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", g_dir);
+    tmp_dir_remove(g_dir);
     return hr_check_finish("adapt");
 }

@@ -22,7 +22,7 @@
 #include "model/model.h"
 #include "ring/ring.h"
 
-#include "check.h"
+#include "harness.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -34,25 +34,6 @@
 #define N_GEN 32
 #define N_CTX 256
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-typedef struct {
-    hr_agent *a;
-    pthread_t th;
-    int rc;
-    char err[HR_ERR_LEN];
-} agent_th;
-
-static void *agent_main(void *arg) {
-    agent_th *t = arg;
-    t->rc = hr_agent_run(t->a, t->err);
-    return NULL;
-}
-
 typedef struct {
     agent_th ag[3];
     int n;
@@ -63,40 +44,23 @@ typedef struct {
 /* Starts n agents (the first is the head) and waits until ready. */
 static int cluster_start(cluster *c, const char *model, int n, int k, int dtype) {
     memset(c, 0, sizeof *c);
-    char err[HR_ERR_LEN];
     for (int i = 0; i < n; i++) {
-        hr_agent_params p = hr_agent_params_default();
-        p.model_path = model;
-        p.listen = "127.0.0.1:0";
-        p.head = i ? hr_agent_endpoint(c->ag[0].a) : NULL;
         char name[16];
         snprintf(name, sizeof name, "dev%d", i);
-        p.name = name;
-        p.n_ctx = N_CTX;
+        hr_agent_params p =
+            agent_params(model, name, i ? hr_agent_endpoint(c->ag[0].a) : NULL, N_CTX, n - 1);
         p.k = k;
-        p.expect = n - 1;
         if (dtype != WIRE_DEFAULT)
             p.wire_dtype = dtype;
-        if (hr_agent_create(&c->ag[i].a, &p, err)) {
-            fprintf(stderr, "agent %d: %s\n", i, err);
+        if (agent_begin(&c->ag[i], &p))
             return -1;
-        }
-        pthread_create(&c->ag[i].th, NULL, agent_main, &c->ag[i]);
         c->n++;
     }
-    if (hr_head_wait_ready(c->ag[0].a, n - 1, 20000, err)) {
-        fprintf(stderr, "cluster: %s\n", err);
-        return -1;
-    }
-    return 0;
+    return head_ready(c->ag[0].a, n - 1, 20000);
 }
 
 static void cluster_stop(cluster *c) {
-    for (int i = c->n - 1; i >= 0; i--) {
-        hr_agent_stop(c->ag[i].a);
-        pthread_join(c->ag[i].th, NULL);
-        hr_agent_destroy(c->ag[i].a);
-    }
+    agents_end(c->ag, c->n);
     memset(c, 0, sizeof *c);
 }
 
@@ -145,26 +109,9 @@ static void ref_close(ref_t *r) {
 /* The same steps as `hearth run --temp 0`. */
 static void ref_generate(ref_t *r, const hr_tokenizer *tok, const int32_t *ids, int n,
                          gen_out *out) {
-    char err[HR_ERR_LEN];
-    float *logits = malloc((size_t)r->nv * sizeof *logits);
     hr_sampler_params sp = hr_sampler_params_default();
     sp.temperature = 0;
-    hr_sampler *s = hr_sampler_create(&sp, r->nv);
-    for (int i = 0; i < n; i++)
-        hr_sampler_accept(s, ids[i]);
-    out->n = 0;
-    hr_ctx_eval(r->ctx, ids, n, 0, logits, false, err);
-    int pos = n;
-    for (int i = 0; i < N_GEN; i++) {
-        int32_t id = hr_sampler_sample(s, logits);
-        hr_sampler_accept(s, id);
-        out->ids[out->n++] = id;
-        if (hr_tokenizer_is_eog(tok, id) || i + 1 == N_GEN)
-            break;
-        hr_ctx_eval(r->ctx, &id, 1, pos++, logits, false, err);
-    }
-    hr_sampler_destroy(s);
-    free(logits);
+    ref_sample(r->ctx, r->nv, &sp, tok, ids, n, N_GEN, out->ids, &out->n);
 }
 
 static double max_rel(const float *a, const float *b, int n_rows, int nv) {

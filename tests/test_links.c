@@ -9,47 +9,18 @@
  *  - a third device joining re-plans the ring, and the device whose next
  *    changed measures again (to the new next), while a device whose next
  *    did not change keeps its figures; no handshake was refused. */
-#include "agent/agent.h"
 #include "common/log.h"
 #include "ring/ring.h"
 
-#include "check.h"
+#include "harness.h"
 
-#include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static char g_dir[64];
 static const char *g_bin;
-
-typedef struct {
-    hr_agent *a;
-    pthread_t th;
-    int rc;
-    char err[HR_ERR_LEN];
-    char keys[128];
-} agent_th;
-
-static void *agent_main(void *arg) {
-    agent_th *t = arg;
-    t->rc = hr_agent_run(t->a, t->err);
-    return NULL;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* The public key of the key folder dir (created on first use). */
 static int key_of(const char *dir, char pub[HR_RING_KEY_LEN]) {
@@ -66,33 +37,10 @@ static int key_of(const char *dir, char pub[HR_RING_KEY_LEN]) {
 
 static int start(agent_th *t, const char *model, const char *name, const char *head_ep,
                  int expect) {
-    char err[HR_ERR_LEN];
-    hr_agent_params p = hr_agent_params_default();
-    p.model_path = model;
-    p.listen = "127.0.0.1:0";
-    p.head = head_ep;
-    p.name = name;
-    p.n_ctx = 128;
-    p.expect = expect;
+    hr_agent_params p = agent_params(model, name, head_ep, 128, expect);
     p.n_threads = 1;
     p.key_dir = t->keys;
-    if (hr_agent_create(&t->a, &p, err)) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        return -1;
-    }
-    pthread_create(&t->th, NULL, agent_main, t);
-    return 0;
-}
-
-static void stop(agent_th *t, int n) {
-    for (int i = n - 1; i >= 0; i--) {
-        if (!t[i].a)
-            continue;
-        hr_agent_stop(t[i].a);
-        pthread_join(t[i].th, NULL);
-        hr_agent_destroy(t[i].a);
-        t[i].a = NULL;
-    }
+    return agent_begin(t, &p);
 }
 
 /* `hearth status --json` against the head (the CLI with the head's keys). */
@@ -107,17 +55,6 @@ static json_t *cli_status(const agent_th *head, bool json, char *text, size_t ca
     text[n] = 0;
     pclose(f);
     return json ? json_loads(text, 0, NULL) : NULL;
-}
-
-static json_t *dev_named(json_t *st, const char *name) {
-    json_t *devs = json_object_get(st, "devices"), *d;
-    size_t i;
-    json_array_foreach(devs, i, d) {
-        const char *n = json_string_value(json_object_get(d, "name"));
-        if (n && strcmp(n, name) == 0)
-            return d;
-    }
-    return NULL;
 }
 
 /* The name of the device after d in the ring of st. */
@@ -205,8 +142,7 @@ static void test_links(const char *model) {
     if (ok == 0)
         ok = start(&ag[1], model, "w1", hr_agent_endpoint(ag[0].a), 0);
     CHECK_EQ(ok, 0);
-    if (ok == 0 && hr_head_wait_ready(ag[0].a, 1, 30000, err)) {
-        fprintf(stderr, "cluster: %s\n", err);
+    if (ok == 0 && head_ready(ag[0].a, 1, 30000)) {
         CHECK(0);
         ok = -1;
     }
@@ -243,8 +179,7 @@ static void test_links(const char *model) {
     if (ok == 0)
         ok = start(&ag[2], model, "w2", hr_agent_endpoint(ag[0].a), 0);
     CHECK_EQ(ok, 0);
-    if (ok == 0 && hr_head_wait_ready(ag[0].a, 2, 30000, err)) {
-        fprintf(stderr, "cluster: %s\n", err);
+    if (ok == 0 && head_ready(ag[0].a, 2, 30000)) {
         CHECK(0);
         ok = -1;
     }
@@ -273,30 +208,15 @@ static void test_links(const char *model) {
         CHECK_EQ(json_integer_value(json_object_get(st, "auth_refused")), 0);
         json_decref(st);
     }
-    stop(ag, 3);
+    agents_end(ag, 3);
 }
 
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
-    g_bin = getenv("HR_BIN");
-    if (!g_bin || access(g_bin, X_OK) != 0) {
-        hr_check_skip("links test: HR_BIN not set");
-        return hr_check_finish("links");
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/hr-test-links-XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        CHECK(0);
-        return hr_check_finish("links");
-    }
-    char model[128], cmd[512];
-    snprintf(model, sizeof model, "%s/m6.gguf", g_dir);
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --shape small --layers 6 --seed 3 -o '%s' >/dev/null",
-             g_bin, model);
-    CHECK_EQ(system(cmd), 0);
-    if (access(model, R_OK) == 0)
+    char model[128];
+    g_bin = generated_model("links", 6, 3, "m6.gguf", g_dir, sizeof g_dir, model, sizeof model);
+    if (g_bin)
         test_links(model);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", g_dir);
+    tmp_dir_remove(g_dir);
     return hr_check_finish("links");
 }

@@ -17,7 +17,7 @@
 #include "model/tokenizer.h"
 #include "ring/ring.h"
 
-#include "check.h"
+#include "harness.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,17 +26,6 @@
 
 #define N_CTX 256
 #define MAX_IDS 300
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Finished requests in the order on_done ran. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -378,36 +367,17 @@ static void test_prompt(hr_agent *a, hr_service *s) {
     zmq_ctx_term(zctx);
 }
 
-typedef struct {
-    hr_agent *a;
-    int rc;
-    char err[HR_ERR_LEN];
-} agent_th;
-
-static void *agent_main(void *arg) {
-    agent_th *t = arg;
-    t->rc = hr_agent_run(t->a, t->err);
-    return NULL;
-}
-
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
     char model[512], err[HR_ERR_LEN] = "";
     hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
-    hr_agent_params p = hr_agent_params_default();
-    p.model_path = model;
-    p.listen = "127.0.0.1:0";
-    p.name = "head";
-    p.n_ctx = N_CTX;
+    hr_agent_params p = agent_params(model, "head", NULL, N_CTX, 0);
     p.insecure = true;
     agent_th t = {0};
-    if (hr_agent_create(&t.a, &p, err)) {
-        fprintf(stderr, "agent: %s\n", err);
+    if (agent_begin(&t, &p)) {
         CHECK(0);
         return hr_check_finish("service");
     }
-    pthread_t th;
-    pthread_create(&th, NULL, agent_main, &t);
     CHECK_EQ(hr_head_wait_ready(t.a, 0, 20000, err), 0);
     hr_service *s = hr_head_service(t.a);
     CHECK(s != NULL);
@@ -417,9 +387,7 @@ int main(void) {
         test_queue_cancel(s);
         test_prompt(t.a, s);
     }
-    hr_agent_stop(t.a);
-    pthread_join(th, NULL);
+    agent_end(&t);
     CHECK_EQ(t.rc, 0);
-    hr_agent_destroy(t.a);
     return hr_check_finish("service");
 }

@@ -15,7 +15,7 @@
 #include "model/model.h"
 #include "ring/ring.h"
 
-#include "check.h"
+#include "harness.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -31,58 +31,17 @@
 
 static char g_tmp[256];
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-typedef struct {
-    hr_agent *a;
-    pthread_t th;
-    int rc;
-    char err[HR_ERR_LEN];
-    bool running;
-} agent_th;
-
-static void *agent_main(void *arg) {
-    agent_th *t = arg;
-    t->rc = hr_agent_run(t->a, t->err);
-    return NULL;
-}
-
 static int agent_start(agent_th *t, const char *model, const char *name, const char *key_dir,
                        const char *head, const char *head_key, int expect, const char *windows) {
-    memset(t, 0, sizeof *t);
-    hr_agent_params p = hr_agent_params_default();
-    p.model_path = model;
-    p.listen = "127.0.0.1:0";
-    p.head = head;
+    hr_agent_params p = agent_params(model, name, head, N_CTX, expect);
     p.head_key = head_key;
     p.key_dir = key_dir;
-    p.name = name;
-    p.n_ctx = N_CTX;
     p.k = 1;
     p.windows = windows;
-    p.expect = expect;
     p.wire_dtype = HR_RING_F32;
     p.hb_interval_ms = 100;
     p.hb_timeout_ms = 1000;
-    if (hr_agent_create(&t->a, &p, t->err)) {
-        fprintf(stderr, "agent %s: %s\n", name, t->err);
-        return -1;
-    }
-    pthread_create(&t->th, NULL, agent_main, t);
-    t->running = true;
-    return 0;
-}
-
-static void agent_end(agent_th *t) {
-    if (!t->running)
-        return;
-    hr_agent_stop(t->a);
-    pthread_join(t->th, NULL);
-    hr_agent_destroy(t->a);
-    t->running = false;
+    return agent_begin(t, &p);
 }
 
 static void key_dir(char *out, size_t cap, const char *who) {
@@ -98,22 +57,8 @@ static void pubkey_of(const char *dir, char out[HR_RING_KEY_LEN]) {
     hr_ring_keys_close(k);
 }
 
-static json_t *status(hr_agent *head) {
-    char *s = hr_head_status_json(head);
-    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
-    free(s);
-    return j;
-}
-
-static int status_int(hr_agent *head, const char *key) {
-    json_t *j = status(head);
-    int v = (int)json_integer_value(json_object_get(j, key));
-    json_decref(j);
-    return v;
-}
-
 static int status_n_devices(hr_agent *head, int *n_ring) {
-    json_t *j = status(head);
+    json_t *j = head_status(head);
     json_t *devs = json_object_get(j, "devices"), *d;
     size_t i;
     int n = 0;
@@ -191,43 +136,8 @@ static hr_sampler_params sampling(void) {
 
 /* The same steps as `hearth run` with the same sampler on one process. */
 static int ref_generate(const char *model, const int32_t *ids, int n, gen_out *out) {
-    char err[HR_ERR_LEN];
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    hr_ctx *ctx = NULL;
-    hr_tokenizer *tok = NULL;
-    if (hr_gguf_open(&g, model, err) || hr_model_load(&m, g, err) ||
-        hr_tokenizer_create(&tok, g, err))
-        return -1;
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = N_CTX;
-    cp.n_batch = 64;
-    if (hr_ctx_create(&ctx, m, &cp, err))
-        return -1;
-    int nv = hr_model_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)nv * sizeof *logits);
     hr_sampler_params sp = sampling();
-    hr_sampler *s = hr_sampler_create(&sp, nv);
-    for (int i = 0; i < n; i++)
-        hr_sampler_accept(s, ids[i]);
-    out->n = 0;
-    hr_ctx_eval(ctx, ids, n, 0, logits, false, err);
-    int pos = n;
-    for (int i = 0; i < N_GEN; i++) {
-        int32_t id = hr_sampler_sample(s, logits);
-        hr_sampler_accept(s, id);
-        out->ids[out->n++] = id;
-        if (hr_tokenizer_is_eog(tok, id) || i + 1 == N_GEN)
-            break;
-        hr_ctx_eval(ctx, &id, 1, pos++, logits, false, err);
-    }
-    hr_sampler_destroy(s);
-    free(logits);
-    hr_ctx_destroy(ctx);
-    hr_tokenizer_destroy(tok);
-    hr_model_free(m);
-    hr_gguf_close(g);
-    return 0;
+    return ref_generate_ids(model, N_CTX, &sp, true, ids, n, N_GEN, out->ids, &out->n);
 }
 
 static int generate(hr_agent *head, const int32_t *ids, int n, gen_out *out, char *err) {
@@ -392,9 +302,7 @@ static void test_rogue(const char *model, const int32_t *prompt, int n_prompt, c
     p.name = "newcomer";
     p.hb_interval_ms = 100;
     p.hb_timeout_ms = 1000;
-    CHECK_EQ(hr_agent_create(&nw.a, &p, nw.err), 0);
-    pthread_create(&nw.th, NULL, agent_main, &nw);
-    nw.running = true;
+    CHECK_EQ(agent_begin(&nw, &p), 0);
     CHECK_EQ(hr_head_wait_ready(h.a, 2, 20000, err), 0);
     n_dev = status_n_devices(h.a, &n_ring);
     printf("join token: newcomer paired and joined; %d devices\n", n_dev);
