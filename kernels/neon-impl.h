@@ -99,6 +99,36 @@ HR_NI n_s8x32 n_unpack_q8_0(const hr_block_q8_0 *x) {
     return (n_s8x32){vld1q_s8(x->qs), vld1q_s8(x->qs + 16)};
 }
 
+/* sum_j mn[j] * (q8 sum of sub-block j): bsums pairs (int16, |.| <= 4064)
+ * times the 6-bit mins */
+HR_NI int n_kq_mins(const uint8_t mn[8], const int16_t bsums[16]) {
+    const int16x8_t bp = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
+    const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+    const int32x4_t p = vmull_s16(vget_low_s16(m), vget_low_s16(bp));
+    return vaddvq_s32(vmlal_high_s16(p, m, bp));
+}
+
+/* q6_K half h of a block as 8 registers of 16 unsigned 6-bit values,
+ * register g covering exactly the elements of scale 8h + g */
+HR_NI void n_q6_half(const hr_block_q6_k *x, int h, uint8x16_t q[8]) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m30 = vdupq_n_u8(0x30), m3 = vdupq_n_u8(0x03);
+    const uint8_t *ql = x->ql + 64 * h, *qhp = x->qh + 32 * h;
+    const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16);
+    const uint8x16_t l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
+    const uint8x16_t h0 = vld1q_u8(qhp), h1 = vld1q_u8(qhp + 16);
+    q[0] = vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m3), 4));
+    q[1] = vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m3), 4));
+    q[2] = vorrq_u8(vandq_u8(l2, m4), vandq_u8(vshlq_n_u8(h0, 2), m30));
+    q[3] = vorrq_u8(vandq_u8(l3, m4), vandq_u8(vshlq_n_u8(h1, 2), m30));
+    q[4] = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m30));
+    q[5] = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m30));
+    q[6] = vorrq_u8(vshrq_n_u8(l2, 4), vshlq_n_u8(vshrq_n_u8(h0, 6), 4));
+    q[7] = vorrq_u8(vshrq_n_u8(l3, 4), vshlq_n_u8(vshrq_n_u8(h1, 6), 4));
+}
+
+/* The row kernels below; gemm_i8mm.c includes only the helpers above. */
+#ifndef HR_NEON_HELPERS_ONLY
+
 /* ---- dot products: 32-element blocks ------------------------------------ */
 
 /* sum_b dx_b*dy_b * sum_b (+ MIN, the q4_1/q5_1 term m_b * s_b); two blocks
@@ -138,15 +168,6 @@ N_DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, n_unpack_q4_1, N_MIN)
 N_DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, n_unpack_q5_1, N_MIN)
 
 /* ---- dot products: K-quants x Q8_K --------------------------------------- */
-
-/* sum_j mn[j] * (q8 sum of sub-block j): bsums pairs (int16, |.| <= 4064)
- * times the 6-bit mins */
-HR_NI int n_kq_mins(const uint8_t mn[8], const int16_t bsums[16]) {
-    const int16x8_t bp = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
-    const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
-    const int32x4_t p = vmull_s16(vget_low_s16(m), vget_low_s16(bp));
-    return vaddvq_s32(vmlal_high_s16(p, m, bp));
-}
 
 /* q4_K / q5_K: per 64-element chunk c, sub-blocks 2c (low nibbles) and
  * 2c+1 (high nibbles); q5_K ORs in bit 2c / 2c+1 of qh as 0x10. */
@@ -206,26 +227,14 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
     const hr_block_q6_k *x = w;
     const hr_block_q8_k *y = a;
     const int64_t nb = n / HR_QK_K;
-    const uint8x16_t m4 = vdupq_n_u8(0x0f), m30 = vdupq_n_u8(0x30), m3 = vdupq_n_u8(0x03);
     const int8x16_t o32 = vdupq_n_s8(32);
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (int64_t i = 0; i < nb; i++) {
         int32x4_t sumi = vdupq_n_s32(0);
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[i].ql + 64 * h, *qhp = x[i].qh + 32 * h;
             const int8_t *sc = x[i].scales + 8 * h, *q8 = y[i].qs + 128 * h;
-            const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16);
-            const uint8x16_t l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
-            const uint8x16_t h0 = vld1q_u8(qhp), h1 = vld1q_u8(qhp + 16);
             uint8x16_t q[8];
-            q[0] = vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m3), 4));
-            q[1] = vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m3), 4));
-            q[2] = vorrq_u8(vandq_u8(l2, m4), vandq_u8(vshlq_n_u8(h0, 2), m30));
-            q[3] = vorrq_u8(vandq_u8(l3, m4), vandq_u8(vshlq_n_u8(h1, 2), m30));
-            q[4] = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m30));
-            q[5] = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m30));
-            q[6] = vorrq_u8(vshrq_n_u8(l2, 4), vshrq_n_u8(h0, 6) << 4);
-            q[7] = vorrq_u8(vshrq_n_u8(l3, 4), vshrq_n_u8(h1, 6) << 4);
+            n_q6_half(x + i, h, q);
             for (int g = 0; g < 8; g++) {
                 const int32x4_t p =
                     n_dot(vdupq_n_s32(0), vsubq_s8(n_s8(q[g]), o32), vld1q_s8(q8 + 16 * g));
@@ -457,5 +466,7 @@ HR_NI void hr_neon_fill_common(hr_kernels *k) {
     k->quant[HR_TYPE_Q8_1] = quant_q8_1;
     k->quant[HR_TYPE_Q8_K] = quant_q8_k;
 }
+
+#endif /* HR_NEON_HELPERS_ONLY */
 
 #endif

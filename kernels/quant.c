@@ -193,6 +193,7 @@ static void init_tables(void) {
     }
     if (i8mm) {
         derive(HR_ISA_I8MM, HR_ISA_DOTPROD);
+        hr_gemm_fill_i8mm(&g_tables[HR_ISA_I8MM]);
     }
 #endif
     (void)avx2, (void)avx512, (void)neon, (void)dotprod, (void)i8mm;

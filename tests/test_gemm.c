@@ -128,6 +128,14 @@ static void check_tables(void) {
         for (size_t i = 0; i < sizeof(hot) / sizeof(hot[0]); i++)
             CHECK(k2->gemm[hot[i]] != NULL);
     }
+    /* the i8mm table: SMMLA tiles for every integer weight type */
+    const hr_kernels *k8 = hr_kernels_for_isa(HR_ISA_I8MM);
+    if (k8) {
+        const int mm[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1,
+                          HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
+        for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+            CHECK(k8->gemm[mm[i]] != NULL);
+    }
     /* every table can run every supported type (hr_gemm_tile falls back to
      * vec_dot, which needs activations in the vec_dot type) */
     for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT; isa++) {
