@@ -19,14 +19,13 @@
 #  4. deploy/mixed-ring.sh: one native x86 agent and one emulated aarch64
 #     agent in a ring (needs the x86 build in build/).
 # Left out under emulation (qemu runs this code 10-50x slower), each run
-# natively by deploy/test.sh: the cluster-labelled tests (several agents with
-# timing-based health checks; step 4 forms a ring under qemu instead),
-# test_cli and test_profiler (they measure: `hearth profile` / `bench` take
-# minutes emulated, and test_profiler bounds the time; the aarch64 binary is
-# exercised by steps 3 and 4), test_sampler (a speed assertion), test_numa
-# (spinning worker pools on more threads than the host has cores) and
-# test_gguf_bad (corrupted-file sweeps, minutes emulated). None of them has
-# architecture-specific code.
+# natively by deploy/test.sh and none with architecture-specific code: the
+# cluster-labelled tests (several agents with timing-based health checks;
+# step 4 forms a ring under qemu instead), test_profiler and test_sampler
+# (each has a time bound emulation cannot meet: a quick device profile
+# under 10 s, 50 ms per sampled token; all their other checks pass under
+# qemu), test_numa and test_cli (they pass under qemu, in about 3 and 2.5
+# minutes on a 2-core host: too long for every CI run).
 # Usage: deploy/test-arm.sh        (expects the shared fixtures in ../shared)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +48,7 @@ cmake --build build-arm64 -j"$jobs"
 
 echo "== unit + fixture tests under qemu -cpu max"
 (cd build-arm64 && ctest --output-on-failure -j"$jobs" \
-    -R "^(common|quant|gguf|stream|tokenizer|ops|gemm|model|scheduler|chat|ring)$")
+    -R "^(common|quant|gguf|gguf_bad|stream|tokenizer|ops|gemm|model|scheduler|chat|ring)$")
 
 T=build-arm64/tests
 emu() { qemu-aarch64-static -cpu "$@"; }

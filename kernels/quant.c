@@ -74,9 +74,7 @@ static void fill_scalar(hr_kernels *k) {
 static void feature(bool on, const char *name) {
     if (!on)
         return;
-    size_t len = strlen(g_features);
-    if (strcmp(g_features, "unknown") == 0)
-        len = g_features[0] = '\0';
+    const size_t len = strlen(g_features);
     snprintf(g_features + len, sizeof g_features - len, "%s%s", len ? " " : "", name);
 }
 
@@ -126,8 +124,6 @@ static void detect_x86(bool *avx2, bool *avx512, unsigned *flags512) {
     feature(bmi2, "bmi2");
     feature(*avx512, "avx512");
     feature(*flags512 & HR_AVX512_VNNI, "vnni");
-    if (!g_features[0])
-        strcpy(g_features, "unknown");
 #endif
 }
 
@@ -146,8 +142,6 @@ static void detect_arm64(bool *neon, bool *dotprod, bool *i8mm) {
     feature(hw & HWCAP_ASIMDDP, "asimddp");
     feature(hw2 & HWCAP2_I8MM, "i8mm");
     feature(hw & HWCAP_SVE, "sve");
-    if (!g_features[0])
-        strcpy(g_features, "unknown");
 #endif
 }
 
@@ -168,6 +162,9 @@ static void init_tables(void) {
     bool avx2, avx512, neon, dotprod, i8mm;
     detect_x86(&avx2, &avx512, &g_flags512);
     detect_arm64(&neon, &dotprod, &i8mm);
+    if (!g_features[0]) { /* detection ran and found nothing it knows */
+        strcpy(g_features, "unknown");
+    }
     /* Each SIMD table starts from the narrower one, so entries it does not
      * specialise use the best kernel below it. */
 #if HR_X86
