@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include "common/log.h"
+#include "kernels/quant.h"
 #include "kernels/types.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
@@ -64,7 +65,8 @@ static void hr_print_device(const hr_prof_device *d) {
         printf("  load:        %.2f when measured; %d of %d repetitions waited for a CPU and "
                "were repeated\n",
                d->load_1m, d->reps_contended, d->reps_total);
-    printf("  cpu:         %s, kernels %s\n", d->os.cpu_model, d->os.isa);
+    printf("  cpu:         %s, kernels %s (cpu features: %s)\n", d->os.cpu_model, d->os.isa,
+           hr_isa_features());
     printf("  topology:    %s package(s), %s core(s), %s PU(s), SMT %s, %s L3 of %s  [%s]\n",
            hr_fmt_int(t->n_packages, a, sizeof a), hr_fmt_int(t->n_cores, b, sizeof b),
            hr_fmt_int(t->n_pus, c, sizeof c), hr_fmt_int(t->smt, e, sizeof e),

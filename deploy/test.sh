@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test: the full suite on a
 # release build and the emulated-lab selftest (deploy/lab.sh; root only),
-# then the unit tests again under AddressSanitizer +
+# then the aarch64 cross build and its tests under qemu (deploy/test-arm.sh;
+# HR_NO_ARM64=1 leaves it out), then the unit tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, then the format check, then every fuzz target
 # for a bounded time (HR_FUZZ_SECONDS, default 20).
 # Usage: deploy/test.sh        (expects the shared fixtures in ../shared)
@@ -16,6 +17,11 @@ bash deploy/build.sh
 
 echo "== emulated home lab selftest (needs root and ip netns; prints SKIPPED otherwise)"
 bash deploy/lab.sh selftest
+
+if [ "${HR_NO_ARM64:-0}" != 1 ]; then
+    echo "== aarch64: cross build, tests under qemu-aarch64-static, mixed x86 + aarch64 ring"
+    bash deploy/test-arm.sh
+fi
 
 echo "== sanitizer build (ASan + UBSan) + unit tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHR_WERROR=ON -DHR_SANITIZE=ON >/dev/null

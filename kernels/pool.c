@@ -8,11 +8,15 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#define TAG "pool"
+
+/* the spin-wait hint: pause on x86, yield on aarch64 */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#define TAG "pool"
 #define HR_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define HR_CPU_RELAX() __asm__ volatile("yield" ::: "memory")
 #else
 #define HR_CPU_RELAX() ((void)0)
 #endif

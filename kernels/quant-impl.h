@@ -44,6 +44,13 @@ void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags);
 /* Multi-column decode kernels (dotn_avx512.c): fill k->vec_dot_n where
  * the table's vec_dot is the one they reproduce bit for bit. */
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
+/* aarch64 (quant_neon.c, quant_dotprod.c, gemm_i8mm.c): the NEON table
+ * (dot products of every supported type, activation quantizers, fp16/bf16
+ * conversions), the dotprod one (SDOT for the integer dot products) and the
+ * i8mm one (SMMLA tiles in k->gemm). */
+void hr_quant_fill_neon(hr_kernels *k);
+void hr_quant_fill_dotprod(hr_kernels *k);
+void hr_gemm_fill_i8mm(hr_kernels *k);
 /* HR_AVX512_* flags this CPU supports / prefers (0 without AVX-512). */
 unsigned hr_quant_avx512_flags(void);
 

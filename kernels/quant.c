@@ -1,31 +1,60 @@
 /* quant.c - the dispatcher: builds the scalar kernel table from the type
  * traits rows (kernels/types.c), lets the SIMD files overwrite what their ISA
- * specialises in copies of it, and picks between the scalar, AVX2 and AVX-512
- * tables by cpuid. The SIMD files are called from here, never the reverse. */
+ * specialises in copies of it, and picks between the tables by what the CPU
+ * reports (cpuid on x86, getauxval on aarch64 Linux). The SIMD files are
+ * called from here, never the reverse. */
 #include "kernels/quant-impl.h"
 
 #include "common/log.h"
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#define TAG "quant"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
-#define TAG "quant"
 #define HR_X86 1
 #else
 #define HR_X86 0
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+#define HR_ARM64 1
+/* AT_HWCAP / AT_HWCAP2 bits (arch/arm64/include/uapi/asm/hwcap.h), for C
+ * libraries whose headers predate them */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1ul << 1)
+#endif
+#ifndef HWCAP_FPHP
+#define HWCAP_FPHP (1ul << 9)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+#ifndef HWCAP_SVE
+#define HWCAP_SVE (1ul << 22)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1ul << 13)
+#endif
+#else
+#define HR_ARM64 0
+#endif
+
 /* ---- dispatch ------------------------------------------------------------ */
 
-static hr_kernels g_scalar, g_avx2, g_avx512;
-static bool g_have_avx2, g_have_avx512;
+static hr_kernels g_tables[HR_ISA_COUNT];
+static bool g_have[HR_ISA_COUNT];
 static const hr_kernels *g_best;
+static char g_features[96] = "unknown";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* The scalar table is the reference kernels of the traits rows. */
@@ -42,6 +71,13 @@ static void fill_scalar(hr_kernels *k) {
     }
 }
 
+static void feature(bool on, const char *name) {
+    if (!on)
+        return;
+    const size_t len = strlen(g_features);
+    snprintf(g_features + len, sizeof g_features - len, "%s%s", len ? " " : "", name);
+}
+
 #if HR_X86
 static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
@@ -50,9 +86,9 @@ static uint64_t xgetbv0(void) {
 }
 #endif
 
-/* Sets *avx2 (AVX2+FMA+F16C+BMI2 with OS support for ymm state), *avx512
+/* x86: sets *avx2 (AVX2+FMA+F16C+BMI2 with OS support for ymm state), *avx512
  * (F+BW+VL+DQ with zmm/opmask state) and the HR_AVX512_* flags. */
-static void detect_cpu(bool *avx2, bool *avx512, unsigned *flags512) {
+static void detect_x86(bool *avx2, bool *avx512, unsigned *flags512) {
     *avx2 = *avx512 = false;
     *flags512 = 0;
 #if HR_X86
@@ -65,6 +101,9 @@ static void detect_cpu(bool *avx2, bool *avx512, unsigned *flags512) {
     const unsigned family = ((a >> 8) & 0xf) == 0xf ? 0xf + ((a >> 20) & 0xff) : (a >> 8) & 0xf;
     const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
     const bool fma = c & (1u << 12), f16c = c & (1u << 29);
+    g_features[0] = '\0';
+    feature(fma, "fma");
+    feature(f16c, "f16c");
     if (!osxsave || !avx)
         return;
     const uint64_t xcr0 = xgetbv0();
@@ -81,6 +120,28 @@ static void detect_cpu(bool *avx2, bool *avx512, unsigned *flags512) {
     /* Zen 4 (family 19h) executes 512-bit operations as two 256-bit halves */
     if (*avx512 && amd && family == 0x19)
         *flags512 |= HR_AVX512_PREFER_YMM;
+    feature(avx2_f, "avx2");
+    feature(bmi2, "bmi2");
+    feature(*avx512, "avx512");
+    feature(*flags512 & HR_AVX512_VNNI, "vnni");
+#endif
+}
+
+/* aarch64 Linux: what the kernel reports in the auxiliary vector (the only
+ * source user space may trust; the ID registers trap on some kernels). */
+static void detect_arm64(bool *neon, bool *dotprod, bool *i8mm) {
+    *neon = *dotprod = *i8mm = false;
+#if HR_ARM64
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    *neon = (hw & HWCAP_ASIMD) != 0;
+    *dotprod = *neon && (hw & HWCAP_ASIMDDP) != 0;
+    *i8mm = *dotprod && (hw2 & HWCAP2_I8MM) != 0;
+    g_features[0] = '\0';
+    feature(*neon, "asimd");
+    feature(hw & HWCAP_FPHP, "fphp");
+    feature(hw & HWCAP_ASIMDDP, "asimddp");
+    feature(hw2 & HWCAP2_I8MM, "i8mm");
+    feature(hw & HWCAP_SVE, "sve");
 #endif
 }
 
@@ -95,44 +156,85 @@ static void drop_stale_dotn(hr_kernels *k, const hr_kernels *narrower) {
             k->vec_dot_n[t] = NULL;
 }
 
+/* Table isa as a copy of table from with the ISA's fills applied. */
+static void derive(hr_isa isa, hr_isa from) {
+    g_tables[isa] = g_tables[from];
+    g_tables[isa].isa = isa;
+    g_have[isa] = true;
+    g_best = &g_tables[isa];
+}
+
 static void init_tables(void) {
-    detect_cpu(&g_have_avx2, &g_have_avx512, &g_flags512);
-    fill_scalar(&g_scalar);
-    g_best = &g_scalar;
+    fill_scalar(&g_tables[HR_ISA_SCALAR]);
+    g_have[HR_ISA_SCALAR] = true;
+    g_best = &g_tables[HR_ISA_SCALAR];
+    bool avx2, avx512, neon, dotprod, i8mm;
+    detect_x86(&avx2, &avx512, &g_flags512);
+    detect_arm64(&neon, &dotprod, &i8mm);
+    if (!g_features[0]) { /* detection ran and found nothing it knows */
+        strcpy(g_features, "unknown");
+    }
     /* Each SIMD table starts from the narrower one, so entries it does not
      * specialise use the best kernel below it. */
-    if (g_have_avx2) {
-        g_avx2 = g_scalar;
-        g_avx2.isa = HR_ISA_AVX2;
-        hr_quant_fill_avx2(&g_avx2);
-        hr_gemm_fill_avx2(&g_avx2);
-        drop_stale_dotn(&g_avx2, &g_scalar);
-        g_best = &g_avx2;
+#if HR_X86
+    if (avx2) {
+        derive(HR_ISA_AVX2, HR_ISA_SCALAR);
+        hr_quant_fill_avx2(&g_tables[HR_ISA_AVX2]);
+        hr_gemm_fill_avx2(&g_tables[HR_ISA_AVX2]);
+        drop_stale_dotn(&g_tables[HR_ISA_AVX2], &g_tables[HR_ISA_SCALAR]);
     }
-    if (g_have_avx512) {
-        g_avx512 = g_avx2;
-        g_avx512.isa = HR_ISA_AVX512;
-        hr_quant_fill_avx512(&g_avx512, g_flags512);
-        hr_gemm_fill_avx512(&g_avx512, g_flags512);
-        drop_stale_dotn(&g_avx512, &g_avx2);
-        hr_dotn_fill_avx512(&g_avx512, g_flags512);
-        g_best = &g_avx512;
+    if (avx512) {
+        derive(HR_ISA_AVX512, HR_ISA_AVX2);
+        hr_quant_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
+        hr_gemm_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
+        drop_stale_dotn(&g_tables[HR_ISA_AVX512], &g_tables[HR_ISA_AVX2]);
+        hr_dotn_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
     }
-    const char *want = getenv("HR_ISA"); /* debugging / benchmarking cap */
-    if (want) {
-        if (strcasecmp(want, "scalar") == 0)
-            g_best = &g_scalar;
-        else if (strcasecmp(want, "avx2") == 0 && g_have_avx2)
-            g_best = &g_avx2;
+#endif
+#if HR_ARM64
+    if (neon) {
+        derive(HR_ISA_NEON, HR_ISA_SCALAR);
+        hr_quant_fill_neon(&g_tables[HR_ISA_NEON]);
+        drop_stale_dotn(&g_tables[HR_ISA_NEON], &g_tables[HR_ISA_SCALAR]);
     }
-    HR_LOG_DEBUG(TAG, "kernels: %s%s%s", hr_isa_name(g_best->isa),
+    if (dotprod) {
+        derive(HR_ISA_DOTPROD, HR_ISA_NEON);
+        hr_quant_fill_dotprod(&g_tables[HR_ISA_DOTPROD]);
+        drop_stale_dotn(&g_tables[HR_ISA_DOTPROD], &g_tables[HR_ISA_NEON]);
+    }
+    if (i8mm) {
+        derive(HR_ISA_I8MM, HR_ISA_DOTPROD);
+        hr_gemm_fill_i8mm(&g_tables[HR_ISA_I8MM]);
+    }
+#endif
+    (void)avx2, (void)avx512, (void)neon, (void)dotprod, (void)i8mm;
+    const char *want = getenv("HR_ISA"); /* debugging / benchmarking / tests */
+    if (want && *want) {
+        int found = -1;
+        for (int i = 0; i < HR_ISA_COUNT; i++)
+            if (strcasecmp(want, hr_isa_name((hr_isa)i)) == 0)
+                found = i;
+        if (found >= 0 && g_have[found])
+            g_best = &g_tables[found];
+        else
+            HR_LOG_WARN(TAG, "HR_ISA=%s: %s; using %s", want,
+                        found < 0 ? "no such kernel table" : "this CPU cannot run it",
+                        hr_isa_name(g_best->isa));
+    }
+    HR_LOG_DEBUG(TAG, "kernels: %s%s%s (cpu: %s)", hr_isa_name(g_best->isa),
                  g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_VNNI) ? " vnni" : "",
-                 g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_PREFER_YMM) ? " ymm" : "");
+                 g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_PREFER_YMM) ? " ymm" : "",
+                 g_features);
+}
+
+const char *hr_isa_features(void) {
+    pthread_once(&g_once, init_tables);
+    return g_features;
 }
 
 unsigned hr_quant_avx512_flags(void) {
     pthread_once(&g_once, init_tables);
-    return g_have_avx512 ? g_flags512 : 0;
+    return g_have[HR_ISA_AVX512] ? g_flags512 : 0;
 }
 
 const hr_kernels *hr_kernels_best(void) {
@@ -142,15 +244,9 @@ const hr_kernels *hr_kernels_best(void) {
 
 const hr_kernels *hr_kernels_for_isa(hr_isa isa) {
     pthread_once(&g_once, init_tables);
-    switch (isa) {
-    case HR_ISA_SCALAR:
-        return &g_scalar;
-    case HR_ISA_AVX2:
-        return g_have_avx2 ? &g_avx2 : NULL;
-    case HR_ISA_AVX512:
-        return g_have_avx512 ? &g_avx512 : NULL;
-    }
-    return NULL;
+    if ((int)isa < 0 || isa >= HR_ISA_COUNT || !g_have[isa])
+        return NULL;
+    return &g_tables[isa];
 }
 
 const char *hr_isa_name(hr_isa isa) {
@@ -161,6 +257,14 @@ const char *hr_isa_name(hr_isa isa) {
         return "avx2";
     case HR_ISA_AVX512:
         return "avx512";
+    case HR_ISA_NEON:
+        return "neon";
+    case HR_ISA_DOTPROD:
+        return "dotprod";
+    case HR_ISA_I8MM:
+        return "i8mm";
+    case HR_ISA_COUNT:
+        break;
     }
     return "unknown";
 }

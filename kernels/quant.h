@@ -1,15 +1,19 @@
 /* quant.h - the per-ISA kernel tables over the types of kernels/types.h:
  * dequantize, quantize, dot product and prompt-processing tiles for every
- * supported type, on scalar, AVX2 and AVX-512.
+ * supported type, on scalar, AVX2 and AVX-512 (x86) or NEON, NEON + dotprod
+ * and NEON + dotprod + i8mm (aarch64).
  *
  * The scalar table is the traits rows' reference kernels; each SIMD table
  * starts from the next narrower one and overwrites what its ISA specialises
- * (quant_avx2.c, quant_avx512.c, gemm_*.c). hr_kernels_best() picks by CPU at
- * run time (cpuid), and hr_kernels_for_isa() exposes each so tests compare
- * SIMD against scalar. SIMD dequantizers and activation quantizers are
- * bit-exact with the scalar ones; SIMD dot products differ only by float
- * summation order. Setting HR_ISA=scalar or HR_ISA=avx2 in the environment
- * caps what hr_kernels_best() returns (debugging, benchmarks).
+ * (quant_avx2.c, quant_avx512.c, gemm_*.c; quant_neon.c, quant_dotprod.c,
+ * gemm_i8mm.c). hr_kernels_best() picks by CPU at run time (cpuid on x86,
+ * getauxval(AT_HWCAP / AT_HWCAP2) on aarch64), and hr_kernels_for_isa()
+ * exposes each so tests compare SIMD against scalar. SIMD dequantizers and
+ * activation quantizers are bit-exact with the scalar ones; SIMD dot products
+ * differ only by float summation order. Setting HR_ISA in the environment to
+ * the name of a table this CPU can run (scalar, avx2, avx512, neon, dotprod,
+ * i8mm) makes hr_kernels_best() return it (debugging, benchmarks, tests of
+ * each path); an unknown or unavailable name is ignored with a warning.
  * All functions here are thread-safe and allocate nothing. */
 #ifndef HR_KERNELS_QUANT_H
 #define HR_KERNELS_QUANT_H
@@ -19,7 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { HR_ISA_SCALAR = 0, HR_ISA_AVX2 = 1, HR_ISA_AVX512 = 2 } hr_isa;
+typedef enum {
+    HR_ISA_SCALAR = 0,
+    HR_ISA_AVX2 = 1,
+    HR_ISA_AVX512 = 2,
+    HR_ISA_NEON = 3,    /* aarch64 Advanced SIMD (every ARMv8-A core) */
+    HR_ISA_DOTPROD = 4, /* + SDOT/UDOT (ARMv8.2 dotprod: Cortex-A76, Neoverse N1) */
+    HR_ISA_I8MM = 5,    /* + SMMLA/USDOT (ARMv8.6 i8mm: Neoverse V1/N2, Graviton 3) */
+    HR_ISA_COUNT
+} hr_isa;
 
 /* A tile of dot products for prompt processing:
  *   y[t * y_stride + r] = vec_dot(n, w + r * w_stride, a + t * a_stride)
@@ -58,6 +70,10 @@ const hr_kernels *hr_kernels_best(void);
  * to AVX2 to scalar). */
 const hr_kernels *hr_kernels_for_isa(hr_isa isa);
 const char *hr_isa_name(hr_isa isa);
+/* What the CPU reports, as space-separated names of the features the
+ * kernels look at ("avx2 fma f16c avx512 vnni"; "asimd fphp asimddp i8mm
+ * sve"); "unknown" on an architecture hearth has no detection for. */
+const char *hr_isa_features(void);
 
 /* Convenience wrappers over hr_kernels_best(); they do nothing for a type
  * without a kernel (check hr_type_get(type)->supported first). */

@@ -66,6 +66,10 @@ static int tables(table_ref *t) {
     const hr_kernels *a2 = hr_kernels_for_isa(HR_ISA_AVX2);
     if (a2)
         t[n++] = (table_ref){"avx2", a2};
+    for (int isa = HR_ISA_NEON; isa < HR_ISA_COUNT; isa++)
+        if (hr_kernels_for_isa((hr_isa)isa))
+            t[n++] = (table_ref){hr_isa_name((hr_isa)isa), hr_kernels_for_isa((hr_isa)isa)};
+#if defined(__x86_64__) || defined(__i386__)
     if (hr_kernels_for_isa(HR_ISA_AVX512)) {
         for (int i = 0; i < 3; i++) {
             if ((v[i].flags & HR_AVX512_VNNI) && !(hr_quant_avx512_flags() & HR_AVX512_VNNI))
@@ -75,6 +79,10 @@ static int tables(table_ref *t) {
             t[n++] = (table_ref){v[i].name, &v512[i]};
         }
     }
+#else
+    (void)v512;
+    (void)v;
+#endif
     return n;
 }
 

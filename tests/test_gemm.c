@@ -73,7 +73,7 @@ static void check_type(int type, int64_t n) {
         }
     const int shapes[][2] = {{4, 4}, {2, 4}, {8, 8}, {MAX_R, MAX_T}, {1, 1}, {3, 5},
                              {5, 3}, {4, 1}, {1, 4}, {7, 2},         {0, 3}, {3, 0}};
-    for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX512; isa++) {
+    for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT; isa++) {
         const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
         if (!k)
             continue;
@@ -138,9 +138,17 @@ static void check_tables(void) {
     if (k5 && (hr_quant_avx512_flags() & HR_AVX512_VNNI) &&
         !(hr_quant_avx512_flags() & HR_AVX512_PREFER_YMM))
         CHECK(k5->vec_dot_n[HR_TYPE_Q4_0] != NULL);
+    /* the i8mm table: SMMLA tiles for every integer weight type */
+    const hr_kernels *k8 = hr_kernels_for_isa(HR_ISA_I8MM);
+    if (k8) {
+        const int mm[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1,
+                          HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
+        for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+            CHECK(k8->gemm[mm[i]] != NULL);
+    }
     /* every table can run every supported type (hr_gemm_tile falls back to
      * vec_dot, which needs activations in the vec_dot type) */
-    for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX512; isa++) {
+    for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT; isa++) {
         const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
         for (int t = 0; k && t < HR_TYPE_COUNT; t++)
             if (hr_type_get(t) && hr_type_get(t)->supported)

@@ -222,6 +222,66 @@ static void check_split(const hr_tp_shape *s, int G) {
         CHECK_EQ(e, s->n_embd);
 }
 
+/* ARM servers: Kunpeng 920 shapes (2 sockets x 2 NUMA nodes, one L3 per
+ * node, 24 or 32 cores a node). The grouping code is the same as on x86;
+ * these check it at that size: one group per node, L3 domains equal to
+ * nodes, merging to sockets and splitting nodes in halves. */
+static void test_kunpeng(void) {
+    static const int cores[2] = {24, 32};
+    char err[HR_ERR_LEN] = "";
+    for (int k = 0; k < 2; k++) {
+        const int c = cores[k];
+        char topo[64];
+        snprintf(topo, sizeof topo, "pack:2 numa:2 l3:1 core:%d pu:1", c);
+        hr_numa_plan pl;
+        hr_gpool_params p = hr_gpool_params_default();
+        p.topology = topo;
+        CHECK_EQ(hr_numa_plan_make(&p, &pl, err), 0);
+        CHECK_EQ(pl.n_nodes, 4);
+        CHECK_EQ(pl.n_pus, 4 * c);
+        CHECK_EQ(pl.n_groups, 4);
+        for (int g = 0; g < 4; g++) {
+            CHECK_EQ(pl.groups[g].node, g);
+            CHECK_EQ(pl.groups[g].n_cpus, c);
+            CHECK_EQ(pl.groups[g].cpus[0], g * c);
+            CHECK_EQ(pl.groups[g].cpus[c - 1], g * c + c - 1);
+            CHECK_EQ(pl.groups[g].n_threads, c);
+        }
+        /* L3 domains: one per node here */
+        p.domain = HR_NUMA_DOMAIN_L3;
+        CHECK_EQ(hr_numa_plan_make(&p, &pl, err), 0);
+        CHECK_EQ(pl.n_domains, 4);
+        CHECK_EQ(pl.n_groups, 4);
+        CHECK_EQ(pl.groups[3].node, 3);
+        CHECK_EQ(pl.groups[3].cpus[0], 3 * c);
+        /* two groups: the nodes of each socket merge */
+        p = hr_gpool_params_default();
+        p.topology = topo;
+        p.n_groups = 2;
+        CHECK_EQ(hr_numa_plan_make(&p, &pl, err), 0);
+        CHECK_EQ(pl.n_groups, 2);
+        CHECK_EQ(pl.groups[0].n_cpus, 2 * c);
+        CHECK_EQ(pl.groups[1].node, 2);
+        CHECK_EQ(pl.groups[1].cpus[0], 2 * c);
+        /* eight groups: each node split in halves, threads shared out */
+        p.n_groups = 8;
+        p.n_threads = 8 * c / 2;
+        p.n_threads_decode = 8;
+        CHECK_EQ(hr_numa_plan_make(&p, &pl, err), 0);
+        CHECK_EQ(pl.n_groups, 8);
+        int total = 0, total_dec = 0;
+        for (int g = 0; g < 8; g++) {
+            CHECK_EQ(pl.groups[g].node, g / 2);
+            CHECK_EQ(pl.groups[g].n_cpus, c / 2);
+            CHECK_EQ(pl.groups[g].cpus[0], g * (c / 2));
+            total += pl.groups[g].n_threads;
+            total_dec += pl.groups[g].n_threads_decode;
+        }
+        CHECK_EQ(total, 8 * c / 2);
+        CHECK_EQ(total_dec, 8);
+    }
+}
+
 static void test_split(void) {
     /* fixture shapes (heads, kv, head_dim, ffn) and uneven ones */
     static const int shapes[][4] = {
@@ -526,6 +586,7 @@ int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     test_pool();
     test_plan();
+    test_kunpeng();
     test_split();
     test_fixtures();
     test_uneven("llama", "q4_k_m", 768, 12, 3, 2048); /* 3 KV heads */

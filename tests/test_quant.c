@@ -15,6 +15,7 @@
 
 #include <float.h>
 #include <stdint.h>
+#include <strings.h>
 
 /* ---- deterministic random numbers ---------------------------------------- */
 
@@ -218,6 +219,12 @@ static void test_table(void) {
     CHECK_STR(hr_isa_name(HR_ISA_SCALAR), "scalar");
     CHECK_STR(hr_isa_name(HR_ISA_AVX2), "avx2");
     CHECK_STR(hr_isa_name(HR_ISA_AVX512), "avx512");
+    CHECK_STR(hr_isa_name(HR_ISA_NEON), "neon");
+    CHECK_STR(hr_isa_name(HR_ISA_DOTPROD), "dotprod");
+    CHECK_STR(hr_isa_name(HR_ISA_I8MM), "i8mm");
+    CHECK_STR(hr_isa_name(HR_ISA_COUNT), "unknown");
+    CHECK(hr_kernels_for_isa(HR_ISA_COUNT) == NULL);
+    CHECK(hr_isa_features() != NULL && hr_isa_features()[0] != '\0');
     for (int k = 0; k < g_n_weight_types; k++) {
         const int ty = g_weight_types[k];
         CHECK(s->dequant[ty] && s->quant[ty] && s->vec_dot[ty]);
@@ -639,16 +646,23 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
 
 static void test_simd(void) {
     const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
-    table_ref tables[6];
+    table_ref tables[8];
     int nt = 0;
     tables[nt++] = (table_ref){"scalar", s};
+    /* every table this CPU can run, whatever HR_ISA picks as the best */
+    hr_isa widest = HR_ISA_SCALAR;
+    for (int isa = HR_ISA_SCALAR + 1; isa < HR_ISA_COUNT; isa++) {
+        const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+        if (!k)
+            continue;
+        CHECK_EQ(k->isa, isa);
+        tables[nt++] = (table_ref){hr_isa_name((hr_isa)isa), k};
+        widest = (hr_isa)isa;
+    }
+#if defined(__x86_64__) || defined(__i386__)
     const hr_kernels *avx2 = hr_kernels_for_isa(HR_ISA_AVX2);
-    const hr_kernels *avx512 = hr_kernels_for_isa(HR_ISA_AVX512);
     static hr_kernels variants[3];
-    if (avx2)
-        tables[nt++] = (table_ref){"avx2", avx2};
-    if (avx512) {
-        tables[nt++] = (table_ref){"avx512", avx512};
+    if (hr_kernels_for_isa(HR_ISA_AVX512)) {
         /* every AVX-512 build this CPU can run, whatever the default */
         static const struct {
             const char *name;
@@ -665,11 +679,22 @@ static void test_simd(void) {
             tables[nt++] = (table_ref){v[i].name, &variants[i]};
         }
     }
-    if (!avx2)
-        printf("note: no AVX2 on this CPU, SIMD kernels not exercised\n");
+#endif
+    if (nt == 1)
+        printf("note: no SIMD table on this CPU (%s), SIMD kernels not exercised\n",
+               hr_isa_features());
     for (int i = 0; i < nt; i++)
         check_table(&tables[i], s);
-    CHECK_EQ(hr_kernels_best()->isa, avx512 ? HR_ISA_AVX512 : avx2 ? HR_ISA_AVX2 : HR_ISA_SCALAR);
+    /* the best table is the widest one unless HR_ISA names another this CPU
+     * runs */
+    const char *want = getenv("HR_ISA");
+    hr_isa expect = widest;
+    for (int isa = 0; want && isa < HR_ISA_COUNT; isa++)
+        if (strcasecmp(want, hr_isa_name((hr_isa)isa)) == 0 && hr_kernels_for_isa((hr_isa)isa))
+            expect = (hr_isa)isa;
+    CHECK_EQ(hr_kernels_best()->isa, expect);
+    printf("cpu features: %s; best table %s\n", hr_isa_features(),
+           hr_isa_name(hr_kernels_best()->isa));
 }
 
 /* convenience wrappers */
