@@ -132,7 +132,9 @@ static long long hr_read_seq(int fd, void *buf, uint64_t *pos, uint64_t span, si
         ssize_t r = pread(fd, buf, bs, (off_t)*pos);
         if (r < 0)
             return -1;
-        if (r == 0) {
+        if (r == 0) { /* the file ended early (shrunk meanwhile): wrap once, or stop */
+            if (*pos == 0)
+                break;
             *pos = 0;
             continue;
         }
