@@ -40,14 +40,15 @@ typedef struct {
     uint32_t plan_id;
     int k, W, w, offset, n_active, index;
     int n_ctx, n_batch, dtype;
+    int n_seq; /* KV slots per window (requests in flight); 0 = 1 */
     bool prefetch, release;
     char next_ep[HR_EP_LEN];
     char next_key[HR_RING_KEY_LEN]; /* CURVE public key of the next device */
     hr_ctx *ctx[HR_AGENT_MAX_K];    /* window of round r */
     hr_ctx *out_ctx;                /* head: output norm + LM head */
     uint64_t win_off[HR_AGENT_MAX_K], win_len[HR_AGENT_MAX_K]; /* file bytes per window */
-    float *hid;                                                /* [n_batch][n_embd] f32 */
-    uint8_t *frame; /* 32 + n_batch x n_embd x 4 bytes, sends */
+    float *hid;     /* [n_rows][n_embd] f32, n_rows = hr_local_plan_rows() */
+    uint8_t *frame; /* 32 + n_rows x (8 + n_embd x 4) bytes, sends */
     uint8_t *rx;    /* head: same size, receives */
     size_t frame_cap;
     float *logits;     /* head: [n_vocab] */
@@ -136,6 +137,9 @@ void hr_node_fini(hr_agent *a);
 int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
 /* node.c: applies this device's plan np into a->lp (plan_mu held) */
 int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+/* node.c: rows a step of plan lp may carry: a prompt chunk of n_batch plus
+ * one decode row per other KV slot */
+int hr_local_plan_rows(const hr_local_plan *lp);
 /* node.c: points the data PUSH at lp.next_ep (CURVE with lp.next_key);
  * the push socket's owner, plan_mu held */
 void hr_node_push_connect(hr_agent *a);

@@ -33,6 +33,8 @@
 
 #define HR_AGENT_MAX_DEV 16
 #define HR_AGENT_MAX_K 16
+#define HR_AGENT_MAX_PARALLEL 64    /* requests in flight at once (KV slots) */
+#define HR_AGENT_PARALLEL_DEFAULT 4 /* when the KV of that many fits (hr_agent_params) */
 
 typedef struct {
     const char *model_path; /* GGUF file; every device has the same file */
@@ -44,6 +46,11 @@ typedef struct {
     int n_threads;          /* compute threads; 0 = every online core (the default) */
     int n_ctx;              /* head: KV positions planned (0 = min(train, 4096)) */
     int n_batch;            /* head: prompt tokens per ring pass (default 64) */
+    int n_parallel;         /* head: requests generating at once, each in its own KV slot on
+                               every device, travelling the ring in micro-batches (0 = chosen
+                               from memory: HR_AGENT_PARALLEL_DEFAULT where the KV fits) */
+    int ring_batches;       /* head: micro-batches in flight around the ring (0 = one per
+                               ring device) */
     int expect;             /* head: workers to wait for before serving (0 = peers given) */
     int k;                  /* head: force k rounds (0 = scheduler) */
     const char *windows;    /* head: force window sizes per ring position, "2,1,1" */

@@ -39,7 +39,7 @@ int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
     return hr_ring_send_msg(hd->ev_push, NULL, 0, h, payload, err);
 }
 
-static void hr_post_simple(hr_agent *a, int type, uint64_t req) {
+void hr_head_post_simple(hr_agent *a, int type, uint64_t req) {
     hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .req_id = req};
     hr_head_post(a, &h, NULL);
 }
@@ -135,7 +135,7 @@ static int hr_gen_pass(hr_agent *a, uint64_t req, int nb, int pos, const atomic_
 
 /* Applies the head's part of plan np unless it is the one in use
  * (plan_mu held). */
-static int hr_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
+int hr_head_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
     if (np->plan_id == a->lp.plan_id)
         return 0;
     int rc = hr_node_apply_plan(a, np, err);
@@ -144,7 +144,7 @@ static int hr_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LE
     return rc;
 }
 
-static void hr_gen_end(hr_agent *a) {
+void hr_head_gen_end(hr_agent *a) {
     pthread_mutex_unlock(&a->plan_mu);
     hr_head_end(a->head);
     pthread_mutex_unlock(&a->head->gen_mu);
@@ -152,7 +152,7 @@ static void hr_gen_end(hr_agent *a) {
 
 /* Locks gen_mu and plan_mu when the ring is ready and applies the head's
  * part of the current plan. */
-static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
+int hr_head_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_head *hd = a->head;
     pthread_mutex_lock(&hd->gen_mu);
     hr_local_plan np;
@@ -162,8 +162,8 @@ static int hr_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
         return rc;
     }
     pthread_mutex_lock(&a->plan_mu);
-    if ((rc = hr_gen_apply(a, &np, err)))
-        hr_gen_end(a);
+    if ((rc = hr_head_gen_apply(a, &np, err)))
+        hr_head_gen_end(a);
     return rc;
 }
 
@@ -203,7 +203,7 @@ static bool hr_gen_lost(hr_agent *a, int rc) {
 static int hr_gen_recover(hr_agent *a, uint32_t old_plan, char err[HR_ERR_LEN]) {
     hr_local_plan np;
     int rc = hr_head_recover_wait(a->head, old_plan, &np, err);
-    return rc ? rc : hr_gen_apply(a, &np, err);
+    return rc ? rc : hr_head_gen_apply(a, &np, err);
 }
 
 /* Feeds hist[0..n) exactly as the request did (the prompt in n_batch
@@ -232,14 +232,14 @@ static int hr_gen_adapt(hr_agent *a, uint64_t *req, const int32_t *hist, int n, 
     hr_local_plan np;
     uint32_t old = lp->plan_id;
     double t0 = hr_now_s();
-    hr_post_simple(a, HR_RING_CANCEL, *req);
+    hr_head_post_simple(a, HR_RING_CANCEL, *req);
     int rc = hr_head_adapt_wait(a->head, old, &np, err);
     if (rc == 0)
-        rc = hr_gen_apply(a, &np, err);
+        rc = hr_head_gen_apply(a, &np, err);
     if (rc)
         return rc;
     *req = a->head->next_req++;
-    hr_post_simple(a, HR_RING_START, *req);
+    hr_head_post_simple(a, HR_RING_START, *req);
     double t1 = hr_now_s();
     rc = hr_gen_replay(a, *req, hist, n, n_prompt, cancel, err);
     if (rc == 0)
@@ -269,11 +269,11 @@ static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n
         HR_LOG_WARN(TAG, "request %llu: %s; re-planning, then replaying %d tokens",
                     (unsigned long long)*req, err, n);
         uint32_t old = lp->plan_id;
-        hr_post_simple(a, HR_RING_CANCEL, *req);
+        hr_head_post_simple(a, HR_RING_CANCEL, *req);
         if ((rc = hr_gen_recover(a, old, err)))
             return rc;
         *req = a->head->next_req++;
-        hr_post_simple(a, HR_RING_START, *req);
+        hr_head_post_simple(a, HR_RING_START, *req);
         double t0 = hr_now_s();
         rc = hr_gen_replay(a, *req, hist, n, n_prompt, cancel, err);
         if (rc == 0)
@@ -286,19 +286,19 @@ static int hr_gen_advance(hr_agent *a, uint64_t *req, const int32_t *hist, int n
 int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]) {
     if (!a->is_head || !a->head)
         return hr_seterr(err, HR_EINVAL, "not a head");
-    int rc = hr_gen_begin(a, err);
+    int rc = hr_head_gen_begin(a, err);
     if (rc)
         return rc;
     if (n < 1 || n > a->lp.n_ctx) {
-        hr_gen_end(a);
+        hr_head_gen_end(a);
         return hr_seterr(err, HR_EINVAL, "%d tokens for a context of %d", n, a->lp.n_ctx);
     }
     uint64_t req = a->head->next_req++;
-    hr_post_simple(a, HR_RING_START, req);
+    hr_head_post_simple(a, HR_RING_START, req);
     rc = hr_gen_prefill(a, req, ids, n, logits, true, NULL, err);
     if (rc)
-        hr_post_simple(a, HR_RING_CANCEL, req);
-    hr_gen_end(a);
+        hr_head_post_simple(a, HR_RING_CANCEL, req);
+    hr_head_gen_end(a);
     return rc;
 }
 
@@ -311,7 +311,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
         return hr_seterr(err, HR_EINVAL, "not a head");
     if (n_ids < 1)
         return hr_seterr(err, HR_EINVAL, "empty prompt");
-    int rc = hr_gen_begin(a, err);
+    int rc = hr_head_gen_begin(a, err);
     if (rc)
         return rc;
     hr_local_plan *lp = &a->lp;
@@ -332,7 +332,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
         goto done;
     }
     uint64_t req = a->head->next_req++;
-    hr_post_simple(a, HR_RING_START, req);
+    hr_head_post_simple(a, HR_RING_START, req);
     for (int i = 0; i < n_ids; i++)
         hr_sampler_accept(smp, ids[i]);
     memcpy(hist, ids, (size_t)n_ids * sizeof *hist);
@@ -382,12 +382,12 @@ fail:
         HR_LOG_INFO(TAG, "request %llu canceled", (unsigned long long)req);
     else
         HR_LOG_ERROR(TAG, "request %llu failed: %s", (unsigned long long)req, err);
-    hr_post_simple(a, HR_RING_CANCEL, req);
+    hr_head_post_simple(a, HR_RING_CANCEL, req);
 done:
     atomic_store(&a->head->gen_done, 0);
     atomic_store(&a->head->gen_left, 0);
     hr_sampler_destroy(smp);
     free(hist);
-    hr_gen_end(a);
+    hr_head_gen_end(a);
     return rc;
 }

@@ -188,6 +188,10 @@ int hr_head_lost_err(hr_head *hd, char err[HR_ERR_LEN]);
 /* Any thread: a copy of the snapshot. */
 void hr_head_snap_get(hr_head *hd, hr_head_snap *out);
 
+/* head.c: KV positions a device holds per layer for the planner's memory
+ * arithmetic: the context times the KV slots (--parallel). Thread-safe. */
+int hr_head_kv_ctx(const hr_agent *a);
+
 /* ---- head_plan.c: planning (control thread, dev_mu held) ---- */
 
 /* The scheduler's view of device d from its profile (JSON text, may be NULL). */
@@ -244,6 +248,59 @@ void hr_head_adapt_json(const hr_head *hd, struct json_t *j);
 
 /* Posts an event to the control thread (gen_mu held). */
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
+/* The same for a header-only event (START, CANCEL) of request req. */
+void hr_head_post_simple(hr_agent *a, int type, uint64_t req);
+/* Locks gen_mu and plan_mu once the ring is ready, marks the head busy and
+ * applies the head's part of the current plan; HR_EAGAIN (not ready) or the
+ * plan's failure with err, nothing held then. end: unlocks both, not busy. */
+int hr_head_gen_begin(hr_agent *a, char err[HR_ERR_LEN]);
+void hr_head_gen_end(hr_agent *a);
+/* Applies the head's part of plan np unless it is the one in use (plan_mu
+ * held). */
+int hr_head_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+
+/* ---- batch.c: several requests at once (the request service's
+ * --parallel mode) ----
+ *
+ * A session holds gen_mu (as one request does) while any of its requests
+ * runs. Each request has a KV slot on every device; the running requests
+ * are spread over micro-batches that travel the ring one after another, so
+ * that every device has work when there are enough of them. */
+
+/* One request of a session. The service owns it; the session reads the
+ * inputs and fills the outputs until it hands it back with done(). */
+typedef struct {
+    const int32_t *ids; /* [n_ids] prompt tokens */
+    int n_ids;
+    hr_sampler_params sp;
+    int max_tokens; /* < 0 or past the context: until the context is full */
+    hr_head_token_fn on_token;
+    void *ud;
+    const atomic_int *cancel;
+    /* out */
+    atomic_int n_gen; /* tokens generated so far (any thread may read) */
+    hr_head_stats st;
+    int rc;
+    char err[HR_ERR_LEN];
+} hr_gen_req;
+
+/* How a session meets its service; the callbacks run on the session's
+ * thread. */
+typedef struct {
+    /* the next request waiting to run, or NULL; never blocks */
+    hr_gen_req *(*take)(void *ud);
+    /* r finished (rc, err, st set); the session no longer touches r */
+    void (*done)(void *ud, hr_gen_req *r);
+    /* rows of each micro-batch's latest step, [n_mb] (for the status) */
+    void (*batches)(void *ud, const int *rows, int n_mb);
+    void *ud;
+} hr_gen_feed;
+
+/* Runs requests taken from feed, admitting new ones between steps, until
+ * none runs and none waits. Returns 0 when the session ran (every request
+ * it took was handed back with done, failures included), or the failure of
+ * hr_head_gen_begin (nothing was taken). */
+int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]);
 
 /* ---- prompt.c: `hearth prompt` clients on the control thread: PROMPT
  * (queued on the service), CANCEL (that client's requests), and the

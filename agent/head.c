@@ -606,6 +606,31 @@ static void hr_head_farewell(hr_agent *a) {
 
 /* ---- create / destroy / run ---- */
 
+int hr_head_kv_ctx(const hr_agent *a) {
+    int n_seq = a->p.n_parallel > 1 ? a->p.n_parallel : 1;
+    return hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx) * n_seq;
+}
+
+/* --parallel 0: HR_AGENT_PARALLEL_DEFAULT requests at once when the KV of
+ * that many contexts of the whole model fits in half of this machine's
+ * available memory, else as many as fit (at least 1). */
+static int hr_head_parallel_default(const hr_agent *a) {
+    hr_prof_model pm = {0};
+    char err[HR_ERR_LEN];
+    int64_t avail, total;
+    hr_node_meminfo(&avail, &total);
+    if (hr_prof_model_build(&pm, a->m, a->g, err) != 0)
+        return 1;
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    double kv = (double)pm.kv_bytes_per_token * hp->n_layer * hr_hparams_ctx(hp, a->p.n_ctx);
+    hr_prof_model_clear(&pm);
+    int n = HR_AGENT_PARALLEL_DEFAULT;
+    if (avail > 0 && kv > 0)
+        while (n > 1 && n * kv > 0.5 * (double)avail)
+            n--;
+    return n;
+}
+
 int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_head *hd = calloc(1, sizeof *hd);
     if (!hd)
@@ -617,6 +642,11 @@ int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
     pthread_mutex_init(&hd->gen_mu, NULL);
     hd->next_req = 1;
     hd->expect = hd->snap.expect = a->p.expect;
+    if (a->p.n_parallel <= 0)
+        a->p.n_parallel = hr_head_parallel_default(a);
+    if (a->p.n_parallel > HR_AGENT_MAX_PARALLEL)
+        a->p.n_parallel = HR_AGENT_MAX_PARALLEL;
+    HR_LOG_INFO(TAG, "%s: up to %d requests generate at once", a->name, a->p.n_parallel);
     a->head = hd;
     return hr_service_create(&hd->svc, a, err);
 }

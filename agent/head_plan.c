@@ -116,8 +116,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         hr_sched_model sm;
         hr_sched_opts so = hr_sched_opts_default();
         so.k_fixed = a->p.k;
-        int rc = hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx),
-                                        &sm, err);
+        int rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
         if (rc == 0)
             rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
         if (rc == 0) {
@@ -167,9 +166,7 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
     hr_head_link_inputs(hd, cand, n, sd);
     hr_sched_model sm;
     char e2[HR_ERR_LEN];
-    if (all_sched &&
-        hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx), &sm,
-                               e2) == 0 &&
+    if (all_sched && hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, e2) == 0 &&
         hr_sched_evaluate(&sm, sd, n, NULL, k, w, NULL, &hd->sched, e2) == 0)
         hd->have_sched = true;
     else if (all_sched)
@@ -231,7 +228,8 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                               .n_active = n_active,
                               .n_ctx = n_ctx,
                               .n_batch = a->p.n_batch,
-                              .dtype = a->p.wire_dtype};
+                              .dtype = a->p.wire_dtype,
+                              .n_seq = a->p.n_parallel};
     hr_msg_plan pm = base;
     for (int r = 0; r < n_active; r++) /* ring members vouched for to each other */
         if (hd->devs[ring[r]].pubkey[0])
@@ -257,6 +255,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .index = r,
                                 .n_ctx = n_ctx,
                                 .n_batch = a->p.n_batch,
+                                .n_seq = a->p.n_parallel,
                                 .dtype = a->p.wire_dtype,
                                 .prefetch = pm.prefetch,
                                 .release = pm.release,

@@ -326,8 +326,8 @@ static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_m
     hr_node_meminfo(&avail, &total);
     hr_prof_model pm = {0};
     int rc = hr_prof_model_build(&pm, a->m, a->g, err);
-    if (rc == 0)
-        rc = hr_prof_to_sched_model(&pm, lp->n_ctx, sm, err);
+    if (rc == 0) /* every KV slot holds n_ctx positions */
+        rc = hr_prof_to_sched_model(&pm, lp->n_ctx * (lp->n_seq > 1 ? lp->n_seq : 1), sm, err);
     hr_prof_model_clear(&pm);
     *budget = avail < 0 || total <= 0
                   ? -1
@@ -379,11 +379,13 @@ int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_E
     const hr_hparams *hp = hr_model_hparams(a->m);
     if (np->k < 1 || np->k > HR_AGENT_MAX_K || np->W * np->k != hp->n_layer || np->w < 0 ||
         np->offset < 0 || np->offset + np->w > np->W || np->n_batch < 1 || np->n_ctx < 1 ||
-        np->n_batch > 4096 || hr_ring_dtype_size(np->dtype) == 0)
+        np->n_batch > 4096 || np->n_seq < 0 || np->n_seq > HR_AGENT_MAX_PARALLEL ||
+        hr_ring_dtype_size(np->dtype) == 0)
         return hr_seterr(err, HR_EINVAL,
                          "plan %u does not fit the model: k %d, W %d, w %d, offset %d, "
-                         "n_layer %d, batch %d",
-                         np->plan_id, np->k, np->W, np->w, np->offset, hp->n_layer, np->n_batch);
+                         "n_layer %d, batch %d, %d KV slots",
+                         np->plan_id, np->k, np->W, np->w, np->offset, hp->n_layer, np->n_batch,
+                         np->n_seq);
     return hr_plan_fits(a, np, err);
 }
 
@@ -403,6 +405,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     lp->index = np->index;
     lp->n_ctx = np->n_ctx;
     lp->n_batch = np->n_batch;
+    lp->n_seq = np->n_seq > 1 ? np->n_seq : 1;
     lp->dtype = np->dtype;
     lp->prefetch = np->prefetch;
     lp->release = np->release;
@@ -416,24 +419,27 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     }
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = lp->n_ctx;
-    cp.n_batch = lp->n_batch;
+    cp.n_batch = hr_local_plan_rows(lp);
+    cp.n_seq = lp->n_seq;
     cp.pool = a->pool;
     for (int r = 0; lp->w > 0 && r < lp->k; r++) {
         cp.layer_begin = r * lp->W + lp->offset;
         cp.layer_end = cp.layer_begin + lp->w;
         if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
             goto fail;
+        for (int s = 0; lp->n_seq > 1 && s < lp->n_seq; s++) /* every slot, for BATCH rows */
+            hr_ctx_seq_add(lp->ctx[r], s);
     }
-    size_t E = (size_t)hp->n_embd, B = (size_t)lp->n_batch;
+    size_t E = (size_t)hp->n_embd, B = (size_t)hr_local_plan_rows(lp);
     if (a->is_head) {
         cp.layer_begin = cp.layer_end = hp->n_layer;
         if ((rc = hr_ctx_create(&lp->out_ctx, a->m, &cp, err)))
             goto fail;
         lp->logits = malloc((size_t)hp->n_vocab * sizeof(float));
-        lp->rx = malloc(HR_RING_HDR_SIZE + B * E * 4);
+        lp->rx = malloc(HR_RING_HDR_SIZE + B * (HR_RING_ROW_SIZE + E * 4));
     }
     lp->hid = malloc(B * E * sizeof(float));
-    lp->frame_cap = HR_RING_HDR_SIZE + B * E * 4;
+    lp->frame_cap = HR_RING_HDR_SIZE + B * (HR_RING_ROW_SIZE + E * 4);
     lp->frame = malloc(lp->frame_cap);
     if (!lp->hid || !lp->frame || (a->is_head && (!lp->logits || !lp->rx))) {
         rc = hr_seterr(err, HR_ENOMEM, "out of memory for plan buffers");
@@ -441,9 +447,11 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     }
     hr_node_windows(a, lp);
     hr_node_stream_plan(a, lp, hr_node_stream_room(a, lp)); /* pins, warms the first window */
-    HR_LOG_INFO(TAG, "%s: plan %u: k %d, window %d layers at offset %d of %d per round, next %s",
-                a->name, lp->plan_id, lp->k, lp->w, lp->offset, lp->W,
-                lp->next_ep[0] ? lp->next_ep : "-");
+    HR_LOG_INFO(TAG,
+                "%s: plan %u: k %d, window %d layers at offset %d of %d per round, %d KV slot%s, "
+                "next %s",
+                a->name, lp->plan_id, lp->k, lp->w, lp->offset, lp->W, lp->n_seq,
+                lp->n_seq == 1 ? "" : "s", lp->next_ep[0] ? lp->next_ep : "-");
     return 0;
 fail:
     hr_local_plan_free(lp);
@@ -451,6 +459,10 @@ fail:
 }
 
 /* ---- data plane ---- */
+
+int hr_local_plan_rows(const hr_local_plan *lp) {
+    return lp->n_batch + (lp->n_seq > 1 ? lp->n_seq - 1 : 0);
+}
 
 void hr_node_push_connect(hr_agent *a) {
     if (strcmp(a->push_ep, a->lp.next_ep) == 0)

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ struct hr_service_job {
     void *ud;
     atomic_int cancel;
     double submitted_s; /* monotonic */
+    hr_gen_req gr;      /* in a batched session (--parallel > 1) */
 };
 
 struct hr_service {
@@ -44,8 +46,10 @@ struct hr_service {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* s->mu */
-    hr_service_job *q_head, *q_tail, *running;
-    int n_queued, queue_max;
+    hr_service_job *q_head, *q_tail;
+    hr_service_job *running; /* the running requests, linked by next */
+    int n_queued, queue_max, n_running, parallel;
+    int n_mb, mb_rows[HR_SERVICE_MAX_SHOWN]; /* the batched session's micro-batches */
     bool stop;
     uint64_t next_id;
     hr_service_stats st;
@@ -80,6 +84,18 @@ void hr_service_stats_get(hr_service *s, hr_service_stats *out) {
     *out = s->st;
     out->queued = s->n_queued;
     out->running = s->running != NULL;
+    out->n_running = s->n_running;
+    out->parallel = s->parallel;
+    out->n_shown = 0;
+    double now = hr_now_s();
+    for (const hr_service_job *j = s->running; j && out->n_shown < HR_SERVICE_MAX_SHOWN;
+         j = j->next)
+        out->run[out->n_shown++] = (hr_service_running){.id = j->id,
+                                                        .n_prompt = j->n_ids,
+                                                        .n_gen = atomic_load(&j->gr.n_gen),
+                                                        .age_s = now - j->submitted_s};
+    out->n_mb = s->n_mb;
+    memcpy(out->mb_rows, s->mb_rows, sizeof out->mb_rows);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -251,11 +267,11 @@ static int hr_service_take(hr_service *s, uint64_t id, const void *client, size_
         tail = &j->next;
         n++;
     }
-    hr_service_job *r = s->running;
-    if (r && (client ? r->client_len == len && memcmp(r->client, client, len) == 0 : r->id == id)) {
-        atomic_store(&r->cancel, 1);
-        n++;
-    }
+    for (hr_service_job *r = s->running; r; r = r->next)
+        if (client ? r->client_len == len && memcmp(r->client, client, len) == 0 : r->id == id) {
+            atomic_store(&r->cancel, 1);
+            n++;
+        }
     return n;
 }
 
@@ -302,6 +318,28 @@ static int hr_service_wait_ready(hr_service *s, int wait_ms, char err[HR_ERR_LEN
     return hr_head_wait_ready(a, want, wait_ms, err);
 }
 
+/* A request ended with rc (s->mu held): the counters, and it leaves the
+ * running list. */
+static void hr_service_count(hr_service *s, hr_service_job *j, int rc, const hr_head_stats *st) {
+    if (rc == 0) {
+        s->st.done++;
+        s->st.tokens += (uint64_t)st->n_gen;
+        s->st.last_prompt_tps = st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0;
+        s->st.last_gen_tps = st->gen_s > 0 ? st->n_gen / st->gen_s : 0;
+    } else if (rc == HR_ECANCELED) {
+        s->st.canceled++;
+    } else {
+        s->st.failed++;
+    }
+    for (hr_service_job **pp = &s->running; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            s->n_running--;
+            break;
+        }
+    j->next = NULL;
+}
+
 static void hr_service_run(hr_service *s, hr_service_job *j) {
     char err[HR_ERR_LEN] = "";
     hr_head_stats st = {0};
@@ -314,19 +352,89 @@ static void hr_service_run(hr_service *s, hr_service_job *j) {
         rc = hr_head_generate(s->a, j->ids, j->n_ids, &j->sp, j->max_tokens, j->on_token, j->ud,
                               &j->cancel, &st, err);
     pthread_mutex_lock(&s->mu);
-    if (rc == 0) {
-        s->st.done++;
-        s->st.tokens += (uint64_t)st.n_gen;
-        s->st.last_prompt_tps = st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0;
-        s->st.last_gen_tps = st.gen_s > 0 ? st.n_gen / st.gen_s : 0;
-    } else if (rc == HR_ECANCELED) {
-        s->st.canceled++;
-    } else {
-        s->st.failed++;
-    }
-    s->running = NULL;
+    hr_service_count(s, j, rc, &st);
     pthread_mutex_unlock(&s->mu);
     j->on_done(j->ud, rc, &st, err);
+}
+
+/* ---- batched sessions (--parallel > 1) ---- */
+
+/* Takes the first queued request (s->mu held) into the running list. */
+static hr_service_job *hr_service_pop(hr_service *s) {
+    hr_service_job *j = s->q_head;
+    if (!j)
+        return NULL;
+    s->q_head = j->next;
+    if (!s->q_head)
+        s->q_tail = NULL;
+    s->n_queued--;
+    j->next = s->running;
+    s->running = j;
+    s->n_running++;
+    return j;
+}
+
+static hr_gen_req *hr_service_feed_take(void *ud) {
+    hr_service *s = ud;
+    pthread_mutex_lock(&s->mu);
+    hr_service_job *j = s->stop ? NULL : hr_service_pop(s);
+    pthread_mutex_unlock(&s->mu);
+    if (!j)
+        return NULL;
+    HR_LOG_DEBUG(TAG, "request %llu joins the batch after %.3f s in the queue",
+                 (unsigned long long)j->id, hr_now_s() - j->submitted_s);
+    hr_gen_req *r = &j->gr;
+    r->ids = j->ids;
+    r->n_ids = j->n_ids;
+    r->sp = j->sp;
+    r->max_tokens = j->max_tokens;
+    r->on_token = j->on_token;
+    r->ud = j->ud;
+    r->cancel = &j->cancel;
+    return r;
+}
+
+static void hr_service_feed_done(void *ud, hr_gen_req *r) {
+    hr_service *s = ud;
+    hr_service_job *j = (hr_service_job *)((char *)r - offsetof(hr_service_job, gr));
+    pthread_mutex_lock(&s->mu);
+    hr_service_count(s, j, r->rc, &r->st);
+    pthread_mutex_unlock(&s->mu);
+    j->on_done(j->ud, r->rc, &r->st, r->rc ? r->err : "");
+    hr_job_free(j);
+}
+
+static void hr_service_feed_batches(void *ud, const int *rows, int n_mb) {
+    hr_service *s = ud;
+    pthread_mutex_lock(&s->mu);
+    s->n_mb = n_mb < HR_SERVICE_MAX_SHOWN ? n_mb : HR_SERVICE_MAX_SHOWN;
+    memcpy(s->mb_rows, rows, (size_t)s->n_mb * sizeof *rows);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Runs queued requests together until none waits (s->mu not held); the
+ * first one's wait for the ring is wait_ms. */
+static void hr_service_batch(hr_service *s, int wait_ms) {
+    char err[HR_ERR_LEN] = "";
+    int rc = wait_ms >= 0 ? hr_service_wait_ready(s, wait_ms, err) : 0;
+    if (rc == 0) {
+        hr_gen_feed f = {.take = hr_service_feed_take,
+                         .done = hr_service_feed_done,
+                         .batches = hr_service_feed_batches,
+                         .ud = s};
+        rc = hr_head_serve(s->a, &f, err);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->n_mb = 0;
+    hr_service_job *j = rc ? hr_service_pop(s) : NULL; /* the ring was not ready: the first fails */
+    if (j)
+        hr_service_count(s, j, rc, &(hr_head_stats){0});
+    pthread_mutex_unlock(&s->mu);
+    if (j) {
+        hr_head_stats st = {0};
+        j->on_done(j->ud, rc, &st, err);
+        hr_job_free(j);
+    }
 }
 
 static void *hr_service_main(void *arg) {
@@ -337,13 +445,14 @@ static void *hr_service_main(void *arg) {
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
-        hr_service_job *j = s->q_head;
-        s->q_head = j->next;
-        if (!s->q_head)
-            s->q_tail = NULL;
-        j->next = NULL;
-        s->n_queued--;
-        s->running = j;
+        if (s->parallel > 1) {
+            int wait_ms = s->q_head->wait_ms;
+            pthread_mutex_unlock(&s->mu);
+            hr_service_batch(s, wait_ms);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        hr_service_job *j = hr_service_pop(s);
         pthread_mutex_unlock(&s->mu);
         hr_service_run(s, j);
         hr_job_free(j);
@@ -363,6 +472,7 @@ int hr_service_create(hr_service **out, hr_agent *a, char err[HR_ERR_LEN]) {
     s->a = a;
     s->n_ctx = hr_service_default_ctx(a);
     s->queue_max = s->st.queue_max = HR_SERVICE_QUEUE_DEFAULT;
+    s->parallel = a->p.n_parallel > 1 ? a->p.n_parallel : 1;
     s->next_id = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -380,8 +490,8 @@ void hr_service_destroy(hr_service *s) {
         return;
     pthread_mutex_lock(&s->mu);
     s->stop = true;
-    if (s->running)
-        atomic_store(&s->running->cancel, 1);
+    for (hr_service_job *r = s->running; r; r = r->next)
+        atomic_store(&r->cancel, 1);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->started)

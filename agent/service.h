@@ -15,8 +15,13 @@
  *     hr_service_cancel[_client]() (or hr_service_destroy()) on the
  *     caller's thread, before that call returns.
  * So never call hr_service_cancel* while holding a lock your on_done takes.
- * One request runs at a time today; concurrent requests (batched across
- * the ring) will take several from the queue at once. */
+ *
+ * With the head's --parallel N > 1 (hr_agent_params.n_parallel) up to N
+ * requests run at once in one batched session (hr_head_serve, batch.c):
+ * they join between steps as soon as a KV slot is free, their tokens are
+ * streamed interleaved (on_token of each runs on the service thread, one
+ * token of one request at a time), and a canceled one leaves at once.
+ * With N = 1 requests run one after another with hr_head_generate(). */
 #ifndef HR_AGENT_SERVICE_H
 #define HR_AGENT_SERVICE_H
 
@@ -60,10 +65,26 @@ hr_service_req hr_service_req_default(void);
  * never used by the service after on_done returns. */
 typedef void (*hr_service_done_fn)(void *ud, int rc, const hr_head_stats *st, const char *err);
 
+#define HR_SERVICE_MAX_SHOWN 16 /* running requests and micro-batches in a snapshot */
+
+/* A running request, for the status. */
 typedef struct {
-    int queued;                           /* waiting, not counting the running one */
-    int queue_max;                        /* refused when this many wait */
-    bool running;                         /* a request is generating */
+    uint64_t id;
+    int n_prompt; /* prompt tokens */
+    int n_gen;    /* generated so far */
+    double age_s; /* since it was submitted */
+} hr_service_running;
+
+typedef struct {
+    int queued;    /* waiting, not counting the running ones */
+    int queue_max; /* refused when this many wait */
+    bool running;  /* a request is generating */
+    int n_running; /* requests generating now */
+    int parallel;  /* at most this many at once (--parallel) */
+    int n_shown;   /* run[0..n_shown): the first running requests */
+    hr_service_running run[HR_SERVICE_MAX_SHOWN];
+    int n_mb;                             /* micro-batches of the batched session (0: none) */
+    int mb_rows[HR_SERVICE_MAX_SHOWN];    /* rows of each one's latest step */
     uint64_t requests;                    /* submitted past the checks: accepted + refused */
     uint64_t refused;                     /* queue full */
     uint64_t done;                        /* finished without error */

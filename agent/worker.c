@@ -43,16 +43,96 @@ static int hr_check_hidden(const hr_agent *a, const hr_ring_hdr *h, char err[HR_
     return 0;
 }
 
+/* The data thread's receive buffer and BATCH row tables, sized once for
+ * the largest legal frame. */
+#define HR_DATA_MAX_ROWS (4096 + HR_AGENT_MAX_PARALLEL)
+typedef struct {
+    uint8_t *rx;
+    size_t cap;
+    hr_seq_pos *rows;    /* [HR_DATA_MAX_ROWS] */
+    int32_t *slot, *pos; /* [HR_DATA_MAX_ROWS] each */
+    uint64_t session;    /* the newest batch session seen (plan_epoch's) */
+    uint64_t epoch;
+} hr_data_buf;
+
+/* A BATCH frame (plan_mu held): rows of several sequences, each in its own
+ * KV slot; computes the window of its round and passes it on. Returns 0,
+ * 1 when the frame was dropped quietly (a canceled or older session), or a
+ * negative HR_E* code with err (rejected). *ms: the window's time. */
+static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms,
+                         char err[HR_ERR_LEN]) {
+    hr_local_plan *lp = &a->lp;
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd, es = hr_ring_dtype_size(h->dtype);
+    int nt = h->n_tok;
+    if (h->plan_id != lp->plan_id)
+        return hr_seterr(err, HR_EINVAL, "frame of plan %u, current plan %u", h->plan_id,
+                         lp->plan_id);
+    if (h->dtype != lp->dtype || nt > hr_local_plan_rows(lp) || nt > HR_DATA_MAX_ROWS ||
+        h->round >= lp->k || (size_t)h->len != (size_t)nt * (HR_RING_ROW_SIZE + E * es))
+        return hr_seterr(err, HR_EFORMAT,
+                         "BATCH frame does not fit the plan: dtype %u, %u rows (at most %d), "
+                         "round %u (k %d), %u bytes for n_embd %zu",
+                         h->dtype, nt, hr_local_plan_rows(lp), h->round, lp->k, h->len, E);
+    if (h->req_id <= atomic_load(&a->canceled_req) || lp->w <= 0)
+        return 1;
+    if (b->epoch != a->plan_epoch) { /* a new plan: fresh KV, sessions start over */
+        b->epoch = a->plan_epoch;
+        b->session = 0;
+    }
+    if (h->req_id < b->session)
+        return 1;
+    b->session = h->req_id;
+    const uint8_t *pl = b->rx + HR_RING_HDR_SIZE;
+    hr_ring_rows_read(pl, b->slot, b->pos, nt);
+    for (int i = 0; i < nt; i++) {
+        if (b->slot[i] < 0 || b->slot[i] >= lp->n_seq || b->pos[i] < 0 || b->pos[i] >= lp->n_ctx)
+            return hr_seterr(err, HR_EFORMAT,
+                             "BATCH row %d: slot %d, position %d outside %d slots of %d positions",
+                             i, b->slot[i], b->pos[i], lp->n_seq, lp->n_ctx);
+        b->rows[i] = (hr_seq_pos){.seq = b->slot[i], .pos = b->pos[i]};
+    }
+    size_t rt = (size_t)nt * HR_RING_ROW_SIZE;
+    int rc = hr_ring_unpack(lp->hid, (size_t)nt * E, pl + rt, h->len - rt, h->dtype);
+    if (rc)
+        return hr_seterr(err, rc, "BATCH frame: bad hidden states");
+    hr_node_push_connect(a);
+    double t0 = hr_now_s();
+    if ((rc = hr_ctx_layers_batch(lp->ctx[h->round], lp->hid, b->rows, nt, err)))
+        return rc; /* rows out of order or beyond a slot's length: nothing computed */
+    hr_node_test_slow(a);
+    *ms = (hr_now_s() - t0) * 1000.0;
+    memcpy(lp->frame + HR_RING_HDR_SIZE, pl, rt);
+    long len =
+        hr_ring_pack(lp->frame + HR_RING_HDR_SIZE + rt, lp->frame_cap - HR_RING_HDR_SIZE - rt,
+                     lp->hid, (size_t)nt * E, lp->dtype);
+    if (len < 0)
+        return hr_seterr(err, (int)len, "BATCH frame: cannot pack the hidden states");
+    h->len = (uint32_t)(rt + (size_t)len);
+    if ((rc = hr_ring_send(a->push, NULL, 0, lp->frame, h, err)))
+        HR_LOG_WARN(TAG, "%s: cannot pass the batch on to %s: %s", a->name, a->push_ep, err);
+    return 0;
+}
+
 static void *hr_data_main(void *arg) {
     hr_agent *a = arg;
     char err[HR_ERR_LEN];
-    size_t cap = HR_RING_HDR_SIZE + (size_t)4096 * hr_model_hparams(a->m)->n_embd * 4;
-    uint8_t *rx = malloc(cap); /* largest legal frame: allocated once */
-    if (!rx) {
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    hr_data_buf b = {.cap =
+                         HR_RING_HDR_SIZE + (size_t)HR_DATA_MAX_ROWS * (HR_RING_ROW_SIZE + E * 4)};
+    b.rx = malloc(b.cap); /* largest legal frame: allocated once */
+    b.rows = malloc(HR_DATA_MAX_ROWS * sizeof *b.rows);
+    b.slot = malloc(HR_DATA_MAX_ROWS * sizeof *b.slot);
+    b.pos = malloc(HR_DATA_MAX_ROWS * sizeof *b.pos);
+    if (!b.rx || !b.rows || !b.slot || !b.pos) {
         HR_LOG_ERROR(TAG, "%s: out of memory for the data thread", a->name);
+        free(b.rx);
+        free(b.rows);
+        free(b.slot);
+        free(b.pos);
         return NULL;
     }
-    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    uint8_t *rx = b.rx;
+    size_t cap = b.cap;
     /* replay / reorder guard: frames of the current request must arrive in
      * position order per round; a newer request starts at position 0 */
     uint64_t cur_req = 0, cur_epoch = 0;
@@ -69,6 +149,19 @@ static void *hr_data_main(void *arg) {
         }
         pthread_mutex_lock(&a->plan_mu);
         hr_local_plan *lp = &a->lp;
+        if (h.type == HR_RING_BATCH) {
+            double ms = 0;
+            int round = h.round, nt = h.n_tok;
+            int rc = hr_data_batch(a, &b, &h, &ms, err);
+            if (rc == 0) {
+                hr_node_after_window(a, lp, round);
+                hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
+            }
+            pthread_mutex_unlock(&a->plan_mu);
+            if (rc < 0)
+                hr_reject_frame(a, "data port", err);
+            continue;
+        }
         if (hr_check_hidden(a, &h, err)) {
             pthread_mutex_unlock(&a->plan_mu);
             hr_reject_frame(a, "data port", err);
@@ -123,7 +216,10 @@ static void *hr_data_main(void *arg) {
             HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
                         err);
     }
-    free(rx);
+    free(b.rx);
+    free(b.rows);
+    free(b.slot);
+    free(b.pos);
     return NULL;
 }
 
@@ -184,6 +280,7 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
     np->n_active = m.n_active;
     np->n_ctx = m.n_ctx;
     np->n_batch = m.n_batch;
+    np->n_seq = m.n_seq;
     np->dtype = m.dtype;
     np->prefetch = m.prefetch && a->p.prefetch;
     np->release = a->p.release >= 0 ? a->p.release == 1 : m.release;

@@ -285,6 +285,20 @@ static enum MHD_Result hr_serve_cluster(hr_http *h, struct MHD_Connection *c) {
                             "canceled", (json_int_t)ss.canceled, "failed", (json_int_t)ss.failed,
                             "tokens", (json_int_t)ss.tokens, "last_prompt_tps", ss.last_prompt_tps,
                             "last_gen_tps", ss.last_gen_tps);
+    if (api) {
+        json_object_set_new(api, "parallel", json_integer(ss.parallel));
+        json_object_set_new(api, "n_running", json_integer(ss.n_running));
+        json_t *run = json_array(), *mb = json_array();
+        for (int i = 0; run && i < ss.n_shown; i++)
+            json_array_append_new(run, json_pack("{s:I,s:i,s:i,s:f}", "id",
+                                                 (json_int_t)ss.run[i].id, "prompt_tokens",
+                                                 ss.run[i].n_prompt, "completion_tokens",
+                                                 ss.run[i].n_gen, "seconds", ss.run[i].age_s));
+        for (int i = 0; mb && i < ss.n_mb; i++)
+            json_array_append_new(mb, json_integer(ss.mb_rows[i]));
+        json_object_set_new(api, "running_requests", run);
+        json_object_set_new(api, "batches", mb);
+    }
     json_object_set_new(j, "api", api);
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);

@@ -32,6 +32,10 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size in tokens"),
     HR_CLI_OPT("batch", 'b', COUNT, batch, "N", "prompt batch size (default 64)"),
     HR_CLI_OPT("expect", 0, COUNT, expect, "N", "head: workers to wait for"),
+    HR_CLI_OPT("parallel", 0, COUNT, parallel, "N",
+               "head: requests generating at once (default: 4 where the KV fits)"),
+    HR_CLI_OPT("ring-batches", 0, COUNT, ring_batches, "N",
+               "head: micro-batches in flight around the ring (default: one per device)"),
     HR_CLI_OPT("k", 0, COUNT, k, "K", "head: force k rounds around the ring"),
     HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
     HR_CLI_OPT("wire", 0, STR, wire, "f32|f16",
@@ -161,6 +165,8 @@ HR_CLI_COMMAND(agent) {
     p.n_threads = o->threads > 0 ? o->threads : 0; /* 0: every online core */
     p.n_ctx = o->ctx;
     p.n_batch = o->batch;
+    p.n_parallel = o->parallel;
+    p.ring_batches = o->ring_batches;
     p.expect = o->expect;
     p.k = o->k;
     p.windows = o->windows;

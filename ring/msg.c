@@ -33,6 +33,7 @@ static const hr_msg_info hr_msg_table[HR_RING_TYPE_END] = {
     [HR_RING_PAIR]       = {"PAIR",       HR_MSG_W2H | HR_MSG_H2W, HR_MSG_JSON,   HR_MSG_SMALL,     HR_MSG_F_PAIRING | HR_MSG_F_EMPTY_OK},
     [HR_RING_PROBE]      = {"PROBE",      HR_MSG_H2W,              HR_MSG_JSON,   HR_MSG_SMALL,     0},
     [HR_RING_LINK]       = {"LINK",       HR_MSG_W2H,              HR_MSG_JSON,   HR_MSG_SMALL,     HR_MSG_F_KNOWN},
+    [HR_RING_BATCH]      = {"BATCH",      HR_MSG_PEER,             HR_MSG_BINARY, HR_RING_MAX_FRAME - HR_RING_HDR_SIZE, 0},
 };
 /* clang-format on */
 
@@ -249,6 +250,8 @@ int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]) 
                           "prefetch", (int)m->prefetch, "release", (int)m->release, "keys", keys);
     if (j && m->mem_budget > 0)
         json_object_set_new(j, "mem_budget", json_real(m->mem_budget));
+    if (j && m->n_seq > 1)
+        json_object_set_new(j, "n_seq", json_integer(m->n_seq));
     int rc = hr_msg_take_json(out, HR_RING_PLAN, j, err);
     out->h.plan_id = m->plan_id;
     return rc;
@@ -279,10 +282,19 @@ int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, cha
         return hr_seterr(err, HR_EFORMAT, "PLAN: plan_id %lld out of range", (long long)plan_id);
     }
     m->plan_id = (uint32_t)plan_id;
-    if ((rc = hr_msg_opt_num(j, "mem_budget", 0, 1e18, &m->mem_budget, HR_RING_PLAN, err))) {
+    double n_seq = 1;
+    if ((rc = hr_msg_opt_num(j, "mem_budget", 0, 1e18, &m->mem_budget, HR_RING_PLAN, err)) ||
+        (rc = hr_msg_opt_num(j, "n_seq", 1, HR_MSG_MAX_SEQ, &n_seq, HR_RING_PLAN, err))) {
         json_decref(j);
         return rc;
     }
+    if (n_seq < 0) /* absent: one slot */
+        n_seq = 1;
+    if (n_seq != (int)n_seq) {
+        json_decref(j);
+        return hr_seterr(err, HR_EFORMAT, "PLAN: n_seq %g is not an integer", n_seq);
+    }
+    m->n_seq = (int)n_seq;
     m->prefetch = prefetch;
     m->release = release;
     json_t *arr = json_object_get(j, "keys"), *v;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #define HR_MSG_EP_LEN 160   /* bytes of an endpoint, with the NUL */
+#define HR_MSG_MAX_SEQ 64   /* KV slots a PLAN may ask for (concurrent requests) */
 #define HR_MSG_NAME_LEN 64  /* bytes of a device name, with the NUL */
 #define HR_MSG_TEXT_LEN 256 /* bytes of an error or reason text, with the NUL */
 #define HR_MSG_MAX_KEYS 16  /* ring member keys a PLAN vouches for */
@@ -99,6 +100,8 @@ typedef struct {
     int n_keys;                                  /* invalid keys are skipped */
     double mem_budget; /* bytes for weights + KV the scheduler planned this device with
                           (hr_prof_mem_budget); <= 0 unknown (absent on the wire) */
+    int n_seq;         /* KV slots per window: requests in flight at once (1..HR_MSG_MAX_SEQ;
+                          absent on the wire when 1) */
 } hr_msg_plan;
 int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]);
 int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, char err[HR_ERR_LEN]);

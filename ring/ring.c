@@ -94,7 +94,34 @@ int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ER
                              "HIDDEN frame with n_tok %u, pos %d and %u bytes is inconsistent",
                              h->n_tok, h->pos, h->len);
     }
+    if (h->type == HR_RING_BATCH) {
+        size_t es = hr_ring_dtype_size(h->dtype);
+        if (es == 0)
+            return hr_seterr(err, HR_EFORMAT, "unknown hidden-state dtype %u", h->dtype);
+        size_t row = h->n_tok ? h->len / h->n_tok : 0;
+        if (h->n_tok == 0 || h->pos < 0 || h->len % h->n_tok != 0 || row <= HR_RING_ROW_SIZE ||
+            (row - HR_RING_ROW_SIZE) % es != 0)
+            return hr_seterr(err, HR_EFORMAT,
+                             "BATCH frame with n_tok %u, tag %d and %u bytes is inconsistent",
+                             h->n_tok, h->pos, h->len);
+    }
     return 0;
+}
+
+void hr_ring_rows_write(void *p, const int32_t *slot, const int32_t *pos, int n) {
+    uint8_t *d = p;
+    for (int i = 0; i < n; i++) {
+        hr_put32(d + (size_t)i * HR_RING_ROW_SIZE, (uint32_t)slot[i]);
+        hr_put32(d + (size_t)i * HR_RING_ROW_SIZE + 4, (uint32_t)pos[i]);
+    }
+}
+
+void hr_ring_rows_read(const void *p, int32_t *slot, int32_t *pos, int n) {
+    const uint8_t *s = p;
+    for (int i = 0; i < n; i++) {
+        slot[i] = (int32_t)hr_get32(s + (size_t)i * HR_RING_ROW_SIZE);
+        pos[i] = (int32_t)hr_get32(s + (size_t)i * HR_RING_ROW_SIZE + 4);
+    }
 }
 
 long hr_ring_pack(void *dst, size_t cap, const float *src, size_t n, int dtype) {

@@ -38,7 +38,9 @@
 #include <stdint.h>
 
 #define HR_RING_MAGIC 0x48545248u
-#define HR_RING_VERSION 3 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h) */
+#define HR_RING_VERSION                                                                            \
+    4 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
+       4: BATCH frames, PLAN n_seq */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
@@ -65,10 +67,13 @@ typedef enum {
     HR_RING_PAIR,       /* new agent -> head (join token): trust my key; head -> agent: ok */
     HR_RING_PROBE,      /* head -> worker: measure your link to this echo endpoint */
     HR_RING_LINK,       /* worker -> head: a measured link (round trip, throughput) */
+    HR_RING_BATCH,      /* data plane: a micro-batch of rows of several sequences */
     HR_RING_TYPE_END
 } hr_ring_type;
 
 typedef enum { HR_RING_F16 = 0, HR_RING_F32 = 1 } hr_ring_dtype;
+
+#define HR_RING_ROW_SIZE 8 /* bytes of one BATCH row entry: u32 slot, i32 pos */
 
 typedef struct {
     uint8_t type;  /* hr_ring_type */
@@ -97,6 +102,10 @@ int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ER
 long hr_ring_pack(void *dst, size_t cap, const float *src, size_t n, int dtype);
 /* Unpacks exactly n elements; len must be n x dtype size (HR_EFORMAT). */
 int hr_ring_unpack(float *dst, size_t n, const void *src, size_t len, int dtype);
+/* BATCH row table: writes / reads n entries (slot, pos) at p
+ * (n x HR_RING_ROW_SIZE bytes). */
+void hr_ring_rows_write(void *p, const int32_t *slot, const int32_t *pos, int n);
+void hr_ring_rows_read(const void *p, int32_t *slot, int32_t *pos, int n);
 
 /* Socket types for hr_ring_socket (their values are ZeroMQ's). */
 enum { HR_RING_DEALER = 5, HR_RING_ROUTER = 6, HR_RING_PULL = 7, HR_RING_PUSH = 8 };

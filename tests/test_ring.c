@@ -258,6 +258,55 @@ static hr_ring_hdr raw(int type, const char *js) {
     return (hr_ring_hdr){.type = (uint8_t)type, .pos = -1, .len = (uint32_t)strlen(js)};
 }
 
+/* BATCH frames: the row table round trip and the header's consistency
+ * checks (rows of 8 bytes + whole hidden rows). */
+static void test_batch_frame(void) {
+    enum { N = 3, E = 4 };
+    uint8_t buf[HR_RING_HDR_SIZE + N * (HR_RING_ROW_SIZE + E * 4)];
+    int32_t slot[N] = {0, 2, 63}, pos[N] = {0, 17, 4095}, s2[N], p2[N];
+    hr_ring_rows_write(buf + HR_RING_HDR_SIZE, slot, pos, N);
+    hr_ring_rows_read(buf + HR_RING_HDR_SIZE, s2, p2, N);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(s2[i], slot[i]);
+        CHECK_EQ(p2[i], pos[i]);
+    }
+    CHECK_EQ(buf[HR_RING_HDR_SIZE + HR_RING_ROW_SIZE], 2); /* little-endian slot */
+    hr_ring_hdr h = {.type = HR_RING_BATCH,
+                     .dtype = HR_RING_F32,
+                     .n_tok = N,
+                     .pos = 1,
+                     .plan_id = 3,
+                     .req_id = 5,
+                     .len = N * (HR_RING_ROW_SIZE + E * 4)};
+    hr_ring_hdr_write(buf, &h);
+    hr_ring_hdr g;
+    char err[HR_ERR_LEN] = "";
+    CHECK_EQ(hr_ring_hdr_read(buf, sizeof buf, &g, err), 0);
+    CHECK_EQ(g.type, HR_RING_BATCH);
+    CHECK_STR(hr_ring_type_name(g.type), "BATCH");
+    /* rows that are not whole: one byte short per row, no hidden state, no rows */
+    hr_ring_hdr bad = h;
+    bad.len = N * (HR_RING_ROW_SIZE + E * 4) - N;
+    hr_ring_hdr_write(buf, &bad);
+    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + bad.len, &g, err), HR_EFORMAT);
+    CHECK(strstr(err, "BATCH") != NULL);
+    bad.len = N * HR_RING_ROW_SIZE;
+    hr_ring_hdr_write(buf, &bad);
+    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + bad.len, &g, err), HR_EFORMAT);
+    bad = h;
+    bad.n_tok = 0;
+    hr_ring_hdr_write(buf, &bad);
+    CHECK_EQ(hr_ring_hdr_read(buf, sizeof buf, &g, err), HR_EFORMAT);
+    bad = h;
+    bad.pos = -1;
+    hr_ring_hdr_write(buf, &bad);
+    CHECK_EQ(hr_ring_hdr_read(buf, sizeof buf, &g, err), HR_EFORMAT);
+    bad = h;
+    bad.dtype = 7;
+    hr_ring_hdr_write(buf, &bad);
+    CHECK_EQ(hr_ring_hdr_read(buf, sizeof buf, &g, err), HR_EFORMAT);
+}
+
 static void test_msg_table(void) {
     for (int t = 1; t < HR_RING_TYPE_END; t++) {
         const hr_msg_info *mi = hr_msg_info_of(t);
@@ -266,7 +315,8 @@ static void test_msg_table(void) {
             continue;
         CHECK_STR(mi->name, hr_ring_type_name(t));
         CHECK(mi->dir != 0);
-        CHECK(mi->max_len <= (t == HR_RING_HIDDEN ? HR_RING_MAX_FRAME : HR_RING_MAX_CTRL));
+        bool data = t == HR_RING_HIDDEN || t == HR_RING_BATCH;
+        CHECK(mi->max_len <= (data ? HR_RING_MAX_FRAME : HR_RING_MAX_CTRL));
         CHECK(mi->kind != HR_MSG_NONE || mi->max_len == 0);
     }
     CHECK(hr_msg_info_of(0) == NULL);
@@ -364,6 +414,13 @@ static void test_msg_roundtrip(const char *key) {
     CHECK_STR(pd.next, p.next);
     CHECK_STR(pd.next_key, key);
     CHECK_EQ(pd.n_keys, 2);
+    CHECK_EQ(pd.n_seq, 1); /* absent: one KV slot */
+    free(f);
+    p.n_seq = 8;
+    CHECK_EQ(hr_msg_plan_encode(&m, &p, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), 0);
+    CHECK_EQ(pd.n_seq, 8);
     free(f);
     /* READY: ok and not ok */
     hr_msg_ready r = {.ok = false}, rd;
@@ -516,6 +573,21 @@ static void test_msg_refusals(const char *key) {
     h = raw(HR_RING_PLAN, plan);
     CHECK_EQ(hr_msg_plan_decode(&h, plan, &p, err), 0);
     CHECK_EQ(p.n_keys, 0);
+    /* KV slots: an integer in [1, HR_MSG_MAX_SEQ] */
+    const char *seqs[] = {"0", "65", "2.5", "\"4\""};
+    for (int i = 0; i < 4; i++) {
+        char bad_seq[512];
+        snprintf(bad_seq, sizeof bad_seq, "%.*s,\"n_seq\":%s}", (int)strlen(plan) - 1, plan,
+                 seqs[i]);
+        h = raw(HR_RING_PLAN, bad_seq);
+        CHECK_EQ(hr_msg_plan_decode(&h, bad_seq, &p, err), HR_EFORMAT);
+        CHECK(strstr(err, "n_seq") != NULL);
+    }
+    char ok_seq[512];
+    snprintf(ok_seq, sizeof ok_seq, "%.*s,\"n_seq\":64}", (int)strlen(plan) - 1, plan);
+    h = raw(HR_RING_PLAN, ok_seq);
+    CHECK_EQ(hr_msg_plan_decode(&h, ok_seq, &p, err), 0);
+    CHECK_EQ(p.n_seq, 64);
     /* wrong kind: the same payload under another type */
     h = raw(HR_RING_READY, plan);
     CHECK_EQ(hr_msg_plan_decode(&h, plan, &p, err), HR_EFORMAT);
@@ -702,6 +774,7 @@ static void test_messages(void) {
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
     test_header();
+    test_batch_frame();
     test_pack();
     test_endpoint();
     test_sockets();

@@ -372,6 +372,7 @@ int main(void) {
     char model[512], err[HR_ERR_LEN] = "";
     hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
     hr_agent_params p = agent_params(model, "head", NULL, N_CTX, 0);
+    p.n_parallel = 1; /* one request at a time, in order (batched sessions: test_serve.c) */
     p.insecure = true;
     agent_th t = {0};
     if (agent_begin(&t, &p)) {

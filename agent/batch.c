@@ -1,0 +1,611 @@
+/* batch.c - the head's batched generation (hr_head_serve): several requests
+ * in flight at once. Every request owns a KV slot on every device; the
+ * running requests are spread over micro-batches, and the micro-batches
+ * travel the ring one after another as BATCH frames (ring.h), so that
+ * while device 2 computes micro-batch A, device 1 computes B. A step of a
+ * micro-batch carries one decode row per member request, or a prompt
+ * chunk of n_batch tokens (the chunks a single request's prefill uses), so
+ * every request computes exactly what it computes alone (model.h: a row's
+ * output does not depend on who shares the step). Requests join and leave
+ * between steps. A lost device or an adaptive re-plan costs a new plan and
+ * a replay of every running request's history, as in gen.c. */
+#include "agent/head-impl.h"
+
+#include "common/log.h"
+#include "common/sync.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TAG "head"
+
+/* One running request in its KV slot. */
+typedef struct {
+    hr_gen_req *r; /* NULL: the slot is free */
+    int mb;        /* its micro-batch */
+    int32_t *hist; /* [n_prompt + max_tokens + 1] prompt, then generated tokens */
+    int n_hist, n_prompt, max_tokens;
+    int fed;      /* positions computed on the ring (the KV length everywhere) */
+    bool flying;  /* rows of it are on the ring now */
+    bool zombie;  /* handed back while flying: the slot frees when they come home */
+    bool sampled; /* its first token was sampled (prompt time taken) */
+    hr_sampler *smp;
+    hr_detok dt;
+    double t0, t1; /* s, monotonic: admitted, first token */
+} hr_bseq;
+
+/* A micro-batch: its members (hr_bseq.mb) and the step on the ring. */
+typedef struct {
+    int n_members;
+    bool flying;
+    int round;                           /* of the step on the ring */
+    int n_rows;                          /* rows of that step */
+    int n_step;                          /* requests in it ... */
+    int step_seq[HR_AGENT_MAX_PARALLEL]; /* ... their slots */
+    int step_n[HR_AGENT_MAX_PARALLEL];   /* ... and rows */
+    double sent;                         /* s, monotonic, of its last frame */
+} hr_bmb;
+
+typedef struct {
+    hr_agent *a;
+    const hr_gen_feed *f;
+    int n_seq, n_mb, n_rows_max;
+    uint64_t session; /* the request id of this session's frames */
+    hr_bseq seq[HR_AGENT_MAX_PARALLEL];
+    hr_bmb mb[HR_AGENT_MAX_PARALLEL];
+    int n_running;
+    /* step buffers, [n_rows_max] each (allocated once per session) */
+    int32_t *ids, *slot, *pos;
+    hr_seq_pos *rows;
+    int *out_idx;  /* [n_seq] rows whose logits are sampled */
+    float *logits; /* [n_seq][n_vocab] */
+} hr_bsess;
+
+/* ---- requests joining and leaving ---- */
+
+static void hr_bs_free_slot(hr_bseq *q) {
+    hr_sampler_destroy(q->smp);
+    free(q->hist);
+    memset(q, 0, sizeof *q);
+}
+
+/* Hands request q back with rc (err when rc != 0); the slot frees now, or
+ * when its rows come home. */
+static void hr_bs_finish(hr_bsess *b, hr_bseq *q, int rc, const char *err) {
+    hr_gen_req *r = q->r;
+    if (!r || q->zombie)
+        return;
+    if (rc == 0) {
+        char piece[512];
+        int nb = hr_detok_flush(&q->dt, piece, sizeof piece);
+        if (nb > 0 && r->on_token)
+            r->on_token(r->ud, -1, piece, nb);
+    }
+    r->rc = rc;
+    if (rc)
+        snprintf(r->err, sizeof r->err, "%s", err ? err : hr_strerror(rc));
+    if (rc == HR_ECANCELED)
+        HR_LOG_INFO(TAG, "batched request in slot %d canceled", (int)(q - b->seq));
+    else if (rc)
+        HR_LOG_ERROR(TAG, "batched request in slot %d failed: %s", (int)(q - b->seq), r->err);
+    if (r->st.n_gen > 0)
+        r->st.gen_s = hr_now_s() - q->t1;
+    b->mb[q->mb].n_members--;
+    b->n_running--;
+    b->f->done(b->f->ud, r);
+    if (q->flying) {
+        q->zombie = true;
+        hr_sampler_destroy(q->smp);
+        q->smp = NULL;
+    } else {
+        hr_bs_free_slot(q);
+    }
+}
+
+static void hr_bs_fail_all(hr_bsess *b, int rc, const char *err) {
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->seq[s].r && !b->seq[s].zombie)
+            hr_bs_finish(b, &b->seq[s], rc, err);
+}
+
+/* The micro-batch with the fewest members. */
+static int hr_bs_pick_mb(const hr_bsess *b) {
+    int best = 0;
+    for (int g = 1; g < b->n_mb; g++)
+        if (b->mb[g].n_members < b->mb[best].n_members)
+            best = g;
+    return best;
+}
+
+/* Takes waiting requests into free slots. */
+static void hr_bs_admit(hr_bsess *b) {
+    const hr_local_plan *lp = &b->a->lp;
+    const hr_hparams *hp = hr_model_hparams(b->a->m);
+    for (int s = 0; s < b->n_seq; s++) {
+        hr_bseq *q = &b->seq[s];
+        if (q->r)
+            continue;
+        hr_gen_req *r = b->f->take(b->f->ud);
+        if (!r)
+            return;
+        memset(&r->st, 0, sizeof r->st);
+        atomic_store(&r->n_gen, 0);
+        r->rc = 0;
+        r->err[0] = 0;
+        int max = r->max_tokens;
+        if (r->n_ids < 1 || r->n_ids >= lp->n_ctx) {
+            char e[HR_ERR_LEN];
+            snprintf(e, sizeof e, "prompt has %d tokens but the context holds %d", r->n_ids,
+                     lp->n_ctx);
+            r->rc = r->n_ids < 1 ? HR_EINVAL : HR_ERANGE;
+            snprintf(r->err, sizeof r->err, "%s", r->n_ids < 1 ? "empty prompt" : e);
+            b->f->done(b->f->ud, r);
+            s--; /* the slot is still free */
+            continue;
+        }
+        if (max < 0 || r->n_ids + max > lp->n_ctx)
+            max = lp->n_ctx - r->n_ids;
+        memset(q, 0, sizeof *q);
+        q->smp = hr_sampler_create(&r->sp, hp->n_vocab);
+        q->hist = malloc(((size_t)r->n_ids + (size_t)max + 1) * sizeof *q->hist);
+        if (!q->smp || !q->hist) {
+            hr_bs_free_slot(q);
+            r->rc = HR_ENOMEM;
+            snprintf(r->err, sizeof r->err, "out of memory");
+            b->f->done(b->f->ud, r);
+            return;
+        }
+        q->r = r;
+        q->n_prompt = q->n_hist = r->n_ids;
+        q->max_tokens = max;
+        memcpy(q->hist, r->ids, (size_t)r->n_ids * sizeof *q->hist);
+        for (int i = 0; i < r->n_ids; i++)
+            hr_sampler_accept(q->smp, r->ids[i]);
+        hr_detok_init(&q->dt, false);
+        q->t0 = hr_now_s();
+        q->mb = hr_bs_pick_mb(b);
+        b->mb[q->mb].n_members++;
+        b->n_running++;
+        r->st.n_prompt = r->n_ids;
+        HR_LOG_DEBUG(TAG, "session %llu: a request of %d tokens joins slot %d, micro-batch %d",
+                     (unsigned long long)b->session, r->n_ids, s, q->mb);
+    }
+}
+
+/* Requests whose cancel flag is set leave at once. */
+static void hr_bs_cancels(hr_bsess *b) {
+    for (int s = 0; s < b->n_seq; s++) {
+        hr_bseq *q = &b->seq[s];
+        if (q->r && !q->zombie && q->r->cancel && atomic_load(q->r->cancel))
+            hr_bs_finish(b, q, HR_ECANCELED, "canceled");
+    }
+}
+
+/* ---- steps ---- */
+
+/* A sampled token for request q from its logits; hands it back when it
+ * ends. */
+static void hr_bs_token(hr_bsess *b, hr_bseq *q, float *logits) {
+    hr_gen_req *r = q->r;
+    const hr_tokenizer *tok = b->a->tok;
+    double now = hr_now_s();
+    if (!q->sampled) {
+        q->sampled = true;
+        q->t1 = now;
+        r->st.prompt_s = now - q->t0;
+    }
+    int32_t id = hr_sampler_sample(q->smp, logits);
+    hr_sampler_accept(q->smp, id);
+    bool eog = hr_tokenizer_is_eog(tok, id);
+    char piece[512];
+    int nb = eog ? 0 : hr_detok_push(&q->dt, tok, id, piece, sizeof piece);
+    r->st.n_gen++;
+    r->st.gen_s = now - q->t1;
+    atomic_store(&r->n_gen, r->st.n_gen);
+    if ((r->on_token && r->on_token(r->ud, id, piece, nb > 0 ? nb : 0)) || eog ||
+        r->st.n_gen >= q->max_tokens) {
+        hr_bs_finish(b, q, 0, NULL);
+        return;
+    }
+    if (r->cancel && atomic_load(r->cancel)) {
+        hr_bs_finish(b, q, HR_ECANCELED, "canceled");
+        return;
+    }
+    q->hist[q->n_hist++] = id;
+}
+
+/* Builds the next step of micro-batch g into the step buffers: one decode
+ * row per member, or the next prompt chunk (the request's own n_batch
+ * chunks, so its numbers are those of a prefill alone; a chunk that does
+ * not fit waits for the next step). Returns the rows (0: nothing to do). */
+static int hr_bs_build(hr_bsess *b, int g) {
+    const hr_local_plan *lp = &b->a->lp;
+    hr_bmb *m = &b->mb[g];
+    int n = 0;
+    m->n_step = 0;
+    for (int s = 0; s < b->n_seq; s++) {
+        hr_bseq *q = &b->seq[s];
+        if (!q->r || q->zombie || q->mb != g || q->fed >= q->n_hist)
+            continue;
+        int want = q->fed < q->n_prompt
+                       ? (q->n_prompt - q->fed < lp->n_batch ? q->n_prompt - q->fed : lp->n_batch)
+                       : 1;
+        if (n + want > b->n_rows_max)
+            continue;
+        for (int i = 0; i < want; i++) {
+            b->ids[n + i] = q->hist[q->fed + i];
+            b->slot[n + i] = s;
+            b->pos[n + i] = q->fed + i;
+            b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = q->fed + i};
+        }
+        m->step_seq[m->n_step] = s;
+        m->step_n[m->n_step] = want;
+        m->n_step++;
+        q->flying = true;
+        n += want;
+    }
+    m->n_rows = n;
+    return n;
+}
+
+/* The head's window of round r over micro-batch g (rows in the step
+ * buffers, hidden states in lp->hid). */
+static int hr_bs_window(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    hr_local_plan *lp = &a->lp;
+    if (lp->w <= 0)
+        return 0;
+    double t0 = hr_now_s();
+    int rc = hr_ctx_layers_batch(lp->ctx[r], lp->hid, b->rows, b->mb[g].n_rows, err);
+    if (rc == 0) {
+        hr_node_test_slow(a);
+        hr_node_stats_round(a, (hr_now_s() - t0) * 1000.0, b->mb[g].n_rows, false);
+    }
+    return rc;
+}
+
+/* Sends micro-batch g's hidden states of round r to the next device. */
+static int hr_bs_send(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    hr_local_plan *lp = &a->lp;
+    hr_bmb *m = &b->mb[g];
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    size_t rt = (size_t)m->n_rows * HR_RING_ROW_SIZE;
+    hr_ring_rows_write(lp->frame + HR_RING_HDR_SIZE, b->slot, b->pos, m->n_rows);
+    long len =
+        hr_ring_pack(lp->frame + HR_RING_HDR_SIZE + rt, lp->frame_cap - HR_RING_HDR_SIZE - rt,
+                     lp->hid, (size_t)m->n_rows * E, lp->dtype);
+    if (len < 0)
+        return hr_seterr(err, (int)len, "cannot pack %d rows", m->n_rows);
+    hr_ring_hdr h = {.type = HR_RING_BATCH,
+                     .dtype = (uint8_t)lp->dtype,
+                     .round = (uint16_t)r,
+                     .n_tok = (uint16_t)m->n_rows,
+                     .pos = g,
+                     .plan_id = lp->plan_id,
+                     .req_id = b->session,
+                     .len = (uint32_t)(rt + (size_t)len)};
+    int rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
+    if (rc) {
+        /* the next device is gone or stuck: give the heartbeats time to name it */
+        double until = hr_now_s() + a->p.hb_timeout_ms / 1000.0 + 0.5;
+        while (hr_now_s() < until && !atomic_load(&a->head->lost)) {
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
+        return atomic_load(&a->head->lost) ? hr_head_lost_err(a->head, err) : rc;
+    }
+    m->flying = true;
+    m->round = r;
+    m->sent = hr_now_s();
+    hr_node_after_window(a, lp, r); /* after the send: off the ring's critical path */
+    return 0;
+}
+
+/* Micro-batch g's step came back from its last round (hidden states in
+ * lp->hid): logits for the rows that end what a request had to feed,
+ * sampling, and the requests move on. */
+static void hr_bs_step_done(hr_bsess *b, int g) {
+    hr_agent *a = b->a;
+    hr_local_plan *lp = &a->lp;
+    hr_bmb *m = &b->mb[g];
+    size_t nv = (size_t)hr_model_hparams(a->m)->n_vocab;
+    int n_out = 0, row = 0;
+    for (int i = 0; i < m->n_step; i++) {
+        hr_bseq *q = &b->seq[m->step_seq[i]];
+        row += m->step_n[i];
+        if (!q->zombie && q->fed + m->step_n[i] == q->n_hist)
+            b->out_idx[n_out++] = row - 1;
+    }
+    if (n_out > 0)
+        hr_ctx_output_rows(lp->out_ctx, lp->hid, b->out_idx, n_out, b->logits);
+    pthread_mutex_lock(&a->st.mu);
+    a->st.tokens += (uint64_t)m->n_rows;
+    pthread_mutex_unlock(&a->st.mu);
+    m->flying = false;
+    int o = 0;
+    for (int i = 0; i < m->n_step; i++) {
+        hr_bseq *q = &b->seq[m->step_seq[i]];
+        q->flying = false;
+        if (q->zombie) {
+            hr_bs_free_slot(q);
+            continue;
+        }
+        q->fed += m->step_n[i];
+        if (q->fed == q->n_hist)
+            hr_bs_token(b, q, b->logits + (size_t)o++ * nv);
+    }
+}
+
+/* Starts micro-batch g's next step; on a single device (or a ring of the
+ * head alone) it runs all rounds here and finishes. */
+static int hr_bs_launch(hr_bsess *b, int g, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    hr_local_plan *lp = &a->lp;
+    int n = hr_bs_build(b, g);
+    if (n == 0)
+        return 0;
+    int rc = hr_model_embed(a->m, b->ids, n, lp->hid, err);
+    if (lp->n_active <= 1) {
+        for (int r = 0; rc == 0 && r < lp->k; r++) {
+            rc = hr_bs_window(b, g, r, err);
+            hr_node_after_window(a, lp, r);
+        }
+        if (rc == 0)
+            hr_bs_step_done(b, g);
+        return rc;
+    }
+    if (rc == 0)
+        rc = hr_bs_window(b, g, 0, err);
+    if (rc == 0) {
+        hr_node_push_connect(a);
+        rc = hr_bs_send(b, g, 0, err);
+    }
+    return rc;
+}
+
+/* A frame came back: the next round of its micro-batch, or the end of
+ * its step. Frames that are not ours are dropped. */
+static int hr_bs_frame(hr_bsess *b, const hr_ring_hdr *h, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    hr_local_plan *lp = &a->lp;
+    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
+    int g = h->pos;
+    if (h->type != HR_RING_BATCH || h->plan_id != lp->plan_id || h->req_id != b->session || g < 0 ||
+        g >= b->n_mb || !b->mb[g].flying || h->round != b->mb[g].round ||
+        h->n_tok != b->mb[g].n_rows || h->dtype != lp->dtype ||
+        (size_t)h->len !=
+            (size_t)h->n_tok * (HR_RING_ROW_SIZE + E * hr_ring_dtype_size(h->dtype))) {
+        HR_LOG_WARN(TAG, "dropped unexpected %s frame on the data port (req %llu tag %d round %u)",
+                    hr_ring_type_name(h->type), (unsigned long long)h->req_id, h->pos, h->round);
+        return 0;
+    }
+    /* the rows are ours; put them back in the step buffers for the next window */
+    hr_bmb *m = &b->mb[g];
+    int n = 0;
+    for (int i = 0; i < m->n_step; i++) {
+        int s = m->step_seq[i], p0 = b->seq[s].fed;
+        for (int j = 0; j < m->step_n[i]; j++, n++) {
+            b->slot[n] = s;
+            b->pos[n] = p0 + j;
+            b->rows[n] = (hr_seq_pos){.seq = s, .pos = p0 + j};
+        }
+    }
+    size_t rt = (size_t)h->n_tok * HR_RING_ROW_SIZE;
+    int rc = hr_ring_unpack(lp->hid, (size_t)h->n_tok * E, lp->rx + HR_RING_HDR_SIZE + rt,
+                            h->len - rt, h->dtype);
+    if (rc)
+        return hr_seterr(err, rc, "bad hidden states from the ring");
+    int r = h->round + 1;
+    if (r == lp->k) {
+        m->flying = false;
+        hr_bs_step_done(b, g);
+        return 0;
+    }
+    if ((rc = hr_bs_window(b, g, r, err)))
+        return rc;
+    return hr_bs_send(b, g, r, err);
+}
+
+/* ---- plans: a lost device, an adaptive re-plan ---- */
+
+/* A new plan is in use (KV empty everywhere): every running request feeds
+ * its history again under a new session, in the same chunks. */
+static void hr_bs_restart(hr_bsess *b) {
+    hr_agent *a = b->a;
+    b->session = a->head->next_req++;
+    hr_head_post_simple(a, HR_RING_START, b->session);
+    int n_mb = a->p.ring_batches > 0 ? a->p.ring_batches : a->lp.n_active;
+    b->n_mb = n_mb < 1 ? 1 : n_mb > b->n_seq ? b->n_seq : n_mb;
+    memset(b->mb, 0, sizeof b->mb);
+    for (int s = 0; s < b->n_seq; s++) {
+        hr_bseq *q = &b->seq[s];
+        if (q->zombie)
+            hr_bs_free_slot(q);
+        if (!q->r)
+            continue;
+        q->fed = 0;
+        q->flying = false;
+        q->mb = hr_bs_pick_mb(b);
+        b->mb[q->mb].n_members++;
+    }
+}
+
+static bool hr_bs_flying(const hr_bsess *b) {
+    for (int g = 0; g < b->n_mb; g++)
+        if (b->mb[g].flying)
+            return true;
+    return false;
+}
+
+/* After a lost device (rc from the ring): a plan over the devices that
+ * remain, then the replay. */
+static int hr_bs_recover(hr_bsess *b, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    uint32_t old = a->lp.plan_id;
+    HR_LOG_WARN(TAG, "session %llu: %s; re-planning, then replaying %d requests",
+                (unsigned long long)b->session, err, b->n_running);
+    hr_head_post_simple(a, HR_RING_CANCEL, b->session);
+    hr_local_plan np;
+    int rc = hr_head_recover_wait(a->head, old, &np, err);
+    if (rc == 0)
+        rc = hr_head_gen_apply(a, &np, err);
+    if (rc)
+        return rc;
+    hr_bs_restart(b);
+    HR_LOG_INFO(TAG, "session %llu: recovered on plan %u; replaying",
+                (unsigned long long)b->session, a->lp.plan_id);
+    return 0;
+}
+
+/* The control thread asked for an adaptive re-plan of the plan in use and
+ * nothing is on the ring: leave it, take the new one, replay. */
+static int hr_bs_adapt(hr_bsess *b, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    uint32_t old = a->lp.plan_id;
+    hr_head_post_simple(a, HR_RING_CANCEL, b->session);
+    hr_local_plan np;
+    int rc = hr_head_adapt_wait(a->head, old, &np, err);
+    if (rc == 0)
+        rc = hr_head_gen_apply(a, &np, err);
+    if (rc)
+        return rc;
+    hr_bs_restart(b);
+    HR_LOG_INFO(TAG, "session %llu: adaptive re-plan: plan %u -> %u; replaying %d requests",
+                (unsigned long long)b->session, old, a->lp.plan_id, b->n_running);
+    return 0;
+}
+
+static bool hr_bs_lost(hr_agent *a, int rc) {
+    return (rc == HR_ENET || rc == HR_ETIMEDOUT) && atomic_load(&a->head->lost) != 0;
+}
+
+/* ---- the session ---- */
+
+static void hr_bs_report(hr_bsess *b) {
+    if (!b->f->batches)
+        return;
+    int rows[HR_AGENT_MAX_PARALLEL];
+    for (int g = 0; g < b->n_mb; g++)
+        rows[g] = b->mb[g].n_members > 0 ? b->mb[g].n_rows : 0;
+    b->f->batches(b->f->ud, rows, b->n_mb);
+}
+
+static void hr_bs_progress(hr_bsess *b) {
+    int done = 0, left = 0;
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->seq[s].r && !b->seq[s].zombie) {
+            done += b->seq[s].r->st.n_gen;
+            left += b->seq[s].max_tokens - b->seq[s].r->st.n_gen;
+        }
+    atomic_store(&b->a->head->gen_done, done); /* for head_adapt.c */
+    atomic_store(&b->a->head->gen_left, left);
+}
+
+/* One turn: admit, launch idle micro-batches, take one frame. */
+static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
+    hr_agent *a = b->a;
+    hr_local_plan *lp = &a->lp;
+    hr_bs_cancels(b);
+    hr_bs_admit(b);
+    bool adapt = atomic_load(&a->head->adapt) == lp->plan_id && lp->plan_id != 0;
+    if (adapt && !hr_bs_flying(b) && b->n_running > 0)
+        return hr_bs_adapt(b, err);
+    int rc = 0;
+    for (int g = 0; !adapt && g < b->n_mb && rc == 0; g++)
+        if (!b->mb[g].flying && b->mb[g].n_members > 0) {
+            rc = hr_bs_launch(b, g, err);
+            if (b->mb[g].flying)
+                *last_frame = hr_now_s();
+        }
+    if (rc)
+        return rc;
+    hr_bs_report(b);
+    hr_bs_progress(b);
+    if (!hr_bs_flying(b))
+        return 0;
+    if (atomic_load(&a->head->lost))
+        return hr_head_lost_err(a->head, err);
+    hr_ring_hdr h;
+    char e2[HR_ERR_LEN] = "";
+    long n = hr_ring_recv(a->pull, NULL, NULL, lp->rx, lp->frame_cap, 20, &h, e2);
+    if (n < 0)
+        HR_LOG_WARN(TAG, "rejected frame on the data port: %s", e2);
+    if (n > 0) {
+        *last_frame = hr_now_s();
+        return hr_bs_frame(b, &h, err);
+    }
+    if (hr_now_s() - *last_frame > a->p.data_timeout_ms / 1000.0)
+        return hr_seterr(err, HR_ETIMEDOUT, "no hidden state back from the ring within %d ms",
+                         a->p.data_timeout_ms);
+    return 0;
+}
+
+int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]) {
+    if (!a->is_head || !a->head)
+        return hr_seterr(err, HR_EINVAL, "not a head");
+    int rc = hr_head_gen_begin(a, err);
+    if (rc)
+        return rc;
+    hr_local_plan *lp = &a->lp;
+    hr_bsess *b = calloc(1, sizeof *b);
+    size_t nv = (size_t)hr_model_hparams(a->m)->n_vocab;
+    if (b) {
+        b->a = a;
+        b->f = feed;
+        b->n_seq = lp->n_seq;
+        b->n_rows_max = hr_local_plan_rows(lp);
+        b->ids = malloc((size_t)b->n_rows_max * sizeof *b->ids);
+        b->slot = malloc((size_t)b->n_rows_max * sizeof *b->slot);
+        b->pos = malloc((size_t)b->n_rows_max * sizeof *b->pos);
+        b->rows = malloc((size_t)b->n_rows_max * sizeof *b->rows);
+        b->out_idx = malloc((size_t)b->n_seq * sizeof *b->out_idx);
+        b->logits = malloc((size_t)b->n_seq * nv * sizeof *b->logits);
+    }
+    if (!b || !b->ids || !b->slot || !b->pos || !b->rows || !b->out_idx || !b->logits) {
+        rc = hr_seterr(err, HR_ENOMEM, "out of memory for a batch session");
+    } else {
+        hr_bs_restart(b);
+        double last_frame = hr_now_s();
+        int recoveries = 0;
+        for (;;) {
+            if (atomic_load(&a->stop)) {
+                hr_bs_fail_all(b, HR_ECANCELED, "agent stopping");
+                break;
+            }
+            rc = hr_bs_turn(b, &last_frame, err);
+            while (rc && hr_bs_lost(a, rc) && recoveries++ < HR_AGENT_MAX_DEV * 4)
+                rc = hr_bs_recover(b, err);
+            if (rc) {
+                hr_bs_fail_all(b, rc, err);
+                hr_head_post_simple(a, HR_RING_CANCEL, b->session); /* its frames are dropped */
+                rc = 0;
+                break;
+            }
+            if (b->n_running == 0 && !hr_bs_flying(b)) {
+                hr_bs_admit(b);
+                if (b->n_running == 0)
+                    break;
+            }
+        }
+        hr_bs_report(b);
+    }
+    if (b) {
+        for (int s = 0; s < b->n_seq; s++)
+            if (b->seq[s].r || b->seq[s].hist)
+                hr_bs_free_slot(&b->seq[s]);
+        free(b->ids);
+        free(b->slot);
+        free(b->pos);
+        free(b->rows);
+        free(b->out_idx);
+        free(b->logits);
+        free(b);
+    }
+    atomic_store(&a->head->gen_done, 0);
+    atomic_store(&a->head->gen_left, 0);
+    hr_head_gen_end(a);
+    return rc;
+}
