@@ -51,6 +51,9 @@ typedef struct {
                                from memory: HR_AGENT_PARALLEL_DEFAULT where the KV fits) */
     int ring_batches;       /* head: micro-batches in flight around the ring (0 = one per
                                ring device) */
+    int prefill_depth;      /* head: prompt chunks (n_batch tokens) of one request on the ring
+                               at once, so that device 2 computes chunk 1 while device 1
+                               computes chunk 2 (0 = ring devices x k; 1 = one at a time) */
     int expect;             /* head: workers to wait for before serving (0 = peers given) */
     int k;                  /* head: force k rounds (0 = scheduler) */
     const char *windows;    /* head: force window sizes per ring position, "2,1,1" */
@@ -108,6 +111,7 @@ typedef int (*hr_head_token_fn)(void *ud, int32_t id, const char *piece, int len
 
 typedef struct {
     int n_prompt, n_gen;
+    int n_cached;           /* prompt tokens whose KV an earlier request left (not computed) */
     double prompt_s, gen_s; /* wall time of prefill / generation, s */
 } hr_head_stats;
 

@@ -28,8 +28,10 @@ typedef struct {
     int32_t *hist; /* [n_prompt + max_tokens + 1] prompt, then generated tokens */
     int n_hist, n_prompt, max_tokens;
     int fed;      /* positions computed on the ring (the KV length everywhere) */
-    bool flying;  /* rows of it are on the ring now */
-    bool zombie;  /* handed back while flying: the slot frees when they come home */
+    int sent;     /* positions sent around the ring (fed + those on the way) */
+    int n_fly;    /* its steps on the ring now (several: prompt chunks in a row) */
+    int exact;    /* positions [0, exact) hold what a cold prefill computes (prompt cache) */
+    bool zombie;  /* handed back while flying: the slot frees when its rows come home */
     bool sampled; /* its first token was sampled (prompt time taken) */
     hr_sampler *smp;
     hr_detok dt;
@@ -44,17 +46,23 @@ typedef struct {
     int n_rows;                          /* rows of that step */
     int n_step;                          /* requests in it ... */
     int step_seq[HR_AGENT_MAX_PARALLEL]; /* ... their slots */
-    int step_n[HR_AGENT_MAX_PARALLEL];   /* ... and rows */
+    int step_n[HR_AGENT_MAX_PARALLEL];   /* ... their rows */
+    int step_pos[HR_AGENT_MAX_PARALLEL]; /* ... and first positions */
     double sent;                         /* s, monotonic, of its last frame */
 } hr_bmb;
+
+/* Micro-batches: [0, n_mb) hold the members, the rest carry prompt
+ * chunks of one request that follow its first around the ring. */
+#define HR_BS_MAX_MB HR_AGENT_MAX_PARALLEL
 
 typedef struct {
     hr_agent *a;
     const hr_gen_feed *f;
     int n_seq, n_mb, n_rows_max;
+    int depth;        /* prompt chunks of one request on the ring at once */
     uint64_t session; /* the request id of this session's frames */
     hr_bseq seq[HR_AGENT_MAX_PARALLEL];
-    hr_bmb mb[HR_AGENT_MAX_PARALLEL];
+    hr_bmb mb[HR_BS_MAX_MB];
     int n_running;
     /* step buffers, [n_rows_max] each (allocated once per session) */
     int32_t *ids, *slot, *pos;
@@ -92,10 +100,16 @@ static void hr_bs_finish(hr_bsess *b, hr_bseq *q, int rc, const char *err) {
         HR_LOG_ERROR(TAG, "batched request in slot %d failed: %s", (int)(q - b->seq), r->err);
     if (r->st.n_gen > 0)
         r->st.gen_s = hr_now_s() - q->t1;
+    hr_slot_cache *c = &b->a->head->cache[q - b->seq];
+    if ((rc == 0 || rc == HR_ECANCELED) && c->tok && q->exact <= b->a->head->cache_ctx) {
+        memcpy(c->tok, q->hist, (size_t)q->exact * sizeof *c->tok); /* what its KV holds */
+        c->n_exact = q->exact;
+        c->used = hr_now_s();
+    }
     b->mb[q->mb].n_members--;
     b->n_running--;
     b->f->done(b->f->ud, r);
-    if (q->flying) {
+    if (q->n_fly > 0) {
         q->zombie = true;
         hr_sampler_destroy(q->smp);
         q->smp = NULL;
@@ -119,17 +133,64 @@ static int hr_bs_pick_mb(const hr_bsess *b) {
     return best;
 }
 
+/* Shared prefixes shorter than this take the least recently used slot
+ * rather than evict a longer conversation for a few tokens. */
+#define HR_CACHE_MIN_REUSE 8
+
+/* The free slot for a request of ids[n]: the one whose cache shares the
+ * longest prefix with it (HR_CACHE_MIN_REUSE tokens at least), else the
+ * least recently used. *cached: the
+ * positions it may keep, at most n - 1 (the last prompt token is always
+ * computed, for its logits), and never leaving a lone row where a cold
+ * prefill's chunk has more (its numbers would differ). */
+static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *cached) {
+    const hr_head *hd = b->a->head;
+    int best = -1, best_l = -1, lru = -1, lru_l = 0;
+    for (int s = 0; s < b->n_seq; s++) {
+        if (b->seq[s].r)
+            continue;
+        const hr_slot_cache *c = &hd->cache[s];
+        int l = 0;
+        while (c->tok && l < c->n_exact && l < n && c->tok[l] == ids[l])
+            l++;
+        if (l > best_l) {
+            best = s;
+            best_l = l;
+        }
+        if (lru < 0 || c->used < hd->cache[lru].used) {
+            lru = s;
+            lru_l = l;
+        }
+    }
+    if (best_l < HR_CACHE_MIN_REUSE) { /* a chance match (BOS, a word): spare the others */
+        best = lru;
+        best_l = lru_l;
+    }
+    int p = best_l < n - 1 ? best_l : n - 1, nb = b->a->lp.n_batch;
+    if (p > 0 && p % nb != 0) {
+        int end = (p / nb + 1) * nb;
+        if ((end < n ? end : n) - p == 1)
+            p--;
+    }
+    *cached = p > 0 ? p : 0;
+    return best;
+}
+
 /* Takes waiting requests into free slots. */
 static void hr_bs_admit(hr_bsess *b) {
     const hr_local_plan *lp = &b->a->lp;
     const hr_hparams *hp = hr_model_hparams(b->a->m);
-    for (int s = 0; s < b->n_seq; s++) {
-        hr_bseq *q = &b->seq[s];
-        if (q->r)
-            continue;
+    for (;;) {
+        int free_slots = 0;
+        for (int s = 0; s < b->n_seq; s++)
+            free_slots += b->seq[s].r == NULL;
+        if (free_slots == 0)
+            return;
         hr_gen_req *r = b->f->take(b->f->ud);
         if (!r)
             return;
+        int cached = 0, s = hr_bs_pick_slot(b, r->ids, r->n_ids, &cached);
+        hr_bseq *q = &b->seq[s];
         memset(&r->st, 0, sizeof r->st);
         atomic_store(&r->n_gen, 0);
         r->rc = 0;
@@ -142,7 +203,6 @@ static void hr_bs_admit(hr_bsess *b) {
             r->rc = r->n_ids < 1 ? HR_EINVAL : HR_ERANGE;
             snprintf(r->err, sizeof r->err, "%s", r->n_ids < 1 ? "empty prompt" : e);
             b->f->done(b->f->ud, r);
-            s--; /* the slot is still free */
             continue;
         }
         if (max < 0 || r->n_ids + max > lp->n_ctx)
@@ -164,13 +224,19 @@ static void hr_bs_admit(hr_bsess *b) {
         for (int i = 0; i < r->n_ids; i++)
             hr_sampler_accept(q->smp, r->ids[i]);
         hr_detok_init(&q->dt, false);
+        q->fed = q->sent = q->exact = cached; /* KV of [0, cached) is on every device */
+        r->st.n_cached = cached;
+        b->a->head->cache[s].n_exact = 0; /* rewritten from `cached` on */
+        b->a->head->cache[s].used = hr_now_s();
         q->t0 = hr_now_s();
         q->mb = hr_bs_pick_mb(b);
         b->mb[q->mb].n_members++;
         b->n_running++;
         r->st.n_prompt = r->n_ids;
-        HR_LOG_DEBUG(TAG, "session %llu: a request of %d tokens joins slot %d, micro-batch %d",
-                     (unsigned long long)b->session, r->n_ids, s, q->mb);
+        HR_LOG_DEBUG(TAG,
+                     "session %llu: a request of %d tokens joins slot %d (%d cached), "
+                     "micro-batch %d",
+                     (unsigned long long)b->session, r->n_ids, s, cached, q->mb);
     }
 }
 
@@ -216,35 +282,51 @@ static void hr_bs_token(hr_bsess *b, hr_bseq *q, float *logits) {
     q->hist[q->n_hist++] = id;
 }
 
-/* Builds the next step of micro-batch g into the step buffers: one decode
- * row per member, or the next prompt chunk (the request's own n_batch
- * chunks, so its numbers are those of a prefill alone; a chunk that does
- * not fit waits for the next step). Returns the rows (0: nothing to do). */
-static int hr_bs_build(hr_bsess *b, int g) {
+/* Adds request s's next rows to the step of micro-batch g being built
+ * (n rows so far): one decode row, or its next prompt chunk up to the next
+ * n_batch boundary (a cold prefill's chunks, so its numbers are those of
+ * a prefill alone). Returns the rows after it, n when they do not fit. */
+static int hr_bs_add(hr_bsess *b, int g, int s, int n) {
     const hr_local_plan *lp = &b->a->lp;
+    hr_bmb *m = &b->mb[g];
+    hr_bseq *q = &b->seq[s];
+    int want = 1;
+    if (q->sent < q->n_prompt) {
+        int end = (q->sent / lp->n_batch + 1) * lp->n_batch;
+        want = (end < q->n_prompt ? end : q->n_prompt) - q->sent;
+    }
+    if (n + want > b->n_rows_max)
+        return n;
+    for (int i = 0; i < want; i++) {
+        b->ids[n + i] = q->hist[q->sent + i];
+        b->slot[n + i] = s;
+        b->pos[n + i] = q->sent + i;
+        b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = q->sent + i};
+    }
+    m->step_seq[m->n_step] = s;
+    m->step_n[m->n_step] = want;
+    m->step_pos[m->n_step] = q->sent;
+    m->n_step++;
+    q->sent += want;
+    q->n_fly++;
+    return n + want;
+}
+
+/* Builds the next step of micro-batch g into the step buffers: its
+ * members that have nothing on the ring, or (only >= 0) request `only`'s
+ * next prompt chunk alone. Returns the rows (0: nothing to do). */
+static int hr_bs_build(hr_bsess *b, int g, int only) {
     hr_bmb *m = &b->mb[g];
     int n = 0;
     m->n_step = 0;
-    for (int s = 0; s < b->n_seq; s++) {
-        hr_bseq *q = &b->seq[s];
-        if (!q->r || q->zombie || q->mb != g || q->fed >= q->n_hist)
-            continue;
-        int want = q->fed < q->n_prompt
-                       ? (q->n_prompt - q->fed < lp->n_batch ? q->n_prompt - q->fed : lp->n_batch)
-                       : 1;
-        if (n + want > b->n_rows_max)
-            continue;
-        for (int i = 0; i < want; i++) {
-            b->ids[n + i] = q->hist[q->fed + i];
-            b->slot[n + i] = s;
-            b->pos[n + i] = q->fed + i;
-            b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = q->fed + i};
+    if (only >= 0) {
+        n = hr_bs_add(b, g, only, 0);
+    } else {
+        for (int s = 0; s < b->n_seq; s++) {
+            hr_bseq *q = &b->seq[s];
+            if (q->r && !q->zombie && q->mb == g && q->n_fly == 0 && q->sent < q->n_hist)
+                n = hr_bs_add(b, g, s, n);
         }
-        m->step_seq[m->n_step] = s;
-        m->step_n[m->n_step] = want;
-        m->n_step++;
-        q->flying = true;
-        n += want;
     }
     m->n_rows = n;
     return n;
@@ -316,7 +398,7 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
     for (int i = 0; i < m->n_step; i++) {
         hr_bseq *q = &b->seq[m->step_seq[i]];
         row += m->step_n[i];
-        if (!q->zombie && q->fed + m->step_n[i] == q->n_hist)
+        if (!q->zombie && m->step_pos[i] + m->step_n[i] == q->n_hist)
             b->out_idx[n_out++] = row - 1;
     }
     if (n_out > 0)
@@ -328,23 +410,32 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
     int o = 0;
     for (int i = 0; i < m->n_step; i++) {
         hr_bseq *q = &b->seq[m->step_seq[i]];
-        q->flying = false;
+        q->n_fly--;
         if (q->zombie) {
-            hr_bs_free_slot(q);
+            if (q->n_fly == 0)
+                hr_bs_free_slot(q);
             continue;
         }
+        if (m->step_pos[i] != q->fed) /* steps come home in the order they left */
+            HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i],
+                         m->step_pos[i], q->fed);
+        /* rows of a chunk of two or more are a cold prefill's bit for bit (the
+         * gemm tiles do not depend on the chunk's shape); a lone row is a
+         * decode row, the same only where decode_exact */
+        if (q->exact == q->fed && (m->step_n[i] >= 2 || a->head->decode_exact))
+            q->exact += m->step_n[i];
         q->fed += m->step_n[i];
         if (q->fed == q->n_hist)
             hr_bs_token(b, q, b->logits + (size_t)o++ * nv);
     }
 }
 
-/* Starts micro-batch g's next step; on a single device (or a ring of the
+/* Starts micro-batch g's next step (only: see hr_bs_build); on a single device (or a ring of the
  * head alone) it runs all rounds here and finishes. */
-static int hr_bs_launch(hr_bsess *b, int g, char err[HR_ERR_LEN]) {
+static int hr_bs_launch(hr_bsess *b, int g, int only, char err[HR_ERR_LEN]) {
     hr_agent *a = b->a;
     hr_local_plan *lp = &a->lp;
-    int n = hr_bs_build(b, g);
+    int n = hr_bs_build(b, g, only);
     if (n == 0)
         return 0;
     int rc = hr_model_embed(a->m, b->ids, n, lp->hid, err);
@@ -374,7 +465,7 @@ static int hr_bs_frame(hr_bsess *b, const hr_ring_hdr *h, char err[HR_ERR_LEN]) 
     size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
     int g = h->pos;
     if (h->type != HR_RING_BATCH || h->plan_id != lp->plan_id || h->req_id != b->session || g < 0 ||
-        g >= b->n_mb || !b->mb[g].flying || h->round != b->mb[g].round ||
+        g >= HR_BS_MAX_MB || !b->mb[g].flying || h->round != b->mb[g].round ||
         h->n_tok != b->mb[g].n_rows || h->dtype != lp->dtype ||
         (size_t)h->len !=
             (size_t)h->n_tok * (HR_RING_ROW_SIZE + E * hr_ring_dtype_size(h->dtype))) {
@@ -386,7 +477,7 @@ static int hr_bs_frame(hr_bsess *b, const hr_ring_hdr *h, char err[HR_ERR_LEN]) 
     hr_bmb *m = &b->mb[g];
     int n = 0;
     for (int i = 0; i < m->n_step; i++) {
-        int s = m->step_seq[i], p0 = b->seq[s].fed;
+        int s = m->step_seq[i], p0 = m->step_pos[i];
         for (int j = 0; j < m->step_n[i]; j++, n++) {
             b->slot[n] = s;
             b->pos[n] = p0 + j;
@@ -409,6 +500,35 @@ static int hr_bs_frame(hr_bsess *b, const hr_ring_hdr *h, char err[HR_ERR_LEN]) 
     return hr_bs_send(b, g, r, err);
 }
 
+/* ---- the prompt cache ---- */
+
+void hr_head_cache_forget(hr_head *hd, int slot) {
+    for (int s = 0; s < HR_AGENT_MAX_PARALLEL; s++)
+        if (slot < 0 || s == slot)
+            hd->cache[s].n_exact = 0;
+}
+
+/* The cache holds the plan in use's KV; its token lists hold n_ctx. */
+static int hr_bs_cache_check(hr_bsess *b, char err[HR_ERR_LEN]) {
+    hr_head *hd = b->a->head;
+    const hr_local_plan *lp = &b->a->lp;
+    if (hd->cache_ctx != lp->n_ctx) {
+        for (int s = 0; s < HR_AGENT_MAX_PARALLEL; s++) {
+            free(hd->cache[s].tok);
+            hd->cache[s] = (hr_slot_cache){0};
+        }
+        hd->cache_ctx = 0;
+        for (int s = 0; s < b->n_seq; s++)
+            if (!(hd->cache[s].tok = malloc((size_t)lp->n_ctx * sizeof *hd->cache[s].tok)))
+                return hr_seterr(err, HR_ENOMEM, "out of memory for the prompt cache");
+        hd->cache_ctx = lp->n_ctx;
+    }
+    if (hd->cache_plan != lp->plan_id) /* a new plan: fresh KV everywhere */
+        hr_head_cache_forget(hd, -1);
+    hd->cache_plan = lp->plan_id;
+    return 0;
+}
+
 /* ---- plans: a lost device, an adaptive re-plan ---- */
 
 /* A new plan is in use (KV empty everywhere): every running request feeds
@@ -417,8 +537,13 @@ static void hr_bs_restart(hr_bsess *b) {
     hr_agent *a = b->a;
     b->session = a->head->next_req++;
     hr_head_post_simple(a, HR_RING_START, b->session);
+    if (a->head->cache_plan != a->lp.plan_id) /* a new plan: fresh KV everywhere */
+        hr_head_cache_forget(a->head, -1);
+    a->head->cache_plan = a->lp.plan_id;
     int n_mb = a->p.ring_batches > 0 ? a->p.ring_batches : a->lp.n_active;
     b->n_mb = n_mb < 1 ? 1 : n_mb > b->n_seq ? b->n_seq : n_mb;
+    int depth = a->p.prefill_depth > 0 ? a->p.prefill_depth : a->lp.n_active * a->lp.k;
+    b->depth = depth < 1 ? 1 : depth > HR_BS_MAX_MB - b->n_mb ? HR_BS_MAX_MB - b->n_mb : depth;
     memset(b->mb, 0, sizeof b->mb);
     for (int s = 0; s < b->n_seq; s++) {
         hr_bseq *q = &b->seq[s];
@@ -426,15 +551,15 @@ static void hr_bs_restart(hr_bsess *b) {
             hr_bs_free_slot(q);
         if (!q->r)
             continue;
-        q->fed = 0;
-        q->flying = false;
+        q->fed = q->sent = q->exact = 0;
+        q->n_fly = 0;
         q->mb = hr_bs_pick_mb(b);
         b->mb[q->mb].n_members++;
     }
 }
 
 static bool hr_bs_flying(const hr_bsess *b) {
-    for (int g = 0; g < b->n_mb; g++)
+    for (int g = 0; g < HR_BS_MAX_MB; g++)
         if (b->mb[g].flying)
             return true;
     return false;
@@ -516,10 +641,23 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
     int rc = 0;
     for (int g = 0; !adapt && g < b->n_mb && rc == 0; g++)
         if (!b->mb[g].flying && b->mb[g].n_members > 0) {
-            rc = hr_bs_launch(b, g, err);
+            rc = hr_bs_launch(b, g, -1, err);
             if (b->mb[g].flying)
                 *last_frame = hr_now_s();
         }
+    /* pipelined prefill: a prompt's next chunks follow its first around
+     * the ring, up to depth on the way, each in a micro-batch of its own */
+    for (int s = 0; !adapt && s < b->n_seq && rc == 0 && lp->n_active > 1; s++) {
+        hr_bseq *q = &b->seq[s];
+        for (int g = b->n_mb; g < HR_BS_MAX_MB && rc == 0; g++) {
+            if (!q->r || q->zombie || q->sent >= q->n_prompt || q->n_fly >= b->depth)
+                break;
+            if (b->mb[g].flying)
+                continue;
+            rc = hr_bs_launch(b, g, s, err);
+            *last_frame = hr_now_s();
+        }
+    }
     if (rc)
         return rc;
     hr_bs_report(b);
@@ -566,7 +704,7 @@ int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]) {
     }
     if (!b || !b->ids || !b->slot || !b->pos || !b->rows || !b->out_idx || !b->logits) {
         rc = hr_seterr(err, HR_ENOMEM, "out of memory for a batch session");
-    } else {
+    } else if ((rc = hr_bs_cache_check(b, err)) == 0) {
         hr_bs_restart(b);
         double last_frame = hr_now_s();
         int recoveries = 0;
@@ -580,6 +718,7 @@ int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]) {
                 rc = hr_bs_recover(b, err);
             if (rc) {
                 hr_bs_fail_all(b, rc, err);
+                hr_head_cache_forget(a->head, -1); /* what the devices hold is unknown now */
                 hr_head_post_simple(a, HR_RING_CANCEL, b->session); /* its frames are dropped */
                 rc = 0;
                 break;

@@ -17,10 +17,11 @@
 #define TAG "head"
 
 const hr_tokenizer *hr_head_tokenizer(const hr_agent *a) { return a->tok; }
+
 int hr_head_n_vocab(const hr_agent *a) { return hr_model_hparams(a->m)->n_vocab; }
 
-/* Posts an event to the control thread (caller holds gen_mu). */
-int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
+/* hr_head_post with ev_mu held. */
+static int hr_head_post_locked(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
     hr_head *hd = a->head;
     char err[HR_ERR_LEN];
     if (!hd->ev_push) {
@@ -37,6 +38,15 @@ int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
         }
     }
     return hr_ring_send_msg(hd->ev_push, NULL, 0, h, payload, err);
+}
+
+/* Posts an event to the control thread. */
+int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
+    hr_head *hd = a->head;
+    pthread_mutex_lock(&hd->ev_mu);
+    int rc = hr_head_post_locked(a, h, payload);
+    pthread_mutex_unlock(&hd->ev_mu);
+    return rc;
 }
 
 void hr_head_post_simple(hr_agent *a, int type, uint64_t req) {
@@ -293,6 +303,7 @@ int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char e
         hr_head_gen_end(a);
         return hr_seterr(err, HR_EINVAL, "%d tokens for a context of %d", n, a->lp.n_ctx);
     }
+    hr_head_cache_forget(a->head, 0); /* slot 0's KV is rewritten */
     uint64_t req = a->head->next_req++;
     hr_head_post_simple(a, HR_RING_START, req);
     rc = hr_gen_prefill(a, req, ids, n, logits, true, NULL, err);
@@ -318,6 +329,7 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
     const hr_hparams *hp = hr_model_hparams(a->m);
     hr_sampler *smp = NULL;
     int32_t *hist = NULL;
+    hr_head_cache_forget(a->head, 0); /* slot 0's KV is rewritten */
     if (n_ids >= lp->n_ctx) {
         rc = hr_seterr(err, HR_ERANGE, "prompt has %d tokens but the context holds %d", n_ids,
                        lp->n_ctx);

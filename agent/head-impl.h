@@ -84,6 +84,15 @@ typedef struct {
     double adapt_seen;            /* s, monotonic: the last fresh sample */
 } hr_dev;
 
+/* A KV slot's content once its request is over (batch.c). Positions
+ * [0, n_exact) hold the KV a cold prefill of tok[0..n_exact) in n_batch
+ * chunks computes, bit for bit, on every device of the plan. */
+typedef struct {
+    int32_t *tok; /* [cache_ctx] (owned) */
+    int n_exact;
+    double used; /* s, monotonic: when it last served (LRU); 0 = never */
+} hr_slot_cache;
+
 /* What the control thread publishes for the other threads. */
 typedef struct {
     uint32_t plan_id;
@@ -135,10 +144,22 @@ struct hr_head {
     double link_replan_t; /* s, monotonic, of the last one */
     char link_replan_why[HR_ERR_LEN];
 
+    /* events to the control thread (ev_mu: the service thread posts them
+     * inside and outside of gen_mu) */
+    pthread_mutex_t ev_mu;
+    void *ev_push;
+
     /* ---- generating thread (gen_mu) ---- */
     pthread_mutex_t gen_mu;
     uint64_t next_req;
-    void *ev_push; /* events to the control thread */
+    /* the prompt cache (batch.c): what each KV slot of plan cache_plan
+     * holds once its request is over, for the next request that starts
+     * with the same tokens */
+    hr_slot_cache cache[HR_AGENT_MAX_PARALLEL];
+    uint32_t cache_plan;
+    int cache_ctx;     /* tokens each cache[].tok holds */
+    bool decode_exact; /* a decode row's KV equals a prefill row's (F32 weights): generated
+                          tokens are reusable too */
 
     /* ---- adaptive plans (head_adapt.c) ---- */
     /* shared: the plan an adaptive re-plan replaces, 0 = none. Set by the
@@ -246,7 +267,7 @@ void hr_head_adapt_json(const hr_head *hd, struct json_t *j);
 
 /* ---- gen.c ---- */
 
-/* Posts an event to the control thread (gen_mu held). */
+/* Posts an event to the control thread. Thread-safe (ev_mu). */
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload);
 /* The same for a header-only event (START, CANCEL) of request req. */
 void hr_head_post_simple(hr_agent *a, int type, uint64_t req);
@@ -295,6 +316,10 @@ typedef struct {
     void (*batches)(void *ud, const int *rows, int n_mb);
     void *ud;
 } hr_gen_feed;
+
+/* Forgets what KV slot `slot` caches (the single-request path reuses
+ * slot 0); slot < 0: every slot. gen_mu held. */
+void hr_head_cache_forget(hr_head *hd, int slot);
 
 /* Runs requests taken from feed, admitting new ones between steps, until
  * none runs and none waits. Returns 0 when the session ran (every request

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "kernels/types.h"
 #include "ring/msg.h"
 
 #include <stdio.h>
@@ -611,6 +612,23 @@ int hr_head_kv_ctx(const hr_agent *a) {
     return hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx) * n_seq;
 }
 
+/* True when every matmul weight of the model is F32: a decode row then
+ * computes exactly what a prefill row computes (the quantized kernels
+ * accumulate a one-row product in another order than a tile), so the
+ * prompt cache may reuse generated tokens too. */
+static bool hr_head_decode_exact(const hr_agent *a) {
+    hr_prof_model pm = {0};
+    char err[HR_ERR_LEN];
+    int types[16], n = 0;
+    if (hr_prof_model_build(&pm, a->m, a->g, err) == 0)
+        n = hr_prof_model_types(&pm, types, 16);
+    hr_prof_model_clear(&pm);
+    bool exact = n > 0;
+    for (int i = 0; i < n; i++)
+        exact = exact && types[i] == HR_TYPE_F32;
+    return exact;
+}
+
 /* --parallel 0: HR_AGENT_PARALLEL_DEFAULT requests at once when the KV of
  * that many contexts of the whole model fits in half of this machine's
  * available memory, else as many as fit (at least 1). */
@@ -640,12 +658,14 @@ int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
     pthread_cond_init(&hd->cv, NULL);
     pthread_mutex_init(&hd->dev_mu, NULL);
     pthread_mutex_init(&hd->gen_mu, NULL);
+    pthread_mutex_init(&hd->ev_mu, NULL);
     hd->next_req = 1;
     hd->expect = hd->snap.expect = a->p.expect;
     if (a->p.n_parallel <= 0)
         a->p.n_parallel = hr_head_parallel_default(a);
     if (a->p.n_parallel > HR_AGENT_MAX_PARALLEL)
         a->p.n_parallel = HR_AGENT_MAX_PARALLEL;
+    hd->decode_exact = hr_head_decode_exact(a);
     HR_LOG_INFO(TAG, "%s: up to %d requests generate at once", a->name, a->p.n_parallel);
     a->head = hd;
     return hr_service_create(&hd->svc, a, err);
@@ -659,12 +679,15 @@ void hr_head_destroy(hr_agent *a) {
     hr_prof_model_clear(&hd->pm);
     for (int i = 0; i < hd->n_devs; i++)
         free(hd->devs[i].info);
+    for (int i = 0; i < HR_AGENT_MAX_PARALLEL; i++)
+        free(hd->cache[i].tok);
     hr_ring_close(hd->ev_push);
     hr_ring_close(hd->ev_pull);
     pthread_mutex_destroy(&hd->mu);
     pthread_cond_destroy(&hd->cv);
     pthread_mutex_destroy(&hd->dev_mu);
     pthread_mutex_destroy(&hd->gen_mu);
+    pthread_mutex_destroy(&hd->ev_mu);
     free(hd);
     a->head = NULL;
 }

@@ -40,9 +40,8 @@ static size_t hr_prompt_key(uint8_t *key, const uint8_t *id, size_t idl) {
 }
 
 /* Sends type + msg to the client: directly on the control thread, else as
- * an event for the control thread to forward (gen_mu held: inside
- * hr_head_generate, or locked here). */
-static void hr_prompt_send(hr_prompt *p, int type, const void *msg, size_t len, bool gen_mu_held) {
+ * an event for the control thread to forward. */
+static void hr_prompt_send(hr_prompt *p, int type, const void *msg, size_t len) {
     char err[HR_ERR_LEN];
     if (pthread_equal(pthread_self(), p->ctl)) {
         hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)len};
@@ -58,16 +57,12 @@ static void hr_prompt_send(hr_prompt *p, int type, const void *msg, size_t len, 
     memcpy(pl + 2, p->id, p->idl);
     memcpy(pl + 2 + p->idl, msg, len);
     hr_ring_hdr h = {.type = (uint8_t)type, .pos = -1, .len = (uint32_t)(2 + p->idl + len)};
-    if (!gen_mu_held)
-        pthread_mutex_lock(&p->a->head->gen_mu);
     hr_head_post(p->a, &h, pl);
-    if (!gen_mu_held)
-        pthread_mutex_unlock(&p->a->head->gen_mu);
 }
 
 /* Sends an encoded message to the client (hr_prompt_send) and frees it. */
-static void hr_prompt_send_msg(hr_prompt *p, hr_msg *m, bool gen_mu_held) {
-    hr_prompt_send(p, m->h.type, m->data, m->h.len, gen_mu_held);
+static void hr_prompt_send_msg(hr_prompt *p, hr_msg *m) {
+    hr_prompt_send(p, m->h.type, m->data, m->h.len);
     free(m->data);
     m->data = NULL;
 }
@@ -89,12 +84,12 @@ static void hr_prompt_reply(hr_prompt *p, int rc, const hr_head_stats *st, const
         erc = hr_msg_error_encode(&m, err && *err ? err : hr_strerror(rc), e2);
     }
     if (erc == 0)
-        hr_prompt_send_msg(p, &m, false);
+        hr_prompt_send_msg(p, &m);
     else
         HR_LOG_WARN(TAG, "cannot encode the reply: %s", e2);
 }
 
-/* on_token: runs inside hr_head_generate (gen_mu held). */
+/* on_token: runs on the service thread while the request generates. */
 static int hr_prompt_token(void *ud, int32_t id, const char *piece, int len) {
     hr_prompt *p = ud;
     if (len > HR_PROMPT_PIECE)
@@ -102,7 +97,7 @@ static int hr_prompt_token(void *ud, int32_t id, const char *piece, int len) {
     hr_msg m;
     char err[HR_ERR_LEN];
     if (hr_msg_token_encode(&m, id, piece, len, err) == 0)
-        hr_prompt_send_msg(p, &m, true);
+        hr_prompt_send_msg(p, &m);
     return 0;
 }
 

@@ -324,6 +324,7 @@ static void hr_service_count(hr_service *s, hr_service_job *j, int rc, const hr_
     if (rc == 0) {
         s->st.done++;
         s->st.tokens += (uint64_t)st->n_gen;
+        s->st.cached_tokens += (uint64_t)st->n_cached;
         s->st.last_prompt_tps = st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0;
         s->st.last_gen_tps = st->gen_s > 0 ? st->n_gen / st->gen_s : 0;
     } else if (rc == HR_ECANCELED) {

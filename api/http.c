@@ -288,6 +288,7 @@ static enum MHD_Result hr_serve_cluster(hr_http *h, struct MHD_Connection *c) {
     if (api) {
         json_object_set_new(api, "parallel", json_integer(ss.parallel));
         json_object_set_new(api, "n_running", json_integer(ss.n_running));
+        json_object_set_new(api, "cached_tokens", json_integer((json_int_t)ss.cached_tokens));
         json_t *run = json_array(), *mb = json_array();
         for (int i = 0; run && i < ss.n_shown; i++)
             json_array_append_new(run, json_pack("{s:I,s:i,s:i,s:f}", "id",

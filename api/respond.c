@@ -81,8 +81,10 @@ json_t *hr_jstr(const char *s, size_t n) {
 }
 
 static json_t *hr_usage_json(const hr_job *j) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->st.n_prompt, "completion_tokens",
-                     j->st.n_gen, "total_tokens", j->st.n_prompt + j->st.n_gen);
+    /* cached_tokens: prompt tokens whose KV an earlier request left (prompt cache) */
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->st.n_prompt, "completion_tokens",
+                     j->st.n_gen, "total_tokens", j->st.n_prompt + j->st.n_gen,
+                     "prompt_tokens_details", "cached_tokens", j->st.n_cached);
 }
 
 static json_t *hr_timings_json(const hr_job *j) {

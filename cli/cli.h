@@ -61,10 +61,11 @@ typedef struct {
     int n_prompt;
     int n_gen;
     int reps;
-    int parallel;     /* bench: concurrent sequences (0 = single-sequence bench); agent (head):
-                         requests generating at once (0 = chosen from memory) */
-    int ring_batches; /* agent (head): micro-batches in flight around the ring (0 = one per
-                         ring device) */
+    int parallel;      /* bench: concurrent sequences (0 = single-sequence bench); agent (head):
+                          requests generating at once (0 = chosen from memory) */
+    int ring_batches;  /* agent (head): micro-batches in flight around the ring (0 = one per
+                          ring device) */
+    int prefill_depth; /* agent (head): prompt chunks of a request on the ring at once */
     int embd, layers, heads, heads_kv, ffn, vocab_size;
     float temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int top_k;

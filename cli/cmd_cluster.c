@@ -36,6 +36,9 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
                "head: requests generating at once (default: 4 where the KV fits)"),
     HR_CLI_OPT("ring-batches", 0, COUNT, ring_batches, "N",
                "head: micro-batches in flight around the ring (default: one per device)"),
+    HR_CLI_OPT("prefill-depth", 0, COUNT, prefill_depth, "N",
+               "head: prompt chunks of a request on the ring at once (default: devices x k; "
+               "1 = no pipelining)"),
     HR_CLI_OPT("k", 0, COUNT, k, "K", "head: force k rounds around the ring"),
     HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
     HR_CLI_OPT("wire", 0, STR, wire, "f32|f16",
@@ -167,6 +170,7 @@ HR_CLI_COMMAND(agent) {
     p.n_batch = o->batch;
     p.n_parallel = o->parallel;
     p.ring_batches = o->ring_batches;
+    p.prefill_depth = o->prefill_depth;
     p.expect = o->expect;
     p.k = o->k;
     p.windows = o->windows;

@@ -4,6 +4,17 @@
 # shape, Q4_0, at /tmp/tl-q4_0.gguf).
 #
 #   deploy/bench-cluster.sh [MODEL] [MEM_MB_PER_AGENT]
+#   deploy/bench-cluster.sh --parallel [MODEL]
+#
+# --parallel: several requests at once on a 3-agent loopback ring (one
+# thread each, CURVE on, --parallel 4, the HTTP API on the head):
+#   a. aggregate generation tokens/s of 4 concurrent streams against one
+#      stream (deploy/stream-bench.py: REPS repetitions, interleaved);
+#   b. time to first token of a prompt of about 512 tokens, pipelined
+#      prefill (chunks of --batch tokens following each other around the
+#      ring) against --prefill-depth 1 (one chunk at a time), same ring.
+# N_GEN (default 32), REPS (3), PROMPT_WORDS (for b., default 250) and
+# PORT (7800) tune it.
 #
 # 1. single process, no memory limit (-t 1 and -t 2)
 # 2. 2 agents on loopback, no limits (overhead of the ring)
@@ -15,8 +26,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${HEARTH:-$ROOT/build/hearth}
 export HEARTH=$BIN
+PARALLEL=0
+if [ "${1:-}" = "--parallel" ]; then
+    PARALLEL=1
+    shift
+fi
 MODEL=${1:-/tmp/tl-q4_0.gguf}
 N_GEN=${N_GEN:-32}
+PROMPT_WORDS=${PROMPT_WORDS:-250}
 PROMPT="The history of the city begins"
 if [ ! -f "$MODEL" ]; then
     "$BIN" mkmodel -o "$MODEL" --shape tinyllama --type q4_0
@@ -28,6 +45,34 @@ trap '"$CL" stop >/dev/null 2>&1 || true' EXIT
 
 tps() { sed -n 's/.*generation: [0-9]* tokens[^,]*, \([0-9.]*\) tokens\/s.*/\1/p' | tail -1; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+
+if [ "$PARALLEL" = 1 ]; then
+    PORT=${PORT:-7800}
+    API=127.0.0.1:$((PORT + 90))
+    REPS=${REPS:-3}
+    SB=(python3 "$ROOT/deploy/stream-bench.py" "http://$API")
+    echo "model $MODEL ($SIZE_MB MiB); $(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p')"
+    echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    start_ring() { # head options...
+        "$CL" start -m "$MODEL" -n 3 -t 1 -p "$PORT" -- --ctx 1024 --parallel 4 \
+            --api-listen "$API" "$@" >/dev/null
+    }
+    echo "a. 3 agents loopback, -t 1, --parallel 4: 1 stream against 4 streams, $N_GEN tokens each"
+    start_ring
+    "${SB[@]}" -c 1,4 -n "$N_GEN" -r "$REPS"
+    "$CL" stop >/dev/null
+    echo "b. time to first token, prompt of ~512 tokens ($PROMPT_WORDS words), same ring"
+    for depth in 1 0; do
+        start_ring --prefill-depth "$depth"
+        label="pipelined (default depth)"
+        [ "$depth" = 1 ] && label="one chunk at a time (--prefill-depth 1)"
+        echo "  $label:"
+        "${SB[@]}" -c 1 -n 1 -r "$REPS" --prompt-words "$PROMPT_WORDS" | sed 's/^/    /'
+        "$CL" stop >/dev/null
+    done
+    echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
 
 echo "model $MODEL ($SIZE_MB MiB), $N_GEN tokens, $(nproc) cores"
 for t in 1 2; do

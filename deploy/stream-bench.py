@@ -27,7 +27,8 @@ WORDS = ("river stone lantern orchard harbor meadow copper winter garden "
 
 
 def prompt_for(i, n_words):
-    return " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(n_words))
+    # a number first: no two prompts share a prefix the prompt cache could reuse
+    return f"{i}: " + " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(n_words))
 
 
 def one_stream(url, key, prompt, n_tok, out):
@@ -61,13 +62,19 @@ def one_stream(url, key, prompt, n_tok, out):
     t1 = time.monotonic()
     c.close()
     n = usage["completion_tokens"] if usage else 0
-    out.update(t0=t0, first=first or t1, t1=t1, n=n, status=r.status)
+    pt = usage["prompt_tokens"] if usage else 0
+    ct = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0) if usage else 0
+    out.update(t0=t0, first=first or t1, t1=t1, n=n, status=r.status, prompt=pt, cached=ct)
+
+
+SERIAL = [0]
 
 
 def run(url, key, conc, n_tok, p_words):
     res = [dict() for _ in range(conc)]
+    SERIAL[0] += conc
     th = [threading.Thread(target=one_stream,
-                           args=(url, key, prompt_for(i, p_words), n_tok, res[i]))
+                           args=(url, key, prompt_for(SERIAL[0] + i, p_words), n_tok, res[i]))
           for i in range(conc)]
     t0 = time.monotonic()
     for t in th:
@@ -80,7 +87,7 @@ def run(url, key, conc, n_tok, p_words):
     ttft = [r["first"] - r["t0"] for r in res]
     per = [(r["n"] - 1) / (r["t1"] - r["first"]) if r["n"] > 1 and r["t1"] > r["first"] else 0
            for r in res]
-    return total / wall, ttft, per, total, wall, bad
+    return total / wall, ttft, per, total, wall, bad, res
 
 
 def main():
@@ -95,20 +102,24 @@ def main():
     concs = [int(x) for x in a.c.split(",")]
     run(a.url, a.k, 1, 4, a.prompt_words)  # warm-up
     agg = {c: [] for c in concs}
+    ttfts = {}
     for rep in range(a.r):  # repetitions interleaved: slow drifts of the machine hit all alike
         for c in concs:
-            tps, ttft, per, total, wall, bad = run(a.url, a.k, c, a.n, a.prompt_words)
+            tps, ttft, per, total, wall, bad, res = run(a.url, a.k, c, a.n, a.prompt_words)
             agg[c].append(tps)
+            ttfts.setdefault(c, []).append(max(ttft))
             print(f"{c} stream(s), rep {rep + 1}: {total} tokens in {wall:.2f} s = {tps:.2f} "
                   f"tokens/s aggregate; per stream {statistics.mean(per):.2f} tokens/s; "
-                  f"first token {min(ttft):.2f}..{max(ttft):.2f} s"
+                  f"first token {min(ttft):.2f}..{max(ttft):.2f} s; prompt "
+                  f"{res[0]['prompt']} tokens ({res[0]['cached']} cached)"
                   + (f"; FAILED: {bad}" if bad else ""), flush=True)
     base = statistics.median(agg[concs[0]])
     print("aggregate tokens/s (median, min..max):")
     for c in concs:
         m = statistics.median(agg[c])
         print(f"  {c} stream(s): {m:.2f} ({min(agg[c]):.2f}..{max(agg[c]):.2f}), "
-              f"x{m / base:.2f} of {concs[0]} stream(s)")
+              f"x{m / base:.2f} of {concs[0]} stream(s); time to the last first token "
+              f"{statistics.median(ttfts[c]):.3f} s (median)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@
  *    requests and a micro-batch per ring device while they run;
  *  - one of them is canceled midway (its client hangs up): the API counts
  *    it canceled, and a ninth stream sent then gets its slot and its first
- *    token while the others still run. */
+ *    token while the others still run;
+ *  - a follow-up chat turn keeps the first turn's KV (usage:
+ *    prompt_tokens_details.cached_tokens) and answers as the same
+ *    conversation sent cold. */
 #include "common/log.h"
 
 #include "api_harness.h"
@@ -158,7 +161,7 @@ static long long api_field(const char *field, json_t **out) {
 
 static void test_streams(void) {
     static const int words[N_STREAM + 1] = {2, 60, 9, 110, 4, 35, 80, 15, 20};
-    static const int gen[N_STREAM + 1] = {14, 20, 48, 12, 24, 10, 16, 30, 12};
+    static const int gen[N_STREAM + 1] = {14, 20, 48, 12, 24, 10, 16, 120, 12};
     static const char *vocab[] = {"river",  "stone",  "lantern", "orchard", "harbor", "meadow",
                                   "copper", "winter", "garden",  "thunder", "violet", "falcon"};
     static stream_t s[N_STREAM + 1];
@@ -228,6 +231,72 @@ static void test_streams(void) {
     }
 }
 
+/* A chat answer's text and usage (prompt, cached); NULL on failure. */
+static char *chat(const char *body, int *prompt, int *cached) {
+    int st = 0;
+    json_t *j = http_json("POST", "/v1/chat/completions", body, &st);
+    CHECK_EQ(st, 200);
+    json_t *c = json_object_get(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), "content");
+    json_t *u = json_object_get(j, "usage");
+    *prompt = (int)json_integer_value(json_object_get(u, "prompt_tokens"));
+    *cached = (int)json_integer_value(
+        json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    char *t = json_is_string(c) ? strdup(json_string_value(c)) : NULL;
+    json_decref(j);
+    return t;
+}
+
+/* A follow-up chat turn evaluates only what is new: usage counts the
+ * first turn's prompt as cached, and the answer is the one of the same
+ * conversation sent cold (once every KV slot served something else). */
+static void test_followup(void) {
+    const char *q1 = "Tell me about the river, the stone and the lantern in the old orchard";
+    int p1 = 0, c1 = 0, p2 = 0, c2 = 0, p3 = 0, c3 = 0;
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":12,"
+             "\"temperature\":0}",
+             q1);
+    char *a1 = chat(body, &p1, &c1);
+    CHECK(a1 != NULL);
+    if (!a1)
+        return;
+    json_t *conv =
+        json_pack("{s:[{s:s,s:s},{s:s,s:s},{s:s,s:s}],s:i,s:f}", "messages", "role", "user",
+                  "content", q1, "role", "assistant", "content", a1, "role", "user", "content",
+                  "And what about the harbor in winter?", "max_tokens", 16, "temperature", 0.0);
+    char *b2 = json_dumps(conv, JSON_COMPACT);
+    char *warm = chat(b2, &p2, &c2);
+    fprintf(stderr, "  follow-up: first turn %d prompt tokens; second %d, %d of them cached\n", p1,
+            p2, c2);
+    CHECK(c2 >= p1 - 1); /* the first turn's prompt (less a token where the texts join) */
+    CHECK(c2 < p2);
+    /* every slot serves something else, then the same conversation again: cold */
+    for (int i = 0; i < N_STREAM; i++) {
+        static const char *first[] = {"River",  "Stone",  "Lantern", "Orchard",
+                                      "Harbor", "Meadow", "Copper",  "Winter"};
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"%s evictions\",\"max_tokens\":2,\"temperature\":0}", first[i % 8]);
+        int st = 0;
+        json_decref(http_json("POST", "/v1/completions", body, &st));
+        CHECK_EQ(st, 200);
+    }
+    char *cold = chat(b2, &p3, &c3);
+    CHECK_EQ(p3, p2);
+    CHECK(c3 <= 1); /* at most the BOS every prompt starts with */
+    if (c3 > 1)
+        fprintf(stderr, "  sent again: %d of %d cached\n", c3, p3);
+    CHECK(warm && cold && strcmp(warm, cold) == 0);
+    if (warm && cold && strcmp(warm, cold) != 0)
+        fprintf(stderr, "  warm '%s'\n  cold '%s'\n", warm, cold);
+    free(a1);
+    free(b2);
+    free(warm);
+    free(cold);
+    json_decref(conv);
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
     if (!harness_init("small-llama-q4_0.gguf", "api_serve"))
@@ -261,6 +330,7 @@ int main(void) {
     CHECK_EQ(st, 200);
     if (st == 200) {
         test_streams();
+        test_followup();
     } else {
         char *l = slurp(hlog, NULL);
         fprintf(stderr, "head log:\n%s\n", l ? l : "");

@@ -12,7 +12,10 @@
  *    remain, replays every running request and the answers stay the ones
  *    of a single process;
  *  - a single agent (no ring) serves the same requests batched, equal to
- *    the single process as well. */
+ *    the single process as well;
+ *  - the prompt cache: a follow-up request that repeats an earlier one's
+ *    prompt and answer keeps its KV (the prompt on quantized weights, the
+ *    answer too on F32 ones) and still answers as a single process does. */
 #include "agent/agent.h"
 #include "agent/service.h"
 #include "common/log.h"
@@ -231,6 +234,40 @@ static void test_leave(const char *model, agent_th *ag) {
     CHECK(status_int(head, "recoveries") >= 1);
 }
 
+/* A follow-up turn: the second request repeats the first one's prompt and
+ * answer and adds new tokens. It keeps the first one's KV (n_cached: the
+ * prompt, plus the answer where decode rows equal prefill rows) and its
+ * answer is the single process's for the whole prompt sent cold. */
+static void test_prefix(const char *model, hr_agent *head, bool answer_cached) {
+    hr_service *s = hr_head_service(head);
+    int nv = hr_head_n_vocab(head);
+    static req_t t1, t2;
+    make_req(&t1, 5, nv); /* 40 prompt tokens */
+    t1.max_tokens = 10;
+    refs(model, &t1, 1);
+    CHECK_EQ(submit(s, &t1), 0);
+    CHECK(all_done(&t1, 1, 60));
+    CHECK_EQ(t1.rc, 0);
+    CHECK(matches_ref(head, &t1));
+    if (t1.n != 10)
+        return; /* ended early: nothing to follow up on */
+    make_req(&t2, 0, nv);
+    t2.max_tokens = 12;
+    memcpy(t2.prompt, t1.prompt, (size_t)t1.n_prompt * sizeof t2.prompt[0]);
+    memcpy(t2.prompt + t1.n_prompt, t1.ids, 10 * sizeof t2.prompt[0]);
+    for (int j = 0; j < 15; j++)
+        t2.prompt[t1.n_prompt + 10 + j] = 100 + j * 13;
+    t2.n_prompt = t1.n_prompt + 10 + 15; /* 65: a lone row in the last 64-token chunk */
+    refs(model, &t2, 1);
+    CHECK_EQ(submit(s, &t2), 0);
+    CHECK(all_done(&t2, 1, 60));
+    CHECK_EQ(t2.rc, 0);
+    CHECK(matches_ref(head, &t2));
+    /* the answer's last token was sampled, never computed */
+    CHECK_EQ(t2.st.n_cached, answer_cached ? t1.n_prompt + 9 : t1.n_prompt);
+    CHECK_EQ(t2.st.n_prompt, t2.n_prompt);
+}
+
 /* Devices with layers in the head's plan: one micro-batch each. */
 static int ring_members(hr_agent *head) {
     json_t *st = head_status(head), *d;
@@ -265,6 +302,7 @@ int main(void) {
     CHECK_EQ(ok, 0);
     if (ok == 0 && head_ready(ag[0].a, 2, 30000) == 0) {
         test_eight(model, ag[0].a, ring_members(ag[0].a));
+        test_prefix(model, ag[0].a, false);
         test_leave(model, ag);
     } else {
         CHECK(0);
@@ -276,6 +314,16 @@ int main(void) {
     agent_th solo = {0};
     if (agent_begin(&solo, &p) == 0 && head_ready(solo.a, 0, 20000) == 0)
         test_eight(model, solo.a, 1);
+    else
+        CHECK(0);
+    agent_end(&solo);
+    /* F32 weights: decode rows equal prefill rows, so the answer is cached too */
+    char f32[512];
+    hr_shared_path("models/tiny-llama-f32.gguf", f32, sizeof f32);
+    p = agent_params(f32, "solo32", NULL, N_CTX, 0);
+    p.n_parallel = 4;
+    if (agent_begin(&solo, &p) == 0 && head_ready(solo.a, 0, 20000) == 0)
+        test_prefix(f32, solo.a, true);
     else
         CHECK(0);
     agent_end(&solo);
