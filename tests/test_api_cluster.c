@@ -8,7 +8,8 @@
  *    and bad keys answered while a valid request streams undisturbed; a
  *    client that drops (streamed or not) cancels its generation; 429 (with
  *    Retry-After) when the queue is full; an unknown model is 404; usage in
- *    a stream only when asked for;
+ *    a stream only when asked for; with --parallel 2 two requests run at
+ *    once;
  *  - 1,000 idle and trickling connections: /health and a completion answer
  *    as usual, and the server closes them within the read timeout;
  *  - SIGTERM during a stream: an error event and [DONE], the head exits 0;
@@ -424,13 +425,17 @@ static void test_cancel_and_queue(void) {
     CHECK_EQ(st, 200);
     CHECK(now_s() - t0 < 3);
     json_decref(j);
-    /* queue of 1: one running, one waiting, the third is refused */
-    char a[300], b[300];
+    /* --parallel 2 and a queue of 1: two running, one waiting, the fourth is refused */
+    char a[300], b[300], c2[300];
     snprintf(a, sizeof a, "%s/qa.sse", g_dir);
     snprintf(b, sizeof b, "%s/qb.sse", g_dir);
+    snprintf(c2, sizeof c2, "%s/qc.sse", g_dir);
     const char *longb = "{\"prompt\":\"Once\",\"max_tokens\":4000,\"stream\":true}";
     pid_t pa = stream_bg(longb, a);
+    pid_t pc = stream_bg(longb, c2);
     CHECK(wait_file_has(a, "data: {", 20));
+    CHECK(wait_file_has(c2, "data: {", 20));
+    CHECK_EQ(api_count("n_running"), 2);
     pid_t pb = stream_bg(longb, b);
     double t1 = now_s();
     while (api_count("queued") < 1 && now_s() - t1 < 5)
@@ -444,13 +449,14 @@ static void test_cancel_and_queue(void) {
     char *hs = slurp(hdrs, NULL);
     CHECK(hs && strstr(hs, "Retry-After: "));
     free(hs);
-    /* both clients leave: the running one is canceled on the ring, the queued one dropped */
+    /* the clients leave: the running ones are canceled on the ring, the queued one dropped */
     long long c1 = api_count("canceled");
     stop_pid(pb);
+    stop_pid(pc);
     stop_pid(pa);
-    g_npids -= 2;
+    g_npids -= 3;
     CHECK(wait_idle(5));
-    CHECK_EQ(api_count("canceled"), c1 + 2);
+    CHECK_EQ(api_count("canceled"), c1 + 3);
 }
 
 /* Seconds one curl request takes (status in *st). */
@@ -744,6 +750,8 @@ static void test_cluster(void) {
                     KEY,
                     "--api-queue",
                     "1",
+                    "--parallel",
+                    "2",
                     "--api-model-alias",
                     "tiny",
                     "--api-max-conns-per-ip",
