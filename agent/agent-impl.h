@@ -41,6 +41,7 @@ typedef struct {
     int k, W, w, offset, n_active, index;
     int n_ctx, n_batch, dtype;
     int n_seq; /* KV slots per window (requests in flight); 0 = 1 */
+    int n_mb;  /* head: micro-batches a batched session keeps on the ring; 0 = n_active */
     bool prefetch, release;
     char next_ep[HR_EP_LEN];
     char next_key[HR_RING_KEY_LEN]; /* CURVE public key of the next device */

@@ -540,7 +540,7 @@ static void hr_bs_restart(hr_bsess *b) {
     if (a->head->cache_plan != a->lp.plan_id) /* a new plan: fresh KV everywhere */
         hr_head_cache_forget(a->head, -1);
     a->head->cache_plan = a->lp.plan_id;
-    int n_mb = a->p.ring_batches > 0 ? a->p.ring_batches : a->lp.n_active;
+    int n_mb = a->lp.n_mb > 0 ? a->lp.n_mb : a->lp.n_active;
     b->n_mb = n_mb < 1 ? 1 : n_mb > b->n_seq ? b->n_seq : n_mb;
     int depth = a->p.prefill_depth > 0 ? a->p.prefill_depth : a->lp.n_active * a->lp.k;
     b->depth = depth < 1 ? 1 : depth > HR_BS_MAX_MB - b->n_mb ? HR_BS_MAX_MB - b->n_mb : depth;

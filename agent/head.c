@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TAG "head"
 
@@ -606,6 +607,32 @@ static void hr_head_farewell(hr_agent *a) {
 }
 
 /* ---- create / destroy / run ---- */
+
+/* The host part of "tcp://HOST:PORT" into out. */
+static void hr_head_ep_host(const char *ep, char *out, size_t cap) {
+    const char *h = strncmp(ep, "tcp://", 6) == 0 ? ep + 6 : ep;
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : strlen(h);
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), h);
+}
+
+int hr_head_ring_batches(const hr_head *hd, const int *ring, int n) {
+    const hr_agent *a = hd->a;
+    if (a->p.ring_batches > 0)
+        return a->p.ring_batches;
+    char mine[HR_EP_LEN], theirs[HR_EP_LEN];
+    hr_head_ep_host(a->data_ep, mine, sizeof mine);
+    if (strcmp(mine, "0.0.0.0") == 0 || strcmp(mine, "*") == 0 || strcmp(mine, "[::]") == 0)
+        return n; /* every interface: the address says nothing of the machine */
+    for (int r = 0; r < n; r++) {
+        hr_head_ep_host(hd->devs[ring[r]].data_ep, theirs, sizeof theirs);
+        if (strcmp(mine, theirs) != 0)
+            return n; /* devices of their own: one micro-batch each */
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int m = cores > 0 ? (int)(cores / (a->p.n_threads > 0 ? a->p.n_threads : 1)) : n;
+    return m < 1 ? 1 : m > n ? n : m;
+}
 
 int hr_head_kv_ctx(const hr_agent *a) {
     int n_seq = a->p.n_parallel > 1 ? a->p.n_parallel : 1;

@@ -256,6 +256,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .n_ctx = n_ctx,
                                 .n_batch = a->p.n_batch,
                                 .n_seq = a->p.n_parallel,
+                                .n_mb = hr_head_ring_batches(hd, ring, n_active),
                                 .dtype = a->p.wire_dtype,
                                 .prefetch = pm.prefetch,
                                 .release = pm.release,

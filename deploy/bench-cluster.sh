@@ -33,7 +33,7 @@ if [ "${1:-}" = "--parallel" ]; then
 fi
 MODEL=${1:-/tmp/tl-q4_0.gguf}
 N_GEN=${N_GEN:-32}
-PROMPT_WORDS=${PROMPT_WORDS:-250}
+PROMPT_WORDS=${PROMPT_WORDS:-72}
 PROMPT="The history of the city begins"
 if [ ! -f "$MODEL" ]; then
     "$BIN" mkmodel -o "$MODEL" --shape tinyllama --type q4_0
@@ -51,6 +51,7 @@ if [ "$PARALLEL" = 1 ]; then
     API=127.0.0.1:$((PORT + 90))
     REPS=${REPS:-3}
     SB=(python3 "$ROOT/deploy/stream-bench.py" "http://$API")
+    pids() { cat "${HR_CLUSTER_DIR:-/tmp/hearth-cluster}"/pid.* | paste -sd,; }
     echo "model $MODEL ($SIZE_MB MiB); $(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p')"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     start_ring() { # head options...
@@ -59,17 +60,23 @@ if [ "$PARALLEL" = 1 ]; then
     }
     echo "a. 3 agents loopback, -t 1, --parallel 4: 1 stream against 4 streams, $N_GEN tokens each"
     start_ring
-    "${SB[@]}" -c 1,4 -n "$N_GEN" -r "$REPS"
+    "${SB[@]}" -c 1,4 -n "$N_GEN" -r "$REPS" --pids "$(pids)"
     "$CL" stop >/dev/null
     echo "b. time to first token, prompt of ~512 tokens ($PROMPT_WORDS words), same ring"
+    declare -A ttft
     for depth in 1 0; do
         start_ring --prefill-depth "$depth"
         label="pipelined (default depth)"
         [ "$depth" = 1 ] && label="one chunk at a time (--prefill-depth 1)"
         echo "  $label:"
-        "${SB[@]}" -c 1 -n 1 -r "$REPS" --prompt-words "$PROMPT_WORDS" | sed 's/^/    /'
+        out=$("${SB[@]}" -c 1 -n 1 -r "$REPS" --prompt-words "$PROMPT_WORDS" --pids "$(pids)")
+        echo "$out" | grep -v "aggregate tokens/s\|x1.00 of" | sed 's/^/    /'
+        ttft[$depth]=$(echo "$out" | sed -n 's/.*time to the last first token \([0-9.]*\) s.*/\1/p')
+        echo "    time to first token (median): ${ttft[$depth]} s"
         "$CL" stop >/dev/null
     done
+    awk -v a="${ttft[0]}" -v b="${ttft[1]}" \
+        'BEGIN { if (b > 0) printf "  pipelined / one chunk at a time: x%.2f\n", a / b }'
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
     exit 0
 fi

@@ -13,8 +13,11 @@ first request to the last [DONE] (aggregate tokens/s). With -r, the
 concurrencies are run in turn REPS times and the median aggregate is
 printed with the min..max. The
 last line gives the ratio of each C's aggregate to that of the first C.
+With --pids, each run also says how much CPU time the agents spent per
+generated token (what a busy machine does not change much).
 """
 import argparse
+import os
 import http.client
 import json
 import statistics
@@ -68,20 +71,37 @@ def one_stream(url, key, prompt, n_tok, out):
 
 
 SERIAL = [0]
+PIDS = []
+
+
+def cpu_s():
+    """CPU seconds (user + system) the agents in PIDS used so far."""
+    tot = 0
+    for p in PIDS:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            tot += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return tot / os.sysconf("SC_CLK_TCK")
 
 
 def run(url, key, conc, n_tok, p_words):
     res = [dict() for _ in range(conc)]
+    base = SERIAL[0]
     SERIAL[0] += conc
     th = [threading.Thread(target=one_stream,
-                           args=(url, key, prompt_for(SERIAL[0] + i, p_words), n_tok, res[i]))
+                           args=(url, key, prompt_for(base + i, p_words), n_tok, res[i]))
           for i in range(conc)]
+    c0 = cpu_s()
     t0 = time.monotonic()
     for t in th:
         t.start()
     for t in th:
         t.join()
     wall = max(r["t1"] for r in res) - t0
+    res[0]["cpu"] = cpu_s() - c0
     total = sum(r["n"] for r in res)
     bad = [r["status"] for r in res if r["status"] != 200 or r["n"] == 0]
     ttft = [r["first"] - r["t0"] for r in res]
@@ -98,7 +118,9 @@ def main():
     ap.add_argument("-r", type=int, default=1)
     ap.add_argument("-k", default=None)
     ap.add_argument("--prompt-words", type=int, default=8)
+    ap.add_argument("--pids", default="", help="agents' pids (a,b,c): CPU time per token")
     a = ap.parse_args()
+    PIDS.extend(int(x) for x in a.pids.split(",") if x)
     concs = [int(x) for x in a.c.split(",")]
     run(a.url, a.k, 1, 4, a.prompt_words)  # warm-up
     agg = {c: [] for c in concs}
@@ -112,6 +134,8 @@ def main():
                   f"tokens/s aggregate; per stream {statistics.mean(per):.2f} tokens/s; "
                   f"first token {min(ttft):.2f}..{max(ttft):.2f} s; prompt "
                   f"{res[0]['prompt']} tokens ({res[0]['cached']} cached)"
+                  + (f"; agents' CPU {1000 * res[0]['cpu'] / max(total, 1):.0f} ms per token"
+                     if PIDS else "")
                   + (f"; FAILED: {bad}" if bad else ""), flush=True)
     base = statistics.median(agg[concs[0]])
     print("aggregate tokens/s (median, min..max):")

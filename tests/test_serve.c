@@ -300,6 +300,7 @@ int main(void) {
             agent_params(model, name, i ? hr_agent_endpoint(ag[0].a) : NULL, N_CTX, 2);
         p.n_threads = 1;
         p.n_parallel = N_REQ;
+        p.ring_batches = 3; /* one micro-batch per device, though they share this machine */
         ok = agent_begin(&ag[i], &p);
     }
     CHECK_EQ(ok, 0);
