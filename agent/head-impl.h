@@ -126,6 +126,8 @@ struct hr_head {
     bool replan, ready, planned;
     int lost_di; /* 1 + index of a lost ring device, 0 = none */
     int plan_k;
+    int plan_seq;       /* KV slots per window of the plan being made (requests at once) */
+    bool parallel_auto; /* --parallel not given: fewer slots when the KV does not fit */
     int expect;
     char plan_err[HR_ERR_LEN];
     char lost_msg[HR_ERR_LEN];
@@ -216,7 +218,8 @@ void hr_head_snap_get(hr_head *hd, hr_head_snap *out);
 int hr_head_ring_batches(const hr_head *hd, const int *ring, int n);
 
 /* head.c: KV positions a device holds per layer for the planner's memory
- * arithmetic: the context times the KV slots (--parallel). Thread-safe. */
+ * arithmetic: the context times the KV slots of the plan being made
+ * (hd->plan_seq). Control thread. */
 int hr_head_kv_ctx(const hr_agent *a);
 
 /* ---- head_plan.c: planning (control thread, dev_mu held) ---- */

@@ -635,7 +635,7 @@ int hr_head_ring_batches(const hr_head *hd, const int *ring, int n) {
 }
 
 int hr_head_kv_ctx(const hr_agent *a) {
-    int n_seq = a->p.n_parallel > 1 ? a->p.n_parallel : 1;
+    int n_seq = a->head && a->head->plan_seq > 1 ? a->head->plan_seq : 1;
     return hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx) * n_seq;
 }
 
@@ -688,10 +688,12 @@ int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
     pthread_mutex_init(&hd->ev_mu, NULL);
     hd->next_req = 1;
     hd->expect = hd->snap.expect = a->p.expect;
+    hd->parallel_auto = a->p.n_parallel <= 0;
     if (a->p.n_parallel <= 0)
         a->p.n_parallel = hr_head_parallel_default(a);
     if (a->p.n_parallel > HR_AGENT_MAX_PARALLEL)
         a->p.n_parallel = HR_AGENT_MAX_PARALLEL;
+    hd->plan_seq = a->p.n_parallel;
     hd->decode_exact = hr_head_decode_exact(a);
     HR_LOG_INFO(TAG, "%s: up to %d requests generate at once", a->name, a->p.n_parallel);
     a->head = hd;

@@ -82,6 +82,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
                           char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     int L = hr_model_hparams(a->m)->n_layer;
+    hd->plan_seq = a->p.n_parallel; /* KV slots: --parallel, fewer below if they do not fit */
     if (a->p.windows) {
         int nw = hr_parse_windows(a->p.windows, w, HR_AGENT_MAX_DEV);
         if (nw != n)
@@ -116,9 +117,19 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         hr_sched_model sm;
         hr_sched_opts so = hr_sched_opts_default();
         so.k_fixed = a->p.k;
-        int rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
-        if (rc == 0)
-            rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
+        int rc;
+        /* --parallel not given: fewer KV slots (requests at once) when the
+         * KV of that many does not fit beside the weights */
+        for (hd->plan_seq = a->p.n_parallel;; hd->plan_seq /= 2) {
+            rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
+            if (rc == 0)
+                rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
+            if (rc == 0 || hd->plan_seq <= 1 || !hd->parallel_auto)
+                break;
+        }
+        if (rc == 0 && hd->plan_seq < a->p.n_parallel)
+            HR_LOG_WARN(TAG, "plan: the KV of %d requests at once does not fit; %d at once",
+                        a->p.n_parallel, hd->plan_seq);
         if (rc == 0) {
             *k_out = hd->sched.k;
             for (int i = 0; i < n; i++)
@@ -229,7 +240,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                               .n_ctx = n_ctx,
                               .n_batch = a->p.n_batch,
                               .dtype = a->p.wire_dtype,
-                              .n_seq = a->p.n_parallel};
+                              .n_seq = hd->plan_seq};
     hr_msg_plan pm = base;
     for (int r = 0; r < n_active; r++) /* ring members vouched for to each other */
         if (hd->devs[ring[r]].pubkey[0])
@@ -255,7 +266,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .index = r,
                                 .n_ctx = n_ctx,
                                 .n_batch = a->p.n_batch,
-                                .n_seq = a->p.n_parallel,
+                                .n_seq = hd->plan_seq,
                                 .n_mb = hr_head_ring_batches(hd, ring, n_active),
                                 .dtype = a->p.wire_dtype,
                                 .prefetch = pm.prefetch,

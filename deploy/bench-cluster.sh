@@ -13,8 +13,9 @@
 #   b. time to first token of a prompt of about 512 tokens, pipelined
 #      prefill (chunks of --batch tokens following each other around the
 #      ring) against --prefill-depth 1 (one chunk at a time), same ring.
-# N_GEN (default 32), REPS (3), PROMPT_WORDS (for b., default 250) and
-# PORT (7800) tune it.
+# For reference, a. also runs one stream with --parallel 1 (the
+# single-request path). N_GEN (default 32), REPS (3), PROMPT_WORDS (for b.,
+# default 72), RING_BATCHES (--ring-batches for a.) and PORT (7800) tune it.
 #
 # 1. single process, no memory limit (-t 1 and -t 2)
 # 2. 2 agents on loopback, no limits (overhead of the ring)
@@ -59,8 +60,14 @@ if [ "$PARALLEL" = 1 ]; then
             --api-listen "$API" "$@" >/dev/null
     }
     echo "a. 3 agents loopback, -t 1, --parallel 4: 1 stream against 4 streams, $N_GEN tokens each"
-    start_ring
+    start_ring ${RING_BATCHES:+--ring-batches "$RING_BATCHES"}
     "${SB[@]}" -c 1,4 -n "$N_GEN" -r "$REPS" --pids "$(pids)"
+    "$CL" stop >/dev/null
+    echo "   for reference, one stream on the same ring with --parallel 1 (one request at a time):"
+    "$CL" start -m "$MODEL" -n 3 -t 1 -p "$PORT" -- --ctx 1024 --parallel 1 \
+        --api-listen "$API" >/dev/null
+    "${SB[@]}" -c 1 -n "$N_GEN" -r "$REPS" --pids "$(pids)" | grep -v "^aggregate\|x1.00 of" |
+        sed 's/^/   /'
     "$CL" stop >/dev/null
     echo "b. time to first token, prompt of ~512 tokens ($PROMPT_WORDS words), same ring"
     declare -A ttft

@@ -1,6 +1,7 @@
 /* fuzz_frame.c - libFuzzer target for the wire-frame decoder: every input
  * is a received frame; the header is parsed and checked, a HIDDEN payload
- * unpacked as the receivers do (against a plan of n_embd 64, batch 8), and
+ * unpacked as the receivers do (against a plan of n_embd 64, batch 8), a
+ * BATCH payload's row table read back and its hidden states unpacked, and
  * a frame that parses is re-encoded and must parse to the same header.
  * Built with -DHR_FUZZ=ON (clang) or deploy/fuzz.sh. */
 #include "common/error.h"
@@ -22,7 +23,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 static float g_hid[8 * 64];
-static uint8_t g_out[HR_RING_HDR_SIZE + 8 * 64 * 4];
+static uint8_t g_out[HR_RING_HDR_SIZE + 8 * (HR_RING_ROW_SIZE + 64 * 4)];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[HR_ERR_LEN];
@@ -43,6 +44,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             long n = hr_ring_pack(g_out + HR_RING_HDR_SIZE, sizeof g_out - HR_RING_HDR_SIZE, g_hid,
                                   (size_t)h.n_tok * 64, h.dtype);
             if (n != (long)h.len)
+                abort();
+        }
+    }
+    if (h.type == HR_RING_BATCH) {
+        size_t es = hr_ring_dtype_size(h.dtype);
+        if (es == 0 || h.n_tok == 0 || h.len % h.n_tok != 0)
+            abort();
+        /* the receivers' plan check: n_embd 64, 8 rows; rows round-trip */
+        size_t rt = (size_t)h.n_tok * HR_RING_ROW_SIZE;
+        if (h.n_tok <= 8 && (size_t)h.len == rt + (size_t)h.n_tok * 64 * es) {
+            int32_t slot[8], pos[8];
+            hr_ring_rows_read(data + HR_RING_HDR_SIZE, slot, pos, h.n_tok);
+            hr_ring_rows_write(g_out + HR_RING_HDR_SIZE, slot, pos, h.n_tok);
+            if (memcmp(g_out + HR_RING_HDR_SIZE, data + HR_RING_HDR_SIZE, rt) != 0)
+                abort();
+            if (hr_ring_unpack(g_hid, (size_t)h.n_tok * 64, data + HR_RING_HDR_SIZE + rt,
+                               h.len - rt, h.dtype) != 0)
                 abort();
         }
     }

@@ -97,6 +97,7 @@ static inline int agent_begin_profiled(agent_th *t, const char *model, const cha
     p.wire_dtype = HR_RING_F32;
     p.profile_file = profile;
     p.mem_limit_gib = mem_limit_gib;
+    p.n_parallel = 1; /* the plans these tests expect hold one KV slot per layer */
     return agent_begin(t, &p);
 }
 
