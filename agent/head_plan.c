@@ -453,6 +453,7 @@ char *hr_head_status_json(hr_agent *a) {
             json_string(strncmp(hd->plan_err, "no plan", 7) == 0 ? hd->plan_err : ""));
         json_object_set_new(j, "recoveries",
                             json_integer((json_int_t)atomic_load(&hd->recoveries)));
+        json_object_set_new(j, "kv_slots", json_integer(hd->plan_seq)); /* requests at once */
         hr_head_adapt_json(hd, j);
     }
     pthread_mutex_unlock(&hd->dev_mu);

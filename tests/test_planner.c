@@ -8,7 +8,10 @@
  *    wire) equal a single-process run;
  *  - one memory arithmetic: a head alone with exactly the memory the model
  *    needs (no disk) plans and accepts its own plan; 1 MiB less and the
- *    planner says which device is short, and no plan is served. */
+ *    planner says which device is short, and no plan is served;
+ *  - KV slots: a head left to choose --parallel plans fewer requests at
+ *    once where the KV of four does not fit, an explicit --parallel 4
+ *    gets no plan there. */
 #include "agent/agent.h"
 #include "common/log.h"
 #include "kernels/types.h"
@@ -224,6 +227,50 @@ static void test_memory_edge(const char *model) {
     }
 }
 
+/* --parallel left to the head: where the KV of 4 requests at once does not
+ * fit beside the weights, it plans fewer slots rather than no plan; an
+ * explicit --parallel 4 gets no plan on the same device. */
+static void test_parallel_fits(const char *model) {
+    hr_prof_model pm = {0};
+    hr_sched_model sm;
+    if (model_inputs(model, N_CTX, &pm, &sm)) {
+        CHECK(0);
+        return;
+    }
+    hr_prof_model_clear(&pm);
+    double need = hr_prof_mem_need(&sm, 1, sm.n_layer, true); /* one slot */
+    int64_t avail = (int64_t)(hr_prof_mem_reserve(sm.layer_bytes) + need) + 1;
+    hr_prof_device d;
+    fake_device(&d, "slots", 4.0, 0.0, avail);
+    char file[128];
+    snprintf(file, sizeof file, "%s/slots.json", g_dir);
+    CHECK_EQ(write_profile(&d, file), 0);
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        hr_agent_params p = agent_params(model, "slots", NULL, N_CTX, 0);
+        p.wire_dtype = HR_RING_F32;
+        p.profile_file = file;
+        p.mem_limit_gib = avail / 1073741824.0;
+        p.n_parallel = fixed ? 4 : 0;
+        agent_th ag;
+        char err[HR_ERR_LEN] = "";
+        CHECK_EQ(agent_begin(&ag, &p), 0);
+        if (!ag.a)
+            continue;
+        int rc = hr_head_wait_ready(ag.a, 0, fixed ? 2000 : 20000, err);
+        json_t *st = head_status(ag.a);
+        int slots = (int)json_integer_value(json_object_get(st, "kv_slots"));
+        printf("parallel %s: ready %d, %d KV slots\n", fixed ? "4" : "auto", rc == 0, slots);
+        if (fixed) {
+            CHECK(rc != 0);
+        } else {
+            CHECK_EQ(rc, 0);
+            CHECK(slots >= 1 && slots < 4);
+        }
+        json_decref(st);
+        agents_end(&ag, 1);
+    }
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     char model[128];
@@ -232,6 +279,7 @@ int main(void) {
     if (bin) {
         test_live_plan(model);
         test_memory_edge(model);
+        test_parallel_fits(model);
     }
     tmp_dir_remove(g_dir);
     return hr_check_finish("planner");
