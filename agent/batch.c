@@ -138,8 +138,9 @@ static int hr_bs_pick_mb(const hr_bsess *b) {
 #define HR_CACHE_MIN_REUSE 8
 
 /* The free slot for a request of ids[n]: the one whose cache shares the
- * longest prefix with it (HR_CACHE_MIN_REUSE tokens at least), else the
- * least recently used. *cached: the
+ * longest prefix with it (HR_CACHE_MIN_REUSE tokens at least), else slot 0
+ * when it is free (a request alone there runs the single-sequence path),
+ * else the least recently used. *cached: the
  * positions it may keep, at most n - 1 (the last prompt token is always
  * computed, for its logits), and never leaving a lone row where a cold
  * prefill's chunk has more (its numbers would differ). */
@@ -165,6 +166,13 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
     if (best_l < HR_CACHE_MIN_REUSE) { /* a chance match (BOS, a word): spare the others */
         best = lru;
         best_l = lru_l;
+        if (!b->seq[0].r) { /* slot 0 first: a request alone there runs the one-row kernels */
+            const hr_slot_cache *c = &hd->cache[0];
+            best = 0;
+            for (best_l = 0; c->tok && best_l < c->n_exact && best_l < n; best_l++)
+                if (c->tok[best_l] != ids[best_l])
+                    break;
+        }
     }
     int p = best_l < n - 1 ? best_l : n - 1, nb = b->a->lp.n_batch;
     if (p > 0 && p % nb != 0) {
@@ -340,7 +348,7 @@ static int hr_bs_window(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
     if (lp->w <= 0)
         return 0;
     double t0 = hr_now_s();
-    int rc = hr_ctx_layers_batch(lp->ctx[r], lp->hid, b->rows, b->mb[g].n_rows, err);
+    int rc = hr_node_layers_rows(lp->ctx[r], lp->hid, b->rows, b->mb[g].n_rows, err);
     if (rc == 0) {
         hr_node_test_slow(a);
         hr_node_stats_round(a, (hr_now_s() - t0) * 1000.0, b->mb[g].n_rows, false);

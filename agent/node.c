@@ -428,7 +428,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
         cp.layer_end = cp.layer_begin + lp->w;
         if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
             goto fail;
-        for (int s = 0; lp->n_seq > 1 && s < lp->n_seq; s++) /* every slot, for BATCH rows */
+        for (int s = 0; s < lp->n_seq; s++) /* every slot in use, for BATCH rows */
             hr_ctx_seq_add(lp->ctx[r], s);
     }
     size_t E = (size_t)hp->n_embd, B = (size_t)hr_local_plan_rows(lp);
@@ -460,6 +460,20 @@ fail:
 }
 
 /* ---- data plane ---- */
+
+int hr_node_layers_rows(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
+                        char err[HR_ERR_LEN]) {
+    bool one_run = n >= 1 && rows[0].seq == 0;
+    for (int i = 1; one_run && i < n; i++)
+        one_run = rows[i].seq == 0 && rows[i].pos == rows[0].pos + i;
+    if (!one_run)
+        return hr_ctx_layers_batch(c, hidden, rows, n, err);
+    int len = hr_ctx_seq_len(c, 0);
+    if (len < 0 || rows[0].pos > len) /* as hr_ctx_layers_batch refuses it */
+        return hr_seterr(err, HR_EINVAL, "row 0: slot 0 at position %d past its length %d",
+                         rows[0].pos, len);
+    return hr_ctx_layers(c, hidden, n, rows[0].pos, err);
+}
 
 int hr_local_plan_rows(const hr_local_plan *lp) {
     return lp->n_batch + (lp->n_seq > 1 ? lp->n_seq - 1 : 0);

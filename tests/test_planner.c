@@ -10,9 +10,10 @@
  *    needs (no disk) plans and accepts its own plan; 1 MiB less and the
  *    planner says which device is short, and no plan is served;
  *  - KV slots: a head left to choose --parallel plans fewer requests at
- *    once where the KV of four does not fit, an explicit --parallel 4
- *    gets no plan there. */
+ *    once where the KV of four does not fit (and serves requests in
+ *    them), an explicit --parallel 4 gets no plan there. */
 #include "agent/agent.h"
+#include "agent/service.h"
 #include "common/log.h"
 #include "kernels/types.h"
 #include "mmap/gguf.h"
@@ -227,6 +228,17 @@ static void test_memory_edge(const char *model) {
     }
 }
 
+static atomic_int g_slots_left;
+
+static void slots_done(void *ud, int rc, const hr_head_stats *st, const char *err) {
+    (void)st;
+    (void)err;
+    *(int *)ud = rc;
+    atomic_fetch_sub(&g_slots_left, 1);
+}
+
+static int rcs_left(void) { return atomic_load(&g_slots_left); }
+
 /* --parallel left to the head: where the KV of 4 requests at once does not
  * fit beside the weights, it plans fewer slots rather than no plan; an
  * explicit --parallel 4 gets no plan on the same device. */
@@ -265,6 +277,25 @@ static void test_parallel_fits(const char *model) {
         } else {
             CHECK_EQ(rc, 0);
             CHECK(slots >= 1 && slots < 4);
+            /* and it serves: requests share the slots there are */
+            static const int32_t ids[] = {1, 15, 27, 99};
+            static int rcs[2] = {-1, -1};
+            hr_service *svc = hr_head_service(ag.a);
+            atomic_store(&g_slots_left, 2);
+            for (int i = 0; i < 2; i++) {
+                hr_service_req q = hr_service_req_default();
+                q.ids = ids;
+                q.n_ids = 4;
+                q.max_tokens = 4;
+                q.sp.temperature = 0;
+                CHECK_EQ(hr_service_submit(svc, &q, NULL, slots_done, &rcs[i], NULL, err), 0);
+            }
+            double t0 = now_s();
+            while ((rcs_left() > 0) && now_s() - t0 < 20)
+                sleep_ms(10);
+            CHECK_EQ(rcs_left(), 0);
+            CHECK_EQ(rcs[0], 0);
+            CHECK_EQ(rcs[1], 0);
         }
         json_decref(st);
         agents_end(&ag, 1);
