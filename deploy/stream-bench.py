@@ -131,7 +131,8 @@ def main():
             agg[c].append(tps)
             ttfts.setdefault(c, []).append(max(ttft))
             print(f"{c} stream(s), rep {rep + 1}: {total} tokens in {wall:.2f} s = {tps:.2f} "
-                  f"tokens/s aggregate; per stream {statistics.mean(per):.2f} tokens/s; "
+                  f"tokens/s aggregate; per stream {statistics.mean(per):.2f} tokens/s "
+                  f"after the first token (sum {sum(per):.2f}); "
                   f"first token {min(ttft):.2f}..{max(ttft):.2f} s; prompt "
                   f"{res[0]['prompt']} tokens ({res[0]['cached']} cached)"
                   + (f"; agents' CPU {1000 * res[0]['cpu'] / max(total, 1):.0f} ms per token"
