@@ -73,6 +73,32 @@ static const char *dev_label(const hr_sched_device *d, int i, char *buf, size_t 
 
 static bool finite_ge0(double v) { return isfinite(v) && v >= 0.0; }
 
+int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
+                          hr_sched_stream *out) {
+    if (!out)
+        return HR_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (k < 1 || !finite_ge0(window_bytes) || !isfinite(room) || !finite_ge0(min_buffer))
+        return HR_EINVAL;
+    if (room < 0.0)
+        room = 0.0;
+    double T = k * window_bytes;
+    if (T <= room) {
+        out->resident = T;
+        return 0;
+    }
+    out->streams = true;
+    double buf = k >= 2 ? (T - room) / (k - 1) : min_buffer;
+    if (buf < min_buffer)
+        buf = min_buffer;
+    if (buf > room)
+        buf = room;
+    out->buffer = buf;
+    out->resident = room - buf;
+    out->read_round = (T - out->resident) / k;
+    return room < min_buffer ? HR_ERANGE : 0;
+}
+
 static int check_rates(const double *r, int n, const char *what, const char *who, char *err) {
     for (int t = 0; t < n; t++)
         if (!finite_ge0(r[t]))

@@ -255,6 +255,41 @@ int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, 
 int hr_sched_exhaustive(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
                         const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]);
 
+/* The streaming scheme of a pinned-reclaim device (Linux, Android), shared by
+ * the cost model and the runtime (agent/stream.c) so both do the same
+ * arithmetic. A device computes k windows of window_bytes each (T = k *
+ * window_bytes) and has room bytes for weights (its budget less KV and, on
+ * the head, the output head). When T <= room everything stays resident.
+ * Otherwise it keeps `resident` bytes (the heads of its windows, spread
+ * evenly) and streams the rest through a sliding buffer of `buffer` bytes:
+ * after a window is computed its streamed part is dropped and the next
+ * window's streamed part is read ahead up to `buffer` bytes; while that
+ * window is computed, each finished layer's streamed bytes are dropped and
+ * reading goes on, never more than `buffer` bytes ahead of the layer being
+ * computed. The buffer is
+ *
+ *   buffer = clamp((T - room) / (k - 1), min_buffer, room)   (k >= 2)
+ *   buffer = min_buffer                                      (k = 1)
+ *
+ * i.e. one whole streamed part (read entirely while the rest of the ring
+ * computes, the classic prefetch) when that fits, else as much as fits;
+ * resident = room - buffer and read_round = (T - resident) / k bytes per
+ * round. min_buffer is one layer (a layer being computed must be mapped
+ * whole). */
+typedef struct {
+    bool streams;      /* false: T <= room, everything stays */
+    double resident;   /* bytes kept resident, all windows together */
+    double buffer;     /* bytes of the sliding buffer (0 when not streaming) */
+    double read_round; /* bytes read from disk per round (window) */
+} hr_sched_stream;
+
+/* Fills *out for k windows of window_bytes under room bytes. Returns 0,
+ * HR_ERANGE when the windows do not fit and room < min_buffer (the device
+ * cannot even stream; *out then says streams with buffer = room), HR_EINVAL
+ * for k < 1 or negative / non-finite sizes. Reentrant. */
+int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
+                          hr_sched_stream *out);
+
 /* Smallest thread count t (1-based) with ms[t-1] <= (1 + tol) * min ms, over
  * the entries > 0 among the first n; 0 when none is measured. Reentrant. */
 int hr_sched_pick_threads(const double *ms, int n, double tol);
