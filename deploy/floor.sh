@@ -77,6 +77,7 @@ run() {
         return
     fi
     local r perr gen rates=()
+    bash "$LAB" prompt -n 2 --temp 0 --seed 1 --timeout 900 "$PROMPT" >/dev/null 2>&1 || true # cold start
     for r in $(seq 1 "$reps"); do
         perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
             R_NOTE="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-100)"

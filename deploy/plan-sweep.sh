@@ -13,8 +13,9 @@
 # head alone, the weakest device left out, a heavy and a light head, taken in
 # turn across k and cut at --max candidates (default 12). Each plan is a
 # fresh lab (`lab.sh up ... -- --k K --windows a,b,c`) after the page cache
-# is dropped (memory-limited labs), then R greedy prompts (--reps, default 1)
-# of TOKENS tokens (default 8) whose median generation rate counts. Prints a
+# is dropped (memory-limited labs), then one unmeasured 2-token prompt (the
+# cold start), then R greedy prompts (--reps, default 1) of TOKENS tokens
+# (default 8) whose median generation rate counts. Prints a
 # table: plan, generation tok/s (the client's figure; min-max of the reps),
 # predicted ms/token (k x the sum of the devices' pred_ms_round from
 # `hearth status --json`, when every device sent a profile and the scheduler
@@ -137,6 +138,9 @@ run_plan() {
     k=$(echo "$st" | jq -r '.k')
     ws=$(echo "$st" | jq -r '[.devices[] | .w] | map(tostring) | join(",")')
     local perr r rates=()
+    # one short unmeasured prompt first: the first request faults the cold
+    # weights in, which is not the steady state the planner predicts
+    bash "$LAB" prompt -n 2 --temp 0 --seed 1 --timeout 900 "$PROMPT" >/dev/null 2>&1 || true
     for r in $(seq 1 "$reps"); do
         perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
             note="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-70)"
