@@ -531,6 +531,48 @@ void hr_ctx_tp_stats_reset(hr_ctx *c) {
 }
 size_t hr_ctx_memory(const hr_ctx *c) { return c->mem; }
 
+/* hr_ctx_alloc's size for a request of bytes. */
+static size_t hr_ctx_rounded(size_t bytes) { return ((bytes ? bytes : 64) + 63) & ~(size_t)63; }
+
+/* A work-buffer allocator that only counts (hr_ctx_memory_predict): hands
+ * out a dummy address nobody writes to. */
+static void *hr_ctx_count(void *ud, size_t bytes) {
+    *(size_t *)ud += hr_ctx_rounded(bytes);
+    return ud;
+}
+
+int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv, size_t *work) {
+    hr_ctx c = {.m = m, .p = *p};
+    char err[HR_ERR_LEN];
+    if (hr_ctx_resolve(&c, &m->hp, err))
+        return HR_EINVAL;
+    if (p->pool)
+        c.p.n_threads = hr_pool_size(p->pool);
+    const hr_hparams *hp = &m->hp;
+    int nl = c.p.layer_end - c.p.layer_begin, B = c.p.n_batch;
+    size_t kv_bytes =
+        (size_t)c.p.n_seq * (size_t)c.p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
+    size_t E = (size_t)hp->n_embd, S = (size_t)c.p.n_seq, Bz = (size_t)B, wb = 0, w = 0;
+    for (int i = 0; i < nl; i++)
+        wb = hr_layer_wbuf_size(&m->layers[c.p.layer_begin + i], B, wb);
+    size_t wo = hr_matmul_wbuf_size(m->output.type, m->output.n_in, B);
+    wb = wo > wb ? wo : wb;
+    /* hr_ctx_buffers, in its order */
+    w += 2 * hr_ctx_rounded(Bz * E * 4); /* hb, xb2 */
+    hr_layer_env env = {.hp = hp, .n_ctx = c.p.n_ctx};
+    if (hr_layer_env_alloc(&env, B, hp->n_head_kv, hp->n_ff, c.p.n_threads, wb, hr_ctx_count,
+                           &w) != 0)
+        return HR_EINVAL;
+    w += hr_ctx_rounded(S * sizeof *c.seq_used) + hr_ctx_rounded(S * sizeof *c.seq_len) +
+         hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 4 * sizeof(int)) +
+         hr_ctx_rounded(Bz * sizeof *c.row_attn);
+    if (kv)
+        *kv = (size_t)nl * 2 * hr_ctx_rounded(kv_bytes);
+    if (work)
+        *work = w;
+    return 0;
+}
+
 int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
@@ -540,6 +582,8 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
     c->seq_len[0] = pos + n; /* slot 0: later positions are stale */
     if (c->tp) {
         hr_tp_layers(c->tp, hidden, n, pos);
+        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_end; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
         return 0;
     }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
@@ -553,6 +597,8 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
         hr_layer_ffn(e, P, hidden, n);                        /* gate: [n][n_ff] */
         hr_layer_matmul(e, &P->w.w_down, e->gate, c->xb2, n); /* xb2: [n][E] */
         hr_layer_residual(hidden, c->xb2, n, E);
+        if (c->p.on_layer)
+            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + i);
     }
     return 0;
 }
@@ -699,6 +745,8 @@ int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
         hr_layer_ffn_rows(e, P, hidden, n, &R);
         hr_layer_matmul_rows(e, &P->w.w_down, e->gate, c->xb2, n, &R);
         hr_layer_residual(hidden, c->xb2, n, E);
+        if (c->p.on_layer)
+            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + i);
     }
     return 0;
 }

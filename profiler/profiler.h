@@ -37,6 +37,7 @@
 
 #include "common/error.h"
 #include "mmap/gguf.h"
+#include "mmap/stream.h"
 #include "model/model.h"
 #include "ring/ring.h"
 #include "sched/sched.h"
@@ -409,9 +410,10 @@ double hr_prof_disk_stream_mbs(const hr_prof_disk *dk);
  * The planner gives the scheduler mem_bytes = hr_prof_mem_budget(profile's
  * weights_avail_bytes, --mem-limit, layer); a device admits its part of a
  * plan iff hr_prof_mem_need(...) <= hr_prof_mem_budget(MemAvailable now,
- * --mem-limit, layer). need is the scheduler's window-fit rule in bytes, the
- * least any plan it makes asks of the device, so a plan made from a profile
- * is refused for memory only when memory shrank since the profile. */
+ * --mem-limit, layer). need is the least the streaming scheme works with
+ * (KV + one layer of buffer), the least any plan the scheduler makes asks of
+ * the device, so a plan made from a profile is refused for memory only when
+ * memory shrank since the profile. */
 
 /* Bytes kept out of available memory for work buffers (activations,
  * logits, scratch), the runtime and one layer of streaming slack: one mean
@@ -422,8 +424,9 @@ double hr_prof_mem_reserve(double layer_bytes);
  * reserve_bytes when >= 0); never negative. Reentrant. */
 double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes);
 /* Bytes a device's part of a plan needs resident: the KV cache of all its
- * k x w layers, one window of w layers' weights (the rest may stream) and,
- * on the head with layers, the output head; 0 when w = 0. Reentrant. */
+ * k x w layers, one mean layer of weights (the least buffer the streaming
+ * scheme works with, hr_sched_stream_split: the rest may stream) and, on
+ * the head with layers, the output head; 0 when w = 0. Reentrant. */
 double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
 /* Bytes of a device's k windows of w layers that may stay resident with
  * budget bytes (hr_prof_mem_budget) for its part of a plan: the budget
@@ -432,6 +435,27 @@ double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
  * windows with it (mmap/stream.h hr_stream_split): what does not fit is
  * streamed every token. Never negative. Reentrant. */
 double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget);
+
+/* The runtime's split of a device's n windows (parts[i].off / .len set by
+ * the caller, hr_stream_window_range) under room bytes for weights, by the
+ * scheme the scheduler costs (sched.h hr_sched_stream_split with
+ * window_bytes = the windows' mean length, k = n, min_buffer = layer_bytes,
+ * the model's mean layer): heads of at most sc->resident bytes stay
+ * (hr_stream_split_resident), the rest streams through a buffer of
+ * sc->buffer bytes, sc->read_round bytes per round. Returns 0; HR_ERANGE
+ * when room is below one layer (every window then streams whole through a
+ * buffer of one layer: sc->buffer = layer_bytes); HR_EINVAL. Reentrant. */
+int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer_bytes,
+                         hr_sched_stream *sc);
+/* Bytes a device reads from disk per round for its k windows of w layers
+ * with budget bytes for weights + KV, from the scheduler's figures: the
+ * read_round of hr_sched_stream_split(w x layer_bytes, k, room, layer_bytes)
+ * with room = hr_prof_stream_room(m, k, w, is_head, budget); 0 when
+ * everything stays resident or w = 0. What the runtime's split
+ * (hr_prof_stream_parts) streams, up to the windows' real lengths and
+ * pages. Reentrant. */
+double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_head,
+                                 double budget);
 
 /* ---- documents (JSON) ---- */
 

@@ -29,8 +29,8 @@ double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head) {
     if (!m || w <= 0 || k <= 0)
         return 0;
     double kv = (double)k * w * m->kv_bytes_per_layer; /* all k windows' KV stays */
-    double win = (double)w * m->layer_bytes;           /* one window of weights */
-    return kv + win + (is_head ? m->output_bytes : 0);
+    double buf = m->layer_bytes; /* the streaming buffer's least (hr_sched_stream_split) */
+    return kv + buf + (is_head ? m->output_bytes : 0);
 }
 
 double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget) {
@@ -38,6 +38,37 @@ double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, 
         return 0;
     double room = budget - (double)k * w * m->kv_bytes_per_layer - (is_head ? m->output_bytes : 0);
     return room > 0 ? room : 0;
+}
+
+int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer_bytes,
+                         hr_sched_stream *sc) {
+    if (!parts || !sc || n < 1)
+        return HR_EINVAL;
+    double mean = 0;
+    for (int i = 0; i < n; i++)
+        mean += (double)parts[i].len / n;
+    int rc = hr_sched_stream_split(mean, n, room, layer_bytes, sc);
+    if (rc != 0 && rc != HR_ERANGE)
+        return rc;
+    if (rc == HR_ERANGE) { /* not even one layer of room: whole windows through one layer */
+        sc->resident = 0;
+        sc->buffer = layer_bytes;
+        sc->read_round = mean;
+    }
+    hr_stream_split_resident(parts, n, sc->streams ? sc->resident : 1e300);
+    return rc;
+}
+
+double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_head,
+                                 double budget) {
+    if (!m || k < 1 || w <= 0)
+        return 0;
+    hr_sched_stream sc;
+    double room = hr_prof_stream_room(m, k, w, is_head, budget);
+    int rc = hr_sched_stream_split(w * m->layer_bytes, k, room, m->layer_bytes, &sc);
+    if (rc == HR_ERANGE)
+        return w * m->layer_bytes; /* whole windows (as hr_prof_stream_parts) */
+    return rc == 0 ? sc.read_round : 0;
 }
 
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,
