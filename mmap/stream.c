@@ -107,64 +107,6 @@ double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t
 
 /* ---- resident / streamed split ---- */
 
-/* Resident bytes plus the largest tail when every window streams min(len, s). */
-static double split_need(const hr_stream_part *p, int n, uint64_t s) {
-    double keep = 0, buf = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t t = p[i].len < s ? p[i].len : s;
-        keep += (double)(p[i].len - t);
-        if ((double)t > buf)
-            buf = (double)t;
-    }
-    return keep + buf;
-}
-
-int hr_stream_split(hr_stream_part *parts, int n, double room) {
-    if (!parts || n < 1)
-        return HR_EINVAL;
-    uint64_t pg = page_size(), total = 0, max = 0;
-    for (int i = 0; i < n; i++) {
-        total += parts[i].len;
-        if (parts[i].len > max)
-            max = parts[i].len;
-    }
-    uint64_t s = 0;
-    int rc = 0;
-    if ((double)total <= room) {
-        s = 0; /* everything stays */
-    } else if (n < 2 || split_need(parts, n, max) > room) {
-        s = max; /* no resident part can leave room for a tail: all streams */
-        rc = HR_ERANGE;
-    } else { /* smallest s with split_need(s) <= room (non-increasing in s) */
-        uint64_t lo = 0, hi = max;
-        while (lo < hi) {
-            uint64_t mid = lo + (hi - lo) / 2;
-            if (split_need(parts, n, mid) <= room)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        s = lo;
-    }
-    for (int i = 0; i < n; i++) {
-        hr_stream_part *p = &parts[i];
-        uint64_t t = p->len < s ? p->len : s, end = p->off + p->len;
-        uint64_t a = end - t, b = end - end % pg;
-        if (rc == 0)
-            a = (a + pg - 1) / pg * pg; /* the kept head may grow by a page, never shrink */
-        else
-            a -= a % pg; /* whole windows: from their first page */
-        p->stream_off = p->stream_len = 0;
-        p->keep_len = p->len;
-        if (t > 0 && a < b) {
-            p->stream_off = a;
-            p->stream_len = b - a;
-            p->keep_len = a > p->off ? a - p->off : 0;
-        }
-    }
-    return rc;
-}
-
 /* Resident bytes when every window streams min(len, s). */
 static double split_kept(const hr_stream_part *p, int n, uint64_t s) {
     double keep = 0;
@@ -195,11 +137,10 @@ int hr_stream_split_resident(hr_stream_part *parts, int n, double resident) {
         if (a < p->off)
             a = p->off;
         p->stream_off = p->stream_len = 0;
-        p->keep_len = p->len;
+        p->keep_len = t > 0 ? a - p->off : p->len; /* the last partial page stays, unpinned */
         if (t > 0 && a < b) {
             p->stream_off = a;
             p->stream_len = b - a;
-            p->keep_len = a - p->off;
         }
     }
     return 0;

@@ -62,19 +62,10 @@ double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t
  * A device computes n windows in turn (one per round). When their bytes
  * do not all fit the room it has for weights, each window keeps a
  * resident head [off, off + keep_len) and streams its tail
- * [stream_off, stream_off + stream_len) from disk every round: the tail of
- * window r is read ahead while the rest of the ring computes and dropped
- * once window r is done, so at any time the resident parts plus one tail
- * are in memory. hr_stream_split picks the smallest tail length s (each
- * window streams min(len, s)) with
- *
- *     sum_i (len_i - min(len_i, s)) + min(s, max_i len_i) <= room
- *
- * which for n equal windows of T / n bytes is s = (T - room) / (n - 1):
- * the scheduler's pinned-reclaim rule (sched/sched.h). The tail is then
- * trimmed to whole pages inside the window (its start rounded up, its end
- * rounded down), so the streamed bytes are exactly what madvise acts on
- * and a page shared with a neighbouring window is never dropped. */
+ * [stream_off, stream_off + stream_len) from disk every round, through a
+ * buffer (the pump below): the scheme of sched/sched.h
+ * hr_sched_stream_split, which gives the resident budget and the buffer;
+ * hr_stream_split_resident turns the budget into heads and tails. */
 typedef struct {
     uint64_t off, len;               /* the window, as hr_stream_window_range gives it */
     uint64_t keep_len;               /* [off, off + keep_len) stays resident */
@@ -82,14 +73,6 @@ typedef struct {
     int layer_begin, n_layers;       /* its layers (hr_stream_pump follows them); the split
                                         functions leave them as they are */
 } hr_stream_part;
-
-/* Splits the n windows parts[i].off / .len (the caller sets them) under
- * room bytes for weights: fills keep_len, stream_off and stream_len and
- * returns 0. Everything stays (stream_len 0) when the windows fit. When
- * they cannot be split (n == 1 or room below the largest window) every
- * window streams whole (keep_len 0, its whole pages streamed) and the
- * return is HR_ERANGE. HR_EINVAL for NULL parts or n < 1. Reentrant. */
-int hr_stream_split(hr_stream_part *parts, int n, double room);
 
 /* Splits the n windows so that their resident heads total at most
  * `resident` bytes (the resident part of sched.h's hr_sched_stream_split,

@@ -432,7 +432,7 @@ double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
  * budget bytes (hr_prof_mem_budget) for its part of a plan: the budget
  * less the KV of all k x w layers and, on the head, the output head (the
  * scheduler's mem_eff less the KV, sched.h). The runtime splits its
- * windows with it (mmap/stream.h hr_stream_split): what does not fit is
+ * windows with it (hr_prof_stream_parts): what does not fit is
  * streamed every token. Never negative. Reentrant. */
 double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget);
 
