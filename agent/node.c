@@ -340,8 +340,7 @@ static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_m
  * capped by the budget the scheduler planned this device with (PLAN
  * mem_budget), less KV and output head (hr_prof_stream_room); the model's
  * mean layer in *layer_bytes (the streaming buffer's least). */
-static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp,
-                                  double *layer_bytes) {
+static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp, double *layer_bytes) {
     hr_sched_model sm;
     double budget;
     char err[HR_ERR_LEN];

@@ -149,13 +149,13 @@ enum {
 };
 
 typedef struct {
-    uint64_t plans_warm;  /* plans whose resident part is in (the warm-up is over) */
-    int locked;           /* 1 every head mlock'ed, 0 some kept by advice, -1 not known */
-    uint64_t buffer;      /* the current plan's buffer, bytes (whole pages) */
-    uint64_t fetched;     /* bytes of tails read ahead, all plans */
-    uint64_t evicted;     /* bytes of tails dropped, all plans */
-    uint64_t max_span;    /* most streamed bytes the pump held mapped at once (its own
-                             reads, since the last plan) */
+    uint64_t plans_warm; /* plans whose resident part is in (the warm-up is over) */
+    int locked;          /* 1 every head mlock'ed, 0 some kept by advice, -1 not known */
+    uint64_t buffer;     /* the current plan's buffer, bytes (whole pages) */
+    uint64_t fetched;    /* bytes of tails read ahead, all plans */
+    uint64_t evicted;    /* bytes of tails dropped, all plans */
+    uint64_t max_span;   /* most streamed bytes the pump held mapped at once (its own
+                            reads, since the last plan) */
 } hr_stream_pump_stats;
 
 /* Starts the pump thread for the mapping of g (borrowed; it must outlive

@@ -560,8 +560,8 @@ int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv,
     /* hr_ctx_buffers, in its order */
     w += 2 * hr_ctx_rounded(Bz * E * 4); /* hb, xb2 */
     hr_layer_env env = {.hp = hp, .n_ctx = c.p.n_ctx};
-    if (hr_layer_env_alloc(&env, B, hp->n_head_kv, hp->n_ff, c.p.n_threads, wb, hr_ctx_count,
-                           &w) != 0)
+    if (hr_layer_env_alloc(&env, B, hp->n_head_kv, hp->n_ff, c.p.n_threads, wb, hr_ctx_count, &w) !=
+        0)
         return HR_EINVAL;
     w += hr_ctx_rounded(S * sizeof *c.seq_used) + hr_ctx_rounded(S * sizeof *c.seq_len) +
          hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 4 * sizeof(int)) +

@@ -234,8 +234,8 @@ static void test_split_brute(void) {
 static void test_ctx_memory(const hr_model *m) {
     const hr_hparams *hp = hr_model_hparams(m);
     const int cases[][5] = {/* begin, end, n_batch, n_ctx, n_threads */
-                            {0, 0, 64, 256, 2},  {3, 7, 64, 256, 1}, {0, 1, 1, 128, 4},
-                            {5, 5, 32, 256, 2},  {2, 9, 7, 100, 3},  {0, 12, 512, 256, 1},
+                            {0, 0, 64, 256, 2},  {3, 7, 64, 256, 1},  {0, 1, 1, 128, 4},
+                            {5, 5, 32, 256, 2},  {2, 9, 7, 100, 3},   {0, 12, 512, 256, 1},
                             {11, 12, 16, 64, 2}, {12, 12, 64, 256, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hr_ctx_params p = hr_ctx_params_default();

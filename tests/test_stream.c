@@ -412,8 +412,8 @@ static int64_t tails_mapped(const hr_gguf *g, const hr_stream_part *p, int n) {
  * posts it; after every step the pump is waited for and the mapped tail
  * bytes checked against the buffer (+ a page per window), what it passed
  * checked dropped. Returns the bytes the pump read per round. */
-static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned flags,
-                       int tokens, const char *label) {
+static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned flags, int tokens,
+                       const char *label) {
     char err[HR_ERR_LEN];
     hr_gguf *g = NULL;
     hr_stream_pump *pp = NULL;
@@ -447,8 +447,7 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
     /* a page per window of page rounding, and the kernel's fault-around at
      * both ends of the buffer: a fault on a file mapping also maps the
      * cached pages of its aligned 64 KiB block (fault_around_bytes) */
-    int64_t slack = (int64_t)(pg * (uint64_t)k) + 2 * FAULT_AROUND,
-            lim = (int64_t)buffer + slack;
+    int64_t slack = (int64_t)(pg * (uint64_t)k) + 2 * FAULT_AROUND, lim = (int64_t)buffer + slack;
     /* the warm-up read the first tail up to the buffer, and the heads */
     int64_t m0 = tails_mapped(g, part, k);
     uint64_t want0 = part[0].stream_len < buffer ? part[0].stream_len : buffer;
