@@ -42,6 +42,12 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
             hr_prof_sched_params sp = hr_prof_sched_params_default();
             sp.is_head = is_head;
             sp.n_ctx = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+            /* the reserve its admission check keeps out: its JOIN's thread count */
+            json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
+            int threads = (int)json_integer_value(json_object_get(info, "threads"));
+            json_decref(info);
+            sp.reserve_bytes = (int64_t)hr_prof_mem_reserve(
+                a->m, sp.n_ctx, a->p.n_batch, threads > 0 ? threads : pd->topo.n_cores, is_head);
             if (hr_prof_to_sched_device(pd, &hd->pm, NULL, &sp, &d->sd, err) == 0) {
                 snprintf(d->sd.name, sizeof d->sd.name, "%s", d->name);
                 hr_prof_assume_link(&d->sd); /* no link is measured yet: labelled assumed */

@@ -315,8 +315,16 @@ void hr_node_trim_timer(void *ud) {
 
 /* Refuses a plan whose part here would not fit: the same arithmetic as
  * the planner's (profiler.h, plan memory): KV of all k x w layers, one
- * window of weights and (head) the output head against MemAvailable now,
- * capped by --mem-limit, less the reserve for buffers and slack. */
+ * layer of streaming buffer and (head) the output head against
+ * MemAvailable now, capped by --mem-limit, less the reserve for buffers
+ * and slack. */
+/* Bytes kept out of the budget for work buffers and the runtime: what the
+ * planner kept out for this device (hr_prof_mem_reserve at the plan's
+ * context and batch, this agent's threads). */
+static double hr_node_reserve(const hr_agent *a, const hr_local_plan *lp) {
+    return hr_prof_mem_reserve(a->m, lp->n_ctx, lp->n_batch, a->p.n_threads, a->is_head);
+}
+
 /* The admission budget of plan lp now: hr_prof_mem_budget of MemAvailable
  * capped by --mem-limit (*budget < 0 when MemAvailable is unknown), and
  * the model's figures at lp's context in *sm. */
@@ -332,7 +340,7 @@ static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_m
     *budget = avail < 0 || total <= 0
                   ? -1
                   : hr_prof_mem_budget((double)avail, a->p.mem_limit_gib * 1073741824.0,
-                                       sm->layer_bytes, -1);
+                                       sm->layer_bytes, hr_node_reserve(a, lp));
     return rc;
 }
 
@@ -374,7 +382,7 @@ static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_
                          a->name, lp->plan_id, need, need / 1048576.0, lp->w * lp->k, lp->n_ctx,
                          a->is_head ? ", the output head" : "", budget, budget / 1048576.0,
                          a->p.mem_limit_gib > 0 ? " under --mem-limit" : "",
-                         hr_prof_mem_reserve(sm.layer_bytes) / 1048576.0);
+                         hr_node_reserve(a, lp) / 1048576.0);
     return 0;
 }
 
@@ -426,6 +434,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     for (int r = 0; lp->w > 0 && r < lp->k; r++) {
         cp.layer_begin = r * lp->W + lp->offset;
         cp.layer_end = cp.layer_begin + lp->w;
+        cp.share = lp->ctx[0]; /* one set of work buffers: the windows run in turn */
         if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
             goto fail;
     }

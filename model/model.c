@@ -324,6 +324,8 @@ struct hr_ctx {
     void *bufs[HR_CTX_MAX_BUFS];
     int n_bufs;
     size_t mem;
+    size_t wbuf_bytes;    /* env.wbuf's size */
+    bool shared;          /* env, hb and xb2 are p.share's */
     int n_threads_decode; /* resolved per-phase thread plan */
     hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
     /* sequences: [n_seq] slot in use, positions cached, last step's run */
@@ -456,12 +458,24 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
     c->env =
         (hr_layer_env){.hp = hp, .rope_freqs = m->rope_freqs, .n_ctx = c->p.n_ctx, .pool = c->pool};
     bool plain = !c->tp;
-    c->hb = hr_ctx_buf(c, (size_t)B * E * 4);
-    c->xb2 = hr_ctx_buf(c, (size_t)B * E * 4);
-    int rc = hr_layer_env_alloc(&c->env, B, plain ? hp->n_head_kv : 0, plain ? hp->n_ff : 0,
-                                plain ? c->p.n_threads : 0, wb, hr_ctx_buf, c);
-    if (rc || !c->hb || !c->xb2)
-        return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
+    const hr_ctx *sh = c->p.share;
+    if (plain && sh && !sh->tp && sh->m == m && sh->p.n_batch == B && sh->p.n_ctx == c->p.n_ctx &&
+        sh->p.n_threads == c->p.n_threads && sh->wbuf_bytes >= wb) {
+        c->env = sh->env; /* the same sizes: n_batch, n_ctx, threads, heads, n_ff */
+        c->env.pool = c->pool;
+        c->hb = sh->hb;
+        c->xb2 = sh->xb2;
+        c->wbuf_bytes = sh->wbuf_bytes;
+        c->shared = true;
+    } else {
+        c->hb = hr_ctx_buf(c, (size_t)B * E * 4);
+        c->xb2 = hr_ctx_buf(c, (size_t)B * E * 4);
+        int rc = hr_layer_env_alloc(&c->env, B, plain ? hp->n_head_kv : 0, plain ? hp->n_ff : 0,
+                                    plain ? c->p.n_threads : 0, wb, hr_ctx_buf, c);
+        if (rc || !c->hb || !c->xb2)
+            return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
+        c->wbuf_bytes = wb;
+    }
     size_t S = (size_t)c->p.n_seq, Bz = (size_t)B;
     c->seq_used = hr_ctx_buf(c, S * sizeof *c->seq_used);
     c->seq_len = hr_ctx_buf(c, S * sizeof *c->seq_len);

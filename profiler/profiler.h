@@ -372,8 +372,9 @@ typedef struct {
     int n_ctx;             /* planned context: KV per layer = kv_bytes_per_token x n_ctx */
     int n_past;            /* positions attended in the decode estimate (0: n_ctx / 2) */
     int prefill_batch;     /* tokens per prompt batch for prefill_ms[] (0: 64) */
-    int64_t reserve_bytes; /* kept out of mem_bytes for work buffers and slack, bytes
-                              (-1: one mean layer + 64 MiB) */
+    int64_t reserve_bytes; /* kept out of mem_bytes for work buffers and slack, bytes:
+                              hr_prof_mem_reserve (-1: no model at hand, one mean layer +
+                              64 MiB) */
 } hr_prof_sched_params;
 
 hr_prof_sched_params hr_prof_sched_params_default(void);
@@ -415,13 +416,26 @@ double hr_prof_disk_stream_mbs(const hr_prof_disk *dk);
  * the device, so a plan made from a profile is refused for memory only when
  * memory shrank since the profile. */
 
-/* Bytes kept out of available memory for work buffers (activations,
- * logits, scratch), the runtime and one layer of streaming slack: one mean
- * layer + 64 MiB. */
-double hr_prof_mem_reserve(double layer_bytes);
+/* Bytes kept out of available memory besides weights and KV: the work
+ * buffers of one context over the model's layers at n_ctx positions,
+ * n_batch tokens and n_threads threads (hr_ctx_memory_predict; a device's
+ * window contexts share one set, hr_ctx_params.share, and so does the
+ * head's output-head context), the plan's hidden-state and frame buffers
+ * (+ the receive frame and logits on the head), and HR_PROF_RESERVE_SLACK
+ * for the rest of the runtime. The planner (with the device's JOIN thread
+ * count) and the device's admission check (with its own) use it alike.
+ * Reentrant. */
+double hr_prof_mem_reserve(const hr_model *m, int n_ctx, int n_batch, int n_threads, bool is_head);
+/* What an agent holds besides weights, KV and the plan's buffers: ZeroMQ
+ * context, sockets and queued frames, malloc arenas, thread stacks, the
+ * tokenizer. Measured on the 1.1B-shape model with 2 agents at k 2: anonymous
+ * RSS less KV less the plan's buffers was 2-5 MiB; the rest is headroom for
+ * frames queued on the data sockets. */
+#define HR_PROF_RESERVE_SLACK (16.0 * 1048576.0)
 /* Bytes a plan may use on a device for weights + KV: avail (bytes; < 0
- * unknown: 0) capped by limit when limit > 0, less the reserve (or
- * reserve_bytes when >= 0); never negative. Reentrant. */
+ * unknown: 0) capped by limit when limit > 0, less reserve_bytes (when
+ * >= 0: hr_prof_mem_reserve; < 0, with no model at hand: one layer_bytes +
+ * 64 MiB); never negative. Reentrant. */
 double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes);
 /* Bytes a device's part of a plan needs resident: the KV cache of all its
  * k x w layers, one mean layer of weights (the least buffer the streaming

@@ -13,15 +13,29 @@ hr_prof_sched_params hr_prof_sched_params_default(void) {
         .is_head = false, .n_ctx = 4096, .n_past = 0, .prefill_batch = 64, .reserve_bytes = -1};
 }
 
-double hr_prof_mem_reserve(double layer_bytes) {
-    return (layer_bytes > 0 ? layer_bytes : 0) + 64.0 * 1048576.0;
+double hr_prof_mem_reserve(const hr_model *m, int n_ctx, int n_batch, int n_threads, bool is_head) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_ctx_params cp = hr_ctx_params_default(); /* every layer: the largest matmul scratch */
+    cp.n_ctx = hr_hparams_ctx(hp, n_ctx);
+    cp.n_batch = n_batch > 0 ? n_batch : 64;
+    cp.n_threads = n_threads > 0 ? n_threads : 1;
+    size_t work = 0;
+    if (hr_ctx_memory_predict(m, &cp, NULL, &work) != 0)
+        work = 0;
+    double B = cp.n_batch < cp.n_ctx ? cp.n_batch : cp.n_ctx, E = hp->n_embd;
+    double plan = B * E * 4 + HR_RING_HDR_SIZE + B * E * 4; /* hidden states, send frame */
+    if (is_head)
+        plan += HR_RING_HDR_SIZE + B * E * 4 + (double)hp->n_vocab * 4; /* receive, logits */
+    return (double)work + plan + HR_PROF_RESERVE_SLACK;
 }
 
 double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes) {
     double a = avail > 0 ? avail : 0;
     if (limit > 0 && limit < a)
         a = limit;
-    double r = reserve_bytes >= 0 ? reserve_bytes : hr_prof_mem_reserve(layer_bytes);
+    /* no model at hand: a rough reserve of one layer + 64 MiB */
+    double r =
+        reserve_bytes >= 0 ? reserve_bytes : (layer_bytes > 0 ? layer_bytes : 0) + 64.0 * 1048576.0;
     return a > r ? a - r : 0;
 }
 

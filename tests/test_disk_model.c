@@ -255,6 +255,52 @@ static void test_ctx_memory(const hr_model *m) {
             CHECK_INT(hr_ctx_memory(c), ==, kv + work);
         hr_ctx_destroy(c);
     }
+    /* a window context on another's work buffers: it allocates only its KV
+     * (and its sequence tables) and computes the same values */
+    hr_ctx_params p = hr_ctx_params_default();
+    p.n_ctx = 64;
+    p.n_batch = 8;
+    p.layer_begin = 0;
+    p.layer_end = 6;
+    hr_ctx *own0 = NULL, *own1 = NULL, *sh1 = NULL;
+    char err[HR_ERR_LEN];
+    CHECK_EQ(hr_ctx_create(&own0, m, &p, err), 0);
+    p.layer_begin = 6;
+    p.layer_end = 12;
+    CHECK_EQ(hr_ctx_create(&own1, m, &p, err), 0);
+    p.share = own0;
+    CHECK_EQ(hr_ctx_create(&sh1, m, &p, err), 0);
+    size_t kv = 0, work = 0;
+    CHECK_EQ(hr_ctx_memory_predict(m, &p, &kv, &work), 0);
+    if (own0 && own1 && sh1) {
+        CHECK_INT(hr_ctx_memory(sh1), <, kv + 4096);
+        CHECK_INT(hr_ctx_memory(own1), ==, kv + work);
+        int E = hp->n_embd;
+        float *a = calloc((size_t)4 * E, sizeof *a), *b = calloc((size_t)4 * E, sizeof *b);
+        for (int i = 0; i < 4 * E; i++)
+            a[i] = b[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+        CHECK_EQ(hr_ctx_layers(own0, a, 4, 0, err), 0); /* the owner runs between */
+        CHECK_EQ(hr_ctx_layers(own1, a, 4, 0, err), 0);
+        CHECK_EQ(hr_ctx_layers(own0, b, 4, 0, err), 0);
+        CHECK_EQ(hr_ctx_layers(sh1, b, 4, 0, err), 0);
+        CHECK(memcmp(a, b, (size_t)4 * E * sizeof *a) == 0);
+        free(a);
+        free(b);
+    }
+    hr_ctx_destroy(sh1);
+    hr_ctx_destroy(own1);
+    hr_ctx_destroy(own0);
+    /* the reserve covers one context's work buffers and the plan's */
+    p = hr_ctx_params_default();
+    p.n_ctx = N_CTX;
+    p.n_batch = 64;
+    p.n_threads = 2;
+    CHECK_EQ(hr_ctx_memory_predict(m, &p, NULL, &work), 0);
+    double rs = hr_prof_mem_reserve(m, N_CTX, 64, 2, false);
+    CHECK(rs >= (double)work + HR_PROF_RESERVE_SLACK);
+    CHECK(rs <= (double)work + HR_PROF_RESERVE_SLACK + 2.0 * 64 * hp->n_embd * 4 + 64);
+    CHECK(hr_prof_mem_reserve(m, N_CTX, 64, 2, true) > rs);
+
     hr_ctx_params bad = hr_ctx_params_default();
     bad.layer_begin = 5;
     bad.layer_end = 40;

@@ -80,12 +80,12 @@ static void test_live_plan(const char *model) {
     CHECK_EQ(sm.n_layer, 12);
     /* each device holds about 2.5 layers: short of memory, slow disks */
     double per = sm.layer_bytes + sm.kv_bytes_per_layer;
-    double reserve = hr_prof_mem_reserve(sm.layer_bytes);
     const char *names[N_DEV] = {"head", "w1", "w2"};
     double gbs[N_DEV] = {4.0, 3.0, 2.0};
     char files[N_DEV][128];
     int64_t avail[N_DEV];
     for (int i = 0; i < N_DEV; i++) {
+        double reserve = model_reserve(model, N_CTX, i == 0);
         avail[i] = (int64_t)(reserve + 2.5 * per + (i == 0 ? sm.output_bytes : 0));
         CHECK_EQ(save_profile(g_dir, names[i], gbs[i], 40.0, avail[i], files[i], sizeof files[i]),
                  0);
@@ -187,8 +187,9 @@ static void test_memory_edge(const char *model) {
     }
     hr_prof_model_clear(&pm);
     /* everything resident (no disk): weights + KV of every layer + output head */
-    double need = hr_prof_mem_need(&sm, 1, sm.n_layer, true);
-    int64_t enough = (int64_t)(hr_prof_mem_reserve(sm.layer_bytes) + need) + 1;
+    double need = sm.n_layer * (sm.layer_bytes + sm.kv_bytes_per_layer) + sm.output_bytes;
+    CHECK(hr_prof_mem_need(&sm, 1, sm.n_layer, true) < need); /* the admission check's least */
+    int64_t enough = (int64_t)(model_reserve(model, N_CTX, true) + need) + 1;
     for (int short_of = 0; short_of <= 1; short_of++) {
         int64_t avail = enough - (short_of ? 1 << 20 : 0);
         hr_prof_device d;
