@@ -461,6 +461,14 @@ char *hr_head_status_json(hr_agent *a) {
             json_string(strncmp(hd->plan_err, "no plan", 7) == 0 ? hd->plan_err : ""));
         json_object_set_new(j, "recoveries",
                             json_integer((json_int_t)atomic_load(&hd->recoveries)));
+        /* the scheduler's prediction for the plan in use (null: no prediction) */
+        bool pred = hd->have_sched && hd->sched.status == 0 && hd->sched.k > 0;
+        json_object_set_new(j, "pred_ms_token",
+                            pred ? json_real(hd->sched.latency_ms) : json_null());
+        json_object_set_new(j, "pred_compute_ms_token",
+                            pred ? json_real(hd->sched.compute_ms) : json_null());
+        json_object_set_new(j, "pred_disk_exposed_ms_token",
+                            pred ? json_real(hd->sched.disk_exposed_ms) : json_null());
         hr_head_adapt_json(hd, j);
     }
     pthread_mutex_unlock(&hd->dev_mu);
