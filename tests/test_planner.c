@@ -34,7 +34,7 @@ static char g_dir[64];
 
 /* The scheduler inputs the head builds from a profile file. */
 static int sched_dev_from_file(const char *path, const hr_prof_model *pm, bool is_head,
-                               const char *name, hr_sched_device *out) {
+                               const char *name, double reserve, hr_sched_device *out) {
     char *js = NULL, err[HR_ERR_LEN];
     FILE *f = fopen(path, "r");
     if (!f)
@@ -49,6 +49,7 @@ static int sched_dev_from_file(const char *path, const hr_prof_model *pm, bool i
         hr_prof_sched_params sp = hr_prof_sched_params_default();
         sp.is_head = is_head;
         sp.n_ctx = N_CTX;
+        sp.reserve_bytes = (int64_t)reserve; /* what the head keeps out (hr_prof_mem_reserve) */
         rc = hr_prof_to_sched_device(d, pm, NULL, &sp, out, err);
         snprintf(out->name, sizeof out->name, "%s", name);
         hr_prof_assume_link(out);
@@ -116,7 +117,9 @@ static void test_live_plan(const char *model) {
             CHECK(order[i] >= 0);
             if (order[i] < 0)
                 order[i] = i;
-            CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]], &sd[i]), 0);
+            CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]],
+                                         model_reserve(model, N_CTX, i == 0), &sd[i]),
+                     0);
             /* the links the plan ran on were measured (each device's link to
              * the head at join; the head's the other way): the same figures */
             json_t *dj = json_array_get(devs, i);
