@@ -11,9 +11,11 @@
 #include "mmap/stream.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[512];
@@ -526,6 +528,91 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
     return per_round;
 }
 
+/* The same, free-running: a compute thread reads the layers (about 3 ms
+ * each) and posts them without waiting for the pump while this thread
+ * samples the mapped tail bytes. On a busy machine the pump can wake a
+ * layer or two late, the compute then faults pages in itself (the pump
+ * drops them when it catches up), so the bound is the buffer + two layers
+ * (+ pages, fault-around); once the pump caught up, only the next tail's
+ * buffer is left. */
+typedef struct {
+    const hr_gguf *g;
+    hr_stream_pump *pp;
+    const hr_stream_part *part;
+    int k, w, tokens;
+    atomic_int done;
+} race_arg;
+
+static void *race_compute(void *arg) {
+    race_arg *ra = arg;
+    for (int t = 0; t < ra->tokens; t++)
+        for (int r = 0; r < ra->k; r++) {
+            for (int j = 0; j < ra->w; j++) {
+                int l = ra->part[r].layer_begin + j;
+                uint64_t lo, ll;
+                if (hr_stream_window_range(ra->g, l, l + 1, &lo, &ll) == 0)
+                    touch(ra->g, lo, ll);
+                struct timespec ts = {0, 3000000}; /* a layer's compute: about 3 ms */
+                nanosleep(&ts, NULL);
+                hr_stream_pump_layer_done(ra->pp, l);
+            }
+            hr_stream_pump_window_done(ra->pp, r);
+        }
+    atomic_store(&ra->done, 1);
+    return NULL;
+}
+
+static void pump_race(int k, int w, double resident, uint64_t buffer, uint64_t layer) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    hr_stream_pump *pp = NULL;
+    if (hr_gguf_open(&g, pump_path, err) || hr_stream_pump_create(&pp, g, err)) {
+        CHECK(0);
+        hr_gguf_close(g);
+        return;
+    }
+    int W = PUMP_LAYERS / k, offset = W - w;
+    hr_stream_part part[HR_STREAM_MAX_WINDOWS];
+    memset(part, 0, sizeof part);
+    for (int r = 0; r < k; r++) {
+        part[r].layer_begin = r * W + offset;
+        part[r].n_layers = w;
+        CHECK_EQ(hr_stream_window_range(g, part[r].layer_begin, part[r].layer_begin + w,
+                                        &part[r].off, &part[r].len),
+                 0);
+        hr_stream_evict(g, part[r].off, part[r].len);
+    }
+    CHECK_EQ(hr_stream_split_resident(part, k, resident), 0);
+    CHECK_EQ(hr_stream_pump_plan(pp, part, k, buffer, HR_STREAM_PREFETCH | HR_STREAM_DROP), 0);
+    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    race_arg ra = {.g = g, .pp = pp, .part = part, .k = k, .w = w, .tokens = 20};
+    atomic_init(&ra.done, 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, race_compute, &ra), 0);
+    int64_t worst = 0;
+    int samples = 0;
+    while (!atomic_load(&ra.done)) {
+        int64_t m = tails_mapped(g, part, k);
+        worst = m > worst ? m : worst;
+        samples++;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_join(th, NULL);
+    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    hr_stream_pump_stats st;
+    hr_stream_pump_get_stats(pp, &st);
+    int64_t lim = (int64_t)(buffer + 2 * layer + pg * (uint64_t)k) + 2 * FAULT_AROUND;
+    CHECK_INT(tails_mapped(g, part, k), <=, (int64_t)(buffer + pg * (uint64_t)k) + FAULT_AROUND);
+    printf("race k %d w %d, buffer %.0f KiB: most tail mapped %.0f KiB over %d samples\n", k, w,
+           buffer / 1024.0, worst / 1024.0, samples);
+    CHECK_INT(worst, <=, lim);
+    CHECK_INT(st.max_span, <=, buffer);
+    CHECK(samples > 10);
+    hr_stream_pump_destroy(pp);
+    hr_gguf_close(g);
+}
+
 static void test_pump(void) {
     if (write_pump_model(pump_path) != 0)
         return;
@@ -557,6 +644,8 @@ static void test_pump(void) {
     pump_run(3, 2, 3.0 * (double)layer, 2 * layer, all | HR_STREAM_LOCK, 2, "whole tails");
     /* no read-ahead: the compute faults, the pump only drops */
     pump_run(2, 4, 0, 2 * layer, HR_STREAM_DROP, 1, "drop only");
+    pump_race(3, 3, 0, b15, layer);
+    pump_race(1, 9, 2.0 * (double)layer, layer / pg * pg, layer);
 }
 
 int main(void) {
