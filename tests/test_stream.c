@@ -359,6 +359,19 @@ static void test_threads(void) {
 
 /* ---- the pump: a sliding buffer over a generated many-layer file ---- */
 
+/* AddressSanitizer makes mlock a no-op that succeeds: locked heads are
+ * then not read in */
+#if defined(__SANITIZE_ADDRESS__)
+#define HR_NO_MLOCK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HR_NO_MLOCK 1
+#endif
+#endif
+#ifndef HR_NO_MLOCK
+#define HR_NO_MLOCK 0
+#endif
+
 #define PUMP_LAYERS 9
 #define FAULT_AROUND ((int64_t)64 << 10)
 static char pump_path[1100];
@@ -456,7 +469,7 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
     CHECK_INT(m0, <=, lim);
     if (flags & HR_STREAM_PREFETCH)
         CHECK_INT(m0 + (int64_t)pg, >=, (int64_t)want0);
-    for (int r = 0; r < k; r++) {
+    for (int r = 0; r < k && !(HR_NO_MLOCK && (flags & HR_STREAM_LOCK)); r++) {
         uint64_t ko = part[r].off, kl = part[r].keep_len;
         if (kl)
             CHECK_INT(hr_stream_mapped(g, &ko, &kl, 1), ==, (int64_t)(kl + pg - 1) / pg * pg);
