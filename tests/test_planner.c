@@ -34,7 +34,7 @@ static char g_dir[64];
 
 /* The scheduler inputs the head builds from a profile file. */
 static int sched_dev_from_file(const char *path, const hr_prof_model *pm, bool is_head,
-                               const char *name, hr_sched_device *out) {
+                               const char *name, double reserve, hr_sched_device *out) {
     char *js = NULL, err[HR_ERR_LEN];
     FILE *f = fopen(path, "r");
     if (!f)
@@ -49,6 +49,7 @@ static int sched_dev_from_file(const char *path, const hr_prof_model *pm, bool i
         hr_prof_sched_params sp = hr_prof_sched_params_default();
         sp.is_head = is_head;
         sp.n_ctx = N_CTX;
+        sp.reserve_bytes = (int64_t)reserve; /* what the head keeps out (hr_prof_mem_reserve) */
         rc = hr_prof_to_sched_device(d, pm, NULL, &sp, out, err);
         snprintf(out->name, sizeof out->name, "%s", name);
         hr_prof_assume_link(out);
@@ -80,12 +81,12 @@ static void test_live_plan(const char *model) {
     CHECK_EQ(sm.n_layer, 12);
     /* each device holds about 2.5 layers: short of memory, slow disks */
     double per = sm.layer_bytes + sm.kv_bytes_per_layer;
-    double reserve = hr_prof_mem_reserve(sm.layer_bytes);
     const char *names[N_DEV] = {"head", "w1", "w2"};
     double gbs[N_DEV] = {4.0, 3.0, 2.0};
     char files[N_DEV][128];
     int64_t avail[N_DEV];
     for (int i = 0; i < N_DEV; i++) {
+        double reserve = model_reserve(model, N_CTX, i == 0);
         avail[i] = (int64_t)(reserve + 2.5 * per + (i == 0 ? sm.output_bytes : 0));
         CHECK_EQ(save_profile(g_dir, names[i], gbs[i], 40.0, avail[i], files[i], sizeof files[i]),
                  0);
@@ -116,7 +117,9 @@ static void test_live_plan(const char *model) {
             CHECK(order[i] >= 0);
             if (order[i] < 0)
                 order[i] = i;
-            CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]], &sd[i]), 0);
+            CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]],
+                                         model_reserve(model, N_CTX, i == 0), &sd[i]),
+                     0);
             /* the links the plan ran on were measured (each device's link to
              * the head at join; the head's the other way): the same figures */
             json_t *dj = json_array_get(devs, i);
@@ -187,8 +190,9 @@ static void test_memory_edge(const char *model) {
     }
     hr_prof_model_clear(&pm);
     /* everything resident (no disk): weights + KV of every layer + output head */
-    double need = hr_prof_mem_need(&sm, 1, sm.n_layer, true);
-    int64_t enough = (int64_t)(hr_prof_mem_reserve(sm.layer_bytes) + need) + 1;
+    double need = sm.n_layer * (sm.layer_bytes + sm.kv_bytes_per_layer) + sm.output_bytes;
+    CHECK(hr_prof_mem_need(&sm, 1, sm.n_layer, true) < need); /* the admission check's least */
+    int64_t enough = (int64_t)(model_reserve(model, N_CTX, true) + need) + 1;
     for (int short_of = 0; short_of <= 1; short_of++) {
         int64_t avail = enough - (short_of ? 1 << 20 : 0);
         hr_prof_device d;
