@@ -153,6 +153,15 @@ static void test_live_plan(const char *model) {
             CHECK(json_real_value(json_object_get(d, "pred_ms_round")) > 0);
         }
         CHECK_EQ(active, N_DEV);
+        /* memory is a cost: 12 layers on room for ~7.5, so devices stream, and the
+         * head's status says which, as the scheduler planned */
+        int streaming = 0;
+        for (int i = 0; i < N_DEV && i < (int)json_array_size(devs); i++) {
+            bool ov = json_is_true(json_object_get(json_array_get(devs, i), "overloaded"));
+            CHECK_EQ(ov, want.dev[i].overloaded);
+            streaming += ov;
+        }
+        CHECK(streaming >= 1);
         if (want.k * N_DEV != sm.n_layer) /* an even split would give every device W / 3 */
             CHECK(!even);
         CHECK(strncmp(json_string_value(json_object_get(st, "plan_source")), "scheduler", 9) == 0);
@@ -172,8 +181,9 @@ static void test_live_plan(const char *model) {
             0);
         CHECK_EQ(got[0], ref[0]);
         CHECK(counted_ids_equal(got, ref));
-        printf("live plan: k %d, %d active devices, %d greedy ids equal the single process\n", k,
-               active, ref[0]);
+        printf("live plan: k %d, %d active devices (%d streaming), %d greedy ids equal the single "
+               "process\n",
+               k, active, streaming, ref[0]);
     }
     agents_end(ag, N_DEV);
     hr_prof_model_clear(&pm);
