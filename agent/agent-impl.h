@@ -179,10 +179,16 @@ double hr_node_resident(const hr_agent *a, const hr_local_plan *lp); /* fraction
 int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]);
 void hr_node_streamer_stop(hr_agent *a);
 /* stream.c: splits lp's windows (hr_node_windows done) under room bytes for
- * weights (hr_prof_stream_room) and hands the parts to the streamer, which
- * pins the resident parts and warms the first window. Returns the streamed
- * bytes per round. Thread-safe (the streamer's own lock, not plan_mu). */
-double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room);
+ * weights (hr_prof_stream_room) by the scheduler's streaming scheme
+ * (hr_prof_stream_parts, min_buffer = layer_bytes, the model's mean layer)
+ * and hands the parts to the streamer, which pins the resident parts and
+ * warms the first window. Returns the streamed bytes per round. Thread-safe
+ * (the streamer's own lock, not plan_mu). */
+double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, double layer_bytes);
+/* stream.c: hr_ctx_params.on_layer of this device's window contexts (ud =
+ * the agent): posts the finished layer to the streamer when a tail slides
+ * through its buffer. Cheap, on the computing thread. */
+void hr_node_on_layer(void *ud, int layer);
 /* stream.c: the measured bytes per round, the split (any thread) */
 void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out);
 /* stream.c: one measurement tick (one thread: the control loop's timer) */

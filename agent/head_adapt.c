@@ -14,7 +14,9 @@
  * predictions are updated. Re-plans are at
  * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
- * again (the hog stops). Never with --windows. */
+ * again (the hog stops). Never with --windows, and never on the rounds of
+ * a device that streams from disk (its CPU rates would take the blame for
+ * the disk). */
 #include "agent/head-impl.h"
 
 #include "common/log.h"
@@ -63,10 +65,13 @@ static void hr_adapt_reset(hr_dev *d) {
 }
 
 /* d is off in at least n samples of the plan in use (a streak of an
- * earlier plan, or of a device the plan left out, does not count). */
+ * earlier plan, or of a device the plan left out, does not count). A
+ * device that streams its layers from disk every token is not judged by
+ * its CPU rates: its rounds wait for the disk, and scaling its CPU times
+ * by them would plan it as a CPU tens of times slower than it is. */
 static bool hr_adapt_off(const hr_head *hd, const hr_dev *d, int n) {
     return !d->lost && d->adapt_plan == hd->plan_id && d->ring_pos >= 0 && d->w > 0 &&
-           d->pred_ms_round > 0 && d->adapt_off >= n;
+           !d->overloaded && d->pred_ms_round > 0 && d->adapt_off >= n;
 }
 
 void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,

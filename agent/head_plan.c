@@ -42,6 +42,12 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
             hr_prof_sched_params sp = hr_prof_sched_params_default();
             sp.is_head = is_head;
             sp.n_ctx = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+            /* the reserve its admission check keeps out: its JOIN's thread count */
+            json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
+            int threads = (int)json_integer_value(json_object_get(info, "threads"));
+            json_decref(info);
+            sp.reserve_bytes = (int64_t)hr_prof_mem_reserve(
+                a->m, sp.n_ctx, a->p.n_batch, threads > 0 ? threads : pd->topo.n_cores, is_head);
             if (hr_prof_to_sched_device(pd, &hd->pm, NULL, &sp, &d->sd, err) == 0) {
                 snprintf(d->sd.name, sizeof d->sd.name, "%s", d->name);
                 hr_prof_assume_link(&d->sd); /* no link is measured yet: labelled assumed */
@@ -194,6 +200,11 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
                            int *n_active) {
     int off = 0;
     *n_active = 0;
+    /* the model's figures for the streaming scheme (hr_prof_stream_read_round) */
+    hr_sched_model sm;
+    char e2[HR_ERR_LEN];
+    bool have_sm =
+        hd->have_pm && hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(hd->a), &sm, e2) == 0;
     for (int i = 0; i < hd->n_devs; i++) {
         hd->devs[i].ring_pos = -1;
         hd->devs[i].w = 0;
@@ -205,6 +216,12 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         off += w[i];
         d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
         d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
+        if (have_sm && d->has_sched && w[i] > 0 &&
+            (d->sd.os == HR_SCHED_OS_LINUX || d->sd.os == HR_SCHED_OS_ANDROID))
+            /* what its runtime streams: the same hr_sched_stream_split, on the budget the
+             * device is planned with (the PLAN's mem_budget) */
+            d->pred_read_token =
+                k * hr_prof_stream_read_round(&sm, k, w[i], i == 0, d->sd.mem_bytes);
         d->left_out[0] = 0;
         if (i > 0 && w[i] == 0)
             snprintf(d->left_out, sizeof d->left_out, "%s",
@@ -453,6 +470,14 @@ char *hr_head_status_json(hr_agent *a) {
             json_string(strncmp(hd->plan_err, "no plan", 7) == 0 ? hd->plan_err : ""));
         json_object_set_new(j, "recoveries",
                             json_integer((json_int_t)atomic_load(&hd->recoveries)));
+        /* the scheduler's prediction for the plan in use (null: no prediction) */
+        bool pred = hd->have_sched && hd->sched.status == 0 && hd->sched.k > 0;
+        json_object_set_new(j, "pred_ms_token",
+                            pred ? json_real(hd->sched.latency_ms) : json_null());
+        json_object_set_new(j, "pred_compute_ms_token",
+                            pred ? json_real(hd->sched.compute_ms) : json_null());
+        json_object_set_new(j, "pred_disk_exposed_ms_token",
+                            pred ? json_real(hd->sched.disk_exposed_ms) : json_null());
         json_object_set_new(j, "kv_slots", json_integer(hd->plan_seq)); /* requests at once */
         hr_head_adapt_json(hd, j);
     }

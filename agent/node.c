@@ -315,8 +315,16 @@ void hr_node_trim_timer(void *ud) {
 
 /* Refuses a plan whose part here would not fit: the same arithmetic as
  * the planner's (profiler.h, plan memory): KV of all k x w layers, one
- * window of weights and (head) the output head against MemAvailable now,
- * capped by --mem-limit, less the reserve for buffers and slack. */
+ * layer of streaming buffer and (head) the output head against
+ * MemAvailable now, capped by --mem-limit, less the reserve for buffers
+ * and slack. */
+/* Bytes kept out of the budget for work buffers and the runtime: what the
+ * planner kept out for this device (hr_prof_mem_reserve at the plan's
+ * context and batch, this agent's threads). */
+static double hr_node_reserve(const hr_agent *a, const hr_local_plan *lp) {
+    return hr_prof_mem_reserve(a->m, lp->n_ctx, lp->n_batch, a->p.n_threads, a->is_head);
+}
+
 /* The admission budget of plan lp now: hr_prof_mem_budget of MemAvailable
  * capped by --mem-limit (*budget < 0 when MemAvailable is unknown), and
  * the model's figures at lp's context in *sm. */
@@ -332,19 +340,22 @@ static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_m
     *budget = avail < 0 || total <= 0
                   ? -1
                   : hr_prof_mem_budget((double)avail, a->p.mem_limit_gib * 1073741824.0,
-                                       sm->layer_bytes, -1);
+                                       sm->layer_bytes, hr_node_reserve(a, lp));
     return rc;
 }
 
 /* Bytes of lp's windows that may stay resident: the admission budget,
  * capped by the budget the scheduler planned this device with (PLAN
- * mem_budget), less KV and output head (hr_prof_stream_room). */
-static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp) {
+ * mem_budget), less KV and output head (hr_prof_stream_room); the model's
+ * mean layer in *layer_bytes (the streaming buffer's least). */
+static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp, double *layer_bytes) {
     hr_sched_model sm;
     double budget;
     char err[HR_ERR_LEN];
+    *layer_bytes = 0;
     if (lp->w <= 0 || hr_node_budget(a, lp, &sm, &budget, err) != 0)
         return 1e300; /* nothing to split, or no model figures: keep everything */
+    *layer_bytes = sm.layer_bytes;
     if (lp->mem_budget > 0 && (budget < 0 || lp->mem_budget < budget))
         budget = lp->mem_budget;
     if (budget < 0)
@@ -366,12 +377,12 @@ static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_
     if (need > budget * (1.0 + 1e-9) + 1.0)
         return hr_seterr(err, HR_ENOMEM,
                          "device '%s': plan %u needs %.0f bytes (%.1f MiB: KV of %d layers x %d "
-                         "positions, a window of %d layers%s) but has %.0f bytes (%.1f MiB "
-                         "available%s, less %.1f MiB for buffers and slack)",
+                         "positions, one layer of streaming buffer%s) but has %.0f bytes (%.1f "
+                         "MiB available%s, less %.1f MiB for buffers and slack)",
                          a->name, lp->plan_id, need, need / 1048576.0, lp->w * lp->k, lp->n_ctx,
-                         lp->w, a->is_head ? ", the output head" : "", budget, budget / 1048576.0,
+                         a->is_head ? ", the output head" : "", budget, budget / 1048576.0,
                          a->p.mem_limit_gib > 0 ? " under --mem-limit" : "",
-                         hr_prof_mem_reserve(sm.layer_bytes) / 1048576.0);
+                         hr_node_reserve(a, lp) / 1048576.0);
     return 0;
 }
 
@@ -423,9 +434,12 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     cp.n_batch = hr_local_plan_rows(lp);
     cp.n_seq = lp->n_seq;
     cp.pool = a->pool;
+    cp.on_layer = hr_node_on_layer; /* the streamer follows the layers computed */
+    cp.on_layer_ud = a;
     for (int r = 0; lp->w > 0 && r < lp->k; r++) {
         cp.layer_begin = r * lp->W + lp->offset;
         cp.layer_end = cp.layer_begin + lp->w;
+        cp.share = lp->ctx[0]; /* one set of work buffers: the windows run in turn */
         if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
             goto fail;
         for (int s = 0; s < lp->n_seq; s++) /* every slot in use, for BATCH rows */
@@ -447,7 +461,8 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
         goto fail;
     }
     hr_node_windows(a, lp);
-    hr_node_stream_plan(a, lp, hr_node_stream_room(a, lp)); /* pins, warms the first window */
+    double layer_bytes, room = hr_node_stream_room(a, lp, &layer_bytes);
+    hr_node_stream_plan(a, lp, room, layer_bytes); /* pins, warms the first window */
     HR_LOG_INFO(TAG,
                 "%s: plan %u: k %d, window %d layers at offset %d of %d per round, %d KV slot%s, "
                 "next %s",

@@ -1,21 +1,24 @@
 /* stream.c - this device's windows of weights, used in place from the
- * read-only mapping, and the streamer thread that keeps them where the
- * plan's disk model says they are.
+ * read-only mapping, and the streamer that keeps them where the plan's
+ * disk model says they are.
  *
- * The scheme (sched/sched.h, "pinned" reclaim): when the device's k
- * windows fit the room it has for weights (hr_prof_stream_room of the
- * same budget its admission check uses) everything stays resident and
- * nothing is read per token. Otherwise hr_stream_split keeps a head of
- * every window resident (mlock where the kernel allows it, else read in
- * and never dropped) and streams the tail: after window r is computed the
- * streamer thread drops r's tail (MADV_COLD + MADV_DONTNEED) and reads
- * window r+1's tail in (WILLNEED, then touched) while the rest of the ring
- * computes. The compute thread only posts "window r done" (a mutex and a
+ * The scheme (sched/sched.h hr_sched_stream_split, "pinned" reclaim): when
+ * the device's k windows fit the room it has for weights (hr_prof_stream_room
+ * of the same budget its admission check uses) everything stays resident
+ * and nothing is read per token. Otherwise hr_prof_stream_parts keeps a head
+ * of every window resident (mlock where the kernel allows it, else read in
+ * and never dropped), `resident` bytes in all, and streams the tails through
+ * a buffer of `buffer` bytes: the pump (mmap/stream.h) drops window r's tail
+ * once r is computed and reads window r+1's from its start up to the buffer
+ * while the rest of the ring computes; a tail larger than the buffer slides
+ * on as the compute thread posts each finished layer (hr_ctx_params
+ * on_layer), never more than the buffer ahead of the layer computing. The
+ * compute thread only posts "layer done" / "window done" (a mutex and a
  * condition variable): no madvise in the send path, none under plan_mu.
  *
  * Measurement: read_bytes of /proc/self/io over the windows computed,
  * sampled by the control loop's timer (hr_node_io_sample), from the moment
- * the streamer finished warming the plan's resident part.
+ * the pump finished warming the plan's resident part.
  *
  * HEARTH_STREAM=legacy brings back the earlier behaviour for comparisons
  * (whole windows: WILLNEED of the next one and, where the plan says
@@ -29,33 +32,27 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TAG "stream"
 
+_Static_assert(HR_AGENT_MAX_K <= HR_STREAM_MAX_WINDOWS, "the pump takes every window");
+
 struct hr_streamer {
     const hr_gguf *g;
-    pthread_t th;
-    bool started;
-    bool legacy;    /* HEARTH_STREAM=legacy */
-    bool try_mlock; /* HEARTH_MLOCK != 0 */
+    hr_stream_pump *pump; /* NULL in legacy mode */
+    bool legacy;          /* HEARTH_STREAM=legacy */
+    bool try_mlock;       /* HEARTH_MLOCK != 0 */
+    atomic_bool windows;  /* post window events: some window has a tail */
+    atomic_bool layers;   /* post layer events: some tail is larger than the buffer */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     /* ---- mu ---- */
-    bool stop;
-    uint64_t gen; /* plans handed over */
-    int n;        /* windows (k), 0 = no layers */
-    hr_stream_part part[HR_AGENT_MAX_K];
-    bool split;    /* some window streams a tail */
-    bool prefetch; /* read the next tail ahead */
-    bool whole;    /* --release on a plan that fits: drop whole windows (as before) */
-    uint32_t done; /* bit r: window r computed, drop its tail */
-    int want;      /* window to read ahead, -1 none */
     hr_stream_stats st;
-    bool rebase; /* the warm-up is over: measure from here */
+    bool rebase; /* legacy: measure from the plan on */
     /* ---- measurement: the sampling thread alone (hr_node_io_sample) ---- */
     atomic_ullong rounds; /* windows computed (any thread) */
     int64_t last_io;
-    uint64_t last_rounds;
+    uint64_t last_rounds, warm_seen;
     bool active_prev;
     double acc_io, acc_rounds;
 };
@@ -86,20 +83,20 @@ void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round)
     hr_streamer *s = a->streamer;
     if (lp->w <= 0 || lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K)
         return;
+    if (s)
+        atomic_fetch_add(&s->rounds, 1);
     if (!s || s->legacy) {
-        if (s)
-            atomic_fetch_add(&s->rounds, 1);
         hr_after_window_legacy(a, lp, round);
         return;
     }
-    atomic_fetch_add(&s->rounds, 1);
-    pthread_mutex_lock(&s->mu);
-    if (s->split || s->whole) {
-        s->done |= 1u << round;
-        s->want = (round + 1) % lp->k;
-        pthread_cond_signal(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
+    if (atomic_load_explicit(&s->windows, memory_order_relaxed))
+        hr_stream_pump_window_done(s->pump, round);
+}
+
+void hr_node_on_layer(void *ud, int layer) {
+    hr_streamer *s = ((const hr_agent *)ud)->streamer;
+    if (s && s->pump && atomic_load_explicit(&s->layers, memory_order_relaxed))
+        hr_stream_pump_layer_done(s->pump, layer);
 }
 
 double hr_node_resident(const hr_agent *a, const hr_local_plan *lp) {
@@ -107,90 +104,7 @@ double hr_node_resident(const hr_agent *a, const hr_local_plan *lp) {
     return hr_stream_residency(a->g, lp->win_off, lp->win_len, n > 0 ? n : 0);
 }
 
-/* ---- the streamer thread ---- */
-
-/* A new plan's parts: unpins the old resident parts, pins (or reads in)
- * the new ones and reads the first tail. Returns 1 when every resident
- * part is mlock'ed, 0 otherwise. */
-static int hr_streamer_warm(hr_streamer *s, const hr_stream_part *part, int n, bool split,
-                            bool prefetch, hr_stream_part *locked, int *n_locked) {
-    for (int i = 0; i < *n_locked; i++)
-        hr_stream_unlock(s->g, locked[i].off, locked[i].keep_len);
-    *n_locked = 0;
-    if (!split) { /* everything stays: ask for it once */
-        for (int i = 0; i < n; i++)
-            hr_stream_prefetch(s->g, part[i].off, part[i].len);
-        return 0;
-    }
-    int all = 1;
-    for (int i = 0; i < n; i++) {
-        if (part[i].keep_len == 0)
-            continue;
-        if (s->try_mlock && hr_stream_lock(s->g, part[i].off, part[i].keep_len) == 0) {
-            locked[(*n_locked)++] = part[i];
-        } else {
-            all = 0;
-            hr_stream_fetch(s->g, part[i].off, part[i].keep_len);
-        }
-    }
-    if (!all && s->try_mlock && *n_locked < n)
-        HR_LOG_INFO(TAG, "mlock refused (no CAP_IPC_LOCK or RLIMIT_MEMLOCK too small): the "
-                         "resident part is kept by advice");
-    if (prefetch && n > 0 && part[0].stream_len)
-        hr_stream_fetch(s->g, part[0].stream_off, part[0].stream_len);
-    return all;
-}
-
-static void *hr_streamer_main(void *arg) {
-    hr_streamer *s = arg;
-    hr_stream_part part[HR_AGENT_MAX_K], locked[HR_AGENT_MAX_K];
-    int n_locked = 0;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        if (s->gen == seen && !s->done && s->want < 0) {
-            pthread_cond_wait(&s->cv, &s->mu);
-            continue;
-        }
-        bool fresh = s->gen != seen;
-        seen = s->gen;
-        int n = s->n, want = s->want;
-        uint32_t done = s->done;
-        bool split = s->split, whole = s->whole, prefetch = s->prefetch;
-        memcpy(part, s->part, sizeof part);
-        s->done = 0;
-        s->want = -1;
-        pthread_mutex_unlock(&s->mu);
-        if (fresh) {
-            int lk = hr_streamer_warm(s, part, n, split, prefetch, locked, &n_locked);
-            pthread_mutex_lock(&s->mu);
-            if (s->gen == seen) {
-                s->st.locked = lk;
-                s->rebase = true;
-            }
-            pthread_mutex_unlock(&s->mu);
-        }
-        for (int r = 0; r < n; r++) {
-            if (!(done & (1u << r)))
-                continue;
-            if (split && part[r].stream_len)
-                hr_stream_evict(s->g, part[r].stream_off, part[r].stream_len);
-            else if (whole)
-                hr_stream_release(s->g, part[r].off, part[r].len);
-        }
-        if (want >= 0 && want < n && prefetch) {
-            if (split && part[want].stream_len)
-                hr_stream_fetch(s->g, part[want].stream_off, part[want].stream_len);
-            else if (whole)
-                hr_stream_prefetch(s->g, part[want].off, part[want].len);
-        }
-        pthread_mutex_lock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < n_locked; i++)
-        hr_stream_unlock(s->g, locked[i].off, locked[i].keep_len);
-    return NULL;
-}
+/* ---- the streamer ---- */
 
 int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_streamer *s = calloc(1, sizeof *s);
@@ -200,19 +114,14 @@ int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]) {
     const char *mode = getenv("HEARTH_STREAM"), *ml = getenv("HEARTH_MLOCK");
     s->legacy = mode && strcmp(mode, "legacy") == 0;
     s->try_mlock = !(ml && strcmp(ml, "0") == 0);
-    s->want = -1;
     s->st = (hr_stream_stats){.read_round = -1, .stream_round = 0, .pinned = 0, .locked = -1};
     s->last_io = -1;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    if (!s->legacy) {
-        if (pthread_create(&s->th, NULL, hr_streamer_main, s) != 0) {
-            pthread_mutex_destroy(&s->mu);
-            pthread_cond_destroy(&s->cv);
-            free(s);
-            return hr_seterr(err, HR_ENOMEM, "cannot start the streamer thread");
-        }
-        s->started = true;
+    int rc = s->legacy ? 0 : hr_stream_pump_create(&s->pump, a->g, err);
+    if (rc) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return rc;
     }
     a->streamer = s;
     return 0;
@@ -222,68 +131,89 @@ void hr_node_streamer_stop(hr_agent *a) {
     hr_streamer *s = a->streamer;
     if (!s)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    if (s->started)
-        pthread_join(s->th, NULL);
+    hr_stream_pump_destroy(s->pump);
     pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
     free(s);
     a->streamer = NULL;
 }
 
-double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room) {
-    hr_streamer *s = a->streamer;
-    hr_stream_part part[HR_AGENT_MAX_K];
-    memset(part, 0, sizeof part);
+/* lp's windows as parts, with their layers. */
+static int hr_node_parts(const hr_local_plan *lp, hr_stream_part *part) {
+    memset(part, 0, sizeof(hr_stream_part) * HR_AGENT_MAX_K);
     int n = lp->w > 0 ? (lp->k < HR_AGENT_MAX_K ? lp->k : HR_AGENT_MAX_K) : 0;
     for (int r = 0; r < n; r++) {
         part[r].off = lp->win_off[r];
         part[r].len = lp->win_len[r];
+        part[r].layer_begin = r * lp->W + lp->offset;
+        part[r].n_layers = lp->w;
     }
-    int rc = n > 0 ? hr_stream_split(part, n, room) : 0;
-    double total = 0, kept = 0;
-    bool split = false;
+    return n;
+}
+
+double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, double layer_bytes) {
+    hr_streamer *s = a->streamer;
+    hr_stream_part part[HR_AGENT_MAX_K];
+    int n = hr_node_parts(lp, part);
+    hr_sched_stream sc = {0};
+    int rc = n > 0 ? hr_prof_stream_parts(part, n, room, layer_bytes, &sc) : 0;
+    double total = 0, kept = 0, all = 0, max_tail = 0;
     for (int r = 0; r < n; r++) {
         total += (double)part[r].stream_len;
         kept += (double)part[r].keep_len;
-        split = split || part[r].stream_len > 0;
+        all += (double)part[r].len;
+        max_tail = (double)part[r].stream_len > max_tail ? (double)part[r].stream_len : max_tail;
     }
+    bool split = total > 0;
     if (rc == HR_ERANGE)
         HR_LOG_WARN(TAG,
-                    "%s: %d window(s) of %.1f MiB do not fit %.1f MiB and cannot be split "
-                    "(k %d): every window is read from disk each round",
-                    a->name, n, n ? (double)part[0].len / 1048576.0 : 0, room / 1048576.0, lp->k);
+                    "%s: %.1f MiB of room for weights is less than one layer (%.1f MiB): every "
+                    "window (%.1f MiB) is read from disk each round through a one-layer buffer",
+                    a->name, room / 1048576.0, layer_bytes / 1048576.0,
+                    n ? all / n / 1048576.0 : 0.0);
     else if (split)
         HR_LOG_INFO(TAG,
-                    "%s: %.1f MiB of %d window(s) kept, %.1f MiB streamed per round (room "
-                    "%.1f MiB)",
-                    a->name, kept / 1048576.0, n, total / n / 1048576.0, room / 1048576.0);
+                    "%s: %.1f MiB of %d window(s) kept, %.1f MiB streamed per round through a "
+                    "%.1f MiB buffer%s (room %.1f MiB, scheme %.1f MiB per round)",
+                    a->name, kept / 1048576.0, n, total / n / 1048576.0, sc.buffer / 1048576.0,
+                    max_tail > sc.buffer ? " sliding layer by layer" : "", room / 1048576.0,
+                    sc.read_round / 1048576.0);
     if (!s)
         return n ? total / n : 0;
+    uint64_t buffer = (uint64_t)sc.buffer;
+    bool whole = !split && lp->release && lp->k > 1; /* forced --release on a plan that fits */
+    if (whole) { /* every window streams whole and is dropped after use */
+        long pg = sysconf(_SC_PAGESIZE);
+        for (int r = 0; r < n; r++) {
+            uint64_t end = part[r].off + part[r].len;
+            part[r].keep_len = 0;
+            part[r].stream_off = part[r].off;
+            part[r].stream_len = end - end % (uint64_t)(pg > 0 ? pg : 4096) - part[r].off;
+            buffer = part[r].stream_len > buffer ? part[r].stream_len : buffer;
+        }
+    }
+    if (a->p.release == 0) { /* --release off: nothing is ever dropped, all stays */
+        for (int r = 0; r < n; r++) {
+            part[r].keep_len = part[r].len;
+            part[r].stream_off = part[r].stream_len = 0;
+        }
+        split = whole = false;
+    }
     pthread_mutex_lock(&s->mu);
-    s->gen++;
-    s->n = n;
-    memcpy(s->part, part, sizeof part);
-    s->split = split;
-    s->prefetch = lp->prefetch;
-    s->whole = !split && lp->release && lp->k > 1; /* forced --release on a plan that fits */
-    if (a->p.release == 0)                         /* --release off: nothing is ever dropped */
-        s->split = s->whole = false;
-    s->done = 0;
-    s->want = -1;
-    s->st.stream_round = s->split && n ? total / n : 0;
-    s->st.pinned = s->split ? kept : (double)0;
-    for (int r = 0; r < n && !s->split; r++)
-        s->st.pinned += (double)part[r].len;
-    s->st.locked = s->split ? -1 : 0;
+    s->st.stream_round = split && n ? total / n : 0;
+    s->st.pinned = split ? kept : all;
+    s->st.locked = split ? -1 : 0;
     s->st.read_round = -1;
-    s->rebase = s->legacy; /* no warm-up there: measure from the plan on */
-    pthread_cond_signal(&s->cv);
+    s->rebase = true;
     pthread_mutex_unlock(&s->mu);
-    return s->split && n ? total / n : 0;
+    atomic_store(&s->windows, split || whole);
+    atomic_store(&s->layers, split && max_tail > (double)buffer);
+    if (s->pump) {
+        unsigned fl = (lp->prefetch ? HR_STREAM_PREFETCH : 0) |
+                      (s->try_mlock ? HR_STREAM_LOCK : 0) | HR_STREAM_DROP;
+        if (hr_stream_pump_plan(s->pump, part, n, buffer, fl) != 0)
+            HR_LOG_WARN(TAG, "%s: out of memory for the streaming plan", a->name);
+    }
+    return split && n ? total / n : 0;
 }
 
 void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
@@ -294,6 +224,11 @@ void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     pthread_mutex_unlock(&s->mu);
+    if (s->pump && out->stream_round > 0) {
+        hr_stream_pump_stats ps;
+        hr_stream_pump_get_stats(s->pump, &ps);
+        out->locked = ps.locked;
+    }
 }
 
 void hr_node_io_sample(hr_agent *a) {
@@ -305,9 +240,16 @@ void hr_node_io_sample(hr_agent *a) {
     if (io < 0)
         return;
     pthread_mutex_lock(&s->mu);
-    bool rebase = s->rebase;
-    s->rebase = false;
+    bool rebase = s->rebase && s->legacy;
+    if (s->legacy)
+        s->rebase = false;
     pthread_mutex_unlock(&s->mu);
+    if (s->pump) { /* from the end of the pump's warm-up of the latest plan */
+        hr_stream_pump_stats ps;
+        hr_stream_pump_get_stats(s->pump, &ps);
+        rebase = ps.plans_warm != s->warm_seen;
+        s->warm_seen = ps.plans_warm;
+    }
     if (s->last_io < 0 || rebase) { /* from the end of the warm-up */
         s->acc_io = s->acc_rounds = 0;
         s->active_prev = false;

@@ -78,6 +78,9 @@ HR_CLI_COMMAND(plan) {
         hr_prof_sched_params sp = hr_prof_sched_params_default();
         sp.is_head = i == 0;
         sp.n_ctx = n_ctx;
+        /* what an agent with the default batch and one thread per core keeps out */
+        sp.reserve_bytes =
+            (int64_t)hr_prof_mem_reserve(m, n_ctx, 64, doc.device.topo.n_cores, sp.is_head);
         const hr_prof_link *link = doc.n_links > 0 ? &doc.links[0] : NULL;
         prc = hr_prof_to_sched_device(&doc.device, &pm, link, &sp, &devs[i], err);
         hr_prof_doc_clear(&doc);

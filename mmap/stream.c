@@ -107,62 +107,72 @@ double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t
 
 /* ---- resident / streamed split ---- */
 
-/* Resident bytes plus the largest tail when every window streams min(len, s). */
-static double split_need(const hr_stream_part *p, int n, uint64_t s) {
-    double keep = 0, buf = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t t = p[i].len < s ? p[i].len : s;
-        keep += (double)(p[i].len - t);
-        if ((double)t > buf)
-            buf = (double)t;
-    }
-    return keep + buf;
+/* Resident bytes when every window streams min(len, s). */
+static double split_kept(const hr_stream_part *p, int n, uint64_t s) {
+    double keep = 0;
+    for (int i = 0; i < n; i++)
+        keep += (double)(p[i].len - (p[i].len < s ? p[i].len : s));
+    return keep;
 }
 
-int hr_stream_split(hr_stream_part *parts, int n, double room) {
+int hr_stream_split_resident(hr_stream_part *parts, int n, double resident) {
     if (!parts || n < 1)
         return HR_EINVAL;
-    uint64_t pg = page_size(), total = 0, max = 0;
-    for (int i = 0; i < n; i++) {
-        total += parts[i].len;
-        if (parts[i].len > max)
-            max = parts[i].len;
-    }
-    uint64_t s = 0;
-    int rc = 0;
-    if ((double)total <= room) {
-        s = 0; /* everything stays */
-    } else if (n < 2 || split_need(parts, n, max) > room) {
-        s = max; /* no resident part can leave room for a tail: all streams */
-        rc = HR_ERANGE;
-    } else { /* smallest s with split_need(s) <= room (non-increasing in s) */
-        uint64_t lo = 0, hi = max;
-        while (lo < hi) {
-            uint64_t mid = lo + (hi - lo) / 2;
-            if (split_need(parts, n, mid) <= room)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        s = lo;
+    uint64_t pg = page_size(), max = 0;
+    for (int i = 0; i < n; i++)
+        max = parts[i].len > max ? parts[i].len : max;
+    uint64_t lo = 0, hi = max; /* smallest s with split_kept(s) <= resident (non-increasing) */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (split_kept(parts, n, mid) <= resident)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     for (int i = 0; i < n; i++) {
         hr_stream_part *p = &parts[i];
-        uint64_t t = p->len < s ? p->len : s, end = p->off + p->len;
+        uint64_t t = p->len < lo ? p->len : lo, end = p->off + p->len;
         uint64_t a = end - t, b = end - end % pg;
-        if (rc == 0)
-            a = (a + pg - 1) / pg * pg; /* the kept head may grow by a page, never shrink */
-        else
-            a -= a % pg; /* whole windows: from their first page */
+        a -= a % pg; /* the kept head may shrink by a page, never grow */
+        if (a < p->off)
+            a = p->off;
         p->stream_off = p->stream_len = 0;
-        p->keep_len = p->len;
+        p->keep_len = t > 0 ? a - p->off : p->len; /* the last partial page stays, unpinned */
         if (t > 0 && a < b) {
             p->stream_off = a;
             p->stream_len = b - a;
-            p->keep_len = a > p->off ? a - p->off : 0;
         }
     }
-    return rc;
+    return 0;
+}
+
+int64_t hr_stream_mapped(const hr_gguf *g, const uint64_t *off, const uint64_t *len, int n) {
+    if (!g || !g->mapped || n < 0 || (n > 0 && (!off || !len)))
+        return -1;
+    FILE *f = fopen("/proc/self/pagemap", "rb");
+    if (!f)
+        return -1;
+    uint64_t pg = page_size(), ent[512];
+    int64_t mapped = 0;
+    for (int r = 0; r < n && mapped >= 0; r++) {
+        uint64_t start, bytes;
+        if (page_range(g, off[r], len[r], &start, &bytes) != 0 || bytes == 0)
+            continue;
+        uint64_t vp = (uint64_t)(uintptr_t)(g->base + start) / pg, np = (bytes + pg - 1) / pg;
+        for (uint64_t at = 0; at < np;) {
+            size_t want = np - at < 512 ? (size_t)(np - at) : 512;
+            if (fseeko(f, (off_t)((vp + at) * sizeof ent[0]), SEEK_SET) != 0 ||
+                fread(ent, sizeof ent[0], want, f) != want) {
+                mapped = -1;
+                break;
+            }
+            for (size_t i = 0; i < want; i++)
+                mapped += (ent[i] >> 63) & 1 ? (int64_t)pg : 0; /* bit 63: present */
+            at += want;
+        }
+    }
+    fclose(f);
+    return mapped;
 }
 
 int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len) {

@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 
+#include "common/error.h"
 #include "mmap/gguf.h"
 
 /* File byte range of the layers [layer_begin, layer_end): *off is the
@@ -61,32 +62,29 @@ double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t
  * A device computes n windows in turn (one per round). When their bytes
  * do not all fit the room it has for weights, each window keeps a
  * resident head [off, off + keep_len) and streams its tail
- * [stream_off, stream_off + stream_len) from disk every round: the tail of
- * window r is read ahead while the rest of the ring computes and dropped
- * once window r is done, so at any time the resident parts plus one tail
- * are in memory. hr_stream_split picks the smallest tail length s (each
- * window streams min(len, s)) with
- *
- *     sum_i (len_i - min(len_i, s)) + min(s, max_i len_i) <= room
- *
- * which for n equal windows of T / n bytes is s = (T - room) / (n - 1):
- * the scheduler's pinned-reclaim rule (sched/sched.h). The tail is then
- * trimmed to whole pages inside the window (its start rounded up, its end
- * rounded down), so the streamed bytes are exactly what madvise acts on
- * and a page shared with a neighbouring window is never dropped. */
+ * [stream_off, stream_off + stream_len) from disk every round, through a
+ * buffer (the pump below): the scheme of sched/sched.h
+ * hr_sched_stream_split, which gives the resident budget and the buffer;
+ * hr_stream_split_resident turns the budget into heads and tails. */
 typedef struct {
     uint64_t off, len;               /* the window, as hr_stream_window_range gives it */
     uint64_t keep_len;               /* [off, off + keep_len) stays resident */
     uint64_t stream_off, stream_len; /* whole pages streamed every round; 0 = none */
+    int layer_begin, n_layers;       /* its layers (hr_stream_pump follows them); the split
+                                        functions leave them as they are */
 } hr_stream_part;
 
-/* Splits the n windows parts[i].off / .len (the caller sets them) under
- * room bytes for weights: fills keep_len, stream_off and stream_len and
- * returns 0. Everything stays (stream_len 0) when the windows fit. When
- * they cannot be split (n == 1 or room below the largest window) every
- * window streams whole (keep_len 0, its whole pages streamed) and the
- * return is HR_ERANGE. HR_EINVAL for NULL parts or n < 1. Reentrant. */
-int hr_stream_split(hr_stream_part *parts, int n, double room);
+/* Splits the n windows so that their resident heads total at most
+ * `resident` bytes (the resident part of sched.h's hr_sched_stream_split,
+ * which also sizes the buffer the tails go through, see hr_stream_pump):
+ * the smallest tail length s with sum_i (len_i - min(len_i, s)) <=
+ * resident, each window streaming min(len_i, s) bytes. The tail is trimmed
+ * to whole pages inside the window with its start rounded down (the heads
+ * never exceed the budget) and its end rounded down (a page shared with
+ * the next window is never dropped). resident >= the windows' total: none
+ * streams; resident <= 0: every window streams from its first page.
+ * Returns 0, HR_EINVAL for NULL parts or n < 1. Reentrant. */
+int hr_stream_split_resident(hr_stream_part *parts, int n, double resident);
 
 /* Drops [off, off + len) from this mapping after use: MADV_COLD (where the
  * headers have it: the pages become the first to reclaim) and then
@@ -105,8 +103,85 @@ int hr_stream_fetch(const hr_gguf *g, uint64_t off, uint64_t len);
 int hr_stream_lock(const hr_gguf *g, uint64_t off, uint64_t len);
 int hr_stream_unlock(const hr_gguf *g, uint64_t off, uint64_t len);
 
+/* Bytes of the n ranges off[i], len[i] that are mapped in this process
+ * now (present in its page table, /proc/self/pagemap), whole pages, ranges
+ * clamped to the file. Unlike hr_stream_residency this does not count
+ * pages that are only in the page cache, which mincore reports to a
+ * process that owns the file or runs as root. -1 on NULL arguments, a
+ * hr_gguf opened with hr_gguf_open_memory, or when pagemap is unreadable. */
+int64_t hr_stream_mapped(const hr_gguf *g, const uint64_t *off, const uint64_t *len, int n);
+
 /* Bytes this process has caused to be read from storage so far
  * (read_bytes of /proc/self/io, all threads); -1 when unknown. */
 int64_t hr_stream_io_read_bytes(void);
+
+/* ---- the pump: one device's streamed parts, read ahead and dropped ----
+ *
+ * A thread that keeps the windows of a split (hr_stream_split_resident)
+ * where the pinned streaming scheme (sched/sched.h hr_sched_stream_split)
+ * says they are: the resident heads pinned (mlock where the kernel allows
+ * it, else read in once and never dropped) and at most `buffer` bytes of
+ * streamed pages mapped at once. After window r is done the rest of r's
+ * tail is dropped (MADV_COLD + MADV_DONTNEED) and window r+1's tail is read
+ * from its start up to `buffer` bytes (WILLNEED, then touched), while the
+ * rest of the ring computes. When the tail is larger than the buffer the
+ * computing thread posts each finished layer (hr_stream_pump_layer_done):
+ * the pump drops the streamed bytes of the layers done and reads on, never
+ * beyond the start of the layer being computed + buffer. A window whose
+ * tail fits the buffer is read whole and dropped after it is done. If
+ * windows are computed out of turn the pump follows the one computing.
+ *
+ * The computing thread only takes a mutex and signals a condition
+ * variable (no madvise, no allocation, no disk); everything slow is on
+ * the pump's thread.
+ *
+ * Thread-safety: create / destroy / plan from one controlling thread;
+ * layer_done / window_done from the computing thread (any one thread at a
+ * time); stats and wait from any thread. */
+#define HR_STREAM_MAX_WINDOWS 64
+
+typedef struct hr_stream_pump hr_stream_pump;
+
+enum {
+    HR_STREAM_PREFETCH = 1u << 0, /* read tails ahead (else only drop what was used) */
+    HR_STREAM_LOCK = 1u << 1,     /* mlock the resident heads (else read them in once) */
+    HR_STREAM_DROP = 1u << 2,     /* drop tails after use (else nothing is ever dropped) */
+};
+
+typedef struct {
+    uint64_t plans_warm; /* plans whose resident part is in (the warm-up is over) */
+    int locked;          /* 1 every head mlock'ed, 0 some kept by advice, -1 not known */
+    uint64_t buffer;     /* the current plan's buffer, bytes (whole pages) */
+    uint64_t fetched;    /* bytes of tails read ahead, all plans */
+    uint64_t evicted;    /* bytes of tails dropped, all plans */
+    uint64_t max_span;   /* most streamed bytes the pump held mapped at once (its own
+                            reads, since the last plan) */
+} hr_stream_pump_stats;
+
+/* Starts the pump thread for the mapping of g (borrowed; it must outlive
+ * the pump). 0, HR_EINVAL, HR_ENOMEM with err. */
+int hr_stream_pump_create(hr_stream_pump **out, const hr_gguf *g, char err[HR_ERR_LEN]);
+/* Stops the thread, unlocks what it locked. NULL is a no-op. */
+void hr_stream_pump_destroy(hr_stream_pump *p);
+/* Hands over a new split: n windows parts[] (hr_stream_split_resident
+ * output, with layer_begin / n_layers set; n_layers 0 = the window is
+ * followed only as a whole), buffer bytes of the sliding buffer (rounded
+ * down to whole pages, at least one) and HR_STREAM_* flags. The pump
+ * unlocks the previous heads, pins the new ones and reads the first tail.
+ * n == 0 stops all streaming. Allocates the layer table here, never per
+ * token. Returns 0, HR_EINVAL (n out of [0, HR_STREAM_MAX_WINDOWS], NULL
+ * parts) or HR_ENOMEM. */
+int hr_stream_pump_plan(hr_stream_pump *p, const hr_stream_part *parts, int n, uint64_t buffer,
+                        unsigned flags);
+/* Layer `layer` (a model layer index) was computed. Cheap: for the
+ * computing thread after each layer. Layers of no window are ignored. */
+void hr_stream_pump_layer_done(hr_stream_pump *p, int layer);
+/* Window `window` (0-based index into the plan's parts) was computed: drop
+ * its tail, read the next window's. */
+void hr_stream_pump_window_done(hr_stream_pump *p, int window);
+/* Waits until the pump has handled every event posted so far and has
+ * nothing left to read or drop: 0, or HR_ETIMEDOUT after timeout_ms. */
+int hr_stream_pump_wait(hr_stream_pump *p, int timeout_ms);
+void hr_stream_pump_get_stats(hr_stream_pump *p, hr_stream_pump_stats *out);
 
 #endif

@@ -324,6 +324,8 @@ struct hr_ctx {
     void *bufs[HR_CTX_MAX_BUFS];
     int n_bufs;
     size_t mem;
+    size_t wbuf_bytes;    /* env.wbuf's size */
+    bool shared;          /* env, hb and xb2 are p.share's */
     int n_threads_decode; /* resolved per-phase thread plan */
     hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
     /* sequences: [n_seq] slot in use, positions cached, last step's run */
@@ -456,12 +458,24 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
     c->env =
         (hr_layer_env){.hp = hp, .rope_freqs = m->rope_freqs, .n_ctx = c->p.n_ctx, .pool = c->pool};
     bool plain = !c->tp;
-    c->hb = hr_ctx_buf(c, (size_t)B * E * 4);
-    c->xb2 = hr_ctx_buf(c, (size_t)B * E * 4);
-    int rc = hr_layer_env_alloc(&c->env, B, plain ? hp->n_head_kv : 0, plain ? hp->n_ff : 0,
-                                plain ? c->p.n_threads : 0, wb, hr_ctx_buf, c);
-    if (rc || !c->hb || !c->xb2)
-        return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
+    const hr_ctx *sh = c->p.share;
+    if (plain && sh && !sh->tp && sh->m == m && sh->p.n_batch == B && sh->p.n_ctx == c->p.n_ctx &&
+        sh->p.n_threads == c->p.n_threads && sh->wbuf_bytes >= wb) {
+        c->env = sh->env; /* the same sizes: n_batch, n_ctx, threads, heads, n_ff */
+        c->env.pool = c->pool;
+        c->hb = sh->hb;
+        c->xb2 = sh->xb2;
+        c->wbuf_bytes = sh->wbuf_bytes;
+        c->shared = true;
+    } else {
+        c->hb = hr_ctx_buf(c, (size_t)B * E * 4);
+        c->xb2 = hr_ctx_buf(c, (size_t)B * E * 4);
+        int rc = hr_layer_env_alloc(&c->env, B, plain ? hp->n_head_kv : 0, plain ? hp->n_ff : 0,
+                                    plain ? c->p.n_threads : 0, wb, hr_ctx_buf, c);
+        if (rc || !c->hb || !c->xb2)
+            return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
+        c->wbuf_bytes = wb;
+    }
     size_t S = (size_t)c->p.n_seq, Bz = (size_t)B;
     c->seq_used = hr_ctx_buf(c, S * sizeof *c->seq_used);
     c->seq_len = hr_ctx_buf(c, S * sizeof *c->seq_len);
@@ -531,6 +545,48 @@ void hr_ctx_tp_stats_reset(hr_ctx *c) {
 }
 size_t hr_ctx_memory(const hr_ctx *c) { return c->mem; }
 
+/* hr_ctx_alloc's size for a request of bytes. */
+static size_t hr_ctx_rounded(size_t bytes) { return ((bytes ? bytes : 64) + 63) & ~(size_t)63; }
+
+/* A work-buffer allocator that only counts (hr_ctx_memory_predict): hands
+ * out a dummy address nobody writes to. */
+static void *hr_ctx_count(void *ud, size_t bytes) {
+    *(size_t *)ud += hr_ctx_rounded(bytes);
+    return ud;
+}
+
+int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv, size_t *work) {
+    hr_ctx c = {.m = m, .p = *p};
+    char err[HR_ERR_LEN];
+    if (hr_ctx_resolve(&c, &m->hp, err))
+        return HR_EINVAL;
+    if (p->pool)
+        c.p.n_threads = hr_pool_size(p->pool);
+    const hr_hparams *hp = &m->hp;
+    int nl = c.p.layer_end - c.p.layer_begin, B = c.p.n_batch;
+    size_t kv_bytes =
+        (size_t)c.p.n_seq * (size_t)c.p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
+    size_t E = (size_t)hp->n_embd, S = (size_t)c.p.n_seq, Bz = (size_t)B, wb = 0, w = 0;
+    for (int i = 0; i < nl; i++)
+        wb = hr_layer_wbuf_size(&m->layers[c.p.layer_begin + i], B, wb);
+    size_t wo = hr_matmul_wbuf_size(m->output.type, m->output.n_in, B);
+    wb = wo > wb ? wo : wb;
+    /* hr_ctx_buffers, in its order */
+    w += 2 * hr_ctx_rounded(Bz * E * 4); /* hb, xb2 */
+    hr_layer_env env = {.hp = hp, .n_ctx = c.p.n_ctx};
+    if (hr_layer_env_alloc(&env, B, hp->n_head_kv, hp->n_ff, c.p.n_threads, wb, hr_ctx_count, &w) !=
+        0)
+        return HR_EINVAL;
+    w += hr_ctx_rounded(S * sizeof *c.seq_used) + hr_ctx_rounded(S * sizeof *c.seq_len) +
+         hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 4 * sizeof(int)) +
+         hr_ctx_rounded(Bz * sizeof *c.row_attn);
+    if (kv)
+        *kv = (size_t)nl * 2 * hr_ctx_rounded(kv_bytes);
+    if (work)
+        *work = w;
+    return 0;
+}
+
 int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
@@ -540,6 +596,8 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
     c->seq_len[0] = pos + n; /* slot 0: later positions are stale */
     if (c->tp) {
         hr_tp_layers(c->tp, hidden, n, pos);
+        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_end; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
         return 0;
     }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
@@ -553,6 +611,8 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
         hr_layer_ffn(e, P, hidden, n);                        /* gate: [n][n_ff] */
         hr_layer_matmul(e, &P->w.w_down, e->gate, c->xb2, n); /* xb2: [n][E] */
         hr_layer_residual(hidden, c->xb2, n, E);
+        if (c->p.on_layer)
+            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + i);
     }
     return 0;
 }
@@ -699,6 +759,8 @@ int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
         hr_layer_ffn_rows(e, P, hidden, n, &R);
         hr_layer_matmul_rows(e, &P->w.w_down, e->gate, c->xb2, n, &R);
         hr_layer_residual(hidden, c->xb2, n, E);
+        if (c->p.on_layer)
+            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + i);
     }
     return 0;
 }

@@ -160,6 +160,19 @@ typedef struct {
                              (4 barriers per layer, bit-identical to plain); see tp.h */
     const char *topology; /* borrowed hwloc synthetic description or .xml path (tests);
                              NULL = this machine (or HWLOC_SYNTHETIC / HWLOC_XMLFILE) */
+    /* Progress: called on the calling thread after each layer of
+     * hr_ctx_layers / hr_ctx_layers_batch with its model layer index (with
+     * thread groups: for each layer once the window is done). It must be
+     * cheap (a streamer's signal, never disk or allocation). NULL = none. */
+    void (*on_layer)(void *ud, int layer);
+    void *on_layer_ud; /* borrowed, passed to on_layer */
+    /* Work buffers of another context to use instead of allocating them
+     * (borrowed; it must outlive this one, and the two must be used by one
+     * thread at a time): a device's windows run one after another. Taken
+     * when both run plain on the same model with the same n_batch, n_ctx
+     * and thread count and its matmul scratch is large enough; otherwise
+     * this context allocates its own. NULL = own buffers. */
+    const struct hr_ctx *share;
 } hr_ctx_params;
 
 hr_ctx_params hr_ctx_params_default(void);
@@ -175,6 +188,13 @@ hr_pool *hr_ctx_pool(hr_ctx *c);
 int hr_ctx_n_groups(const hr_ctx *c);
 /* Bytes of KV cache + work buffers this context allocated. */
 size_t hr_ctx_memory(const hr_ctx *c);
+/* What hr_ctx_create would allocate for p (plain execution, n_groups 0 or
+ * 1, p->share ignored: a context with its own buffers), without
+ * allocating: *kv bytes of KV cache and *work bytes of work buffers (either
+ * may be NULL); their sum is hr_ctx_memory of that context. A window of no layers (layer_begin ==
+ * layer_end) is the output head's context. With p->pool the thread count is the pool's. 0 or
+ * HR_EINVAL (the window does not fit the model). Reentrant. */
+int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv, size_t *work);
 
 /* Runs the window's layers over hidden: [n][n_embd] f32 in place, for
  * tokens at positions pos..pos+n-1 (their K/V are stored in the cache).

@@ -37,6 +37,7 @@
 
 #include "common/error.h"
 #include "mmap/gguf.h"
+#include "mmap/stream.h"
 #include "model/model.h"
 #include "ring/ring.h"
 #include "sched/sched.h"
@@ -371,8 +372,9 @@ typedef struct {
     int n_ctx;             /* planned context: KV per layer = kv_bytes_per_token x n_ctx */
     int n_past;            /* positions attended in the decode estimate (0: n_ctx / 2) */
     int prefill_batch;     /* tokens per prompt batch for prefill_ms[] (0: 64) */
-    int64_t reserve_bytes; /* kept out of mem_bytes for work buffers and slack, bytes
-                              (-1: one mean layer + 64 MiB) */
+    int64_t reserve_bytes; /* kept out of mem_bytes for work buffers and slack, bytes:
+                              hr_prof_mem_reserve (-1: no model at hand, one mean layer +
+                              64 MiB) */
 } hr_prof_sched_params;
 
 hr_prof_sched_params hr_prof_sched_params_default(void);
@@ -409,29 +411,65 @@ double hr_prof_disk_stream_mbs(const hr_prof_disk *dk);
  * The planner gives the scheduler mem_bytes = hr_prof_mem_budget(profile's
  * weights_avail_bytes, --mem-limit, layer); a device admits its part of a
  * plan iff hr_prof_mem_need(...) <= hr_prof_mem_budget(MemAvailable now,
- * --mem-limit, layer). need is the scheduler's window-fit rule in bytes, the
- * least any plan it makes asks of the device, so a plan made from a profile
- * is refused for memory only when memory shrank since the profile. */
+ * --mem-limit, layer). need is the least the streaming scheme works with
+ * (KV + one layer of buffer), the least any plan the scheduler makes asks of
+ * the device, so a plan made from a profile is refused for memory only when
+ * memory shrank since the profile. */
 
-/* Bytes kept out of available memory for work buffers (activations,
- * logits, scratch), the runtime and one layer of streaming slack: one mean
- * layer + 64 MiB. */
-double hr_prof_mem_reserve(double layer_bytes);
+/* Bytes kept out of available memory besides weights and KV: the work
+ * buffers of one context over the model's layers at n_ctx positions,
+ * n_batch tokens and n_threads threads (hr_ctx_memory_predict; a device's
+ * window contexts share one set, hr_ctx_params.share, and so does the
+ * head's output-head context), the plan's hidden-state and frame buffers
+ * (+ the receive frame and logits on the head), and HR_PROF_RESERVE_SLACK
+ * for the rest of the runtime. The planner (with the device's JOIN thread
+ * count) and the device's admission check (with its own) use it alike.
+ * Reentrant. */
+double hr_prof_mem_reserve(const hr_model *m, int n_ctx, int n_batch, int n_threads, bool is_head);
+/* What an agent holds besides weights, KV and the plan's buffers: ZeroMQ
+ * context, sockets and queued frames, malloc arenas, thread stacks, the
+ * tokenizer. Measured on the 1.1B-shape model with 2 agents at k 2: anonymous
+ * RSS less KV less the plan's buffers was 2-5 MiB; the rest is headroom for
+ * frames queued on the data sockets. */
+#define HR_PROF_RESERVE_SLACK (16.0 * 1048576.0)
 /* Bytes a plan may use on a device for weights + KV: avail (bytes; < 0
- * unknown: 0) capped by limit when limit > 0, less the reserve (or
- * reserve_bytes when >= 0); never negative. Reentrant. */
+ * unknown: 0) capped by limit when limit > 0, less reserve_bytes (when
+ * >= 0: hr_prof_mem_reserve; < 0, with no model at hand: one layer_bytes +
+ * 64 MiB); never negative. Reentrant. */
 double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes);
 /* Bytes a device's part of a plan needs resident: the KV cache of all its
- * k x w layers, one window of w layers' weights (the rest may stream) and,
- * on the head with layers, the output head; 0 when w = 0. Reentrant. */
+ * k x w layers, one mean layer of weights (the least buffer the streaming
+ * scheme works with, hr_sched_stream_split: the rest may stream) and, on
+ * the head with layers, the output head; 0 when w = 0. Reentrant. */
 double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
 /* Bytes of a device's k windows of w layers that may stay resident with
  * budget bytes (hr_prof_mem_budget) for its part of a plan: the budget
  * less the KV of all k x w layers and, on the head, the output head (the
  * scheduler's mem_eff less the KV, sched.h). The runtime splits its
- * windows with it (mmap/stream.h hr_stream_split): what does not fit is
+ * windows with it (hr_prof_stream_parts): what does not fit is
  * streamed every token. Never negative. Reentrant. */
 double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget);
+
+/* The runtime's split of a device's n windows (parts[i].off / .len set by
+ * the caller, hr_stream_window_range) under room bytes for weights, by the
+ * scheme the scheduler costs (sched.h hr_sched_stream_split with
+ * window_bytes = the windows' mean length, k = n, min_buffer = layer_bytes,
+ * the model's mean layer): heads of at most sc->resident bytes stay
+ * (hr_stream_split_resident), the rest streams through a buffer of
+ * sc->buffer bytes, sc->read_round bytes per round. Returns 0; HR_ERANGE
+ * when room is below one layer (every window then streams whole through a
+ * buffer of one layer: sc->buffer = layer_bytes); HR_EINVAL. Reentrant. */
+int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer_bytes,
+                         hr_sched_stream *sc);
+/* Bytes a device reads from disk per round for its k windows of w layers
+ * with budget bytes for weights + KV, from the scheduler's figures: the
+ * read_round of hr_sched_stream_split(w x layer_bytes, k, room, layer_bytes)
+ * with room = hr_prof_stream_room(m, k, w, is_head, budget); 0 when
+ * everything stays resident or w = 0. What the runtime's split
+ * (hr_prof_stream_parts) streams, up to the windows' real lengths and
+ * pages. Reentrant. */
+double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_head,
+                                 double budget);
 
 /* ---- documents (JSON) ---- */
 

@@ -13,15 +13,29 @@ hr_prof_sched_params hr_prof_sched_params_default(void) {
         .is_head = false, .n_ctx = 4096, .n_past = 0, .prefill_batch = 64, .reserve_bytes = -1};
 }
 
-double hr_prof_mem_reserve(double layer_bytes) {
-    return (layer_bytes > 0 ? layer_bytes : 0) + 64.0 * 1048576.0;
+double hr_prof_mem_reserve(const hr_model *m, int n_ctx, int n_batch, int n_threads, bool is_head) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_ctx_params cp = hr_ctx_params_default(); /* every layer: the largest matmul scratch */
+    cp.n_ctx = hr_hparams_ctx(hp, n_ctx);
+    cp.n_batch = n_batch > 0 ? n_batch : 64;
+    cp.n_threads = n_threads > 0 ? n_threads : 1;
+    size_t work = 0;
+    if (hr_ctx_memory_predict(m, &cp, NULL, &work) != 0)
+        work = 0;
+    double B = cp.n_batch < cp.n_ctx ? cp.n_batch : cp.n_ctx, E = hp->n_embd;
+    double plan = B * E * 4 + HR_RING_HDR_SIZE + B * E * 4; /* hidden states, send frame */
+    if (is_head)
+        plan += HR_RING_HDR_SIZE + B * E * 4 + (double)hp->n_vocab * 4; /* receive, logits */
+    return (double)work + plan + HR_PROF_RESERVE_SLACK;
 }
 
 double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes) {
     double a = avail > 0 ? avail : 0;
     if (limit > 0 && limit < a)
         a = limit;
-    double r = reserve_bytes >= 0 ? reserve_bytes : hr_prof_mem_reserve(layer_bytes);
+    /* no model at hand: a rough reserve of one layer + 64 MiB */
+    double r =
+        reserve_bytes >= 0 ? reserve_bytes : (layer_bytes > 0 ? layer_bytes : 0) + 64.0 * 1048576.0;
     return a > r ? a - r : 0;
 }
 
@@ -29,8 +43,8 @@ double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head) {
     if (!m || w <= 0 || k <= 0)
         return 0;
     double kv = (double)k * w * m->kv_bytes_per_layer; /* all k windows' KV stays */
-    double win = (double)w * m->layer_bytes;           /* one window of weights */
-    return kv + win + (is_head ? m->output_bytes : 0);
+    double buf = m->layer_bytes; /* the streaming buffer's least (hr_sched_stream_split) */
+    return kv + buf + (is_head ? m->output_bytes : 0);
 }
 
 double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget) {
@@ -38,6 +52,37 @@ double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, 
         return 0;
     double room = budget - (double)k * w * m->kv_bytes_per_layer - (is_head ? m->output_bytes : 0);
     return room > 0 ? room : 0;
+}
+
+int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer_bytes,
+                         hr_sched_stream *sc) {
+    if (!parts || !sc || n < 1)
+        return HR_EINVAL;
+    double mean = 0;
+    for (int i = 0; i < n; i++)
+        mean += (double)parts[i].len / n;
+    int rc = hr_sched_stream_split(mean, n, room, layer_bytes, sc);
+    if (rc != 0 && rc != HR_ERANGE)
+        return rc;
+    if (rc == HR_ERANGE) { /* not even one layer of room: whole windows through one layer */
+        sc->resident = 0;
+        sc->buffer = layer_bytes;
+        sc->read_round = mean;
+    }
+    hr_stream_split_resident(parts, n, sc->streams ? sc->resident : 1e300);
+    return rc;
+}
+
+double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_head,
+                                 double budget) {
+    if (!m || k < 1 || w <= 0)
+        return 0;
+    hr_sched_stream sc;
+    double room = hr_prof_stream_room(m, k, w, is_head, budget);
+    int rc = hr_sched_stream_split(w * m->layer_bytes, k, room, m->layer_bytes, &sc);
+    if (rc == HR_ERANGE)
+        return w * m->layer_bytes; /* whole windows (as hr_prof_stream_parts) */
+    return rc == 0 ? sc.read_round : 0;
 }
 
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,

@@ -73,6 +73,36 @@ static const char *dev_label(const hr_sched_device *d, int i, char *buf, size_t 
 
 static bool finite_ge0(double v) { return isfinite(v) && v >= 0.0; }
 
+int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
+                          hr_sched_stream *out) {
+    if (!out)
+        return HR_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (k < 1 || !finite_ge0(window_bytes) || !isfinite(room) || !finite_ge0(min_buffer))
+        return HR_EINVAL;
+    if (room < 0.0)
+        room = 0.0;
+    double T = k * window_bytes;
+    if (T <= room) {
+        out->resident = T;
+        return 0;
+    }
+    out->streams = true;
+    /* k >= 2: one whole streamed part when it fits, else all the room
+     * (nothing resident); k = 1: the smallest buffer, as every byte beyond
+     * the room is read while the window is computed whatever the buffer */
+    double buf = k >= 2 ? (T - room) / (k - 1) : min_buffer;
+    if (buf > room)
+        buf = room;
+    out->buffer = buf;
+    out->resident = room - buf;
+    out->read_round = (T - out->resident) / k;
+    /* a buffer smaller than a window's streamed part slides over it, and
+     * must hold the layer being computed */
+    double part = out->read_round, need = part < min_buffer ? part : min_buffer;
+    return buf + 1e-9 * T < need ? HR_ERANGE : 0;
+}
+
 static int check_rates(const double *r, int n, const char *what, const char *who, char *err) {
     for (int t = 0; t < n; t++)
         if (!finite_ge0(r[t]))
@@ -247,8 +277,22 @@ void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc) {
         double me = c->d[i].mem_eff;
         int fit = floor_clamp(me / (kk * (c->b + c->kv)), kc->W);
         int cap = fit;
-        if (c->d[i].disk > 0.0 && k >= 2)
-            cap = floor_clamp(me / (c->b + kk * c->kv), kc->W);
+        if (c->d[i].disk > 0.0) {
+            /* pinned: the KV of all k * wc layers and one layer of buffer;
+             * lru: one whole window beside the KV (the page cache holds it) */
+            int s = cap;
+            if (c->d[i].lru) {
+                s = floor_clamp(me / (c->b + kk * c->kv), kc->W);
+            } else {
+                hr_sched_stream st;
+                while (s < kc->W &&
+                       hr_sched_stream_split((s + 1) * c->b, k, me - kk * (s + 1) * c->kv, c->b,
+                                             &st) == 0)
+                    s++;
+            }
+            if (s > cap)
+                cap = s;
+        }
         int gcap =
             c->d[i].vram > 0.0 ? floor_clamp(c->d[i].vram / (kk * (c->b + c->kv)), kc->W) : 0;
         kc->d[i].fit = fit;
@@ -256,28 +300,56 @@ void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc) {
         kc->d[i].gcap = gcap;
         kc->d[i].ub = cap + gcap < kc->W ? cap + gcap : kc->W;
         kc->d[i].stream = cap > fit;
-        if (kc->d[i].stream) {
-            kc->d[i].pin_a = kk * (c->b + c->kv) * 1e3 / ((kk - 1.0) * c->d[i].disk);
-            kc->d[i].pin_c = me * 1e3 / ((kk - 1.0) * c->d[i].disk);
-            kc->d[i].lru_a = c->b * 1e3 / c->d[i].disk;
-        }
     }
 }
 
 /* ---------------------------------------------------------------- cost model */
 
-static double load_ms(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int wc) {
-    if (!kc->d[i].stream)
-        return 0.0;
-    if (c->d[i].lru)
-        return wc > kc->d[i].fit ? kc->d[i].lru_a * wc : 0.0;
-    double v = kc->d[i].pin_a * wc - kc->d[i].pin_c;
-    return v > 0.0 ? v : 0.0;
+void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int wc,
+                      hr_sched_disk *out) {
+    memset(out, 0, sizeof *out);
+    double kk = (double)kc->k, me = c->d[i].mem_eff;
+    if (wc <= kc->d[i].fit || !kc->d[i].stream) {
+        out->resident = kk * wc * c->b;
+        return;
+    }
+    out->overloaded = true;
+    if (c->d[i].lru) {
+        /* a cyclic pattern larger than the cache misses every time: the whole
+         * window is read on demand while it is computed */
+        out->read_round = wc * c->b;
+        out->load = 1e3 * out->read_round / c->d[i].disk;
+        out->stall = out->load;
+        out->resident = 0.0;
+        return;
+    }
+    hr_sched_stream st;
+    hr_sched_stream_split(wc * c->b, kc->k, me - kk * wc * c->kv, c->b, &st);
+    out->read_round = st.read_round;
+    out->resident = st.resident;
+    out->buffer = st.buffer;
+    out->load = 1e3 * st.read_round / c->d[i].disk;
+    /* the buffer is filled while the rest of the ring computes; what it
+     * cannot hold is read while this device computes the window */
+    double pre = 1e3 * st.buffer / c->d[i].disk;
+    out->stall = out->load > pre ? out->load - pre : 0.0;
+}
+
+/* ms per round device i spends on its window: CPU compute or the reads the
+ * buffer could not take ahead, whichever is longer (MAX), or both added
+ * up (SUM: no overlap with its own compute), then its accelerator layers. */
+static double window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk) {
+    double cpu = c->d[i].t * wc;
+    if (c->overlap == HR_SCHED_OVERLAP_SUM)
+        cpu += dk->stall;
+    else if (dk->stall > cpu)
+        cpu = dk->stall;
+    return cpu + c->d[i].g * n;
 }
 
 static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
-                      const double *cm, const double *ld, double S, double H, double E, int bneck,
-                      double lat, hr_sched_plan *p) {
+                      const double *cm, const double *cp, const hr_sched_disk *dk, double S,
+                      double H, double P, int bneck, double lat, hr_sched_plan *p) {
     int k = kc->k, n_active = 0;
     memset(p, 0, sizeof *p);
     p->k = k;
@@ -288,12 +360,12 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
     p->overlap = c->overlap;
     p->latency_ms = lat;
     p->tokens_per_s = lat > 0.0 ? 1e3 / lat : 0.0;
-    p->round_ms = S + E;
+    p->round_ms = P;
     p->link_ms = k * H;
-    p->disk_exposed_ms = k * E;
-    p->head_ms = lat - k * (S + E);
+    p->head_ms = lat - k * P;
     p->optimal = true;
     int offset = 0;
+    double C = 0.0;
     for (int step = 0; step < c->n; step++) {
         /* ring order: head first, then the others in input order */
         int i = step == 0 ? c->head : (step <= c->head ? step - 1 : step);
@@ -315,21 +387,19 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
         d->offset = offset;
         offset += w[i];
         d->compute_ms = k * cm[i];
-        p->compute_ms += k * cm[i];
+        C += cm[i];
         d->link_ms = H > 0.0 ? k * c->d[i].h : 0.0;
-        d->disk_load_ms = k * ld[i];
-        d->overloaded = kc->d[i].stream && wc > kc->d[i].fit;
-        d->read_bytes = d->overloaded ? k * ld[i] * c->d[i].disk * 1e-3 : 0.0;
+        d->disk_load_ms = k * dk[i].load;
+        d->overloaded = dk[i].overloaded;
+        d->read_bytes = k * dk[i].read_round;
         double out = d->is_head ? c->out : 0.0;
-        d->mem_bytes = d->overloaded ? c->d[i].mem_eff + out : k * wc * (c->b + c->kv) + out;
-        if (c->overlap == HR_SCHED_OVERLAP_MAX) {
-            d->bottleneck = i == bneck;
-            d->disk_exposed_ms = i == bneck ? k * E : 0.0;
-        } else {
-            double z = ld[i] - (S - cm[i]);
-            d->disk_exposed_ms = z > 0.0 ? k * z : 0.0;
-        }
+        d->mem_bytes = d->overloaded ? dk[i].resident + dk[i].buffer + k * wc * c->kv + out
+                                     : k * wc * (c->b + c->kv) + out;
+        d->bottleneck = i == bneck;
+        d->disk_exposed_ms = k * (cp[i] - cm[i]) + (i == bneck ? k * (P - S) : 0.0);
     }
+    p->compute_ms = k * C;
+    p->disk_exposed_ms = k * (P - C - H);
     for (int i = 0; i < c->n; i++) {
         hr_sched_dev_plan *d = &p->dev[i];
         memcpy(d->name, c->d[i].name, sizeof d->name);
@@ -358,9 +428,10 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
 
 double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
                      hr_sched_plan *plan) {
-    double cm[HR_SCHED_MAX_DEV], ld[HR_SCHED_MAX_DEV];
+    double cm[HR_SCHED_MAX_DEV], cp[HR_SCHED_MAX_DEV];
+    hr_sched_disk dk[HR_SCHED_MAX_DEV];
     int sum = 0, n_active = 0;
-    double C = 0.0, Hs = 0.0;
+    double Sc = 0.0, Hs = 0.0;
     for (int i = 0; i < c->n; i++) {
         int n = ng ? ng[i] : 0;
         int wc = w[i] - n;
@@ -368,32 +439,36 @@ double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *
             return INFINITY;
         sum += w[i];
         cm[i] = c->d[i].t * wc + c->d[i].g * n;
-        ld[i] = load_ms(c, kc, i, wc);
-        C += cm[i];
+        hr_sched_disk_at(c, kc, i, wc, &dk[i]);
+        cp[i] = window_ms(c, i, wc, n, &dk[i]);
         if (i == c->head || w[i] > 0) {
             n_active++;
             Hs += c->d[i].h;
+            Sc += cp[i];
         }
     }
     if (sum != kc->W)
         return INFINITY;
     double H = n_active >= 2 ? Hs : 0.0;
-    double S = C + H, E = 0.0;
+    double S = Sc + H, P = S;
     int bneck = -1;
-    for (int i = 0; i < c->n; i++) {
-        double z = ld[i] - (S - cm[i]);
-        if (z <= 0.0)
-            continue;
-        if (c->overlap == HR_SCHED_OVERLAP_SUM) {
-            E += z;
-        } else if (z > E) {
-            E = z;
+    /* a device's disk reads at most one round's bytes per round */
+    for (int i = 0; i < c->n; i++)
+        if (dk[i].load > P) {
+            P = dk[i].load;
             bneck = i;
         }
+    if (bneck < 0) { /* the stalled device with the longest stall, if any */
+        double worst = 0.0;
+        for (int i = 0; i < c->n; i++)
+            if (cp[i] - cm[i] > worst) {
+                worst = cp[i] - cm[i];
+                bneck = i;
+            }
     }
-    double lat = kc->k * (S + E) + c->d[c->head].th;
+    double lat = kc->k * P + c->d[c->head].th;
     if (plan)
-        fill_plan(c, kc, w, ng, cm, ld, S, H, E, bneck, lat, plan);
+        fill_plan(c, kc, w, ng, cm, cp, dk, S, H, P, bneck, lat, plan);
     return lat;
 }
 
@@ -435,8 +510,8 @@ int hr_sched_explain_infeasible(const hr_sched_ctx *c, char *err) {
     return hr_seterr(err, HR_EINFEASIBLE,
                      "scheduler: no plan for any allowed k: at best (k = %d) the devices take %d "
                      "of %d layers per round; model %.3f GiB, devices %.3f GiB; a device that "
-                     "streams from disk must hold one window (%.3f GiB per layer) beside the KV "
-                     "of all its layers",
+                     "streams from disk must hold one layer (%.3f GiB) beside the KV of all its "
+                     "layers",
                      best_k, best_sum, best_w, need / GIB, have / GIB, c->b / GIB);
 }
 

@@ -22,11 +22,25 @@ typedef struct {
     int ne, cap;
 } hr_lp;
 
-/* Adds one row lb <= sum vals[j] * x[cols[j]] <= ub (type GLP_LO/UP/FX). */
+/* Adds one row lb <= sum vals[j] * x[cols[j]] <= ub (type GLP_LO/UP/FX).
+ * Zero coefficients and column 0 are skipped. */
 static int lp_row(hr_lp *lp, int type, double lb, double ub, int n, const int *cols,
                   const double *vals) {
-    if (lp->ne + n >= lp->cap)
-        return HR_EINTERNAL; /* sized up front; cannot happen */
+    if (lp->ne + n >= lp->cap) {
+        int cap = (lp->ne + n) * 2 + 64;
+        int *ia = realloc(lp->ia, sizeof(int) * (size_t)cap);
+        if (ia)
+            lp->ia = ia;
+        int *ja = realloc(lp->ja, sizeof(int) * (size_t)cap);
+        if (ja)
+            lp->ja = ja;
+        double *ar = realloc(lp->ar, sizeof(double) * (size_t)cap);
+        if (ar)
+            lp->ar = ar;
+        if (!ia || !ja || !ar)
+            return HR_ENOMEM;
+        lp->cap = cap;
+    }
     int r = glp_add_rows(lp->P, 1);
     glp_set_row_bnds(lp->P, r, type, lb, ub);
     for (int j = 0; j < n; j++) {
@@ -45,26 +59,22 @@ static void col_int(glp_prob *P, int j, int kind, double lb, double ub) {
     glp_set_col_bnds(P, j, lb == ub ? GLP_FX : GLP_DB, lb, ub);
 }
 
-/* Column indices per device (0 = no such column). */
+/* Column indices per device (0 = no such column). x0 + v - 1 is the binary
+ * "this device computes v CPU layers per round", v = 1..cap. */
 typedef struct {
-    int w, n, y, ld, s, z;
+    int x0, cap, n, y;
 } hr_cols;
 
-/* Appends the ring-time terms sum_{j != skip} c_j + sum_j h_j y_j. */
-static int ring_terms(const hr_sched_ctx *c, const hr_cols *col, int skip, int *cols,
-                      double *vals) {
+/* Appends the terms of w_i = n_i + sum_v v x_iv, each times f. */
+static int w_terms(const hr_cols *cl, double f, int *cols, double *vals) {
     int m = 0;
-    for (int j = 0; j < c->n; j++) {
-        if (j != skip) {
-            cols[m] = col[j].w;
-            vals[m++] = c->d[j].t;
-            if (col[j].n) {
-                cols[m] = col[j].n;
-                vals[m++] = c->d[j].g - c->d[j].t;
-            }
-        }
-        cols[m] = col[j].y;
-        vals[m++] = c->d[j].h;
+    for (int v = 1; v <= cl->cap; v++) {
+        cols[m] = cl->x0 + v - 1;
+        vals[m++] = f * v;
+    }
+    if (cl->n) {
+        cols[m] = cl->n;
+        vals[m++] = f;
     }
     return m;
 }
@@ -79,44 +89,36 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
            kc->d[i].cap == kc->d[j].cap && kc->d[i].gcap == kc->d[j].gcap;
 }
 
-/* Multi-device program for one k. Returns 0 with w/ng/obj filled, 1 when no
- * multi-device plan exists for this k, or a negative code. */
+/* Multi-device program for one k: one binary per (device, CPU layers per
+ * round), so every per-device cost of the closed-form model (sched-impl.h
+ * hr_sched_disk_at, piecewise in wc) enters exactly. Minimises k * P with
+ *   P >= sum_i (max(t_i wc_i, stall_i(wc_i)) + g_i n_i + h_i y_i),  P >= load_i(wc_i)
+ * (SUM: t_i wc_i + stall_i(wc_i) in place of the max).
+ * Returns 0 with w/ng/obj filled, 1 when no multi-device plan exists for
+ * this k, or a negative code. */
 static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sched_opts *o,
                    double cutoff, int *w, int *ng, double *obj, bool *proven, char *err) {
     const int n = c->n;
     hr_cols col[HR_SCHED_MAX_DEV];
     memset(col, 0, sizeof col);
-    int nc = 0, cE = 0;
-    bool any_stream = false;
+    int nc = 0;
     for (int i = 0; i < n; i++) {
-        col[i].w = ++nc;
+        col[i].cap = kc->d[i].cap < kc->W ? kc->d[i].cap : kc->W;
+        if (col[i].cap > 0) {
+            col[i].x0 = nc + 1;
+            nc += col[i].cap;
+        }
         if (kc->d[i].gcap > 0)
             col[i].n = ++nc;
         col[i].y = ++nc;
-        if (kc->d[i].stream) {
-            any_stream = true;
-            col[i].ld = ++nc;
-            if (c->d[i].lru)
-                col[i].s = ++nc;
-            if (c->overlap == HR_SCHED_OVERLAP_SUM)
-                col[i].z = ++nc;
-        }
     }
-    if (any_stream && c->overlap == HR_SCHED_OVERLAP_MAX)
-        cE = ++nc;
-
-    int row_max = 2 * n + 4 * n + 2 * n + 2 * n +
-                  4; /* sum, activity, gpu, stream, overlap, symmetry, cutoff */
-    int per_row = 4 * n + 4;
+    int cP = ++nc;
     hr_lp lp = {0};
-    lp.cap = row_max * per_row + 1;
-    lp.ia = malloc(sizeof(int) * (size_t)lp.cap);
-    lp.ja = malloc(sizeof(int) * (size_t)lp.cap);
-    lp.ar = malloc(sizeof(double) * (size_t)lp.cap);
-    int *cols = malloc(sizeof(int) * (size_t)per_row);
-    double *vals = malloc(sizeof(double) * (size_t)per_row);
+    int *cols = malloc(sizeof(int) * (size_t)(nc + 4));
+    double *vals = malloc(sizeof(double) * (size_t)(nc + 4));
+    hr_sched_disk *dk = malloc(sizeof *dk * (size_t)(kc->W + 1));
     int rc = 0;
-    if (!lp.ia || !lp.ja || !lp.ar || !cols || !vals) {
+    if (!cols || !vals || !dk) {
         rc = hr_seterr(err, HR_ENOMEM, "scheduler: out of memory building the k = %d program",
                        kc->k);
         goto done;
@@ -125,124 +127,126 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
     glp_set_obj_dir(lp.P, GLP_MIN);
     glp_add_cols(lp.P, nc);
     double kk = (double)kc->k;
-    /* objective: k * (sum_j c_j + H + E) + t_head, in ms per token */
+    /* objective: k * P + t_head, in ms per token */
     glp_set_obj_coef(lp.P, 0, c->d[c->head].th);
-    for (int i = 0; i < n; i++) {
+    glp_set_col_bnds(lp.P, cP, GLP_LO, 0.0, 0.0);
+    glp_set_obj_coef(lp.P, cP, kk);
+    for (int i = 0; i < n && !rc; i++) {
         bool head = i == c->head;
-        col_int(lp.P, col[i].w, GLP_IV, 0.0, kc->d[i].ub);
-        glp_set_obj_coef(lp.P, col[i].w, kk * c->d[i].t);
+        for (int v = 1; v <= col[i].cap; v++)
+            col_int(lp.P, col[i].x0 + v - 1, GLP_BV, 0.0, 1.0);
         if (col[i].n) {
             int hi = kc->d[i].gcap < kc->W ? kc->d[i].gcap : kc->W;
             col_int(lp.P, col[i].n, GLP_IV, 0.0, hi);
-            glp_set_obj_coef(lp.P, col[i].n, kk * (c->d[i].g - c->d[i].t));
         }
         double ylo = head ? 1.0 : 0.0, yhi = head || kc->d[i].ub > 0 ? 1.0 : 0.0;
         col_int(lp.P, col[i].y, GLP_BV, ylo, yhi);
-        glp_set_obj_coef(lp.P, col[i].y, kk * c->d[i].h);
-        if (col[i].ld)
-            glp_set_col_bnds(lp.P, col[i].ld, GLP_LO, 0.0, 0.0);
-        if (col[i].s)
-            col_int(lp.P, col[i].s, GLP_BV, 0.0, 1.0);
-        if (col[i].z) {
-            glp_set_col_bnds(lp.P, col[i].z, GLP_LO, 0.0, 0.0);
-            glp_set_obj_coef(lp.P, col[i].z, kk);
+        /* at most one CPU layer count */
+        int m = 0;
+        for (int v = 1; v <= col[i].cap; v++) {
+            cols[m] = col[i].x0 + v - 1;
+            vals[m++] = 1.0;
+        }
+        if (m)
+            rc = lp_row(&lp, GLP_UP, 0.0, 1.0, m, cols, vals);
+        bool any_load = false;
+        for (int v = 1; v <= col[i].cap; v++) {
+            hr_sched_disk_at(c, kc, i, v, &dk[v]);
+            any_load = any_load || dk[v].load > 0.0;
+        }
+        /* a disk reads at most one round's bytes per round: P >= load_i */
+        if (!rc && any_load) {
+            m = 0;
+            cols[m] = cP;
+            vals[m++] = 1.0;
+            for (int v = 1; v <= col[i].cap; v++) {
+                cols[m] = col[i].x0 + v - 1;
+                vals[m++] = -dk[v].load;
+            }
+            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m, cols, vals);
         }
     }
-    if (cE) {
-        glp_set_col_bnds(lp.P, cE, GLP_LO, 0.0, 0.0);
-        glp_set_obj_coef(lp.P, cE, kk);
-    }
-
     /* sum_m w_m = W */
     int m = 0;
-    for (int i = 0; i < n; i++) {
-        cols[m] = col[i].w;
-        vals[m++] = 1.0;
-    }
-    rc = lp_row(&lp, GLP_FX, kc->W, kc->W, m, cols, vals);
+    for (int i = 0; i < n; i++)
+        m += w_terms(&col[i], 1.0, cols + m, vals + m);
+    if (!rc)
+        rc = lp_row(&lp, GLP_FX, kc->W, kc->W, m, cols, vals);
     /* activity: y_m <= w_m <= ub_m * y_m; at least one device besides the head */
-    m = 0;
+    int ny = 0;
     for (int i = 0; i < n && !rc; i++) {
         if (i == c->head || kc->d[i].ub == 0)
             continue;
-        int cc[2] = {col[i].w, col[i].y};
-        double up[2] = {1.0, -(double)kc->d[i].ub}, lo[2] = {1.0, -1.0};
-        rc = lp_row(&lp, GLP_UP, 0.0, 0.0, 2, cc, up);
-        if (!rc)
-            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, 2, cc, lo);
+        m = w_terms(&col[i], 1.0, cols, vals);
         cols[m] = col[i].y;
-        vals[m++] = 1.0;
+        vals[m] = -(double)kc->d[i].ub;
+        rc = lp_row(&lp, GLP_UP, 0.0, 0.0, m + 1, cols, vals);
+        vals[m] = -1.0;
+        if (!rc)
+            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m + 1, cols, vals);
+        ny++;
     }
-    if (m == 0) {
-        rc = 1;
+    if (ny == 0) {
+        rc = rc ? rc : 1;
         goto done;
     }
+    m = 0;
+    for (int i = 0; i < n; i++)
+        if (i != c->head && kc->d[i].ub > 0) {
+            cols[m] = col[i].y;
+            vals[m++] = 1.0;
+        }
     if (!rc)
         rc = lp_row(&lp, GLP_LO, 1.0, 0.0, m, cols, vals);
-    for (int i = 0; i < n && !rc; i++) {
-        int cwn[2] = {col[i].w, col[i].n};
-        double one_m1[2] = {1.0, -1.0};
-        /* accelerator: n_m <= w_m, and wc_m = w_m - n_m <= cap_m */
+    /* ring: P >= sum_i window_i + sum_i h_i y_i, window_i = max(t_i wc, stall_i(wc))
+     * (SUM: their sum) + g_i n_i, one constant per (device, wc) */
+    m = 0;
+    cols[m] = cP;
+    vals[m++] = 1.0;
+    for (int i = 0; i < n; i++) {
+        for (int v = 1; v <= col[i].cap; v++) {
+            hr_sched_disk dv;
+            hr_sched_disk_at(c, kc, i, v, &dv);
+            double cpu = c->d[i].t * v;
+            if (c->overlap == HR_SCHED_OVERLAP_SUM)
+                cpu += dv.stall;
+            else if (dv.stall > cpu)
+                cpu = dv.stall;
+            cols[m] = col[i].x0 + v - 1;
+            vals[m++] = -cpu;
+        }
         if (col[i].n) {
-            double m1_one[2] = {-1.0, 1.0};
-            rc = lp_row(&lp, GLP_UP, 0.0, 0.0, 2, cwn, m1_one);
-            if (!rc)
-                rc = lp_row(&lp, GLP_UP, 0.0, kc->d[i].cap, 2, cwn, one_m1);
+            cols[m] = col[i].n;
+            vals[m++] = -c->d[i].g;
         }
-        if (rc || !col[i].ld)
-            continue;
-        if (!c->d[i].lru) {
-            /* pinned: load_m >= pin_a * wc_m - pin_c (ms per round) */
-            int cc[3] = {col[i].ld, col[i].w, col[i].n};
-            double vv[3] = {1.0, -kc->d[i].pin_a, kc->d[i].pin_a};
-            rc = lp_row(&lp, GLP_LO, -kc->d[i].pin_c, 0.0, 3, cc, vv);
-        } else {
-            /* lru: wc_m <= fit_m + (cap_m - fit_m) * s_m;
-             *      load_m >= lru_a * wc_m - big * (1 - s_m), big = lru_a * cap_m */
-            double big = kc->d[i].lru_a * kc->d[i].cap;
-            int c3[3] = {col[i].w, col[i].n, col[i].s};
-            double v3[3] = {1.0, -1.0, -(double)(kc->d[i].cap - kc->d[i].fit)};
-            rc = lp_row(&lp, GLP_UP, 0.0, kc->d[i].fit, 3, c3, v3);
-            int c4[4] = {col[i].ld, col[i].w, col[i].n, col[i].s};
-            double v4[4] = {1.0, -kc->d[i].lru_a, kc->d[i].lru_a, -big};
-            if (!rc)
-                rc = lp_row(&lp, GLP_LO, -big, 0.0, 4, c4, v4);
-        }
-        /* overlap: E (or z_m) >= load_m - rest_m, rest_m = S - c_m */
-        if (!rc) {
-            cols[0] = cE ? cE : col[i].z;
-            vals[0] = 1.0;
-            cols[1] = col[i].ld;
-            vals[1] = -1.0;
-            int mm = 2 + ring_terms(c, col, i, cols + 2, vals + 2);
-            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, mm, cols, vals);
-        }
+        cols[m] = col[i].y;
+        vals[m++] = -c->d[i].h;
     }
+    if (!rc)
+        rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m, cols, vals);
     /* symmetry: of two interchangeable devices the earlier takes at least as many layers */
     for (int i = 0; i < n && !rc; i++) {
         for (int j = i + 1; j < n && !rc; j++) {
             if (!same_device(c, kc, i, j))
                 continue;
-            int cc[2] = {col[i].w, col[j].w};
-            double vv[2] = {1.0, -1.0};
-            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, 2, cc, vv);
+            m = w_terms(&col[i], 1.0, cols, vals);
+            m += w_terms(&col[j], -1.0, cols + m, vals + m);
+            rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m, cols, vals);
             break; /* chains i >= j >= next twin */
         }
     }
     /* cutoff: only plans better than the best one so far (ms per token) */
     if (!rc && isfinite(cutoff)) {
-        m = 0;
-        for (int j = 1; j <= nc; j++) {
-            double v = glp_get_obj_coef(lp.P, j);
-            if (v != 0.0) {
-                cols[m] = j;
-                vals[m++] = v;
-            }
-        }
-        rc = lp_row(&lp, GLP_UP, 0.0, cutoff - c->d[c->head].th, m, cols, vals);
+        cols[0] = cP;
+        vals[0] = kk;
+        rc = lp_row(&lp, GLP_UP, 0.0, cutoff - c->d[c->head].th, 1, cols, vals);
     }
     if (rc) {
-        rc = hr_seterr(err, HR_EINTERNAL, "scheduler: program for k = %d overflowed", kc->k);
+        rc = rc == HR_ENOMEM
+                 ? hr_seterr(err, HR_ENOMEM, "scheduler: out of memory building the k = %d program",
+                             kc->k)
+                 : hr_seterr(err, HR_EINTERNAL, "scheduler: program for k = %d failed to build",
+                             kc->k);
         goto done;
     }
     glp_load_matrix(lp.P, lp.ne, lp.ia, lp.ja, lp.ar);
@@ -276,8 +280,12 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
     }
     *proven = ret == 0 && st == GLP_OPT;
     for (int i = 0; i < n; i++) {
-        w[i] = (int)lround(glp_mip_col_val(lp.P, col[i].w));
+        int wc = 0;
+        for (int v = 1; v <= col[i].cap; v++)
+            if (glp_mip_col_val(lp.P, col[i].x0 + v - 1) > 0.5)
+                wc = v;
         ng[i] = col[i].n ? (int)lround(glp_mip_col_val(lp.P, col[i].n)) : 0;
+        w[i] = wc + ng[i];
     }
     *obj = glp_mip_obj_val(lp.P);
     rc = 0;
@@ -289,6 +297,7 @@ done:
     free(lp.ar);
     free(cols);
     free(vals);
+    free(dk);
     return rc;
 }
 

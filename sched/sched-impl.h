@@ -34,26 +34,39 @@ typedef struct {
     int k_list[HR_SCHED_MAX_K];
 } hr_sched_ctx;
 
-/* Per-k tables. wc = w - n_gpu (CPU layers per round). */
+/* Per-k tables. wc = w - n_gpu (CPU layers per round). Every wc in
+ * [0, cap] is allowed (the memory rules are monotone in wc); what a given
+ * wc costs on the disk comes from hr_sched_disk_at(). */
 typedef struct {
     int k, W;
     struct {
-        int fit;      /* max wc with every layer resident */
-        int cap;      /* max wc at all (window fit, or fit when not streaming) */
-        int gcap;     /* max n_gpu */
-        int ub;       /* max w = min(W, cap + gcap) */
-        bool stream;  /* may overload: disk > 0, k >= 2, cap > fit */
-        double pin_a; /* pinned: load ms/round = max(0, pin_a * wc - pin_c) */
-        double pin_c;
-        double lru_a; /* lru: load ms/round = wc > fit ? lru_a * wc : 0 */
+        int fit;     /* max wc with every layer resident */
+        int cap;     /* max wc at all (streaming through one layer of buffer, or fit) */
+        int gcap;    /* max n_gpu */
+        int ub;      /* max w = min(W, cap + gcap) */
+        bool stream; /* may overload: disk > 0 and cap > fit */
     } d[HR_SCHED_MAX_DEV];
 } hr_sched_kctx;
+
+/* The disk side of device i computing wc CPU layers per round under kc. */
+typedef struct {
+    bool overloaded;   /* streams every token */
+    double load;       /* ms per round of disk reads */
+    double stall;      /* ms per round the reads delay the device's own window (prefetch
+                          buffer exhausted, or lru reads on demand), before the ring */
+    double read_round; /* bytes read per round */
+    double resident;   /* bytes of weights kept resident */
+    double buffer;     /* bytes of the sliding stream buffer */
+} hr_sched_disk;
 
 /* Validates and fills *c (opts already defaulted). Returns 0, HR_EINVAL or
  * HR_EINFEASIBLE with err. */
 int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *model, const hr_sched_device *devs,
                       int n_dev, const hr_sched_opts *opts, char *err);
 void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc);
+/* Fills *out for device i with wc CPU layers per round (0 <= wc <= cap). */
+void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int wc,
+                      hr_sched_disk *out);
 /* Closed-form latency (ms per token) of (w, ng) for kc->k; INFINITY when
  * infeasible. ng may be NULL. Fills plan when not NULL and feasible. */
 double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,

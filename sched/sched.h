@@ -16,53 +16,47 @@
  *   c_m   = wc_m * t_layer_ms + n_m * t_layer_gpu_ms        compute, ms/round
  *   h_m   = rtt_ms / 2 + 1000 * hidden_bytes / link_bps      one hop m -> next, ms
  *   H     = sum over active m of h_m, or 0 with one active   hops, ms/round
- *   S     = sum_m c_m + H                                    ring time, ms/round
- *   rest_m = S - c_m                                         what m can overlap, ms
+ *   (the disk terms below add to these)
  *
  * The head is always active (it embeds tokens and runs the output head); any
  * other device is active iff w_m > 0. Memory of device m, with
  * mem_eff_m = mem_bytes - (output_bytes if head):
  *
  *   KV of all k * wc_m CPU layers stays resident (kv_bytes_per_layer each);
- *   window fit (hard):  wc_m * (layer_bytes + k * kv_bytes_per_layer) <= mem_eff_m
  *   all resident iff:   k * wc_m * (layer_bytes + kv_bytes_per_layer) <= mem_eff_m
  *   disk_bps == 0:      all resident is a hard constraint (no streaming)
  *   GPU layers:         k * n_m * (layer_bytes + kv_bytes_per_layer) <= vram_bytes
  *
- * A device whose layers do not all stay resident ("overloaded") streams from
- * disk every token and prefetches its next window while the rest of the ring
- * computes. Bytes read per round depend on how the OS reclaims pages
- * (hr_sched_os):
+ * Memory is a cost, not a wall: a device whose layers do not all stay
+ * resident ("overloaded") streams from disk every token. How many bytes
+ * depends on how the OS reclaims pages (hr_sched_os):
  *
- *   pinned (Linux, Android): hearth keeps a resident set and streams the rest
- *     through a buffer of one window's streamed part, evenly over the k windows.
- *     With o_m = max(0, k * wc_m * (layer_bytes + kv) - mem_eff_m) bytes of
- *     overflow, resident r and buffer u = (k*wc_m*layer_bytes - r) / k must
- *     satisfy r + u <= memory, so the read per round is o_m / (k - 1) bytes
- *     (k >= 2; with k = 1 a window cannot be prefetched beside itself, which
- *     the window-fit rule already excludes). Larger k reads less.
+ *   pinned (Linux, Android): hearth keeps a resident part and streams the
+ *     rest through a sliding buffer, hr_sched_stream_split() below with
+ *     room = mem_eff_m - k * wc_m * kv and min_buffer = layer_bytes; the
+ *     device needs room for the buffer (at most one layer), nothing more.
+ *     Per round it reads read_round bytes: load_m = 1000 * read_round /
+ *     disk_bps ms, of which the buffer takes 1000 * buffer / disk_bps ms
+ *     ahead while the rest of the ring computes; the rest is read while it
+ *     computes its window: stall_m = max(0, load_m - 1000 * buffer / disk_bps).
  *   lru (macOS, Windows, other): the page cache evicts least-recently-used
  *     pages; a cyclic access pattern larger than the cache misses every time,
- *     so an overloaded device re-reads its whole window every round:
- *     wc_m * layer_bytes bytes. (prima.cpp puts overloaded macOS devices in
- *     their own sets M1/M2 because their reclaim differs; here one binary
- *     variable per device covers it.)
+ *     so an overloaded device re-reads its whole window every round, on
+ *     demand while it computes: load_m = stall_m = 1000 * wc_m * layer_bytes /
+ *     disk_bps; the window must fit beside the KV (the cache holds it).
  *
- *   load_m = 1000 * read_bytes_per_round / disk_bps          disk, ms/round
+ * Round time:
+ *   window_m = max(c_m, stall_m)  (HR_SCHED_OVERLAP_MAX, default: reads and
+ *              compute of one device overlap) or c_m + stall_m
+ *              (HR_SCHED_OVERLAP_SUM, pessimistic)
+ *   S = sum over active m of window_m + H
+ *   P = max(S, max_m load_m)       (a disk reads one round's bytes per round)
  *
- * Exposed disk time per round (hr_sched_overlap):
- *   HR_SCHED_OVERLAP_MAX (default): E = max(0, max_m (load_m - rest_m)).
- *     This is the exact steady state of the cyclic pipeline: the round period
- *     is max(S, max_m (c_m + load_m)); one stall delays everyone downstream and
- *     so also hides the other devices' loads.
- *   HR_SCHED_OVERLAP_SUM: E = sum_m max(0, load_m - rest_m), each device's stall
- *     counted as if the others never stalled (pessimistic).
+ *   latency (ms per token) = k * P + t_head_ms(head)
  *
- *   latency (ms per token) = k * (S + E) + t_head_ms(head)
- *
- * So k > 1 pays only when memory is short: k = 1 admits no streaming, larger
- * k reads fewer bytes per token (k / (k - 1) * o_m) and overlaps them with
- * more of the ring, but adds k * H of hops; fast disks tip the balance.
+ * So k > 1 pays only when memory is short: with k = 1 every streamed byte is
+ * read while the device computes; larger k lets the buffer fill while the
+ * rest of the ring computes, but adds k * H of hops.
  *
  * t_head_ms covers the embedding lookup, output norm, LM head and sampling,
  * once per token on the head. Embedding rows are read one per token and are
@@ -80,11 +74,12 @@
  * order does not change the cost.
  *
  * SOLVER. For every divisor k of L one mixed-integer program (GLPK
- * glp_intopt) with integer w_m, n_m, binary activity y_m (w_m <= cap_m * y_m,
- * w_m >= y_m), binary overload s_m for lru devices, continuous load_m >= ...
- * and E >= load_m - rest_m (or z_m per device for SUM). All memory rules are
- * integer bounds on wc_m, so the program is exact for this cost model and no
- * M1..M4 set iteration is needed; the head-alone plan is evaluated directly.
+ * glp_intopt) with one binary per (device, CPU layers per round) (the disk
+ * terms are piecewise in wc_m, so each allowed wc_m is a column with its
+ * window and load constants), integer n_m, binary activity y_m and the
+ * period P >= S, P >= load_m. The program is exact for this cost model and
+ * no M1..M4 set iteration is needed; the head-alone plan is evaluated
+ * directly.
  * Interchangeable devices get w_i >= w_j rows (symmetry), and each program
  * carries the best latency found so far as a cutoff row, so a k that cannot
  * win is dismissed early (reported as NAN in k_latency_ms).
@@ -120,8 +115,8 @@ typedef enum {
 } hr_sched_os;
 
 typedef enum {
-    HR_SCHED_OVERLAP_MAX = 0, /* exact pipeline steady state */
-    HR_SCHED_OVERLAP_SUM,     /* per-device stalls added up */
+    HR_SCHED_OVERLAP_MAX = 0, /* a device's reads overlap its own compute */
+    HR_SCHED_OVERLAP_SUM,     /* they do not (pessimistic) */
 } hr_sched_overlap;
 
 /* One device, as measured by the profiler. Zero-initialise (or use
@@ -174,7 +169,7 @@ typedef struct {
     bool active; /* in the ring */
     bool is_head;
     bool overloaded;        /* streams weights from disk every token */
-    bool bottleneck;        /* its disk sets the exposed time (OVERLAP_MAX) */
+    bool bottleneck;        /* its disk (or its stall) sets the exposed time */
     int ring_pos;           /* 0 = head, -1 = left out */
     int w;                  /* layers per round (window size) */
     int n_gpu;              /* of which on the accelerator */
@@ -209,7 +204,7 @@ typedef struct {
     double tokens_per_s;     /* 1000 / latency_ms */
     double compute_ms;       /* per token: k * sum c_m */
     double link_ms;          /* per token: k * H */
-    double disk_exposed_ms;  /* per token: k * E */
+    double disk_exposed_ms;  /* per token: k * (P - compute - links) */
     double head_ms;          /* t_head_ms of the head */
     double round_ms;         /* S + E */
     double out_stream_bytes; /* output head bytes the head streams per token (short of memory) */
@@ -254,6 +249,45 @@ int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, 
  * otherwise (ties: smallest k, then first found). Reentrant. */
 int hr_sched_exhaustive(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
                         const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]);
+
+/* The streaming scheme of a pinned-reclaim device (Linux, Android), shared by
+ * the cost model and the runtime (agent/stream.c) so both do the same
+ * arithmetic. A device computes k windows of window_bytes each (T = k *
+ * window_bytes) and has room bytes for weights (its budget less KV and, on
+ * the head, the output head). When T <= room everything stays resident.
+ * Otherwise it keeps `resident` bytes (the heads of its windows, spread
+ * evenly) and streams the rest through a sliding buffer of `buffer` bytes:
+ * after a window is computed its streamed part is dropped and the next
+ * window's streamed part is read ahead up to `buffer` bytes; while that
+ * window is computed, each finished layer's streamed bytes are dropped and
+ * reading goes on, never more than `buffer` bytes ahead of the layer being
+ * computed. The buffer is
+ *
+ *   buffer = min((T - room) / (k - 1), room)   (k >= 2)
+ *   buffer = min_buffer                        (k = 1)
+ *
+ * i.e. one whole streamed part (read entirely while the rest of the ring
+ * computes, the classic prefetch) when that fits, else all the room with
+ * nothing resident; with k = 1 every byte beyond the room is read while
+ * the window is computed whatever the buffer, so it is the smallest.
+ * resident = room - buffer, read_round = (T - resident) / k bytes per
+ * round. A buffer smaller than a window's streamed part must hold the
+ * layer being computed: buffer >= min(read_round, min_buffer), with
+ * min_buffer one (mean) layer. */
+typedef struct {
+    bool streams;      /* false: T <= room, everything stays */
+    double resident;   /* bytes kept resident, all windows together */
+    double buffer;     /* bytes of the sliding buffer (0 when not streaming) */
+    double read_round; /* bytes read from disk per round (window) */
+} hr_sched_stream;
+
+/* Fills *out for k windows of window_bytes under room bytes. Returns 0,
+ * HR_ERANGE when the windows do not fit and the buffer is below
+ * min(read_round, min_buffer) (the device cannot even stream; *out is
+ * filled all the same), HR_EINVAL
+ * for k < 1 or negative / non-finite sizes. Reentrant. */
+int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
+                          hr_sched_stream *out);
 
 /* Smallest thread count t (1-based) with ms[t-1] <= (1 + tol) * min ms, over
  * the entries > 0 among the first n; 0 when none is measured. Reentrant. */

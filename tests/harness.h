@@ -243,6 +243,24 @@ static inline int model_inputs(const char *model, int n_ctx, hr_prof_model *pm,
     return rc;
 }
 
+/* The bytes an agent of model at n_ctx keeps out of its memory for work
+ * buffers and the runtime (hr_prof_mem_reserve at the default batch of 64
+ * and threads, one per online core, as the test agents run); -1 when the
+ * model does not load. */
+static inline double model_reserve(const char *model, int n_ctx, bool is_head) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    double r = -1;
+    if (hr_gguf_open(&g, model, err) == 0 && hr_model_load(&m, g, err) == 0) {
+        long nt = sysconf(_SC_NPROCESSORS_ONLN);
+        r = hr_prof_mem_reserve(m, n_ctx, 64, nt > 0 ? (int)nt : 1, is_head);
+    }
+    hr_model_free(m);
+    hr_gguf_close(g);
+    return r;
+}
+
 /* ---- temporary folder and generated model ---- */
 
 /* HR_BIN when it is an executable, else NULL. */

@@ -95,13 +95,13 @@ static void test_adapt(const char *model) {
     /* memory for 5, 5 and 6 layers and no disk: every device must hold
      * some; w2 claims the fastest CPU, so the plan gives it the most */
     double per = sm.layer_bytes + sm.kv_bytes_per_layer;
-    double reserve = hr_prof_mem_reserve(sm.layer_bytes);
     const char *names[N_DEV] = {"head", "w1", "w2"};
     double gbs[N_DEV] = {2.0, 2.0, 8.0};
     double hold[N_DEV] = {5.5, 5.5, 6.5};
     char files[N_DEV][128];
     int64_t avail[N_DEV];
     for (int i = 0; i < N_DEV; i++) {
+        double reserve = model_reserve(model, N_CTX, i == 0);
         avail[i] = (int64_t)(reserve + hold[i] * per + (i == 0 ? sm.output_bytes : 0));
         CHECK_EQ(save_profile(g_dir, names[i], gbs[i], 0.0, avail[i], files[i], sizeof files[i]),
                  0);

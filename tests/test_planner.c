@@ -38,7 +38,7 @@ static char g_dir[64];
 
 /* The scheduler inputs the head builds from a profile file. */
 static int sched_dev_from_file(const char *path, const hr_prof_model *pm, bool is_head,
-                               const char *name, hr_sched_device *out) {
+                               const char *name, double reserve, hr_sched_device *out) {
     char *js = NULL, err[HR_ERR_LEN];
     FILE *f = fopen(path, "r");
     if (!f)
@@ -53,6 +53,7 @@ static int sched_dev_from_file(const char *path, const hr_prof_model *pm, bool i
         hr_prof_sched_params sp = hr_prof_sched_params_default();
         sp.is_head = is_head;
         sp.n_ctx = N_CTX;
+        sp.reserve_bytes = (int64_t)reserve; /* what the head keeps out (hr_prof_mem_reserve) */
         rc = hr_prof_to_sched_device(d, pm, NULL, &sp, out, err);
         snprintf(out->name, sizeof out->name, "%s", name);
         hr_prof_assume_link(out);
@@ -84,12 +85,12 @@ static void test_live_plan(const char *model) {
     CHECK_EQ(sm.n_layer, 12);
     /* each device holds about 2.5 layers: short of memory, slow disks */
     double per = sm.layer_bytes + sm.kv_bytes_per_layer;
-    double reserve = hr_prof_mem_reserve(sm.layer_bytes);
     const char *names[N_DEV] = {"head", "w1", "w2"};
     double gbs[N_DEV] = {4.0, 3.0, 2.0};
     char files[N_DEV][128];
     int64_t avail[N_DEV];
     for (int i = 0; i < N_DEV; i++) {
+        double reserve = model_reserve(model, N_CTX, i == 0);
         avail[i] = (int64_t)(reserve + 2.5 * per + (i == 0 ? sm.output_bytes : 0));
         CHECK_EQ(save_profile(g_dir, names[i], gbs[i], 40.0, avail[i], files[i], sizeof files[i]),
                  0);
@@ -120,7 +121,9 @@ static void test_live_plan(const char *model) {
             CHECK(order[i] >= 0);
             if (order[i] < 0)
                 order[i] = i;
-            CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]], &sd[i]), 0);
+            CHECK_EQ(sched_dev_from_file(files[order[i]], &pm, i == 0, names[order[i]],
+                                         model_reserve(model, N_CTX, i == 0), &sd[i]),
+                     0);
             /* the links the plan ran on were measured (each device's link to
              * the head at join; the head's the other way): the same figures */
             json_t *dj = json_array_get(devs, i);
@@ -154,6 +157,15 @@ static void test_live_plan(const char *model) {
             CHECK(json_real_value(json_object_get(d, "pred_ms_round")) > 0);
         }
         CHECK_EQ(active, N_DEV);
+        /* memory is a cost: 12 layers on room for ~7.5, so devices stream, and the
+         * head's status says which, as the scheduler planned */
+        int streaming = 0;
+        for (int i = 0; i < N_DEV && i < (int)json_array_size(devs); i++) {
+            bool ov = json_is_true(json_object_get(json_array_get(devs, i), "overloaded"));
+            CHECK_EQ(ov, want.dev[i].overloaded);
+            streaming += ov;
+        }
+        CHECK(streaming >= 1);
         if (want.k * N_DEV != sm.n_layer) /* an even split would give every device W / 3 */
             CHECK(!even);
         CHECK(strncmp(json_string_value(json_object_get(st, "plan_source")), "scheduler", 9) == 0);
@@ -173,8 +185,9 @@ static void test_live_plan(const char *model) {
             0);
         CHECK_EQ(got[0], ref[0]);
         CHECK(counted_ids_equal(got, ref));
-        printf("live plan: k %d, %d active devices, %d greedy ids equal the single process\n", k,
-               active, ref[0]);
+        printf("live plan: k %d, %d active devices (%d streaming), %d greedy ids equal the single "
+               "process\n",
+               k, active, streaming, ref[0]);
     }
     agents_end(ag, N_DEV);
     hr_prof_model_clear(&pm);
@@ -191,8 +204,9 @@ static void test_memory_edge(const char *model) {
     }
     hr_prof_model_clear(&pm);
     /* everything resident (no disk): weights + KV of every layer + output head */
-    double need = hr_prof_mem_need(&sm, 1, sm.n_layer, true);
-    int64_t enough = (int64_t)(hr_prof_mem_reserve(sm.layer_bytes) + need) + 1;
+    double need = sm.n_layer * (sm.layer_bytes + sm.kv_bytes_per_layer) + sm.output_bytes;
+    CHECK(hr_prof_mem_need(&sm, 1, sm.n_layer, true) < need); /* the admission check's least */
+    int64_t enough = (int64_t)(model_reserve(model, N_CTX, true) + need) + 1;
     for (int short_of = 0; short_of <= 1; short_of++) {
         int64_t avail = enough - (short_of ? 1 << 20 : 0);
         hr_prof_device d;
@@ -250,8 +264,9 @@ static void test_parallel_fits(const char *model) {
         return;
     }
     hr_prof_model_clear(&pm);
-    double need = hr_prof_mem_need(&sm, 1, sm.n_layer, true); /* one slot */
-    int64_t avail = (int64_t)(hr_prof_mem_reserve(sm.layer_bytes) + need) + 1;
+    /* every layer resident (no disk) with one KV slot each */
+    double need = sm.n_layer * (sm.layer_bytes + sm.kv_bytes_per_layer) + sm.output_bytes;
+    int64_t avail = (int64_t)(model_reserve(model, N_CTX, true) + need) + 1;
     hr_prof_device d;
     fake_device(&d, "slots", 4.0, 0.0, avail);
     char file[128];

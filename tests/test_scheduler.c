@@ -239,29 +239,53 @@ static void test_hand_costs(void) {
     hr_sched_model m1 = {.n_layer = 4, .layer_bytes = 1e9};
     hr_sched_device s = dev("s", 10, 2e9, 1e9, 0, 0);
     int one[1] = {1}, two[1] = {2}, four[1] = {4};
-    CHECK(isinf(hr_sched_cost(&m1, &s, 1, NULL, 1, four, NULL))); /* window cannot fit */
-    /* k=2: overflow 2 GB, read 2 GB per round = 2000 ms, nothing to overlap */
-    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 2, two, NULL), 2 * (20 + 2000.0), 1e-6);
+    /* k=1: the window is twice the memory: 1 GB resident, a 1 GB (one layer)
+     * buffer, 3 GB read per token, 2 GB of it while the window computes; the
+     * disk (3000 ms) sets the round */
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 1, four, NULL), 3000.0, 1e-6);
+    /* k=2: overflow 2 GB, a 2 GB buffer (nothing resident), 2 GB per round = 2000 ms,
+     * read while the other round computes (20 ms of compute hides in it) */
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 2, two, NULL), 2 * 2000.0, 1e-6);
     /* k=4: read 2 GB / 3 per round */
-    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 4, one, NULL), 4 * (10 + 2000.0 / 3), 1e-6);
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 4, one, NULL), 4 * 2000.0 / 3, 1e-6);
     CHECK_EQ(hr_sched_solve(&m1, &s, 1, NULL, &p, NULL), 0);
     CHECK_EQ(p.k, 4);
     CHECK(p.dev[0].overloaded);
     CHECK_NEAR(p.dev[0].read_bytes, 4 * 2e9 / 3, 1.0);
     /* lru: an overloaded device re-reads its window every round */
     s.os = HR_SCHED_OS_MACOS;
-    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 2, two, NULL), 2 * (20 + 2000.0), 1e-6);
-    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 4, one, NULL), 4 * (10 + 1000.0), 1e-6);
+    /* (read on demand while it computes: the 20 / 10 ms of compute hide in the reads) */
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 2, two, NULL), 2 * 2000.0, 1e-6);
+    CHECK_NEAR(hr_sched_cost(&m1, &s, 1, NULL, 4, one, NULL), 4 * 1000.0, 1e-6);
     CHECK_EQ(hr_sched_solve(&m1, &s, 1, NULL, &p, NULL), 0);
     CHECK_EQ(p.k, 2); /* tie with k=4: the smaller k wins */
 
     /* overlap: a fast partner hides the streaming device's disk */
     hr_sched_model m2 = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 0};
     hr_sched_device r[2] = {dev("h", 10, 1.5e9, 1e9, 0, 1e9), dev("x", 300, 100e9, 0, 0, 1e9)};
-    /* k=2, w=(1,1): h overflows 0.5 GB, reads 0.5 GB / (k-1) per round = 500 ms, of which
-     * x's 300 ms hide 300 */
+    /* k=2, w=(1,1): h overflows 0.5 GB, reads 0.5 GB / (k-1) per round = 500 ms into a
+     * 0.5 GB buffer; the ring computes 310 ms per round, so h's disk sets the round */
     int wr[2] = {1, 1};
-    CHECK_NEAR(hr_sched_cost(&m2, r, 2, NULL, 2, wr, NULL), 2 * (310 + 200.0), 1e-6);
+    CHECK_NEAR(hr_sched_cost(&m2, r, 2, NULL, 2, wr, NULL), 2 * 500.0, 1e-6);
+    /* a faster disk hides behind x's 300 ms entirely */
+    r[0].disk_bps = 2e9;
+    CHECK_NEAR(hr_sched_cost(&m2, r, 2, NULL, 2, wr, NULL), 2 * 310.0, 1e-6);
+    /* the buffer cannot hold one streamed part: with 1.2 GB, h computing 2 of 4 layers
+     * per round (k = 2) keeps nothing resident and slides a 1.2 GB buffer over each
+     * 2 GB window: 2 GB per round (2000 ms), 800 ms of it while h computes */
+    r[0].disk_bps = 1e9;
+    hr_sched_model m3 = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 0};
+    r[0].mem_bytes = 1.2e9;
+    int w31[2] = {2, 0};
+    static hr_sched_plan p3;
+    CHECK_EQ(hr_sched_evaluate(&m3, r, 2, NULL, 2, w31, NULL, &p3, NULL), 0);
+    CHECK_NEAR(p3.latency_ms, 2 * 2000.0, 1e-6);
+    CHECK_NEAR(p3.dev[0].read_bytes, 4e9, 1.0);
+    CHECK_NEAR(p3.dev[0].disk_exposed_ms, 2 * (2000.0 - 20.0), 1e-6);
+    CHECK_NEAR(p3.dev[0].mem_bytes, 1.2e9, 1.0);
+    /* below one layer of room it cannot stream at all */
+    r[0].mem_bytes = 0.9e9;
+    CHECK(isinf(hr_sched_cost(&m3, r, 2, NULL, 2, w31, NULL)));
 }
 
 static void test_properties(void) {
@@ -567,10 +591,10 @@ static void test_bad_inputs(void) {
     }
     memcpy(e, d, sizeof e);
     for (int i = 0; i < 3; i++)
-        e[i].mem_bytes = 0.2 * GIB; /* not even one window fits */
+        e[i].mem_bytes = 0.2 * GIB; /* not even one layer fits */
     z = m;
     z.output_bytes = 0;
-    expect_fail(&z, e, 3, HR_EINFEASIBLE, "window");
+    expect_fail(&z, e, 3, HR_EINFEASIBLE, "one layer");
 
     static hr_sched_plan p;
     hr_sched_opts o = hr_sched_opts_default();
@@ -586,7 +610,11 @@ static void test_bad_inputs(void) {
     o.max_enum = 10;
     CHECK_EQ(hr_sched_exhaustive(&m, d, 3, &o, &p, err), HR_ERANGE);
     int w[3] = {80, 0, 0};
-    CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 1, w, NULL, &p, err), HR_EINFEASIBLE);
+    CHECK_EQ(hr_sched_evaluate(&m, e, 3, NULL, 1, w, NULL, &p, err), HR_EINFEASIBLE);
+    /* memory is a cost: 80 layers on one 8 GiB device stream through it */
+    CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 1, w, NULL, &p, err), 0);
+    CHECK(p.dev[0].overloaded);
+    CHECK(p.dev[0].read_bytes > 30 * GIB);
     CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 7, w, NULL, &p, err), HR_EINVAL);
     CHECK_EQ(hr_sched_evaluate(&m, d, 3, NULL, 1, NULL, NULL, &p, err), HR_EINVAL);
     int w4[3] = {2, 1, 1};

@@ -11,7 +11,11 @@
 #include "mmap/stream.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[512];
@@ -353,6 +357,310 @@ static void test_threads(void) {
     hr_gguf_close(g);
 }
 
+/* ---- the pump: a sliding buffer over a generated many-layer file ---- */
+
+/* AddressSanitizer makes mlock a no-op that succeeds: locked heads are
+ * then not read in */
+#if defined(__SANITIZE_ADDRESS__)
+#define HR_NO_MLOCK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HR_NO_MLOCK 1
+#endif
+#endif
+#ifndef HR_NO_MLOCK
+#define HR_NO_MLOCK 0
+#endif
+
+#define PUMP_LAYERS 9
+#define FAULT_AROUND ((int64_t)64 << 10)
+static char pump_path[1100];
+
+/* 9 layers of two tensors each, about 36 pages per layer, laid out in
+ * layer order with unaligned tensor sizes. */
+static int write_pump_model(const char *path) {
+    hr_gguf_writer *w = hr_gguf_writer_create();
+    CHECK(w != NULL);
+    if (!w)
+        return -1;
+    CHECK_EQ(hr_gguf_writer_set_str(w, "general.architecture", "llama"), 0);
+    int64_t n_max = 31001;
+    float *data = calloc((size_t)n_max, sizeof *data);
+    const int64_t sizes[2] = {7003, 31001};
+    const char *names[2] = {"attn_q.weight", "ffn_up.weight"};
+    int64_t ne[1] = {64};
+    CHECK_EQ(hr_gguf_writer_add_tensor(w, "token_embd.weight", HR_TYPE_F32, 1, ne, data, 256), 0);
+    for (int l = 0; l < PUMP_LAYERS; l++)
+        for (int t = 0; t < 2; t++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s", l, names[t]);
+            ne[0] = sizes[t];
+            CHECK_EQ(hr_gguf_writer_add_tensor(w, name, HR_TYPE_F32, 1, ne, data,
+                                               (uint64_t)sizes[t] * sizeof *data),
+                     0);
+        }
+    ne[0] = 64;
+    CHECK_EQ(hr_gguf_writer_add_tensor(w, "output.weight", HR_TYPE_F32, 1, ne, data, 256), 0);
+    free(data);
+    char err[HR_ERR_LEN];
+    int rc = hr_gguf_writer_write(w, path, err);
+    if (rc)
+        fprintf(stderr, "write %s: %s\n", path, err);
+    CHECK_EQ(rc, 0);
+    hr_gguf_writer_destroy(w);
+    return rc;
+}
+
+/* Streamed bytes of the n parts mapped now. */
+static int64_t tails_mapped(const hr_gguf *g, const hr_stream_part *p, int n) {
+    uint64_t off[HR_STREAM_MAX_WINDOWS], len[HR_STREAM_MAX_WINDOWS];
+    for (int i = 0; i < n; i++) {
+        off[i] = p[i].stream_off;
+        len[i] = p[i].stream_len;
+    }
+    return hr_stream_mapped(g, off, len, n);
+}
+
+/* One device's k windows of w layers (round r: layers r * W + offset ..),
+ * resident heads of `resident` bytes, tails through `buffer` bytes, run
+ * for `tokens` tokens with a simulated compute that reads every layer and
+ * posts it; after every step the pump is waited for and the mapped tail
+ * bytes checked against the buffer (+ a page per window), what it passed
+ * checked dropped. Returns the bytes the pump read per round. */
+static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned flags, int tokens,
+                       const char *label) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    hr_stream_pump *pp = NULL;
+    if (hr_gguf_open(&g, pump_path, err) || hr_stream_pump_create(&pp, g, err)) {
+        fprintf(stderr, "%s: %s\n", label, err);
+        CHECK(0);
+        hr_gguf_close(g);
+        return -1;
+    }
+    int W = PUMP_LAYERS / k, offset = W - w;
+    hr_stream_part part[HR_STREAM_MAX_WINDOWS];
+    memset(part, 0, sizeof part);
+    for (int r = 0; r < k; r++) {
+        part[r].layer_begin = r * W + offset;
+        part[r].n_layers = w;
+        CHECK_EQ(hr_stream_window_range(g, part[r].layer_begin, part[r].layer_begin + w,
+                                        &part[r].off, &part[r].len),
+                 0);
+        hr_stream_evict(g, part[r].off, part[r].len); /* start cold */
+    }
+    CHECK_EQ(hr_stream_split_resident(part, k, resident), 0);
+    uint64_t kept = 0, max_tail = 0;
+    for (int r = 0; r < k; r++) {
+        kept += part[r].keep_len;
+        max_tail = part[r].stream_len > max_tail ? part[r].stream_len : max_tail;
+    }
+    CHECK((double)kept <= resident + 1e-9 || resident >= 1e300);
+    CHECK(max_tail > 0);
+    CHECK_EQ(hr_stream_pump_plan(pp, part, k, buffer, flags), 0);
+    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    /* a page per window of page rounding, and the kernel's fault-around at
+     * both ends of the buffer: a fault on a file mapping also maps the
+     * cached pages of its aligned 64 KiB block (fault_around_bytes) */
+    int64_t slack = (int64_t)(pg * (uint64_t)k) + 2 * FAULT_AROUND, lim = (int64_t)buffer + slack;
+    /* the warm-up read the first tail up to the buffer, and the heads */
+    int64_t m0 = tails_mapped(g, part, k);
+    uint64_t want0 = part[0].stream_len < buffer ? part[0].stream_len : buffer;
+    CHECK_INT(m0, <=, lim);
+    if (flags & HR_STREAM_PREFETCH)
+        CHECK_INT(m0 + (int64_t)pg, >=, (int64_t)want0);
+    for (int r = 0; r < k && !(HR_NO_MLOCK && (flags & HR_STREAM_LOCK)); r++) {
+        uint64_t ko = part[r].off, kl = part[r].keep_len;
+        if (kl)
+            CHECK_INT(hr_stream_mapped(g, &ko, &kl, 1), ==, (int64_t)(kl + pg - 1) / pg * pg);
+    }
+    hr_stream_pump_stats st0;
+    hr_stream_pump_get_stats(pp, &st0);
+    int64_t worst = 0;
+    int bad_drop = 0, bad_ahead = 0;
+    for (int t = 0; t < tokens; t++)
+        for (int r = 0; r < k; r++) {
+            hr_stream_part *P = &part[r];
+            uint64_t tend = P->stream_off + P->stream_len;
+            for (int j = 0; j < w; j++) {
+                int l = P->layer_begin + j;
+                uint64_t lo, ll;
+                CHECK_EQ(hr_stream_window_range(g, l, l + 1, &lo, &ll), 0);
+                /* the layer about to be computed is read ahead as far as the buffer goes */
+                uint64_t a = lo > P->stream_off ? lo : P->stream_off;
+                uint64_t b = a + buffer < lo + ll ? a + buffer : lo + ll;
+                b = b < tend ? b : tend;
+                if (a < b && (flags & HR_STREAM_PREFETCH)) {
+                    uint64_t len = b - a;
+                    int64_t got = hr_stream_mapped(g, &a, &len, 1); /* whole pages */
+                    if (got < (int64_t)len)
+                        fprintf(stderr, "%s: t %d r %d layer %d: [%llu, +%llu) mapped %lld\n",
+                                label, t, r, l, (unsigned long long)a, (unsigned long long)len,
+                                (long long)got);
+                    bad_ahead += got < (int64_t)len;
+                }
+                touch(g, lo, ll); /* compute */
+                int64_t m = tails_mapped(g, part, k);
+                worst = m > worst ? m : worst;
+                hr_stream_pump_layer_done(pp, l);
+                CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+                m = tails_mapped(g, part, k);
+                worst = m > worst ? m : worst;
+                /* what the compute passed is dropped when the tail slides */
+                uint64_t next = lo + ll;
+                next -= next % pg;
+                if (P->stream_len > buffer && next > P->stream_off) {
+                    uint64_t s0 = P->stream_off, sl = (next < tend ? next : tend) - s0;
+                    bad_drop += hr_stream_mapped(g, &s0, &sl, 1) != 0;
+                }
+            }
+            hr_stream_pump_window_done(pp, r);
+            CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+            int64_t m = tails_mapped(g, part, k);
+            worst = m > worst ? m : worst;
+            if (k > 1) { /* its tail is gone, the next one's start is in */
+                bad_drop += hr_stream_mapped(g, &P->stream_off, &P->stream_len, 1) != 0;
+            }
+        }
+    hr_stream_pump_stats st;
+    hr_stream_pump_get_stats(pp, &st);
+    printf("%s: k %d w %d, kept %.0f KiB, tail %.0f KiB, buffer %.0f KiB: most tail mapped "
+           "%.0f KiB, read %.0f KiB per round\n",
+           label, k, w, kept / 1024.0, max_tail / 1024.0, buffer / 1024.0, worst / 1024.0,
+           (double)(st.fetched - st0.fetched) / (tokens * k) / 1024.0);
+    CHECK_INT(worst, <=, lim);
+    CHECK_INT(st.max_span, <=, buffer);
+    CHECK_EQ(bad_drop, 0);
+    if (flags & HR_STREAM_PREFETCH)
+        CHECK_EQ(bad_ahead, 0);
+    if (flags & HR_STREAM_LOCK)
+        CHECK_EQ(st.locked, kept > 0 ? 1 : 0);
+    double per_round = (double)(st.fetched - st0.fetched) / (tokens * k);
+    hr_stream_pump_destroy(pp);
+    hr_gguf_close(g);
+    return per_round;
+}
+
+/* The same, free-running: a compute thread reads the layers (about 3 ms
+ * each) and posts them without waiting for the pump while this thread
+ * samples the mapped tail bytes. On a busy machine the pump can wake a
+ * layer or two late, the compute then faults pages in itself (the pump
+ * drops them when it catches up), so the bound is the buffer + two layers
+ * (+ pages, fault-around); once the pump caught up, only the next tail's
+ * buffer is left. */
+typedef struct {
+    const hr_gguf *g;
+    hr_stream_pump *pp;
+    const hr_stream_part *part;
+    int k, w, tokens;
+    atomic_int done;
+} race_arg;
+
+static void *race_compute(void *arg) {
+    race_arg *ra = arg;
+    for (int t = 0; t < ra->tokens; t++)
+        for (int r = 0; r < ra->k; r++) {
+            for (int j = 0; j < ra->w; j++) {
+                int l = ra->part[r].layer_begin + j;
+                uint64_t lo, ll;
+                if (hr_stream_window_range(ra->g, l, l + 1, &lo, &ll) == 0)
+                    touch(ra->g, lo, ll);
+                struct timespec ts = {0, 3000000}; /* a layer's compute: about 3 ms */
+                nanosleep(&ts, NULL);
+                hr_stream_pump_layer_done(ra->pp, l);
+            }
+            hr_stream_pump_window_done(ra->pp, r);
+        }
+    atomic_store(&ra->done, 1);
+    return NULL;
+}
+
+static void pump_race(int k, int w, double resident, uint64_t buffer, uint64_t layer) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    hr_stream_pump *pp = NULL;
+    if (hr_gguf_open(&g, pump_path, err) || hr_stream_pump_create(&pp, g, err)) {
+        CHECK(0);
+        hr_gguf_close(g);
+        return;
+    }
+    int W = PUMP_LAYERS / k, offset = W - w;
+    hr_stream_part part[HR_STREAM_MAX_WINDOWS];
+    memset(part, 0, sizeof part);
+    for (int r = 0; r < k; r++) {
+        part[r].layer_begin = r * W + offset;
+        part[r].n_layers = w;
+        CHECK_EQ(hr_stream_window_range(g, part[r].layer_begin, part[r].layer_begin + w,
+                                        &part[r].off, &part[r].len),
+                 0);
+        hr_stream_evict(g, part[r].off, part[r].len);
+    }
+    CHECK_EQ(hr_stream_split_resident(part, k, resident), 0);
+    CHECK_EQ(hr_stream_pump_plan(pp, part, k, buffer, HR_STREAM_PREFETCH | HR_STREAM_DROP), 0);
+    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    race_arg ra = {.g = g, .pp = pp, .part = part, .k = k, .w = w, .tokens = 20};
+    atomic_init(&ra.done, 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, race_compute, &ra), 0);
+    int64_t worst = 0;
+    int samples = 0;
+    while (!atomic_load(&ra.done)) {
+        int64_t m = tails_mapped(g, part, k);
+        worst = m > worst ? m : worst;
+        samples++;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_join(th, NULL);
+    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    hr_stream_pump_stats st;
+    hr_stream_pump_get_stats(pp, &st);
+    int64_t lim = (int64_t)(buffer + 2 * layer + pg * (uint64_t)k) + 2 * FAULT_AROUND;
+    CHECK_INT(tails_mapped(g, part, k), <=, (int64_t)(buffer + pg * (uint64_t)k) + FAULT_AROUND);
+    printf("race k %d w %d, buffer %.0f KiB: most tail mapped %.0f KiB over %d samples\n", k, w,
+           buffer / 1024.0, worst / 1024.0, samples);
+    CHECK_INT(worst, <=, lim);
+    CHECK_INT(st.max_span, <=, buffer);
+    CHECK(samples > 10);
+    hr_stream_pump_destroy(pp);
+    hr_gguf_close(g);
+}
+
+static void test_pump(void) {
+    if (write_pump_model(pump_path) != 0)
+        return;
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    if (hr_gguf_open(&g, pump_path, err)) {
+        CHECK(0);
+        return;
+    }
+    uint64_t o1, l1, o2, l2;
+    CHECK_EQ(hr_stream_window_range(g, 1, 2, &o1, &l1), 0);
+    CHECK_EQ(hr_stream_window_range(g, 2, 3, &o2, &l2), 0);
+    CHECK(o2 >= o1 + l1 - pg); /* layers follow each other in layer order */
+    uint64_t layer = l1;
+    int64_t none = 0;
+    uint64_t z = 0;
+    CHECK_EQ(hr_stream_mapped(g, &z, &z, 1), none);
+    CHECK_EQ(hr_stream_mapped(g, NULL, NULL, 0), none);
+    CHECK_EQ(hr_stream_mapped(NULL, &z, &z, 1), -1);
+    hr_gguf_close(g);
+    unsigned all = HR_STREAM_PREFETCH | HR_STREAM_DROP;
+    uint64_t b15 = (layer + layer / 2) / pg * pg;
+    /* tail larger than the buffer, nothing resident: slides layer by layer */
+    double rd = pump_run(3, 3, 0, b15, all, 2, "sliding k 3");
+    CHECK(rd > 2.5 * (double)layer);
+    /* k = 1 with a resident head of two layers and a one-layer buffer */
+    pump_run(1, 9, 2.0 * (double)layer, layer / pg * pg, all | HR_STREAM_LOCK, 2, "sliding k 1");
+    /* the classic case: the tail fits the buffer, read whole after the window before */
+    pump_run(3, 2, 3.0 * (double)layer, 2 * layer, all | HR_STREAM_LOCK, 2, "whole tails");
+    /* no read-ahead: the compute faults, the pump only drops */
+    pump_run(2, 4, 0, 2 * layer, HR_STREAM_DROP, 1, "drop only");
+    pump_race(3, 3, 0, b15, layer);
+    pump_race(1, 9, 2.0 * (double)layer, layer / pg * pg, layer);
+}
+
 int main(void) {
     long p = sysconf(_SC_PAGESIZE);
     pg = p > 0 ? (uint64_t)p : 4096;
@@ -369,6 +677,9 @@ int main(void) {
         test_memory();
         test_threads();
     }
+    snprintf(pump_path, sizeof pump_path, "%s/pump.gguf", tmpdir);
+    test_pump();
+    unlink(pump_path);
     test_fixtures();
     unlink(model_path);
     rmdir(tmpdir);
