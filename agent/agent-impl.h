@@ -40,8 +40,9 @@ typedef struct {
     uint32_t plan_id;
     int k, W, w, offset, n_active, index;
     int n_ctx, n_batch, dtype;
-    int n_seq; /* KV slots per window (requests in flight); 0 = 1 */
-    int n_mb;  /* head: micro-batches a batched session keeps on the ring; 0 = n_active */
+    int n_seq;         /* KV slots per window (requests in flight); 0 = 1 */
+    int n_mb;          /* head: micro-batches a batched session keeps on the ring; 0 = n_active */
+    bool ring_streams; /* head: a ring device streams weights from disk every round */
     bool prefetch, release;
     char next_ep[HR_EP_LEN];
     char next_key[HR_RING_KEY_LEN]; /* CURVE public key of the next device */

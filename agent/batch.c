@@ -550,7 +550,11 @@ static void hr_bs_restart(hr_bsess *b) {
     a->head->cache_plan = a->lp.plan_id;
     int n_mb = a->lp.n_mb > 0 ? a->lp.n_mb : a->lp.n_active;
     b->n_mb = n_mb < 1 ? 1 : n_mb > b->n_seq ? b->n_seq : n_mb;
-    int depth = a->p.prefill_depth > 0 ? a->p.prefill_depth : a->lp.n_active * a->lp.k;
+    /* a device that streams its weights reads each window once per step: the
+     * chunks then go one at a time, in the order of the rounds */
+    int depth = a->p.prefill_depth > 0 ? a->p.prefill_depth
+                : a->lp.ring_streams   ? 1
+                                       : a->lp.n_active * a->lp.k;
     b->depth = depth < 1 ? 1 : depth > HR_BS_MAX_MB - b->n_mb ? HR_BS_MAX_MB - b->n_mb : depth;
     memset(b->mb, 0, sizeof b->mb);
     for (int s = 0; s < b->n_seq; s++) {

@@ -212,10 +212,15 @@ int hr_head_lost_err(hr_head *hd, char err[HR_ERR_LEN]);
 void hr_head_snap_get(hr_head *hd, hr_head_snap *out);
 
 /* head.c: micro-batches a batched session keeps on the ring of ring[0..n)
- * (device indices): --ring-batches, else one per ring device, but when
- * every ring device runs on the head's machine they share its cores: one
- * per n_threads of them (control thread). */
+ * (device indices): --ring-batches, else one when a device streams its
+ * weights from disk (so that it reads them once per step for all
+ * requests), else one per ring device, but when every ring device runs on
+ * the head's machine they share its cores: one per n_threads of them
+ * (control thread). */
 int hr_head_ring_batches(const hr_head *hd, const int *ring, int n);
+/* head.c: true when a device of ring[0..n) streams its weights (control
+ * thread). */
+bool hr_head_ring_streams(const hr_head *hd, const int *ring, int n);
 
 /* head.c: KV positions a device holds per layer for the planner's memory
  * arithmetic: the context times the KV slots of the plan being made

@@ -616,10 +616,19 @@ static void hr_head_ep_host(const char *ep, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), h);
 }
 
+bool hr_head_ring_streams(const hr_head *hd, const int *ring, int n) {
+    for (int r = 0; r < n; r++)
+        if (hd->devs[ring[r]].overloaded)
+            return true;
+    return false;
+}
+
 int hr_head_ring_batches(const hr_head *hd, const int *ring, int n) {
     const hr_agent *a = hd->a;
     if (a->p.ring_batches > 0)
         return a->p.ring_batches;
+    if (hr_head_ring_streams(hd, ring, n))
+        return 1; /* a device streams its weights: once per step for every request */
     char mine[HR_EP_LEN], theirs[HR_EP_LEN];
     hr_head_ep_host(a->data_ep, mine, sizeof mine);
     if (strcmp(mine, "0.0.0.0") == 0 || strcmp(mine, "*") == 0 || strcmp(mine, "[::]") == 0)

@@ -285,6 +285,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .n_batch = a->p.n_batch,
                                 .n_seq = hd->plan_seq,
                                 .n_mb = hr_head_ring_batches(hd, ring, n_active),
+                                .ring_streams = hr_head_ring_streams(hd, ring, n_active),
                                 .dtype = a->p.wire_dtype,
                                 .prefetch = pm.prefetch,
                                 .release = pm.release,

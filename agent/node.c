@@ -418,6 +418,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     lp->n_batch = np->n_batch;
     lp->n_seq = np->n_seq > 1 ? np->n_seq : 1;
     lp->n_mb = np->n_mb;
+    lp->ring_streams = np->ring_streams;
     lp->dtype = np->dtype;
     lp->prefetch = np->prefetch;
     lp->release = np->release;
