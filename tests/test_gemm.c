@@ -287,6 +287,8 @@ int main(void) {
         check_type(type, 2048);
         check_dotn(type, base * (be == 256 ? 3 : 9));
         check_dotn(type, 2048);
+        if (type == HR_TYPE_Q4_0) /* rows over several chunks of prepared columns, with tails */
+            check_dotn(type, 32 * (4 * 37 + 3));
         check_matmul_runs(type, 2048);
         if (be == 1)
             check_type(type, 2048 + 5); /* float tails */
