@@ -233,8 +233,111 @@ static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const vo
     }
 }
 
+/* ---- Q6_K x Q8_K ---------------------------------------------------------- */
+
+/* One row x columns [0, T), as vec_dot's dot_q6_k_body (VNNI): per
+ * super-block the row's 6-bit values and scale shuffles are formed once
+ * (halves h = 0, 1: [elements 0-31 | 32-63] from the low nibbles of ql,
+ * [64-95 | 96-127] from the high nibbles, qh bits at 4-5) and every
+ * column's integer sums and its one FMA by d = dy * dx follow, in vec_dot's
+ * order. */
+HR_DI void dn6_row(const int T, int64_t nb, const hr_block_q6_k *x, const void *const *a, float *y,
+                   size_t ys) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sh_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
+    const __m512i sh_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    const __m512i wsel0 = _mm512_set_epi64(
+        0x0706070607060706ll, 0x0706070607060706ll, 0x0504050405040504ll, 0x0504050405040504ll,
+        0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
+    const __m512i wsel1 = _mm512_add_epi8(wsel0, _mm512_set1_epi8(8));
+    __m512 acc[HR_DOT_N_MAX];
+    HR_UNROLL
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const hr_block_q6_k *xi = x + i;
+        const float dx = _cvtsh_ss(xi->d);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xi->scales));
+        __m512i qlo[2], qhi[2], s0[2], s1[2];
+        HR_UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m512i sch = _mm512_broadcast_i32x4(h == 0 ? _mm256_castsi256_si128(sc16)
+                                                              : _mm256_extracti128_si256(sc16, 1));
+            const __m512i l = _mm512_loadu_si512(xi->ql + 64 * h);
+            const __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xi->qh + 32 * h)));
+            const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi64(qh, sh_lo), m30);
+            const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi64(qh, sh_hi), m30);
+            qlo[h] = _mm512_ternarylogic_epi64(l, m4, hlo, 0xEA);
+            qhi[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(l, 4), m4, hhi, 0xEA);
+            s0[h] = _mm512_shuffle_epi8(sch, wsel0);
+            s1[h] = _mm512_shuffle_epi8(sch, wsel1);
+        }
+        HR_UNROLL
+        for (int t = 0; t < T; t++) {
+            const hr_block_q8_k *yi = (const hr_block_q8_k *)a[t] + i;
+            const float d = yi->d * dx;
+            const __m256i corr = _mm256_slli_epi32(
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)yi->bsums)), 5);
+            __m512i sumi0 = _mm512_setzero_si512(), sumi1 = _mm512_setzero_si512();
+            HR_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const int8_t *q8 = yi->qs + 128 * h;
+                const __m512i p0 = _mm512_maddubs_epi16(qlo[h], _mm512_loadu_si512(q8));
+                const __m512i p1 = _mm512_maddubs_epi16(qhi[h], _mm512_loadu_si512(q8 + 64));
+                sumi0 = _mm512_dpwssd_epi32(sumi0, p0, s0[h]);
+                sumi1 = _mm512_dpwssd_epi32(sumi1, p1, s1[h]);
+            }
+            const __m512i sumi =
+                _mm512_sub_epi32(_mm512_add_epi32(sumi0, sumi1), _mm512_zextsi256_si512(corr));
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    HR_UNROLL
+    for (int t = 0; t < T; t++)
+        y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+}
+
+static void dotn_q6_k_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
+                           int nt, float *y, size_t ys) {
+    const int64_t nb = n / HR_QK_K;
+    const uint8_t *wb = w;
+    for (int r = 0; r < nr; r++) {
+        const hr_block_q6_k *x = (const hr_block_q6_k *)(wb + (size_t)r * ws);
+        float *yr = y + r;
+        switch (nt) {
+        case 1:
+            dn6_row(1, nb, x, a, yr, ys);
+            break;
+        case 2:
+            dn6_row(2, nb, x, a, yr, ys);
+            break;
+        case 3:
+            dn6_row(3, nb, x, a, yr, ys);
+            break;
+        case 4:
+            dn6_row(4, nb, x, a, yr, ys);
+            break;
+        case 5:
+            dn6_row(5, nb, x, a, yr, ys);
+            break;
+        case 6:
+            dn6_row(6, nb, x, a, yr, ys);
+            break;
+        case 7:
+            dn6_row(7, nb, x, a, yr, ys);
+            break;
+        default:
+            dn6_row(8, nb, x, a, yr, ys);
+            break;
+        }
+    }
+}
+
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags) {
     /* only where the table's vec_dot is the 512-bit VNNI one */
-    if ((flags & HR_AVX512_VNNI) && !(flags & HR_AVX512_PREFER_YMM))
+    if ((flags & HR_AVX512_VNNI) && !(flags & HR_AVX512_PREFER_YMM)) {
         k->vec_dot_n[HR_TYPE_Q4_0] = dotn_q4_0_vnni;
+        k->vec_dot_n[HR_TYPE_Q6_K] = dotn_q6_k_vnni;
+    }
 }
