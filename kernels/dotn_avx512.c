@@ -73,7 +73,7 @@ typedef struct {
 /* quads per chunk of prepared columns (2048 elements: 32 KiB for 8 columns) */
 #define DN_QC 16
 /* rows per block of spilled accumulators when a row spans several chunks */
-#define DN_RB 16
+#define DN_RB 32
 
 /* Column data of quads [q0, q0 + nq) of the Q8_0 row y. */
 HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
@@ -198,6 +198,7 @@ HR_DI void dn_row_n(int nt, int nq, const uint8_t *w, const dn_colq *const *col,
 #undef DN_ROW
 }
 
+/* Stack: 34 KiB of column data, 32 KiB of accumulators for long rows. */
 static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
                            int nt, float *y, size_t ys) {
     const int64_t nb = n / HR_QK4_0, nq = nb / 4;
