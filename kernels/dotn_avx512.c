@@ -64,13 +64,14 @@ HR_DI float dn_q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
 
 /* Column data of one quad of blocks (4i..4i+3): the q8 bytes of blocks
  * (0, 1) and (2, 3) with their sign bits flipped (y + 128, unsigned), and
- * the blocks' dy spread over the lanes of each block. */
+ * the 4 blocks' dy (192 bytes with padding). */
 typedef struct {
     __m512i y[2];
-    __m512 d[2];
+    __m128 d;
+    float pad[12]; /* 64-byte multiple */
 } dn_colq;
 
-/* quads per chunk of prepared columns (2048 elements: 32 KiB for 8 columns) */
+/* quads per chunk of prepared columns (2048 elements: 24 KiB for 8 columns) */
 #define DN_QC 16
 /* rows per block of spilled accumulators when a row spans several chunks */
 #define DN_RB 32
@@ -79,8 +80,6 @@ typedef struct {
 HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
     const size_t yb = sizeof(hr_block_q8_0);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i lo2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i hi2 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     for (int q = 0; q < nq; q++) {
         const uint8_t *yq = y + (size_t)(q0 + q) * 4 * yb;
         const __m512 dy = _mm512_castps128_ps512(dn_halves4(yq, yb));
@@ -92,8 +91,7 @@ HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
                                    _mm256_loadu_si256((const __m256i *)(b + yb)), 1);
             _mm512_store_si512(&out[q].y[p], _mm512_xor_si512(v, flip));
         }
-        _mm512_store_ps(&out[q].d[0], _mm512_permutexvar_ps(lo2, dy));
-        _mm512_store_ps(&out[q].d[1], _mm512_permutexvar_ps(hi2, dy));
+        out[q].d = _mm512_castps512_ps128(dy);
     }
 }
 
@@ -102,7 +100,8 @@ HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
  * shifted up), so sum x * (y + 128) = sum x * y + 128 * sum x: the row's
  * -128 * sum x seeds vpdpbusd for every column, and every lane holds 16x
  * vec_dot's low-nibble sums (as its high-nibble lanes do), all scaled by
- * (dx / 16) * dy. w: the chunk's first block of the row; col[t]: the
+ * (dx / 16) * dy (formed once per column and quad, spread over each
+ * block's lanes by a permute). w: the chunk's first block of the row; col[t]: the
  * chunk's column data. Accumulators start at zero (first) or from
  * acc[t][2] and end there (!fin) or reduced into y[t * ys] with the tail
  * blocks [tail_b, nb) of the row tail_x and the columns a (fin). */
@@ -124,8 +123,7 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
         A[t][p] = first ? _mm512_setzero_ps() : acc[t][p];
     for (int q = 0; q < nq; q++) {
         const uint8_t *xq = w + (size_t)q * 4 * xb;
-        const __m512 dx = _mm512_castps128_ps512(_mm_mul_ps(dn_halves4(xq, xb), hs));
-        const __m512 P[2] = {_mm512_permutexvar_ps(lo2, dx), _mm512_permutexvar_ps(hi2, dx)};
+        const __m128 dx = _mm_mul_ps(dn_halves4(xq, xb), hs);
         __m512i X[2], S[2];
         HR_UNROLL
         for (int p = 0; p < 2; p++) {
@@ -140,11 +138,12 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
         HR_UNROLL
         for (int t = 0; t < T; t++) {
             const dn_colq *cq = col[t] + q;
+            const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(dx, cq->d));
+            const __m512 sc[2] = {_mm512_permutexvar_ps(lo2, s4), _mm512_permutexvar_ps(hi2, s4)};
             HR_UNROLL
             for (int p = 0; p < 2; p++) {
                 const __m512i v = _mm512_dpbusd_epi32(S[p], cq->y[p], X[p]);
-                A[t][p] =
-                    _mm512_fmadd_ps(_mm512_mul_ps(P[p], cq->d[p]), _mm512_cvtepi32_ps(v), A[t][p]);
+                A[t][p] = _mm512_fmadd_ps(sc[p], _mm512_cvtepi32_ps(v), A[t][p]);
             }
         }
     }
@@ -198,7 +197,7 @@ HR_DI void dn_row_n(int nt, int nq, const uint8_t *w, const dn_colq *const *col,
 #undef DN_ROW
 }
 
-/* Stack: 34 KiB of column data, 32 KiB of accumulators for long rows. */
+/* Stack: 26 KiB of column data, 32 KiB of accumulators for long rows. */
 static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
                            int nt, float *y, size_t ys) {
     const int64_t nb = n / HR_QK4_0, nq = nb / 4;
