@@ -4,14 +4,18 @@
  * bit-identical to the 512-bit VNNI vec_dot of quant_avx512.c, which the
  * same table uses for single-sequence decode.
  *
- * Work split: what depends on a column alone (its q8 bytes in register
- * layout, its scales spread over the lanes) is prepared once per call for
- * all rows, in chunks of DN_QC quads of blocks that stay in L1; each row is
+ * Q4_0 work split: what depends on a column alone (its q8 bytes in
+ * register layout, its block scales) is prepared once per call for all
+ * rows, in chunks of DN_QC quads of blocks that stay in L1; each row is
  * then unpacked once per quad and met by every column. Rows are taken one
- * at a time, so the weights stream through memory in order.
+ * at a time, so the weights stream through memory in order (two rows
+ * interleaved ran at less than half the speed from DRAM). Q6_K (the output
+ * head of the common quantized models): each super-block of a row is
+ * unpacked once for all columns.
  *
- * Bit-identity: the integer lane sums are exact however they are formed,
- * and the float operations per (row, column) are vec_dot's, in its order:
+ * Bit-identity (Q4_0; Q6_K repeats vec_dot's operations per column): the
+ * integer lane sums are exact however they are formed, and the float
+ * operations per (row, column) are vec_dot's, in its order:
  * per pair of blocks one FMA of the converted lane sums by the lane scale
  * into one of two accumulators (blocks 4i, 4i+1 into acc0, 4i+2, 4i+3 into
  * acc1), the same 16-lane reduction, then the tail blocks one at a time.
