@@ -4,17 +4,29 @@
  * bit-identical to the 512-bit VNNI vec_dot of quant_avx512.c, which the
  * same table uses for single-sequence decode.
  *
- * Bit-identity: the integer block sums are exact however they are formed
- * (here the -8 offset, a property of the column alone, seeds vpdpbusd once
- * per column for two rows); the float operations per (row, column) are
- * vec_dot's, in its order: per pair of blocks one FMA of the converted sums
- * by dx*dy (by dx*dy/16 in the lanes of the in-place high nibbles) into one
- * of two accumulators (blocks 4i, 4i+1 into acc0, 4i+2, 4i+3 into acc1),
- * the same 16-lane reduction, then the tail blocks one at a time.
- * The lane scales are (dx*hs) * dy where vec_dot has (dx*dy) * hs, with hs
- * 1 or 1/16: a power-of-two factor commutes with rounding while nothing is
- * subnormal, and |dx*dy| >= 2^-48 for fp16 scales, far above fp32's 2^-126.
- * test_gemm compares every entry with vec_dot bit for bit. */
+ * Q4_0 work split: what depends on a column alone (its q8 bytes in
+ * register layout, its block scales) is prepared once per call for all
+ * rows, in chunks of DN_QC quads of blocks that stay in L1; each row is
+ * then unpacked once per quad and met by every column. Rows are taken one
+ * at a time, so the weights stream through memory in order (two rows
+ * interleaved ran at less than half the speed from DRAM). Q6_K (the output
+ * head of the common quantized models): each super-block of a row is
+ * unpacked once for all columns.
+ *
+ * Bit-identity (Q4_0; Q6_K repeats vec_dot's operations per column): the
+ * integer lane sums are exact however they are formed, and the float
+ * operations per (row, column) are vec_dot's, in its order:
+ * per pair of blocks one FMA of the converted lane sums by the lane scale
+ * into one of two accumulators (blocks 4i, 4i+1 into acc0, 4i+2, 4i+3 into
+ * acc1), the same 16-lane reduction, then the tail blocks one at a time.
+ * The lanes keep vec_dot's layout; the low-nibble lanes hold 16x vec_dot's
+ * sums with 1/16 of its scale (all lanes are scaled by (dx/16)*dy, where
+ * vec_dot's low lanes have dx*dy and its high lanes (dx*dy)/16). Each
+ * product scale * sum is thus the same real number, and the FMA rounds it
+ * once either way: dx*dy of two fp16 values is exact in fp32 (11-bit
+ * significands) and at least 2^-48 in magnitude, so the power-of-two
+ * factors commute with rounding. test_gemm compares every entry with
+ * vec_dot bit for bit. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -22,9 +34,6 @@
 
 #define HR_DI static inline __attribute__((always_inline))
 #define HR_UNROLL _Pragma("GCC unroll 8")
-
-/* columns per pass over a pair of rows (accumulators: 2 x 4 x 2 zmm) */
-#define HR_DN_T 4
 
 HR_DI __m128 dn_halves4(const uint8_t *p, size_t stride) {
     uint64_t v = 0;
@@ -57,123 +66,282 @@ HR_DI float dn_q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
     return dn_hsum128(_mm_cvtepi32_ps(h)) * (_cvtsh_ss(x->d) * _cvtsh_ss(y->d));
 }
 
-/* Rows [0, R) (R = 1 or 2) x columns [0, T) of Q4_0 x Q8_0. */
-HR_DI void dn_q4_0_tile(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
-                        const void *const *a, float *y, size_t ys) {
-    const int64_t nb = n / HR_QK4_0;
-    const long long f0 = (long long)0xf0f0f0f0f0f0f0f0ull, f = 0x0f0f0f0f0f0f0f0fll;
-    const long long e0 = (long long)0x8080808080808080ull, e = 0x0808080808080808ll;
-    const __m512i lohi = _mm512_set_epi64(f0, f0, f, f, f0, f0, f, f);
-    const __m512i off = _mm512_set_epi64(e0, e0, e, e, e0, e0, e, e);
-    const __m512i lo2 = _mm512_set_epi32(5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
-    const __m512i hi2 = _mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2);
-    const __m512i ylo = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i yhi = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+/* Column data of one quad of blocks (4i..4i+3): the q8 bytes of blocks
+ * (0, 1) and (2, 3) with their sign bits flipped (y + 128, unsigned), and
+ * the 4 blocks' dy (192 bytes with padding). */
+typedef struct {
+    __m512i y[2];
+    __m128 d;
+    float pad[12]; /* 64-byte multiple */
+} dn_colq;
+
+/* quads per chunk of prepared columns (2048 elements: 24 KiB for 8 columns) */
+#define DN_QC 16
+/* rows per block of spilled accumulators when a row spans several chunks */
+#define DN_RB 32
+
+/* Column data of quads [q0, q0 + nq) of the Q8_0 row y. */
+HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
+    const size_t yb = sizeof(hr_block_q8_0);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int q = 0; q < nq; q++) {
+        const uint8_t *yq = y + (size_t)(q0 + q) * 4 * yb;
+        const __m512 dy = _mm512_castps128_ps512(dn_halves4(yq, yb));
+        HR_UNROLL
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *b = yq + (size_t)(2 * p) * yb + 2;
+            const __m512i v =
+                _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b)),
+                                   _mm256_loadu_si256((const __m256i *)(b + yb)), 1);
+            _mm512_store_si512(&out[q].y[p], _mm512_xor_si512(v, flip));
+        }
+        out[q].d = _mm512_castps512_ps128(dy);
+    }
+}
+
+/* One row x columns [0, T) over the nq quads of a chunk. The weights are
+ * taken as signed bytes 16 * (v - 8) for both nibbles (x; the low nibble
+ * shifted up), so sum x * (y + 128) = sum x * y + 128 * sum x: the row's
+ * -128 * sum x seeds vpdpbusd for every column, and every lane holds 16x
+ * vec_dot's low-nibble sums (as its high-nibble lanes do), all scaled by
+ * (dx / 16) * dy (formed once per column and quad, spread over each
+ * block's lanes by a permute). w: the chunk's first block of the row; col[t]: the
+ * chunk's column data. Accumulators start at zero (first) or from
+ * acc[t][2] and end there (!fin) or reduced into y[t * ys] with the tail
+ * blocks [tail_b, nb) of the row tail_x and the columns a (fin). */
+HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *col,
+                  __m512 (*acc)[2], bool first, bool fin, const uint8_t *tail_x, int64_t tail_b,
+                  int64_t nb, const void *const *a, float *y, size_t ys) {
+    const size_t xb = sizeof(hr_block_q4_0);
+    const __m512i shift = _mm512_set_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i hi4 = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i lo2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i hi2 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m128 hs = _mm_set1_ps(1.0f / 16.0f);
     const __m512i z = _mm512_setzero_si512();
-    const size_t xb = sizeof(hr_block_q4_0), yb = sizeof(hr_block_q8_0);
-    __m512 acc0[2][HR_DN_T], acc1[2][HR_DN_T];
+    __m512 A[HR_DOT_N_MAX][2];
     HR_UNROLL
-    for (int r = 0; r < R; r++)
-        HR_UNROLL
     for (int t = 0; t < T; t++)
-        acc0[r][t] = acc1[r][t] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 3 < nb; i += 4) {
-        __m512i u01[2], u23[2];
-        __m512 px_lo[2], px_hi[2];
         HR_UNROLL
-        for (int r = 0; r < R; r++) {
-            const uint8_t *xr = w + (size_t)r * ws + (size_t)i * xb;
-            const __m128 dx = dn_halves4(xr, xb);
-            const __m512 d8 = _mm512_castps256_ps512(_mm256_set_m128(_mm_mul_ps(dx, hs), dx));
-            px_lo[r] = _mm512_permutexvar_ps(lo2, d8);
-            px_hi[r] = _mm512_permutexvar_ps(hi2, d8);
-            const __m512i q01 = _mm512_mask_broadcast_i32x4(
-                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xr + 2))), 0xff00,
-                _mm_loadu_si128((const __m128i *)(xr + xb + 2)));
-            const __m512i q23 = _mm512_mask_broadcast_i32x4(
-                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xr + 2 * xb + 2))), 0xff00,
-                _mm_loadu_si128((const __m128i *)(xr + 3 * xb + 2)));
-            u01[r] = _mm512_and_si512(q01, lohi);
-            u23[r] = _mm512_and_si512(q23, lohi);
+    for (int p = 0; p < 2; p++)
+        A[t][p] = first ? _mm512_setzero_ps() : acc[t][p];
+    for (int q = 0; q < nq; q++) {
+        const uint8_t *xq = w + (size_t)q * 4 * xb;
+        const __m128 dx = _mm_mul_ps(dn_halves4(xq, xb), hs);
+        __m512i X[2], S[2];
+        HR_UNROLL
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *b = xq + (size_t)(2 * p) * xb + 2;
+            const __m512i u = _mm512_mask_broadcast_i32x4(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b)), 0xff00,
+                _mm_loadu_si128((const __m128i *)(b + xb)));
+            /* (nibble << 4) ^ 0x80 = 16 * (v - 8) as a signed byte */
+            X[p] = _mm512_ternarylogic_epi64(_mm512_sllv_epi64(u, shift), hi4, flip, 0x6a);
+            S[p] = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, flip, X[p]));
         }
         HR_UNROLL
         for (int t = 0; t < T; t++) {
-            const uint8_t *yr = (const uint8_t *)a[t] + (size_t)i * yb;
-            const __m512 dy = _mm512_castps128_ps512(dn_halves4(yr, yb));
-            const __m512 py_lo = _mm512_permutexvar_ps(ylo, dy);
-            const __m512 py_hi = _mm512_permutexvar_ps(yhi, dy);
-            const __m512i s01 = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(yr + 2))),
-                _mm256_loadu_si256((const __m256i *)(yr + yb + 2)), 1);
-            const __m512i s23 = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(yr + 2 * yb + 2))),
-                _mm256_loadu_si256((const __m256i *)(yr + 3 * yb + 2)), 1);
-            const __m512i n01 = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, s01));
-            const __m512i n23 = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, s23));
+            const dn_colq *cq = col[t] + q;
+            const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(dx, cq->d));
+            const __m512 sc[2] = {_mm512_permutexvar_ps(lo2, s4), _mm512_permutexvar_ps(hi2, s4)};
             HR_UNROLL
-            for (int r = 0; r < R; r++) {
-                const __m512i i01 = _mm512_dpbusd_epi32(n01, u01[r], s01);
-                const __m512i i23 = _mm512_dpbusd_epi32(n23, u23[r], s23);
-                acc0[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(px_lo[r], py_lo),
-                                             _mm512_cvtepi32_ps(i01), acc0[r][t]);
-                acc1[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(px_hi[r], py_hi),
-                                             _mm512_cvtepi32_ps(i23), acc1[r][t]);
+            for (int p = 0; p < 2; p++) {
+                const __m512i v = _mm512_dpbusd_epi32(S[p], cq->y[p], X[p]);
+                A[t][p] = _mm512_fmadd_ps(sc[p], _mm512_cvtepi32_ps(v), A[t][p]);
             }
         }
     }
     HR_UNROLL
-    for (int r = 0; r < R; r++) {
-        const hr_block_q4_0 *xr = (const hr_block_q4_0 *)(w + (size_t)r * ws);
-        HR_UNROLL
-        for (int t = 0; t < T; t++) {
-            const hr_block_q8_0 *yt = a[t];
-            float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r][t], acc1[r][t]));
-            for (int64_t k = i; k < nb; k++)
-                sum += dn_q4_0_one(xr + k, yt + k);
-            y[(size_t)t * ys + (size_t)r] = sum;
+    for (int t = 0; t < T; t++) {
+        if (!fin) {
+            acc[t][0] = A[t][0];
+            acc[t][1] = A[t][1];
+            continue;
         }
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(A[t][0], A[t][1]));
+        const hr_block_q4_0 *xt = (const hr_block_q4_0 *)tail_x;
+        const hr_block_q8_0 *yt = a[t];
+        for (int64_t k = tail_b; k < nb; k++)
+            sum += dn_q4_0_one(xt + k, yt + k);
+        y[(size_t)t * ys] = sum;
     }
 }
 
-/* Columns in passes of up to HR_DN_T. */
-HR_DI void dn_q4_0_rows(int64_t n, const int R, const uint8_t *w, size_t ws, const void *const *a,
-                        int nt, float *y, size_t ys) {
-    for (int t0 = 0; t0 < nt; t0 += HR_DN_T) {
-        const int T = nt - t0 < HR_DN_T ? nt - t0 : HR_DN_T;
-        const void *const *at = a + t0;
-        float *yt = y + (size_t)t0 * ys;
-        switch (T) {
-        case 1:
-            dn_q4_0_tile(n, R, 1, w, ws, at, yt, ys);
-            break;
-        case 2:
-            dn_q4_0_tile(n, R, 2, w, ws, at, yt, ys);
-            break;
-        case 3:
-            dn_q4_0_tile(n, R, 3, w, ws, at, yt, ys);
-            break;
-        default:
-            dn_q4_0_tile(n, R, 4, w, ws, at, yt, ys);
-            break;
-        }
+/* dn_row with the column count as a constant. */
+HR_DI void dn_row_n(int nt, int nq, const uint8_t *w, const dn_colq *const *col, __m512 (*acc)[2],
+                    bool first, bool fin, const uint8_t *tail_x, int64_t tail_b, int64_t nb,
+                    const void *const *a, float *y, size_t ys) {
+#define DN_ROW(T) dn_row(T, nq, w, col, acc, first, fin, tail_x, tail_b, nb, a, y, ys)
+    switch (nt) {
+    case 1:
+        DN_ROW(1);
+        break;
+    case 2:
+        DN_ROW(2);
+        break;
+    case 3:
+        DN_ROW(3);
+        break;
+    case 4:
+        DN_ROW(4);
+        break;
+    case 5:
+        DN_ROW(5);
+        break;
+    case 6:
+        DN_ROW(6);
+        break;
+    case 7:
+        DN_ROW(7);
+        break;
+    default:
+        DN_ROW(8);
+        break;
     }
+#undef DN_ROW
 }
 
-/* Rows in pairs, then the last one. */
+/* Stack: 26 KiB of column data, 32 KiB of accumulators for long rows. */
 static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
                            int nt, float *y, size_t ys) {
+    const int64_t nb = n / HR_QK4_0, nq = nb / 4;
+    const size_t xb = sizeof(hr_block_q4_0);
     const uint8_t *wb = w;
-    int r = 0;
-    for (; r + 2 <= nr; r += 2)
-        dn_q4_0_rows(n, 2, wb + (size_t)r * ws, ws, a, nt, y + r, ys);
-    if (r < nr)
-        dn_q4_0_rows(n, 1, wb + (size_t)r * ws, ws, a, nt, y + r, ys);
+    _Alignas(64) dn_colq cbuf[HR_DOT_N_MAX][DN_QC + 1];
+    const dn_colq *col[HR_DOT_N_MAX];
+    for (int t = 0; t < nt; t++)
+        col[t] = cbuf[t];
+    if (nq <= DN_QC) { /* one chunk: columns prepared once, accumulators in registers */
+        for (int t = 0; t < nt; t++)
+            dn_prep(a[t], 0, (int)nq, cbuf[t]);
+        for (int r = 0; r < nr; r++)
+            dn_row_n(nt, (int)nq, wb + (size_t)r * ws, col, NULL, true, true, wb + (size_t)r * ws,
+                     nq * 4, nb, a, y + r, ys);
+        return;
+    }
+    /* several chunks: per block of DN_RB rows, chunk by chunk, the
+     * accumulators kept in abuf between chunks */
+    _Alignas(64) __m512 abuf[DN_RB][HR_DOT_N_MAX][2];
+    for (int r0 = 0; r0 < nr; r0 += DN_RB) {
+        const int rn = nr - r0 < DN_RB ? nr - r0 : DN_RB;
+        for (int64_t q0 = 0; q0 < nq; q0 += DN_QC) {
+            const int qn = (int)(nq - q0 < DN_QC ? nq - q0 : DN_QC);
+            for (int t = 0; t < nt; t++)
+                dn_prep(a[t], q0, qn, cbuf[t]);
+            for (int r = 0; r < rn; r++) {
+                const uint8_t *xr = wb + (size_t)(r0 + r) * ws;
+                dn_row_n(nt, qn, xr + (size_t)q0 * 4 * xb, col, abuf[r], q0 == 0, q0 + qn == nq, xr,
+                         nq * 4, nb, a, y + r0 + r, ys);
+            }
+        }
+    }
+}
+
+/* ---- Q6_K x Q8_K ---------------------------------------------------------- */
+
+/* One row x columns [0, T), as vec_dot's dot_q6_k_body (VNNI): per
+ * super-block the row's 6-bit values and scale shuffles are formed once
+ * (halves h = 0, 1: [elements 0-31 | 32-63] from the low nibbles of ql,
+ * [64-95 | 96-127] from the high nibbles, qh bits at 4-5) and every
+ * column's integer sums and its one FMA by d = dy * dx follow, in vec_dot's
+ * order. */
+HR_DI void dn6_row(const int T, int64_t nb, const hr_block_q6_k *x, const void *const *a, float *y,
+                   size_t ys) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sh_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
+    const __m512i sh_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    const __m512i wsel0 = _mm512_set_epi64(
+        0x0706070607060706ll, 0x0706070607060706ll, 0x0504050405040504ll, 0x0504050405040504ll,
+        0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
+    const __m512i wsel1 = _mm512_add_epi8(wsel0, _mm512_set1_epi8(8));
+    __m512 acc[HR_DOT_N_MAX];
+    HR_UNROLL
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const hr_block_q6_k *xi = x + i;
+        const float dx = _cvtsh_ss(xi->d);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xi->scales));
+        __m512i qlo[2], qhi[2], s0[2], s1[2];
+        HR_UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m512i sch = _mm512_broadcast_i32x4(h == 0 ? _mm256_castsi256_si128(sc16)
+                                                              : _mm256_extracti128_si256(sc16, 1));
+            const __m512i l = _mm512_loadu_si512(xi->ql + 64 * h);
+            const __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xi->qh + 32 * h)));
+            const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi64(qh, sh_lo), m30);
+            const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi64(qh, sh_hi), m30);
+            qlo[h] = _mm512_ternarylogic_epi64(l, m4, hlo, 0xEA);
+            qhi[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(l, 4), m4, hhi, 0xEA);
+            s0[h] = _mm512_shuffle_epi8(sch, wsel0);
+            s1[h] = _mm512_shuffle_epi8(sch, wsel1);
+        }
+        HR_UNROLL
+        for (int t = 0; t < T; t++) {
+            const hr_block_q8_k *yi = (const hr_block_q8_k *)a[t] + i;
+            const float d = yi->d * dx;
+            const __m256i corr = _mm256_slli_epi32(
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)yi->bsums)), 5);
+            __m512i sumi0 = _mm512_setzero_si512(), sumi1 = _mm512_setzero_si512();
+            HR_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const int8_t *q8 = yi->qs + 128 * h;
+                const __m512i p0 = _mm512_maddubs_epi16(qlo[h], _mm512_loadu_si512(q8));
+                const __m512i p1 = _mm512_maddubs_epi16(qhi[h], _mm512_loadu_si512(q8 + 64));
+                sumi0 = _mm512_dpwssd_epi32(sumi0, p0, s0[h]);
+                sumi1 = _mm512_dpwssd_epi32(sumi1, p1, s1[h]);
+            }
+            const __m512i sumi =
+                _mm512_sub_epi32(_mm512_add_epi32(sumi0, sumi1), _mm512_zextsi256_si512(corr));
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    HR_UNROLL
+    for (int t = 0; t < T; t++)
+        y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+}
+
+static void dotn_q6_k_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
+                           int nt, float *y, size_t ys) {
+    const int64_t nb = n / HR_QK_K;
+    const uint8_t *wb = w;
+    for (int r = 0; r < nr; r++) {
+        const hr_block_q6_k *x = (const hr_block_q6_k *)(wb + (size_t)r * ws);
+        float *yr = y + r;
+        switch (nt) {
+        case 1:
+            dn6_row(1, nb, x, a, yr, ys);
+            break;
+        case 2:
+            dn6_row(2, nb, x, a, yr, ys);
+            break;
+        case 3:
+            dn6_row(3, nb, x, a, yr, ys);
+            break;
+        case 4:
+            dn6_row(4, nb, x, a, yr, ys);
+            break;
+        case 5:
+            dn6_row(5, nb, x, a, yr, ys);
+            break;
+        case 6:
+            dn6_row(6, nb, x, a, yr, ys);
+            break;
+        case 7:
+            dn6_row(7, nb, x, a, yr, ys);
+            break;
+        default:
+            dn6_row(8, nb, x, a, yr, ys);
+            break;
+        }
+    }
 }
 
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags) {
     /* only where the table's vec_dot is the 512-bit VNNI one */
-    if ((flags & HR_AVX512_VNNI) && !(flags & HR_AVX512_PREFER_YMM))
+    if ((flags & HR_AVX512_VNNI) && !(flags & HR_AVX512_PREFER_YMM)) {
         k->vec_dot_n[HR_TYPE_Q4_0] = dotn_q4_0_vnni;
+        k->vec_dot_n[HR_TYPE_Q6_K] = dotn_q6_k_vnni;
+    }
 }

@@ -62,6 +62,10 @@ static void hr_mm_dot_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Rows per vec_dot_n call when every run is one row (decode): the kernels
+ * prepare each column once per call, so calls cover many rows. */
+#define HR_MM_DOTN_ROWS 64
+
 /* Rows [lo, hi) of w for a batch of runs, a tile of rows at a time: the
  * one-row runs (decode) by vec_dot_n, as single-token hr_matmul computes
  * them, the longer ones (prefill) by the gemm tiles, as hr_matmul computes
@@ -70,11 +74,12 @@ static void hr_mm_runs_rows(hr_mm_job *j, const hr_weight *w, float *y, long lo,
     const char *wd = w->data;
     size_t rb = w->row_bytes, ab = j->act_row_bytes, yn = (size_t)w->n_out;
     const char *act = j->act;
-    for (long r0 = lo; r0 < hi; r0 += HR_MM_TILE_ROWS) {
-        int nr = (int)(hi - r0 < HR_MM_TILE_ROWS ? hi - r0 : HR_MM_TILE_ROWS);
+    const long tile = j->n_runs == j->n_tok ? HR_MM_DOTN_ROWS : HR_MM_TILE_ROWS;
+    for (long r0 = lo; r0 < hi; r0 += tile) {
+        int nr = (int)(hi - r0 < tile ? hi - r0 : tile);
         const void *a[HR_DOT_N_MAX];
         int col[HR_DOT_N_MAX], na = 0;
-        float out[HR_DOT_N_MAX * HR_MM_TILE_ROWS];
+        float out[HR_DOT_N_MAX * HR_MM_DOTN_ROWS];
         long t0 = 0;
         for (int ri = 0; ri <= j->n_runs; ri++) {
             int len = ri < j->n_runs ? j->run_len[ri] : 0;
@@ -88,9 +93,9 @@ static void hr_mm_runs_rows(hr_mm_job *j, const hr_weight *w, float *y, long lo,
             t0 += len;
             if (na == HR_DOT_N_MAX || (ri == j->n_runs && na > 0)) {
                 hr_vec_dot_n(j->k, w->type, w->n_in, nr, wd + (size_t)r0 * rb, rb, a, na, out,
-                             HR_MM_TILE_ROWS);
+                             HR_MM_DOTN_ROWS);
                 for (int t = 0; t < na; t++)
-                    memcpy(y + (size_t)col[t] * yn + r0, out + (size_t)t * HR_MM_TILE_ROWS,
+                    memcpy(y + (size_t)col[t] * yn + r0, out + (size_t)t * HR_MM_DOTN_ROWS,
                            (size_t)nr * sizeof(float));
                 na = 0;
             }

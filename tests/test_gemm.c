@@ -228,6 +228,31 @@ static void check_dotn(int type, int64_t n) {
     free(a);
 }
 
+/* hr_vec_dot_n of the best table over more rows than a kernel keeps
+ * accumulators for at once (nr rows, 8 columns), bit for bit. */
+static void check_dotn_rows(int type, int64_t n, int nr) {
+    const int at = hr_type_get(type)->vec_dot_type;
+    const size_t wrb = hr_type_row_bytes(type, n), arb = hr_type_row_bytes(at, n);
+    const hr_kernels *k = hr_kernels_best();
+    uint8_t *w, *a;
+    make_rows(type, n, nr, HR_DOT_N_MAX, &w, &a);
+    float *got = malloc(sizeof(float) * (size_t)nr * HR_DOT_N_MAX);
+    CHECK(got);
+    const void *ap[HR_DOT_N_MAX];
+    for (int t = 0; t < HR_DOT_N_MAX; t++)
+        ap[t] = a + (size_t)t * arb;
+    hr_vec_dot_n(k, type, n, nr, w, wrb, ap, HR_DOT_N_MAX, got, (size_t)nr);
+    int bad = 0;
+    for (int t = 0; t < HR_DOT_N_MAX; t++)
+        for (int r = 0; r < nr; r++)
+            bad += !same_bits(got[(size_t)t * nr + r],
+                              k->vec_dot[type](n, w + (size_t)r * wrb, ap[t]));
+    CHECK_EQ(bad, 0);
+    free(got);
+    free(w);
+    free(a);
+}
+
 /* hr_matmul_runs over mixed runs (decode rows and prefill runs, in any
  * order) equals hr_matmul of each run alone, bit for bit, on 1 and 2
  * threads. */
@@ -287,6 +312,10 @@ int main(void) {
         check_type(type, 2048);
         check_dotn(type, base * (be == 256 ? 3 : 9));
         check_dotn(type, 2048);
+        if (type == HR_TYPE_Q4_0) { /* rows over several chunks of prepared columns, with tails */
+            check_dotn(type, 32 * (4 * 37 + 3));
+            check_dotn_rows(type, 32 * (4 * 37 + 3), 71);
+        }
         check_matmul_runs(type, 2048);
         if (be == 1)
             check_type(type, 2048 + 5); /* float tails */
