@@ -134,21 +134,22 @@ weights=$("$BIN" info -m "$model" | awk '/MiB in layers/ { for (i = 1; i <= NF; 
         lim=$(jq -r --argjson i "$i" '.devices[$i].mem_mb // 0' "$spec")
         anon=${own_anon[i]:-0}
         mbs=$(echo "$own_st" | jq -r --arg n "$name" '.devices[] | select(.name == $n) | .info | [.disk_mbs, .disk_mmap_mbs] | map(select(. > 0)) | min // 0')
-        r=$(awk -v l="$lim" -v a="$anon" 'BEGIN { r = l * 1048576 - a * 1024; printf "%.0f", r > 0 ? r : 0 }')
+        r=$(awk -v l="$lim" -v a="$anon" 'BEGIN { r = l * 1048576 - a * 1024; printf "%.0f", (r > 0 ? r : 0) }')
         room=$((room + r))
         disk=$(awk -v d="$disk" -v m="$mbs" 'BEGIN { printf "%.3f", d + m }')
         echo "  $name: limit $lim MiB, agent anonymous $(awk -v a="$anon" 'BEGIN { printf "%.1f", a / 1024 }') MiB -> room $(awk -v r="$r" 'BEGIN { printf "%.1f", r / 1048576 }') MiB; streaming rate $(printf '%.1f' "$mbs") MB/s (measured)"
     done
-    nonres=$(awk -v w="$weights" -v r="$room" 'BEGIN { v = w - r; printf "%.0f", v > 0 ? v : 0 }')
-    disk_ms=$(awk -v b="$nonres" -v d="$disk" 'BEGIN { printf "%.1f", d > 0 ? 1000 * b / (d * 1e6) : 0 }')
+    nonres=$(awk -v w="$weights" -v r="$room" 'BEGIN { v = w - r; printf "%.0f", (v > 0 ? v : 0) }')
+    disk_ms=$(awk -v b="$nonres" -v d="$disk" 'BEGIN { printf "%.1f", (d > 0 ? 1000 * b / (d * 1e6) : 0) }')
     comp_ms=$(echo "$own_st" | jq -r ".pred_compute_ms_token // 0")
     [ "$comp_ms" = null ] && comp_ms=0
+    comp_ms=$(printf '%.1f' "$comp_ms")
     echo "nonresident: $(awk -v b="$nonres" 'BEGIN { printf "%.1f", b / 1048576 }') MiB per token; disk $disk MB/s together -> $disk_ms ms per token"
     echo "compute: $comp_ms ms per token (the plan's prediction from profiled rates)"
-    floor=$(awk -v a="$disk_ms" -v c="$comp_ms" 'BEGIN { m = a > c ? a : c; printf "%.3f", m > 0 ? 1000 / m : 0 }')
+    floor=$(awk -v a="$disk_ms" -v c="$comp_ms" 'BEGIN { m = a > c ? a : c; printf "%.3f", (m > 0 ? 1000 / m : 0) }')
     echo "floor: $floor tok/s"
-    pred=$(echo "$own_st" | jq -r '.pred_ms_token // "n/a"')
-    echo "own plan predicted $pred ms per token by the scheduler, measured $(awk -v t="$own_tps" 'BEGIN { printf "%.1f", t > 0 ? 1000 / t : 0 }') ms"
+    pred=$(echo "$own_st" | jq -r 'if (.pred_ms_token // 0) > 0 then .pred_ms_token * 10 | round / 10 else "n/a" end')
+    echo "own plan predicted $pred ms per token by the scheduler, measured $(awk -v t="$own_tps" 'BEGIN { printf "%.1f", (t > 0 ? 1000 / t : 0) }') ms"
     share=$(awk -v a="$own_tps" -v f="$floor" 'BEGIN { if (f > 0 && a + 0 > 0) printf "%.1f", 100 * a / f; else print "n/a" }')
     vs=$(awk -v a="$own_tps" -v b="$best_legacy" 'BEGIN { if (b > 0 && a + 0 > 0) printf "%.2f", a / b; else print "n/a" }')
     echo "own plan: $own_tps tok/s = $share% of the floor; $vs x the best legacy run ($best_legacy tok/s)"
