@@ -72,11 +72,18 @@ addr, n, prompt, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if len(sys.argv) > 5:
     n = int(sys.argv[5])
 host, port = addr.rsplit(":", 1)
-c = http.client.HTTPConnection(host, int(port), timeout=600)
 body = {"prompt": prompt, "max_tokens": n, "temperature": 0,
         "repeat_penalty": 1.0, "stream": True}
-c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-r = c.getresponse()
+# a 503 (the head re-planning, e.g. after its first link measurement) is
+# retried after its Retry-After, as a client honouring it would
+for attempt in range(30):
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 503:
+        break
+    r.read()
+    time.sleep(float(r.getheader("Retry-After") or 1))
 if r.status != 200:
     sys.exit("HTTP %d: %s" % (r.status, r.read()[:300]))
 with open(out, "w") as f:
