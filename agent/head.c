@@ -156,12 +156,21 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);
 }
 
+/* s of silence allowed to a ring device applying the plan it was sent (no
+ * READY yet): it allocates the KV of its slots and maps its windows, which
+ * on a slow or CPU-limited device takes seconds, and its control thread
+ * sends no heartbeat meanwhile */
+#define HR_PLAN_APPLY_S 15.0
+
 static void hr_head_check_lost(hr_agent *a) {
     hr_head *hd = a->head;
     double now = hr_now_s();
     for (int i = 1; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
-        if (d->lost || now - d->last_seen < a->p.hb_timeout_ms / 1000.0)
+        double limit = a->p.hb_timeout_ms / 1000.0;
+        if (d->ring_pos >= 0 && d->ready_plan != hd->plan_id && limit < HR_PLAN_APPLY_S)
+            limit = HR_PLAN_APPLY_S;
+        if (d->lost || now - d->last_seen < limit)
             continue;
         d->lost = true;
         d->ready = false;
