@@ -335,10 +335,7 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
     out->stall = out->load > pre ? out->load - pre : 0.0;
 }
 
-/* ms per round device i spends on its window: CPU compute or the reads the
- * buffer could not take ahead, whichever is longer (MAX), or both added
- * up (SUM: no overlap with its own compute), then its accelerator layers. */
-static double window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk) {
+double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk) {
     double cpu = c->d[i].t * wc;
     if (c->overlap == HR_SCHED_OVERLAP_SUM)
         cpu += dk->stall;
@@ -440,7 +437,7 @@ double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *
         sum += w[i];
         cm[i] = c->d[i].t * wc + c->d[i].g * n;
         hr_sched_disk_at(c, kc, i, wc, &dk[i]);
-        cp[i] = window_ms(c, i, wc, n, &dk[i]);
+        cp[i] = hr_sched_window_ms(c, i, wc, n, &dk[i]);
         if (i == c->head || w[i] > 0) {
             n_active++;
             Hs += c->d[i].h;

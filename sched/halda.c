@@ -116,9 +116,12 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
     hr_lp lp = {0};
     int *cols = malloc(sizeof(int) * (size_t)(nc + 4));
     double *vals = malloc(sizeof(double) * (size_t)(nc + 4));
+    int *rcols = malloc(sizeof(int) * (size_t)(nc + 4)); /* the ring row, built per device */
+    double *rvals = malloc(sizeof(double) * (size_t)(nc + 4));
+    int rm = 0;
     hr_sched_disk *dk = malloc(sizeof *dk * (size_t)(kc->W + 1));
     int rc = 0;
-    if (!cols || !vals || !dk) {
+    if (!cols || !vals || !rcols || !rvals || !dk) {
         rc = hr_seterr(err, HR_ENOMEM, "scheduler: out of memory building the k = %d program",
                        kc->k);
         goto done;
@@ -149,11 +152,25 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         }
         if (m)
             rc = lp_row(&lp, GLP_UP, 0.0, 1.0, m, cols, vals);
+        /* each wc's disk terms, and its window in the ring row (a constant per
+         * (device, wc); the accelerator layers enter through n_i) */
         bool any_load = false;
+        if (i == 0) {
+            rcols[rm] = cP;
+            rvals[rm++] = 1.0;
+        }
         for (int v = 1; v <= col[i].cap; v++) {
             hr_sched_disk_at(c, kc, i, v, &dk[v]);
             any_load = any_load || dk[v].load > 0.0;
+            rcols[rm] = col[i].x0 + v - 1;
+            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v]);
         }
+        if (col[i].n) {
+            rcols[rm] = col[i].n;
+            rvals[rm++] = -c->d[i].g;
+        }
+        rcols[rm] = col[i].y;
+        rvals[rm++] = -c->d[i].h;
         /* a disk reads at most one round's bytes per round: P >= load_i */
         if (!rc && any_load) {
             m = 0;
@@ -198,32 +215,9 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         }
     if (!rc)
         rc = lp_row(&lp, GLP_LO, 1.0, 0.0, m, cols, vals);
-    /* ring: P >= sum_i window_i + sum_i h_i y_i, window_i = max(t_i wc, stall_i(wc))
-     * (SUM: their sum) + g_i n_i, one constant per (device, wc) */
-    m = 0;
-    cols[m] = cP;
-    vals[m++] = 1.0;
-    for (int i = 0; i < n; i++) {
-        for (int v = 1; v <= col[i].cap; v++) {
-            hr_sched_disk dv;
-            hr_sched_disk_at(c, kc, i, v, &dv);
-            double cpu = c->d[i].t * v;
-            if (c->overlap == HR_SCHED_OVERLAP_SUM)
-                cpu += dv.stall;
-            else if (dv.stall > cpu)
-                cpu = dv.stall;
-            cols[m] = col[i].x0 + v - 1;
-            vals[m++] = -cpu;
-        }
-        if (col[i].n) {
-            cols[m] = col[i].n;
-            vals[m++] = -c->d[i].g;
-        }
-        cols[m] = col[i].y;
-        vals[m++] = -c->d[i].h;
-    }
+    /* ring: P >= sum_i window_i + sum_i h_i y_i (the row built above) */
     if (!rc)
-        rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m, cols, vals);
+        rc = lp_row(&lp, GLP_LO, 0.0, 0.0, rm, rcols, rvals);
     /* symmetry: of two interchangeable devices the earlier takes at least as many layers */
     for (int i = 0; i < n && !rc; i++) {
         for (int j = i + 1; j < n && !rc; j++) {
@@ -297,6 +291,8 @@ done:
     free(lp.ar);
     free(cols);
     free(vals);
+    free(rcols);
+    free(rvals);
     free(dk);
     return rc;
 }

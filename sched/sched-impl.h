@@ -67,6 +67,12 @@ void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc);
 /* Fills *out for device i with wc CPU layers per round (0 <= wc <= cap). */
 void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int wc,
                       hr_sched_disk *out);
+/* ms per round device i spends on its window of wc CPU and n accelerator
+ * layers: CPU compute or the reads its buffer could not take ahead,
+ * whichever is longer (MAX), or both added up (SUM: no overlap with its own
+ * compute), then its accelerator layers. The cost model and the program's
+ * ring row both use it. */
+double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk);
 /* Closed-form latency (ms per token) of (w, ng) for kc->k; INFINITY when
  * infeasible. ng may be NULL. Fills plan when not NULL and feasible. */
 double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
