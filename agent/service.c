@@ -213,7 +213,10 @@ int hr_service_submit(hr_service *s, const hr_service_req *r, hr_head_token_fn o
         rc = hr_seterr(err, HR_ECANCELED, "the head is stopping");
     } else {
         s->st.requests++;
-        if (s->n_queued >= s->queue_max) {
+        /* queued requests that a free slot is about to take (the service
+         * thread has not popped them yet) are not waiting */
+        int slots = s->parallel > 1 ? s->parallel : 1, free_slots = slots - s->n_running;
+        if (s->n_queued >= s->queue_max + (free_slots > 0 ? free_slots : 0)) {
             s->st.refused++;
             rc = hr_seterr(err, HR_EAGAIN, "head is busy: %d requests are waiting; try again later",
                            s->n_queued);
