@@ -99,6 +99,16 @@ static void hr_print_device(const hr_prof_device *d) {
                hr_fmt_bytes(m->cg_file_bytes, c, sizeof c));
     else
         printf("  cgroup:      no memory cgroup found\n");
+    if (d->cpu_quota_cores > 0) {
+        printf("  cpu quota:   %.2f cores (cgroup, period %.1f ms)", d->cpu_quota_cores,
+               d->cpu_period_ms);
+        for (int i = 0; i < d->n_sustain; i++)
+            printf("%s %d thread(s) %.2fx", i ? "," : "; sustained work measured:",
+                   d->sustain[i].n_threads, d->sustain[i].factor);
+        if (d->n_sustain == 0)
+            printf("; not measured: threads / quota assumed");
+        printf("\n");
+    }
     printf("  available:   %s for weights%s\n", hr_fmt_bytes(m->weights_avail_bytes, a, sizeof a),
            m->cg_limit_bytes > 0 ? " (bounded by the cgroup limit)" : "");
     const hr_prof_disk *dk = &d->disk;

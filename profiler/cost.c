@@ -45,6 +45,21 @@ const hr_prof_opcost *hr_prof_device_opcost(const hr_prof_device *d, int n_threa
     return best;
 }
 
+double hr_prof_device_sustain(const hr_prof_device *d, int n_threads) {
+    const hr_prof_sustain *best = NULL;
+    for (int i = 0; i < d->n_sustain; i++) {
+        const hr_prof_sustain *s = &d->sustain[i];
+        if (s->factor >= 1.0 &&
+            (!best || abs(s->n_threads - n_threads) < abs(best->n_threads - n_threads)))
+            best = s;
+    }
+    if (best)
+        return best->factor;
+    if (d->cpu_quota_cores > 0 && n_threads > d->cpu_quota_cores)
+        return n_threads / d->cpu_quota_cores; /* assumed: no measurement */
+    return 1.0;
+}
+
 int hr_prof_device_best_threads(const hr_prof_device *d, const int *types, int n_types) {
     int best = 1;
     double best_t = -1.0;
@@ -221,6 +236,11 @@ int hr_prof_cost_window(const hr_prof_device *d, const hr_prof_model *m, const h
         comm = p->n_hops * (hr_nonneg(l->rtt_us) * 0.5e-3 +
                             (bw > 0 ? (double)m->hidden_bytes / (bw * 1e6) * 1e3 : 0));
     }
+    /* a CPU quota stretches everything the CPU does, streaming included */
+    double slow = hr_prof_device_sustain(d, nt);
+    mem *= slow;
+    compute *= slow;
+    pre *= slow;
     out->memory_ms = mem;
     out->compute_ms = compute;
     out->disk_ms = disk;

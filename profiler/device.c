@@ -41,6 +41,7 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
         hr_prof_topo_sysfs(&d->topo, sysroot);
     }
     hr_prof_read_mem(&d->mem, sysroot);
+    hr_prof_read_cpu_quota(sysroot, &d->cpu_quota_cores, &d->cpu_period_ms);
     d->n_gpus = hr_prof_read_gpus(d->gpus, HR_PROF_MAX_GPUS, sysroot);
     hr_prof_disk_unknown(&d->disk);
     d->membw_1t_gbs = d->membw_all_gbs = d->kv_copy_gbs = -1.0;
@@ -121,7 +122,7 @@ static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int
                            int64_t ffn_len) {
     char s[2048];
     int n = snprintf(s, sizeof s,
-                     "v%d|%s|%s|%s|%d|%d|%d|%d|%" PRId64 "|%s|%" PRId64 "|%" PRId64 "|%d|%" PRId64
+                     "v%d.s|%s|%s|%s|%d|%d|%d|%d|%" PRId64 "|%s|%" PRId64 "|%" PRId64 "|%d|%" PRId64
                      "|%" PRId64 "|%d|",
                      HR_PROF_VERSION, d->os.cpu_model, d->os.isa, d->os.machine, d->topo.n_pus,
                      d->topo.n_cores, d->topo.n_packages, d->topo.n_numa, d->topo.l3_bytes,

@@ -142,6 +142,19 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
         jpush(w, ops, x);
     }
     jset(w, o, "ops", ops);
+    json_t *cl = json_object();
+    jset(w, cl, "quota_cores", jnum(d->cpu_quota_cores));
+    jset(w, cl, "period_ms", jnum(d->cpu_period_ms));
+    json_t *su = json_array();
+    for (int i = 0; i < d->n_sustain && i < HR_PROF_MAX_THREADS; i++) {
+        json_t *x = json_object();
+        jset(w, x, "threads", json_integer(d->sustain[i].n_threads));
+        jset(w, x, "factor", jnum(d->sustain[i].factor));
+        jset(w, x, "window_s", jnum(d->sustain[i].window_s));
+        jpush(w, su, x);
+    }
+    jset(w, cl, "sustained", su);
+    jset(w, o, "cpu_limit", cl);
     json_t *cpu = json_object();
     jset(w, cpu, "row_len", jint(d->row_len));
     jset(w, cpu, "ffn_len", jint(d->ffn_len));
@@ -439,6 +452,20 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
         oc->attn_call_us = gnum(x, "attn_call_us");
         oc->attn_pos_ns = gnum(x, "attn_pos_ns");
         oc->attn_dim_ns = gnum(x, "attn_dim_ns");
+    }
+    const json_t *cl = json_object_get(o, "cpu_limit");
+    d->cpu_quota_cores = gnum(cl, "quota_cores");
+    d->cpu_period_ms = gnum(cl, "period_ms");
+    json_array_foreach(json_object_get(cl, "sustained"), i, x) {
+        if (d->n_sustain >= HR_PROF_MAX_THREADS)
+            break;
+        double f = gnum(x, "factor");
+        if (!(f >= 1.0))
+            continue; /* malformed: a slowdown is at least 1 */
+        hr_prof_sustain *su = &d->sustain[d->n_sustain++];
+        su->n_threads = gint32(x, "threads");
+        su->factor = f;
+        su->window_s = gnum(x, "window_s");
     }
     const json_t *cpu = json_object_get(o, "cpu");
     d->row_len = gint(cpu, "row_len");

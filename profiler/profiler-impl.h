@@ -39,6 +39,10 @@ void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot);
 /* The CPU and disk limits of our cgroups as text (v1: cfs quota/period,
  * blkio read throttles; v2: cpu.max, io.max), for the profile cache key:
  * measured rates depend on them. Empty when there are none. */
+/* The CPU time our cgroups allow: cores = quota / period, the smallest over
+ * the cgroup and its ancestors (v1 cpu.cfs_quota_us, v2 cpu.max); -1 and -1
+ * when there is no quota. */
+void hr_prof_read_cpu_quota(const char *sysroot, double *cores, double *period_ms);
 void hr_prof_cg_limits_key(char *out, size_t cap, const char *sysroot);
 double hr_prof_read_load(const char *sysroot); /* 1-minute load average; -1 unknown */
 int hr_prof_read_gpus(char gpus[][64], int max, const char *sysroot);

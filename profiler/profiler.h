@@ -90,6 +90,17 @@ typedef struct {
     double matmat_gflops;  /* n_tok = 32, 2 FLOP per weight per token, GFLOP/s */
 } hr_prof_rate;
 
+/* What a CPU quota does to sustained work at one thread count: decode
+ * sweeps run back to back for window_s (several quota periods) take
+ * `factor` times the time of the repetitions the rates come from (which
+ * are short enough to run between throttlings). Measured only when the
+ * cgroup has a CPU quota; the cost model multiplies CPU times by it. */
+typedef struct {
+    int n_threads;
+    double factor;   /* >= 1 */
+    double window_s; /* wall time measured over */
+} hr_prof_sustain;
+
 /* Per-thread-count costs of the non-matmul work of a layer. hr_attention
  * for one token is predicted to take attn_call_us + n_head x n_pos x
  * (attn_pos_ns + attn_dim_ns x head_dim). */
@@ -186,7 +197,11 @@ typedef struct {
     hr_prof_disk disk;
     int n_gpus;
     char gpus[HR_PROF_MAX_GPUS][64]; /* "nvidia 10de:2330 card0"; reported, not used */
-    double membw_1t_gbs;             /* streaming read, one thread, GB/s */
+    double cpu_quota_cores; /* cgroup CPU quota / period, smallest over ancestors; -1 none */
+    double cpu_period_ms;   /* that quota's period, ms; -1 none */
+    int n_sustain;          /* measured under a quota only */
+    hr_prof_sustain sustain[HR_PROF_MAX_THREADS];
+    double membw_1t_gbs; /* streaming read, one thread, GB/s */
     double membw_all_gbs;            /* streaming read, membw_threads threads, GB/s */
     int membw_threads;
     double kv_copy_gbs; /* memcpy of KV-cache-sized blocks, bytes copied per s, GB/s */
@@ -214,6 +229,10 @@ const hr_prof_rate *hr_prof_device_rate(const hr_prof_device *d, int type, int n
 const hr_prof_opcost *hr_prof_device_opcost(const hr_prof_device *d, int n_threads);
 /* The measured thread count with the best matvec rate for these types (all
  * listed types summed equally); 1 if nothing was measured. */
+/* The CPU-quota slowdown of sustained work at n_threads (the measured
+ * thread count nearest to it); 1 without a quota. When a quota exists but
+ * was not measured (older profile), nt / quota cores, at least 1. */
+double hr_prof_device_sustain(const hr_prof_device *d, int n_threads);
 int hr_prof_device_best_threads(const hr_prof_device *d, const int *types, int n_types);
 
 /* Cache file path for parameters p (what hr_prof_device_measure uses). */

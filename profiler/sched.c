@@ -163,7 +163,9 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         cp.input = cp.output = true;
         if ((rc = hr_prof_cost_window(d, m, NULL, 0, 0, &cp, &c, err)))
             return rc;
-        double sample_ms = d->eltwise.add_ns > 0 ? m->n_vocab * d->eltwise.add_ns * 1e-6 : 0;
+        double sample_ms = d->eltwise.add_ns > 0 ? m->n_vocab * d->eltwise.add_ns * 1e-6 *
+                                                       hr_prof_device_sustain(d, best)
+                                                 : 0;
         out->t_head_ms = c.total_ms + sample_ms;
     }
     return 0;

@@ -683,6 +683,72 @@ void hr_prof_topo_sysfs(hr_prof_topo *t, const char *sysroot) {
     t->n_numa = nn > 0 ? nn : -1;
 }
 
+/* ---- CPU quota ---- */
+
+typedef struct {
+    const char *sysroot;
+    double cores, period_us; /* smallest quota / period over the ancestors; -1 none */
+} hr_cg_cpu_ctx;
+
+/* Keeps the tighter of the running limit and quota / period. */
+static void hr_cg_cpu_take(hr_cg_cpu_ctx *c, double quota_us, double period_us) {
+    if (!(quota_us > 0 && period_us > 0))
+        return;
+    double cores = quota_us / period_us;
+    if (c->cores < 0 || cores < c->cores) {
+        c->cores = cores;
+        c->period_us = period_us;
+    }
+}
+
+/* Walks from dir up to the mount point top, reading the quota at each level
+ * (a parent's quota bounds its children). */
+static void hr_cg_cpu_walk(hr_cg_cpu_ctx *c, bool v2, const char *dir, const char *top) {
+    char d[1024], path[1100], buf[96];
+    hr_prof_strlcpy(d, dir, sizeof d);
+    size_t tl = strlen(top);
+    for (;;) {
+        if (v2) {
+            snprintf(path, sizeof path, "%s/cpu.max", d);
+            double q = -1, per = -1;
+            if (hr_prof_read_text(path, buf, sizeof buf) > 0 && strncmp(buf, "max", 3) != 0 &&
+                sscanf(buf, "%lf %lf", &q, &per) == 2)
+                hr_cg_cpu_take(c, q, per);
+        } else {
+            int64_t q = -1, per = -1;
+            snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", d);
+            if (hr_prof_read_i64(path, &q) == 0) {
+                snprintf(path, sizeof path, "%s/cpu.cfs_period_us", d);
+                if (hr_prof_read_i64(path, &per) == 0)
+                    hr_cg_cpu_take(c, (double)q, (double)per);
+            }
+        }
+        char *slash = strrchr(d, '/');
+        if (!slash || (size_t)(slash - d) < tl)
+            break;
+        *slash = 0;
+    }
+}
+
+static void hr_cg_cpu_line(bool v2, const char *ctrls, const char *p, void *ud) {
+    hr_cg_cpu_ctx *c = ud;
+    char mnt[512], root[512], dir[1024], top[600];
+    if (!v2 && !hr_cg_has(ctrls, "cpu"))
+        return;
+    if (!hr_cg_mount_of(c->sysroot, v2, v2 ? "" : "cpu", mnt, sizeof mnt, root, sizeof root))
+        return;
+    snprintf(top, sizeof top, "%s%s", c->sysroot ? c->sysroot : "", mnt);
+    hr_cg_dir(dir, sizeof dir, c->sysroot, mnt, root, p);
+    hr_cg_cpu_walk(c, v2, dir, top);
+}
+
+void hr_prof_read_cpu_quota(const char *sysroot, double *cores, double *period_ms) {
+    hr_cg_cpu_ctx c = {sysroot, -1.0, -1.0};
+    hr_cg_lines(sysroot, hr_cg_cpu_line, &c);
+    *cores = c.cores;
+    *period_ms = c.period_us > 0 ? c.period_us / 1e3 : -1.0;
+}
+
 /* Appends "name=contents;" of a cgroup file (newlines as spaces) to out. */
 static void hr_cg_key_file(char *out, size_t cap, const char *dir, const char *name) {
     char path[1200], buf[512];

@@ -64,10 +64,19 @@ static void test_fake_root_v1(void) {
         "MemAvailable:    8192000 kB\nCached:          2048000 kB\n"
         "Active(file):    1000000 kB\nInactive(file):   500000 kB\n"
         "SwapTotal:       2097148 kB\nSwapFree:        1048574 kB\n");
-    put(root, "/proc/self/cgroup", "12:pids:/\n4:memory:/hearth/test\n1:cpu,cpuacct:/\n0::/\n");
+    put(root, "/proc/self/cgroup",
+        "12:pids:/\n4:memory:/hearth/test\n1:cpu,cpuacct:/lab/dev0\n0::/\n");
     put(root, "/proc/self/mountinfo",
         "22 1 0:20 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n"
+        "24 1 0:22 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
         "23 1 0:21 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+    /* CPU quota: the tighter of the cgroup's (0.5 core) and its parent's (1.5) */
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/lab/cpu.cfs_quota_us", "150000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/lab/cpu.cfs_period_us", "100000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/lab/dev0/cpu.cfs_quota_us", "1000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/lab/dev0/cpu.cfs_period_us", "2000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
     put(root, "/sys/fs/cgroup/memory/hearth/test/memory.limit_in_bytes", "536870912\n");
     put(root, "/sys/fs/cgroup/memory/hearth/test/memory.usage_in_bytes", "134217728\n");
     put(root, "/sys/fs/cgroup/memory/hearth/test/memory.stat",
@@ -129,6 +138,13 @@ static void test_fake_root_v1(void) {
     CHECK_EQ(d->topo.numa[0].mem_bytes, 16384000ll * 1024);
     CHECK_EQ(d->n_gpus, 1);
     CHECK(strstr(d->gpus[0], "nvidia") != NULL);
+    CHECK_NEAR(d->cpu_quota_cores, 0.5, 1e-12);
+    CHECK_NEAR(d->cpu_period_ms, 2.0, 1e-12);
+    /* the parent's quota binds when it is the tighter one */
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/lab/dev0/cpu.cfs_quota_us", "-1\n");
+    hr_prof_device_sysinfo(d, root);
+    CHECK_NEAR(d->cpu_quota_cores, 1.5, 1e-12);
+    CHECK_NEAR(d->cpu_period_ms, 100.0, 1e-12);
     free(d);
 }
 
@@ -140,6 +156,8 @@ static void test_fake_root_v2(void) {
     put(root, "/proc/self/mountinfo",
         "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
     put(root, "/sys/fs/cgroup/user.slice/memory.max", "1073741824\n");
+    put(root, "/sys/fs/cgroup/user.slice/cpu.max", "250000 100000\n");
+    put(root, "/sys/fs/cgroup/user.slice/hearth.service/cpu.max", "max 100000\n");
     put(root, "/sys/fs/cgroup/user.slice/hearth.service/memory.max", "max\n");
     put(root, "/sys/fs/cgroup/user.slice/hearth.service/memory.current", "209715200\n");
     put(root, "/sys/fs/cgroup/user.slice/hearth.service/memory.stat",
@@ -154,6 +172,8 @@ static void test_fake_root_v2(void) {
     CHECK_EQ(m.cg_usage_bytes, 209715200);
     CHECK_EQ(m.cg_file_bytes, 157286400);
     CHECK_EQ(m.weights_avail_bytes, 1073741824 - (209715200 - 157286400));
+    CHECK_NEAR(d->cpu_quota_cores, 2.5, 1e-12); /* the parent's cpu.max */
+    CHECK_NEAR(d->cpu_period_ms, 100.0, 1e-12);
     CHECK_STR(d->os.cpu_model, "unknown"); /* no cpuinfo */
     CHECK_STR(d->topo.source, "unknown");
     free(d);
@@ -170,6 +190,7 @@ static void test_fake_root_broken(void) {
     CHECK_EQ(d->mem.available_bytes, -1);
     CHECK_EQ(d->mem.weights_avail_bytes, -1);
     CHECK_EQ(d->mem.cg_version, 0);
+    CHECK_NEAR(d->cpu_quota_cores, -1.0, 0);
     CHECK_EQ(d->mem.swappiness, -1);
     CHECK_EQ(d->topo.n_pus, -1);
     CHECK_EQ(d->n_gpus, 0);
@@ -353,6 +374,26 @@ static void test_cost(const hr_prof_model *pm) {
     cp.n_hops = 1;
     CHECK_EQ(hr_prof_cost_window(d, pm, &l, 0, 2, &cp, &c, err), 0);
     CHECK_NEAR(c.comm_ms, 0.1 + (double)pm->hidden_bytes / 100e6 * 1e3, 1e-9);
+    /* a CPU quota: the measured sustained factor stretches CPU times (not
+     * disk or link); without a measurement, threads / quota cores */
+    cp.n_hops = 0;
+    cp.n_threads = 2;
+    hr_prof_cost qbase, q;
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 2, &cp, &qbase, err), 0);
+    d->cpu_quota_cores = 0.5;
+    CHECK_NEAR(hr_prof_device_sustain(d, 2), 4.0, 1e-12);
+    d->n_sustain = 2;
+    d->sustain[0] = (hr_prof_sustain){.n_threads = 1, .factor = 1.5, .window_s = 0.2};
+    d->sustain[1] = (hr_prof_sustain){.n_threads = 2, .factor = 2.5, .window_s = 0.2};
+    CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 2, &cp, &q, err), 0);
+    CHECK_NEAR(q.memory_ms, 2.5 * qbase.memory_ms, 1e-9);
+    CHECK_NEAR(q.compute_ms, 2.5 * qbase.compute_ms, 1e-9);
+    CHECK_NEAR(q.prefill_ms, 2.5 * qbase.prefill_ms, 1e-9);
+    CHECK_NEAR(hr_prof_device_sustain(d, 1), 1.5, 1e-12);
+    CHECK_NEAR(hr_prof_device_sustain(d, 4), 2.5, 1e-12); /* nearest measured */
+    d->cpu_quota_cores = -1.0;
+    d->n_sustain = 0;
+    CHECK_NEAR(hr_prof_device_sustain(d, 2), 1.0, 0);
     /* best threads: 2 threads stream faster in the synthetic device */
     cp.n_threads = 0;
     CHECK_EQ(hr_prof_cost_window(d, pm, NULL, 0, 2, &cp, &c, err), 0);
@@ -618,6 +659,10 @@ static void test_json(const hr_prof_model *pm) {
     doc->device.n_opcosts = 1;
     doc->device.opcosts[0] = (hr_prof_opcost){2, 3.5, 1.25, 0.0625};
     doc->device.disk.seq_mbs = 1234.5;
+    doc->device.cpu_quota_cores = 0.75;
+    doc->device.cpu_period_ms = 2.0;
+    doc->device.n_sustain = 1;
+    doc->device.sustain[0] = (hr_prof_sustain){.n_threads = 2, .factor = 1.75, .window_s = 0.5};
     doc->device.created = 1700000000.0;
     doc->has_device = true;
     CHECK_EQ(hr_prof_model_copy(&doc->model, pm), 0);
@@ -648,6 +693,9 @@ static void test_json(const hr_prof_model *pm) {
     CHECK_NEAR(back->device.rates[0].matvec_gbs, 7.25, 0);
     CHECK_EQ(back->device.mem.total_bytes, doc->device.mem.total_bytes);
     CHECK_NEAR(back->device.membw_1t_gbs, -1.0, 0); /* unknown stays unknown */
+    CHECK_NEAR(back->device.cpu_quota_cores, 0.75, 0);
+    CHECK_EQ(back->device.n_sustain, 1);
+    CHECK_NEAR(back->device.sustain[0].factor, 1.75, 0);
     CHECK_NEAR(back->links[0].bw_mbs, -1.0, 0);
     CHECK_EQ(back->model.n_layers_listed, pm->n_layer);
     CHECK_EQ(back->model.layers[0].bytes, pm->layers[0].bytes);
