@@ -73,6 +73,13 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_progress_begin(&pr, TAG, "profiling this device", NULL, 0);
         measured = hr_prof_device_measure(d, &pp, err) == 0;
         hr_progress_end(&pr);
+        if (measured && hr_prof_model_build(&pm, a->m, a->g, err) == 0) {
+            /* real decode steps of the first layers calibrate the rates */
+            char pe[HR_ERR_LEN] = "";
+            if (hr_prof_engine_probe(d, a->m, &pm, a->p.n_threads, hr_prof_probe_window_s(d), pe))
+                HR_LOG_WARN(TAG, "%s: engine probe skipped: %s", a->name, pe);
+            hr_prof_model_clear(&pm);
+        }
         if (!measured)
             HR_LOG_WARN(TAG, "%s: profiling failed (%s); joining without a profile", a->name, err);
     }

@@ -103,12 +103,18 @@ static void hr_print_device(const hr_prof_device *d) {
         printf("  cpu quota:   %.2f cores (cgroup, period %.1f ms)", d->cpu_quota_cores,
                d->cpu_period_ms);
         for (int i = 0; i < d->n_sustain; i++)
-            printf("%s %d thread(s) %.2fx", i ? "," : "; sustained work measured:",
-                   d->sustain[i].n_threads, d->sustain[i].factor);
+            printf("%s %d thread(s) %.2fx",
+                   i ? "," : "; sustained work measured:", d->sustain[i].n_threads,
+                   d->sustain[i].factor);
         if (d->n_sustain == 0)
             printf("; not measured: threads / quota assumed");
         printf("\n");
     }
+    if (d->engine_factor > 0)
+        printf("  engine:      measured %.2f ms per decode step of layers 0-%d (%d thread(s), "
+               "%.2f s), rates predict %.2f: CPU times x%.2f\n",
+               d->engine_ms, d->engine_layers - 1, d->engine_threads, d->engine_window_s,
+               d->engine_pred_ms, d->engine_factor);
     printf("  available:   %s for weights%s\n", hr_fmt_bytes(m->weights_avail_bytes, a, sizeof a),
            m->cg_limit_bytes > 0 ? " (bounded by the cgroup limit)" : "");
     const hr_prof_disk *dk = &d->disk;
@@ -300,6 +306,18 @@ HR_CLI_COMMAND(profile) {
         goto done;
     }
     doc->has_device = true;
+    if (doc->has_model) {
+        /* real decode steps of the first layers calibrate the rates */
+        int types[HR_PROF_MAX_TYPES];
+        int nt = o->threads > 0 ? o->threads
+                                : hr_prof_device_best_threads(
+                                      &doc->device, types,
+                                      hr_prof_model_types(&doc->model, types, HR_PROF_MAX_TYPES));
+        char pe[HR_ERR_LEN] = "";
+        if (hr_prof_engine_probe(&doc->device, model, &doc->model, nt,
+                                 hr_prof_probe_window_s(&doc->device), pe))
+            fprintf(stderr, "hearth profile: engine probe skipped: %s\n", pe);
+    }
     if (o->peer) {
         int msg = doc->has_model ? (int)doc->model.hidden_bytes : 8192;
         if (hr_prof_link_measure(&doc->links[0], NULL, o->peer, msg, 50, 2000, err)) {

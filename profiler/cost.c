@@ -46,6 +46,9 @@ const hr_prof_opcost *hr_prof_device_opcost(const hr_prof_device *d, int n_threa
 }
 
 double hr_prof_device_sustain(const hr_prof_device *d, int n_threads) {
+    /* the engine probe measured the real thing at the agent's thread count */
+    if (d->engine_factor > 0 && d->engine_threads == n_threads)
+        return d->engine_factor;
     const hr_prof_sustain *best = NULL;
     for (int i = 0; i < d->n_sustain; i++) {
         const hr_prof_sustain *s = &d->sustain[i];

@@ -98,10 +98,10 @@ typedef struct {
     hr_pool *pool;
     int nt;
     int64_t n_in;
-    float *x;   /* [HR_CPU_MM_TOK][n_in] */
-    float *y;   /* [HR_CPU_MM_TOK][max rows] */
-    void *wbuf; /* activation scratch */
-    double sustain_s;       /* > 0: also time sweeps back to back for this long */
+    float *x;                 /* [HR_CPU_MM_TOK][n_in] */
+    float *y;                 /* [HR_CPU_MM_TOK][max rows] */
+    void *wbuf;               /* activation scratch */
+    double sustain_s;         /* > 0: also time sweeps back to back for this long */
     hr_prof_sustain *sustain; /* where that goes */
 } hr_cpu_run;
 
@@ -233,8 +233,8 @@ static void hr_measure_rate(hr_cpu_run *r, int type, const unsigned char *buf, s
             dt = hr_now_s() - t0;
         } while (dt < r->sustain_s);
         double f = dt / (double)calls / v[0];
-        *r->sustain = (hr_prof_sustain){.n_threads = r->nt, .factor = f > 1.0 ? f : 1.0,
-                                        .window_s = dt};
+        *r->sustain =
+            (hr_prof_sustain){.n_threads = r->nt, .factor = f > 1.0 ? f : 1.0, .window_s = dt};
         HR_LOG_INFO(HR_PROF_TAG,
                     "%d thread%s under a CPU quota: sustained sweeps %.2fx the repetitions' "
                     "time over %.2f s",

@@ -46,6 +46,7 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     hr_prof_disk_unknown(&d->disk);
     d->membw_1t_gbs = d->membw_all_gbs = d->kv_copy_gbs = -1.0;
     d->membw_threads = -1;
+    d->engine_ms = d->engine_pred_ms = d->engine_factor = d->engine_window_s = -1.0;
     d->eltwise = (hr_prof_eltwise){-1.0, -1.0, -1.0, -1.0, -1.0};
     d->duration_s = -1.0;
     d->load_1m = -1.0;
@@ -210,6 +211,8 @@ static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_d
         out->os = cur->os;
         out->topo = cur->topo;
         out->mem = cur->mem;
+        out->cpu_quota_cores = cur->cpu_quota_cores;
+        out->cpu_period_ms = cur->cpu_period_ms;
         out->n_gpus = cur->n_gpus;
         memcpy(out->gpus, cur->gpus, sizeof out->gpus);
         out->from_cache = true;

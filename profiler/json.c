@@ -155,6 +155,14 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     }
     jset(w, cl, "sustained", su);
     jset(w, o, "cpu_limit", cl);
+    json_t *ep = json_object();
+    jset(w, ep, "layers", json_integer(d->engine_layers));
+    jset(w, ep, "threads", json_integer(d->engine_threads));
+    jset(w, ep, "ms_per_step", jnum(d->engine_ms));
+    jset(w, ep, "predicted_ms", jnum(d->engine_pred_ms));
+    jset(w, ep, "factor", jnum(d->engine_factor));
+    jset(w, ep, "window_s", jnum(d->engine_window_s));
+    jset(w, o, "engine_probe", ep);
     json_t *cpu = json_object();
     jset(w, cpu, "row_len", jint(d->row_len));
     jset(w, cpu, "ffn_len", jint(d->ffn_len));
@@ -467,6 +475,15 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
         su->factor = f;
         su->window_s = gnum(x, "window_s");
     }
+    const json_t *ep = json_object_get(o, "engine_probe");
+    d->engine_layers = gint32(ep, "layers") > 0 ? gint32(ep, "layers") : 0;
+    d->engine_threads = gint32(ep, "threads") > 0 ? gint32(ep, "threads") : 0;
+    d->engine_ms = gnum(ep, "ms_per_step");
+    d->engine_pred_ms = gnum(ep, "predicted_ms");
+    d->engine_factor = gnum(ep, "factor");
+    d->engine_window_s = gnum(ep, "window_s");
+    if (!(d->engine_factor > 0 && d->engine_factor < 1e3) || d->engine_threads == 0)
+        d->engine_factor = -1.0; /* malformed or absent: not used */
     const json_t *cpu = json_object_get(o, "cpu");
     d->row_len = gint(cpu, "row_len");
     d->ffn_len = gint(cpu, "ffn_len");

@@ -201,8 +201,15 @@ typedef struct {
     double cpu_period_ms;   /* that quota's period, ms; -1 none */
     int n_sustain;          /* measured under a quota only */
     hr_prof_sustain sustain[HR_PROF_MAX_THREADS];
-    double membw_1t_gbs; /* streaming read, one thread, GB/s */
-    double membw_all_gbs;            /* streaming read, membw_threads threads, GB/s */
+    /* engine probe (hr_prof_engine_probe): real decode steps of layers
+     * [0, engine_layers) against the rates' prediction; -1 / 0 = not run */
+    int engine_layers, engine_threads;
+    double engine_ms;      /* measured ms per decode step of those layers */
+    double engine_pred_ms; /* the rates' prediction, without quota scaling */
+    double engine_factor;  /* engine_ms / engine_pred_ms */
+    double engine_window_s;
+    double membw_1t_gbs;  /* streaming read, one thread, GB/s */
+    double membw_all_gbs; /* streaming read, membw_threads threads, GB/s */
     int membw_threads;
     double kv_copy_gbs; /* memcpy of KV-cache-sized blocks, bytes copied per s, GB/s */
     hr_prof_eltwise eltwise;
@@ -229,9 +236,10 @@ const hr_prof_rate *hr_prof_device_rate(const hr_prof_device *d, int type, int n
 const hr_prof_opcost *hr_prof_device_opcost(const hr_prof_device *d, int n_threads);
 /* The measured thread count with the best matvec rate for these types (all
  * listed types summed equally); 1 if nothing was measured. */
-/* The CPU-quota slowdown of sustained work at n_threads (the measured
- * thread count nearest to it); 1 without a quota. When a quota exists but
- * was not measured (older profile), nt / quota cores, at least 1. */
+/* What the cost model multiplies a device's CPU times by at n_threads:
+ * the engine probe's factor when it ran at that thread count; else, under
+ * a CPU quota, the sustained factor of the nearest measured thread count
+ * (assumed nt / quota cores, at least 1, when none was measured); else 1. */
 double hr_prof_device_sustain(const hr_prof_device *d, int n_threads);
 int hr_prof_device_best_threads(const hr_prof_device *d, const int *types, int n_types);
 
@@ -282,6 +290,17 @@ int hr_prof_model_copy(hr_prof_model *dst, const hr_prof_model *src);
 uint64_t hr_prof_model_window_bytes(const hr_prof_model *pm, int b, int e, bool input, bool output);
 /* Distinct matmul weight types of the model (layers + output), at most max. */
 int hr_prof_model_types(const hr_prof_model *pm, int *types, int max);
+
+/* Times real decode steps of the first layers of m (two, or one where
+ * memory is short) for about window_s (at least a few steps, after two
+ * that fault the weights in) with n_threads threads, and stores them with
+ * the rates' own prediction for the same layers in d->engine_* (d needs its
+ * rates). The cost model then takes engine_factor instead of the quota's
+ * sustained factor. Failures leave engine_factor at -1. */
+int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
+                         int n_threads, double window_s, char err[HR_ERR_LEN]);
+/* The probe's window for d: ten quota periods, 0.3 to 2 s. */
+double hr_prof_probe_window_s(const hr_prof_device *d);
 
 /* ---- link profile ---- */
 

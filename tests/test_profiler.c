@@ -328,6 +328,53 @@ static void synthetic_device(hr_prof_device *d) {
     snprintf(d->os.hostname, sizeof d->os.hostname, "synthetic");
 }
 
+/* The engine probe on the fixture model: real decode steps of its first
+ * layers against the synthetic rates' prediction. */
+static void test_probe(void) {
+    loaded l;
+    CHECK_EQ(load(&l, "models/small-llama-q4_k_m.gguf"), 0);
+    if (!l.m)
+        return;
+    char err[HR_ERR_LEN] = "";
+    hr_prof_model pm;
+    CHECK_EQ(hr_prof_model_build(&pm, l.m, l.g, err), 0);
+    hr_prof_device *d = calloc(1, sizeof *d);
+    synthetic_device(d);
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 2, 0.05, err), 0);
+    CHECK_EQ(d->engine_layers, 2);
+    CHECK_EQ(d->engine_threads, 2);
+    CHECK(d->engine_ms > 0 && d->engine_pred_ms > 0);
+    CHECK(d->engine_window_s >= 0.05);
+    CHECK_NEAR(d->engine_factor, d->engine_ms / d->engine_pred_ms, 1e-12);
+    /* the prediction is the cost model's for layers [0, 2) at 2 threads */
+    hr_prof_cost_params cp = hr_prof_cost_params_default();
+    cp.n_threads = 2;
+    cp.n_past = 0;
+    hr_prof_cost c;
+    double f = d->engine_factor;
+    d->engine_factor = -1.0;
+    CHECK_EQ(hr_prof_cost_window(d, &pm, NULL, 0, 2, &cp, &c, err), 0);
+    CHECK(d->engine_pred_ms >= c.total_ms); /* attention over >= 0 positions */
+    d->engine_factor = f;
+    /* the cost model takes the factor at the probe's thread count only */
+    CHECK_NEAR(hr_prof_device_sustain(d, 2), f, 0);
+    CHECK_NEAR(hr_prof_device_sustain(d, 1), 1.0, 0);
+    hr_prof_cost c2;
+    CHECK_EQ(hr_prof_cost_window(d, &pm, NULL, 0, 2, &cp, &c2, err), 0);
+    CHECK_NEAR(c2.total_ms, f * c.total_ms, 1e-9 * c.total_ms);
+    /* little memory: one layer; none: refused, the factor unset */
+    d->mem.weights_avail_bytes = (int64_t)(2 * hr_prof_model_window_bytes(&pm, 0, 1, false, false));
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_EQ(d->engine_layers, 1);
+    d->mem.weights_avail_bytes = 1000;
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), HR_ENOMEM);
+    CHECK_NEAR(d->engine_factor, -1.0, 0);
+    CHECK_NEAR(hr_prof_device_sustain(d, 1), 1.0, 0);
+    free(d);
+    hr_prof_model_clear(&pm);
+    unload(&l);
+}
+
 static void test_cost(const hr_prof_model *pm) {
     hr_prof_device *d = calloc(1, sizeof *d);
     synthetic_device(d);
@@ -663,6 +710,12 @@ static void test_json(const hr_prof_model *pm) {
     doc->device.cpu_period_ms = 2.0;
     doc->device.n_sustain = 1;
     doc->device.sustain[0] = (hr_prof_sustain){.n_threads = 2, .factor = 1.75, .window_s = 0.5};
+    doc->device.engine_layers = 2;
+    doc->device.engine_threads = 2;
+    doc->device.engine_ms = 2.5;
+    doc->device.engine_pred_ms = 2.0;
+    doc->device.engine_factor = 1.25;
+    doc->device.engine_window_s = 0.3;
     doc->device.created = 1700000000.0;
     doc->has_device = true;
     CHECK_EQ(hr_prof_model_copy(&doc->model, pm), 0);
@@ -696,6 +749,8 @@ static void test_json(const hr_prof_model *pm) {
     CHECK_NEAR(back->device.cpu_quota_cores, 0.75, 0);
     CHECK_EQ(back->device.n_sustain, 1);
     CHECK_NEAR(back->device.sustain[0].factor, 1.75, 0);
+    CHECK_EQ(back->device.engine_threads, 2);
+    CHECK_NEAR(back->device.engine_factor, 1.25, 0);
     CHECK_NEAR(back->links[0].bw_mbs, -1.0, 0);
     CHECK_EQ(back->model.n_layers_listed, pm->n_layer);
     CHECK_EQ(back->model.layers[0].bytes, pm->layers[0].bytes);
@@ -835,6 +890,7 @@ int main(void) {
         test_sched(&pm);
         test_json(&pm);
     }
+    test_probe();
     test_link();
     test_device_and_cache();
     hr_prof_model_clear(&pm);

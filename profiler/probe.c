@@ -1,0 +1,115 @@
+/* probe.c - the engine probe: real decode steps of the model's first
+ * layers, timed over several CPU-quota periods, against what the device
+ * profile's rates predict for the same layers. The ratio (engine_factor)
+ * carries what the kernel sweeps do not see: the engine's own work between
+ * matrices, the weights' layout in the page cache, and how a CPU quota
+ * throttles a long computation. */
+#include "profiler/profiler-impl.h"
+
+#include "common/log.h"
+#include "common/sync.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HR_PROBE_CTX 64      /* KV positions; the probe wraps around */
+#define HR_PROBE_WARM 2      /* steps that fault the weights in, untimed */
+#define HR_PROBE_MIN_STEPS 4 /* timed steps at least */
+
+/* Layers [0, n) with n = 2, or 1 when two would crowd the memory left
+ * for weights (0: not even one fits twice over). */
+static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm) {
+    int n = pm->n_layer < 2 ? pm->n_layer : 2;
+    int64_t avail = d->mem.weights_avail_bytes;
+    while (n > 0 && avail >= 0 &&
+           (int64_t)(2 * hr_prof_model_window_bytes(pm, 0, n, false, false)) > avail)
+        n--;
+    return n;
+}
+
+int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
+                         int n_threads, double window_s, char err[HR_ERR_LEN]) {
+    d->engine_factor = -1.0;
+    d->engine_ms = d->engine_pred_ms = d->engine_window_s = -1.0;
+    d->engine_layers = d->engine_threads = 0;
+    if (!m || !pm || pm->n_layer <= 0 || d->n_rates == 0)
+        return hr_seterr(err, HR_EINVAL, "the engine probe needs a model and measured rates");
+    int nl = hr_probe_layers(d, pm);
+    if (nl == 0)
+        return hr_seterr(err, HR_ENOMEM, "too little memory for the engine probe");
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = HR_PROBE_CTX;
+    cp.n_batch = 1;
+    cp.n_threads = n_threads > 0 ? n_threads : 1;
+    cp.layer_begin = 0;
+    cp.layer_end = nl;
+    hr_ctx *c = NULL;
+    int rc = hr_ctx_create(&c, m, &cp, err);
+    if (rc)
+        return rc;
+    int E = hr_model_hparams(m)->n_embd;
+    float *h = malloc((size_t)E * sizeof *h), *h0 = malloc((size_t)E * sizeof *h0);
+    int32_t id = 1;
+    if (!h || !h0 || (rc = hr_model_embed(m, &id, 1, h0, err))) {
+        rc = rc ? rc : hr_seterr(err, HR_ENOMEM, "out of memory");
+        goto done;
+    }
+    int pos = 0, steps = 0;
+    double t0 = 0, dt = 0, past = 0;
+    for (int i = 0;; i++) {
+        if (i == HR_PROBE_WARM)
+            t0 = hr_now_s();
+        if (pos == HR_PROBE_CTX)
+            pos = 0; /* the cache is overwritten from the start */
+        memcpy(h, h0, (size_t)E * sizeof *h);
+        if ((rc = hr_ctx_layers(c, h, 1, pos, err)))
+            goto done;
+        if (i >= HR_PROBE_WARM) {
+            past += pos;
+            steps++;
+            dt = hr_now_s() - t0;
+            if (steps >= HR_PROBE_MIN_STEPS && dt >= window_s)
+                break;
+        }
+        pos++;
+    }
+    /* the rates' prediction for the same work, without any quota scaling */
+    hr_prof_device *raw = malloc(sizeof *raw);
+    if (!raw) {
+        rc = hr_seterr(err, HR_ENOMEM, "out of memory");
+        goto done;
+    }
+    *raw = *d;
+    raw->n_sustain = 0;
+    raw->cpu_quota_cores = -1.0;
+    hr_prof_cost_params pp = hr_prof_cost_params_default();
+    pp.n_threads = cp.n_threads;
+    pp.n_past = (int)(past / steps + 0.5);
+    hr_prof_cost cost;
+    rc = hr_prof_cost_window(raw, pm, NULL, 0, nl, &pp, &cost, err);
+    free(raw);
+    if (rc)
+        goto done;
+    d->engine_layers = nl;
+    d->engine_threads = cp.n_threads;
+    d->engine_window_s = dt;
+    d->engine_ms = dt / steps * 1e3;
+    d->engine_pred_ms = cost.total_ms;
+    d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
+    HR_LOG_INFO(HR_PROF_TAG,
+                "engine probe: %d layer%s, %d thread%s, %d steps in %.2f s: %.2f ms per step, "
+                "rates predict %.2f (x%.2f)",
+                nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps, dt,
+                d->engine_ms, cost.total_ms, d->engine_factor);
+done:
+    free(h);
+    free(h0);
+    hr_ctx_destroy(c);
+    return rc;
+}
+
+double hr_prof_probe_window_s(const hr_prof_device *d) {
+    double w = d->cpu_period_ms > 0 ? 10 * d->cpu_period_ms * 1e-3 : 0.3;
+    return w < 0.3 ? 0.3 : w > 2.0 ? 2.0 : w;
+}
