@@ -24,6 +24,9 @@
  *     device) and applies the pending plan itself (hr_head_begin,
  *     hr_head_recover_wait). lost and recoveries are atomics. */
 #ifndef HR_AGENT_HEAD_IMPL_H
+/* Positions attended in the planner's decode prediction (fewer when the
+ * context window is shorter than twice this): a chat turn's depth. */
+#define HR_PLAN_N_PAST 256
 #define HR_AGENT_HEAD_IMPL_H
 
 #include "agent/agent-impl.h"

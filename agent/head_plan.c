@@ -42,6 +42,8 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
             hr_prof_sched_params sp = hr_prof_sched_params_default();
             sp.is_head = is_head;
             sp.n_ctx = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+            /* decode is predicted at a chat turn's depth, not half the window */
+            sp.n_past = sp.n_ctx / 2 < HR_PLAN_N_PAST ? sp.n_ctx / 2 : HR_PLAN_N_PAST;
             /* the reserve its admission check keeps out: its JOIN's thread count */
             json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
             int threads = (int)json_integer_value(json_object_get(info, "threads"));
@@ -475,6 +477,7 @@ char *hr_head_status_json(hr_agent *a) {
         bool pred = hd->have_sched && hd->sched.status == 0 && hd->sched.k > 0;
         json_object_set_new(j, "pred_ms_token",
                             pred ? json_real(hd->sched.latency_ms) : json_null());
+        json_object_set_new(j, "pred_n_past", json_integer(HR_PLAN_N_PAST));
         json_object_set_new(j, "pred_compute_ms_token",
                             pred ? json_real(hd->sched.compute_ms) : json_null());
         json_object_set_new(j, "pred_disk_exposed_ms_token",
