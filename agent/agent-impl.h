@@ -154,6 +154,10 @@ int hr_local_plan_rows(const hr_local_plan *lp);
 void hr_node_push_connect(hr_agent *a);
 /* node.c: MemAvailable and MemTotal from /proc/meminfo, bytes (-1 unknown) */
 void hr_node_meminfo(int64_t *avail, int64_t *total);
+/* Memory a plan may take now: MemAvailable bounded by the memory cgroup's
+ * limit less its non-file usage (the profile's weights_available), and
+ * MemTotal; bytes, -1 unknown. */
+void hr_node_mem_room(int64_t *avail, int64_t *total);
 /* Loop timer (both roles, every HR_NODE_TRIM_MS): hands memory freed by
  * requests and plans back to the system, so a long-running agent's RSS is
  * what it uses, not what its busiest moment left in malloc's arenas. */

@@ -681,7 +681,7 @@ static int hr_head_parallel_default(const hr_agent *a) {
     hr_prof_model pm = {0};
     char err[HR_ERR_LEN];
     int64_t avail, total;
-    hr_node_meminfo(&avail, &total);
+    hr_node_mem_room(&avail, &total);
     if (hr_prof_model_build(&pm, a->m, a->g, err) != 0)
         return 1;
     const hr_hparams *hp = hr_model_hparams(a->m);

@@ -315,6 +315,14 @@ void hr_node_meminfo(int64_t *avail, int64_t *total) {
         fclose(mf);
 }
 
+void hr_node_mem_room(int64_t *avail, int64_t *total) {
+    hr_prof_mem m;
+    hr_prof_read_mem(&m, NULL);
+    *total = m.total_bytes;
+    /* MemAvailable, bounded by what our memory cgroup still lets in */
+    *avail = m.weights_avail_bytes >= 0 ? m.weights_avail_bytes : m.available_bytes;
+}
+
 void hr_node_trim_timer(void *ud) {
     (void)ud;
     malloc_trim(0);
@@ -323,7 +331,8 @@ void hr_node_trim_timer(void *ud) {
 /* Refuses a plan whose part here would not fit: the same arithmetic as
  * the planner's (profiler.h, plan memory): KV of all k x w layers, one
  * layer of streaming buffer and (head) the output head against
- * MemAvailable now, capped by --mem-limit, less the reserve for buffers
+ * MemAvailable now (bounded by the memory cgroup's limit less its non-file
+ * usage), capped by --mem-limit, less the reserve for buffers
  * and slack. */
 /* Bytes kept out of the budget for work buffers and the runtime: what the
  * planner kept out for this device (hr_prof_mem_reserve at the plan's
@@ -332,13 +341,13 @@ static double hr_node_reserve(const hr_agent *a, const hr_local_plan *lp) {
     return hr_prof_mem_reserve(a->m, lp->n_ctx, lp->n_batch, a->p.n_threads, a->is_head);
 }
 
-/* The admission budget of plan lp now: hr_prof_mem_budget of MemAvailable
- * capped by --mem-limit (*budget < 0 when MemAvailable is unknown), and
+/* The admission budget of plan lp now: hr_prof_mem_budget of
+ * hr_node_mem_room capped by --mem-limit (*budget < 0 when MemAvailable is unknown), and
  * the model's figures at lp's context in *sm. */
 static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_model *sm,
                           double *budget, char err[HR_ERR_LEN]) {
     int64_t avail, total;
-    hr_node_meminfo(&avail, &total);
+    hr_node_mem_room(&avail, &total);
     hr_prof_model pm = {0};
     int rc = hr_prof_model_build(&pm, a->m, a->g, err);
     if (rc == 0) /* every KV slot holds n_ctx positions */

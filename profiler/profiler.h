@@ -227,6 +227,9 @@ typedef struct {
  * no CPU rate at all could be measured. */
 int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char err[HR_ERR_LEN]);
 
+/* Memory sizes and the memory cgroup's limit and usage (sysroot NULL: this
+ * machine), including weights_avail_bytes; no timing. */
+void hr_prof_read_mem(hr_prof_mem *m, const char *sysroot);
 /* The cheap part only (OS, topology, memory, cgroup, GPUs): no timing. */
 void hr_prof_device_sysinfo(hr_prof_device *out, const char *sysroot);
 
