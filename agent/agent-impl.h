@@ -93,8 +93,9 @@ int hr_cache_open(hr_cache **out, const char *dir, uint64_t size, uint64_t hash,
 void hr_cache_close(hr_cache *c); /* NULL is a no-op */
 /* The chunks: ranges off[n]/len[n] (disjoint) cut in pieces of at most
  * HR_MSG_CHUNK_MAX; re-reads the sidecar and keeps the chunks of this
- * layout whose bytes match their hash. */
-int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, int n,
+ * layout whose bytes match their hash. rewrite: the sidecar is rewritten
+ * with them alone (false for a partial layout, which keeps the rest listed). */
+int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, int n, bool rewrite,
                         char err[HR_ERR_LEN]);
 const char *hr_cache_path(const hr_cache *c);
 uint64_t hr_cache_held(const hr_cache *c);                    /* bytes of verified chunks */

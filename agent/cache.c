@@ -249,7 +249,7 @@ static int hr_range_cmp(const void *x, const void *y) {
     return a->off < b->off ? -1 : a->off > b->off;
 }
 
-int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, int n,
+int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, int n, bool rewrite,
                         char err[HR_ERR_LEN]) {
     size_t cap = 0;
     for (int k = 0; k < n; k++) {
@@ -289,6 +289,12 @@ int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, i
     c->held = 0;
     c->n_win = 0;
     hr_cache_load(c);
+    struct stat st;
+    if (!rewrite && stat(c->side_path, &st) == 0 && st.st_size > 0) { /* append to it */
+        if (c->side < 0 && (c->side = open(c->side_path, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0)
+            return hr_seterr(err, HR_EIO, "%s: %s", c->side_path, strerror(errno));
+        return 0;
+    }
     return hr_cache_rewrite(c, err);
 }
 

@@ -361,7 +361,7 @@ static int hr_fetch_layout(hr_agent *a, uint64_t data_off, char err[HR_ERR_LEN])
         len[n] = a->layer_len[il];
     }
     if (rc == 0)
-        rc = hr_cache_set_layout(a->cache, off, len, n, e2);
+        rc = hr_cache_set_layout(a->cache, off, len, n, true, e2);
     if (rc) {
         HR_LOG_WARN(TAG, "%s: %s; fetching whole %u-byte chunks of the file instead", a->name, e2,
                     HR_MSG_CHUNK_MAX);
@@ -370,7 +370,7 @@ static int hr_fetch_layout(hr_agent *a, uint64_t data_off, char err[HR_ERR_LEN])
         a->layer_off = a->layer_len = NULL;
         off[0] = 0;
         len[0] = a->model_size;
-        rc = hr_cache_set_layout(a->cache, off, len, 1, err);
+        rc = hr_cache_set_layout(a->cache, off, len, 1, true, err);
     }
     free(off);
     free(len);
@@ -428,7 +428,7 @@ int hr_fetch_bootstrap(hr_agent *a, char err[HR_ERR_LEN]) {
         a->fetch.size = size;
         a->fetch.hash = hash;
         uint64_t off = 0, len = data_off;
-        rc = hr_cache_set_layout(a->cache, &off, &len, 1, err);
+        rc = hr_cache_set_layout(a->cache, &off, &len, 1, false, err);
         if (rc == 0)
             rc = hr_fetch_now(a, s, &off, &len, 1, err);
     }
