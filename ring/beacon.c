@@ -138,6 +138,8 @@ int hr_beacon_parse(const void *buf, size_t n, hr_beacon *b, char err[HR_ERR_LEN
     memset(b, 0, sizeof *b);
     memcpy(b->cluster, p + HR_BEACON_HDR, cl);
     memcpy(b->ctrl, p + HR_BEACON_HDR + cl, el);
+    if (strlen(b->cluster) != cl || strlen(b->ctrl) != el)
+        return hr_seterr(err, HR_EFORMAT, "beacon with a NUL in its name or endpoint");
     if (!hr_beacon_name_valid(b->cluster))
         return hr_seterr(err, HR_EFORMAT, "beacon with a bad cluster name");
     if (!hr_beacon_ep_valid(b->ctrl, el))
@@ -220,8 +222,12 @@ int hr_beacon_send(hr_beacon_sender *s, const hr_beacon *b) {
         struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
         if (lo)
             to.sin_addr.s_addr = htonl(0x7fffffffu); /* 127.255.255.255 */
-        else if ((i->ifa_flags & IFF_BROADCAST) && i->ifa_broadaddr)
+        else if ((i->ifa_flags & IFF_BROADCAST) && i->ifa_broadaddr &&
+                 ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr.s_addr != 0)
             to.sin_addr = ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr;
+        else if ((i->ifa_flags & IFF_BROADCAST) && i->ifa_netmask) /* no brd set: the subnet's */
+            to.sin_addr.s_addr =
+                a.s_addr | ~((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
         else
             continue;
         bool dup = false;
