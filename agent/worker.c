@@ -431,9 +431,11 @@ static int hr_worker_fetch_plan(hr_worker *w, hr_local_plan *np, char err[HR_ERR
         return 0;
     }
     HR_LOG_INFO(TAG,
-                "%s: plan %u: windows of %llu bytes; fetching %llu bytes missing here from the "
-                "head (%ld chunks)",
-                a->name, np->plan_id, (unsigned long long)win_bytes, (unsigned long long)miss, nc);
+                "%s: plan %u: windows of %llu bytes, %llu of them here; fetching %llu bytes "
+                "missing from the head (%ld chunks)",
+                a->name, np->plan_id, (unsigned long long)win_bytes,
+                (unsigned long long)(miss < win_bytes ? win_bytes - miss : 0),
+                (unsigned long long)miss, nc);
     hr_fetch_start(&a->fetch, a->up);
     return 1;
 }

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# zeroconf.sh - the zero-config home cluster, measured in network namespaces
+# on one bridge (root; iproute2, nsenter): a head with the model and two
+# workers with no model file and no --head form a cluster by discovery,
+# pairing once by the head's join token; the workers fetch their windows
+# from the head over links shaped by tbf. Worker 2 is killed mid-fetch and
+# restarted; it must resume without fetching its completed chunks again.
+# Prints per worker the bytes fetched against the plan's window bytes, the
+# fetch throughput against the link rate, and compares the answer with
+# `hearth run` on the head's file. Everything is torn down at the end (also
+# on failure), and the script checks that no namespace, link or qdisc is left.
+#
+#   deploy/zeroconf.sh [-m MODEL] [--mbit N] [--windows 8,7,7] [-n TOKENS]
+#
+# Default model /tmp/tl-q4_0.gguf (`hearth mkmodel -o /tmp/tl-q4_0.gguf
+# --shape tinyllama --type q4_0`), worker links 100 Mbit/s (the head's 1000),
+# windows 8,7,7 (forced, so that a lost worker leaves the others' windows
+# alone). Exit status 0 only when every check passed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${HEARTH:-$ROOT/build/hearth}
+LAB_DIR=${HR_ZC_DIR:-/tmp/zc-lab}
+PFX=zc-
+MODEL=/tmp/tl-q4_0.gguf
+MBIT=100
+WINDOWS=8,7,7
+NTOK=16
+PROMPT="Once upon a time"
+# shellcheck source=deploy/lib-lab.sh
+. "$ROOT/deploy/lib-lab.sh"
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    -m) MODEL=$2; shift 2 ;;
+    --mbit) MBIT=$2; shift 2 ;;
+    --windows) WINDOWS=$2; shift 2 ;;
+    -n) NTOK=$2; shift 2 ;;
+    *) echo "usage: $0 [-m MODEL] [--mbit N] [--windows A,B,C] [-n TOKENS]" >&2; exit 2 ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || { echo "zeroconf.sh: needs root (network namespaces, tc)" >&2; exit 1; }
+[ -r "$MODEL" ] || { echo "zeroconf.sh: no model $MODEL" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "zeroconf.sh: no $BIN (build first)" >&2; exit 1; }
+
+fail=0
+check() { # check DESCRIPTION COND...
+    local what=$1
+    shift
+    if "$@"; then echo "  ok   $what"; else echo "  FAIL $what"; fail=1; fi
+}
+
+cleanup() {
+    lab_teardown
+    local left
+    left=$(lab_leftovers "$PFX" "zc-none")
+    if [ -n "$left" ]; then
+        echo "zeroconf.sh: LEFT BEHIND:" >&2
+        echo "$left" >&2
+        fail=1
+    else
+        echo "teardown: no namespace, link or qdisc left"
+    fi
+}
+
+lab_teardown # a previous run's leftovers
+rm -rf "$LAB_DIR"
+mkdir -p "$LAB_DIR"
+trap 'cleanup; exit $fail' EXIT
+
+# ---- the lab: a bridge, three namespaces, shaped links ----
+lab_bridge "${PFX}nsbr" "${PFX}br0"
+names=(head w1 w2)
+for i in 0 1 2; do
+    lab_node "${PFX}ns$i" "${PFX}v$i" "${PFX}nsbr" "${PFX}b$i" "${PFX}br0" "10.78.1.$((i + 1))/24"
+    rate=$MBIT
+    [ "$i" = 0 ] && rate=$((MBIT * 10))
+    lab_shape "${PFX}ns$i" "${PFX}v$i" "$rate"
+    lab_shape "${PFX}nsbr" "${PFX}b$i" "$rate"
+done
+
+# ---- step 2 of three: the head, with the model ----
+K=$LAB_DIR/keys
+token=$("$BIN" key token --key-dir "$K/head" 2>/dev/null | grep -o 'HJ1[^ ]*' | head -1)
+lab_spawn 0 "$LAB_DIR/head.log" "${PFX}ns0" "" -- "$BIN" agent -m "$MODEL" --name head \
+    --listen 10.78.1.1:7700 --key-dir "$K/head" --no-profile -t 1 --k 1 --windows "$WINDOWS" \
+    --expect 2
+for _ in $(seq 100); do grep -q "beaconing" "$LAB_DIR/head.log" && break; sleep 0.1; done
+
+# ---- step 3: the workers, no model, no --head ----
+worker() { # worker I: starts worker I (appending to its log)
+    local i=$1
+    lab_spawn "$i" "$LAB_DIR/w$i.log.$(date +%s%N)" "${PFX}ns$i" "" -- "$BIN" agent \
+        --name "w$i" --listen "10.78.1.$((i + 1)):7700" --key-dir "$K/w$i" --join "$token" \
+        --cache-dir "$LAB_DIR/cache-w$i" --no-profile -t 1
+}
+echo "discover from w1's namespace:"
+lab_in "${PFX}ns1" "$BIN" discover --timeout 2 --key-dir "$K/w1" | sed 's/^/  /'
+t_start=$(date +%s.%N)
+worker 1
+worker 2
+# kill w2 once a third of its windows has arrived, then start it again
+w2log() { cat "$LAB_DIR"/w2.log.* 2>/dev/null; }
+killed=0
+for _ in $(seq 600); do
+    pct=$(w2log | grep -o 'fetching model bytes: [0-9.]* / [0-9.]*' | tail -1 |
+        awk '{ if ($6 > 0) printf "%d", 100 * $4 / $6; else print 0 }')
+    if [ "${pct:-0}" -ge 30 ]; then
+        kill -9 "$(cat "$LAB_DIR/pid.2")"
+        killed=1
+        echo "killed w2 mid-fetch at ${pct}% of its windows"
+        sleep 1
+        worker 2
+        break
+    fi
+    sleep 0.1
+done
+check "w2 killed mid-fetch" [ "$killed" = 1 ]
+
+ready=0
+for _ in $(seq 600); do
+    if lab_in "${PFX}ns0" "$BIN" status --head 10.78.1.1:7700 --key-dir "$K/head" --json \
+        2>/dev/null | grep -q '"ready": *true'; then
+        ready=1
+        break
+    fi
+    sleep 0.5
+done
+t_ready=$(date +%s.%N)
+check "cluster formed by discovery and ready" [ "$ready" = 1 ]
+echo "ready after $(awk -v a="$t_start" -v b="$t_ready" 'BEGIN { printf "%.1f", b - a }') s"
+
+# ---- what was fetched ----
+for i in 1 2; do
+    logs=$(ls "$LAB_DIR"/w$i.log.*)
+    # shellcheck disable=SC2086
+    hdr=$(cat $logs | grep -o 'fetched model bytes: [0-9.]* / [0-9.]* MiB' | head -1)
+    # shellcheck disable=SC2086
+    line=$(cat $logs | grep 'fetched .* bytes (windows' | tail -1)
+    win=$(echo "$line" | sed -n 's/.*(windows \([0-9]*\) bytes).*/\1/p')
+    # bytes fetched over every run of this worker: the header, then each plan's
+    # missing bytes (a restart verifies what it holds and fetches the rest)
+    # shellcheck disable=SC2086
+    got=$(cat $logs | sed -n 's/.*plan [0-9]*: fetched \([0-9]*\) bytes (windows.*/\1/p' |
+        awk '{ s += $1 } END { print s + 0 }')
+    # shellcheck disable=SC2086
+    rcv=$(cat $logs | sed -n 's/.*bytes (windows [0-9]* bytes), \([0-9]*\) received.*/\1/p' |
+        awk '{ s += $1 } END { print s + 0 }')
+    # shellcheck disable=SC2086
+    held=$(cat $logs | sed -n 's/.*: \([0-9.]*\) MiB held in \([0-9]*\) verified chunks.*/\2/p' |
+        tail -1)
+    mbs=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) MB\/s.*/\1/p')
+    echo "w$i: windows $win bytes; fetched for them $got bytes ($rcv received); header: $hdr"
+    if [ "$i" = 1 ]; then
+        check "w1 fetched exactly its windows ($got = $win bytes)" [ "$got" = "$win" ]
+        pct=$(awk -v m="$mbs" -v r="$MBIT" 'BEGIN { printf "%.0f", 100 * m * 8 / r }')
+        echo "w1 fetch throughput: $mbs MB/s = ${pct}% of the ${MBIT} Mbit/s link (tbf)"
+        check "w1 fetch throughput >= 80% of the link rate" [ "$pct" -ge 80 ]
+    else
+        # shellcheck disable=SC2086
+        last=$(cat $logs | grep 'bytes missing from the head' | tail -1)
+        here=$(echo "$last" | sed -n 's/.*bytes, \([0-9]*\) of them here.*/\1/p')
+        miss=$(echo "$last" | sed -n 's/.*fetching \([0-9]*\) bytes missing.*/\1/p')
+        echo "w2 restarted: $held chunks verified on disk; of its windows ${here:-?} bytes were" \
+            "here, ${miss:-?} fetched after the restart"
+        check "w2 resumed: kept what it had (${here:-0} > 0 bytes) and fetched only the rest" \
+            test "${here:-0}" -gt 0 -a "$((${here:-0} + ${miss:-0}))" = "$win"
+        check "w2's restart fetched just what was missing ($got = ${miss:-?} bytes)" \
+            [ "$got" = "${miss:-x}" ]
+    fi
+done
+
+# ---- the answer ----
+ref=$("$BIN" run -m "$MODEL" -n "$NTOK" --temp 0 -p "$PROMPT" 2>/dev/null)
+ans=$(lab_in "${PFX}ns0" "$BIN" prompt --head 10.78.1.1:7700 --key-dir "$K/head" -n "$NTOK" \
+    --temp 0 "$PROMPT" 2>/dev/null)
+echo "hearth run: $ref"
+echo "cluster:    $ans"
+check "the cluster's answer equals hearth run's" [ "$ref" = "$ans" ]
+grep -h "beacon\|discover" "$LAB_DIR"/*.log* | head -5 | sed 's/^/  log: /'
