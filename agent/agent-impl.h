@@ -124,6 +124,10 @@ typedef struct {
     bool active;
     uint64_t want_bytes, miss_bytes, done_bytes, wire_bytes, corrupt;
     double t0, last_progress_s, last_log_s, last_ask_s, done_s;
+    /* since the agent started, over every plan (kept by reset): bytes verified and
+     * written, bytes received, s spent fetching */
+    uint64_t tot_bytes, tot_wire;
+    double tot_s;
 } hr_fetch;
 void hr_fetch_reset(hr_fetch *f); /* frees the list; keeps cache, size, hash */
 /* Takes chunks[n] (malloc'ed offsets). */

@@ -25,11 +25,17 @@
 void hr_fetch_reset(hr_fetch *f) {
     free(f->chunks);
     hr_cache *c = f->cache;
-    uint64_t size = f->size, hash = f->hash;
+    uint64_t size = f->size, hash = f->hash, tb = f->tot_bytes, tw = f->tot_wire;
+    double ts = f->tot_s;
+    if (f->active) /* given up or replaced half way */
+        ts += hr_now_s() - f->t0;
     memset(f, 0, sizeof *f);
     f->cache = c;
     f->size = size;
     f->hash = hash;
+    f->tot_bytes = tb;
+    f->tot_wire = tw;
+    f->tot_s = ts;
 }
 
 void hr_fetch_begin(hr_fetch *f, uint64_t *chunks, long n, uint64_t want_bytes,
@@ -92,6 +98,7 @@ int hr_fetch_on_chunk(hr_fetch *f, void *sock, const hr_ring_hdr *h, const void 
                          "the head now serves another model (%llu bytes, hash %016llx)",
                          (unsigned long long)ch.model_size, (unsigned long long)ch.model_hash);
     f->wire_bytes += ch.len;
+    f->tot_wire += ch.len;
     uint64_t idx = ch.off;
     int slot = -1;
     for (int i = 0; i < f->n_inflight; i++)
@@ -116,12 +123,14 @@ int hr_fetch_on_chunk(hr_fetch *f, void *sock, const hr_ring_hdr *h, const void 
     f->inflight[slot] = f->inflight[--f->n_inflight];
     f->tries[slot] = f->tries[f->n_inflight];
     f->done_bytes += ch.len;
+    f->tot_bytes += ch.len;
     f->n_done++;
     f->last_progress_s = hr_now_s();
     hr_fetch_pump(f, sock);
     if (f->n_inflight == 0 && f->next == f->n) {
         f->active = false;
         f->done_s = hr_now_s() - f->t0;
+        f->tot_s += f->done_s;
         hr_fetch_log(f, who, true);
         return 1;
     }
@@ -387,6 +396,9 @@ static int hr_fetch_now(hr_agent *a, void *sock, const uint64_t *off, const uint
         return rc;
     hr_fetch_begin(&a->fetch, chunks, nc, want, miss);
     rc = a->fetch.active ? hr_fetch_sync(&a->fetch, sock, &a->stop, a->name, err) : 0;
+    if (rc == 0)
+        HR_LOG_INFO(TAG, "%s: at start: %llu bytes wanted, %llu of them fetched", a->name,
+                    (unsigned long long)want, (unsigned long long)miss);
     hr_fetch_reset(&a->fetch);
     return rc;
 }

@@ -476,10 +476,13 @@ static void hr_worker_on_chunk(hr_worker *w, const hr_ring_hdr *h, const char *p
         uint64_t got = f->done_bytes - (f->want_bytes - f->miss_bytes);
         HR_LOG_INFO(TAG,
                     "%s: plan %u: fetched %llu bytes (windows %llu bytes), %llu received, in "
-                    "%.2f s: %.1f MB/s; all verified",
+                    "%.2f s: %.1f MB/s; all verified. Since start: %llu bytes fetched, %llu "
+                    "received, %.2f s: %.1f MB/s",
                     a->name, w->pend.plan_id, (unsigned long long)got,
                     (unsigned long long)w->pend_win_bytes, (unsigned long long)f->wire_bytes,
-                    f->done_s, f->done_s > 0 ? f->wire_bytes / f->done_s / 1e6 : 0.0);
+                    f->done_s, f->done_s > 0 ? f->wire_bytes / f->done_s / 1e6 : 0.0,
+                    (unsigned long long)f->tot_bytes, (unsigned long long)f->tot_wire, f->tot_s,
+                    f->tot_s > 0 ? f->tot_wire / f->tot_s / 1e6 : 0.0);
     }
     hr_worker_apply(w, &w->pend, rc < 0 ? rc : 0, e2);
 }

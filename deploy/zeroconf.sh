@@ -3,8 +3,9 @@
 # on one bridge (root; iproute2, nsenter): a head with the model and two
 # workers with no model file and no --head form a cluster by discovery,
 # pairing once by the head's join token; the workers fetch their windows
-# from the head over links shaped by tbf. Worker 2 is killed mid-fetch and
-# restarted; it must resume without fetching its completed chunks again.
+# from the head over links shaped by tbf (phase A). Then worker 2 starts
+# over with an empty cache, is killed (-9) mid-fetch and restarted; it must
+# resume without fetching its completed chunks again (phase B).
 # Prints per worker the bytes fetched against the plan's window bytes, the
 # fetch throughput against the link rate, and compares the answer with
 # `hearth run` on the head's file. Everything is torn down at the end (also
@@ -96,19 +97,54 @@ worker() { # worker I: starts worker I (appending to its log)
 }
 echo "discover from w1's namespace:"
 lab_in "${PFX}ns1" "$BIN" discover --timeout 2 --key-dir "$K/w1" | sed 's/^/  /'
+
+cluster_ready() { # cluster_ready: waits up to 5 min for the head to serve
+    for _ in $(seq 600); do
+        if lab_in "${PFX}ns0" "$BIN" status --head 10.78.1.1:7700 --key-dir "$K/head" --json \
+            2>/dev/null | jq -e '.ready == true' >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    return 1
+}
+wlog() { cat "$LAB_DIR"/w"$1".log.* 2>/dev/null; } # every run of worker I
+
+# ---- phase A: both workers fetch their windows from nothing ----
 t_start=$(date +%s.%N)
 worker 1
 worker 2
-# kill w2 once a third of its windows has arrived, then start it again
-w2log() { cat "$LAB_DIR"/w2.log.* 2>/dev/null; }
+cluster_ready && ready=1 || ready=0
+t_ready=$(date +%s.%N)
+check "cluster formed by discovery (no --head, no model on the workers) and ready" [ "$ready" = 1 ]
+echo "ready after $(awk -v a="$t_start" -v b="$t_ready" 'BEGIN { printf "%.1f", b - a }') s"
+for i in 1 2; do
+    line=$(wlog "$i" | grep 'fetched .* bytes (windows' | tail -1)
+    win=$(echo "$line" | sed -n 's/.*(windows \([0-9]*\) bytes).*/\1/p')
+    tot=$(echo "$line" | sed -n 's/.*Since start: \([0-9]*\) bytes fetched.*/\1/p')
+    hdr=$(wlog "$i" | sed -n 's/.*at start: [0-9]* bytes wanted, \([0-9]*\) of them fetched.*/\1/p' | head -1)
+    mbs=$(echo "$line" | sed -n 's/.*s: \([0-9.]*\) MB\/s$/\1/p')
+    got=$(( ${tot:-0} - ${hdr:-0} ))
+    echo "w$i: plan's windows $win bytes; fetched $got bytes for them (+ $hdr bytes of header" \
+        "at start); $mbs MB/s over its fetch"
+    check "w$i fetched exactly its windows ($got = $win bytes)" [ "$got" = "${win:-x}" ]
+    pct=$(awk -v m="${mbs:-0}" -v r="$MBIT" 'BEGIN { printf "%.0f", 100 * m * 8 / r }')
+    echo "w$i fetch throughput: ${mbs:-?} MB/s = ${pct}% of its ${MBIT} Mbit/s link (tbf)"
+    check "w$i fetch throughput >= 80% of the link rate" [ "$pct" -ge 80 ]
+done
+
+# ---- phase B: w2 starts over with an empty cache, is killed mid-fetch, resumes ----
+kill -9 "$(cat "$LAB_DIR/pid.2")"
+rm -rf "$LAB_DIR/cache-w2" "$LAB_DIR"/w2.log.*
+worker 2
 killed=0
 for _ in $(seq 600); do
-    pct=$(w2log | grep -o 'fetching model bytes: [0-9.]* / [0-9.]*' | tail -1 |
+    pct=$(wlog 2 | grep -o 'fetching model bytes: [0-9.]* / [0-9.]*' | tail -1 |
         awk '{ if ($6 > 0) printf "%d", 100 * $4 / $6; else print 0 }')
     if [ "${pct:-0}" -ge 30 ]; then
         kill -9 "$(cat "$LAB_DIR/pid.2")"
         killed=1
-        echo "killed w2 mid-fetch at ${pct}% of its windows"
+        echo "killed w2 (kill -9) mid-fetch at ${pct}% of its windows"
         sleep 1
         worker 2
         break
@@ -116,59 +152,22 @@ for _ in $(seq 600); do
     sleep 0.1
 done
 check "w2 killed mid-fetch" [ "$killed" = 1 ]
-
-ready=0
-for _ in $(seq 600); do
-    if lab_in "${PFX}ns0" "$BIN" status --head 10.78.1.1:7700 --key-dir "$K/head" --json \
-        2>/dev/null | grep -q '"ready": *true'; then
-        ready=1
-        break
-    fi
-    sleep 0.5
-done
-t_ready=$(date +%s.%N)
-check "cluster formed by discovery and ready" [ "$ready" = 1 ]
-echo "ready after $(awk -v a="$t_start" -v b="$t_ready" 'BEGIN { printf "%.1f", b - a }') s"
-
-# ---- what was fetched ----
-for i in 1 2; do
-    logs=$(ls "$LAB_DIR"/w$i.log.*)
-    # shellcheck disable=SC2086
-    hdr=$(cat $logs | grep -o 'fetched model bytes: [0-9.]* / [0-9.]* MiB' | head -1)
-    # shellcheck disable=SC2086
-    line=$(cat $logs | grep 'fetched .* bytes (windows' | tail -1)
-    win=$(echo "$line" | sed -n 's/.*(windows \([0-9]*\) bytes).*/\1/p')
-    # bytes fetched over every run of this worker: the header, then each plan's
-    # missing bytes (a restart verifies what it holds and fetches the rest)
-    # shellcheck disable=SC2086
-    got=$(cat $logs | sed -n 's/.*plan [0-9]*: fetched \([0-9]*\) bytes (windows.*/\1/p' |
-        awk '{ s += $1 } END { print s + 0 }')
-    # shellcheck disable=SC2086
-    rcv=$(cat $logs | sed -n 's/.*bytes (windows [0-9]* bytes), \([0-9]*\) received.*/\1/p' |
-        awk '{ s += $1 } END { print s + 0 }')
-    # shellcheck disable=SC2086
-    held=$(cat $logs | sed -n 's/.*: \([0-9.]*\) MiB held in \([0-9]*\) verified chunks.*/\2/p' |
-        tail -1)
-    mbs=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) MB\/s.*/\1/p')
-    echo "w$i: windows $win bytes; fetched for them $got bytes ($rcv received); header: $hdr"
-    if [ "$i" = 1 ]; then
-        check "w1 fetched exactly its windows ($got = $win bytes)" [ "$got" = "$win" ]
-        pct=$(awk -v m="$mbs" -v r="$MBIT" 'BEGIN { printf "%.0f", 100 * m * 8 / r }')
-        echo "w1 fetch throughput: $mbs MB/s = ${pct}% of the ${MBIT} Mbit/s link (tbf)"
-        check "w1 fetch throughput >= 80% of the link rate" [ "$pct" -ge 80 ]
-    else
-        # shellcheck disable=SC2086
-        last=$(cat $logs | grep 'bytes missing from the head' | tail -1)
-        here=$(echo "$last" | sed -n 's/.*bytes, \([0-9]*\) of them here.*/\1/p')
-        miss=$(echo "$last" | sed -n 's/.*fetching \([0-9]*\) bytes missing.*/\1/p')
-        echo "w2 restarted: $held chunks verified on disk; of its windows ${here:-?} bytes were" \
-            "here, ${miss:-?} fetched after the restart"
-        check "w2 resumed: kept what it had (${here:-0} > 0 bytes) and fetched only the rest" \
-            test "${here:-0}" -gt 0 -a "$((${here:-0} + ${miss:-0}))" = "$win"
-        check "w2's restart fetched just what was missing ($got = ${miss:-?} bytes)" \
-            [ "$got" = "${miss:-x}" ]
-    fi
-done
+cluster_ready && ready=1 || ready=0
+check "cluster ready again after the restart" [ "$ready" = 1 ]
+last=$(wlog 2 | grep 'bytes missing from the head' | tail -1)
+win=$(echo "$last" | sed -n 's/.*windows of \([0-9]*\) bytes.*/\1/p')
+here=$(echo "$last" | sed -n 's/.*bytes, \([0-9]*\) of them here.*/\1/p')
+miss=$(echo "$last" | sed -n 's/.*fetching \([0-9]*\) bytes missing.*/\1/p')
+held=$(wlog 2 | sed -n 's/.*MiB held in \([0-9]*\) verified chunks (\([0-9]*\) listed, \([0-9]*\) corrupt).*/\1 verified of \2 listed, \3 corrupt/p' | tail -1)
+echo "w2 after the restart: sidecar $held; of its $win window bytes ${here:-?} were here," \
+    "${miss:-?} fetched"
+check "w2 resumed: kept its completed chunks (${here:-0} > 0) and fetched only the rest" \
+    test "${here:-0}" -gt 0 -a "$((${here:-0} + ${miss:-0}))" = "${win:-x}"
+fin=$(wlog 2 | grep 'fetched .* bytes (windows' | tail -1 | sed -n 's/.*plan [0-9]*: fetched \([0-9]*\) bytes.*/\1/p')
+check "w2's restart fetched exactly the missing part (${fin:-?} = ${miss:-?} bytes)" \
+    [ "${fin:-x}" = "${miss:-y}" ]
+fin1=$(wlog 1 | grep -c 'fetching [0-9]* bytes missing' || true)
+echo "w1 meanwhile: $fin1 plan(s) that needed bytes (the re-plans found its windows here)"
 
 # ---- the answer ----
 ref=$("$BIN" run -m "$MODEL" -n "$NTOK" --temp 0 -p "$PROMPT" 2>/dev/null)
