@@ -333,13 +333,22 @@ static void hr_beacon_take(hr_beacon_listener *l, const uint8_t *buf, size_t n,
             return;
         }
     }
+    hr_beacon_head *h;
     if (l->n == HR_BEACON_MAX_HEADS) {
+        /* full (a flood of made-up heads): the one heard least often gives way, so a
+         * head that beacons every second stays while one-off beacons replace each other */
+        int v = 0;
+        for (int i = 1; i < l->n; i++)
+            if (l->heads[i].count < l->heads[v].count ||
+                (l->heads[i].count == l->heads[v].count && l->heads[i].last_s < l->heads[v].last_s))
+                v = i;
         l->st.table_full++;
-        snprintf(why, why_cap, "%d heads heard already; beacon of '%.63s' at %.100s not kept",
-                 HR_BEACON_MAX_HEADS, b.cluster, ep);
-        return;
+        snprintf(why, why_cap, "%d heads heard already; '%.63s' at %.100s forgotten",
+                 HR_BEACON_MAX_HEADS, l->heads[v].b.cluster, l->heads[v].ep);
+        h = &l->heads[v];
+    } else {
+        h = &l->heads[l->n++];
     }
-    hr_beacon_head *h = &l->heads[l->n++];
     memset(h, 0, sizeof *h);
     h->b = b;
     snprintf(h->ep, sizeof h->ep, "%s", ep);

@@ -92,7 +92,8 @@ typedef struct {
 } hr_beacon_head;
 
 typedef struct {
-    uint64_t received, malformed, table_full; /* datagrams: all, unparsable, not kept */
+    uint64_t received, malformed, table_full; /* datagrams: all, unparsable; heads forgotten
+                                                 for a newer one (table full) */
 } hr_beacon_stats;
 
 typedef struct hr_beacon_listener hr_beacon_listener;
@@ -103,7 +104,8 @@ int hr_beacon_listen(hr_beacon_listener **out, int port, char err[HR_ERR_LEN]);
  * every datagram is parsed, malformed ones counted and logged (one line per
  * 5 s at most, with the count since), valid ones kept per (cluster,
  * endpoint, fingerprint) in a table of HR_BEACON_MAX_HEADS whose entries
- * expire after HR_BEACON_MAX_AGE_S. Returns 0 or HR_ENET. */
+ * expire after HR_BEACON_MAX_AGE_S; when it is full the head heard least
+ * often gives way. Returns 0 or HR_ENET. */
 int hr_beacon_poll(hr_beacon_listener *l, int timeout_ms, const atomic_int *stop);
 /* The heads heard within HR_BEACON_MAX_AGE_S, up to max, oldest first. */
 int hr_beacon_heads(hr_beacon_listener *l, hr_beacon_head *out, int max);

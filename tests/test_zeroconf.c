@@ -144,6 +144,53 @@ static void *forger_main(void *arg) {
     return NULL;
 }
 
+/* A listener under a flood of 10,000 forged datagrams keeps hearing the one
+ * head that beacons every second, counts the garbage, bounds its table. */
+static void test_listener_flood(void) {
+    char err[HR_ERR_LEN];
+    int port = g_port + 1;
+    hr_beacon_listener *l = NULL;
+    hr_beacon_sender *s = NULL;
+    CHECK_EQ(hr_beacon_listen(&l, port, err), 0);
+    CHECK_EQ(hr_beacon_sender_open(&s, "127.0.0.1", port, err), 0);
+    if (!l || !s) {
+        hr_beacon_listener_close(l);
+        hr_beacon_sender_close(s);
+        return;
+    }
+    hr_beacon real = {.proto = HR_RING_VERSION, .model_size = 42, .model_hash = 7};
+    snprintf(real.cluster, sizeof real.cluster, "hearth");
+    snprintf(real.ctrl, sizeof real.ctrl, "tcp://127.0.0.1:7999");
+    hr_beacon_fingerprint("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", real.fp);
+    CHECK_EQ(hr_beacon_send(s, &real), 1); /* loopback only: the listen address's interface */
+    CHECK_EQ(hr_beacon_send(s, &real), 0); /* rate limit: nothing before half an interval */
+    forger fg = {.port = port, .n = 10000};
+    pthread_t ft;
+    pthread_create(&ft, NULL, forger_main, &fg);
+    for (int i = 0; i < 8; i++) { /* 4 s: the head beacons, the flood goes on */
+        hr_beacon_poll(l, 500, NULL);
+        hr_beacon_send(s, &real);
+    }
+    pthread_join(ft, NULL);
+    hr_beacon_poll(l, 600, NULL);
+    hr_beacon_head heads[HR_BEACON_MAX_HEADS];
+    int n = hr_beacon_heads(l, heads, HR_BEACON_MAX_HEADS), found = 0;
+    for (int i = 0; i < n; i++)
+        found += strcmp(heads[i].ep, "tcp://127.0.0.1:7999") == 0 && heads[i].count >= 3 &&
+                 memcmp(heads[i].b.fp, real.fp, HR_BEACON_FP_LEN) == 0;
+    hr_beacon_stats st;
+    hr_beacon_listener_stats(l, &st);
+    fprintf(stderr,
+            "listener under flood: %llu datagrams, %llu malformed, %llu forgotten, %d heads\n",
+            (unsigned long long)st.received, (unsigned long long)st.malformed,
+            (unsigned long long)st.table_full, n);
+    CHECK_EQ(found, 1);
+    CHECK(n <= HR_BEACON_MAX_HEADS);
+    CHECK(st.received > 1000 && st.malformed > 500);
+    hr_beacon_listener_close(l);
+    hr_beacon_sender_close(s);
+}
+
 static void read_file(const char *path, char *out, size_t cap) {
     out[0] = 0;
     FILE *f = fopen(path, "r");
@@ -433,6 +480,7 @@ int main(void) {
     mkdir(g_tmp, 0700);
     g_port = 40000 + (int)(getpid() % 20000);
     test_beacon_format();
+    test_listener_flood();
     test_cache();
     char model[512];
     hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
