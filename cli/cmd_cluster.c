@@ -594,6 +594,14 @@ static void hr_print_status(json_t *j) {
         hr_print_link(d, has_prof, lassumed, rtt, lbps);
         if (!left[0] && w > 0)
             hr_print_disk(d);
+        double fd = json_number_value(json_object_get(d, "fetch_done_bytes")),
+               ft = json_number_value(json_object_get(d, "fetch_total_bytes")),
+               fw = json_number_value(json_object_get(d, "fetch_wire_bytes"));
+        if (ft > 0) /* a worker without the model file */
+            printf("      model bytes from the head: %.1f / %.1f MiB of its plan here and verified "
+                   "(%s), %.1f MiB received\n",
+                   fd / 1048576.0, ft / 1048576.0, fd >= ft ? "complete" : "fetching",
+                   fw / 1048576.0);
         double scale = 1;
         json_unpack(d, "{s?F}", "rate_scale", &scale);
         if (scale != 1.0)
