@@ -223,9 +223,11 @@ int hr_beacon_send(hr_beacon_sender *s, const hr_beacon *b) {
         if (lo)
             to.sin_addr.s_addr = htonl(0x7fffffffu); /* 127.255.255.255 */
         else if ((i->ifa_flags & IFF_BROADCAST) && i->ifa_broadaddr &&
-                 ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr.s_addr != 0)
+                 ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr.s_addr != 0 &&
+                 ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr.s_addr != a.s_addr)
             to.sin_addr = ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr;
-        else if ((i->ifa_flags & IFF_BROADCAST) && i->ifa_netmask) /* no brd set: the subnet's */
+        else if ((i->ifa_flags & IFF_BROADCAST) && i->ifa_netmask) /* no brd set (glibc then
+                                                                       gives the address) */
             to.sin_addr.s_addr =
                 a.s_addr | ~((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
         else
