@@ -83,6 +83,99 @@ typedef struct {
 
 typedef struct hr_head hr_head; /* head-impl.h */
 
+/* cache.c: a worker's sparse local copy of the head's model (see there).
+ * One thread (the worker's control thread, or the start). */
+typedef struct hr_cache hr_cache;
+/* Opens (makes) DIR/<size>-<hash>.gguf of size bytes; limit: bytes held at
+ * most (0 none). No chunks until hr_cache_set_layout. */
+int hr_cache_open(hr_cache **out, const char *dir, uint64_t size, uint64_t hash, uint64_t limit,
+                  char err[HR_ERR_LEN]);
+void hr_cache_close(hr_cache *c); /* NULL is a no-op */
+/* The chunks: ranges off[n]/len[n] (disjoint) cut in pieces of at most
+ * HR_MSG_CHUNK_MAX; re-reads the sidecar and keeps the chunks of this
+ * layout whose bytes match their hash. rewrite: the sidecar is rewritten
+ * with them alone (false for a partial layout, which keeps the rest listed). */
+int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, int n, bool rewrite,
+                        char err[HR_ERR_LEN]);
+const char *hr_cache_path(const hr_cache *c);
+uint64_t hr_cache_held(const hr_cache *c);                    /* bytes of verified chunks */
+uint64_t hr_cache_chunk_len(const hr_cache *c, uint64_t off); /* 0: no chunk starts there */
+/* Checks data against hash (HR_EFORMAT when it differs), writes it at off
+ * and lists it in the sidecar. HR_EINVAL: not a chunk of the layout. */
+int hr_cache_put(hr_cache *c, uint64_t off, const void *data, uint32_t len,
+                 const uint8_t hash[HR_MSG_HASH_LEN], char err[HR_ERR_LEN]);
+/* The ranges off[n]/len[n] are wanted: evicts whole windows wanted before
+ * (oldest first) while the limit would be passed, then returns the offsets
+ * of the chunks still missing (*chunks malloc'ed), the bytes wanted and
+ * missing. HR_ERANGE when the limit is below what is wanted. */
+int hr_cache_want(hr_cache *c, const uint64_t *off, const uint64_t *len, int n, uint64_t **chunks,
+                  long *n_chunks, uint64_t *want_bytes, uint64_t *miss_bytes, char err[HR_ERR_LEN]);
+
+/* fetch.c: fetching chunks from the head (several in flight). */
+#define HR_FETCH_DEPTH 16
+typedef struct {
+    hr_cache *cache;     /* borrowed */
+    uint64_t size, hash; /* the model's fingerprint */
+    uint64_t *chunks;    /* offsets to fetch (owned) */
+    long n, next, n_done;
+    uint64_t inflight[HR_FETCH_DEPTH]; /* offsets asked for */
+    int tries[HR_FETCH_DEPTH];
+    int n_inflight;
+    bool active;
+    uint64_t want_bytes, miss_bytes, done_bytes, wire_bytes, corrupt;
+    double t0, last_progress_s, last_log_s, last_ask_s, done_s;
+    /* since the agent started, over every plan (kept by reset): bytes verified and
+     * written, bytes received, s spent fetching */
+    uint64_t tot_bytes, tot_wire;
+    double tot_s;
+} hr_fetch;
+void hr_fetch_reset(hr_fetch *f); /* frees the list; keeps cache, size, hash */
+/* Takes chunks[n] (malloc'ed offsets). */
+void hr_fetch_begin(hr_fetch *f, uint64_t *chunks, long n, uint64_t want_bytes,
+                    uint64_t miss_bytes);
+void hr_fetch_start(hr_fetch *f, void *sock); /* sends the first FETCHes */
+/* A CHUNK arrived: 1 = all fetched and verified, 0 = more to come, or a
+ * negative HR_E* code with err (the fetch failed). */
+int hr_fetch_on_chunk(hr_fetch *f, void *sock, const hr_ring_hdr *h, const void *pl,
+                      const char *who, char err[HR_ERR_LEN]);
+/* Timer: asks again for chunks in flight after a stall; HR_ETIMEDOUT after
+ * a minute without any. */
+int hr_fetch_tick(hr_fetch *f, void *sock, char err[HR_ERR_LEN]);
+/* Fetches everything begun on sock (a DEALER to the head) on this thread. */
+int hr_fetch_sync(hr_fetch *f, void *sock, const atomic_int *stop, const char *who,
+                  char err[HR_ERR_LEN]);
+/* Asks the head for the model's facts. */
+int hr_fetch_facts(void *sock, uint64_t *size, uint64_t *hash, uint32_t *data_off,
+                   const atomic_int *stop, int timeout_ms, char err[HR_ERR_LEN]);
+/* A worker without model_path, at start: asks the head for the model's
+ * facts, opens the cache, fetches the header (and rope_freqs), opens the
+ * cache file as the model (a->g, a->m, fingerprint) and sets the chunk
+ * layout. HR_E* with err. */
+int hr_fetch_bootstrap(hr_agent *a, char err[HR_ERR_LEN]);
+/* The ranges a plan needs here: header, rope_freqs, its windows (np's
+ * win_off/len filled). off/len: 2 + HR_AGENT_MAX_K entries. Returns n. */
+int hr_fetch_plan_ranges(const hr_agent *a, const hr_local_plan *np, uint64_t *off, uint64_t *len);
+/* discover.c: listens for beacons until exactly one trusted head (of
+ * a->p.cluster, if set) is heard; its control endpoint into ep. */
+int hr_discover_head(hr_agent *a, char ep[HR_EP_LEN], char err[HR_ERR_LEN]);
+/* worker.c: --join: pairs with the head at a->head_ep by its join token */
+int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]);
+/* The head's side: what it served, per fetching key. */
+#define HR_FETCH_PEERS 16
+typedef struct {
+    char key[HR_RING_KEY_LEN];
+    uint64_t bytes;
+    double t0, last_s, log_s;
+} hr_fetch_peer;
+typedef struct {
+    hr_fetch_peer peer[HR_FETCH_PEERS];
+    int n;
+    uint64_t test_count; /* chunks sent (HR_TEST_CORRUPT_CHUNK) */
+} hr_fetch_served;
+/* Answers a FETCH from id (CURVE key user) on a->ctrl (control thread). */
+void hr_fetch_serve(hr_agent *a, const uint8_t *id, size_t idl, const char *user,
+                    const hr_ring_hdr *h, const char *pl, hr_fetch_served *sv);
+
 /* The node: one per agent. */
 struct hr_agent {
     hr_agent_params p;
@@ -117,6 +210,15 @@ struct hr_agent {
     uint64_t plan_epoch;        /* plans applied so far (plan_mu) */
 
     hr_head *head; /* a head's own state (owned); NULL on a worker */
+
+    /* a worker without the model file: its cache of the head's (NULL with
+     * -m) and the fetch of the bytes its plans need (control thread) */
+    hr_cache *cache;
+    hr_fetch fetch;
+    bool paired;                     /* --join done at start */
+    uint64_t rope_off, rope_len;     /* bytes of rope_freqs (0: none), kept like the header */
+    uint64_t *layer_off, *layer_len; /* [n_layer] exact bytes of each layer (fetch.c); NULL:
+                                        the file is fetched in a plain grid of chunks */
 
     /* link.c: the echo responder peers probe and the prober (own threads) */
     struct hr_link *link;

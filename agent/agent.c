@@ -18,7 +18,8 @@ hr_agent_params hr_agent_params_default(void) {
                              .hb_interval_ms = 250,
                              .hb_timeout_ms = 2000,
                              .data_timeout_ms = 60000,
-                             .recover_ms = 30000};
+                             .recover_ms = 30000,
+                             .cache_gb = 0};
 }
 
 const char *hr_agent_endpoint(const hr_agent *a) { return a->ctrl_ep; }
@@ -29,12 +30,12 @@ void hr_agent_stop(hr_agent *a) { atomic_store(&a->stop, 1); }
 
 int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     *out = NULL;
-    if (!p->model_path)
-        return hr_seterr(err, HR_EINVAL, "no model given");
+    if (!p->model_path && (!p->head && !p->discover))
+        return hr_seterr(err, HR_EINVAL, "no model given (only a worker may start without one)");
     hr_agent *a = calloc(1, sizeof *a);
     if (!a)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
-    a->is_head = !p->head;
+    a->is_head = !p->head && !p->discover;
     int rc = hr_node_init(a, p, err);
     if (rc == 0 && a->is_head)
         rc = hr_head_create(a, err);

@@ -37,7 +37,8 @@
 #define HR_AGENT_PARALLEL_DEFAULT 4 /* when the KV of that many fits (hr_agent_params) */
 
 typedef struct {
-    const char *model_path; /* GGUF file; every device has the same file */
+    const char *model_path; /* GGUF file (every device with one has the same); NULL on a
+                               worker: fetched from the head (cache_dir) */
     const char *listen;     /* control "host:port" (data on port + 1); port 0 = any */
     const char *head;       /* join this head's control "host:port"; NULL = be a head */
     const char *peers;      /* head: invite these agents, "host:port,host:port" */
@@ -76,6 +77,19 @@ typedef struct {
     /* send this device profile (JSON: a profile document or a device) instead of
      * measuring; NULL = measure */
     const char *profile_file;
+    /* discovery (ring/beacon.h): a head beacons its cluster name, control
+     * endpoint and key fingerprint on the LAN unless no_discovery; a worker
+     * with discover set (and no head) joins the one head it hears whose key
+     * it trusts (named by cluster when several) */
+    bool discover;       /* worker: find the head by its beacon */
+    bool no_discovery;   /* head: send no beacon */
+    const char *cluster; /* head: the name beaconed; worker: the head to join (NULL any) */
+    int discovery_port;  /* UDP port of beacons (0 = HR_BEACON_PORT) */
+    /* a worker without model_path fetches what its plans need from the head
+     * into cache_dir (NULL = $HEARTH_CACHE_DIR or ~/.cache/hearth), keeping at
+     * most cache_gb GiB there (0 = no limit) */
+    const char *cache_dir;
+    double cache_gb;
 } hr_agent_params;
 
 hr_agent_params hr_agent_params_default(void);

@@ -75,6 +75,9 @@ typedef struct {
     double meas_read_round;      /* bytes per window computed, measured; -1 unknown */
     double stream_round, pinned; /* the runtime's split: bytes per round, bytes kept */
     int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
+    /* model bytes it fetches from us (no model file there; heartbeat): verified of
+     * wanted, received in all; -1 unknown / has the file */
+    double fetch_done, fetch_total, fetch_wire;
     /* adaptive plans (head_adapt.c) */
     double pred_compute_ms_round; /* compute part of pred_ms_round, ms */
     double rate_scale;            /* the profile's CPU times x this when planning; 0 = 1 */
@@ -182,6 +185,11 @@ struct hr_head {
     uint32_t adapt_from;     /* plan replaced by the last adaptive re-plan */
     uint32_t adapt_to;       /* ... and the plan that replaced it */
     char adapt_reason[1024]; /* the last decision and why (device, predicted, measured) */
+
+    /* control thread: model bytes served to workers without the file (fetch.c) */
+    hr_fetch_served served;
+    /* control thread: beacons on the LAN (discovery), NULL with --no-discovery */
+    struct hr_beacon_sender *beacon;
 };
 
 /* ---- head_state.c: the shared interface ---- */

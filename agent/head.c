@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/sync.h"
 #include "kernels/types.h"
+#include "ring/beacon.h"
 #include "ring/msg.h"
 
 #include <stdio.h>
@@ -123,6 +124,7 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     d->ring_pos = -1;
     snprintf(d->echo_ep, sizeof d->echo_ep, "%s", jm.echo);
     d->pred_read_token = d->meas_read_round = d->stream_round = d->pinned = -1;
+    d->fetch_done = d->fetch_total = d->fetch_wire = -1;
     d->locked = -1;
     hr_head_dev_sched(hd, d, jm.profile, false);
     hr_msg_join_clear(&jm);
@@ -153,6 +155,9 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->stream_round = hb.stream_round;
     d->pinned = hb.pinned;
     d->locked = hb.locked;
+    d->fetch_done = hb.fetch_done;
+    d->fetch_total = hb.fetch_total;
+    d->fetch_wire = hb.fetch_wire;
     hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);
 }
 
@@ -449,12 +454,59 @@ static void hr_head_on_ctrl(void *ud) {
             hr_head_reject(a, id, f.idl, true, e2);
         return;
     }
+    if (h.type == HR_RING_FETCH) { /* any authenticated peer, joined or not */
+        hr_fetch_serve(a, id, f.idl, user, &h, pl, &a->head->served);
+        return;
+    }
     hr_head_dispatch(hl, &f, &h, pl);
 }
 
 static void hr_head_on_events(void *ud) {
     hr_head_loop *hl = ud;
     hr_head_event(hl->a, hl->buf, hl->cap);
+}
+
+/* Discovery: one beacon a second on the interfaces of the control port. */
+static void hr_head_beacon_timer(void *ud) {
+    hr_head_loop *hl = ud;
+    hr_agent *a = hl->a;
+    if (!a->head->beacon || hl->rc)
+        return;
+    hr_beacon b = {
+        .proto = HR_RING_VERSION, .model_size = a->model_size, .model_hash = a->model_hash};
+    snprintf(b.cluster, sizeof b.cluster, "%s", a->p.cluster ? a->p.cluster : "hearth");
+    snprintf(b.ctrl, sizeof b.ctrl, "%s", a->ctrl_ep);
+    hr_beacon_fingerprint(a->keys ? hr_ring_keys_public(a->keys) : NULL, b.fp);
+    if (hr_beacon_send(a->head->beacon, &b) < 0)
+        HR_LOG_DEBUG(TAG, "beacon not sent");
+}
+
+/* Opens the beacon sender on the control endpoint's host. */
+static void hr_head_beacon_open(hr_agent *a) {
+    if (a->p.no_discovery || a->p.peers)
+        return;
+    char host[HR_EP_LEN], e2[HR_ERR_LEN];
+    const char *h0 = strncmp(a->ctrl_ep, "tcp://", 6) == 0 ? a->ctrl_ep + 6 : a->ctrl_ep;
+    snprintf(host, sizeof host, "%s", h0);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = 0;
+    const char *cl = a->p.cluster ? a->p.cluster : "hearth";
+    if (!hr_beacon_name_valid(cl)) {
+        HR_LOG_WARN(TAG, "cluster name '%s' is not 1-63 of [A-Za-z0-9._-]: no beacon", cl);
+        return;
+    }
+    if (hr_beacon_sender_open(&a->head->beacon, host, a->p.discovery_port, e2) != 0) {
+        HR_LOG_WARN(TAG, "no discovery beacon: %s", e2);
+        return;
+    }
+    char fp[2 * HR_BEACON_FP_LEN + 1];
+    uint8_t raw[HR_BEACON_FP_LEN];
+    hr_beacon_fingerprint(a->keys ? hr_ring_keys_public(a->keys) : NULL, raw);
+    hr_beacon_fp_hex(raw, fp);
+    HR_LOG_INFO(TAG, "%s: beaconing cluster '%s' at %s on UDP port %d (key fingerprint %s)",
+                a->name, cl, a->ctrl_ep,
+                a->p.discovery_port > 0 ? a->p.discovery_port : HR_BEACON_PORT, fp);
 }
 
 /* --peers: invites every agent each second until enough have joined. */
@@ -757,6 +809,9 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         rc = hr_seterr(err, HR_ENOMEM, "out of memory");
     if (!rc) {
         hr_ring_loop_timer(hl.loop, 1000, hr_head_invite_timer, &hl);
+        hr_head_beacon_open(a);
+        hr_head_beacon_timer(&hl);
+        hr_ring_loop_timer(hl.loop, HR_BEACON_INTERVAL_MS, hr_head_beacon_timer, &hl);
         hr_ring_loop_timer(hl.loop, 0, hr_head_plan_timer, &hl);
         hr_ring_loop_timer(hl.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
         hr_ring_loop_socket(hl.loop, hd->ev_pull, hr_head_on_events, &hl);
@@ -769,6 +824,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
     }
     for (int i = 0; i < hl.n_inv; i++)
         hr_ring_close(hl.inv[i]);
+    hr_beacon_sender_close(hd->beacon);
+    hd->beacon = NULL;
     hr_ring_loop_destroy(hl.loop);
     free(hl.buf);
     return rc;

@@ -425,6 +425,10 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
         if (d->left_out[0])
             json_object_set_new(o, "left_out", json_string(d->left_out));
         hr_head_disk_json(o, d, k);
+        /* model bytes it fetches from the head (no model file there) */
+        json_object_set_new(o, "fetch_done_bytes", hr_num_or_null(d->fetch_done));
+        json_object_set_new(o, "fetch_total_bytes", hr_num_or_null(d->fetch_total));
+        json_object_set_new(o, "fetch_wire_bytes", hr_num_or_null(d->fetch_wire));
         hr_head_adapt_dev_json(d, o);
     }
     return o;

@@ -58,7 +58,7 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
             HR_LOG_WARN(TAG, "%s: %s; joining without a profile", a->name, err);
     } else if (a->p.profile) {
         hr_prof_params pp = hr_prof_params_default();
-        pp.model_path = a->p.model_path;
+        pp.model_path = a->cache ? NULL : a->p.model_path; /* holes read fast: no measure */
         pp.quick = true;
         int types[HR_PROF_MAX_TYPES];
         hr_prof_model pm = {0};
@@ -224,14 +224,17 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     pthread_mutex_init(&a->plan_mu, NULL);
     pthread_mutex_init(&a->st.mu, NULL);
     int rc;
-    if ((rc = hr_gguf_open(&a->g, p->model_path, err)) || (rc = hr_model_load(&a->m, a->g, err)) ||
-        (a->is_head && (rc = hr_tokenizer_create(&a->tok, a->g, err))))
-        return rc;
-    a->model_size = hr_gguf_file_size(a->g);
-    a->model_hash =
-        hr_ring_hash(hr_gguf_base(a->g), (size_t)hr_gguf_data_offset(a->g), a->model_size);
-    if ((rc = hr_node_streamer_start(a, err)))
-        return rc;
+    if (p->model_path) {
+        if ((rc = hr_gguf_open(&a->g, p->model_path, err)) ||
+            (rc = hr_model_load(&a->m, a->g, err)) ||
+            (a->is_head && (rc = hr_tokenizer_create(&a->tok, a->g, err))))
+            return rc;
+        a->model_size = hr_gguf_file_size(a->g);
+        a->model_hash =
+            hr_ring_hash(hr_gguf_base(a->g), (size_t)hr_gguf_data_offset(a->g), a->model_size);
+    } else if (a->is_head) {
+        return hr_seterr(err, HR_EINVAL, "the head needs the model file");
+    }
     a->pool = hr_pool_create(a->p.n_threads);
     a->zctx = hr_ring_context();
     if (!a->pool || !a->zctx)
@@ -249,6 +252,28 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     a->test_slow_ms = hr_node_test_slow_ms(a->name);
     if (p->head && hr_ring_endpoint(p->head, 0, a->head_ep, sizeof a->head_ep))
         return hr_seterr(err, HR_EINVAL, "bad head address '%s' (want host:port)", p->head);
+    if (!a->is_head && !p->head) {
+        if (a->keys && !p->join && !p->head_key &&
+            strcmp(a->head_key, hr_ring_keys_public(a->keys)) == 0)
+            return hr_seterr(err, HR_EDENIED,
+                             "no head key is trusted here, so no beacon can be believed: pair "
+                             "once with --join TOKEN (printed by the head) or `hearth trust add "
+                             "head KEY`");
+        if ((rc = hr_discover_head(a, a->head_ep, err)))
+            return rc;
+    }
+    if (!p->model_path) {
+        if (p->join && a->keys) {
+            if ((rc = hr_worker_pair(a, err)))
+                return rc;
+            a->paired = true;
+        }
+        if ((rc = hr_fetch_bootstrap(a, err)))
+            return rc;
+        a->p.model_path = hr_cache_path(a->cache);
+    }
+    if ((rc = hr_node_streamer_start(a, err)))
+        return rc;
     char le[HR_ERR_LEN];
     if (hr_link_start(a, le)) { /* links then stay assumed, and are shown so */
         HR_LOG_WARN(TAG, "%s: no link responder (%s); links to it are not measured", a->name, le);
@@ -257,7 +282,7 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     if (!(a->info_json = hr_node_info(a, err)))
         return HR_ENOMEM;
     HR_LOG_INFO(TAG, "%s: control %s, data %s, model %s (%.1f MiB, hash %016llx), %d threads, %s",
-                a->name, a->ctrl_ep, a->data_ep, p->model_path, a->model_size / 1048576.0,
+                a->name, a->ctrl_ep, a->data_ep, a->p.model_path, a->model_size / 1048576.0,
                 (unsigned long long)a->model_hash, a->p.n_threads,
                 a->keys ? hr_ring_keys_public(a->keys) : "INSECURE (no key)");
     return 0;
@@ -293,6 +318,10 @@ void hr_node_fini(hr_agent *a) {
     hr_tokenizer_destroy(a->tok);
     hr_model_free(a->m);
     hr_gguf_close(a->g);
+    hr_fetch_reset(&a->fetch);
+    hr_cache_close(a->cache);
+    free(a->layer_off);
+    free(a->layer_len);
     pthread_mutex_destroy(&a->plan_mu);
     pthread_mutex_destroy(&a->st.mu);
 }

@@ -240,6 +240,10 @@ typedef struct {
      * plan_mu, which the data thread holds for a whole window (seconds on a
      * device that streams from a slow disk; the head must not think it lost) */
     hr_local_plan windows;
+    /* a worker without the model file: the plan waiting for its bytes */
+    bool pending;
+    hr_local_plan pend;
+    uint64_t pend_win_bytes; /* bytes of its windows */
 } hr_worker;
 
 /* Sends m to the head (frees its payload). */
@@ -321,7 +325,15 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .pinned = ss.pinned,
                            .locked = ss.locked,
                            .rounds = rounds,
-                           .ms_total = ms_total};
+                           .ms_total = ms_total,
+                           .fetch_done = -1,
+                           .fetch_total = -1,
+                           .fetch_wire = -1};
+    if (a->cache && a->fetch.want_bytes) {
+        hb.fetch_done = (double)a->fetch.done_bytes;
+        hb.fetch_total = (double)a->fetch.want_bytes;
+        hb.fetch_wire = (double)a->fetch.wire_bytes;
+    }
     hr_msg m;
     char err[HR_ERR_LEN];
     if (hr_msg_heartbeat_encode(&m, &hb, err) == 0) {
@@ -356,15 +368,18 @@ static void hr_worker_on_reject(hr_worker *w, const hr_ring_hdr *h, const char *
     }
 }
 
-static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+/* Applies plan np (rc: its decode result) and answers READY. */
+static void hr_worker_apply(hr_worker *w, hr_local_plan *np, int rc, char e2[HR_ERR_LEN]) {
     hr_agent *a = w->a;
-    hr_local_plan np;
     hr_msg_ready rd = {.ok = true};
-    char e2[HR_ERR_LEN];
-    int rc = hr_plan_from_msg(a, h, pl, &np, e2);
     if (rc == 0) {
         pthread_mutex_lock(&a->plan_mu);
-        rc = hr_node_apply_plan(a, &np, e2);
+        /* fetched layers: their norms were copied from holes at load */
+        for (int r = 0; a->cache && rc == 0 && r < np->k && np->w > 0 && r < HR_AGENT_MAX_K; r++)
+            rc = hr_model_refresh_layers(a->m, a->g, r * np->W + np->offset,
+                                         r * np->W + np->offset + np->w, e2);
+        if (rc == 0)
+            rc = hr_node_apply_plan(a, np, e2);
         /* request ids are the head's: a restarted head counts from 1 again.
          * Frames of requests canceled under an earlier plan carry its plan
          * id and are refused by that, so the cancel mark starts over. */
@@ -382,9 +397,94 @@ static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl
     }
     hr_msg m;
     if (hr_msg_ready_encode(&m, &rd, e2) == 0) {
-        m.h.plan_id = np.plan_id ? np.plan_id : h->plan_id;
+        m.h.plan_id = np->plan_id;
         hr_worker_send(a, &m);
     }
+}
+
+/* A worker without the model file: starts fetching what plan np needs and
+ * missing here (evicting old windows within --cache-gb). Returns 1 when
+ * the plan waits for the fetch, 0 when everything is here, HR_E* + err. */
+static int hr_worker_fetch_plan(hr_worker *w, hr_local_plan *np, char err[HR_ERR_LEN]) {
+    hr_agent *a = w->a;
+    uint64_t off[2 * HR_AGENT_MAX_K + 2], len[2 * HR_AGENT_MAX_K + 2];
+    hr_node_windows(a, np);
+    int n = hr_fetch_plan_ranges(a, np, off, len);
+    uint64_t win_bytes = 0; /* the plan's windows alone (after the header and rope_freqs) */
+    for (int i = a->rope_len ? 2 : 1; i < n; i++)
+        win_bytes += len[i];
+    w->pend_win_bytes = win_bytes;
+    for (int r = 0; r < w->windows.k && r < HR_AGENT_MAX_K; r++)
+        if (w->windows.win_len[r]) { /* the applied plan's windows: not evicted meanwhile */
+            off[n] = w->windows.win_off[r];
+            len[n++] = w->windows.win_len[r];
+        }
+    uint64_t *chunks = NULL, want = 0, miss = 0;
+    long nc = 0;
+    int rc = hr_cache_want(a->cache, off, len, n, &chunks, &nc, &want, &miss, err);
+    if (rc)
+        return rc;
+    hr_fetch_begin(&a->fetch, chunks, nc, want, miss);
+    if (!a->fetch.active) {
+        HR_LOG_INFO(TAG, "%s: plan %u: its %.1f MiB are all here; nothing to fetch", a->name,
+                    np->plan_id, want / 1048576.0);
+        return 0;
+    }
+    HR_LOG_INFO(TAG,
+                "%s: plan %u: windows of %llu bytes, %llu of them here; fetching %llu bytes "
+                "missing from the head (%ld chunks)",
+                a->name, np->plan_id, (unsigned long long)win_bytes,
+                (unsigned long long)(miss < win_bytes ? win_bytes - miss : 0),
+                (unsigned long long)miss, nc);
+    hr_fetch_start(&a->fetch, a->up);
+    return 1;
+}
+
+static void hr_worker_on_plan(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    hr_agent *a = w->a;
+    hr_local_plan np;
+    char e2[HR_ERR_LEN];
+    int rc = hr_plan_from_msg(a, h, pl, &np, e2);
+    if (rc == 0 && !np.plan_id)
+        np.plan_id = h->plan_id;
+    w->pending = false;
+    if (rc == 0 && a->cache) {
+        rc = hr_worker_fetch_plan(w, &np, e2);
+        if (rc == 1) { /* READY when its bytes are here and verified */
+            w->pending = true;
+            w->pend = np;
+            return;
+        }
+    }
+    if (rc && !np.plan_id)
+        np.plan_id = h->plan_id;
+    hr_worker_apply(w, &np, rc, e2);
+}
+
+/* CHUNK: model bytes for the pending plan. */
+static void hr_worker_on_chunk(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
+    hr_agent *a = w->a;
+    char e2[HR_ERR_LEN];
+    if (!a->cache || !w->pending)
+        return; /* late duplicates */
+    int rc = hr_fetch_on_chunk(&a->fetch, a->up, h, pl, a->name, e2);
+    if (rc == 0)
+        return;
+    w->pending = false;
+    if (rc == 1) {
+        hr_fetch *f = &a->fetch;
+        uint64_t got = f->done_bytes - (f->want_bytes - f->miss_bytes);
+        HR_LOG_INFO(TAG,
+                    "%s: plan %u: fetched %llu bytes (windows %llu bytes), %llu received, in "
+                    "%.2f s: %.1f MB/s; all verified. Since start: %llu bytes fetched, %llu "
+                    "received, %.2f s: %.1f MB/s",
+                    a->name, w->pend.plan_id, (unsigned long long)got,
+                    (unsigned long long)w->pend_win_bytes, (unsigned long long)f->wire_bytes,
+                    f->done_s, f->done_s > 0 ? f->wire_bytes / f->done_s / 1e6 : 0.0,
+                    (unsigned long long)f->tot_bytes, (unsigned long long)f->tot_wire, f->tot_s,
+                    f->tot_s > 0 ? f->tot_wire / f->tot_s / 1e6 : 0.0);
+    }
+    hr_worker_apply(w, &w->pend, rc < 0 ? rc : 0, e2);
 }
 
 static void hr_worker_on_cancel(hr_worker *w, const hr_ring_hdr *h, const char *pl) {
@@ -445,6 +545,7 @@ static const hr_worker_fn hr_worker_handlers[HR_RING_TYPE_END] = {
     [HR_RING_PLAN] = hr_worker_on_plan,       [HR_RING_CANCEL] = hr_worker_on_cancel,
     [HR_RING_START] = hr_worker_on_start,     [HR_RING_HEARTBEAT] = hr_worker_on_echo,
     [HR_RING_LEAVE] = hr_worker_on_leave,     [HR_RING_PROBE] = hr_worker_on_probe,
+    [HR_RING_CHUNK] = hr_worker_on_chunk,
 };
 
 /* The head link is readable: one message, dispatched by type. */
@@ -518,6 +619,17 @@ static void hr_worker_hb_timer(void *ud) {
         hr_worker_heartbeat(w, hr_now_s());
 }
 
+/* A pending fetch: asks again after a stall, fails the plan after a minute
+ * without bytes. */
+static void hr_worker_fetch_timer(void *ud) {
+    hr_worker *w = ud;
+    char e2[HR_ERR_LEN];
+    if (w->pending && hr_fetch_tick(&w->a->fetch, w->a->up, e2) != 0) {
+        w->pending = false;
+        hr_worker_apply(w, &w->pend, HR_ETIMEDOUT, e2);
+    }
+}
+
 static void hr_worker_link_timer(void *ud) {
     hr_worker *w = ud;
     if (w->joined)
@@ -538,7 +650,7 @@ static void hr_worker_silence_timer(void *ud) {
 static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_ring_close(a->up);
     hr_ring_sockopt so = hr_ring_sockopt_default();
-    so.max_msg = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL + 1024;
+    so.max_msg = HR_RING_HDR_SIZE + HR_MSG_CHUNK_HDR + HR_MSG_CHUNK_MAX + 1024; /* CHUNKs */
     so.snd_timeout_ms = 100;
     if (!(a->up = hr_ring_socket(a->zctx, HR_RING_DEALER, &so, err)))
         return HR_ENET;
@@ -549,7 +661,7 @@ static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
 }
 
 /* --join: asks the head (as a join token holder) to trust our key. */
-static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
+int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
     char hk[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
     if (hr_ring_join_parse(a->p.join, hk, sec) != 0)
         return hr_seterr(err, HR_EINVAL, "--join: not a join token");
@@ -594,7 +706,7 @@ static int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
 
 int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     int rc;
-    if (a->p.join && a->keys && (rc = hr_worker_pair(a, err)))
+    if (a->p.join && a->keys && !a->paired && (rc = hr_worker_pair(a, err)))
         return rc;
     if ((rc = hr_worker_connect(a, err)))
         return rc;
@@ -602,7 +714,7 @@ int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
         return hr_seterr(err, HR_EINTERNAL, "cannot start the data thread");
     a->data_started = true;
     hr_worker w = {.a = a, .last_head = hr_now_s(), .join_wait = 0.5, .err = err};
-    w.cap = HR_RING_HDR_SIZE + HR_RING_MAX_CTRL;
+    w.cap = HR_RING_HDR_SIZE + HR_MSG_CHUNK_HDR + HR_MSG_CHUNK_MAX;
     w.buf = malloc(w.cap);
     w.loop = hr_ring_loop_create(&a->stop);
     if (!w.buf || !w.loop) {
@@ -615,6 +727,7 @@ int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_ring_loop_timer(w.loop, 0, hr_worker_silence_timer, &w);
     hr_ring_loop_timer(w.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
     hr_ring_loop_timer(w.loop, 0, hr_worker_link_timer, &w);
+    hr_ring_loop_timer(w.loop, 500, hr_worker_fetch_timer, &w);
     hr_ring_loop_socket(w.loop, a->up, hr_worker_on_up, &w);
     hr_ring_loop_socket(w.loop, a->ctrl, hr_worker_on_ctrl, &w);
     rc = hr_ring_loop_run(w.loop, err);

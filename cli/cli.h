@@ -74,7 +74,8 @@ typedef struct {
     bool bos;
     bool special;
     const char *peer;          /* profile: echo responder to measure the link to */
-    const char *cache_dir;     /* profile: cache folder */
+    const char *cache_dir;     /* profile: cache folder; agent (worker without -m): where the
+                                  model bytes fetched from the head go */
     bool json;                 /* profile: JSON instead of the table */
     bool quick;                /* profile: quick device profile */
     bool no_cache;             /* profile: measure again (and refresh the cache) */
@@ -116,6 +117,11 @@ typedef struct {
     const char *args[16]; /* positional arguments */
     /* agent: send this device profile (JSON) instead of measuring */
     const char *profile_file;
+    /* discovery and fetching (agent, discover) */
+    const char *cluster; /* agent (head): name beaconed; worker / discover: the one to join */
+    bool no_discovery;   /* agent: no beacon (head), no listening (worker) */
+    int discovery_port;  /* UDP port of beacons (0 = default) */
+    float cache_gb;      /* agent (worker without -m): GiB kept there at most (0 = no limit) */
 } hr_cli;
 
 typedef int (*hr_cmd_fn)(hr_cli *o);

@@ -4,6 +4,7 @@
 #include "agent/agent.h"
 #include "api/http.h"
 #include "cli/cli.h"
+#include "ring/beacon.h"
 #include "ring/msg.h"
 #include "ring/ring.h"
 
@@ -50,6 +51,16 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
                "send this profile (hearth profile --json) instead of measuring"),
     HR_CLI_OPT("join", 0, STR, join, "TOKEN", "pair with the head by its join token"),
     HR_CLI_OPTS(hr_cli_opts_security),
+    HR_CLI_OPT("cluster", 0, STR, cluster, "NAME",
+               "head: the cluster name it beacons (default hearth); worker: join that one"),
+    HR_CLI_OPT("no-discovery", 0, FLAG, no_discovery, NULL,
+               "head: send no beacon; worker: do not look for one (give --head)"),
+    HR_CLI_OPT("discovery-port", 0, COUNT, discovery_port, "PORT", "UDP port of beacons (7707)"),
+    HR_CLI_OPT("cache-dir", 0, STR, cache_dir, "DIR",
+               "worker without -m: where the model bytes fetched from the head go "
+               "(default $HEARTH_CACHE_DIR or ~/.cache/hearth)"),
+    HR_CLI_OPT("cache-gb", 0, FLOAT, cache_gb, "GiB",
+               "worker without -m: keep at most this much there (whole windows evicted)"),
     HR_CLI_OPT("api-listen", 0, STR, api_listen, "ADDR:PORT", "head: serve the HTTP API"),
     HR_CLI_OPT("api-key", 0, STR, api_key, "KEY", "head: API key (or $HEARTH_API_KEY)"),
     HR_CLI_OPT("api-queue", 0, COUNT, api_queue, "N", "head: API requests waiting (8)"),
@@ -153,11 +164,28 @@ static void hr_install_signals(void) {
 
 HR_CLI_COMMAND(agent) {
     char err[HR_ERR_LEN] = "";
-    if (!o->model)
-        return hr_cli_fail("no model given (use -m MODEL.gguf)");
     if (o->head && o->peers)
         return hr_cli_fail("give --head (join a head) or --peers (be the head), not both");
+    /* without --head: a head when it has the model (and no join token), else a worker
+     * that finds its head by the head's beacon */
+    bool discover = !o->head && !o->peers && !o->expect && (!o->model || o->join);
+    if (!o->model && !o->head && (o->no_discovery || o->peers))
+        return hr_cli_fail("no model given: the head needs -m MODEL.gguf; a worker without it "
+                           "needs --head ADDR:PORT or discovery (drop --no-discovery)");
+    if (discover && o->no_discovery)
+        return hr_cli_fail("a worker without --head finds its head by discovery: drop "
+                           "--no-discovery or give --head ADDR:PORT");
+    if (o->model && (o->cache_dir || o->cache_gb > 0))
+        return hr_cli_fail("--cache-dir / --cache-gb are for a worker without -m");
+    if (o->cache_gb < 0)
+        return hr_cli_fail("--cache-gb must be >= 0");
     hr_agent_params p = hr_agent_params_default();
+    p.discover = discover;
+    p.no_discovery = o->no_discovery;
+    p.cluster = o->cluster;
+    p.discovery_port = o->discovery_port;
+    p.cache_dir = o->cache_dir;
+    p.cache_gb = o->cache_gb;
     p.model_path = o->model;
     if (o->listen)
         p.listen = o->listen;
@@ -220,11 +248,11 @@ HR_CLI_COMMAND(agent) {
     hr_sig_agent = a;
     hr_install_signals();
     fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", o->name ? o->name : "",
-            hr_agent_endpoint(a), p.head ? "worker" : "head");
-    if (!p.head && hr_agent_join_token(a)[0])
+            hr_agent_endpoint(a), hr_agent_is_head(a) ? "head" : "worker");
+    if (hr_agent_is_head(a) && hr_agent_join_token(a)[0])
         fprintf(stderr,
-                "hearth agent: new agents pair with: hearth agent --head ADDR:PORT --join '%s' "
-                "...\n",
+                "hearth agent: new agents pair with: hearth agent --join '%s' [--head ADDR:PORT] "
+                "(without --head they find this head on the LAN)\n",
                 hr_agent_join_token(a));
     hr_http *api = NULL;
     pthread_t drain;
@@ -566,6 +594,14 @@ static void hr_print_status(json_t *j) {
         hr_print_link(d, has_prof, lassumed, rtt, lbps);
         if (!left[0] && w > 0)
             hr_print_disk(d);
+        double fd = json_number_value(json_object_get(d, "fetch_done_bytes")),
+               ft = json_number_value(json_object_get(d, "fetch_total_bytes")),
+               fw = json_number_value(json_object_get(d, "fetch_wire_bytes"));
+        if (ft > 0) /* a worker without the model file */
+            printf("      model bytes from the head: %.1f / %.1f MiB of its plan here and verified "
+                   "(%s), %.1f MiB received\n",
+                   fd / 1048576.0, ft / 1048576.0, fd >= ft ? "complete" : "fetching",
+                   fw / 1048576.0);
         double scale = 1;
         json_unpack(d, "{s?F}", "rate_scale", &scale);
         if (scale != 1.0)
@@ -606,4 +642,98 @@ done:
         hr_ring_close(s);
     hr_ring_context_term(zctx);
     return rc;
+}
+
+/* ---- hearth discover ---- */
+
+const hr_cli_opt hr_cmd_discover_opts[] = {
+    HR_CLI_OPT("timeout", 0, COUNT, timeout_s, "S", "seconds to listen (default 3)"),
+    HR_CLI_OPT("discovery-port", 0, COUNT, discovery_port, "PORT", "UDP port of beacons (7707)"),
+    HR_CLI_OPT("json", 0, FLAG, json, NULL, "print JSON"),
+    HR_CLI_OPTS(hr_cli_opts_key_dir),
+    HR_CLI_OPT_END,
+};
+
+/* The trusted name whose key has fingerprint fp, into name ("" none). */
+static void hr_trusted_name(const char *key_dir, const uint8_t *fp, char *name, size_t cap) {
+    name[0] = 0;
+    char dir[512], path[600];
+    const char *d = key_dir ? key_dir : getenv("HEARTH_KEY_DIR");
+    const char *home = getenv("HOME");
+    if (d)
+        snprintf(dir, sizeof dir, "%s", d);
+    else
+        snprintf(dir, sizeof dir, "%s/.config/hearth", home ? home : ".");
+    snprintf(path, sizeof path, "%s/trusted", dir);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        char nm[128], key[128];
+        uint8_t k[HR_BEACON_FP_LEN];
+        if (sscanf(line, "%127s %127s", nm, key) != 2 || !hr_ring_key_valid(key))
+            continue;
+        hr_beacon_fingerprint(key, k);
+        if (memcmp(k, fp, HR_BEACON_FP_LEN) == 0) {
+            snprintf(name, cap, "%s", nm);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+HR_CLI_COMMAND(discover) {
+    char err[HR_ERR_LEN];
+    hr_beacon_listener *l = NULL;
+    if (hr_beacon_listen(&l, o->discovery_port, err))
+        return hr_cli_fail("discover: %s", err);
+    int secs = o->timeout_s > 0 ? o->timeout_s : 3;
+    hr_beacon_poll(l, secs * 1000, NULL);
+    hr_beacon_head heads[HR_BEACON_MAX_HEADS];
+    int n = hr_beacon_heads(l, heads, HR_BEACON_MAX_HEADS);
+    hr_beacon_stats st;
+    hr_beacon_listener_stats(l, &st);
+    hr_beacon_listener_close(l);
+    json_t *arr = json_array();
+    if (!o->json)
+        printf("%-20s %-28s %-34s %-10s %s\n", "CLUSTER", "HEAD", "KEY FINGERPRINT", "MODEL",
+               "TRUSTED AS");
+    for (int i = 0; i < n; i++) {
+        char fp[2 * HR_BEACON_FP_LEN + 1], tn[128];
+        hr_beacon_fp_hex(heads[i].b.fp, fp);
+        static const uint8_t zero[HR_BEACON_FP_LEN];
+        bool insecure = memcmp(heads[i].b.fp, zero, HR_BEACON_FP_LEN) == 0;
+        hr_trusted_name(o->key_dir, heads[i].b.fp, tn, sizeof tn);
+        if (o->json) {
+            json_array_append_new(
+                arr,
+                json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:i,s:b,s:s?,s:I}", "cluster",
+                          heads[i].b.cluster, "endpoint", heads[i].ep, "from", heads[i].from,
+                          "fingerprint", fp, "model_size", (json_int_t)heads[i].b.model_size,
+                          "model_hash", "", "proto", heads[i].b.proto, "insecure", insecure,
+                          "trusted_as", tn[0] ? tn : NULL, "beacons", (json_int_t)heads[i].count));
+            char hx[24];
+            snprintf(hx, sizeof hx, "%016llx", (unsigned long long)heads[i].b.model_hash);
+            json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "model_hash",
+                                json_string(hx));
+        } else {
+            printf("%-20s %-28s %-34s %7.1f MiB %s\n", heads[i].b.cluster, heads[i].ep,
+                   insecure ? "(insecure head)" : fp, heads[i].b.model_size / 1048576.0,
+                   tn[0] ? tn : "(not trusted here)");
+        }
+    }
+    if (o->json) {
+        json_t *j = json_pack("{s:o,s:I,s:I}", "heads", arr, "datagrams", (json_int_t)st.received,
+                              "malformed", (json_int_t)st.malformed);
+        char *txt = json_dumps(j, JSON_INDENT(2));
+        printf("%s\n", txt ? txt : "{}");
+        free(txt);
+        json_decref(j);
+    } else {
+        json_decref(arr);
+        printf("%d head%s heard in %d s (%llu datagrams, %llu malformed ignored)\n", n,
+               n == 1 ? "" : "s", secs, (unsigned long long)st.received,
+               (unsigned long long)st.malformed);
+    }
+    return 0;
 }

@@ -27,7 +27,8 @@
     X(bench, "prompt and generation tokens/s, weight bytes per token, memory bandwidth",           \
       "bench -m MODEL [-t T] [-P 128] [-N 64] [-r 3] [--groups N | --numa | --parallel N]")        \
     X(agent, "cluster daemon: every machine runs one; the head is the one others join",            \
-      "agent -m MODEL [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"          \
+      "agent [-m MODEL] [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"        \
+      "       [--cluster NAME] [--no-discovery] [--join TOKEN] [--cache-dir DIR --cache-gb G]\n"   \
       "       [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"   \
       "       [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]\n"      \
       "        [--api-max-conns N] [--api-max-conns-per-ip N] [--api-read-timeout S]\n"            \
@@ -36,6 +37,8 @@
       "prompt [--head ADDR:PORT] [-n N] [sampling] \"TEXT\"")                                      \
     X(status, "every device of the cluster, its layers and figures",                               \
       "status [--head ADDR:PORT] [--json]")                                                        \
+    X(discover, "list the heads beaconing on this machine's networks",                             \
+      "discover [--timeout S] [--json] [--discovery-port P]")                                      \
     X(key, "this machine's public key (made on first use) / the head's join token",                \
       "key show | key token [--key-dir DIR]")                                                      \
     X(trust, "let the agent with that key join (or be joined); list trusted keys",                 \

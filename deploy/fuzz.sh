@@ -6,7 +6,7 @@
 #
 # Targets: fuzz_gguf (GGUF parser), fuzz_frame (wire-frame decoder),
 # fuzz_json (PLAN / profile JSON parsers), fuzz_http (HTTP API request
-# parser). Seeds: tests/corpus/<name without fuzz_>/. Findings (crash-*,
+# parser), fuzz_beacon (discovery beacons, FETCH / CHUNK payloads). Seeds: tests/corpus/<name without fuzz_>/. Findings (crash-*,
 # leak-*, timeout-*) land in build-fuzz/findings/ and fail the script; the
 # executions count of each run is printed.
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_frame fuzz_json fuzz_http)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_frame fuzz_json fuzz_http fuzz_beacon)
 command -v clang >/dev/null || { echo "fuzz.sh: needs clang" >&2; exit 2; }
 CC=clang cmake -S . -B build-fuzz -DHR_FUZZ=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-fuzz -j"$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}" >/dev/null

@@ -269,6 +269,24 @@ fail:
     return rc;
 }
 
+int hr_model_refresh_layers(hr_model *m, const hr_gguf *g, int il0, int il1, char err[HR_ERR_LEN]) {
+    for (int il = il0 < 0 ? 0 : il0; il < il1 && il < m->hp.n_layer; il++)
+        for (int i = 0; i < hr_layer_tensor_count(); i++) {
+            const hr_layer_tensor *t = hr_layer_tensor_get(i);
+            hr_weight *w = hr_layer_weight_mut(&m->layers[il], t);
+            if (t->n_out != HR_DIM_1 || !w->data)
+                continue;
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+            hr_weight raw;
+            int rc = hr_bind_matrix(g, nm, w->n_in, 1, &raw, false, err);
+            if (rc)
+                return rc;
+            hr_dequantize_row(raw.type, raw.data, (float *)w->data, w->n_in);
+        }
+    return 0;
+}
+
 void hr_model_free(hr_model *m) {
     if (!m)
         return;

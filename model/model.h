@@ -114,6 +114,11 @@ typedef struct hr_model hr_model;
 /* Reads hyper-parameters and resolves every tensor, checking shapes and
  * types against the hyper-parameters. */
 int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]);
+/* Copies the vectors (norms, biases) of layers [il0, il1) from g again into
+ * the model's own f32 copies: for a model loaded from a file whose layer
+ * bytes arrived afterwards (a worker's cache). Not while a context of those
+ * layers computes. */
+int hr_model_refresh_layers(hr_model *m, const hr_gguf *g, int il0, int il1, char err[HR_ERR_LEN]);
 void hr_model_free(hr_model *m);
 const hr_hparams *hr_model_hparams(const hr_model *m);
 /* The context (KV positions) everything sizes by default: requested when

@@ -34,6 +34,8 @@ static const hr_msg_info hr_msg_table[HR_RING_TYPE_END] = {
     [HR_RING_PROBE]      = {"PROBE",      HR_MSG_H2W,              HR_MSG_JSON,   HR_MSG_SMALL,     0},
     [HR_RING_LINK]       = {"LINK",       HR_MSG_W2H,              HR_MSG_JSON,   HR_MSG_SMALL,     HR_MSG_F_KNOWN},
     [HR_RING_BATCH]      = {"BATCH",      HR_MSG_PEER,             HR_MSG_BINARY, HR_RING_MAX_FRAME - HR_RING_HDR_SIZE, 0},
+    [HR_RING_FETCH]      = {"FETCH",      HR_MSG_W2H,              HR_MSG_BINARY, HR_MSG_FETCH_SIZE, 0},
+    [HR_RING_CHUNK]      = {"CHUNK",      HR_MSG_H2W,              HR_MSG_BINARY, HR_MSG_CHUNK_HDR + HR_MSG_CHUNK_MAX, 0},
 };
 /* clang-format on */
 
@@ -389,6 +391,11 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
         json_object_set_new(j, "rounds", json_integer((json_int_t)m->rounds));
     if (j)
         json_object_set_new(j, "ms_total", json_real(m->ms_total));
+    if (j && m->fetch_total > 0) {
+        json_object_set_new(j, "fetch_done", json_real(m->fetch_done));
+        json_object_set_new(j, "fetch_total", json_real(m->fetch_total));
+        json_object_set_new(j, "fetch_wire", json_real(m->fetch_wire));
+    }
     return hr_msg_take_json(out, HR_RING_HEARTBEAT, j, err);
 }
 
@@ -410,6 +417,9 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
         (rc = hr_msg_opt_num(j, "stream_round", 0, 1e15, &m->stream_round, HR_RING_HEARTBEAT,
                              err)) ||
         (rc = hr_msg_opt_num(j, "pinned", 0, 1e15, &m->pinned, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "fetch_done", 0, 1e15, &m->fetch_done, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "fetch_total", 0, 1e15, &m->fetch_total, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "fetch_wire", 0, 1e15, &m->fetch_wire, HR_RING_HEARTBEAT, err)) ||
         (lk && !json_is_boolean(lk) &&
          (rc = hr_seterr(err, HR_EFORMAT, "HEARTBEAT: locked must be true or false")))) {
         json_decref(j);
@@ -694,5 +704,96 @@ int hr_msg_link_decode(const hr_ring_hdr *h, const void *pl, hr_msg_link *m, cha
                          m->to, (long long)plan_id, m->rtt_us, m->rtt_min_us, m->bw_mbs,
                          m->msg_bytes, m->burst_bytes, m->samples);
     m->plan_id = (uint32_t)plan_id;
+    return 0;
+}
+
+/* ---- FETCH / CHUNK ---- */
+
+static void hr_le_put(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t hr_le_get(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+int hr_msg_fetch_encode(hr_msg *out, const hr_msg_fetch *m, char err[HR_ERR_LEN]) {
+    if (m->len > HR_MSG_CHUNK_MAX)
+        return hr_seterr(err, HR_ERANGE, "FETCH of %u bytes (at most %u)", m->len,
+                         HR_MSG_CHUNK_MAX);
+    uint8_t *p = calloc(1, HR_MSG_FETCH_SIZE);
+    if (p) {
+        hr_le_put(p, m->off, 8);
+        hr_le_put(p + 8, m->len, 4);
+    }
+    return hr_msg_take(out, HR_RING_FETCH, (char *)p, HR_MSG_FETCH_SIZE, err);
+}
+
+int hr_msg_fetch_decode(const hr_ring_hdr *h, const void *pl, hr_msg_fetch *m,
+                        char err[HR_ERR_LEN]) {
+    memset(m, 0, sizeof *m);
+    int rc = hr_msg_check(h, HR_RING_FETCH, err);
+    if (rc)
+        return rc;
+    if (h->len != HR_MSG_FETCH_SIZE)
+        return hr_seterr(err, HR_EFORMAT, "FETCH of %u bytes (want %d)", h->len, HR_MSG_FETCH_SIZE);
+    const uint8_t *p = pl;
+    m->off = hr_le_get(p, 8);
+    m->len = (uint32_t)hr_le_get(p + 8, 4);
+    if (hr_le_get(p + 12, 4) != 0)
+        return hr_seterr(err, HR_EFORMAT, "FETCH with non-zero reserved field");
+    if (m->len > HR_MSG_CHUNK_MAX || m->off > UINT64_MAX - m->len)
+        return hr_seterr(err, HR_EFORMAT, "FETCH of %u bytes at %llu out of range", m->len,
+                         (unsigned long long)m->off);
+    return 0;
+}
+
+int hr_msg_chunk_encode(hr_msg *out, const hr_msg_chunk *m, char err[HR_ERR_LEN]) {
+    if (m->len > HR_MSG_CHUNK_MAX || (m->len && !m->data))
+        return hr_seterr(err, HR_ERANGE, "CHUNK of %u bytes (at most %u)", m->len,
+                         HR_MSG_CHUNK_MAX);
+    size_t n = HR_MSG_CHUNK_HDR + (size_t)m->len;
+    uint8_t *p = malloc(n);
+    if (p) {
+        hr_le_put(p, m->model_size, 8);
+        hr_le_put(p + 8, m->model_hash, 8);
+        hr_le_put(p + 16, m->off, 8);
+        hr_le_put(p + 24, m->len, 4);
+        hr_le_put(p + 28, m->data_offset, 4);
+        memcpy(p + 32, m->hash, HR_MSG_HASH_LEN);
+        if (m->len)
+            memcpy(p + HR_MSG_CHUNK_HDR, m->data, m->len);
+    }
+    return hr_msg_take(out, HR_RING_CHUNK, (char *)p, n, err);
+}
+
+int hr_msg_chunk_decode(const hr_ring_hdr *h, const void *pl, hr_msg_chunk *m,
+                        char err[HR_ERR_LEN]) {
+    memset(m, 0, sizeof *m);
+    int rc = hr_msg_check(h, HR_RING_CHUNK, err);
+    if (rc)
+        return rc;
+    if (h->len < HR_MSG_CHUNK_HDR)
+        return hr_seterr(err, HR_EFORMAT, "CHUNK of %u bytes (at least %d)", h->len,
+                         HR_MSG_CHUNK_HDR);
+    const uint8_t *p = pl;
+    m->model_size = hr_le_get(p, 8);
+    m->model_hash = hr_le_get(p + 8, 8);
+    m->off = hr_le_get(p + 16, 8);
+    m->len = (uint32_t)hr_le_get(p + 24, 4);
+    m->data_offset = (uint32_t)hr_le_get(p + 28, 4);
+    memcpy(m->hash, p + 32, HR_MSG_HASH_LEN);
+    if (m->len > HR_MSG_CHUNK_MAX || (size_t)h->len != HR_MSG_CHUNK_HDR + (size_t)m->len)
+        return hr_seterr(err, HR_EFORMAT, "CHUNK of %u bytes does not hold its %u data bytes",
+                         h->len, m->len);
+    if (m->off > m->model_size || m->len > m->model_size - m->off || m->data_offset > m->model_size)
+        return hr_seterr(
+            err, HR_EFORMAT, "CHUNK of %u bytes at %llu (data at %u) outside a model of %llu bytes",
+            m->len, (unsigned long long)m->off, m->data_offset, (unsigned long long)m->model_size);
+    m->data = p + HR_MSG_CHUNK_HDR;
     return 0;
 }

@@ -139,6 +139,9 @@ typedef struct {
     uint64_t rounds;     /* decode rounds (one token, one window) timed under the
                             plan in the header's plan_id; ms_round is their EMA */
     double ms_total;     /* ms those rounds took in all (0 = not sent) */
+    /* model bytes fetched from the head (worker without the model file; -1 absent):
+     * verified bytes of the windows wanted, of fetch_total, and bytes received in all */
+    double fetch_done, fetch_total, fetch_wire;
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,
@@ -232,5 +235,35 @@ typedef struct {
 } hr_msg_link;
 int hr_msg_link_encode(hr_msg *out, const hr_msg_link *m, char err[HR_ERR_LEN]);
 int hr_msg_link_decode(const hr_ring_hdr *h, const void *pl, hr_msg_link *m, char err[HR_ERR_LEN]);
+
+/* ---- FETCH: worker -> head, binary: u64 off, u32 len, u32 0 (reserved).
+ * len 0: the model's facts only (size, fingerprint, data offset). Allowed
+ * from any authenticated peer, before JOIN: a worker without the model
+ * learns its fingerprint this way. ---- */
+#define HR_MSG_FETCH_SIZE 16
+#define HR_MSG_CHUNK_MAX (1u << 20) /* model bytes in one CHUNK */
+#define HR_MSG_CHUNK_HDR 64
+#define HR_MSG_HASH_LEN 32 /* BLAKE2b-256 (libsodium crypto_generichash) */
+typedef struct {
+    uint64_t off;
+    uint32_t len; /* <= HR_MSG_CHUNK_MAX */
+} hr_msg_fetch;
+int hr_msg_fetch_encode(hr_msg *out, const hr_msg_fetch *m, char err[HR_ERR_LEN]);
+int hr_msg_fetch_decode(const hr_ring_hdr *h, const void *pl, hr_msg_fetch *m,
+                        char err[HR_ERR_LEN]);
+
+/* ---- CHUNK: head -> worker, binary: u64 model_size, u64 model_hash, u64
+ * off, u32 len, u32 data_offset, 32-byte BLAKE2b-256 of the data, then len
+ * data bytes (len 0: the facts only). Decode checks the layout and that the
+ * bytes lie inside the model; the receiver checks the hash. ---- */
+typedef struct {
+    uint64_t model_size, model_hash, off;
+    uint32_t len, data_offset;
+    uint8_t hash[HR_MSG_HASH_LEN];
+    const uint8_t *data; /* encode: borrowed; decode: points into the payload */
+} hr_msg_chunk;
+int hr_msg_chunk_encode(hr_msg *out, const hr_msg_chunk *m, char err[HR_ERR_LEN]);
+int hr_msg_chunk_decode(const hr_ring_hdr *h, const void *pl, hr_msg_chunk *m,
+                        char err[HR_ERR_LEN]);
 
 #endif

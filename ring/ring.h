@@ -39,8 +39,8 @@
 
 #define HR_RING_MAGIC 0x48545248u
 #define HR_RING_VERSION                                                                            \
-    4 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
-       4: BATCH frames, PLAN n_seq */
+    5 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
+       4: BATCH frames, PLAN n_seq; 5: FETCH, CHUNK (model bytes from the head) */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
@@ -68,6 +68,8 @@ typedef enum {
     HR_RING_PROBE,      /* head -> worker: measure your link to this echo endpoint */
     HR_RING_LINK,       /* worker -> head: a measured link (round trip, throughput) */
     HR_RING_BATCH,      /* data plane: a micro-batch of rows of several sequences */
+    HR_RING_FETCH,      /* worker -> head: send me these model bytes (or the model's facts) */
+    HR_RING_CHUNK,      /* head -> worker: model bytes with their hash */
     HR_RING_TYPE_END
 } hr_ring_type;
 

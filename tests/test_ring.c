@@ -315,7 +315,7 @@ static void test_msg_table(void) {
             continue;
         CHECK_STR(mi->name, hr_ring_type_name(t));
         CHECK(mi->dir != 0);
-        bool data = t == HR_RING_HIDDEN || t == HR_RING_BATCH;
+        bool data = t == HR_RING_HIDDEN || t == HR_RING_BATCH || t == HR_RING_CHUNK;
         CHECK(mi->max_len <= (data ? HR_RING_MAX_FRAME : HR_RING_MAX_CTRL));
         CHECK(mi->kind != HR_MSG_NONE || mi->max_len == 0);
     }
