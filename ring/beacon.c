@@ -3,6 +3,7 @@
  * listener's table of heads heard, with rate-limited logging of what it
  * refuses. */
 #include "ring/beacon.h"
+#include "ring/le.h"
 
 #include "common/log.h"
 #include "common/sync.h"
@@ -73,32 +74,6 @@ static bool hr_beacon_ep_valid(const char *ep, size_t n) {
         port = port * 10 + (ep[i] - '0');
     }
     return port >= 1 && port <= 65535;
-}
-
-static void hr_put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static void hr_put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void hr_put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t hr_get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t hr_get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t hr_get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
 }
 
 int hr_beacon_encode(const hr_beacon *b, uint8_t *out, size_t cap) {

@@ -1,6 +1,7 @@
 /* ring.c - wire format (32-byte little-endian header + payload), hidden
  * state packing (F16/F32) and ZeroMQ socket helpers with timeouts. */
 #include "ring/ring.h"
+#include "ring/le.h"
 #include "ring/msg.h"
 
 #include "kernels/types.h"
@@ -18,26 +19,6 @@ const char *hr_ring_type_name(int type) {
 
 size_t hr_ring_dtype_size(int dtype) {
     return dtype == HR_RING_F16 ? 2 : dtype == HR_RING_F32 ? 4 : 0;
-}
-
-static void hr_put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static void hr_put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void hr_put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t hr_get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t hr_get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t hr_get64(const uint8_t *p) {
-    return (uint64_t)hr_get32(p) | (uint64_t)hr_get32(p + 4) << 32;
 }
 
 void hr_ring_hdr_write(void *out, const hr_ring_hdr *h) {
