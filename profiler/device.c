@@ -118,6 +118,12 @@ static int hr_resolve_threads(const hr_prof_params *p, const hr_prof_topo *t, in
     return n;
 }
 
+/* Whole GiB (nearest): a VM's MemTotal moves by a few MiB when its
+ * balloon driver takes or returns pages, which is not another machine. */
+static int64_t hr_gib_round(int64_t bytes) {
+    return bytes < 0 ? bytes : (bytes + (512ll << 20)) >> 30;
+}
+
 static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int *types,
                            int n_types, const int *threads, int n_threads, int64_t row_len,
                            int64_t ffn_len) {
@@ -127,8 +133,8 @@ static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int
                      "|%" PRId64 "|%d|",
                      HR_PROF_VERSION, d->os.cpu_model, d->os.isa, d->os.machine, d->topo.n_pus,
                      d->topo.n_cores, d->topo.n_packages, d->topo.n_numa, d->topo.l3_bytes,
-                     d->os.release, d->mem.total_bytes, d->mem.cg_limit_bytes, d->n_gpus, row_len,
-                     ffn_len, p->quick);
+                     d->os.release, hr_gib_round(d->mem.total_bytes), d->mem.cg_limit_bytes,
+                     d->n_gpus, row_len, ffn_len, p->quick);
     for (int i = 0; i < n_types && n > 0 && (size_t)n < sizeof s; i++)
         n += snprintf(s + n, sizeof s - (size_t)n, "t%d,", types[i]);
     for (int i = 0; i < n_threads && n > 0 && (size_t)n < sizeof s; i++)
