@@ -273,11 +273,11 @@ int hr_cache_set_layout(hr_cache *c, const uint64_t *off, const uint64_t *len, i
     qsort(u, m, sizeof *u, hr_range_cmp);
     for (size_t i = 1; i < m; i++)
         if (u[i].off < u[i - 1].off + u[i - 1].len) {
+            unsigned long long at = (unsigned long long)u[i].off;
             free(u);
             free(have);
             free(sum);
-            return hr_seterr(err, HR_EFORMAT, "overlapping ranges at %llu",
-                             (unsigned long long)u[i].off);
+            return hr_seterr(err, HR_EFORMAT, "overlapping ranges at %llu", at);
         }
     free(c->unit);
     free(c->have);
