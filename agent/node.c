@@ -62,10 +62,10 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
         pp.quick = true;
         int types[HR_PROF_MAX_TYPES];
         hr_prof_model pm = {0};
-        if (hr_prof_model_build(&pm, a->m, a->g, err) == 0) {
+        bool have_pm = hr_prof_model_build(&pm, a->m, a->g, err) == 0;
+        if (have_pm) {
             pp.n_types = hr_prof_model_types(&pm, types, HR_PROF_MAX_TYPES);
             memcpy(pp.types, types, sizeof types);
-            hr_prof_model_clear(&pm);
         }
         pp.threads[0] = a->p.n_threads;
         pp.n_threads = 1;
@@ -73,13 +73,13 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_progress_begin(&pr, TAG, "profiling this device", NULL, 0);
         measured = hr_prof_device_measure(d, &pp, err) == 0;
         hr_progress_end(&pr);
-        if (measured && hr_prof_model_build(&pm, a->m, a->g, err) == 0) {
-            /* real decode steps of the first layers calibrate the rates */
-            char pe[HR_ERR_LEN] = "";
-            if (hr_prof_engine_probe(d, a->m, &pm, a->p.n_threads, hr_prof_probe_window_s(d), pe))
-                HR_LOG_WARN(TAG, "%s: engine probe skipped: %s", a->name, pe);
-            hr_prof_model_clear(&pm);
-        }
+        /* real decode steps of the first layers calibrate the rates; not on
+         * a fetched cache whose layers are still holes */
+        char pe[HR_ERR_LEN] = "";
+        if (measured && have_pm && !a->cache &&
+            hr_prof_engine_probe(d, a->m, &pm, a->p.n_threads, hr_prof_probe_window_s(d), pe))
+            HR_LOG_WARN(TAG, "%s: engine probe skipped: %s", a->name, pe);
+        hr_prof_model_clear(&pm);
         if (!measured)
             HR_LOG_WARN(TAG, "%s: profiling failed (%s); joining without a profile", a->name, err);
     }
