@@ -20,9 +20,12 @@
 
 #include "check.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -393,6 +396,36 @@ static inline bool counted_ids_equal(const int32_t *a, const int32_t *b) {
         if (a[i] != b[i])
             return false;
     return true;
+}
+
+/* Can a socket of `type` bind 127.0.0.1:port right now? */
+static inline bool port_free(int type, int port) {
+    int fd = socket(AF_INET, type, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The first port of `span` consecutive loopback ports that are free for TCP
+ * and UDP, below the kernel's ephemeral range (32768 and up), where the
+ * outgoing connections of other tests running at the same time cannot take
+ * one between this check and the agents' bind; the search starts at a place
+ * drawn from the process id, so concurrent tests start far apart. */
+static inline int free_port_block(int span) {
+    const int lo = 20000, n = 12000;
+    for (int t = 0; t < n; t += span) {
+        int base = lo + (int)((getpid() * 37 + t) % (n - span));
+        bool ok = true;
+        for (int p = base; ok && p < base + span; p++)
+            ok = port_free(SOCK_STREAM, p) && port_free(SOCK_DGRAM, p);
+        if (ok)
+            return base;
+    }
+    return lo + (int)(getpid() % (n - span));
 }
 
 #endif

@@ -22,8 +22,8 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#define N_GEN 160
-#define N_CTX 256
+#define N_GEN 320 /* long enough that a re-plan decided late, on a busy machine, still pays */
+#define N_CTX 512
 #define N_DEV 3
 #define SLOW_MS 25         /* added to every window of w2 */
 #define REPLAN_BOUND_S 8.0 /* first decode token -> adaptive re-plan decided */

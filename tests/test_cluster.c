@@ -467,7 +467,7 @@ static void test_kill(void) {
     snprintf(f_run, sizeof f_run, "%s/run.txt", dir);
     for (int i = 0; i < 3; i++)
         snprintf(f_w[i], sizeof f_w[i], "%s/w%d.log", dir, i + 1);
-    int base = 20000 + (int)(getpid() % 20000);
+    int base = free_port_block(24);
     char hl[32], w1l[32], w2l[32], hd[32];
     snprintf(hl, sizeof hl, "127.0.0.1:%d", base);
     snprintf(w1l, sizeof w1l, "127.0.0.1:%d", base + 10);
@@ -487,9 +487,20 @@ static void test_kill(void) {
     char cmd[2048], tail[256];
     const char *ask = "%s prompt --head %s --temp 0.8 --seed 5 -n 1500 --timeout 60 "
                       "'Tell me a story' >%s 2>%s";
-    snprintf(cmd, sizeof cmd, ask, bin, hd, f_ref, "/dev/null");
+    snprintf(cmd, sizeof cmd, ask, bin, hd, f_ref, f_cl);
     double tr = now_s();
-    CHECK_EQ(system(cmd), 0);
+    int rc0 = system(cmd);
+    CHECK_EQ(rc0, 0);
+    if (rc0 != 0) { /* say why: the agents' own words */
+        const char *logs[] = {f_cl, f_head, f_w[0], f_w[1]};
+        for (int i = 0; i < 4; i++) {
+            char *lg = slurp(logs[i]);
+            size_t n = lg ? strlen(lg) : 0;
+            fprintf(stderr, "--- %s (last 2000 bytes)\n%s\n", logs[i],
+                    lg ? lg + (n > 2000 ? n - 2000 : 0) : "(none)");
+            free(lg);
+        }
+    }
     tr = now_s() - tr; /* kill about half-way through the same request */
     /* the same request, worker-two killed mid-way */
     snprintf(tail, sizeof tail, "%s; echo $? >%s", f_cl, f_rc);

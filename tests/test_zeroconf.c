@@ -478,7 +478,7 @@ int main(void) {
         return 1;
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hr_test_zeroconf_%d", (int)getpid());
     mkdir(g_tmp, 0700);
-    g_port = 40000 + (int)(getpid() % 20000);
+    g_port = free_port_block(4);
     test_beacon_format();
     test_listener_flood();
     test_cache();
