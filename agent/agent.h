@@ -35,6 +35,7 @@
 #define HR_AGENT_MAX_K 16
 #define HR_AGENT_MAX_PARALLEL 64    /* requests in flight at once (KV slots) */
 #define HR_AGENT_PARALLEL_DEFAULT 4 /* when the KV of that many fits (hr_agent_params) */
+#define HR_AGENT_SLOT_CTX_MIN 512   /* --ctx not given: a KV slot is not cut below this */
 
 typedef struct {
     const char *model_path; /* GGUF file (every device with one has the same); NULL on a

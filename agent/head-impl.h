@@ -134,6 +134,8 @@ struct hr_head {
     int plan_k;
     int plan_seq;       /* KV slots per window of the plan being made (requests at once) */
     bool parallel_auto; /* --parallel not given: fewer slots when the KV does not fit */
+    int plan_ctx;       /* positions per KV slot of the plan being made (--ctx, or shorter
+                         * when --ctx is not given and the KV of plan_seq slots does not fit) */
     int expect;
     char plan_err[HR_ERR_LEN];
     char lost_msg[HR_ERR_LEN];

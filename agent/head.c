@@ -706,7 +706,9 @@ int hr_head_ring_batches(const hr_head *hd, const int *ring, int n) {
 
 int hr_head_kv_ctx(const hr_agent *a) {
     int n_seq = a->head && a->head->plan_seq > 1 ? a->head->plan_seq : 1;
-    return hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx) * n_seq;
+    int ctx = a->head && a->head->plan_ctx > 0 ? a->head->plan_ctx
+                                               : hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+    return ctx * n_seq;
 }
 
 /* True when every matmul weight of the model is F32: a decode row then
@@ -737,7 +739,11 @@ static int hr_head_parallel_default(const hr_agent *a) {
     if (hr_prof_model_build(&pm, a->m, a->g, err) != 0)
         return 1;
     const hr_hparams *hp = hr_model_hparams(a->m);
-    double kv = (double)pm.kv_bytes_per_token * hp->n_layer * hr_hparams_ctx(hp, a->p.n_ctx);
+    /* a slot's context: --ctx, else as short as the planner may make it */
+    int ctx = hr_hparams_ctx(hp, a->p.n_ctx);
+    if (a->p.n_ctx <= 0 && ctx > HR_AGENT_SLOT_CTX_MIN)
+        ctx = HR_AGENT_SLOT_CTX_MIN;
+    double kv = (double)pm.kv_bytes_per_token * hp->n_layer * ctx;
     hr_prof_model_clear(&pm);
     int n = HR_AGENT_PARALLEL_DEFAULT;
     if (avail > 0 && kv > 0)

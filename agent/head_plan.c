@@ -91,6 +91,8 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
     const hr_agent *a = hd->a;
     int L = hr_model_hparams(a->m)->n_layer;
     hd->plan_seq = a->p.n_parallel; /* KV slots: --parallel, fewer below if they do not fit */
+    int ctx0 = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+    hd->plan_ctx = ctx0; /* positions per slot: --ctx, shorter below if they do not fit */
     if (a->p.windows) {
         int nw = hr_parse_windows(a->p.windows, w, HR_AGENT_MAX_DEV);
         if (nw != n)
@@ -126,18 +128,29 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         hr_sched_opts so = hr_sched_opts_default();
         so.k_fixed = a->p.k;
         int rc;
-        /* --parallel not given: fewer KV slots (requests at once) when the
-         * KV of that many does not fit beside the weights */
+        /* when the KV of that many requests at once does not fit beside the
+         * weights: --ctx not given, shorter slots first (as many requests
+         * at once, each with fewer positions, down to HR_AGENT_SLOT_CTX_MIN:
+         * a household's requests are short chats); --parallel not given,
+         * then fewer slots. One request keeps the whole context. */
+        bool ctx_auto = a->p.n_ctx <= 0;
         for (hd->plan_seq = a->p.n_parallel;; hd->plan_seq /= 2) {
-            rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
-            if (rc == 0)
-                rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
+            for (hd->plan_ctx = ctx0;; hd->plan_ctx /= 2) {
+                rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
+                if (rc == 0)
+                    rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
+                if (rc == 0 || !ctx_auto || hd->plan_seq <= 1 ||
+                    hd->plan_ctx / 2 < HR_AGENT_SLOT_CTX_MIN)
+                    break;
+            }
             if (rc == 0 || hd->plan_seq <= 1 || !hd->parallel_auto)
                 break;
         }
-        if (rc == 0 && hd->plan_seq < a->p.n_parallel)
-            HR_LOG_WARN(TAG, "plan: the KV of %d requests at once does not fit; %d at once",
-                        a->p.n_parallel, hd->plan_seq);
+        if (rc == 0 && (hd->plan_seq < a->p.n_parallel || hd->plan_ctx < ctx0))
+            HR_LOG_WARN(TAG,
+                        "plan: the KV of %d requests at once with %d positions each does not "
+                        "fit; %d at once with %d positions each",
+                        a->p.n_parallel, ctx0, hd->plan_seq, hd->plan_ctx);
         if (rc == 0) {
             *k_out = hd->sched.k;
             for (int i = 0; i < n; i++)
@@ -250,7 +263,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
     const hr_agent *a = hd->a;
     const hr_hparams *hp = hr_model_hparams(a->m);
     int rc;
-    int n_ctx = hr_hparams_ctx(hp, a->p.n_ctx);
+    int n_ctx = hd->plan_ctx > 0 ? hd->plan_ctx : hr_hparams_ctx(hp, a->p.n_ctx);
     /* what every device's PLAN shares; ring members add their window */
     const hr_msg_plan base = {.plan_id = hd->plan_id,
                               .k = k,
@@ -486,7 +499,8 @@ char *hr_head_status_json(hr_agent *a) {
                             pred ? json_real(hd->sched.compute_ms) : json_null());
         json_object_set_new(j, "pred_disk_exposed_ms_token",
                             pred ? json_real(hd->sched.disk_exposed_ms) : json_null());
-        json_object_set_new(j, "kv_slots", json_integer(hd->plan_seq)); /* requests at once */
+        json_object_set_new(j, "kv_slots", json_integer(hd->plan_seq));    /* requests at once */
+        json_object_set_new(j, "kv_slot_ctx", json_integer(hd->plan_ctx)); /* positions each */
         hr_head_adapt_json(hd, j);
     }
     pthread_mutex_unlock(&hd->dev_mu);

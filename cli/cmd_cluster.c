@@ -532,6 +532,11 @@ static void hr_print_status(json_t *j) {
     json_unpack(j, "{s?s,s?s}", "plan_source", &src, "plan_error", &perr);
     if (src[0])
         printf("plan: %s\n", src);
+    int slots = 0, slot_ctx = 0;
+    json_unpack(j, "{s?i,s?i}", "kv_slots", &slots, "kv_slot_ctx", &slot_ctx);
+    if (slots > 0 && slot_ctx > 0)
+        printf("KV slots: %d request%s at once, up to %d positions each\n", slots,
+               slots == 1 ? "" : "s", slot_ctx);
     if (perr[0] && strcmp(perr, error) != 0)
         printf("plan error: %s\n", perr);
     int n_adapt = 0, n_resc = 0, pending = 0;

@@ -317,6 +317,84 @@ static void test_parallel_fits(const char *model) {
     }
 }
 
+static char g_long_err[HR_ERR_LEN];
+
+static void long_done(void *ud, int rc, const hr_head_stats *st, const char *err) {
+    (void)st;
+    *(int *)ud = rc;
+    snprintf(g_long_err, sizeof g_long_err, "%s", err ? err : "");
+    atomic_fetch_sub(&g_slots_left, 1);
+}
+
+/* --ctx and --parallel left to the head, memory for the whole model and the
+ * KV of one slot of the full context (2048 positions): rather than one
+ * request at a time, 4 slots of 512 positions each (the same KV bytes);
+ * they serve, and a prompt longer than a slot is refused with its size. */
+static void test_slot_ctx(const char *model) {
+    const int ctx0 = 2048; /* the generated model's training context */
+    hr_prof_model pm = {0};
+    hr_sched_model sm;
+    if (model_inputs(model, ctx0, &pm, &sm)) {
+        CHECK(0);
+        return;
+    }
+    hr_prof_model_clear(&pm);
+    double need = sm.n_layer * (sm.layer_bytes + sm.kv_bytes_per_layer) + sm.output_bytes;
+    int64_t avail = (int64_t)(model_reserve(model, ctx0, true) + need) + 1;
+    hr_prof_device d;
+    fake_device(&d, "slotctx", 4.0, 0.0, avail);
+    char file[128];
+    snprintf(file, sizeof file, "%s/slotctx.json", g_dir);
+    CHECK_EQ(write_profile(&d, file), 0);
+    hr_agent_params p = agent_params(model, "slotctx", NULL, 0, 0); /* no --ctx */
+    p.wire_dtype = HR_RING_F32;
+    p.profile_file = file;
+    p.mem_limit_gib = avail / 1073741824.0;
+    agent_th ag;
+    char err[HR_ERR_LEN] = "";
+    CHECK_EQ(agent_begin(&ag, &p), 0);
+    if (!ag.a)
+        return;
+    int rc = hr_head_wait_ready(ag.a, 0, 20000, err);
+    json_t *st = head_status(ag.a);
+    int slots = (int)json_integer_value(json_object_get(st, "kv_slots"));
+    int slot_ctx = (int)json_integer_value(json_object_get(st, "kv_slot_ctx"));
+    printf("no --ctx, no --parallel: ready %d, %d KV slots of %d positions\n", rc == 0, slots,
+           slot_ctx);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(slots, 4);
+    CHECK_EQ(slot_ctx, 512);
+    json_decref(st);
+    if (rc == 0) {
+        static int32_t ids[600];
+        for (int i = 0; i < 600; i++)
+            ids[i] = 1 + (i * 37) % 900;
+        static int rcs[3] = {-1, -1, -1};
+        hr_service *svc = hr_head_service(ag.a);
+        atomic_store(&g_slots_left, 3);
+        for (int i = 0; i < 3; i++) {
+            hr_service_req q = hr_service_req_default();
+            q.ids = ids;
+            q.n_ids = i < 2 ? 8 : 600; /* the third is longer than a slot */
+            q.max_tokens = 4;
+            q.sp.temperature = 0;
+            CHECK_EQ(hr_service_submit(svc, &q, NULL, i < 2 ? slots_done : long_done, &rcs[i], NULL,
+                                       err),
+                     0);
+        }
+        double t0 = now_s();
+        while ((rcs_left() > 0) && now_s() - t0 < 20)
+            sleep_ms(10);
+        CHECK_EQ(rcs_left(), 0);
+        CHECK_EQ(rcs[0], 0);
+        CHECK_EQ(rcs[1], 0);
+        CHECK(rcs[2] != 0);
+        printf("600-token prompt: %s\n", g_long_err);
+        CHECK(strstr(g_long_err, "512") != NULL);
+    }
+    agents_end(&ag, 1);
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     char model[128];
@@ -326,6 +404,7 @@ int main(void) {
         test_live_plan(model);
         test_memory_edge(model);
         test_parallel_fits(model);
+        test_slot_ctx(model);
     }
     tmp_dir_remove(g_dir);
     return hr_check_finish("planner");
