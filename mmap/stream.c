@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -177,6 +178,14 @@ int64_t hr_stream_mapped(const hr_gguf *g, const uint64_t *off, const uint64_t *
 
 int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len) {
     int rc = 0;
+#ifdef MADV_PAGEOUT
+    /* reclaim the pages now (clean file pages no other process maps are
+     * simply dropped): under a memory limit the next tail's reads then
+     * find room at once, instead of the kernel choosing what to reclaim,
+     * which can be pages read ahead and not computed on yet */
+    if (getenv("HEARTH_EVICT_COLD") == NULL && advise(g, off, len, MADV_PAGEOUT, "PAGEOUT") == 0)
+        return advise(g, off, len, MADV_DONTNEED, "DONTNEED");
+#endif
 #ifdef MADV_COLD
     rc = advise(g, off, len, MADV_COLD, "COLD");
 #endif
