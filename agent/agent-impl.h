@@ -208,6 +208,7 @@ struct hr_agent {
     bool data_started;
     atomic_ullong canceled_req; /* frames of requests <= this are dropped */
     uint64_t plan_epoch;        /* plans applied so far (plan_mu) */
+    _Atomic int64_t plan_held;  /* bytes the applied plan's contexts and buffers hold */
 
     hr_head *head; /* a head's own state (owned); NULL on a worker */
 

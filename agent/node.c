@@ -288,6 +288,17 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     return 0;
 }
 
+/* Bytes lp's contexts and frame buffers hold (freed with the plan). */
+static int64_t hr_local_plan_held(const hr_local_plan *lp, size_t n_embd) {
+    size_t n = 0;
+    for (int r = 0; r < HR_AGENT_MAX_K; r++)
+        n += lp->ctx[r] ? hr_ctx_memory(lp->ctx[r]) : 0;
+    n += lp->out_ctx ? hr_ctx_memory(lp->out_ctx) : 0;
+    size_t B = (size_t)hr_local_plan_rows(lp);
+    n += lp->frame_cap * (lp->rx ? 2 : 1) + (lp->hid ? B * n_embd * sizeof(float) : 0);
+    return (int64_t)n;
+}
+
 static void hr_local_plan_free(hr_local_plan *lp) {
     for (int r = 0; r < HR_AGENT_MAX_K; r++)
         hr_ctx_destroy(lp->ctx[r]);
@@ -377,6 +388,11 @@ static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_m
                           double *budget, char err[HR_ERR_LEN]) {
     int64_t avail, total;
     hr_node_mem_room(&avail, &total);
+    /* a plan checked while another is applied here (the head checks its own
+     * part when it plans): the one in use frees its contexts and buffers
+     * before the new one allocates, as a worker's apply does */
+    if (lp != &a->lp && avail >= 0)
+        avail += atomic_load(&a->plan_held);
     hr_prof_model pm = {0};
     int rc = hr_prof_model_build(&pm, a->m, a->g, err);
     if (rc == 0) /* every KV slot holds n_ctx positions */
@@ -449,6 +465,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     const hr_hparams *hp = hr_model_hparams(a->m);
     a->plan_epoch++; /* fresh KV: the data thread forgets its request state */
     hr_node_stats_reset(a, np->plan_id);
+    atomic_store(&a->plan_held, 0);
     hr_local_plan_free(&a->lp);
     malloc_trim(0); /* give the old plan's freed pages back before the new one allocates */
     hr_local_plan *lp = &a->lp;
@@ -509,6 +526,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     hr_node_windows(a, lp);
     double layer_bytes, room = hr_node_stream_room(a, lp, &layer_bytes);
     hr_node_stream_plan(a, lp, room, layer_bytes); /* pins, warms the first window */
+    atomic_store(&a->plan_held, hr_local_plan_held(lp, E));
     HR_LOG_INFO(TAG,
                 "%s: plan %u: k %d, window %d layers at offset %d of %d per round, %d KV slot%s, "
                 "next %s",
