@@ -492,6 +492,10 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
         memset(lp, 0, sizeof *lp);
         return rc;
     }
+    /* the room for weights as the check saw it, before this plan's contexts
+     * exist: afterwards MemAvailable would lose the buffers they touch,
+     * which the budget takes off again as KV and reserve */
+    double layer_bytes, room = hr_node_stream_room(a, lp, &layer_bytes);
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = lp->n_ctx;
     cp.n_batch = hr_local_plan_rows(lp);
@@ -524,7 +528,6 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
         goto fail;
     }
     hr_node_windows(a, lp);
-    double layer_bytes, room = hr_node_stream_room(a, lp, &layer_bytes);
     hr_node_stream_plan(a, lp, room, layer_bytes); /* pins, warms the first window */
     atomic_store(&a->plan_held, hr_local_plan_held(lp, E));
     HR_LOG_INFO(TAG,
