@@ -92,7 +92,16 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
     int L = hr_model_hparams(a->m)->n_layer;
     hd->plan_seq = a->p.n_parallel; /* KV slots: --parallel, fewer below if they do not fit */
     int ctx0 = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
-    hd->plan_ctx = ctx0; /* positions per slot: --ctx, shorter below if they do not fit */
+    bool ctx_auto = a->p.n_ctx <= 0;
+    /* positions per slot: --ctx; without it, and without the scheduler's
+     * memory check (forced windows, no profiles), the slots share one
+     * context's worth of KV (at least HR_AGENT_SLOT_CTX_MIN each); the
+     * scheduler below tries longer ones */
+    hd->plan_ctx = ctx0;
+    if (ctx_auto && hd->plan_seq > 1) {
+        int lo = ctx0 < HR_AGENT_SLOT_CTX_MIN ? ctx0 : HR_AGENT_SLOT_CTX_MIN;
+        hd->plan_ctx = ctx0 / hd->plan_seq > lo ? ctx0 / hd->plan_seq : lo;
+    }
     if (a->p.windows) {
         int nw = hr_parse_windows(a->p.windows, w, HR_AGENT_MAX_DEV);
         if (nw != n)
@@ -133,7 +142,6 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
          * at once, each with fewer positions, down to HR_AGENT_SLOT_CTX_MIN:
          * a household's requests are short chats); --parallel not given,
          * then fewer slots. One request keeps the whole context. */
-        bool ctx_auto = a->p.n_ctx <= 0;
         for (hd->plan_seq = a->p.n_parallel;; hd->plan_seq /= 2) {
             /* every slot size that fits, down to the least: KV takes the room
              * of resident weights on a device that streams, so a shorter
