@@ -9,9 +9,10 @@
 #    architectures; checked too) - this is the pass/fail part;
 #  - with each device's best kernels (AVX2/AVX-512 head, NEON/i8mm worker)
 #    the ring is compared with both single runs and the result reported:
-#    SIMD kernels differ from each other by float summation order, and on
-#    the random-weight fixtures, whose logits have near ties, greedy text
-#    may part after some tokens.
+#    the aarch64 kernels follow the scalar float order exactly
+#    (kernels/canon-impl.h), the x86 SIMD ones differ from it by float
+#    summation order, and on the random-weight fixtures, whose logits have
+#    near ties, greedy text may part after some tokens.
 #
 #   deploy/mixed-ring.sh [MODEL ...]   (default: the shared small-llama
 #                                       q4_0 and q4_k_m fixtures)

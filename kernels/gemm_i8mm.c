@@ -8,10 +8,13 @@
  *
  * A tile is up to 4 rows x 4 tokens (2 x 2 SMMLA tiles): every weight block
  * is unpacked once for 4 tokens and every activation block interleaved once
- * for 4 rows. Block scales multiply the 2 x 2 integer tile in float (K-quant
- * sub-block scales in integers first). Rows or tokens left at an edge reuse
- * the last one (results not stored), so every shape goes through SMMLA.
- * Results equal the dotprod table's vec_dot up to float summation order.
+ * for 4 rows. A 2 x 2 integer tile holds each pair's exact block sum (K-quant
+ * sub-block scales applied in integers first), so the float part follows
+ * kernels/canon-impl.h per pair with vector operations: the block term,
+ * lane b % 16 (kept in a [16][2][2] array of 2 x 2 tiles), the fixed tree.
+ * Rows or tokens left at an edge reuse the last one (results not stored), so
+ * every shape goes through SMMLA. Results equal vec_dot (and the scalar
+ * reference) bit for bit.
  * Only reached through the table quant.c fills when AT_HWCAP2 has I8MM. */
 #define HR_NEON_HELPERS_ONLY 1
 #include "kernels/neon-impl.h"
@@ -69,8 +72,18 @@ HR_NI float m_h2f(const uint8_t *p) {
     return n_h2f(h);
 }
 
-/* out[r][t] from the 2 x 2 tiles */
-HR_NI void m_out(float out[4][4], float32x4_t acc[2][2], const int RP, const int TP) {
+/* out[r][t] from the canonical lanes of the 2 x 2 tiles (the fixed tree,
+ * per pair) */
+HR_NI void m_out(float out[4][4], float32x4_t lanes[HR_CANON_LANES][2][2], const int RP,
+                 const int TP) {
+    float32x4_t acc[2][2];
+    for (int rp = 0; rp < RP; rp++)
+        for (int tp = 0; tp < TP; tp++) {
+            for (int h = HR_CANON_LANES / 2; h >= 1; h /= 2)
+                for (int l = 0; l < h; l++)
+                    lanes[l][rp][tp] = vaddq_f32(lanes[l][rp][tp], lanes[l + h][rp][tp]);
+            acc[rp][tp] = lanes[0][rp][tp];
+        }
     for (int rp = 0; rp < RP; rp++)
         for (int tp = 0; tp < TP; tp++) {
             out[2 * rp][2 * tp] = vgetq_lane_f32(acc[rp][tp], 0);
@@ -81,8 +94,10 @@ HR_NI void m_out(float out[4][4], float32x4_t acc[2][2], const int RP, const int
 }
 
 #define M_ZERO_ACC(acc)                                                                            \
-    float32x4_t acc[2][2] = {{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)},                               \
-                             {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}}
+    float32x4_t acc[HR_CANON_LANES][2][2];                                                         \
+    for (int l_ = 0; l_ < HR_CANON_LANES; l_++)                                                    \
+        for (int k_ = 0; k_ < 4; k_++)                                                             \
+    acc[l_][k_ / 2][k_ % 2] = vdupq_n_f32(0.0f)
 
 /* ---- 32-element blocks: q4_0, q4_1, q5_0, q5_1, q8_0 --------------------- */
 
@@ -148,9 +163,11 @@ HR_NI void tile_b32(const int kind, int64_t n, const int RP, const int TP,
         for (int rp = 0; rp < RP; rp++)
             for (int tp = 0; tp < TP; tp++) {
                 const int32x4_t s = m_mmla32(&x[rp], &y[tp]);
-                acc[rp][tp] = vfmaq_f32(acc[rp][tp], vcvtq_f32_s32(s), vmulq_f32(dx[rp], dy[tp]));
+                float32x4_t t = vmulq_f32(vmulq_f32(dx[rp], dy[tp]), vcvtq_f32_s32(s));
                 if (q81)
-                    acc[rp][tp] = vfmaq_f32(acc[rp][tp], mx[rp], sy[tp]);
+                    t = vaddq_f32(t, vmulq_f32(mx[rp], sy[tp]));
+                float32x4_t *l = &acc[i % HR_CANON_LANES][rp][tp];
+                *l = vaddq_f32(*l, t);
             }
     }
     m_out(out, acc, RP, TP);
@@ -229,8 +246,10 @@ HR_NI void tile_q45_k(const bool q5, int64_t n, const int RP, const int TP,
                 const int32x4_t mins = {
                     n_kq_mins(mn[r0], yk[t0]->bsums), n_kq_mins(mn[r0], yk[t1]->bsums),
                     n_kq_mins(mn[r1], yk[t0]->bsums), n_kq_mins(mn[r1], yk[t1]->bsums)};
-                acc[rp][tp] = vfmaq_f32(acc[rp][tp], vcvtq_f32_s32(isum[rp][tp]), d);
-                acc[rp][tp] = vfmsq_f32(acc[rp][tp], vcvtq_f32_s32(mins), dm);
+                const float32x4_t t = vsubq_f32(vmulq_f32(d, vcvtq_f32_s32(isum[rp][tp])),
+                                                vmulq_f32(dm, vcvtq_f32_s32(mins)));
+                float32x4_t *l = &acc[i % HR_CANON_LANES][rp][tp];
+                *l = vaddq_f32(*l, t);
             }
     }
     m_out(out, acc, RP, TP);
@@ -276,7 +295,8 @@ HR_NI void tile_q6_k(int64_t n, const int RP, const int TP, const uint8_t *const
                 const float32x4_t d =
                     vmulq_f32(m_rows(n_h2f(x6[2 * rp]->d), n_h2f(x6[2 * rp + 1]->d)),
                               m_toks(yk[2 * tp]->d, yk[2 * tp + 1]->d));
-                acc[rp][tp] = vfmaq_f32(acc[rp][tp], vcvtq_f32_s32(isum[rp][tp]), d);
+                float32x4_t *l = &acc[i % HR_CANON_LANES][rp][tp];
+                *l = vaddq_f32(*l, vmulq_f32(d, vcvtq_f32_s32(isum[rp][tp])));
             }
     }
     m_out(out, acc, RP, TP);

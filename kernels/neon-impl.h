@@ -9,14 +9,17 @@
  * Integer dot kernels unpack a weight block into signed bytes (nibbles and
  * high bits shifted into place, the type's offset subtracted), dot it with
  * the activation bytes into s32 lanes, scale the lanes by the sub-block
- * scale in integers (K-quants) and by the block scales in float (one FMA per
- * block into float lanes), and reduce across lanes once per row. Results
- * equal the scalar reference up to float summation order; quantizers and
- * dequantizers are bit-exact (no fused multiply-add where the scalar code
- * rounds twice). Internal to kernels/. */
+ * scale in integers (K-quants), reduce each block's lanes exactly (4 blocks
+ * into one s32x4 with two ADDP steps; ADDV per K-quant super-block) and
+ * follow the float order of kernels/canon-impl.h (the 16 canonical lanes in
+ * four registers, separate multiply and add), so results equal the scalar
+ * reference bit for bit; quantizers and dequantizers are bit-exact too (no
+ * fused multiply-add where the scalar code rounds twice). Internal to
+ * kernels/. */
 #ifndef HR_KERNELS_NEON_IMPL_H
 #define HR_KERNELS_NEON_IMPL_H
 
+#include "kernels/canon-impl.h"
 #include "kernels/quant-impl.h"
 
 #include <arm_neon.h>
@@ -131,41 +134,78 @@ HR_NI void n_q6_half(const hr_block_q6_k *x, int h, uint8x16_t q[8]) {
 
 /* ---- dot products: 32-element blocks ------------------------------------ */
 
-/* sum_b dx_b*dy_b * sum_b (+ MIN, the q4_1/q5_1 term m_b * s_b); two blocks
- * per step into two float accumulators */
-#define N_DOT_BLOCKS32(NAME, XT, YT, UNPACK, MIN)                                                  \
+/* the fp16 values at p, p + stride, p + 2 stride, p + 3 stride as floats */
+HR_NI float32x4_t n_halves4(const void *p, size_t stride) {
+    const uint8_t *b = p;
+    uint16_t h[4];
+    for (int k = 0; k < 4; k++)
+        memcpy(&h[k], b + (size_t)k * stride, 2);
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+/* the 16 canonical lanes in four registers, stored for the scalar tail */
+HR_NI void n_lanes_store(float l[HR_CANON_LANES], const float32x4_t acc[4]) {
+    for (int k = 0; k < 4; k++)
+        vst1q_f32(l + 4 * k, acc[k]);
+}
+
+/* Canonical 32-element-block dot: 16 blocks per step, 4 at a time (their
+ * sums reduced into one s32x4 by two ADDPs, scaled as a vector, added to
+ * lanes 4k..4k+3); the remaining blocks one by one. MIN: 1 for the
+ * q4_1/q5_1 term m_b * s_b. */
+#define N_DOT_BLOCKS32(NAME, XT, YT, UNPACK, MIN, TERM)                                            \
     static float NAME(int64_t n, const void *w, const void *a) {                                   \
         const XT *x = w;                                                                           \
         const YT *y = a;                                                                           \
         const int64_t nb = n / 32;                                                                 \
-        float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);                            \
-        float summ = 0.0f;                                                                         \
+        float32x4_t acc[4];                                                                        \
+        for (int k = 0; k < 4; k++)                                                                \
+            acc[k] = vdupq_n_f32(0.0f);                                                            \
         int64_t i = 0;                                                                             \
-        for (; i + 1 < nb; i += 2) {                                                               \
-            const n_s8x32 u0 = UNPACK(x + i), u1 = UNPACK(x + i + 1);                              \
-            const int32x4_t s0 = n_dot32(u0.lo, u0.hi, y[i].qs);                                   \
-            const int32x4_t s1 = n_dot32(u1.lo, u1.hi, y[i + 1].qs);                               \
-            acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(s0), n_h2f(x[i].d) * n_h2f(y[i].d));            \
-            acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(s1), n_h2f(x[i + 1].d) * n_h2f(y[i + 1].d));    \
-            summ += MIN(i) + MIN(i + 1);                                                           \
+        for (; i + 16 <= nb; i += 16) {                                                            \
+            for (int k = 0; k < 4; k++) {                                                          \
+                const int64_t b = i + 4 * k;                                                       \
+                int32x4_t s[4];                                                                    \
+                for (int j = 0; j < 4; j++) {                                                      \
+                    const n_s8x32 u = UNPACK(x + b + j);                                           \
+                    s[j] = n_dot32(u.lo, u.hi, y[b + j].qs);                                       \
+                }                                                                                  \
+                const int32x4_t is = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));   \
+                const float32x4_t d =                                                              \
+                    vmulq_f32(n_halves4(&x[b].d, sizeof(XT)), n_halves4(&y[b].d, sizeof(YT)));     \
+                float32x4_t t = vmulq_f32(d, vcvtq_f32_s32(is));                                   \
+                if (MIN)                                                                           \
+                    t = vaddq_f32(t, vmulq_f32(n_halves4(&x[b].MINF, sizeof(XT)),                  \
+                                               n_halves4(&y[b].MINA, sizeof(YT))));                \
+                acc[k] = vaddq_f32(acc[k], t);                                                     \
+            }                                                                                      \
         }                                                                                          \
+        float l[HR_CANON_LANES];                                                                   \
+        n_lanes_store(l, acc);                                                                     \
         for (; i < nb; i++) {                                                                      \
-            const n_s8x32 u0 = UNPACK(x + i);                                                      \
-            const int32x4_t s0 = n_dot32(u0.lo, u0.hi, y[i].qs);                                   \
-            acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(s0), n_h2f(x[i].d) * n_h2f(y[i].d));            \
-            summ += MIN(i);                                                                        \
+            const n_s8x32 u = UNPACK(x + i);                                                       \
+            const int32_t is = vaddvq_s32(n_dot32(u.lo, u.hi, y[i].qs));                           \
+            l[i % HR_CANON_LANES] += TERM(x + i, y + i, is);                                       \
         }                                                                                          \
-        return vaddvq_f32(vaddq_f32(acc0, acc1)) + summ;                                           \
+        return hr_canon_reduce(l);                                                                 \
     }
 
-#define N_NO_MIN(i) 0.0f
-#define N_MIN(i) (n_h2f(x[i].m) * n_h2f(y[i].s))
-
-N_DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, n_unpack_q4_0, N_NO_MIN)
-N_DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, n_unpack_q5_0, N_NO_MIN)
-N_DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, n_unpack_q8_0, N_NO_MIN)
-N_DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, n_unpack_q4_1, N_MIN)
-N_DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, n_unpack_q5_1, N_MIN)
+#define N_TERM(xb, yb, is) hr_canon_t32(n_h2f((xb)->d), n_h2f((yb)->d), is)
+#define N_TERM_MIN(xb, yb, is)                                                                     \
+    hr_canon_t32m(n_h2f((xb)->d), n_h2f((yb)->d), is, n_h2f((xb)->m), n_h2f((yb)->s))
+#define MINF d
+#define MINA d
+N_DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, n_unpack_q4_0, 0, N_TERM)
+N_DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, n_unpack_q5_0, 0, N_TERM)
+N_DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, n_unpack_q8_0, 0, N_TERM)
+#undef MINF
+#undef MINA
+#define MINF m
+#define MINA s
+N_DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, n_unpack_q4_1, 1, N_TERM_MIN)
+N_DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, n_unpack_q5_1, 1, N_TERM_MIN)
+#undef MINF
+#undef MINA
 
 /* ---- dot products: K-quants x Q8_K --------------------------------------- */
 
@@ -176,8 +216,8 @@ HR_NI float n_dot_q45_k(const bool q5, int64_t n, const void *w, const void *a) 
     const size_t xb = q5 ? sizeof(hr_block_q5_k) : sizeof(hr_block_q4_k);
     const int64_t nb = n / HR_QK_K;
     const uint8x16_t m4 = vdupq_n_u8(0x0f), b4 = vdupq_n_u8(0x10);
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    float accm = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *xi = (const uint8_t *)w + (size_t)i * xb;
         const hr_block_q4_k *x4 = (const hr_block_q4_k *)xi; /* d, dmin, scales lead both */
@@ -206,11 +246,10 @@ HR_NI float n_dot_q45_k(const bool q5, int64_t n, const void *w, const void *a) 
             sumi = vmlaq_n_s32(sumi, n_dot32(n_s8(la), n_s8(lb), q8), sc[2 * c]);
             sumi = vmlaq_n_s32(sumi, n_dot32(n_s8(ha), n_s8(hb), q8 + 32), sc[2 * c + 1]);
         }
-        const float d = y[i].d * n_h2f(x4->d), dmin = y[i].d * n_h2f(x4->dmin);
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
-        accm += dmin * (float)n_kq_mins(mn, y[i].bsums);
+        acc[i % HR_CANON_LANES] += hr_canon_tk(y[i].d, n_h2f(x4->d), n_h2f(x4->dmin),
+                                               vaddvq_s32(sumi), n_kq_mins(mn, y[i].bsums));
     }
-    return vaddvq_f32(acc) - accm;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q4_k(int64_t n, const void *w, const void *a) {
@@ -228,7 +267,8 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
     const hr_block_q8_k *y = a;
     const int64_t nb = n / HR_QK_K;
     const int8x16_t o32 = vdupq_n_s8(32);
-    float32x4_t acc = vdupq_n_f32(0.0f);
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < nb; i++) {
         int32x4_t sumi = vdupq_n_s32(0);
         for (int h = 0; h < 2; h++) {
@@ -241,9 +281,9 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
                 sumi = vmlaq_n_s32(sumi, p, sc[g]);
             }
         }
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), y[i].d * n_h2f(x[i].d));
+        acc[i % HR_CANON_LANES] += hr_canon_tk6(y[i].d, n_h2f(x[i].d), vaddvq_s32(sumi));
     }
-    return vaddvq_f32(acc);
+    return hr_canon_reduce(acc);
 }
 
 /* ---- dot products: F32 / F16 / BF16 x F32 -------------------------------- */
@@ -256,21 +296,20 @@ HR_NI float32x4_t n_load_bf16x4(const uint16_t *p) {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
 }
 
+/* canonical lanes: element i to lane i % 16 (four registers) */
 #define N_DOT_F_BODY(LOAD4, SCALAR)                                                                \
-    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;                                 \
+    float32x4_t s[4];                                                                              \
+    for (int k = 0; k < 4; k++)                                                                    \
+        s[k] = vdupq_n_f32(0.0f);                                                                  \
     int64_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16) {                                                                 \
-        s0 = vfmaq_f32(s0, LOAD4(x + i), vld1q_f32(y + i));                                        \
-        s1 = vfmaq_f32(s1, LOAD4(x + i + 4), vld1q_f32(y + i + 4));                                \
-        s2 = vfmaq_f32(s2, LOAD4(x + i + 8), vld1q_f32(y + i + 8));                                \
-        s3 = vfmaq_f32(s3, LOAD4(x + i + 12), vld1q_f32(y + i + 12));                              \
-    }                                                                                              \
-    for (; i + 4 <= n; i += 4)                                                                     \
-        s0 = vfmaq_f32(s0, LOAD4(x + i), vld1q_f32(y + i));                                        \
-    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));                       \
+    for (; i + 16 <= n; i += 16)                                                                   \
+        for (int k = 0; k < 4; k++)                                                                \
+            s[k] = vaddq_f32(s[k], vmulq_f32(LOAD4(x + i + 4 * k), vld1q_f32(y + i + 4 * k)));     \
+    float l[HR_CANON_LANES];                                                                       \
+    n_lanes_store(l, s);                                                                           \
     for (; i < n; i++)                                                                             \
-        sum += SCALAR(x[i]) * y[i];                                                                \
-    return sum;
+        l[i % HR_CANON_LANES] += SCALAR(x[i]) * y[i];                                              \
+    return hr_canon_reduce(l);
 
 #define N_LOAD_F32(p) vld1q_f32(p)
 #define N_SCALAR_F32(v) (v)

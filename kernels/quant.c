@@ -61,6 +61,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void fill_scalar(hr_kernels *k) {
     memset(k, 0, sizeof(*k));
     k->isa = HR_ISA_SCALAR;
+    k->canonical = true; /* the reference order itself */
     for (int t = 0; t < HR_TYPE_COUNT; t++) {
         const hr_type_traits *tt = hr_type_get(t);
         if (!tt)
@@ -179,6 +180,8 @@ static void init_tables(void) {
 #if HR_X86
     if (avx2) {
         derive(HR_ISA_AVX2, HR_ISA_SCALAR);
+        /* the x86 kernels keep their own (faster) float order */
+        g_tables[HR_ISA_AVX2].canonical = false;
         hr_quant_fill_avx2(&g_tables[HR_ISA_AVX2]);
         hr_gemm_fill_avx2(&g_tables[HR_ISA_AVX2]);
         drop_stale_dotn(&g_tables[HR_ISA_AVX2], &g_tables[HR_ISA_SCALAR]);

@@ -9,8 +9,13 @@
  * gemm_i8mm.c). hr_kernels_best() picks by CPU at run time (cpuid on x86,
  * getauxval(AT_HWCAP / AT_HWCAP2) on aarch64), and hr_kernels_for_isa()
  * exposes each so tests compare SIMD against scalar. SIMD dequantizers and
- * activation quantizers are bit-exact with the scalar ones; SIMD dot products
- * differ only by float summation order. Setting HR_ISA in the environment to
+ * activation quantizers are bit-exact with the scalar ones. Dot products,
+ * tiles and multi-column kernels of the scalar and aarch64 tables follow one
+ * float order (kernels/canon-impl.h), so those tables give bit-identical
+ * results and a model's logits do not depend on which of them ran it; the
+ * x86 tables (AVX2, AVX-512) keep a faster order of their own and differ
+ * from scalar by float summation order (hr_kernels.canonical tells which).
+ * Setting HR_ISA in the environment to
  * the name of a table this CPU can run (scalar, avx2, avx512, neon, dotprod,
  * i8mm) makes hr_kernels_best() return it (debugging, benchmarks, tests of
  * each path); an unknown or unavailable name is ignored with a warning.
@@ -20,6 +25,7 @@
 
 #include "kernels/types.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +44,8 @@ typedef enum {
  * for r < nr weight rows and t < nt activation rows (any nr, nt >= 0;
  * strides in bytes for w and a, in floats for y). SIMD versions unpack each
  * weight block once for several tokens and load each activation block once
- * for several rows; results equal vec_dot up to float summation order. */
+ * for several rows; results equal vec_dot bit for bit in a canonical table,
+ * up to float summation order in the others. */
 typedef void (*hr_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t w_stride, const void *a,
                            size_t a_stride, float *y, size_t y_stride);
 
@@ -61,6 +68,10 @@ typedef struct {
     hr_vec_dot_fn vec_dot[HR_TYPE_COUNT];     /* indexed by the weight type */
     hr_gemm_fn gemm[HR_TYPE_COUNT];           /* tile kernels; NULL: use hr_gemm_tile */
     hr_vec_dot_n_fn vec_dot_n[HR_TYPE_COUNT]; /* NULL: hr_vec_dot_n loops vec_dot */
+    /* true: vec_dot, gemm and vec_dot_n follow kernels/canon-impl.h and
+     * equal the scalar table's bit for bit (scalar, neon, dotprod, i8mm);
+     * false: up to float summation order (avx2, avx512) */
+    bool canonical;
 } hr_kernels;
 
 /* The best table this CPU can run (detected once, cached). Thread-safe. */

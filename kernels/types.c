@@ -3,10 +3,13 @@
  * product. Depends on libc/libm only.
  *
  * The scalar kernels define the semantics: the SIMD files must agree with
- * them (exactly for dequant and activation quantizers, up to float summation
- * order for dot products). Activation quantizers follow ggml's reference
- * ones so logits stay comparable with llama.cpp. A new weight type is a row
- * at the end of this file plus its kernels above it. */
+ * them exactly for dequant and activation quantizers, and for dot products
+ * on the paths that follow the float order of kernels/canon-impl.h (the
+ * aarch64 ones; the x86 ones up to float summation order). Activation
+ * quantizers follow ggml's reference ones so logits stay comparable with
+ * llama.cpp. A new weight type is a row at the end of this file plus its
+ * kernels above it. */
+#include "kernels/canon-impl.h"
 #include "kernels/types-impl.h"
 
 #include <float.h>
@@ -528,63 +531,68 @@ static void quant_q6_k(const float *src, void *dst, int64_t n) {
 
 /* ---- scalar dot products ------------------------------------------------- */
 
+/* The reference for every ISA: integer sums per block, then the order of
+ * kernels/canon-impl.h (fixed block term, 16 lanes, fixed tree), which the
+ * aarch64 kernels reproduce bit for bit. */
+
+#define DOT_FLOAT(NAME, CONV)                                                                      \
+    static float NAME(int64_t n, const void *w, const void *a) {                                   \
+        const uint16_t *x = w;                                                                     \
+        const float *y = a;                                                                        \
+        float acc[HR_CANON_LANES];                                                                 \
+        hr_canon_zero(acc);                                                                        \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            acc[i % HR_CANON_LANES] += CONV(x[i]) * y[i];                                          \
+        return hr_canon_reduce(acc);                                                               \
+    }
+
 static float dot_f32(int64_t n, const void *w, const void *a) {
     const float *x = w, *y = a;
-    double s = 0;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * y[i];
-    return (float)s;
+        acc[i % HR_CANON_LANES] += x[i] * y[i];
+    return hr_canon_reduce(acc);
 }
 
-static float dot_f16(int64_t n, const void *w, const void *a) {
-    const uint16_t *x = w;
-    const float *y = a;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)hr_fp16_to_fp32(x[i]) * y[i];
-    return (float)s;
-}
-
-static float dot_bf16(int64_t n, const void *w, const void *a) {
-    const uint16_t *x = w;
-    const float *y = a;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)hr_bf16_to_fp32(x[i]) * y[i];
-    return (float)s;
-}
+DOT_FLOAT(dot_f16, hr_fp16_to_fp32)
+DOT_FLOAT(dot_bf16, hr_bf16_to_fp32)
 
 static float dot_q4_0(int64_t n, const void *w, const void *a) {
     const hr_block_q4_0 *x = w;
     const hr_block_q8_0 *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK4_0; i++) {
         int sumi = 0;
         for (int j = 0; j < 16; j++)
             sumi +=
                 ((x[i].qs[j] & 15) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
+        acc[i % HR_CANON_LANES] += hr_canon_t32(FP16(x[i].d), FP16(y[i].d), sumi);
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q4_1(int64_t n, const void *w, const void *a) {
     const hr_block_q4_1 *x = w;
     const hr_block_q8_1 *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK4_1; i++) {
         int sumi = 0;
         for (int j = 0; j < 16; j++)
             sumi += (x[i].qs[j] & 15) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d)) + FP16(x[i].m) * FP16(y[i].s);
+        acc[i % HR_CANON_LANES] +=
+            hr_canon_t32m(FP16(x[i].d), FP16(y[i].d), sumi, FP16(x[i].m), FP16(y[i].s));
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q5_0(int64_t n, const void *w, const void *a) {
     const hr_block_q5_0 *x = w;
     const hr_block_q8_0 *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK5_0; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
@@ -594,15 +602,16 @@ static float dot_q5_0(int64_t n, const void *w, const void *a) {
             const int q1 = ((x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
             sumi += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
         }
-        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
+        acc[i % HR_CANON_LANES] += hr_canon_t32(FP16(x[i].d), FP16(y[i].d), sumi);
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q5_1(int64_t n, const void *w, const void *a) {
     const hr_block_q5_1 *x = w;
     const hr_block_q8_1 *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK5_1; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
@@ -612,22 +621,24 @@ static float dot_q5_1(int64_t n, const void *w, const void *a) {
             const int q1 = (x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
             sumi += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
         }
-        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d)) + FP16(x[i].m) * FP16(y[i].s);
+        acc[i % HR_CANON_LANES] +=
+            hr_canon_t32m(FP16(x[i].d), FP16(y[i].d), sumi, FP16(x[i].m), FP16(y[i].s));
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q8_0(int64_t n, const void *w, const void *a) {
     const hr_block_q8_0 *x = w;
     const hr_block_q8_0 *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK8_0; i++) {
         int sumi = 0;
         for (int j = 0; j < HR_QK8_0; j++)
             sumi += x[i].qs[j] * y[i].qs[j];
-        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
+        acc[i % HR_CANON_LANES] += hr_canon_t32(FP16(x[i].d), FP16(y[i].d), sumi);
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 /* sum_j mn[j] * (sum of the 32 activations of sub-block j), from bsums */
@@ -641,7 +652,8 @@ static int kq_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
 static float dot_q4_k(int64_t n, const void *w, const void *a) {
     const hr_block_q4_k *x = w;
     const hr_block_q8_k *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK_K; i++) {
         uint8_t sc[8], mn[8];
         hr_kq_unpack_scales(x[i].scales, sc, mn);
@@ -657,15 +669,16 @@ static float dot_q4_k(int64_t n, const void *w, const void *a) {
             sumi += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
         }
         const int summ = kq_min_term(mn, y[i].bsums);
-        sum += y[i].d * FP16(x[i].d) * (float)sumi - y[i].d * FP16(x[i].dmin) * (float)summ;
+        acc[i % HR_CANON_LANES] += hr_canon_tk(y[i].d, FP16(x[i].d), FP16(x[i].dmin), sumi, summ);
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q5_k(int64_t n, const void *w, const void *a) {
     const hr_block_q5_k *x = w;
     const hr_block_q8_k *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK_K; i++) {
         uint8_t sc[8], mn[8];
         hr_kq_unpack_scales(x[i].scales, sc, mn);
@@ -683,15 +696,16 @@ static float dot_q5_k(int64_t n, const void *w, const void *a) {
             sumi += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
         }
         const int summ = kq_min_term(mn, y[i].bsums);
-        sum += y[i].d * FP16(x[i].d) * (float)sumi - y[i].d * FP16(x[i].dmin) * (float)summ;
+        acc[i % HR_CANON_LANES] += hr_canon_tk(y[i].d, FP16(x[i].d), FP16(x[i].dmin), sumi, summ);
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 static float dot_q6_k(int64_t n, const void *w, const void *a) {
     const hr_block_q6_k *x = w;
     const hr_block_q8_k *y = a;
-    float sum = 0.0f;
+    float acc[HR_CANON_LANES];
+    hr_canon_zero(acc);
     for (int64_t i = 0; i < n / HR_QK_K; i++) {
         int sumi = 0;
         for (int h = 0; h < 2; h++) {
@@ -708,9 +722,9 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
             for (int g = 0; g < 8; g++)
                 sumi += sc[g] * s[g];
         }
-        sum += y[i].d * FP16(x[i].d) * (float)sumi;
+        acc[i % HR_CANON_LANES] += hr_canon_tk6(y[i].d, FP16(x[i].d), sumi);
     }
-    return sum;
+    return hr_canon_reduce(acc);
 }
 
 /* ---- the table ---------------------------------------------------------- */
