@@ -458,7 +458,7 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
     CHECK((double)kept <= resident + 1e-9 || resident >= 1e300);
     CHECK(max_tail > 0);
     CHECK_EQ(hr_stream_pump_plan(pp, part, k, buffer, flags), 0);
-    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    CHECK_EQ(hr_stream_pump_wait(pp, 60000), 0);
     /* a page per window of page rounding, and the kernel's fault-around at
      * both ends of the buffer: a fault on a file mapping also maps the
      * cached pages of its aligned 64 KiB block (fault_around_bytes) */
@@ -503,7 +503,7 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
                 int64_t m = tails_mapped(g, part, k);
                 worst = m > worst ? m : worst;
                 hr_stream_pump_layer_done(pp, l);
-                CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+                CHECK_EQ(hr_stream_pump_wait(pp, 60000), 0);
                 m = tails_mapped(g, part, k);
                 worst = m > worst ? m : worst;
                 /* what the compute passed is dropped when the tail slides */
@@ -515,7 +515,7 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
                 }
             }
             hr_stream_pump_window_done(pp, r);
-            CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+            CHECK_EQ(hr_stream_pump_wait(pp, 60000), 0);
             int64_t m = tails_mapped(g, part, k);
             worst = m > worst ? m : worst;
             if (k > 1) { /* its tail is gone, the next one's start is in */
@@ -597,7 +597,7 @@ static void pump_race(int k, int w, double resident, uint64_t buffer, uint64_t l
     }
     CHECK_EQ(hr_stream_split_resident(part, k, resident), 0);
     CHECK_EQ(hr_stream_pump_plan(pp, part, k, buffer, HR_STREAM_PREFETCH | HR_STREAM_DROP), 0);
-    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    CHECK_EQ(hr_stream_pump_wait(pp, 60000), 0);
     race_arg ra = {.g = g, .pp = pp, .part = part, .k = k, .w = w, .tokens = 20};
     atomic_init(&ra.done, 0);
     pthread_t th;
@@ -612,7 +612,7 @@ static void pump_race(int k, int w, double resident, uint64_t buffer, uint64_t l
         nanosleep(&ts, NULL);
     }
     pthread_join(th, NULL);
-    CHECK_EQ(hr_stream_pump_wait(pp, 10000), 0);
+    CHECK_EQ(hr_stream_pump_wait(pp, 60000), 0);
     hr_stream_pump_stats st;
     hr_stream_pump_get_stats(pp, &st);
     int64_t lim = (int64_t)(buffer + 2 * layer + pg * (uint64_t)k) + 2 * FAULT_AROUND;
