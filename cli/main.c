@@ -20,7 +20,8 @@
       "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]")                                        \
     X(tokenize, "print the token ids of TEXT on one line",                                         \
       "tokenize -m MODEL [--bos] [--special] TEXT | -f FILE")                                      \
-    X(info, "architecture, sizes, tensor types", "info -m MODEL [--kv]")                           \
+    X(info, "compute devices; a model's architecture, sizes, tensor types",                        \
+      "info [-m MODEL] [--kv]")                                                                    \
     X(mkmodel, "write a random-weight model",                                                      \
       "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"           \
       "       [--embd N --layers N --heads N --heads-kv N --ffn N --vocab-size N] [--seed S]")     \
