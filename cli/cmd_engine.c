@@ -51,10 +51,12 @@ typedef struct {
     hr_model *m;
     hr_tokenizer *tok;
     hr_ctx *ctx;
+    hr_vk *vk; /* the device of --gpu-layers, or NULL */
 } hr_engine;
 
 static void hr_engine_close(hr_engine *e) {
     hr_ctx_destroy(e->ctx);
+    hr_vk_destroy(e->vk);
     hr_tokenizer_destroy(e->tok);
     hr_model_free(e->m);
     hr_gguf_close(e->g);
@@ -91,6 +93,19 @@ static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_bat
     cp.n_threads_decode = o->threads_decode;
     cp.n_groups = o->numa ? -1 : o->groups;
     cp.tp_reduce = o->tp_reduce;
+    if (o->gpu_layers > 0) {
+        int idx = -1, n_layer = hr_model_hparams(e->m)->n_layer;
+        if (hr_vk_pick(o->gpu, &idx, err))
+            return hr_cli_fail("%s", err);
+        if (idx < 0)
+            return hr_cli_fail("--gpu-layers %d: no GPU chosen (a software device such as "
+                               "lavapipe needs --gpu N or --gpu any)",
+                               o->gpu_layers);
+        if (!e->vk && hr_vk_create(&e->vk, idx, err))
+            return hr_cli_fail("GPU %d: %s", idx, err);
+        cp.vk = e->vk;
+        cp.n_gpu = o->gpu_layers < n_layer ? o->gpu_layers : n_layer;
+    }
     int rc = hr_ctx_create(&e->ctx, e->m, &cp, err);
     if (rc)
         return hr_cli_fail("%s", err);
