@@ -8,6 +8,7 @@
  * exits 77 when there is no Vulkan device or the build has no backend. */
 #include "tests/check.h"
 
+#include "common/sync.h"
 #include "gpu/vk.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
@@ -15,6 +16,8 @@
 #include "mmap/gguf.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "profiler/profiler.h"
+#include "sched/sched.h"
 
 #include <jansson.h>
 
@@ -533,6 +536,121 @@ static void test_ctx_refusals(hr_vk *vk) {
     hr_gguf_close(g);
 }
 
+/* ---- profiler and planner: the device measured, its layers planned ---- */
+
+/* Plans model m on one device d (the head); returns the plan's GPU layers. */
+static int plan_gpu_layers(const hr_sched_model *sm, const hr_sched_device *d, double *lat) {
+    hr_sched_plan plan;
+    char err[HR_ERR_LEN] = "";
+    hr_sched_opts so = hr_sched_opts_default();
+    int rc = hr_sched_solve(sm, d, 1, &so, &plan, err);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "plan: %s\n", err);
+        return -1;
+    }
+    *lat = plan.latency_ms;
+    return plan.dev[0].n_gpu;
+}
+
+static void test_planner(int vk_index) {
+    char path[512], err[HR_ERR_LEN] = "";
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    hr_prof_model pm = {0};
+    if (hr_gguf_open(&g, hr_shared_path("models/small-llama-q4_k_m.gguf", path, sizeof path),
+                     err) ||
+        hr_model_load(&m, g, err) || hr_prof_model_build(&pm, m, g, err)) {
+        fprintf(stderr, "planner: %s\n", err);
+        CHECK(false);
+        hr_model_free(m);
+        hr_gguf_close(g);
+        return;
+    }
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_prof_params pp = hr_prof_params_default();
+    pp.quick = true;
+    pp.use_cache = false;
+    char spec[16];
+    snprintf(spec, sizeof spec, "%d", vk_index);
+    pp.gpu = spec;
+    pp.n_types = hr_prof_model_types(&pm, pp.types, HR_PROF_MAX_TYPES);
+    pp.threads[0] = 1;
+    pp.n_threads = 1;
+    pp.row_len = hp->n_embd;
+    pp.ffn_len = hp->n_ff;
+    hr_prof_device *d = calloc(1, sizeof *d);
+    CHECK_EQ(hr_prof_device_measure(d, &pp, err), 0);
+    const hr_prof_gpu *gp = hr_prof_device_gpu(d);
+    CHECK(gp != NULL);
+    if (!gp) {
+        fprintf(stderr, "planner: no GPU rates (%s)\n", err);
+        goto done;
+    }
+    CHECK_EQ(gp->n_rates, pp.n_types); /* every weight type of the model */
+    CHECK(gp->vram_bytes > 0 && gp->h2d_gbs > 0 && gp->d2h_gbs > 0 && gp->submit_us > 0);
+    for (int i = 0; i < gp->n_rates; i++)
+        CHECK(gp->rates[i].matvec_gbs > 0 && gp->rates[i].matmat_gflops > 0);
+    hr_sched_model sm;
+    hr_sched_device sd;
+    hr_prof_sched_params sp = hr_prof_sched_params_default();
+    sp.is_head = true;
+    sp.n_ctx = 256;
+    CHECK_EQ(hr_prof_to_sched_model(&pm, sp.n_ctx, &sm, err), 0);
+    CHECK_EQ(hr_prof_to_sched_device(d, &pm, NULL, &sp, &sd, err), 0);
+    CHECK(sd.vram_bytes > 0 && sd.t_layer_gpu_ms > 0);
+    double lat = 0, cpu_ms = sd.decode_ms[0];
+    int ng = plan_gpu_layers(&sm, &sd, &lat);
+    printf("planner: %s %.3f ms per GPU layer, CPU %.3f ms per layer: %d of %d layers on the "
+           "GPU (%.3f ms per token)\n",
+           gp->name, sd.t_layer_gpu_ms, cpu_ms, ng, hp->n_layer, lat);
+    if (sd.t_layer_gpu_ms > cpu_ms)
+        CHECK_EQ(ng, 0); /* a slower device (lavapipe here) gets no layers */
+    else
+        CHECK(ng > 0);
+    /* The same device made 100 times faster than the CPU takes every layer,
+     * and only as many as its memory holds when that is short. */
+    hr_sched_device fast = sd;
+    fast.t_layer_gpu_ms = cpu_ms / 100;
+    CHECK_EQ(plan_gpu_layers(&sm, &fast, &lat), hp->n_layer);
+    fast.vram_bytes = 2.5 * (sm.layer_bytes + sm.kv_bytes_per_layer);
+    CHECK_EQ(plan_gpu_layers(&sm, &fast, &lat), 2);
+
+    /* prediction check: a decode step through every layer on the device
+     * against hr_prof_gpu_window_ms */
+    hr_vk *vk = NULL;
+    CHECK_EQ(hr_vk_create(&vk, gp->index, err), 0);
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 64;
+    cp.n_batch = 1;
+    cp.vk = vk;
+    cp.n_gpu = hp->n_layer;
+    hr_ctx *c = NULL;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+    float *h = calloc((size_t)hp->n_embd, sizeof(float));
+    int32_t id = 1;
+    double best = 1e30;
+    for (int pos = 0; c && pos < 8; pos++) {
+        CHECK_EQ(hr_model_embed(m, &id, 1, h, err), 0);
+        double t0 = hr_now_s();
+        CHECK_EQ(hr_ctx_layers(c, h, 1, pos, err), 0);
+        double ms = (hr_now_s() - t0) * 1e3;
+        best = ms < best ? ms : best;
+    }
+    double pred = hr_prof_gpu_window_ms(gp, &pm, 0, hp->n_layer);
+    printf("planner: %d GPU layers: measured %.3f ms per decode step, predicted %.3f ms\n",
+           hp->n_layer, best, pred);
+    CHECK(pred > 0 && best < 10 * pred && pred < 10 * best); /* a loose bound: load varies */
+    free(h);
+    hr_ctx_destroy(c);
+    hr_vk_destroy(vk);
+done:
+    free(d);
+    hr_prof_model_clear(&pm);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
 int main(void) {
     hr_env e = {0};
     if (!hr_vk_built()) {
@@ -565,6 +683,7 @@ int main(void) {
     test_ctx_refusals(e.vk);
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         test_fixture(e.vk, &fixtures[i]);
+    test_planner(idx);
     hr_vk_set_destroy(e.vk, e.set);
     hr_vk_buf_destroy(e.vk, e.w);
     hr_vk_buf_destroy(e.vk, e.x);
