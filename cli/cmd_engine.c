@@ -95,6 +95,8 @@ static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_bat
     cp.tp_reduce = o->tp_reduce;
     if (o->gpu_layers > 0) {
         int idx = -1, n_layer = hr_model_hparams(e->m)->n_layer;
+        if (!hr_vk_built())
+            return hr_cli_fail("--gpu-layers: this hearth was built without Vulkan");
         if (hr_vk_pick(o->gpu, &idx, err))
             return hr_cli_fail("%s", err);
         if (idx < 0)

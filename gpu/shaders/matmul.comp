@@ -1,21 +1,23 @@
 #version 450
 // matmul.comp - y[t][r] = W[r] . a[t] for up to 8 tokens per workgroup
-// (gl_WorkGroupID.y picks the group of 8), one weight row per workgroup
-// (wg_row()): each invocation takes 32-value chunks of the row, unpacks the
-// chunk's weights once and dots them with every token's activations, then
-// the workgroup sums its partials. Built once per weight type (-DT_Q4_0 ...).
+// (gl_WorkGroupID.y picks the group of 8) and 4 weight rows per workgroup
+// (wg_row() * 4 + one row per 32 invocations): each invocation takes 32-value
+// chunks of its row, unpacks the chunk's weights once and dots them with
+// every token's activations, then the row's 32 invocations sum their
+// partials. Built once per weight type (-DT_Q4_0 ...).
 // Quantized types dot integer weights with the 8-bit activations of
 // quant.comp (the Q8_0 / Q8_1 / Q8_K pairing of kernels/types.h), so the
 // integer sums are those of the scalar reference kernels; F32 / F16 / BF16
 // dot f32 activations ([n_tok][n_in]). W rows start at w_off bytes, row_bytes
 // apart (byte layouts: kernels/types-impl.h).
 #include "common.glsl"
-layout(local_size_x = 32) in;
+layout(local_size_x = 128) in;
 layout(push_constant) uniform PC {
     uint n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
 } p;
 #define NC 8u
-shared float red[NC][32];
+#define RPW 4u // rows per workgroup
+shared float red[RPW][NC][32];
 
 #if defined(T_F32) || defined(T_F16) || defined(T_BF16)
 #define FLOAT_W
@@ -174,11 +176,11 @@ float dot_col(uint t, uint c) {
 #endif
 
 void main() {
-    uint r = wg_row(), tid = gl_LocalInvocationID.x;
-    if (r >= p.n_out)
-        return;
+    uint sub = gl_LocalInvocationID.x / 32u, tid = gl_LocalInvocationID.x % 32u;
+    uint r = wg_row() * RPW + sub;
+    bool live = r < p.n_out; // rows past the end still join the barriers
     uint t0 = gl_WorkGroupID.y * NC, nt = min(NC, p.n_tok - t0);
-    uint rb = p.w_off + r * p.row_bytes, chunks = (p.n_in + 31u) / 32u;
+    uint rb = p.w_off + r * p.row_bytes, chunks = live ? (p.n_in + 31u) / 32u : 0u;
     float acc[NC];
     for (uint t = 0u; t < NC; t++)
         acc[t] = 0.0;
@@ -188,14 +190,14 @@ void main() {
             acc[t] += dot_col(t0 + t, c);
     }
     for (uint t = 0u; t < NC; t++)
-        red[t][tid] = acc[t];
+        red[sub][t][tid] = acc[t];
     barrier();
     for (uint s = 16u; s > 0u; s >>= 1) {
         if (tid < s)
             for (uint t = 0u; t < NC; t++)
-                red[t][tid] += red[t][tid + s];
+                red[sub][t][tid] += red[sub][t][tid + s];
         barrier();
     }
-    if (tid < nt)
-        xs(p.y_off + (t0 + tid) * p.y_stride + r, red[tid][0]);
+    if (live && tid < nt)
+        xs(p.y_off + (t0 + tid) * p.y_stride + r, red[sub][tid][0]);
 }
