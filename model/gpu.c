@@ -32,7 +32,7 @@ struct hr_gpu_win {
     hr_vk *vk;
     const hr_hparams *hp;
     const float *rope_freqs;
-    int n, n_ctx, n_batch;
+    int n, n_ctx, n_batch, n_seq;
     hr_gpu_layer *L; /* [n] */
     hr_vk_buf *x;    /* work buffer */
     hr_vk_buf *io;   /* host-visible: hidden in/out + RoPE table */
@@ -86,7 +86,7 @@ static int hr_gpu_layer_upload(hr_gpu_win *g, hr_gpu_layer *L, const hr_layer_we
 
 int hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
                       const hr_layer_weights *layers, int il0, int n, const float *rope_freqs,
-                      int n_ctx, int n_batch, char err[HR_ERR_LEN]) {
+                      int n_ctx, int n_batch, int n_seq, char err[HR_ERR_LEN]) {
     *out = NULL;
     if (hp->head_dim > 1024)
         return hr_seterr(err, HR_EUNSUPPORTED, "head dimension %d above the GPU kernel's 1024",
@@ -102,6 +102,7 @@ int hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
     g->n = n;
     g->n_ctx = n_ctx;
     g->n_batch = n_batch;
+    g->n_seq = n_seq < 1 ? 1 : n_seq;
     uint64_t B = (uint64_t)n_batch, E = (uint64_t)hp->n_embd, D = (uint64_t)hp->head_dim;
     uint64_t QD = (uint64_t)hp->n_head * D, KD = (uint64_t)hp->n_head_kv * D,
              F = (uint64_t)hp->n_ff;
@@ -132,7 +133,14 @@ int hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
         (rc = hr_vk_buf_create(vk, &g->io, (size_t)B * (E + rot) * 4, true, err)))
         goto fail;
     g->bytes = (size_t)o * 4;
-    size_t kv_bytes = 2 * (size_t)n_ctx * (size_t)KD * sizeof(uint16_t);
+    size_t kv_bytes = 2 * (size_t)g->n_seq * (size_t)n_ctx * (size_t)KD * sizeof(uint16_t);
+    if (kv_bytes / 4 >= (1ull << 32) || kv_bytes > hr_vk_info(vk)->max_storage_range) {
+        rc = hr_seterr(err, HR_ERANGE,
+                       "GPU KV cache of %d x %d positions too large for one "
+                       "buffer binding",
+                       g->n_seq, n_ctx);
+        goto fail;
+    }
     for (int i = 0; i < n; i++)
         if ((rc = hr_gpu_layer_upload(g, &g->L[i], &layers[il0 + i], kv_bytes, err)))
             goto fail;
@@ -188,8 +196,10 @@ static int hr_gpu_mm(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *w, u
                         (uint32_t)w->n_out);
 }
 
-/* Records one layer over the n tokens in the work buffer's h region. */
-static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, int pos) {
+/* Records one layer over the n rows in the work buffer's h region: rows
+ * in runs of run_len[i] consecutive positions from pos[i] of KV slot seq[i]. */
+static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, const int *seq,
+                               const int *pos, const int *run_len, int n_runs) {
     const hr_hparams *hp = g->hp;
     const hr_layer_weights *W = &L->w;
     const hr_gpu_regions *r = &g->r;
@@ -218,20 +228,24 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, int 
     }
     hr_vk_rope(vk, s, N, qh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->q, QD, r->tab);
     hr_vk_rope(vk, s, N, kvh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->k, KD, r->tab);
-    uint32_t vcache = (uint32_t)g->n_ctx * KD / 2;
-    hr_vk_kv_store(vk, s, KD, N, (uint32_t)pos, r->k, r->v, 0, vcache);
-    hr_vk_attn a = {.n_head = qh,
-                    .n_kv = kvh,
-                    .head_dim = D,
-                    .n_ctx = (uint32_t)g->n_ctx,
-                    .n_tok = N,
-                    .pos0 = (uint32_t)pos,
-                    .q = r->q,
-                    .out = r->att,
-                    .sc = r->sc,
-                    .k = 0,
-                    .v = vcache};
-    hr_vk_attention(vk, s, &a);
+    uint32_t slot = (uint32_t)g->n_ctx * KD / 2, vcache = slot * (uint32_t)g->n_seq;
+    for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++]) { /* each run's cache */
+        uint32_t len = (uint32_t)run_len[i], p0 = (uint32_t)pos[i], ks = (uint32_t)seq[i] * slot;
+        hr_vk_kv_store(vk, s, KD, len, p0, r->k + (uint32_t)t0 * KD, r->v + (uint32_t)t0 * KD, ks,
+                       vcache + ks);
+        hr_vk_attn a = {.n_head = qh,
+                        .n_kv = kvh,
+                        .head_dim = D,
+                        .n_ctx = (uint32_t)g->n_ctx,
+                        .n_tok = len,
+                        .pos0 = p0,
+                        .q = r->q + (uint32_t)t0 * QD,
+                        .out = r->att + (uint32_t)t0 * QD,
+                        .sc = r->sc + (uint32_t)t0 * qh * (uint32_t)g->n_ctx,
+                        .k = ks,
+                        .v = vcache + ks};
+        hr_vk_attention(vk, s, &a);
+    }
     if ((rc = hr_gpu_mm(g, L, &W->wo, r->att, r->xb2, n, &st)))
         return rc;
     hr_vk_add(vk, s, N * E, r->h, r->xb2, N * E, false);
@@ -248,23 +262,36 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, int 
     return 0;
 }
 
-int hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
-    if (n < 1 || n > g->n_batch || pos < 0 || pos + n > g->n_ctx)
-        return hr_seterr(err, HR_EINVAL, "GPU layers: %d tokens at %d outside batch %d, context %d",
-                         n, pos, g->n_batch, g->n_ctx);
+int hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, const int *pos,
+                        const int *run_len, int n_runs, char err[HR_ERR_LEN]) {
+    int rows = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (seq[i] < 0 || seq[i] >= g->n_seq || run_len[i] < 1 || pos[i] < 0 ||
+            pos[i] + run_len[i] > g->n_ctx)
+            return hr_seterr(err, HR_EINVAL,
+                             "GPU layers: run %d (slot %d, %d rows at %d) "
+                             "outside %d slots of %d positions",
+                             i, seq[i], run_len[i], pos[i], g->n_seq, g->n_ctx);
+        rows += run_len[i];
+    }
+    if (n < 1 || n > g->n_batch || rows != n)
+        return hr_seterr(err, HR_EINVAL, "GPU layers: %d rows (runs of %d) outside batch %d", n,
+                         rows, g->n_batch);
     const hr_hparams *hp = g->hp;
     size_t hb = (size_t)n * hp->n_embd * sizeof(float);
     size_t tb = (size_t)n * hp->n_rot * sizeof(float);
-    float *io = hr_vk_buf_map(g->io);
+    float *io = hr_vk_buf_map(g->io), *tab = io + (size_t)n * hp->n_embd;
     memcpy(io, hidden, hb);
-    hr_vk_rope_table(io + (size_t)n * hp->n_embd, n, pos, hp->n_rot, hp->rope_base, g->rope_freqs);
+    for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++])
+        hr_vk_rope_table(tab + (size_t)t0 * hp->n_rot, run_len[i], pos[i], hp->n_rot, hp->rope_base,
+                         g->rope_freqs);
     int rc = hr_vk_begin(g->vk, err);
     if (rc)
         return rc;
     hr_vk_copy(g->vk, g->io, 0, g->x, (size_t)g->r.h * 4, hb);
     hr_vk_copy(g->vk, g->io, hb, g->x, (size_t)g->r.tab * 4, tb);
     for (int i = 0; i < g->n; i++)
-        if ((rc = hr_gpu_layer_record(g, &g->L[i], n, pos))) {
+        if ((rc = hr_gpu_layer_record(g, &g->L[i], n, seq, pos, run_len, n_runs))) {
             hr_vk_submit(g->vk, err); /* close the recording; nothing of it is used */
             return hr_seterr(err, rc, "GPU layer %d: a kernel refused its shapes", i);
         }
@@ -273,4 +300,9 @@ int hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR
         return rc;
     memcpy(hidden, io, hb);
     return 0;
+}
+
+int hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
+    int seq = 0;
+    return hr_gpu_win_run_runs(g, hidden, n, &seq, &pos, &n, 1, err);
 }

@@ -354,8 +354,9 @@ struct hr_ctx {
     int *seq_len;
     unsigned *seq_run, step; /* the step a slot last had a run in; step counter */
     /* a step's rows: [n_batch] slots, positions, run lengths, attention
-     * rows, and a run of ones (hr_ctx_output_rows) */
-    int *row_seq, *row_pos, *run_len, *ones;
+     * rows, a run of ones (hr_ctx_output_rows), each run's slot and first
+     * position (GPU layers) */
+    int *row_seq, *row_pos, *run_len, *ones, *run_seq, *run_pos;
     hr_attn_row *row_attn;
 };
 
@@ -448,12 +449,12 @@ static int hr_ctx_gpu_setup(hr_ctx *c, char *err) {
         return 0;
     if (c->p.n_gpu > nl)
         return hr_seterr(err, HR_EINVAL, "%d GPU layers in a window of %d", c->p.n_gpu, nl);
-    if (c->tp || c->p.n_seq > 1)
+    if (c->tp)
         return hr_seterr(err, HR_EUNSUPPORTED,
-                         "GPU layers need plain execution of one sequence (no thread groups, "
-                         "n_seq 1)");
-    int rc = hr_gpu_win_create(&c->gpu, c->p.vk, &c->m->hp, c->m->layers, c->p.layer_begin,
-                               c->p.n_gpu, c->m->rope_freqs, c->p.n_ctx, c->p.n_batch, err);
+                         "GPU layers need plain execution (no thread groups)");
+    int rc =
+        hr_gpu_win_create(&c->gpu, c->p.vk, &c->m->hp, c->m->layers, c->p.layer_begin, c->p.n_gpu,
+                          c->m->rope_freqs, c->p.n_ctx, c->p.n_batch, c->p.n_seq, err);
     if (rc == 0)
         c->n_gpu = c->p.n_gpu;
     return rc;
@@ -519,7 +520,7 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
     c->seq_used = hr_ctx_buf(c, S * sizeof *c->seq_used);
     c->seq_len = hr_ctx_buf(c, S * sizeof *c->seq_len);
     c->seq_run = hr_ctx_buf(c, S * sizeof *c->seq_run);
-    c->row_seq = hr_ctx_buf(c, Bz * 4 * sizeof(int));
+    c->row_seq = hr_ctx_buf(c, Bz * 6 * sizeof(int));
     c->row_attn = hr_ctx_buf(c, Bz * sizeof *c->row_attn);
     if (!c->seq_used || !c->seq_len || !c->seq_run || !c->row_seq || !c->row_attn)
         return hr_seterr(err, HR_ENOMEM, "cannot allocate tables for %zu sequences", S);
@@ -529,6 +530,8 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
     c->row_pos = c->row_seq + Bz;
     c->run_len = c->row_pos + Bz;
     c->ones = c->run_len + Bz;
+    c->run_seq = c->ones + Bz;
+    c->run_pos = c->run_seq + Bz;
     for (int i = 0; i < B; i++)
         c->ones[i] = 1;
     return 0;
@@ -624,7 +627,7 @@ int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv,
         0)
         return HR_EINVAL;
     w += hr_ctx_rounded(S * sizeof *c.seq_used) + hr_ctx_rounded(S * sizeof *c.seq_len) +
-         hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 4 * sizeof(int)) +
+         hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 6 * sizeof(int)) +
          hr_ctx_rounded(Bz * sizeof *c.row_attn);
     if (kv)
         *kv = (size_t)nl * 2 * hr_ctx_rounded(kv_bytes);
@@ -752,8 +755,6 @@ int hr_ctx_seq_len(const hr_ctx *c, int seq) {
 static int hr_ctx_rows(hr_ctx *c, const hr_seq_pos *rows, int n, char *err) {
     if (c->tp)
         return hr_seterr(err, HR_EUNSUPPORTED, "batched steps need plain execution");
-    if (c->gpu)
-        return hr_seterr(err, HR_EUNSUPPORTED, "batched steps run on the CPU only (GPU layers)");
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d rows outside [1, %d]", n, c->p.n_batch);
     if (++c->step == 0) { /* wrapped: forget every mark */
@@ -803,6 +804,18 @@ int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
                        .run_len = c->run_len,
                        .n_runs = n_runs,
                        .attn = c->row_attn};
+    if (c->gpu) { /* each run's slot and first position */
+        for (int i = 0, t = 0; i < n_runs; t += c->run_len[i++]) {
+            c->run_seq[i] = c->row_seq[t];
+            c->run_pos[i] = c->row_pos[t];
+        }
+        int rc =
+            hr_gpu_win_run_runs(c->gpu, hidden, n, c->run_seq, c->run_pos, c->run_len, n_runs, err);
+        if (rc)
+            return rc;
+        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_begin + c->n_gpu; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
+    }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
     const hr_layer_env *e = &c->env;
     int E = c->m->hp.n_embd;

@@ -182,9 +182,10 @@ typedef struct {
     /* GPU layers: the first n_gpu layers of the window run on vk (borrowed,
      * must outlive the context), which holds their weights (uploaded once
      * at creation), KV caches and work buffers; the rest run on the CPU,
-     * with one hidden-state copy to the device and one back per call. Plain
-     * execution of single-sequence calls only: a context with thread groups
-     * or n_seq > 1 refuses GPU layers. vk NULL or n_gpu 0 = CPU only. */
+     * with one hidden-state copy to the device and one back per call
+     * (batched steps included: the device keeps n_seq KV slots). Plain
+     * execution only: a context with thread groups refuses GPU layers. vk
+     * NULL or n_gpu 0 = CPU only. */
     hr_vk *vk;
     int n_gpu;
 } hr_ctx_params;
