@@ -47,6 +47,7 @@ typedef struct {
     char ready_err[HR_ERR_LEN];
     /* plan */
     int ring_pos, w, offset;
+    int n_gpu; /* of w, the first n_gpu on its GPU (the plan's n_m) */
     bool overloaded;
     double pred_ms_round;
     char left_out[96]; /* why a device without layers was left out (head_plan.c) */
