@@ -12,6 +12,7 @@
 #include "ring/msg.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m) {
 void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head) {
     const hr_agent *a = hd->a;
     d->has_sched = false;
+    d->gpu[0] = 0;
     if (!hd->have_pm)
         return;
     if (profile) {
@@ -38,6 +40,15 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
         if (prc)
             HR_LOG_WARN(TAG, "device '%s': unusable profile (%s); no predictions for it", d->name,
                         prc == HR_ENOMEM ? "out of memory" : err);
+        const hr_prof_gpu *gp = prc == 0 ? hr_prof_device_gpu(pd) : NULL;
+        if (gp) {
+            snprintf(d->gpu, sizeof d->gpu, "%s", gp->name);
+            snprintf(d->gpu_kind, sizeof d->gpu_kind, "%s", gp->kind);
+            d->gpu_vram = gp->vram_bytes;
+            d->gpu_gbs = 0;
+            for (int r = 0; r < gp->n_rates; r++)
+                d->gpu_gbs = fmax(d->gpu_gbs, gp->rates[r].matvec_gbs);
+        }
         if (prc == 0) {
             hr_prof_sched_params sp = hr_prof_sched_params_default();
             sp.is_head = is_head;
@@ -426,6 +437,11 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
     if (o) { /* compute threads in use (its JOIN); layers of each window on its GPU */
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "gpu_layers", json_integer(d->n_gpu));
+        json_object_set_new(o, "gpu",
+                            d->gpu[0] ? json_pack("{s:s,s:s,s:I,s:f}", "name", d->gpu, "type",
+                                                  d->gpu_kind, "vram_bytes",
+                                                  (json_int_t)d->gpu_vram, "matvec_gbs", d->gpu_gbs)
+                                      : json_null());
     }
     json_decref(info);
     if (o) {

@@ -165,6 +165,8 @@ static void test_planned(const char *file, int vk_index) {
         json_t *w = dev_named(st, "worker");
         int gl = (int)json_integer_value(json_object_get(w, "gpu_layers"));
         int wl = (int)json_integer_value(json_object_get(w, "w"));
+        const char *gname = json_string_value(json_object_get(json_object_get(w, "gpu"), "name"));
+        CHECK_STR(gname, "test gpu"); /* what /v1/cluster shows of its GPU */
         json_decref(st);
         const int32_t prompt[6] = {1, 450, 4996, 17354, 1701, 29916};
         int32_t ref[N_GEN + 1];
