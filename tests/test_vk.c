@@ -179,8 +179,8 @@ static void test_quantize(hr_env *e) {
                     sum += qs[32 * c + l];
                 if (act == HR_TYPE_Q8_K) {
                     const hr_block_q8_k *b = (const hr_block_q8_k *)cq + c / 8;
-                    mism += sv[t * chunks + c] !=
-                            (float)(b->bsums[2 * (c % 8)] + b->bsums[2 * (c % 8) + 1]);
+                    mism += sv[t * chunks + c] != (float)sum ||
+                            sum != b->bsums[2 * (c % 8)] + b->bsums[2 * (c % 8) + 1];
                 } else if (act == HR_TYPE_Q8_1) {
                     const hr_block_q8_1 *b = (const hr_block_q8_1 *)cq + c;
                     mism += fabsf(sv[t * chunks + c] - hr_fp16_to_fp32(b->s)) >
