@@ -36,7 +36,8 @@ struct hr_vk {
     VkDescriptorPool dpool;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
-    VkPipeline pipe[HR_VK_K_COUNT];
+    VkPipeline pipe[HR_VK_K_COUNT]; /* the _DOT ones only with use_dot */
+    bool use_dot; /* shaderIntegerDotProduct enabled: quantized matmuls use the _DOT kernels */
     hr_vk_buf *staging; /* host-visible, HR_VK_STAGING bytes */
 };
 

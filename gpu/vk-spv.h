@@ -29,6 +29,15 @@ typedef enum {
     HR_VK_K_MM_Q4_K,
     HR_VK_K_MM_Q5_K,
     HR_VK_K_MM_Q6_K,
+    /* the same with packed int8 dot products (shaderIntegerDotProduct) */
+    HR_VK_K_MM_Q4_0_DOT,
+    HR_VK_K_MM_Q4_1_DOT,
+    HR_VK_K_MM_Q5_0_DOT,
+    HR_VK_K_MM_Q5_1_DOT,
+    HR_VK_K_MM_Q8_0_DOT,
+    HR_VK_K_MM_Q4_K_DOT,
+    HR_VK_K_MM_Q5_K_DOT,
+    HR_VK_K_MM_Q6_K_DOT,
     HR_VK_K_COUNT
 } hr_vk_kernel;
 

@@ -76,13 +76,22 @@ static void hr_vk_describe(VkPhysicalDevice pd, hr_vk_device_info *d) {
         d->heap_device_local[i] = (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
     }
     uint32_t n_ext = 0;
+    bool has_ext = false;
     vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, NULL);
     VkExtensionProperties *ext = n_ext ? calloc(n_ext, sizeof *ext) : NULL;
     if (ext && vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, ext) == VK_SUCCESS)
         for (uint32_t i = 0; i < n_ext; i++)
-            if (strcmp(ext[i].extensionName, "VK_KHR_shader_integer_dot_product") == 0)
-                d->int_dot = true;
+            if (strcmp(ext[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0)
+                has_ext = true;
     free(ext);
+    if (has_ext) { /* the extension, and its feature switched on */
+        VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &dot};
+        vkGetPhysicalDeviceFeatures2(pd, &f2);
+        d->int_dot = dot.shaderIntegerDotProduct == VK_TRUE;
+    }
 }
 
 /* The physical devices (at most HR_VK_MAX_DEVICES) of a new instance. */
@@ -171,6 +180,8 @@ static VkResult hr_vk_pipelines(hr_vk *vk) {
     if ((r = vkCreatePipelineLayout(vk->dev, &pl, NULL, &vk->layout)) != VK_SUCCESS)
         return r;
     for (int k = 0; k < HR_VK_K_COUNT; k++) {
+        if (k >= HR_VK_K_MM_Q4_0_DOT && !vk->use_dot)
+            continue; /* needs the integer dot product capability */
         VkShaderModuleCreateInfo sm = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = hr_vk_spv_table[k].bytes,
                                        .pCode = hr_vk_spv_table[k].code};
@@ -226,14 +237,23 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
         rc = hr_seterr(err, HR_EUNSUPPORTED, "%s has no compute queue", vk->info.name);
         goto fail;
     }
+    const char *env = getenv("HR_VK_INT_DOT");
+    vk->use_dot = vk->info.int_dot && !(env && strcmp(env, "0") == 0);
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dotf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+        .shaderIntegerDotProduct = VK_TRUE};
+    const char *dot_ext = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                    .queueFamilyIndex = vk->qfam,
                                    .queueCount = 1,
                                    .pQueuePriorities = &prio};
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .pNext = vk->use_dot ? &dotf : NULL,
                               .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci};
+                              .pQueueCreateInfos = &qci,
+                              .enabledExtensionCount = vk->use_dot ? 1 : 0,
+                              .ppEnabledExtensionNames = vk->use_dot ? &dot_ext : NULL};
     VkResult r = vkCreateDevice(vk->pd, &dci, NULL, &vk->dev);
     if (r != VK_SUCCESS) {
         rc = hr_seterr(err, HR_EIO, "vkCreateDevice(%s) failed (%d)", vk->info.name, (int)r);
@@ -265,7 +285,8 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     }
     if ((rc = hr_vk_buf_create(vk, &vk->staging, HR_VK_STAGING, true, err)))
         goto fail;
-    HR_LOG_INFO(TAG, "device %d: %s (%s)", index, vk->info.name, hr_vk_type_name(vk->info.type));
+    HR_LOG_INFO(TAG, "device %d: %s (%s)%s", index, vk->info.name, hr_vk_type_name(vk->info.type),
+                vk->use_dot ? ", packed int8 dot products" : "");
     *out = vk;
     return 0;
 fail:
@@ -300,6 +321,7 @@ void hr_vk_destroy(hr_vk *vk) {
 }
 
 const hr_vk_device_info *hr_vk_info(const hr_vk *vk) { return &vk->info; }
+bool hr_vk_uses_int_dot(const hr_vk *vk) { return vk->use_dot; }
 
 /* ---- buffers ---- */
 

@@ -50,7 +50,8 @@ typedef struct {
     uint64_t heap_bytes[HR_VK_MAX_HEAPS];
     bool heap_device_local[HR_VK_MAX_HEAPS];
     uint64_t max_storage_range; /* bytes one storage-buffer binding may cover */
-    bool int_dot;               /* shaderIntegerDotProduct reported (not used yet) */
+    bool int_dot;               /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product):
+                                   quantized matmuls then use packed int8 dot products */
 } hr_vk_device_info;
 
 /* Whether this binary has the Vulkan backend. */
@@ -73,7 +74,8 @@ typedef struct hr_vk_buf hr_vk_buf;
 typedef struct hr_vk_set hr_vk_set;
 
 /* Opens device index (hr_vk_list order) with one compute queue and builds
- * every kernel's pipeline. */
+ * every kernel's pipeline; packed int8 dot products are used where the
+ * device has them, unless the environment sets HR_VK_INT_DOT=0. */
 int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]);
 void hr_vk_destroy(hr_vk *vk);
 const hr_vk_device_info *hr_vk_info(const hr_vk *vk);
@@ -162,6 +164,8 @@ int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_t
 int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_out,
                  uint32_t row_bytes, uint32_t w_off, uint32_t act_off, uint32_t y_off,
                  uint32_t n_tok, uint32_t y_stride);
+/* Whether vk's quantized matmuls use packed int8 dot products. */
+bool hr_vk_uses_int_dot(const hr_vk *vk);
 /* Whether hr_vk_matmul has a kernel for weight type. */
 bool hr_vk_type_supported(int type);
 

@@ -158,6 +158,11 @@ int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_ou
     return HR_EUNSUPPORTED;
 }
 
+bool hr_vk_uses_int_dot(const hr_vk *vk) {
+    (void)vk;
+    return false;
+}
+
 bool hr_vk_type_supported(int type) {
     (void)type;
     return false;

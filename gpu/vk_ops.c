@@ -137,6 +137,8 @@ int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_ou
                  uint32_t n_tok, uint32_t y_stride) {
     int k = hr_vk_mm_kernel(type);
     const hr_type_traits *tt = hr_type_get(type);
+    if (k >= HR_VK_K_MM_Q4_0 && vk->use_dot) /* quantized: its packed-dot twin */
+        k += HR_VK_K_MM_Q4_0_DOT - HR_VK_K_MM_Q4_0;
     if (k < 0 || !tt || n_in == 0 || n_in % (uint32_t)tt->block_elems || n_tok == 0 ||
         row_bytes != hr_type_row_bytes(type, n_in) || (type == HR_TYPE_F32 && (w_off & 3)) ||
         (w_off & 1) || (row_bytes & 1))

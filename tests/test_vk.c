@@ -45,6 +45,30 @@ typedef struct {
 #define X_WORDS (1u << 20)
 #define KV_WORDS (1u << 16)
 
+/* Device idx with a weight buffer, a work buffer, a KV buffer and their set. */
+static int env_open(hr_env *e, int idx) {
+    int rc = hr_vk_create(&e->vk, idx, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->w, W_BYTES, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->x, (size_t)X_WORDS * 4, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
+    return rc;
+}
+
+static void env_close(hr_env *e) {
+    if (!e->vk)
+        return;
+    hr_vk_set_destroy(e->vk, e->set);
+    hr_vk_buf_destroy(e->vk, e->w);
+    hr_vk_buf_destroy(e->vk, e->x);
+    hr_vk_buf_destroy(e->vk, e->kv);
+    hr_vk_destroy(e->vk);
+}
+
 static void put(hr_env *e, uint32_t off, const float *v, size_t n) {
     CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
 }
@@ -741,22 +765,31 @@ int main(void) {
         hr_check_skip("no Vulkan device");
         return hr_check_finish("test_vk");
     }
-    int rc = hr_vk_create(&e.vk, idx, e.err);
+    int rc = env_open(&e, idx);
     CHECK_EQ(rc, 0);
     if (rc) {
         fprintf(stderr, "%s\n", e.err);
         return hr_check_finish("test_vk");
     }
-    printf("device %d: %s (%s)\n", idx, hr_vk_info(e.vk)->name,
-           hr_vk_type_name(hr_vk_info(e.vk)->type));
-    CHECK_EQ(hr_vk_buf_create(e.vk, &e.w, W_BYTES, false, e.err), 0);
-    CHECK_EQ(hr_vk_buf_create(e.vk, &e.x, (size_t)X_WORDS * 4, false, e.err), 0);
-    CHECK_EQ(hr_vk_buf_create(e.vk, &e.kv, (size_t)KV_WORDS * 4, false, e.err), 0);
-    CHECK_EQ(hr_vk_set_create(e.vk, &e.set, e.w, e.x, e.kv, e.err), 0);
+    printf("device %d: %s (%s)%s\n", idx, hr_vk_info(e.vk)->name,
+           hr_vk_type_name(hr_vk_info(e.vk)->type),
+           hr_vk_uses_int_dot(e.vk) ? ", packed int8 dot products" : "");
     test_elementwise(&e);
     test_rope(&e);
     test_quantize(&e);
     test_matmul(&e);
+    if (hr_vk_uses_int_dot(e.vk)) { /* the other integer path of the same kernels */
+        hr_env e2 = {0};
+        setenv("HR_VK_INT_DOT", "0", 1);
+        CHECK_EQ(env_open(&e2, idx), 0);
+        unsetenv("HR_VK_INT_DOT");
+        if (e2.vk) {
+            CHECK(!hr_vk_uses_int_dot(e2.vk));
+            printf("without packed dot products:\n");
+            test_matmul(&e2);
+        }
+        env_close(&e2);
+    }
     test_attention(&e);
     test_ctx_refusals(e.vk);
     test_batch(e.vk, "tiny-llama-f32", 2);
@@ -764,10 +797,6 @@ int main(void) {
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         test_fixture(e.vk, &fixtures[i]);
     test_planner(idx);
-    hr_vk_set_destroy(e.vk, e.set);
-    hr_vk_buf_destroy(e.vk, e.w);
-    hr_vk_buf_destroy(e.vk, e.x);
-    hr_vk_buf_destroy(e.vk, e.kv);
-    hr_vk_destroy(e.vk);
+    env_close(&e);
     return hr_check_finish("test_vk");
 }

@@ -9,8 +9,15 @@
 // quant.comp (the Q8_0 / Q8_1 / Q8_K pairing of kernels/types.h), so the
 // integer sums are those of the scalar reference kernels; F32 / F16 / BF16
 // dot f32 activations ([n_tok][n_in]). W rows start at w_off bytes, row_bytes
-// apart (byte layouts: kernels/types-impl.h).
+// apart (byte layouts: kernels/types-impl.h). With -DINT_DOT (devices with
+// shaderIntegerDotProduct) the integer sums use packed 4 x int8 dot
+// products (OpSDotKHR); the sums are the same integers either way.
 #include "common.glsl"
+#ifdef INT_DOT
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450) int sdot4x8(uint a, uint b, spirv_literal int packed_format);
+#endif
 layout(local_size_x = 128) in;
 layout(push_constant) uniform PC {
     uint n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
@@ -49,6 +56,26 @@ float dot_col(uint t, uint c) {
 #else
 int wq[32];
 float ws0, ws1, wm; // chunk scales (ws1: second 16 of Q6_K) and min term
+#ifdef INT_DOT
+uint ap[8]; // activations: 4 int8 a word, as quant.comp stores them
+uint wp[8]; // the chunk's weights packed the same way (all fit int8)
+void load_act(uint t, uint c) {
+    uint a = p.act_off + t * (p.n_in / 4u) + c * 8u;
+    for (uint k = 0u; k < 8u; k++)
+        ap[k] = x[a + k];
+}
+void pack_w() {
+    for (uint k = 0u; k < 8u; k++)
+        wp[k] = (uint(wq[4u * k]) & 0xffu) | ((uint(wq[4u * k + 1u]) & 0xffu) << 8) |
+                ((uint(wq[4u * k + 2u]) & 0xffu) << 16) | (uint(wq[4u * k + 3u]) << 24);
+}
+int isum(uint l0, uint l1) {
+    int s = 0;
+    for (uint k = l0 / 4u; k < l1 / 4u; k++)
+        s += sdot4x8(wp[k], ap[k], 0);
+    return s;
+}
+#else
 int aq[32];
 void load_act(uint t, uint c) {
     uint a = p.act_off + t * (p.n_in / 4u) + c * 8u;
@@ -58,6 +85,8 @@ void load_act(uint t, uint c) {
             aq[4u * k + j] = int(v << (24u - 8u * j)) >> 24;
     }
 }
+void pack_w() {}
+#endif
 float act_d(uint t, uint c) {
     uint chunks = p.n_in / 32u;
     return xf(p.act_off + p.n_tok * (p.n_in / 4u) + t * chunks + c);
@@ -66,12 +95,14 @@ float act_s(uint t, uint c) {
     uint chunks = p.n_in / 32u;
     return xf(p.act_off + p.n_tok * (p.n_in / 4u) + p.n_tok * chunks + t * chunks + c);
 }
+#ifndef INT_DOT
 int isum(uint l0, uint l1) {
     int s = 0;
     for (uint l = l0; l < l1; l++)
         s += wq[l] * aq[l];
     return s;
 }
+#endif
 #if defined(T_Q4_K) || defined(T_Q5_K)
 void kq_scale(uint sb, uint j, out uint sc, out uint mn) {
     if (j < 4u) {
@@ -186,6 +217,9 @@ void main() {
         acc[t] = 0.0;
     for (uint c = tid; c < chunks; c += 32u) {
         load_chunk(rb, c);
+#ifndef FLOAT_W
+        pack_w();
+#endif
         for (uint t = 0u; t < nt; t++)
             acc[t] += dot_col(t0 + t, c);
     }
