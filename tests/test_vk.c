@@ -485,11 +485,11 @@ static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
     size_t n_ref = 0;
     float *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
     const hr_hparams *hp = hr_model_hparams(m);
-    int nv = hp->n_vocab, L = hp->n_layer, ng = fx->quantized ? 0 : 16;
+    int nv = hp->n_vocab, L = hp->n_layer, ng = fx->quantized ? 0 : 32;
     CHECK_EQ(n_ref, (size_t)n * nv);
     size_t sz = (size_t)n * nv * sizeof(float);
     float *cpu = malloc(sz), *gpu = malloc(sz), *split = malloc(sz);
-    int32_t gc[16], gg[16], gs[16];
+    int32_t gc[32], gg[32], gs[32];
     CHECK_EQ(run_model(m, NULL, 0, ids, n, cpu, gc, ng), 0);
     CHECK_EQ(run_model(m, vk, L, ids, n, gpu, gg, ng), 0);
     int agree_cpu, agree_gpu, agree_gc, agree_split;
