@@ -55,6 +55,7 @@ typedef struct {
     size_t frame_cap;
     float *logits;     /* head: [n_vocab] */
     double mem_budget; /* parameter: the scheduler's budget for this device, bytes; <= 0 unknown */
+    int n_gpu;         /* parameter: of each window's w layers, the first n_gpu on the GPU */
 } hr_local_plan;
 
 typedef struct hr_streamer hr_streamer; /* stream.c */
@@ -195,6 +196,7 @@ struct hr_agent {
     hr_model *m;
     hr_tokenizer *tok; /* head only */
     hr_pool *pool;
+    hr_vk *vk; /* the GPU of hr_agent_params.gpu, or NULL: every layer on the CPU */
     uint64_t model_size, model_hash;
     char *info_json; /* this device's JOIN payload */
     atomic_int stop;

@@ -12,6 +12,7 @@ hr_agent_params hr_agent_params_default(void) {
                              .n_threads = 0,
                              .n_batch = 64,
                              .wire_dtype = HR_RING_F32,
+                             .gpu_layers = -1,
                              .prefetch = true,
                              .release = -1,
                              .profile = false,

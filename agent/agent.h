@@ -60,6 +60,10 @@ typedef struct {
     int k;                  /* head: force k rounds (0 = scheduler) */
     const char *windows;    /* head: force window sizes per ring position, "2,1,1" */
     int wire_dtype;         /* head: HR_RING_F32 (default, exact) or HR_RING_F16 */
+    const char *gpu;        /* Vulkan device (gpu/vk.h hr_vk_pick: N, auto, any, none); NULL =
+                               $HR_GPU, else auto (a real GPU, never a software one) */
+    int gpu_layers;         /* -1 (default): the plan's GPU layers per window; N >= 0: this
+                               many of each window's first layers on the GPU instead */
     bool prefetch;          /* madvise(WILLNEED) the next window after each window */
     int release;            /* release finished windows: -1 plan's overloaded devices, 0, 1 */
     bool profile;           /* measure a quick device profile to send (cached) */

@@ -47,6 +47,12 @@ typedef struct {
     char ready_err[HR_ERR_LEN];
     /* plan */
     int ring_pos, w, offset;
+    int n_gpu; /* of w, the first n_gpu on its GPU (the plan's n_m) */
+    /* its profile's chosen Vulkan device (gpu[0] == 0: none): name, type,
+     * largest device-local heap, best measured matvec rate */
+    char gpu[128], gpu_kind[16];
+    int64_t gpu_vram;
+    double gpu_gbs;
     bool overloaded;
     double pred_ms_round;
     char left_out[96]; /* why a device without layers was left out (head_plan.c) */

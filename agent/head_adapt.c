@@ -155,11 +155,13 @@ static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_ou
                                     &sm, err);
     if (rc || (rc = hr_sched_solve(&sm, sd, n, &so, out, err)))
         return rc;
-    int w[HR_AGENT_MAX_DEV];
+    int w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV];
     char e2[HR_ERR_LEN];
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         w[i] = hd->devs[cand[i]].w;
-    if (hr_sched_evaluate(&sm, sd, n, &so, hd->plan_k, w, NULL, cur, e2) != 0)
+        ng[i] = hd->devs[cand[i]].n_gpu;
+    }
+    if (hr_sched_evaluate(&sm, sd, n, &so, hd->plan_k, w, ng, cur, e2) != 0)
         cur->status = HR_EINVAL;
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "ring/msg.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m) {
 void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head) {
     const hr_agent *a = hd->a;
     d->has_sched = false;
+    d->gpu[0] = 0;
     if (!hd->have_pm)
         return;
     if (profile) {
@@ -38,6 +40,15 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
         if (prc)
             HR_LOG_WARN(TAG, "device '%s': unusable profile (%s); no predictions for it", d->name,
                         prc == HR_ENOMEM ? "out of memory" : err);
+        const hr_prof_gpu *gp = prc == 0 ? hr_prof_device_gpu(pd) : NULL;
+        if (gp) {
+            snprintf(d->gpu, sizeof d->gpu, "%s", gp->name);
+            snprintf(d->gpu_kind, sizeof d->gpu_kind, "%s", gp->kind);
+            d->gpu_vram = gp->vram_bytes;
+            d->gpu_gbs = 0;
+            for (int r = 0; r < gp->n_rates; r++)
+                d->gpu_gbs = fmax(d->gpu_gbs, gp->rates[r].matvec_gbs);
+        }
         if (prc == 0) {
             hr_prof_sched_params sp = hr_prof_sched_params_default();
             sp.is_head = is_head;
@@ -86,10 +97,12 @@ static int hr_parse_windows(const char *s, int *w, int max) {
  * the status says so). When the scheduler finds no plan there is no plan:
  * the reason goes to err (and the status), unless --k forced the rounds,
  * which then split evenly as forced. */
-static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *w,
+static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *w, int *ng,
                           char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     int L = hr_model_hparams(a->m)->n_layer;
+    for (int i = 0; i < n; i++)
+        ng[i] = 0;                  /* GPU layers only where the scheduler puts them */
     hd->plan_seq = a->p.n_parallel; /* KV slots: --parallel, fewer below if they do not fit */
     int ctx0 = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
     bool ctx_auto = a->p.n_ctx <= 0;
@@ -183,8 +196,10 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
                         hd->plan_seq, hd->plan_ctx, a->p.n_parallel, ctx0);
         if (rc == 0) {
             *k_out = hd->sched.k;
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < n; i++) {
                 w[i] = hd->sched.dev[i].w;
+                ng[i] = hd->sched.dev[i].n_gpu;
+            }
             snprintf(hd->plan_src, sizeof hd->plan_src, "scheduler%s: %.170s",
                      a->p.k > 0 ? " (k forced by --k)" : "", hd->sched.explanation);
             return 0;
@@ -216,7 +231,8 @@ int hr_head_n_workers(const hr_head *hd) {
 }
 
 /* Predicted figures (hd->sched) when every device has a profile. */
-static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const int *w) {
+static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const int *w,
+                            const int *ng) {
     const hr_agent *a = hd->a;
     bool all_sched = hd->have_pm;
     hr_sched_device sd[HR_AGENT_MAX_DEV];
@@ -229,7 +245,7 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
     hr_sched_model sm;
     char e2[HR_ERR_LEN];
     if (all_sched && hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, e2) == 0 &&
-        hr_sched_evaluate(&sm, sd, n, NULL, k, w, NULL, &hd->sched, e2) == 0)
+        hr_sched_evaluate(&sm, sd, n, NULL, k, w, ng, &hd->sched, e2) == 0)
         hd->have_sched = true;
     else if (all_sched)
         HR_LOG_WARN(TAG, "no predicted times for plan: %s", e2);
@@ -241,8 +257,8 @@ static bool a_windows(const hr_head *hd) { return hd->a->p.windows != NULL; }
 
 /* Windows and ring positions for the candidates; ring[] gets the device
  * indexes in ring order (the head first, devices with w 0 left out). */
-static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int *w, int *ring,
-                           int *n_active) {
+static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int *w, const int *ng,
+                           int *ring, int *n_active) {
     int off = 0;
     *n_active = 0;
     /* the model's figures for the streaming scheme (hr_prof_stream_read_round) */
@@ -260,6 +276,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         d->offset = off;
         off += w[i];
         d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
+        d->n_gpu = ng[i] > w[i] ? w[i] : ng[i];
         d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
         if (have_sm && d->has_sched && w[i] > 0 &&
             (d->sd.os == HR_SCHED_OS_LINUX || d->sd.os == HR_SCHED_OS_ANDROID))
@@ -316,6 +333,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
         pm.prefetch = a->p.prefetch;
         pm.release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded;
         pm.mem_budget = d->has_sched ? d->sd.mem_bytes : 0; /* what it was planned with */
+        pm.n_gpu = d->n_gpu;
         snprintf(pm.next, sizeof pm.next, "%s", next);
         snprintf(pm.next_key, sizeof pm.next_key, "%s", next_key);
         if (r == 0) {
@@ -334,7 +352,8 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .dtype = a->p.wire_dtype,
                                 .prefetch = pm.prefetch,
                                 .release = pm.release,
-                                .mem_budget = pm.mem_budget};
+                                .mem_budget = pm.mem_budget,
+                                .n_gpu = d->n_gpu};
             snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
             snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
             if ((rc = hr_node_plan_check(a, &np, err)))
@@ -371,20 +390,20 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
 int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     const hr_hparams *hp = hr_model_hparams(a->m);
-    int cand[HR_AGENT_MAX_DEV], n = 0, w[HR_AGENT_MAX_DEV], k = 1;
+    int cand[HR_AGENT_MAX_DEV], n = 0, w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
     for (int i = 0; i < hd->n_devs; i++)
         if (!hd->devs[i].lost)
             cand[n++] = i;
     hd->ready = false;
     hd->have_sched = false;
-    int rc = hr_head_assign(hd, cand, n, &k, w, err);
+    int rc = hr_head_assign(hd, cand, n, &k, w, ng, err);
     if (rc)
         return rc;
-    hr_head_predict(hd, cand, n, k, w);
+    hr_head_predict(hd, cand, n, k, w, ng);
     hd->plan_id++;
     hd->plan_k = k;
     int W = hp->n_layer / k, n_active = 0, ring[HR_AGENT_MAX_DEV];
-    hr_head_layout(hd, cand, n, k, w, ring, &n_active);
+    hr_head_layout(hd, cand, n, k, w, ng, ring, &n_active);
     if ((rc = hr_head_send_plans(hd, k, W, ring, n_active, err)))
         return rc;
     HR_LOG_INFO(TAG, "plan %u: %d devices in the ring, k %d, %d layers per round", hd->plan_id,
@@ -458,8 +477,15 @@ static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head
                   d->ring_pos, "w", d->w, "k", k, "layers", layers, "pred_ms_round",
                   d->pred_ms_round, "meas_ms_round", d->meas_ms_round, "resident", d->resident,
                   "tokens", (json_int_t)d->tokens, "overloaded", d->overloaded, "info", info);
-    if (o) /* compute threads in use (its JOIN) */
+    if (o) { /* compute threads in use (its JOIN); layers of each window on its GPU */
         json_object_set_new(o, "threads", json_integer(threads));
+        json_object_set_new(o, "gpu_layers", json_integer(d->n_gpu));
+        json_object_set_new(o, "gpu",
+                            d->gpu[0] ? json_pack("{s:s,s:s,s:I,s:f}", "name", d->gpu, "type",
+                                                  d->gpu_kind, "vram_bytes",
+                                                  (json_int_t)d->gpu_vram, "matvec_gbs", d->gpu_gbs)
+                                      : json_null());
+    }
     json_decref(info);
     if (o) {
         /* what the planner knew: a profile, the link figures (assumed until measured) */

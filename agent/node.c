@@ -60,6 +60,7 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_prof_params pp = hr_prof_params_default();
         pp.model_path = a->cache ? NULL : a->p.model_path; /* holes read fast: no measure */
         pp.quick = true;
+        pp.gpu = a->vk ? a->p.gpu : "none"; /* the device the agent holds, if any */
         int types[HR_PROF_MAX_TYPES];
         hr_prof_model pm = {0};
         bool have_pm = hr_prof_model_build(&pm, a->m, a->g, err) == 0;
@@ -237,6 +238,12 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
     }
     a->pool = hr_pool_create(a->p.n_threads);
     a->zctx = hr_ring_context();
+    int vk_idx = -1;
+    char verr[HR_ERR_LEN] = "";
+    if (hr_vk_pick(p->gpu, &vk_idx, verr) != 0)
+        return hr_seterr(err, HR_EINVAL, "%s", verr);
+    if (vk_idx >= 0 && hr_vk_create(&a->vk, vk_idx, verr) != 0)
+        HR_LOG_WARN(TAG, "GPU %d unusable (%s): every layer on the CPU", vk_idx, verr);
     if (!a->pool || !a->zctx)
         return hr_seterr(err, HR_ENOMEM, "cannot create thread pool or zmq context");
     if ((rc = hr_node_security(a, p, err)) || (rc = hr_node_sockets(a, p, err)))
@@ -326,6 +333,7 @@ void hr_node_fini(hr_agent *a) {
     hr_ring_keys_close(a->keys); /* its ZAP socket lives in zctx */
     hr_ring_context_term(a->zctx);
     hr_pool_destroy(a->pool);
+    hr_vk_destroy(a->vk); /* after the plan's contexts */
     hr_tokenizer_destroy(a->tok);
     hr_model_free(a->m);
     hr_gguf_close(a->g);
@@ -485,6 +493,13 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     lp->prefetch = np->prefetch;
     lp->release = np->release;
     lp->mem_budget = np->mem_budget;
+    lp->n_gpu = a->p.gpu_layers >= 0 ? a->p.gpu_layers : np->n_gpu;
+    lp->n_gpu = !a->vk || lp->n_gpu < 0 ? 0 : lp->n_gpu > lp->w ? lp->w : lp->n_gpu;
+    if (np->n_gpu > 0 && !a->vk)
+        HR_LOG_WARN(TAG,
+                    "%s: plan %u puts %d layers per window on a GPU this agent does not "
+                    "hold: they run on the CPU",
+                    a->name, np->plan_id, np->n_gpu);
     snprintf(lp->next_ep, sizeof lp->next_ep, "%s", np->next_ep);
     snprintf(lp->next_key, sizeof lp->next_key, "%s", np->next_key);
     int rc = hr_node_plan_check(a, lp, err);
@@ -503,6 +518,8 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     cp.pool = a->pool;
     cp.on_layer = hr_node_on_layer; /* the streamer follows the layers computed */
     cp.on_layer_ud = a;
+    cp.vk = lp->n_gpu > 0 ? a->vk : NULL;
+    cp.n_gpu = lp->n_gpu;
     for (int r = 0; lp->w > 0 && r < lp->k; r++) {
         cp.layer_begin = r * lp->W + lp->offset;
         cp.layer_end = cp.layer_begin + lp->w;
@@ -515,6 +532,8 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     size_t E = (size_t)hp->n_embd, B = (size_t)hr_local_plan_rows(lp);
     if (a->is_head) {
         cp.layer_begin = cp.layer_end = hp->n_layer;
+        cp.vk = NULL; /* the output head stays on the CPU */
+        cp.n_gpu = 0;
         if ((rc = hr_ctx_create(&lp->out_ctx, a->m, &cp, err)))
             goto fail;
         lp->logits = malloc((size_t)hp->n_vocab * sizeof(float));
@@ -531,9 +550,9 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     hr_node_stream_plan(a, lp, room, layer_bytes); /* pins, warms the first window */
     atomic_store(&a->plan_held, hr_local_plan_held(lp, E));
     HR_LOG_INFO(TAG,
-                "%s: plan %u: k %d, window %d layers at offset %d of %d per round, %d KV slot%s, "
-                "next %s",
-                a->name, lp->plan_id, lp->k, lp->w, lp->offset, lp->W, lp->n_seq,
+                "%s: plan %u: k %d, window %d layers (%d on the GPU) at offset %d of %d per round, "
+                "%d KV slot%s, next %s",
+                a->name, lp->plan_id, lp->k, lp->w, lp->n_gpu, lp->offset, lp->W, lp->n_seq,
                 lp->n_seq == 1 ? "" : "s", lp->next_ep[0] ? lp->next_ep : "-");
     return 0;
 fail:

@@ -289,6 +289,7 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
     np->prefetch = m.prefetch && a->p.prefetch;
     np->release = a->p.release >= 0 ? a->p.release == 1 : m.release;
     np->mem_budget = m.mem_budget;
+    np->n_gpu = m.n_gpu;
     snprintf(np->next_ep, sizeof np->next_ep, "%s", m.next);
     snprintf(np->next_key, sizeof np->next_key, "%s", m.next_key);
     if (a->keys)

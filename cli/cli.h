@@ -56,6 +56,9 @@ typedef struct {
     int groups;         /* run, bench: tensor-parallel thread groups (0 = plain) */
     bool numa;          /* run, bench: one group per NUMA node (groups = -1) */
     bool tp_reduce;     /* run, bench: column split with partial sums */
+    const char *gpu;    /* run, logits, bench: Vulkan device (N, auto, any, none; NULL = HR_GPU) */
+    int gpu_layers;     /* run, logits, bench, agent: the first N layers (agent: of each window)
+                           on that device; -1 = not given (CPU only; agent: the plan's) */
     int ctx;
     int batch;
     int n_prompt;

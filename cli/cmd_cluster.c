@@ -44,6 +44,10 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
     HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
     HR_CLI_OPT("wire", 0, STR, wire, "f32|f16",
                "head: hidden states on the wire (f32: exact, default)"),
+    HR_CLI_OPT("gpu", 0, STR, gpu, "N|auto|any|none",
+               "Vulkan device for GPU layers (default $HR_GPU, else auto: never lavapipe)"),
+    HR_CLI_OPT("gpu-layers", 0, COUNT, gpu_layers, "N",
+               "run the first N layers of each window on the GPU (default: the plan's)"),
     HR_CLI_OPT("no-prefetch", 0, FLAG, no_prefetch, NULL, "no prefetch of the next window"),
     HR_CLI_OPT("release", 0, STR, release, "auto|on|off", "release finished windows"),
     HR_CLI_OPT("no-profile", 0, FLAG, no_profile, NULL, "join without a profile"),
@@ -193,6 +197,8 @@ HR_CLI_COMMAND(agent) {
     p.peers = o->peers;
     p.name = o->name;
     p.mem_limit_gib = o->mem_limit;
+    p.gpu = o->gpu;
+    p.gpu_layers = o->gpu_layers;                  /* -1 unless given */
     p.n_threads = o->threads > 0 ? o->threads : 0; /* 0: every online core */
     p.n_ctx = o->ctx;
     p.n_batch = o->batch;
@@ -590,12 +596,17 @@ static void hr_print_status(json_t *j) {
             snprintf(pbuf, sizeof pbuf, "n/a (no profile)");
         if (meas > 0)
             snprintf(mbuf, sizeof mbuf, "%.2f", meas);
+        int gl = 0;
+        json_unpack(d, "{s?i}", "gpu_layers", &gl);
+        char gbuf[32] = "";
+        if (gl > 0)
+            snprintf(gbuf, sizeof gbuf, ", %d on its GPU", gl);
         if (left[0])
             printf("      no layers (left out: %s)\n", left);
         else
-            printf("      layers %s (w %d); ms/round predicted %s, measured %s; resident %.0f%%; "
+            printf("      layers %s (w %d%s); ms/round predicted %s, measured %s; resident %.0f%%; "
                    "tokens %lld\n",
-                   layers, w, pbuf, mbuf, res * 100.0, (long long)tok);
+                   layers, w, gbuf, pbuf, mbuf, res * 100.0, (long long)tok);
         hr_print_link(d, has_prof, lassumed, rtt, lbps);
         if (!left[0] && w > 0)
             hr_print_disk(d);

@@ -5,6 +5,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/sync.h"
+#include "gpu/vk.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "model/generate.h"
@@ -50,10 +51,12 @@ typedef struct {
     hr_model *m;
     hr_tokenizer *tok;
     hr_ctx *ctx;
+    hr_vk *vk; /* the device of --gpu-layers, or NULL */
 } hr_engine;
 
 static void hr_engine_close(hr_engine *e) {
     hr_ctx_destroy(e->ctx);
+    hr_vk_destroy(e->vk);
     hr_tokenizer_destroy(e->tok);
     hr_model_free(e->m);
     hr_gguf_close(e->g);
@@ -90,6 +93,21 @@ static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_bat
     cp.n_threads_decode = o->threads_decode;
     cp.n_groups = o->numa ? -1 : o->groups;
     cp.tp_reduce = o->tp_reduce;
+    if (o->gpu_layers > 0) {
+        int idx = -1, n_layer = hr_model_hparams(e->m)->n_layer;
+        if (!hr_vk_built())
+            return hr_cli_fail("--gpu-layers: this hearth was built without Vulkan");
+        if (hr_vk_pick(o->gpu, &idx, err))
+            return hr_cli_fail("%s", err);
+        if (idx < 0)
+            return hr_cli_fail("--gpu-layers %d: no GPU chosen (a software device such as "
+                               "lavapipe needs --gpu N or --gpu any)",
+                               o->gpu_layers);
+        if (!e->vk && hr_vk_create(&e->vk, idx, err))
+            return hr_cli_fail("GPU %d: %s", idx, err);
+        cp.vk = e->vk;
+        cp.n_gpu = o->gpu_layers < n_layer ? o->gpu_layers : n_layer;
+    }
     int rc = hr_ctx_create(&e->ctx, e->m, &cp, err);
     if (rc)
         return hr_cli_fail("%s", err);
@@ -452,10 +470,45 @@ const hr_cli_opt hr_cmd_info_opts[] = {
     HR_CLI_OPT_END,
 };
 
+/* The compute devices this build can use: the CPU always, Vulkan devices
+ * when built with Vulkan. */
+static void hr_info_gpus(void) {
+    char err[HR_ERR_LEN] = "";
+    if (!hr_vk_built()) {
+        printf("gpu:         none (built CPU-only: no Vulkan backend)\n");
+        return;
+    }
+    hr_vk_device_info d[HR_VK_MAX_DEVICES];
+    int n = 0;
+    if (hr_vk_list(d, HR_VK_MAX_DEVICES, &n, err) != 0) {
+        printf("gpu:         Vulkan backend; device list failed: %s\n", err);
+        return;
+    }
+    int pick = -1;
+    char perr[HR_ERR_LEN] = "";
+    int prc = hr_vk_pick(NULL, &pick, perr);
+    printf("gpu:         Vulkan backend, %d device%s", n, n == 1 ? "" : "s");
+    if (prc)
+        printf(" (HR_GPU: %s)\n", perr);
+    else if (pick < 0)
+        printf(" (none chosen: CPU only)\n");
+    else
+        printf(" (device %d chosen)\n", pick);
+    for (int i = 0; i < n; i++) {
+        printf("  [%d] %s: %s, Vulkan %u.%u, heaps", i, d[i].name, hr_vk_type_name(d[i].type),
+               (d[i].api_version >> 22) & 0x7fu, (d[i].api_version >> 12) & 0x3ffu);
+        for (int h = 0; h < d[i].n_heaps; h++)
+            printf("%s %.1f GiB%s", h ? "," : "", d[i].heap_bytes[h] / 1073741824.0,
+                   d[i].heap_device_local[h] ? " (device)" : "");
+        printf("%s\n", d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
+    }
+}
+
 HR_CLI_COMMAND(info) {
     char err[HR_ERR_LEN] = "";
+    hr_info_gpus();
     if (!o->model)
-        return hr_cli_fail("no model given (use -m MODEL.gguf)");
+        return 0;
     hr_gguf *g = NULL;
     if (hr_gguf_open(&g, o->model, err))
         return hr_cli_fail("cannot open model: %s", err);

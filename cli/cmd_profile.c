@@ -83,7 +83,22 @@ static void hr_print_device(const hr_prof_device *d) {
         printf("none found");
     for (int i = 0; i < d->n_gpus; i++)
         printf("%s%s", i ? ", " : "", d->gpus[i]);
-    printf(" (reported, not used)\n");
+    printf(" (PCI / DRM listing)\n");
+    for (int i = 0; i < d->n_vk; i++) {
+        const hr_prof_gpu *v = &d->vk[i];
+        printf("  vulkan %d:    %s (%s), heaps", v->index, v->name, v->kind);
+        for (int h = 0; h < v->n_heaps; h++)
+            printf("%s %s", h ? "," : "", hr_fmt_bytes(v->heap_bytes[h], a, sizeof a));
+        printf("; %s\n", i == d->vk_chosen ? "chosen" : "not chosen (--gpu N or HR_GPU)");
+        if (v->n_rates == 0)
+            continue;
+        printf("    copies:    host->device %.2f GB/s, device->host %.2f GB/s; submit %.0f us\n",
+               v->h2d_gbs, v->d2h_gbs, v->submit_us);
+        for (int r = 0; r < v->n_rates; r++)
+            printf("    %-6s     matvec %7.2f GB/s + %6.1f us per call, matmat %7.2f GFLOP/s\n",
+                   hr_type_name(v->rates[r].type), v->rates[r].matvec_gbs,
+                   v->rates[r].matvec_call_us, v->rates[r].matmat_gflops);
+    }
     const hr_prof_mem *m = &d->mem;
     printf("  memory:      total %s, available %s, page cache %s; swap %s",
            hr_fmt_bytes(m->total_bytes, a, sizeof a), hr_fmt_bytes(m->available_bytes, b, sizeof b),
@@ -264,6 +279,7 @@ const hr_cli_opt hr_cmd_profile_opts[] = {
     HR_CLI_OPT("no-cache", 0, FLAG, no_cache, NULL, "measure again, refresh the cache"),
     HR_CLI_OPT("cache-dir", 0, STR, cache_dir, "DIR", "cache folder"),
     HR_CLI_OPT("peer", 0, STR, peer, "ENDPOINT", "measure the link to this echo peer"),
+    HR_CLI_OPT("gpu", 0, STR, gpu, "N|auto|any|none", "Vulkan device to measure (default $HR_GPU)"),
     HR_CLI_OPT("n-prompt", 'P', COUNT, n_prompt, "N", "prediction: prompt tokens (default 128)"),
     HR_CLI_OPT("n-gen", 'N', COUNT, n_gen, "N", "prediction: generated tokens (default 64)"),
     HR_CLI_OPT_END,
@@ -282,6 +298,7 @@ HR_CLI_COMMAND(profile) {
     pp.quick = o->quick;
     pp.force = o->no_cache;
     pp.cache_dir = o->cache_dir;
+    pp.gpu = o->gpu;
     if (o->threads > 0) {
         pp.threads[0] = o->threads;
         pp.n_threads = 1;

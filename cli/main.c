@@ -20,7 +20,8 @@
       "logits -m MODEL --ids 1,2,3 -o OUT [--compare REF]")                                        \
     X(tokenize, "print the token ids of TEXT on one line",                                         \
       "tokenize -m MODEL [--bos] [--special] TEXT | -f FILE")                                      \
-    X(info, "architecture, sizes, tensor types", "info -m MODEL [--kv]")                           \
+    X(info, "compute devices; a model's architecture, sizes, tensor types",                        \
+      "info [-m MODEL] [--kv]")                                                                    \
     X(mkmodel, "write a random-weight model",                                                      \
       "mkmodel -o OUT [--shape tinyllama] [--type q4_0] [--arch llama] [--vocab GGUF]\n"           \
       "       [--embd N --layers N --heads N --heads-kv N --ffn N --vocab-size N] [--seed S]")     \
@@ -30,6 +31,7 @@
       "agent [-m MODEL] [--listen ADDR:PORT] [--head ADDR:PORT | --peers A,B] [--name N]\n"        \
       "       [--cluster NAME] [--no-discovery] [--join TOKEN] [--cache-dir DIR --cache-gb G]\n"   \
       "       [--mem-limit GiB] [-t T] [--k K --windows 2,1] [--wire f16|f32] [--no-prefetch]\n"   \
+      "       [--gpu N --gpu-layers N]\n"                                                          \
       "       [--api-listen ADDR:PORT [--api-key KEY] [--api-queue N] [--api-max-tokens N]\n"      \
       "        [--api-max-conns N] [--api-max-conns-per-ip N] [--api-read-timeout S]\n"            \
       "        [--api-grace S] [--api-model-alias NAME]]")                                         \
@@ -110,7 +112,8 @@ int main(int argc, char **argv) {
                   .n_prompt = 128,
                   .n_gen = 64,
                   .reps = 3,
-                  .api_grace = -1};
+                  .api_grace = -1,
+                  .gpu_layers = -1};
     if (hr_cli_parse(&cli, cmd, argc - 2, argv + 2))
         return 2;
     if (cli.help) {

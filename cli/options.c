@@ -31,6 +31,9 @@ const hr_cli_opt hr_cli_opts_engine[] = {
     HR_CLI_OPT("groups", 0, INT, groups, "N", "N NUMA thread groups (-1 = one per node)"),
     HR_CLI_OPT("numa", 0, FLAG, numa, NULL, "one thread group per NUMA node"),
     HR_CLI_OPT("tp-reduce", 0, FLAG, tp_reduce, NULL, "groups: column split + partial sums"),
+    HR_CLI_OPT("gpu", 0, STR, gpu, "N|auto|any|none",
+               "Vulkan device (default $HR_GPU, else auto: a real GPU, never lavapipe)"),
+    HR_CLI_OPT("gpu-layers", 0, COUNT, gpu_layers, "N", "run the first N layers on the GPU"),
     HR_CLI_OPT_END,
 };
 

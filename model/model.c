@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "kernels/quant.h"
+#include "model/gpu-impl.h"
 #include "model/layer-impl.h"
 #include "model/tp-impl.h"
 
@@ -346,13 +347,16 @@ struct hr_ctx {
     bool shared;          /* env, hb and xb2 are p.share's */
     int n_threads_decode; /* resolved per-phase thread plan */
     hr_tp *tp;            /* tensor-parallel executor, or NULL (plain) */
+    hr_gpu_win *gpu;      /* the window's first n_gpu layers on a device, or NULL */
+    int n_gpu;            /* layers in gpu; parts hold the window's others */
     /* sequences: [n_seq] slot in use, positions cached, last step's run */
     bool *seq_used;
     int *seq_len;
     unsigned *seq_run, step; /* the step a slot last had a run in; step counter */
     /* a step's rows: [n_batch] slots, positions, run lengths, attention
-     * rows, and a run of ones (hr_ctx_output_rows) */
-    int *row_seq, *row_pos, *run_len, *ones;
+     * rows, a run of ones (hr_ctx_output_rows), each run's slot and first
+     * position (GPU layers) */
+    int *row_seq, *row_pos, *run_len, *ones, *run_seq, *run_pos;
     hr_attn_row *row_attn;
 };
 
@@ -438,10 +442,28 @@ static int hr_ctx_pool_setup(hr_ctx *c, const hr_ctx_params *p, char *err) {
     return c->pool ? 0 : hr_seterr(err, HR_ENOMEM, "out of memory");
 }
 
-/* The window's layers with zeroed KV caches (none with groups). */
+/* The window's first p.n_gpu layers on p.vk. */
+static int hr_ctx_gpu_setup(hr_ctx *c, char *err) {
+    int nl = c->p.layer_end - c->p.layer_begin;
+    if (!c->p.vk || c->p.n_gpu <= 0)
+        return 0;
+    if (c->p.n_gpu > nl)
+        return hr_seterr(err, HR_EINVAL, "%d GPU layers in a window of %d", c->p.n_gpu, nl);
+    if (c->tp)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "GPU layers need plain execution (no thread groups)");
+    int rc =
+        hr_gpu_win_create(&c->gpu, c->p.vk, &c->m->hp, c->m->layers, c->p.layer_begin, c->p.n_gpu,
+                          c->m->rope_freqs, c->p.n_ctx, c->p.n_batch, c->p.n_seq, err);
+    if (rc == 0)
+        c->n_gpu = c->p.n_gpu;
+    return rc;
+}
+
+/* The window's CPU layers with zeroed KV caches (none with groups). */
 static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
     const hr_hparams *hp = &c->m->hp;
-    int nl = c->tp ? 0 : c->p.layer_end - c->p.layer_begin;
+    int nl = c->tp ? 0 : c->p.layer_end - c->p.layer_begin - c->n_gpu;
     c->parts = calloc((size_t)nl + 1, sizeof *c->parts);
     if (!c->parts)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
@@ -449,7 +471,7 @@ static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
         (size_t)c->p.n_seq * (size_t)c->p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
     for (int i = 0; i < nl; i++) {
         hr_layer_part *P = &c->parts[c->n_parts++];
-        P->w = c->m->layers[c->p.layer_begin + i];
+        P->w = c->m->layers[c->p.layer_begin + c->n_gpu + i];
         P->n_kv = hp->n_head_kv;
         P->n_ff = hp->n_ff;
         P->k = hr_ctx_alloc(c, kv_bytes);
@@ -498,7 +520,7 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
     c->seq_used = hr_ctx_buf(c, S * sizeof *c->seq_used);
     c->seq_len = hr_ctx_buf(c, S * sizeof *c->seq_len);
     c->seq_run = hr_ctx_buf(c, S * sizeof *c->seq_run);
-    c->row_seq = hr_ctx_buf(c, Bz * 4 * sizeof(int));
+    c->row_seq = hr_ctx_buf(c, Bz * 6 * sizeof(int));
     c->row_attn = hr_ctx_buf(c, Bz * sizeof *c->row_attn);
     if (!c->seq_used || !c->seq_len || !c->seq_run || !c->row_seq || !c->row_attn)
         return hr_seterr(err, HR_ENOMEM, "cannot allocate tables for %zu sequences", S);
@@ -508,6 +530,8 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
     c->row_pos = c->row_seq + Bz;
     c->run_len = c->row_pos + Bz;
     c->ones = c->run_len + Bz;
+    c->run_seq = c->ones + Bz;
+    c->run_pos = c->run_seq + Bz;
     for (int i = 0; i < B; i++)
         c->ones[i] = 1;
     return 0;
@@ -522,7 +546,8 @@ int hr_ctx_create(hr_ctx **out, const hr_model *m, const hr_ctx_params *p, char 
     c->p = *p;
     int rc;
     if ((rc = hr_ctx_resolve(c, &m->hp, err)) || (rc = hr_ctx_pool_setup(c, p, err)) ||
-        (rc = hr_ctx_parts_setup(c, err)) || (rc = hr_ctx_buffers(c, err))) {
+        (rc = hr_ctx_gpu_setup(c, err)) || (rc = hr_ctx_parts_setup(c, err)) ||
+        (rc = hr_ctx_buffers(c, err))) {
         hr_ctx_destroy(c);
         return rc;
     }
@@ -543,6 +568,7 @@ void hr_ctx_destroy(hr_ctx *c) {
     if (c->own_pool)
         hr_pool_destroy(c->pool);
     hr_tp_destroy(c->tp);
+    hr_gpu_win_destroy(c->gpu);
     free(c);
 }
 
@@ -562,6 +588,7 @@ void hr_ctx_tp_stats_reset(hr_ctx *c) {
         hr_tp_reset_stats(c->tp);
 }
 size_t hr_ctx_memory(const hr_ctx *c) { return c->mem; }
+size_t hr_ctx_gpu_memory(const hr_ctx *c) { return c->gpu ? hr_gpu_win_bytes(c->gpu) : 0; }
 
 /* hr_ctx_alloc's size for a request of bytes. */
 static size_t hr_ctx_rounded(size_t bytes) { return ((bytes ? bytes : 64) + 63) & ~(size_t)63; }
@@ -581,12 +608,16 @@ int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv,
     if (p->pool)
         c.p.n_threads = hr_pool_size(p->pool);
     const hr_hparams *hp = &m->hp;
+    int n_gpu = c.p.vk && c.p.n_gpu > 0 ? c.p.n_gpu : 0;
     int nl = c.p.layer_end - c.p.layer_begin, B = c.p.n_batch;
+    if (n_gpu > nl)
+        return HR_EINVAL;
+    nl -= n_gpu;
     size_t kv_bytes =
         (size_t)c.p.n_seq * (size_t)c.p.n_ctx * hp->n_head_kv * hp->head_dim * sizeof(uint16_t);
     size_t E = (size_t)hp->n_embd, S = (size_t)c.p.n_seq, Bz = (size_t)B, wb = 0, w = 0;
     for (int i = 0; i < nl; i++)
-        wb = hr_layer_wbuf_size(&m->layers[c.p.layer_begin + i], B, wb);
+        wb = hr_layer_wbuf_size(&m->layers[c.p.layer_begin + n_gpu + i], B, wb);
     size_t wo = hr_matmul_wbuf_size(m->output.type, m->output.n_in, B);
     wb = wo > wb ? wo : wb;
     /* hr_ctx_buffers, in its order */
@@ -596,7 +627,7 @@ int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv,
         0)
         return HR_EINVAL;
     w += hr_ctx_rounded(S * sizeof *c.seq_used) + hr_ctx_rounded(S * sizeof *c.seq_len) +
-         hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 4 * sizeof(int)) +
+         hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 6 * sizeof(int)) +
          hr_ctx_rounded(Bz * sizeof *c.row_attn);
     if (kv)
         *kv = (size_t)nl * 2 * hr_ctx_rounded(kv_bytes);
@@ -618,6 +649,13 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
             c->p.on_layer(c->p.on_layer_ud, il);
         return 0;
     }
+    if (c->gpu) {
+        int rc = hr_gpu_win_run(c->gpu, hidden, n, pos, err);
+        if (rc)
+            return rc;
+        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_begin + c->n_gpu; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
+    }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
     const hr_layer_env *e = &c->env;
     int E = c->m->hp.n_embd;
@@ -630,7 +668,7 @@ int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]
         hr_layer_matmul(e, &P->w.w_down, e->gate, c->xb2, n); /* xb2: [n][E] */
         hr_layer_residual(hidden, c->xb2, n, E);
         if (c->p.on_layer)
-            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + i);
+            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + c->n_gpu + i);
     }
     return 0;
 }
@@ -766,6 +804,18 @@ int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
                        .run_len = c->run_len,
                        .n_runs = n_runs,
                        .attn = c->row_attn};
+    if (c->gpu) { /* each run's slot and first position */
+        for (int i = 0, t = 0; i < n_runs; t += c->run_len[i++]) {
+            c->run_seq[i] = c->row_seq[t];
+            c->run_pos[i] = c->row_pos[t];
+        }
+        int rc =
+            hr_gpu_win_run_runs(c->gpu, hidden, n, c->run_seq, c->run_pos, c->run_len, n_runs, err);
+        if (rc)
+            return rc;
+        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_begin + c->n_gpu; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
+    }
     hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
     const hr_layer_env *e = &c->env;
     int E = c->m->hp.n_embd;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "gpu/vk.h"
 #include "kernels/ops.h"
 #include "mmap/gguf.h"
 
@@ -178,6 +179,15 @@ typedef struct {
      * and thread count and its matmul scratch is large enough; otherwise
      * this context allocates its own. NULL = own buffers. */
     const struct hr_ctx *share;
+    /* GPU layers: the first n_gpu layers of the window run on vk (borrowed,
+     * must outlive the context), which holds their weights (uploaded once
+     * at creation), KV caches and work buffers; the rest run on the CPU,
+     * with one hidden-state copy to the device and one back per call
+     * (batched steps included: the device keeps n_seq KV slots). Plain
+     * execution only: a context with thread groups refuses GPU layers. vk
+     * NULL or n_gpu 0 = CPU only. */
+    hr_vk *vk;
+    int n_gpu;
 } hr_ctx_params;
 
 hr_ctx_params hr_ctx_params_default(void);
@@ -191,8 +201,10 @@ const hr_ctx_params *hr_ctx_get_params(const hr_ctx *c);
 hr_pool *hr_ctx_pool(hr_ctx *c);
 /* Thread groups the context runs with (1 = plain execution). */
 int hr_ctx_n_groups(const hr_ctx *c);
-/* Bytes of KV cache + work buffers this context allocated. */
+/* Bytes of KV cache + work buffers this context allocated (host memory). */
 size_t hr_ctx_memory(const hr_ctx *c);
+/* Bytes of device memory its GPU layers hold (weights, KV, work); 0 without. */
+size_t hr_ctx_gpu_memory(const hr_ctx *c);
 /* What hr_ctx_create would allocate for p (plain execution, n_groups 0 or
  * 1, p->share ignored: a context with its own buffers), without
  * allocating: *kv bytes of KV cache and *work bytes of work buffers (either

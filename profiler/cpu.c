@@ -410,7 +410,7 @@ static void hr_rep_eltwise(void *ctx, double *v) {
         }
     }
     v[0] = (hr_now_s() - t0) / elems * 1e9;
-    j->sink += (unsigned)j->c[7] + j->kc[3];
+    j->sink += hr_f32_bits(j->c[7]) + j->kc[3]; /* the bits: c may be negative */
 }
 
 static void hr_measure_eltwise(hr_prof_eltwise *ew, int reps, uint64_t *rng, hr_rep_stats *st) {

@@ -27,6 +27,29 @@
 
 hr_prof_params hr_prof_params_default(void) { return (hr_prof_params){.use_cache = true}; }
 
+/* The Vulkan devices the loader sees, with their memory heaps. */
+static void hr_prof_list_vk(hr_prof_device *d) {
+    hr_vk_device_info vi[HR_VK_MAX_DEVICES];
+    int n = 0;
+    char err[HR_ERR_LEN] = "";
+    if (hr_vk_list(vi, HR_VK_MAX_DEVICES, &n, err) != 0)
+        HR_LOG_WARN(HR_PROF_TAG, "Vulkan devices not listed: %s", err);
+    for (int i = 0; i < n && d->n_vk < HR_PROF_MAX_VK; i++) {
+        hr_prof_gpu *g = &d->vk[d->n_vk++];
+        memset(g, 0, sizeof *g);
+        g->index = i;
+        hr_prof_strlcpy(g->name, vi[i].name, sizeof g->name);
+        hr_prof_strlcpy(g->kind, hr_vk_type_name(vi[i].type), sizeof g->kind);
+        g->n_heaps = vi[i].n_heaps;
+        for (int h = 0; h < vi[i].n_heaps; h++) {
+            g->heap_bytes[h] = (int64_t)vi[i].heap_bytes[h];
+            if (vi[i].heap_device_local[h] && g->heap_bytes[h] > g->vram_bytes)
+                g->vram_bytes = g->heap_bytes[h];
+        }
+        g->h2d_gbs = g->d2h_gbs = g->submit_us = -1.0;
+    }
+}
+
 void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     memset(d, 0, sizeof *d);
     d->version = HR_PROF_VERSION;
@@ -43,6 +66,9 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     hr_prof_read_mem(&d->mem, sysroot);
     hr_prof_read_cpu_quota(sysroot, &d->cpu_quota_cores, &d->cpu_period_ms);
     d->n_gpus = hr_prof_read_gpus(d->gpus, HR_PROF_MAX_GPUS, sysroot);
+    d->vk_chosen = -1;
+    if (!fake)
+        hr_prof_list_vk(d);
     hr_prof_disk_unknown(&d->disk);
     d->membw_1t_gbs = d->membw_all_gbs = d->kv_copy_gbs = -1.0;
     d->membw_threads = -1;
@@ -139,6 +165,9 @@ static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int
         n += snprintf(s + n, sizeof s - (size_t)n, "t%d,", types[i]);
     for (int i = 0; i < n_threads && n > 0 && (size_t)n < sizeof s; i++)
         n += snprintf(s + n, sizeof s - (size_t)n, "n%d,", threads[i]);
+    for (int i = 0; i < d->n_vk && n > 0 && (size_t)n < sizeof s; i++)
+        n += snprintf(s + n, sizeof s - (size_t)n, "|vk%d:%s%s", i, d->vk[i].name,
+                      i == d->vk_chosen ? "*" : "");
     if (n > 0 && (size_t)n < sizeof s) {
         char lim[1024];
         hr_prof_cg_limits_key(lim, sizeof lim, NULL);
@@ -289,6 +318,13 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
         return hr_seterr(err, HR_EINVAL, "none of the requested weight types can be measured");
     if (p->model_path)
         hr_prof_disk_info(&out->disk, p->model_path, p->sysroot);
+    int vk_idx = -1;
+    char verr[HR_ERR_LEN] = "";
+    if (out->n_vk > 0 && hr_vk_pick(p->gpu, &vk_idx, verr) != 0)
+        HR_LOG_WARN(HR_PROF_TAG, "GPU choice: %s; not measuring a GPU", verr);
+    for (int i = 0; i < out->n_vk; i++)
+        if (out->vk[i].index == vk_idx)
+            out->vk_chosen = i;
     hr_fingerprint(out, p, types, n_types, threads, n_threads, row_len, ffn_len);
     out->quick = p->quick;
     char dir[1024], path[1200];
@@ -321,6 +357,12 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
     if (p->model_path)
         hr_prof_disk_measure(&out->disk, out->disk.path[0] ? out->disk.path : p->model_path,
                              p->quick);
+    if (out->vk_chosen >= 0) {
+        char gerr[HR_ERR_LEN] = "";
+        if (hr_prof_gpu_measure(&out->vk[out->vk_chosen], types, n_types, row_len, p->quick,
+                                gerr) != 0)
+            HR_LOG_WARN(HR_PROF_TAG, "GPU %s not measured: %s", out->vk[out->vk_chosen].name, gerr);
+    }
     out->created = (double)time(NULL);
     out->duration_s = hr_now_s() - t0;
     if (cache)

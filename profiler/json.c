@@ -119,6 +119,35 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     for (int i = 0; i < d->n_gpus && i < HR_PROF_MAX_GPUS; i++)
         jpush(w, ga, jstr(d->gpus[i]));
     jset(w, o, "gpus", ga);
+    json_t *va = json_array();
+    for (int i = 0; i < d->n_vk && i < HR_PROF_MAX_VK; i++) {
+        const hr_prof_gpu *g = &d->vk[i];
+        json_t *x = json_object();
+        jset(w, x, "index", json_integer(g->index));
+        jset(w, x, "name", jstr(g->name));
+        jset(w, x, "type", jstr(g->kind));
+        jset(w, x, "vram_bytes", jint(g->vram_bytes));
+        json_t *ha = json_array();
+        for (int h = 0; h < g->n_heaps && h < HR_VK_MAX_HEAPS; h++)
+            jpush(w, ha, jint(g->heap_bytes[h]));
+        jset(w, x, "heap_bytes", ha);
+        jset(w, x, "h2d_gbs", jnum(g->h2d_gbs));
+        jset(w, x, "d2h_gbs", jnum(g->d2h_gbs));
+        jset(w, x, "submit_us", jnum(g->submit_us));
+        json_t *ra = json_array();
+        for (int r = 0; r < g->n_rates && r < HR_PROF_MAX_TYPES; r++) {
+            json_t *y = json_object();
+            jset(w, y, "type", hr_type_json(g->rates[r].type));
+            jset(w, y, "matvec_gbs", jnum(g->rates[r].matvec_gbs));
+            jset(w, y, "matvec_call_us", jnum(g->rates[r].matvec_call_us));
+            jset(w, y, "matmat_gflops", jnum(g->rates[r].matmat_gflops));
+            jpush(w, ra, y);
+        }
+        jset(w, x, "rates", ra);
+        jpush(w, va, x);
+    }
+    jset(w, o, "vulkan", va);
+    jset(w, o, "vulkan_chosen", json_integer(d->vk_chosen));
     json_t *bw = json_object();
     jset(w, bw, "read_1t_gbs", jnum(d->membw_1t_gbs));
     jset(w, bw, "read_all_gbs", jnum(d->membw_all_gbs));
@@ -441,6 +470,38 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
         hr_prof_strlcpy(d->gpus[d->n_gpus++], json_is_string(x) ? json_string_value(x) : "",
                         sizeof d->gpus[0]);
     }
+    d->vk_chosen = -1;
+    json_array_foreach(json_object_get(o, "vulkan"), i, x) {
+        if (d->n_vk >= HR_PROF_MAX_VK)
+            break;
+        hr_prof_gpu *g = &d->vk[d->n_vk++];
+        g->index = gint32(x, "index");
+        gstr(x, "name", g->name, sizeof g->name);
+        gstr(x, "type", g->kind, sizeof g->kind);
+        g->vram_bytes = gint(x, "vram_bytes");
+        size_t h;
+        const json_t *y;
+        json_array_foreach(json_object_get(x, "heap_bytes"), h, y) {
+            if (g->n_heaps >= HR_VK_MAX_HEAPS)
+                break;
+            g->heap_bytes[g->n_heaps++] = json_is_integer(y) ? json_integer_value(y) : -1;
+        }
+        g->h2d_gbs = gnum(x, "h2d_gbs");
+        g->d2h_gbs = gnum(x, "d2h_gbs");
+        g->submit_us = gnum(x, "submit_us");
+        json_array_foreach(json_object_get(x, "rates"), h, y) {
+            int type = gtype(y, "type");
+            if (type < 0 || g->n_rates >= HR_PROF_MAX_TYPES)
+                continue;
+            hr_prof_gpu_rate *r = &g->rates[g->n_rates++];
+            r->type = type;
+            r->matvec_gbs = gnum(y, "matvec_gbs");
+            r->matvec_call_us = gnum(y, "matvec_call_us");
+            r->matmat_gflops = gnum(y, "matmat_gflops");
+        }
+    }
+    int chosen = gint32(o, "vulkan_chosen");
+    d->vk_chosen = chosen >= 0 && chosen < d->n_vk ? chosen : -1;
     const json_t *bw = json_object_get(o, "memory_bandwidth");
     d->membw_1t_gbs = gnum(bw, "read_1t_gbs");
     d->membw_all_gbs = gnum(bw, "read_all_gbs");

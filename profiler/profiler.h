@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "gpu/vk.h"
 #include "mmap/gguf.h"
 #include "mmap/stream.h"
 #include "model/model.h"
@@ -71,6 +72,8 @@ typedef struct {
     const char *cache_dir;            /* NULL: $HEARTH_CACHE_DIR, $XDG_CACHE_HOME/hearth,
                                          ~/.cache/hearth */
     const char *sysroot; /* prefix for /proc and /sys reads (tests); NULL or "" = real */
+    const char *gpu;     /* Vulkan device to measure (gpu/vk.h hr_vk_pick: N, auto, any,
+                            none); NULL = $HR_GPU, else auto (never a software device) */
 } hr_prof_params;
 
 hr_prof_params hr_prof_params_default(void);
@@ -100,6 +103,33 @@ typedef struct {
     double factor;   /* >= 1 */
     double window_s; /* wall time measured over */
 } hr_prof_sustain;
+
+/* A Vulkan device (gpu/vk.h). Listed with its memory for every device the
+ * loader sees; the rates are measured on the chosen one only (n_rates 0
+ * elsewhere), with hearth's own kernels: one matmul call at n_tok = 1 over a
+ * matrix of B weight bytes is predicted to take matvec_call_us + B /
+ * matvec_gbs, a window of GPU layers adds submit_us and two hidden-state
+ * copies per token. */
+typedef struct {
+    int type;              /* hr_type */
+    double matvec_gbs;     /* weight bytes streamed per second at n_tok = 1, GB/s */
+    double matvec_call_us; /* per matmul: activation quantization + dispatch, us */
+    double matmat_gflops;  /* n_tok = 32, 2 FLOP per weight per token, GFLOP/s */
+} hr_prof_gpu_rate;
+
+#define HR_PROF_MAX_VK 4
+typedef struct {
+    int index; /* Vulkan device number (hearth info, --gpu N) */
+    char name[128];
+    char kind[16]; /* "discrete", "integrated", "virtual", "cpu", "other" */
+    int n_heaps;
+    int64_t heap_bytes[HR_VK_MAX_HEAPS];
+    int64_t vram_bytes;      /* largest device-local heap, bytes */
+    double h2d_gbs, d2h_gbs; /* copies host -> device / device -> host (staged), GB/s */
+    double submit_us;        /* one submitted and waited-for command buffer, us */
+    int n_rates;
+    hr_prof_gpu_rate rates[HR_PROF_MAX_TYPES];
+} hr_prof_gpu;
 
 /* Per-thread-count costs of the non-matmul work of a layer. hr_attention
  * for one token is predicted to take attn_call_us + n_head x n_pos x
@@ -197,6 +227,9 @@ typedef struct {
     hr_prof_disk disk;
     int n_gpus;
     char gpus[HR_PROF_MAX_GPUS][64]; /* "nvidia 10de:2330 card0"; reported, not used */
+    int n_vk;                        /* Vulkan devices listed in vk[] */
+    hr_prof_gpu vk[HR_PROF_MAX_VK];
+    int vk_chosen; /* entry of vk[] measured and planned for (hr_prof_params.gpu); -1 none */
     double cpu_quota_cores; /* cgroup CPU quota / period, smallest over ancestors; -1 none */
     double cpu_period_ms;   /* that quota's period, ms; -1 none */
     int n_sustain;          /* measured under a quota only */
@@ -246,6 +279,14 @@ const hr_prof_opcost *hr_prof_device_opcost(const hr_prof_device *d, int n_threa
 double hr_prof_device_sustain(const hr_prof_device *d, int n_threads);
 int hr_prof_device_best_threads(const hr_prof_device *d, const int *types, int n_types);
 
+/* The chosen Vulkan device of d with measured rates, or NULL. */
+const hr_prof_gpu *hr_prof_device_gpu(const hr_prof_device *d);
+/* Measures rates for types[n_types] (rows of row_len values), copy
+ * bandwidth and submission cost on Vulkan device g->index; g's listing
+ * fields are kept. */
+int hr_prof_gpu_measure(hr_prof_gpu *g, const int *types, int n_types, int64_t row_len, bool quick,
+                        char err[HR_ERR_LEN]);
+
 /* Cache file path for parameters p (what hr_prof_device_measure uses). */
 int hr_prof_cache_dir(const hr_prof_params *p, char *buf, size_t cap);
 
@@ -293,6 +334,10 @@ int hr_prof_model_copy(hr_prof_model *dst, const hr_prof_model *src);
 uint64_t hr_prof_model_window_bytes(const hr_prof_model *pm, int b, int e, bool input, bool output);
 /* Distinct matmul weight types of the model (layers + output), at most max. */
 int hr_prof_model_types(const hr_prof_model *pm, int *types, int max);
+/* Predicted ms of one decode token through layers [b, e) of pm all on the
+ * GPU g (window overheads included); < 0 when a weight type of those layers
+ * has no measured rate. */
+double hr_prof_gpu_window_ms(const hr_prof_gpu *g, const hr_prof_model *pm, int b, int e);
 
 /* Times real decode steps of the first layers of m (two, or one where
  * memory is short) for about window_s (at least a few steps, after two
@@ -426,7 +471,9 @@ hr_prof_sched_params hr_prof_sched_params_default(void);
  * the reserve, disk_bps from the mmap fault rate (else sequential reads),
  * rtt_ms / link_bps from `next` (the link to the next device; NULL: 0),
  * t_head_ms from the input + output layers and sampling (head only), the OS
- * from sysname. Reentrant. */
+ * from sysname, and for a chosen GPU with rates for every weight type of the
+ * model vram_bytes (4/5 of its largest device-local heap) and t_layer_gpu_ms
+ * (hr_prof_gpu_window_ms per layer, each charged a submission). Reentrant. */
 int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
                             const hr_prof_link *next, const hr_prof_sched_params *p,
                             hr_sched_device *out, char err[HR_ERR_LEN]);

@@ -152,6 +152,21 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         out->rtt_ms = next->rtt_us > 0 ? next->rtt_us * 1e-3 : 0;
         out->link_bps = next->bw_mbs > 0 ? next->bw_mbs * 1e6 : 0;
     }
+    /* the chosen GPU: its measured rates (window overheads spread over the
+     * layers, as if each layer were a window of its own: an upper bound) and
+     * its largest device-local heap, less a fifth for work buffers */
+    const hr_prof_gpu *g = hr_prof_device_gpu(d);
+    double gms = g ? hr_prof_gpu_window_ms(g, m, 0, m->n_layer) : -1;
+    if (g && gms > 0 && g->vram_bytes > 0) {
+        double over = g->submit_us > 0 ? g->submit_us * 1e-3 : 0;
+        out->t_layer_gpu_ms = gms / m->n_layer + over * (m->n_layer - 1) / m->n_layer;
+        out->vram_bytes = 0.8 * (double)g->vram_bytes;
+    } else if (g) {
+        HR_LOG_WARN(HR_PROF_TAG,
+                    "%s: GPU %s lacks a rate for a weight type of the model: CPU "
+                    "only",
+                    out->name, g->name);
+    }
     if (p->is_head) {
         /* embedding row + output norm + LM head + greedy sampling over n_vocab */
         int best = 1;

@@ -254,6 +254,8 @@ int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]) 
         json_object_set_new(j, "mem_budget", json_real(m->mem_budget));
     if (j && m->n_seq > 1)
         json_object_set_new(j, "n_seq", json_integer(m->n_seq));
+    if (j && m->n_gpu > 0)
+        json_object_set_new(j, "n_gpu", json_integer(m->n_gpu));
     int rc = hr_msg_take_json(out, HR_RING_PLAN, j, err);
     out->h.plan_id = m->plan_id;
     return rc;
@@ -284,12 +286,18 @@ int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, cha
         return hr_seterr(err, HR_EFORMAT, "PLAN: plan_id %lld out of range", (long long)plan_id);
     }
     m->plan_id = (uint32_t)plan_id;
-    double n_seq = 1;
+    double n_seq = 1, n_gpu = 0;
     if ((rc = hr_msg_opt_num(j, "mem_budget", 0, 1e18, &m->mem_budget, HR_RING_PLAN, err)) ||
-        (rc = hr_msg_opt_num(j, "n_seq", 1, HR_MSG_MAX_SEQ, &n_seq, HR_RING_PLAN, err))) {
+        (rc = hr_msg_opt_num(j, "n_seq", 1, HR_MSG_MAX_SEQ, &n_seq, HR_RING_PLAN, err)) ||
+        (rc = hr_msg_opt_num(j, "n_gpu", 0, m->w > 0 ? m->w : 0, &n_gpu, HR_RING_PLAN, err))) {
         json_decref(j);
         return rc;
     }
+    if (n_gpu != (int)n_gpu && n_gpu >= 0) {
+        json_decref(j);
+        return hr_seterr(err, HR_EFORMAT, "PLAN: n_gpu %g is not an integer", n_gpu);
+    }
+    m->n_gpu = n_gpu > 0 ? (int)n_gpu : 0;
     if (n_seq < 0) /* absent: one slot */
         n_seq = 1;
     if (n_seq != (int)n_seq) {

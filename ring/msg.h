@@ -102,6 +102,8 @@ typedef struct {
                           (hr_prof_mem_budget); <= 0 unknown (absent on the wire) */
     int n_seq;         /* KV slots per window: requests in flight at once (1..HR_MSG_MAX_SEQ;
                           absent on the wire when 1) */
+    int n_gpu;         /* of each window's w layers, the first n_gpu on the device's GPU
+                          (0..w; absent on the wire when 0) */
 } hr_msg_plan;
 int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]);
 int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, char err[HR_ERR_LEN]);

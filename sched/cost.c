@@ -18,7 +18,7 @@ hr_sched_opts hr_sched_opts_default(void) {
     hr_sched_opts o;
     memset(&o, 0, sizeof o);
     o.overlap = HR_SCHED_OVERLAP_MAX;
-    o.use_gpu = false;
+    o.use_gpu = true;
     o.thread_tol = 0.03;
     o.time_limit_s = 10.0;
     o.max_enum = 5e7;

@@ -10,8 +10,8 @@
  * COST MODEL (all times in ms, bytes in bytes, rates in bytes/s)
  *
  * For a k-round plan, device m runs wc_m = w_m - n_m layers of its window on
- * the CPU and n_m on its accelerator (n_m = 0 while there is no GPU backend,
- * see hr_sched_opts.use_gpu). Per round:
+ * the CPU and n_m on its accelerator (a Vulkan device, gpu/vk.h; n_m = 0 for a
+ * device with vram_bytes 0 or with hr_sched_opts.use_gpu off). Per round:
  *
  *   c_m   = wc_m * t_layer_ms + n_m * t_layer_gpu_ms        compute, ms/round
  *   h_m   = rtt_ms / 2 + 1000 * hidden_bytes / link_bps      one hop m -> next, ms
@@ -84,8 +84,9 @@
  * carries the best latency found so far as a cutoff row, so a k that cannot
  * win is dismissed early (reported as NAN in k_latency_ms).
  * Accelerator calibration (prima.cpp raises n_m on devices whose VRAM the
- * solution leaves unused) would act after each per-k solve, by fixing a
- * lower bound on n_m and solving again; it is not done while use_gpu is off.
+ * solution leaves unused) is not needed here: n_m are integer variables of
+ * the same program, priced by the measured t_layer_gpu_ms, so a GPU gets
+ * layers exactly when that lowers the predicted latency.
  *
  * Thread-safety: everything here is reentrant except hr_sched_solve(), which
  * drives GLPK: call it from one thread at a time.
@@ -155,7 +156,7 @@ typedef struct {
 
 typedef struct {
     hr_sched_overlap overlap;
-    bool use_gpu;        /* false: n_m fixed to 0 (no GPU backend yet) */
+    bool use_gpu;        /* default true; false: n_m fixed to 0 (every layer on CPUs) */
     int k_fixed;         /* 0 = search every divisor of L; else only this k */
     int k_max;           /* 0 = no limit; else only k <= k_max */
     double thread_tol;   /* relative slack for thread counts, default 0.03 */

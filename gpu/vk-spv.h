@@ -1,0 +1,51 @@
+/* vk-spv.h - the kernels' SPIR-V, one entry per compiled shader variant
+ * (generated at build time from gpu/shaders/ by CMakeLists.txt into
+ * vk_spv.c). Internal to gpu/. */
+#ifndef HR_GPU_VK_SPV_H
+#define HR_GPU_VK_SPV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    HR_VK_K_RMSNORM,
+    HR_VK_K_ADD,
+    HR_VK_K_SWIGLU,
+    HR_VK_K_SOFTMAX,
+    HR_VK_K_ROPE,
+    HR_VK_K_KVSTORE,
+    HR_VK_K_ATTN,
+    HR_VK_K_Q8_0,
+    HR_VK_K_Q8_1,
+    HR_VK_K_Q8_K,
+    HR_VK_K_MM_F32,
+    HR_VK_K_MM_F16,
+    HR_VK_K_MM_BF16,
+    HR_VK_K_MM_Q4_0,
+    HR_VK_K_MM_Q4_1,
+    HR_VK_K_MM_Q5_0,
+    HR_VK_K_MM_Q5_1,
+    HR_VK_K_MM_Q8_0,
+    HR_VK_K_MM_Q4_K,
+    HR_VK_K_MM_Q5_K,
+    HR_VK_K_MM_Q6_K,
+    /* the same with packed int8 dot products (shaderIntegerDotProduct) */
+    HR_VK_K_MM_Q4_0_DOT,
+    HR_VK_K_MM_Q4_1_DOT,
+    HR_VK_K_MM_Q5_0_DOT,
+    HR_VK_K_MM_Q5_1_DOT,
+    HR_VK_K_MM_Q8_0_DOT,
+    HR_VK_K_MM_Q4_K_DOT,
+    HR_VK_K_MM_Q5_K_DOT,
+    HR_VK_K_MM_Q6_K_DOT,
+    HR_VK_K_COUNT
+} hr_vk_kernel;
+
+typedef struct {
+    const uint32_t *code;
+    size_t bytes;
+} hr_vk_spv;
+
+extern const hr_vk_spv hr_vk_spv_table[HR_VK_K_COUNT];
+
+#endif

@@ -1,0 +1,152 @@
+/* vk_ops.c - one recording helper per kernel of gpu/shaders/: the push
+ * constants each shader declares (same field order), the workgroup counts,
+ * and the checks that refuse shapes a kernel cannot run. */
+#include "gpu/vk-impl.h"
+
+#include "kernels/types.h"
+
+#include <math.h>
+
+static uint32_t hr_div_up(uint64_t a, uint32_t b) { return (uint32_t)((a + b - 1) / b); }
+
+void hr_vk_rmsnorm(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t rows, uint32_t in_off,
+                   uint32_t in_stride, uint32_t out_off, uint32_t out_stride, uint32_t g_off,
+                   float eps) {
+    struct {
+        uint32_t n, rows, in_off, in_stride, out_off, out_stride, g_off, has_g;
+        float eps;
+    } pc = {n,
+            rows,
+            in_off,
+            in_stride,
+            out_off,
+            out_stride,
+            g_off == UINT32_MAX ? 0 : g_off,
+            g_off != UINT32_MAX,
+            eps};
+    hr_vk_dispatch(vk, s, HR_VK_K_RMSNORM, &pc, sizeof pc, rows, 1);
+}
+
+void hr_vk_add(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t dst, uint32_t src, uint32_t src_n,
+               bool src_in_w) {
+    struct {
+        uint32_t n, dst, src, src_n, src_in_w;
+    } pc = {n, dst, src, src_n, src_in_w};
+    hr_vk_dispatch(vk, s, HR_VK_K_ADD, &pc, sizeof pc, hr_div_up(n, 64), 1);
+}
+
+void hr_vk_swiglu(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t g, uint32_t u) {
+    struct {
+        uint32_t n, g, u;
+    } pc = {n, g, u};
+    hr_vk_dispatch(vk, s, HR_VK_K_SWIGLU, &pc, sizeof pc, hr_div_up(n, 64), 1);
+}
+
+void hr_vk_softmax(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t rows, uint32_t off,
+                   uint32_t stride) {
+    struct {
+        uint32_t n, rows, off, stride;
+    } pc = {n, rows, off, stride};
+    hr_vk_dispatch(vk, s, HR_VK_K_SOFTMAX, &pc, sizeof pc, rows, 1);
+}
+
+void hr_vk_rope(hr_vk *vk, hr_vk_set *s, uint32_t n_tok, uint32_t n_heads, uint32_t head_dim,
+                uint32_t n_rot, bool neox, uint32_t off, uint32_t stride, uint32_t tab) {
+    struct {
+        uint32_t n_tok, n_heads, head_dim, n_rot, neox, off, stride, tab;
+    } pc = {n_tok, n_heads, head_dim, n_rot, neox, off, stride, tab};
+    hr_vk_dispatch(vk, s, HR_VK_K_ROPE, &pc, sizeof pc,
+                   hr_div_up((uint64_t)n_tok * n_heads * (n_rot / 2), 64), 1);
+}
+
+void hr_vk_kv_store(hr_vk *vk, hr_vk_set *s, uint32_t kd, uint32_t n_tok, uint32_t pos0,
+                    uint32_t k_src, uint32_t v_src, uint32_t k_dst, uint32_t v_dst) {
+    struct {
+        uint32_t kd, n_tok, pos0, k_src, v_src, k_dst, v_dst;
+    } pc = {kd, n_tok, pos0, k_src, v_src, k_dst, v_dst};
+    hr_vk_dispatch(vk, s, HR_VK_K_KVSTORE, &pc, sizeof pc, hr_div_up((uint64_t)n_tok * kd / 2, 64),
+                   1);
+}
+
+void hr_vk_attention(hr_vk *vk, hr_vk_set *s, const hr_vk_attn *a) {
+    struct {
+        uint32_t n_head, n_kv, hd, pos0, q_off, out_off, k_off, v_off, sc_off, n_ctx;
+        float scale;
+    } pc = {a->n_head,
+            a->n_kv,
+            a->head_dim,
+            a->pos0,
+            a->q,
+            a->out,
+            a->k,
+            a->v,
+            a->sc,
+            a->n_ctx,
+            1.0f / sqrtf((float)a->head_dim)};
+    hr_vk_dispatch(vk, s, HR_VK_K_ATTN, &pc, sizeof pc, a->n_head, a->n_tok);
+}
+
+int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok, uint32_t in_off,
+                   uint32_t out_off) {
+    uint32_t qb = hr_vk_act_block(act);
+    if (!qb || n_in % qb || n_tok == 0)
+        return HR_EINVAL;
+    struct {
+        uint32_t n_in, n_tok, in_off, out_off;
+    } pc = {n_in, n_tok, in_off, out_off};
+    hr_vk_kernel k = act == HR_TYPE_Q8_0   ? HR_VK_K_Q8_0
+                     : act == HR_TYPE_Q8_1 ? HR_VK_K_Q8_1
+                                           : HR_VK_K_Q8_K;
+    hr_vk_dispatch(vk, s, k, &pc, sizeof pc, n_in / qb, n_tok);
+    return 0;
+}
+
+static int hr_vk_mm_kernel(int type) {
+    switch (type) {
+    case HR_TYPE_F32:
+        return HR_VK_K_MM_F32;
+    case HR_TYPE_F16:
+        return HR_VK_K_MM_F16;
+    case HR_TYPE_BF16:
+        return HR_VK_K_MM_BF16;
+    case HR_TYPE_Q4_0:
+        return HR_VK_K_MM_Q4_0;
+    case HR_TYPE_Q4_1:
+        return HR_VK_K_MM_Q4_1;
+    case HR_TYPE_Q5_0:
+        return HR_VK_K_MM_Q5_0;
+    case HR_TYPE_Q5_1:
+        return HR_VK_K_MM_Q5_1;
+    case HR_TYPE_Q8_0:
+        return HR_VK_K_MM_Q8_0;
+    case HR_TYPE_Q4_K:
+        return HR_VK_K_MM_Q4_K;
+    case HR_TYPE_Q5_K:
+        return HR_VK_K_MM_Q5_K;
+    case HR_TYPE_Q6_K:
+        return HR_VK_K_MM_Q6_K;
+    default:
+        return -1;
+    }
+}
+
+bool hr_vk_type_supported(int type) { return hr_vk_mm_kernel(type) >= 0; }
+
+int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_out,
+                 uint32_t row_bytes, uint32_t w_off, uint32_t act_off, uint32_t y_off,
+                 uint32_t n_tok, uint32_t y_stride) {
+    int k = hr_vk_mm_kernel(type);
+    const hr_type_traits *tt = hr_type_get(type);
+    if (k >= HR_VK_K_MM_Q4_0 && vk->use_dot) /* quantized: its packed-dot twin */
+        k += HR_VK_K_MM_Q4_0_DOT - HR_VK_K_MM_Q4_0;
+    if (k < 0 || !tt || n_in == 0 || n_in % (uint32_t)tt->block_elems || n_tok == 0 ||
+        row_bytes != hr_type_row_bytes(type, n_in) || (type == HR_TYPE_F32 && (w_off & 3)) ||
+        (w_off & 1) || (row_bytes & 1))
+        return HR_EINVAL;
+    struct {
+        uint32_t n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
+    } pc = {n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride};
+    hr_vk_dispatch(vk, s, (hr_vk_kernel)k, &pc, sizeof pc, hr_div_up(n_out, 4),
+                   hr_div_up(n_tok, 8)); /* matmul.comp: 4 rows, 8 tokens a workgroup */
+    return 0;
+}

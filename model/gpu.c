@@ -1,0 +1,308 @@
+/* gpu.c - a window's first layers on a Vulkan device: upload, device
+ * buffers, and the transformer layer as kernel dispatches in layer.c's
+ * order (RMSNorm, Q/K/V projections, biases, per-head norms, RoPE, F16 KV
+ * store, GQA attention, output projection, residual, RMSNorm, gate/up,
+ * SwiGLU, down projection, residual), one command buffer per call. */
+#include "model/gpu-impl.h"
+
+#include "common/log.h"
+#include "kernels/types.h"
+#include "model/layer-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG "gpu"
+#define HR_GPU_ALIGN 256 /* bytes between tensors in a layer's buffer */
+#define HR_GPU_NW ((int)(sizeof(hr_layer_weights) / sizeof(hr_weight)))
+
+typedef struct {
+    hr_layer_weights w;      /* shapes and types (data: the host copy) */
+    uint32_t off[HR_GPU_NW]; /* byte offset of each field's tensor in wb */
+    hr_vk_buf *wb, *kv;
+    hr_vk_set *set;
+} hr_gpu_layer;
+
+/* Word offsets of the work buffer's regions. */
+typedef struct {
+    uint32_t h, xb, xb2, q, k, v, att, gate, up, act, tab, sc, end;
+} hr_gpu_regions;
+
+struct hr_gpu_win {
+    hr_vk *vk;
+    const hr_hparams *hp;
+    const float *rope_freqs;
+    int n, n_ctx, n_batch, n_seq;
+    hr_gpu_layer *L; /* [n] */
+    hr_vk_buf *x;    /* work buffer */
+    hr_vk_buf *io;   /* host-visible: hidden in/out + RoPE table */
+    hr_gpu_regions r;
+    size_t bytes;
+};
+
+static uint32_t hr_field(const hr_gpu_layer *L, const hr_weight *w) {
+    return L->off[((const char *)w - (const char *)&L->w) / sizeof(hr_weight)];
+}
+
+/* Lays out and uploads layer il's tensors; vectors are the model's f32
+ * copies, matrices the mapping's bytes. */
+static int hr_gpu_layer_upload(hr_gpu_win *g, hr_gpu_layer *L, const hr_layer_weights *src,
+                               size_t kv_bytes, char *err) {
+    L->w = *src;
+    uint64_t size = 0;
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        const hr_weight *w = hr_layer_weight(src, t);
+        if (!w->data)
+            continue;
+        if (!hr_vk_type_supported(w->type))
+            return hr_seterr(err, HR_EUNSUPPORTED, "%s: no GPU kernel for type %s", t->name,
+                             hr_type_name(w->type));
+        L->off[(t->offset) / sizeof(hr_weight)] = (uint32_t)size;
+        size += ((uint64_t)w->row_bytes * (uint64_t)w->n_out + HR_GPU_ALIGN - 1) / HR_GPU_ALIGN *
+                HR_GPU_ALIGN;
+        if (size >= (1ull << 32) || size > hr_vk_info(g->vk)->max_storage_range)
+            return hr_seterr(err, HR_ERANGE,
+                             "a layer of %.1f MiB exceeds what one GPU buffer "
+                             "binding may cover",
+                             size / 1048576.0);
+    }
+    int rc;
+    if ((rc = hr_vk_buf_create(g->vk, &L->wb, (size_t)size, false, err)) ||
+        (rc = hr_vk_buf_create(g->vk, &L->kv, kv_bytes, false, err)) ||
+        (rc = hr_vk_fill0(g->vk, L->kv, 0, hr_vk_buf_size(L->kv), err)) ||
+        (rc = hr_vk_set_create(g->vk, &L->set, L->wb, g->x, L->kv, err)))
+        return rc;
+    g->bytes += (size_t)size + hr_vk_buf_size(L->kv);
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        const hr_weight *w = hr_layer_weight(src, t);
+        if (w->data && (rc = hr_vk_write(g->vk, L->wb, L->off[t->offset / sizeof(hr_weight)],
+                                         w->data, w->row_bytes * (size_t)w->n_out, err)))
+            return rc;
+    }
+    return 0;
+}
+
+int hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
+                      const hr_layer_weights *layers, int il0, int n, const float *rope_freqs,
+                      int n_ctx, int n_batch, int n_seq, char err[HR_ERR_LEN]) {
+    *out = NULL;
+    if (hp->head_dim > 1024)
+        return hr_seterr(err, HR_EUNSUPPORTED, "head dimension %d above the GPU kernel's 1024",
+                         hp->head_dim);
+    hr_gpu_win *g = calloc(1, sizeof *g);
+    if (!g || !(g->L = calloc((size_t)n, sizeof *g->L))) {
+        free(g);
+        return hr_seterr(err, HR_ENOMEM, "out of memory");
+    }
+    g->vk = vk;
+    g->hp = hp;
+    g->rope_freqs = rope_freqs;
+    g->n = n;
+    g->n_ctx = n_ctx;
+    g->n_batch = n_batch;
+    g->n_seq = n_seq < 1 ? 1 : n_seq;
+    uint64_t B = (uint64_t)n_batch, E = (uint64_t)hp->n_embd, D = (uint64_t)hp->head_dim;
+    uint64_t QD = (uint64_t)hp->n_head * D, KD = (uint64_t)hp->n_head_kv * D,
+             F = (uint64_t)hp->n_ff;
+    /* the widest 8-bit activation: any format, any matrix input width */
+    uint64_t maxin = E > QD ? E : QD;
+    maxin = maxin > F ? maxin : F;
+    uint64_t act = (uint64_t)B * (maxin / 4 + 2 * (maxin / 32) + 2);
+    uint64_t o = 0, rot = (uint64_t)hp->n_rot;
+    hr_gpu_regions *r = &g->r;
+    uint64_t sizes[] = {B * E,  B * E, B * E, B * QD, B * KD,  B * KD,
+                        B * QD, B * F, B * F, act,    B * rot, B * hp->n_head * (uint64_t)n_ctx};
+    uint32_t *dst[] = {&r->h,   &r->xb,   &r->xb2, &r->q,   &r->k,   &r->v,
+                       &r->att, &r->gate, &r->up,  &r->act, &r->tab, &r->sc};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *dst[i] = (uint32_t)o;
+        o += (sizes[i] + 63) / 64 * 64;
+        if (o >= (1ull << 32) || o * 4 > hr_vk_info(vk)->max_storage_range) {
+            rc = hr_seterr(err, HR_ERANGE,
+                           "GPU work buffer for batch %d and context %d too "
+                           "large for one buffer binding",
+                           n_batch, n_ctx);
+            goto fail;
+        }
+    }
+    r->end = (uint32_t)o;
+    if ((rc = hr_vk_buf_create(vk, &g->x, (size_t)o * 4, false, err)) ||
+        (rc = hr_vk_buf_create(vk, &g->io, (size_t)B * (E + rot) * 4, true, err)))
+        goto fail;
+    g->bytes = (size_t)o * 4;
+    size_t kv_bytes = 2 * (size_t)g->n_seq * (size_t)n_ctx * (size_t)KD * sizeof(uint16_t);
+    if (kv_bytes / 4 >= (1ull << 32) || kv_bytes > hr_vk_info(vk)->max_storage_range) {
+        rc = hr_seterr(err, HR_ERANGE,
+                       "GPU KV cache of %d x %d positions too large for one "
+                       "buffer binding",
+                       g->n_seq, n_ctx);
+        goto fail;
+    }
+    for (int i = 0; i < n; i++)
+        if ((rc = hr_gpu_layer_upload(g, &g->L[i], &layers[il0 + i], kv_bytes, err)))
+            goto fail;
+    HR_LOG_INFO(TAG, "layers [%d, %d) on %s: %.1f MiB of device memory", il0, il0 + n,
+                hr_vk_info(vk)->name, g->bytes / 1048576.0);
+    *out = g;
+    return 0;
+fail:
+    hr_gpu_win_destroy(g);
+    return rc;
+}
+
+void hr_gpu_win_destroy(hr_gpu_win *g) {
+    if (!g)
+        return;
+    for (int i = 0; i < g->n; i++) {
+        hr_vk_set_destroy(g->vk, g->L[i].set);
+        hr_vk_buf_destroy(g->vk, g->L[i].wb);
+        hr_vk_buf_destroy(g->vk, g->L[i].kv);
+    }
+    free(g->L);
+    hr_vk_buf_destroy(g->vk, g->x);
+    hr_vk_buf_destroy(g->vk, g->io);
+    free(g);
+}
+
+size_t hr_gpu_win_bytes(const hr_gpu_win *g) { return g->bytes; }
+
+/* What the 8-bit activation region holds: the input and format quantized. */
+typedef struct {
+    uint32_t src;
+    int type;
+} hr_gpu_act;
+
+/* y = W x for the n tokens of x ([n][w.n_in] at word in), quantizing x
+ * first unless the region already holds it in the weight's format. */
+static int hr_gpu_mm(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *w, uint32_t in,
+                     uint32_t out, int n, hr_gpu_act *st) {
+    int act = hr_type_get(w->type)->vec_dot_type;
+    uint32_t a = in;
+    if (act != HR_TYPE_F32) {
+        if (st->src != in || st->type != act) {
+            int rc =
+                hr_vk_quantize(g->vk, L->set, act, (uint32_t)w->n_in, (uint32_t)n, in, g->r.act);
+            if (rc)
+                return rc;
+            *st = (hr_gpu_act){in, act};
+        }
+        a = g->r.act;
+    }
+    return hr_vk_matmul(g->vk, L->set, w->type, (uint32_t)w->n_in, (uint32_t)w->n_out,
+                        (uint32_t)w->row_bytes, hr_field(L, w), a, out, (uint32_t)n,
+                        (uint32_t)w->n_out);
+}
+
+/* Records one layer over the n rows in the work buffer's h region: rows
+ * in runs of run_len[i] consecutive positions from pos[i] of KV slot seq[i]. */
+static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, const int *seq,
+                               const int *pos, const int *run_len, int n_runs) {
+    const hr_hparams *hp = g->hp;
+    const hr_layer_weights *W = &L->w;
+    const hr_gpu_regions *r = &g->r;
+    hr_vk *vk = g->vk;
+    hr_vk_set *s = L->set;
+    uint32_t E = (uint32_t)hp->n_embd, D = (uint32_t)hp->head_dim, N = (uint32_t)n;
+    uint32_t qh = (uint32_t)hp->n_head, kvh = (uint32_t)hp->n_head_kv;
+    uint32_t QD = qh * D, KD = kvh * D, F = (uint32_t)hp->n_ff;
+    hr_gpu_act st = {UINT32_MAX, -1};
+    int rc = 0;
+    /* attention block */
+    hr_vk_rmsnorm(vk, s, E, N, r->h, E, r->xb, E, hr_field(L, &W->attn_norm) / 4, hp->rms_eps);
+    if ((rc = hr_gpu_mm(g, L, &W->wq, r->xb, r->q, n, &st)) ||
+        (rc = hr_gpu_mm(g, L, &W->wk, r->xb, r->k, n, &st)) ||
+        (rc = hr_gpu_mm(g, L, &W->wv, r->xb, r->v, n, &st)))
+        return rc;
+    if (W->bq.data) {
+        hr_vk_add(vk, s, N * QD, r->q, hr_field(L, &W->bq) / 4, QD, true);
+        hr_vk_add(vk, s, N * KD, r->k, hr_field(L, &W->bk) / 4, KD, true);
+        hr_vk_add(vk, s, N * KD, r->v, hr_field(L, &W->bv) / 4, KD, true);
+    }
+    if (W->q_norm.data) {
+        hr_vk_rmsnorm(vk, s, D, N * qh, r->q, D, r->q, D, hr_field(L, &W->q_norm) / 4, hp->rms_eps);
+        hr_vk_rmsnorm(vk, s, D, N * kvh, r->k, D, r->k, D, hr_field(L, &W->k_norm) / 4,
+                      hp->rms_eps);
+    }
+    hr_vk_rope(vk, s, N, qh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->q, QD, r->tab);
+    hr_vk_rope(vk, s, N, kvh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->k, KD, r->tab);
+    uint32_t slot = (uint32_t)g->n_ctx * KD / 2, vcache = slot * (uint32_t)g->n_seq;
+    for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++]) { /* each run's cache */
+        uint32_t len = (uint32_t)run_len[i], p0 = (uint32_t)pos[i], ks = (uint32_t)seq[i] * slot;
+        hr_vk_kv_store(vk, s, KD, len, p0, r->k + (uint32_t)t0 * KD, r->v + (uint32_t)t0 * KD, ks,
+                       vcache + ks);
+        hr_vk_attn a = {.n_head = qh,
+                        .n_kv = kvh,
+                        .head_dim = D,
+                        .n_ctx = (uint32_t)g->n_ctx,
+                        .n_tok = len,
+                        .pos0 = p0,
+                        .q = r->q + (uint32_t)t0 * QD,
+                        .out = r->att + (uint32_t)t0 * QD,
+                        .sc = r->sc + (uint32_t)t0 * qh * (uint32_t)g->n_ctx,
+                        .k = ks,
+                        .v = vcache + ks};
+        hr_vk_attention(vk, s, &a);
+    }
+    if ((rc = hr_gpu_mm(g, L, &W->wo, r->att, r->xb2, n, &st)))
+        return rc;
+    hr_vk_add(vk, s, N * E, r->h, r->xb2, N * E, false);
+    /* feed-forward block */
+    hr_vk_rmsnorm(vk, s, E, N, r->h, E, r->xb, E, hr_field(L, &W->ffn_norm) / 4, hp->rms_eps);
+    st.src = UINT32_MAX; /* xb was rewritten */
+    if ((rc = hr_gpu_mm(g, L, &W->w_gate, r->xb, r->gate, n, &st)) ||
+        (rc = hr_gpu_mm(g, L, &W->w_up, r->xb, r->up, n, &st)))
+        return rc;
+    hr_vk_swiglu(vk, s, N * F, r->gate, r->up);
+    if ((rc = hr_gpu_mm(g, L, &W->w_down, r->gate, r->xb2, n, &st)))
+        return rc;
+    hr_vk_add(vk, s, N * E, r->h, r->xb2, N * E, false);
+    return 0;
+}
+
+int hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, const int *pos,
+                        const int *run_len, int n_runs, char err[HR_ERR_LEN]) {
+    int rows = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (seq[i] < 0 || seq[i] >= g->n_seq || run_len[i] < 1 || pos[i] < 0 ||
+            pos[i] + run_len[i] > g->n_ctx)
+            return hr_seterr(err, HR_EINVAL,
+                             "GPU layers: run %d (slot %d, %d rows at %d) "
+                             "outside %d slots of %d positions",
+                             i, seq[i], run_len[i], pos[i], g->n_seq, g->n_ctx);
+        rows += run_len[i];
+    }
+    if (n < 1 || n > g->n_batch || rows != n)
+        return hr_seterr(err, HR_EINVAL, "GPU layers: %d rows (runs of %d) outside batch %d", n,
+                         rows, g->n_batch);
+    const hr_hparams *hp = g->hp;
+    size_t hb = (size_t)n * hp->n_embd * sizeof(float);
+    size_t tb = (size_t)n * hp->n_rot * sizeof(float);
+    float *io = hr_vk_buf_map(g->io), *tab = io + (size_t)n * hp->n_embd;
+    memcpy(io, hidden, hb);
+    for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++])
+        hr_vk_rope_table(tab + (size_t)t0 * hp->n_rot, run_len[i], pos[i], hp->n_rot, hp->rope_base,
+                         g->rope_freqs);
+    int rc = hr_vk_begin(g->vk, err);
+    if (rc)
+        return rc;
+    hr_vk_copy(g->vk, g->io, 0, g->x, (size_t)g->r.h * 4, hb);
+    hr_vk_copy(g->vk, g->io, hb, g->x, (size_t)g->r.tab * 4, tb);
+    for (int i = 0; i < g->n; i++)
+        if ((rc = hr_gpu_layer_record(g, &g->L[i], n, seq, pos, run_len, n_runs))) {
+            hr_vk_submit(g->vk, err); /* close the recording; nothing of it is used */
+            return hr_seterr(err, rc, "GPU layer %d: a kernel refused its shapes", i);
+        }
+    hr_vk_copy(g->vk, g->x, (size_t)g->r.h * 4, g->io, 0, hb);
+    if ((rc = hr_vk_submit(g->vk, err)))
+        return rc;
+    memcpy(hidden, io, hb);
+    return 0;
+}
+
+int hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
+    int seq = 0;
+    return hr_gpu_win_run_runs(g, hidden, n, &seq, &pos, &n, 1, err);
+}

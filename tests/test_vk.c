@@ -1,0 +1,802 @@
+/* test_vk.c - every Vulkan kernel against the scalar CPU reference on
+ * random data: matmul for every weight type (1 row, odd row counts, token
+ * tails, F32/F16/BF16 rows of any length, quantized rows refused when their
+ * length is not a whole number of blocks), the Q8 activation quantizers,
+ * RMSNorm, add, SwiGLU, softmax, RoPE (normal, NEOX, frequency factors), the
+ * F16 KV store and GQA attention. Runs on the device HR_GPU names (ctest
+ * sets "any", which takes lavapipe when there is no GPU); prints SKIPPED and
+ * exits 77 when there is no Vulkan device or the build has no backend. */
+#include "tests/check.h"
+
+#include "common/sync.h"
+#include "gpu/vk.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "kernels/types-impl.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "profiler/profiler.h"
+#include "sched/sched.h"
+
+#include <jansson.h>
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
+}
+
+typedef struct {
+    hr_vk *vk;
+    hr_vk_buf *w, *x, *kv;
+    hr_vk_set *set;
+    char err[HR_ERR_LEN];
+} hr_env;
+
+#define W_BYTES (4u << 20)
+#define X_WORDS (1u << 20)
+#define KV_WORDS (1u << 16)
+
+/* Device idx with a weight buffer, a work buffer, a KV buffer and their set. */
+static int env_open(hr_env *e, int idx) {
+    int rc = hr_vk_create(&e->vk, idx, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->w, W_BYTES, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->x, (size_t)X_WORDS * 4, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
+    return rc;
+}
+
+static void env_close(hr_env *e) {
+    if (!e->vk)
+        return;
+    hr_vk_set_destroy(e->vk, e->set);
+    hr_vk_buf_destroy(e->vk, e->w);
+    hr_vk_buf_destroy(e->vk, e->x);
+    hr_vk_buf_destroy(e->vk, e->kv);
+    hr_vk_destroy(e->vk);
+}
+
+static void put(hr_env *e, uint32_t off, const float *v, size_t n) {
+    CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
+}
+
+static void get(hr_env *e, uint32_t off, float *v, size_t n) {
+    CHECK_EQ(hr_vk_read(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
+}
+
+static int begin(hr_env *e) { return hr_vk_begin(e->vk, e->err); }
+static void submit(hr_env *e) {
+    int rc = hr_vk_submit(e->vk, e->err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "submit: %s\n", e->err);
+}
+
+/* max |a - b| over n, relative to max |b| (absolute when b is all tiny) */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 1e-6;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)a[i] - b[i]));
+        mb = fmax(mb, fabs((double)b[i]));
+    }
+    return md / mb;
+}
+
+/* ---- matmul: every weight type against its scalar vec_dot ---- */
+
+/* Returns the relative error. */
+static double test_matmul_case(hr_env *e, int type, int n_in, int n_out, int n_tok,
+                               uint32_t w_off) {
+    const hr_type_traits *tt = hr_type_get(type);
+    const hr_type_traits *at = hr_type_get(tt->vec_dot_type);
+    size_t rb = hr_type_row_bytes(type, n_in);
+    float *wf = malloc((size_t)n_in * n_out * 4), *xf = malloc((size_t)n_in * n_tok * 4);
+    float *ref = malloc((size_t)n_out * n_tok * 4), *got = malloc((size_t)n_out * n_tok * 4);
+    char *wq = malloc(rb * n_out);
+    size_t arb = hr_type_row_bytes(tt->vec_dot_type, n_in);
+    char *aq = malloc(arb * n_tok);
+    fill(wf, (size_t)n_in * n_out, 1.0f);
+    fill(xf, (size_t)n_in * n_tok, n_tok > 1 ? 2.0f : 0.001f); /* small scales: f16 subnormals */
+    for (int r = 0; r < n_out; r++)
+        tt->quant(wf + (size_t)r * n_in, wq + r * rb, n_in);
+    for (int t = 0; t < n_tok; t++)
+        at->quant(xf + (size_t)t * n_in, aq + t * arb, n_in);
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < n_out; r++)
+            ref[(size_t)t * n_out + r] = tt->vec_dot(n_in, wq + r * rb, aq + t * arb);
+    CHECK_EQ(hr_vk_write(e->vk, e->w, w_off, wq, rb * n_out, e->err), 0);
+    uint32_t x_off = 16, act_off = x_off + (uint32_t)(n_in * n_tok) + 8;
+    uint32_t y_off = act_off + (uint32_t)hr_vk_act_words(tt->vec_dot_type, n_in, n_tok) + 8;
+    put(e, x_off, xf, (size_t)n_in * n_tok);
+    begin(e);
+    bool q = tt->vec_dot_type != HR_TYPE_F32;
+    if (q)
+        CHECK_EQ(hr_vk_quantize(e->vk, e->set, tt->vec_dot_type, n_in, n_tok, x_off, act_off), 0);
+    CHECK_EQ(hr_vk_matmul(e->vk, e->set, type, n_in, n_out, rb, w_off, q ? act_off : x_off, y_off,
+                          n_tok, n_out),
+             0);
+    submit(e);
+    get(e, y_off, got, (size_t)n_out * n_tok);
+    /* float summation order differs, and the device's scale division may
+     * round an activation the other way now and then: 1e-3 of the largest */
+    double err = rel_err(got, ref, (size_t)n_out * n_tok);
+    if (err > (q ? 2e-3 : 1e-5))
+        fprintf(stderr, "matmul %s n_in %d n_out %d n_tok %d: rel err %.3g\n", tt->name, n_in,
+                n_out, n_tok, err);
+    CHECK(err <= (q ? 2e-3 : 1e-5));
+    free(wf), free(xf), free(ref), free(got), free(wq), free(aq);
+    return err;
+}
+
+static void test_matmul(hr_env *e) {
+    static const int types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q4_0,
+                                HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1, HR_TYPE_Q8_0,
+                                HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        int t = types[i], be = hr_type_get(t)->block_elems;
+        CHECK(hr_vk_type_supported(t));
+        int n_in = be == 1 ? 37 : be * 3;                   /* a float row of odd length */
+        double err = test_matmul_case(e, t, n_in, 1, 1, 0); /* 1 row, 1 token */
+        /* odd row count, rows at an offset; then 8 tokens + a tail of 3 */
+        err = fmax(err, test_matmul_case(e, t, n_in, 37, 1, 2 * (t != 0)));
+        err = fmax(err, test_matmul_case(e, t, be == 1 ? 300 : be * 5, 19, 11, 0));
+        if (be > 1) { /* partial blocks refused */
+            size_t rb = hr_type_row_bytes(t, be);
+            CHECK_EQ(
+                hr_vk_matmul(e->vk, e->set, t, (uint32_t)be + 16, 4, (uint32_t)rb, 0, 0, 0, 1, 4),
+                HR_EINVAL);
+        }
+        printf("matmul %-5s max rel err %.3g\n", hr_type_name(t), err);
+    }
+    /* types with no kernel, and activation formats quantizing partial blocks */
+    CHECK(!hr_vk_type_supported(HR_TYPE_Q2_K));
+    CHECK_EQ(hr_vk_matmul(e->vk, e->set, HR_TYPE_Q2_K, 256, 1, 84, 0, 0, 0, 1, 1), HR_EINVAL);
+    CHECK_EQ(hr_vk_quantize(e->vk, e->set, HR_TYPE_Q8_0, 48, 1, 0, 64), HR_EINVAL);
+    CHECK_EQ(hr_vk_quantize(e->vk, e->set, HR_TYPE_Q8_K, 288, 1, 0, 64), HR_EINVAL);
+}
+
+/* ---- the activation quantizers: dequantized values as the scalar ones ---- */
+
+static void test_quantize(hr_env *e) {
+    static const int acts[] = {HR_TYPE_Q8_0, HR_TYPE_Q8_1, HR_TYPE_Q8_K};
+    int n_in = 512, n_tok = 3;
+    float x[512 * 3], got_q[512 * 3], ref_q[512 * 3];
+    fill(x, sizeof x / 4, 3.0f);
+    x[5] = 0.0f; /* a tie case: equal magnitudes of both signs */
+    x[40] = 2.5f, x[41] = -2.5f;
+    for (size_t a = 0; a < 3; a++) {
+        int act = acts[a];
+        const hr_type_traits *at = hr_type_get(act);
+        size_t words = hr_vk_act_words(act, n_in, n_tok);
+        uint32_t *buf = malloc(words * 4);
+        char *cq = malloc(hr_type_row_bytes(act, n_in));
+        put(e, 0, x, sizeof x / 4);
+        begin(e);
+        CHECK_EQ(hr_vk_quantize(e->vk, e->set, act, n_in, n_tok, 0, 4096), 0);
+        submit(e);
+        CHECK_EQ(hr_vk_read(e->vk, e->x, 4096 * 4, buf, words * 4, e->err), 0);
+        int chunks = n_in / 32, mism = 0;
+        const float *dv = (const float *)buf + (size_t)n_tok * n_in / 4;
+        const float *sv = dv + (size_t)n_tok * chunks;
+        for (int t = 0; t < n_tok; t++) {
+            const int8_t *qs = (const int8_t *)(buf + (size_t)t * n_in / 4);
+            for (int i = 0; i < n_in; i++)
+                got_q[t * n_in + i] = dv[t * chunks + i / 32] * (float)qs[i];
+            at->quant(x + (size_t)t * n_in, cq, n_in);
+            at->dequant(cq, ref_q + (size_t)t * n_in, n_in);
+            for (int c = 0; c < chunks; c++) { /* the per-chunk sums */
+                int sum = 0;
+                for (int l = 0; l < 32; l++)
+                    sum += qs[32 * c + l];
+                if (act == HR_TYPE_Q8_K) {
+                    const hr_block_q8_k *b = (const hr_block_q8_k *)cq + c / 8;
+                    mism += sv[t * chunks + c] != (float)sum ||
+                            sum != b->bsums[2 * (c % 8)] + b->bsums[2 * (c % 8) + 1];
+                } else if (act == HR_TYPE_Q8_1) {
+                    const hr_block_q8_1 *b = (const hr_block_q8_1 *)cq + c;
+                    mism += fabsf(sv[t * chunks + c] - hr_fp16_to_fp32(b->s)) >
+                            1e-3f * fabsf(hr_fp16_to_fp32(b->s)) + 1e-6f;
+                }
+            }
+        }
+        double err = rel_err(got_q, ref_q, sizeof x / 4);
+        printf("quantize %-4s rel err %.3g, sum mismatches %d\n", at->name, err, mism);
+        CHECK(err <= 1e-6);
+        CHECK_EQ(mism, 0);
+        free(buf);
+        free(cq);
+    }
+}
+
+/* ---- element-wise kernels ---- */
+
+static void test_elementwise(hr_env *e) {
+    enum { N = 37, R = 3 };
+    float x[N * R], g[N], ref[N * R], got[N * R], u[N * R];
+    fill(x, N * R, 2.0f);
+    fill(g, N, 1.0f);
+    fill(u, N * R, 1.0f);
+    /* rmsnorm with and without a weight */
+    CHECK_EQ(hr_vk_write(e->vk, e->w, 64, g, sizeof g, e->err), 0);
+    put(e, 0, x, N * R);
+    begin(e);
+    hr_vk_rmsnorm(e->vk, e->set, N, R, 0, N, 1000, N, 16, 1e-5f);
+    hr_vk_rmsnorm(e->vk, e->set, N, R, 0, N, 2000, N, UINT32_MAX, 1e-6f);
+    submit(e);
+    for (int r = 0; r < R; r++)
+        hr_rmsnorm(ref + r * N, x + r * N, g, N, 1e-5f);
+    get(e, 1000, got, N * R);
+    CHECK(rel_err(got, ref, N * R) <= 1e-6);
+    for (int r = 0; r < R; r++)
+        hr_rmsnorm(ref + r * N, x + r * N, NULL, N, 1e-6f);
+    get(e, 2000, got, N * R);
+    CHECK(rel_err(got, ref, N * R) <= 1e-6);
+    /* add: residual (work buffer) and a bias repeated per row (weights) */
+    put(e, 3000, u, N * R);
+    begin(e);
+    hr_vk_add(e->vk, e->set, N * R, 0, 3000, N * R, false);
+    hr_vk_add(e->vk, e->set, N * R, 0, 16, N, true);
+    submit(e);
+    for (int i = 0; i < N * R; i++)
+        ref[i] = x[i] + u[i] + g[i % N];
+    get(e, 0, got, N * R);
+    CHECK(rel_err(got, ref, N * R) <= 1e-6);
+    /* swiglu */
+    put(e, 0, x, N * R);
+    begin(e);
+    hr_vk_swiglu(e->vk, e->set, N * R, 0, 3000);
+    submit(e);
+    hr_swiglu(ref, x, u, N * R);
+    get(e, 0, got, N * R);
+    CHECK(rel_err(got, ref, N * R) <= 1e-5);
+    /* softmax over rows of odd length */
+    put(e, 0, x, N * R);
+    begin(e);
+    hr_vk_softmax(e->vk, e->set, N, R, 0, N);
+    submit(e);
+    memcpy(ref, x, sizeof x);
+    for (int r = 0; r < R; r++)
+        hr_softmax(ref + r * N, N);
+    get(e, 0, got, N * R);
+    CHECK(rel_err(got, ref, N * R) <= 1e-5);
+    printf("rmsnorm, add, swiglu, softmax ok\n");
+}
+
+/* ---- RoPE: normal and NEOX pairs, partial rotation, frequency factors ---- */
+
+static void test_rope(hr_env *e) {
+    enum { T = 3, H = 4, D = 16 };
+    float x[T * H * D], ref[T * H * D], got[T * H * D], ff[D / 2], tab[T * D];
+    fill(ff, D / 2, 0.5f);
+    for (int i = 0; i < D / 2; i++)
+        ff[i] += 1.5f;
+    for (int mode = 0; mode < 4; mode++) {
+        bool neox = mode & 1;
+        int n_rot = mode & 2 ? D / 2 : D;
+        const float *fac = mode == 3 ? ff : NULL;
+        hr_rope_params rp = {
+            .n_rot = n_rot, .freq_base = 10000.0f, .neox = neox, .freq_factors = fac};
+        fill(x, T * H * D, 1.0f);
+        memcpy(ref, x, sizeof x);
+        for (int t = 0; t < T; t++)
+            hr_rope(ref + t * H * D, H, D, 100 + t, &rp);
+        hr_vk_rope_table(tab, T, 100, n_rot, 10000.0f, fac);
+        put(e, 0, x, T * H * D);
+        put(e, 5000, tab, (size_t)T * n_rot);
+        begin(e);
+        hr_vk_rope(e->vk, e->set, T, H, D, n_rot, neox, 0, H * D, 5000);
+        submit(e);
+        get(e, 0, got, T * H * D);
+        CHECK(rel_err(got, ref, T * H * D) <= 1e-6);
+    }
+    printf("rope (normal, neox, partial, factors) ok\n");
+}
+
+/* ---- KV store + attention against hr_attention ---- */
+
+static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_ctx, int pos0,
+                                int n_tok) {
+    int KD = n_kv * hd, QD = n_head * hd, n_all = pos0 + n_tok;
+    float *k = malloc((size_t)n_all * KD * 4), *v = malloc((size_t)n_all * KD * 4);
+    float *q = malloc((size_t)n_tok * QD * 4), *ref = malloc((size_t)n_tok * QD * 4);
+    float *got = malloc((size_t)n_tok * QD * 4);
+    uint16_t *kc = calloc((size_t)n_ctx * KD, 2), *vt = calloc((size_t)n_ctx * KD, 2);
+    float *scratch = malloc((size_t)(n_ctx + hd) * 4);
+    fill(k, (size_t)n_all * KD, 1.0f);
+    fill(v, (size_t)n_all * KD, 1.0f);
+    fill(q, (size_t)n_tok * QD, 1.5f);
+    for (int p = 0; p < n_all; p++)
+        for (int i = 0; i < KD; i++) {
+            kc[(size_t)p * KD + i] = hr_fp32_to_fp16(k[(size_t)p * KD + i]);
+            vt[(size_t)i * n_ctx + p] = hr_fp32_to_fp16(v[(size_t)p * KD + i]);
+        }
+    hr_pool *pool = hr_pool_create(1);
+    hr_attn_args aa = {.n_head = n_head,
+                       .n_kv = n_kv,
+                       .head_dim = hd,
+                       .n_ctx = n_ctx,
+                       .k = kc,
+                       .vt = vt,
+                       .scratch = scratch};
+    hr_attention(pool, &aa, q, n_tok, pos0, ref);
+    hr_pool_destroy(pool);
+    /* device: earlier positions stored by one call, this step's by another */
+    uint32_t kx = 0, vx = (uint32_t)(n_all * KD), qx = 2 * vx, ox = qx + (uint32_t)(n_tok * QD);
+    uint32_t sc = ox + (uint32_t)(n_tok * QD), kk = 0, vv = (uint32_t)(n_ctx * KD / 2);
+    put(e, kx, k, (size_t)n_all * KD);
+    put(e, vx, v, (size_t)n_all * KD);
+    put(e, qx, q, (size_t)n_tok * QD);
+    begin(e);
+    if (pos0 > 0)
+        hr_vk_kv_store(e->vk, e->set, KD, pos0, 0, kx, vx, kk, vv);
+    hr_vk_kv_store(e->vk, e->set, KD, n_tok, pos0, kx + pos0 * KD, vx + pos0 * KD, kk, vv);
+    hr_vk_attn a = {.n_head = n_head,
+                    .n_kv = n_kv,
+                    .head_dim = hd,
+                    .n_ctx = n_ctx,
+                    .n_tok = n_tok,
+                    .pos0 = pos0,
+                    .q = qx,
+                    .out = ox,
+                    .sc = sc,
+                    .k = kk,
+                    .v = vv};
+    hr_vk_attention(e->vk, e->set, &a);
+    submit(e);
+    get(e, ox, got, (size_t)n_tok * QD);
+    double err = rel_err(got, ref, (size_t)n_tok * QD);
+    printf("attention heads %d/%d dim %d pos %d+%d: rel err %.3g\n", n_head, n_kv, hd, pos0, n_tok,
+           err);
+    CHECK(err <= 1e-5);
+    /* the cache holds what the CPU rounds to f16 */
+    uint16_t *dk = malloc((size_t)n_all * KD * 2);
+    CHECK_EQ(hr_vk_read(e->vk, e->kv, 0, dk, (size_t)n_all * KD * 2, e->err), 0);
+    CHECK_EQ(memcmp(dk, kc, (size_t)n_all * KD * 2), 0);
+    free(dk);
+    free(k), free(v), free(q), free(ref), free(got), free(kc), free(vt), free(scratch);
+}
+
+static void test_attention(hr_env *e) {
+    test_attention_case(e, 4, 2, 8, 16, 0, 1);    /* first token */
+    test_attention_case(e, 4, 2, 8, 16, 0, 5);    /* prefill, causal */
+    test_attention_case(e, 8, 2, 64, 100, 70, 3); /* positions beyond a workgroup */
+    test_attention_case(e, 6, 6, 34, 40, 11, 1);  /* no grouping, odd head count */
+}
+
+/* ---- the forward pass: every shared fixture with all layers on the GPU,
+ * and split windows, against llama.cpp's logits and the CPU path ---- */
+
+typedef struct {
+    const char *name;
+    bool quantized;
+} hr_fixture;
+
+static const hr_fixture fixtures[] = {
+    {"tiny-llama-f32", false},  {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
+    {"small-llama-q8_0", true}, {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
+    {"small-llama-q6_k", true}, {"small-qwen2-q4_k_m", true},
+};
+
+static float *read_floats(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *buf = malloc((size_t)len);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *n = buf ? (size_t)len / sizeof(float) : 0;
+    return buf;
+}
+
+static int read_ids(json_t *root, const char *key, int32_t *ids, int cap) {
+    json_t *arr = json_object_get(root, key);
+    int n = 0;
+    for (size_t i = 0; arr && i < json_array_size(arr) && n < cap; i++)
+        ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return n;
+}
+
+/* Worst per-position max |a-b| / max |b|; counts argmax agreement. */
+static double compare_rows(const float *a, const float *b, int n_rows, int nv, int *agree) {
+    double worst = 0.0;
+    *agree = 0;
+    for (int p = 0; p < n_rows; p++) {
+        const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
+        double md = 0.0, mr = 0.0;
+        for (int i = 0; i < nv; i++) {
+            md = fmax(md, fabs((double)x[i] - y[i]));
+            mr = fmax(mr, fabs((double)y[i]));
+        }
+        worst = fmax(worst, md / mr);
+        *agree += hr_argmax(x, nv) == hr_argmax(y, nv);
+    }
+    return worst;
+}
+
+/* Teacher-forced logits of ids with the window's first n_gpu layers on vk
+ * (in prefill chunks of 8), then n_greedy greedy tokens one at a time. */
+static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids, int n, float *lg,
+                     int32_t *greedy, int n_greedy) {
+    char err[HR_ERR_LEN] = "";
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 64;
+    cp.n_batch = 8;
+    cp.n_threads = 1;
+    cp.vk = vk;
+    cp.n_gpu = n_gpu;
+    hr_ctx *c = NULL;
+    int rc = hr_ctx_create(&c, m, &cp, err);
+    if (rc == 0)
+        rc = hr_ctx_eval(c, ids, n, 0, lg, true, err);
+    int nv = hr_model_hparams(m)->n_vocab;
+    float *last = malloc((size_t)nv * sizeof(float));
+    if (rc == 0 && n_greedy > 0)
+        memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));
+    for (int i = 0; rc == 0 && i < n_greedy; i++) {
+        greedy[i] = hr_argmax(last, nv);
+        rc = hr_ctx_eval(c, &greedy[i], 1, n + i, last, false, err);
+    }
+    if (rc)
+        fprintf(stderr, "n_gpu %d: %s\n", n_gpu, err);
+    free(last);
+    hr_ctx_destroy(c);
+    return rc;
+}
+
+static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
+    char path[512], rel[128], err[HR_ERR_LEN] = "";
+    snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_gguf_open(&g, hr_shared_path(rel, path, sizeof path), err) ||
+        hr_model_load(&m, g, err)) {
+        fprintf(stderr, "%s: %s\n", fx->name, err);
+        CHECK(false);
+        hr_gguf_close(g);
+        return;
+    }
+    snprintf(rel, sizeof rel, "reference/%s.json", fx->name);
+    json_error_t jerr;
+    json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
+    CHECK(root != NULL);
+    int32_t ids[64];
+    int n = read_ids(root, "prompt_ids", ids, 64);
+    json_decref(root);
+    snprintf(rel, sizeof rel, "reference/%s.logits", fx->name);
+    size_t n_ref = 0;
+    float *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
+    const hr_hparams *hp = hr_model_hparams(m);
+    int nv = hp->n_vocab, L = hp->n_layer, ng = fx->quantized ? 0 : 32;
+    CHECK_EQ(n_ref, (size_t)n * nv);
+    size_t sz = (size_t)n * nv * sizeof(float);
+    float *cpu = malloc(sz), *gpu = malloc(sz), *split = malloc(sz);
+    int32_t gc[32], gg[32], gs[32];
+    CHECK_EQ(run_model(m, NULL, 0, ids, n, cpu, gc, ng), 0);
+    CHECK_EQ(run_model(m, vk, L, ids, n, gpu, gg, ng), 0);
+    int agree_cpu, agree_gpu, agree_gc, agree_split;
+    double e_cpu = compare_rows(cpu, ref, n, nv, &agree_cpu);
+    double e_gpu = compare_rows(gpu, ref, n, nv, &agree_gpu);
+    double e_gc = compare_rows(gpu, cpu, n, nv, &agree_gc);
+    printf("%-20s all %d layers on GPU: rel err %.3e vs llama.cpp (CPU %.3e), %.3e vs CPU; "
+           "argmax agree %d/%d (CPU %d/%d)\n",
+           fx->name, L, e_gpu, e_cpu, e_gc, agree_gpu, n, agree_cpu, n);
+    if (fx->quantized) { /* the CPU path's bounds (test_model.c) */
+        CHECK(e_gpu <= 5e-2);
+        CHECK(agree_gpu * 5 >= n * 4);
+    } else {
+        CHECK(e_gpu <= 2e-3);
+        CHECK_EQ(agree_gpu, n);
+        CHECK_EQ(memcmp(gg, gc, sizeof gc), 0); /* greedy ids as the CPU path's */
+    }
+    /* and close to the CPU path itself: float weights to summation order;
+     * quantized ones as far as an 8-bit activation that lands on the other
+     * side of a rounding boundary (the device's exp, sqrt and sums differ
+     * from the CPU's in the last bit) moves the result, within the CPU's own
+     * bound to llama.cpp */
+    CHECK(e_gc <= (fx->quantized ? 5e-2 : 1e-4));
+    /* splits: the first a layers on the GPU, the rest on the CPU */
+    for (int a = 1; a<L; a += L> 2 ? L - 2 : 1) {
+        CHECK_EQ(run_model(m, vk, a, ids, n, split, gs, ng), 0);
+        double e_s = compare_rows(split, ref, n, nv, &agree_split);
+        double e_sc = compare_rows(split, cpu, n, nv, &agree_gc);
+        printf("%-20s %d of %d layers on GPU: rel err %.3e vs llama.cpp, %.3e vs CPU\n", fx->name,
+               a, L, e_s, e_sc);
+        CHECK(e_s <= (fx->quantized ? 5e-2 : 2e-3));
+        CHECK(e_sc <= (fx->quantized ? 5e-2 : 1e-4));
+        if (!fx->quantized)
+            CHECK_EQ(memcmp(gs, gc, sizeof gc), 0);
+    }
+    free(cpu), free(gpu), free(split), free(ref);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+/* A step over several sequences with GPU layers: each sequence's logits
+ * are bit-identical to the same runs on a one-sequence GPU context, and
+ * within the float bound of the CPU's batched step. */
+static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
+    char path[512], rel[128], err[HR_ERR_LEN] = "";
+    snprintf(rel, sizeof rel, "models/%s.gguf", name);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_gguf_open(&g, hr_shared_path(rel, path, sizeof path), err) ||
+        hr_model_load(&m, g, err)) {
+        CHECK(false);
+        hr_gguf_close(g);
+        return;
+    }
+    int nv = hr_model_hparams(m)->n_vocab;
+    /* step 1: sequence 0 prompt of 5, sequence 1 prompt of 3; step 2: one
+     * decode row each, then a row of sequence 1 alone */
+    const int32_t p0[7] = {1, 450, 4996, 17354, 1701, 29889, 13};
+    const int32_t p1[5] = {1, 15043, 3186, 3444, 920};
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 32;
+    cp.n_batch = 8;
+    cp.n_seq = 2;
+    hr_ctx *cb = NULL, *cc = NULL, *c0 = NULL, *c1 = NULL;
+    CHECK_EQ(hr_ctx_create(&cc, m, &cp, err), 0); /* CPU, batched */
+    cp.vk = vk;
+    cp.n_gpu = n_gpu;
+    CHECK_EQ(hr_ctx_create(&cb, m, &cp, err), 0); /* GPU, batched */
+    cp.n_seq = 1;
+    CHECK_EQ(hr_ctx_create(&c0, m, &cp, err), 0);
+    CHECK_EQ(hr_ctx_create(&c1, m, &cp, err), 0);
+    if (!cb || !cc || !c0 || !c1)
+        goto done;
+    float *lb = malloc(2 * (size_t)nv * 4), *lc = malloc(2 * (size_t)nv * 4);
+    float *l0 = malloc((size_t)nv * 4), *l1 = malloc((size_t)nv * 4);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(hr_ctx_seq_add(cb, i), i);
+        CHECK_EQ(hr_ctx_seq_add(cc, i), i);
+    }
+    int32_t ids[8];
+    hr_seq_pos rows[8];
+    int n = 0, nl = 0;
+    for (int i = 0; i < 5; i++, n++)
+        ids[n] = p0[i], rows[n] = (hr_seq_pos){0, i};
+    for (int i = 0; i < 3; i++, n++)
+        ids[n] = p1[i], rows[n] = (hr_seq_pos){1, i};
+    CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, n, lb, &nl, err), 0);
+    CHECK_EQ(hr_ctx_eval_batch(cc, ids, rows, n, lc, &nl, err), 0);
+    CHECK_EQ(hr_ctx_eval(c0, p0, 5, 0, l0, false, err), 0);
+    CHECK_EQ(hr_ctx_eval(c1, p1, 3, 0, l1, false, err), 0);
+    CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
+    CHECK_EQ(memcmp(lb + nv, l1, (size_t)nv * 4), 0);
+    int agree;
+    double e1 = compare_rows(lb, lc, 2, nv, &agree);
+    ids[0] = p0[5], rows[0] = (hr_seq_pos){0, 5};
+    ids[1] = p1[3], rows[1] = (hr_seq_pos){1, 3};
+    CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 2, lb, &nl, err), 0);
+    CHECK_EQ(hr_ctx_eval_batch(cc, ids, rows, 2, lc, &nl, err), 0);
+    CHECK_EQ(hr_ctx_eval(c0, &p0[5], 1, 5, l0, false, err), 0);
+    CHECK_EQ(hr_ctx_eval(c1, &p1[3], 1, 3, l1, false, err), 0);
+    CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
+    CHECK_EQ(memcmp(lb + nv, l1, (size_t)nv * 4), 0);
+    double e2 = compare_rows(lb, lc, 2, nv, &agree);
+    ids[0] = p1[4], rows[0] = (hr_seq_pos){1, 4};
+    CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 1, lb, &nl, err), 0);
+    CHECK_EQ(hr_ctx_eval(c1, &p1[4], 1, 4, l1, false, err), 0);
+    CHECK_EQ(memcmp(lb, l1, (size_t)nv * 4), 0);
+    printf("%-20s batched step, %d GPU layers: as one sequence alone; rel err %.3e, %.3e vs "
+           "the CPU's batched step\n",
+           name, n_gpu, e1, e2);
+    CHECK(e1 <= 1e-4 && e2 <= 1e-4);
+    free(lb), free(lc), free(l0), free(l1);
+done:
+    hr_ctx_destroy(cb);
+    hr_ctx_destroy(cc);
+    hr_ctx_destroy(c0);
+    hr_ctx_destroy(c1);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+/* What a context refuses: more GPU layers than its window, thread groups. */
+static void test_ctx_refusals(hr_vk *vk) {
+    char path[512], err[HR_ERR_LEN] = "";
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_gguf_open(&g, hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), err) ||
+        hr_model_load(&m, g, err)) {
+        CHECK(false);
+        hr_gguf_close(g);
+        return;
+    }
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 32;
+    cp.vk = vk;
+    cp.n_gpu = 3;
+    cp.layer_end = 2;
+    hr_ctx *c = NULL;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), HR_EINVAL);
+    cp.n_gpu = 1; /* a window [1, 2) with its layer on the GPU */
+    cp.layer_begin = 1;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+    CHECK(hr_ctx_gpu_memory(c) > 0);
+    hr_ctx_destroy(c);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+/* ---- profiler and planner: the device measured, its layers planned ---- */
+
+/* Plans model m on one device d (the head); returns the plan's GPU layers. */
+static int plan_gpu_layers(const hr_sched_model *sm, const hr_sched_device *d, double *lat) {
+    hr_sched_plan plan;
+    char err[HR_ERR_LEN] = "";
+    hr_sched_opts so = hr_sched_opts_default();
+    int rc = hr_sched_solve(sm, d, 1, &so, &plan, err);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "plan: %s\n", err);
+        return -1;
+    }
+    *lat = plan.latency_ms;
+    return plan.dev[0].n_gpu;
+}
+
+static void test_planner(int vk_index) {
+    char path[512], err[HR_ERR_LEN] = "";
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    hr_prof_model pm = {0};
+    if (hr_gguf_open(&g, hr_shared_path("models/small-llama-q4_k_m.gguf", path, sizeof path),
+                     err) ||
+        hr_model_load(&m, g, err) || hr_prof_model_build(&pm, m, g, err)) {
+        fprintf(stderr, "planner: %s\n", err);
+        CHECK(false);
+        hr_model_free(m);
+        hr_gguf_close(g);
+        return;
+    }
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_prof_params pp = hr_prof_params_default();
+    pp.quick = true;
+    pp.use_cache = false;
+    char spec[16];
+    snprintf(spec, sizeof spec, "%d", vk_index);
+    pp.gpu = spec;
+    pp.n_types = hr_prof_model_types(&pm, pp.types, HR_PROF_MAX_TYPES);
+    pp.threads[0] = 1;
+    pp.n_threads = 1;
+    pp.row_len = hp->n_embd;
+    pp.ffn_len = hp->n_ff;
+    hr_prof_device *d = calloc(1, sizeof *d);
+    CHECK_EQ(hr_prof_device_measure(d, &pp, err), 0);
+    const hr_prof_gpu *gp = hr_prof_device_gpu(d);
+    CHECK(gp != NULL);
+    if (!gp) {
+        fprintf(stderr, "planner: no GPU rates (%s)\n", err);
+        goto done;
+    }
+    CHECK_EQ(gp->n_rates, pp.n_types); /* every weight type of the model */
+    CHECK(gp->vram_bytes > 0 && gp->h2d_gbs > 0 && gp->d2h_gbs > 0 && gp->submit_us > 0);
+    for (int i = 0; i < gp->n_rates; i++)
+        CHECK(gp->rates[i].matvec_gbs > 0 && gp->rates[i].matmat_gflops > 0);
+    hr_sched_model sm;
+    hr_sched_device sd;
+    hr_prof_sched_params sp = hr_prof_sched_params_default();
+    sp.is_head = true;
+    sp.n_ctx = 256;
+    CHECK_EQ(hr_prof_to_sched_model(&pm, sp.n_ctx, &sm, err), 0);
+    CHECK_EQ(hr_prof_to_sched_device(d, &pm, NULL, &sp, &sd, err), 0);
+    CHECK(sd.vram_bytes > 0 && sd.t_layer_gpu_ms > 0);
+    double lat = 0, cpu_ms = sd.decode_ms[0];
+    int ng = plan_gpu_layers(&sm, &sd, &lat);
+    printf("planner: %s %.3f ms per GPU layer, CPU %.3f ms per layer: %d of %d layers on the "
+           "GPU (%.3f ms per token)\n",
+           gp->name, sd.t_layer_gpu_ms, cpu_ms, ng, hp->n_layer, lat);
+    if (sd.t_layer_gpu_ms > cpu_ms)
+        CHECK_EQ(ng, 0); /* a slower device (lavapipe here) gets no layers */
+    else
+        CHECK(ng > 0);
+    /* The same device made 100 times faster than the CPU takes every layer,
+     * and only as many as its memory holds when that is short. */
+    hr_sched_device fast = sd;
+    fast.t_layer_gpu_ms = cpu_ms / 100;
+    CHECK_EQ(plan_gpu_layers(&sm, &fast, &lat), hp->n_layer);
+    fast.vram_bytes = 2.5 * (sm.layer_bytes + sm.kv_bytes_per_layer);
+    CHECK_EQ(plan_gpu_layers(&sm, &fast, &lat), 2);
+
+    /* prediction check: a decode step through every layer on the device
+     * against hr_prof_gpu_window_ms */
+    hr_vk *vk = NULL;
+    CHECK_EQ(hr_vk_create(&vk, gp->index, err), 0);
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 64;
+    cp.n_batch = 1;
+    cp.vk = vk;
+    cp.n_gpu = hp->n_layer;
+    hr_ctx *c = NULL;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+    float *h = calloc((size_t)hp->n_embd, sizeof(float));
+    int32_t id = 1;
+    double best = 1e30;
+    for (int pos = 0; c && pos < 8; pos++) {
+        CHECK_EQ(hr_model_embed(m, &id, 1, h, err), 0);
+        double t0 = hr_now_s();
+        CHECK_EQ(hr_ctx_layers(c, h, 1, pos, err), 0);
+        double ms = (hr_now_s() - t0) * 1e3;
+        best = ms < best ? ms : best;
+    }
+    double pred = hr_prof_gpu_window_ms(gp, &pm, 0, hp->n_layer);
+    printf("planner: %d GPU layers: measured %.3f ms per decode step, predicted %.3f ms\n",
+           hp->n_layer, best, pred);
+    CHECK(pred > 0 && best < 10 * pred && pred < 10 * best); /* a loose bound: load varies */
+    free(h);
+    hr_ctx_destroy(c);
+    hr_vk_destroy(vk);
+done:
+    free(d);
+    hr_prof_model_clear(&pm);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+int main(void) {
+    hr_env e = {0};
+    if (!hr_vk_built()) {
+        hr_check_skip("built without Vulkan");
+        return hr_check_finish("test_vk");
+    }
+    int idx = -1;
+    if (hr_vk_pick(NULL, &idx, e.err) != 0 || idx < 0) {
+        printf("no Vulkan device (%s)\n", e.err[0] ? e.err : "HR_GPU unset or none");
+        hr_check_skip("no Vulkan device");
+        return hr_check_finish("test_vk");
+    }
+    int rc = env_open(&e, idx);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", e.err);
+        return hr_check_finish("test_vk");
+    }
+    printf("device %d: %s (%s)%s\n", idx, hr_vk_info(e.vk)->name,
+           hr_vk_type_name(hr_vk_info(e.vk)->type),
+           hr_vk_uses_int_dot(e.vk) ? ", packed int8 dot products" : "");
+    test_elementwise(&e);
+    test_rope(&e);
+    test_quantize(&e);
+    test_matmul(&e);
+    if (hr_vk_uses_int_dot(e.vk)) { /* the other integer path of the same kernels */
+        hr_env e2 = {0};
+        setenv("HR_VK_INT_DOT", "0", 1);
+        CHECK_EQ(env_open(&e2, idx), 0);
+        unsetenv("HR_VK_INT_DOT");
+        if (e2.vk) {
+            CHECK(!hr_vk_uses_int_dot(e2.vk));
+            printf("without packed dot products:\n");
+            test_matmul(&e2);
+        }
+        env_close(&e2);
+    }
+    test_attention(&e);
+    test_ctx_refusals(e.vk);
+    test_batch(e.vk, "tiny-llama-f32", 2);
+    test_batch(e.vk, "small-qwen2-f16", 1);
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        test_fixture(e.vk, &fixtures[i]);
+    test_planner(idx);
+    env_close(&e);
+    return hr_check_finish("test_vk");
+}

@@ -1,0 +1,234 @@
+/* test_vk_ring.c - a 2-agent ring on loopback where one device runs its
+ * window's first layers on a Vulkan device (HR_GPU=any from ctest: lavapipe
+ * where there is no GPU): greedy ids equal the single-process CPU run and
+ * teacher-forced logits stay within the float bound, with the GPU on the
+ * worker and on the head; and the PLAN message carries n_gpu. Exits 77
+ * (SKIPPED) without a Vulkan device. */
+#include "agent/agent.h"
+#include "gpu/vk.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "ring/msg.h"
+
+#include "harness.h"
+
+#define N_GEN 16
+#define N_CTX 128
+
+typedef struct {
+    int32_t ids[N_GEN + 8];
+    int n;
+} gen_out;
+
+static int on_tok(void *ud, int32_t id, const char *piece, int len) {
+    (void)piece;
+    (void)len;
+    gen_out *g = ud;
+    if (id >= 0 && g->n < N_GEN + 8)
+        g->ids[g->n++] = id;
+    return 0;
+}
+
+static double max_rel(const float *a, const float *b, int n_rows, int nv) {
+    double worst = 0;
+    for (int p = 0; p < n_rows; p++) {
+        double md = 0, mr = 0;
+        for (int i = 0; i < nv; i++) {
+            md = fmax(md, fabs((double)a[(size_t)p * nv + i] - b[(size_t)p * nv + i]));
+            mr = fmax(mr, fabs((double)b[(size_t)p * nv + i]));
+        }
+        worst = fmax(worst, md / (mr > 0 ? mr : 1));
+    }
+    return worst;
+}
+
+/* Head + one worker, windows forced to "w0,w1"; gpu_dev (0 head, 1 worker)
+ * runs its window's first n_gpu layers on the GPU. */
+static void test_ring(const char *file, const char *windows, int gpu_dev, int n_gpu) {
+    char path[512], err[HR_ERR_LEN];
+    hr_shared_path(file, path, sizeof path);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_gguf_open(&g, path, err) || hr_model_load(&m, g, err)) {
+        fprintf(stderr, "%s: %s\n", file, err);
+        CHECK(false);
+        hr_gguf_close(g);
+        return;
+    }
+    int nv = hr_model_hparams(m)->n_vocab;
+    const int32_t prompt[8] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204};
+    int32_t ref[N_GEN + 1];
+    CHECK_EQ(ref_greedy(path, N_CTX, prompt, 8, N_GEN, ref), 0);
+    int32_t seq[8 + N_GEN];
+    int n_seq = 0;
+    for (int i = 0; i < 8; i++)
+        seq[n_seq++] = prompt[i];
+    for (int i = 1; i <= ref[0]; i++)
+        seq[n_seq++] = ref[i];
+    float *want = malloc((size_t)n_seq * nv * sizeof(float));
+    float *got = malloc((size_t)n_seq * nv * sizeof(float));
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = N_CTX;
+    cp.n_batch = 64;
+    hr_ctx *c = NULL;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+    CHECK_EQ(hr_ctx_eval(c, seq, n_seq, 0, want, true, err), 0);
+    hr_ctx_destroy(c);
+
+    agent_th ag[2];
+    memset(ag, 0, sizeof ag);
+    bool ok = true;
+    for (int i = 0; ok && i < 2; i++) {
+        hr_agent_params p = agent_params(path, i ? "worker" : "head",
+                                         i ? hr_agent_endpoint(ag[0].a) : NULL, N_CTX, 1);
+        p.windows = windows;
+        p.k = 1;
+        p.n_parallel = 1;
+        p.gpu = i == gpu_dev ? "any" : "none";
+        p.gpu_layers = i == gpu_dev ? n_gpu : 0;
+        ok = agent_begin(&ag[i], &p) == 0;
+    }
+    ok = ok && head_ready(ag[0].a, 1, 30000) == 0;
+    CHECK(ok);
+    if (ok) {
+        hr_sampler_params sp = hr_sampler_params_default();
+        sp.temperature = 0;
+        gen_out out = {.n = 0};
+        CHECK_EQ(hr_head_generate(ag[0].a, prompt, 8, &sp, N_GEN, on_tok, &out, NULL, NULL, err),
+                 0);
+        bool same = out.n == ref[0];
+        for (int i = 0; same && i < out.n; i++)
+            same = out.ids[i] == ref[i + 1];
+        CHECK_EQ(hr_head_logits(ag[0].a, seq, n_seq, got, err), 0);
+        double rel = max_rel(got, want, n_seq, nv);
+        printf("%-24s windows %s, %d GPU layer(s) on the %s: greedy ids %s (%d), logits max rel "
+               "%.2e vs the CPU\n",
+               file, windows, n_gpu, gpu_dev ? "worker" : "head", same ? "identical" : "DIFFER",
+               out.n, rel);
+        CHECK(same);
+        CHECK(rel <= 1e-4);
+    }
+    agents_end(ag, 2);
+    free(want);
+    free(got);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+/* The plan puts layers on the worker's GPU when its profile says that pays:
+ * profiles are given (the worker's GPU rates made 1000 times the CPU's), the
+ * worker holds the device, and the ring's results are the CPU's. */
+static void test_planned(const char *file, int vk_index) {
+    char path[512], dir[256], err[HR_ERR_LEN], files[2][128];
+    hr_shared_path(file, path, sizeof path);
+    if (tmp_dir_make(dir, sizeof dir, "vkring")) {
+        CHECK(false);
+        return;
+    }
+    hr_prof_device *d = calloc(1, sizeof *d);
+    fake_device(d, "head", 1.0, 0, 4ll << 30);
+    snprintf(files[0], sizeof files[0], "%s/head.json", dir);
+    CHECK_EQ(write_profile(d, files[0]), 0);
+    fake_device(d, "worker", 1.0, 0, 4ll << 30);
+    d->n_vk = 1;
+    d->vk_chosen = 0;
+    hr_prof_gpu *g = &d->vk[0];
+    g->index = vk_index;
+    snprintf(g->name, sizeof g->name, "test gpu");
+    snprintf(g->kind, sizeof g->kind, "discrete");
+    g->vram_bytes = 1ll << 30;
+    g->h2d_gbs = g->d2h_gbs = 10.0;
+    g->submit_us = 1.0;
+    for (int i = 0; i < d->n_rates && i < HR_PROF_MAX_TYPES; i++)
+        g->rates[g->n_rates++] = (hr_prof_gpu_rate){.type = d->rates[i].type,
+                                                    .matvec_gbs = 1000.0,
+                                                    .matvec_call_us = 0.01,
+                                                    .matmat_gflops = 1e4};
+    snprintf(files[1], sizeof files[1], "%s/worker.json", dir);
+    CHECK_EQ(write_profile(d, files[1]), 0);
+    free(d);
+    agent_th ag[2];
+    memset(ag, 0, sizeof ag);
+    bool ok = true;
+    for (int i = 0; ok && i < 2; i++) {
+        hr_agent_params p = agent_params(path, i ? "worker" : "head",
+                                         i ? hr_agent_endpoint(ag[0].a) : NULL, N_CTX, 1);
+        p.profile_file = files[i];
+        p.n_parallel = 1;
+        p.gpu = i ? "any" : "none";
+        ok = agent_begin(&ag[i], &p) == 0;
+    }
+    ok = ok && head_ready(ag[0].a, 1, 30000) == 0;
+    CHECK(ok);
+    if (ok) {
+        json_t *st = head_status(ag[0].a);
+        json_t *w = dev_named(st, "worker");
+        int gl = (int)json_integer_value(json_object_get(w, "gpu_layers"));
+        int wl = (int)json_integer_value(json_object_get(w, "w"));
+        const char *gname = json_string_value(json_object_get(json_object_get(w, "gpu"), "name"));
+        CHECK_STR(gname, "test gpu"); /* what /v1/cluster shows of its GPU */
+        json_decref(st);
+        const int32_t prompt[6] = {1, 450, 4996, 17354, 1701, 29916};
+        int32_t ref[N_GEN + 1];
+        CHECK_EQ(ref_greedy(path, N_CTX, prompt, 6, N_GEN, ref), 0);
+        hr_sampler_params sp = hr_sampler_params_default();
+        sp.temperature = 0;
+        gen_out out = {.n = 0};
+        CHECK_EQ(hr_head_generate(ag[0].a, prompt, 6, &sp, N_GEN, on_tok, &out, NULL, NULL, err),
+                 0);
+        bool same = out.n == ref[0];
+        for (int i = 0; same && i < out.n; i++)
+            same = out.ids[i] == ref[i + 1];
+        printf("%-24s planned: worker window %d layers, %d on its GPU; greedy ids %s\n", file, wl,
+               gl, same ? "identical" : "DIFFER");
+        CHECK(gl > 0 && gl <= wl);
+        CHECK(same);
+    }
+    agents_end(ag, 2);
+    tmp_dir_remove(dir);
+}
+
+/* PLAN carries n_gpu (absent when 0) and refuses more GPU layers than w. */
+static void test_plan_msg(void) {
+    char err[HR_ERR_LEN];
+    hr_msg_plan p = {.plan_id = 7,
+                     .k = 1,
+                     .W = 4,
+                     .w = 3,
+                     .n_active = 2,
+                     .n_ctx = 64,
+                     .n_batch = 8,
+                     .n_seq = 1,
+                     .n_gpu = 2};
+    snprintf(p.next, sizeof p.next, "tcp://127.0.0.1:9");
+    hr_msg msg = {0}, msg0 = {0};
+    CHECK_EQ(hr_msg_plan_encode(&msg, &p, err), 0);
+    hr_msg_plan q;
+    CHECK_EQ(hr_msg_plan_decode(&msg.h, msg.data, &q, err), 0);
+    CHECK_EQ(q.n_gpu, 2);
+    p.n_gpu = 0;
+    CHECK_EQ(hr_msg_plan_encode(&msg0, &p, err), 0);
+    CHECK_EQ(hr_msg_plan_decode(&msg0.h, msg0.data, &q, err), 0);
+    CHECK_EQ(q.n_gpu, 0);
+    CHECK(strstr(msg0.data, "n_gpu") == NULL);
+    hr_msg_clear(&msg);
+    hr_msg_clear(&msg0);
+    p.n_gpu = 4; /* more than w */
+    CHECK_EQ(hr_msg_plan_encode(&msg, &p, err), 0);
+    CHECK_EQ(hr_msg_plan_decode(&msg.h, msg.data, &q, err), HR_EFORMAT);
+    hr_msg_clear(&msg);
+}
+
+int main(void) {
+    test_plan_msg();
+    int idx = -1;
+    char err[HR_ERR_LEN] = "";
+    if (!hr_vk_built() || hr_vk_pick(NULL, &idx, err) != 0 || idx < 0) {
+        hr_check_skip("no Vulkan device (HR_GPU=any needs one, lavapipe will do)");
+        return hr_check_finish("test_vk_ring");
+    }
+    test_ring("models/tiny-llama-f32.gguf", "1,1", 1, 1);
+    test_ring("models/small-qwen2-f16.gguf", "2,1", 0, 2);
+    test_planned("models/tiny-llama-f32.gguf", idx);
+    return hr_check_finish("test_vk_ring");
+}
