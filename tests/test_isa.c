@@ -15,41 +15,12 @@
  * llama.cpp. Differences are per position, max |a - b| / max |b|, worst
  * over positions; each is printed. */
 #include "tests/check.h"
+#include "tests/fixtures.h"
 
 #include "kernels/quant.h"
 
 #include <jansson.h>
 #include <unistd.h>
-
-typedef struct {
-    const char *name;
-    bool quantized;
-} fixture;
-
-static const fixture fixtures[] = {
-    {"tiny-llama-f32", false},  {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
-    {"small-llama-q8_0", true}, {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
-    {"small-llama-q6_k", true}, {"small-qwen2-q4_k_m", true},
-};
-
-static float *read_floats(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    const long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *buf = len > 0 ? malloc((size_t)len) : NULL;
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf)
-        *n = (size_t)len / sizeof(float);
-    return buf;
-}
 
 /* the fixture's prompt ids as "1,2,3"; their count */
 static int prompt_ids(const char *name, char *out, size_t cap) {
@@ -91,7 +62,7 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-static cmp compare_rows(const float *a, const float *b, int n_rows, int nv) {
+static cmp compare_cmp(const float *a, const float *b, int n_rows, int nv) {
     cmp c = {0.0, 0};
     for (int p = 0; p < n_rows; p++) {
         const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
@@ -107,7 +78,7 @@ static cmp compare_rows(const float *a, const float *b, int n_rows, int nv) {
 }
 
 /* test_model's bounds from llama.cpp */
-static void check_llama(const fixture *fx, cmp c, int n) {
+static void check_llama(const hr_fixture *fx, cmp c, int n) {
     if (fx->quantized) {
         CHECK(c.rel <= 5e-2);
         CHECK(c.agree * 5 >= n * 4);
@@ -119,7 +90,7 @@ static void check_llama(const fixture *fx, cmp c, int n) {
 
 static int g_pairs;
 
-static void test_fixture(const char *bin, const char *dir, const fixture *fx) {
+static void test_fixture(const char *bin, const char *dir, const hr_fixture *fx) {
     char rel[160], path[512], ids[4096], ref_path[600];
     snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
     if (access(hr_shared_path(rel, path, sizeof path), R_OK) != 0) {
@@ -146,7 +117,7 @@ static void test_fixture(const char *bin, const char *dir, const fixture *fx) {
     float *ref = read_floats(ref_path, &nr);
     CHECK_EQ(nr, n_llama);
     if (ref && nr == n_llama) {
-        const cmp cl = compare_rows(ref, llama, n, nv);
+        const cmp cl = compare_cmp(ref, llama, n, nv);
         printf("%-20s %-8s vs llama.cpp %.3e (argmax %d/%d)\n", fx->name, "scalar", cl.rel,
                cl.agree, n);
         check_llama(fx, cl, n);
@@ -163,8 +134,8 @@ static void test_fixture(const char *bin, const char *dir, const fixture *fx) {
         float *got = read_floats(got_path, &ng);
         CHECK_EQ(ng, nr);
         if (got && ng == nr) {
-            const cmp cs = compare_rows(got, ref, n, nv);
-            const cmp cl = compare_rows(got, llama, n, nv);
+            const cmp cs = compare_cmp(got, ref, n, nv);
+            const cmp cl = compare_cmp(got, llama, n, nv);
             const bool same = memcmp(got, ref, nr * sizeof(float)) == 0;
             const char *note = same ? ", bit-identical" : "";
             if (!same && !k->canonical)

@@ -3,6 +3,7 @@
  * equivalence, and the per-layer tensor / architecture tables against the
  * GGUF files. */
 #include "tests/check.h"
+#include "tests/fixtures.h"
 
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
@@ -12,59 +13,6 @@
 
 #include <jansson.h>
 #include <unistd.h>
-
-typedef struct {
-    const char *name;
-    bool quantized;
-} hr_fixture;
-
-static const hr_fixture fixtures[] = {
-    {"tiny-llama-f32", false},  {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
-    {"small-llama-q8_0", true}, {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
-    {"small-llama-q6_k", true}, {"small-qwen2-q4_k_m", true},
-};
-
-static float *read_floats(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *buf = malloc((size_t)len);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len / sizeof(float);
-    return buf;
-}
-
-static int read_ids(json_t *root, const char *key, int32_t *ids, int cap) {
-    json_t *arr = json_object_get(root, key);
-    int n = 0;
-    for (size_t i = 0; arr && i < json_array_size(arr) && n < cap; i++)
-        ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    return n;
-}
-
-/* Per-position max |a-b| / max |b|; returns the worst, counts argmax agreement. */
-static double compare_rows(const float *a, const float *b, int n_rows, int nv, int *agree) {
-    double worst = 0.0;
-    *agree = 0;
-    for (int p = 0; p < n_rows; p++) {
-        const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
-        double md = 0.0, mr = 0.0;
-        for (int i = 0; i < nv; i++) {
-            md = fmax(md, fabs((double)x[i] - y[i]));
-            mr = fmax(mr, fabs((double)y[i]));
-        }
-        worst = fmax(worst, md / mr);
-        *agree += hr_argmax(x, nv) == hr_argmax(y, nv);
-    }
-    return worst;
-}
 
 /* The tensor table against the file's own tensor list, read directly from
  * the GGUF: per layer, the table-driven hr_model_layer_bytes equals the

@@ -7,6 +7,7 @@
  * sets "any", which takes lavapipe when there is no GPU); prints SKIPPED and
  * exits 77 when there is no Vulkan device or the build has no backend. */
 #include "tests/check.h"
+#include "tests/fixtures.h"
 
 #include "common/sync.h"
 #include "gpu/vk.h"
@@ -378,59 +379,6 @@ static void test_attention(hr_env *e) {
 
 /* ---- the forward pass: every shared fixture with all layers on the GPU,
  * and split windows, against llama.cpp's logits and the CPU path ---- */
-
-typedef struct {
-    const char *name;
-    bool quantized;
-} hr_fixture;
-
-static const hr_fixture fixtures[] = {
-    {"tiny-llama-f32", false},  {"small-qwen2-f16", false},   {"small-llama-q4_0", true},
-    {"small-llama-q8_0", true}, {"small-llama-q4_k_m", true}, {"small-llama-q5_k_m", true},
-    {"small-llama-q6_k", true}, {"small-qwen2-q4_k_m", true},
-};
-
-static float *read_floats(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *buf = malloc((size_t)len);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = buf ? (size_t)len / sizeof(float) : 0;
-    return buf;
-}
-
-static int read_ids(json_t *root, const char *key, int32_t *ids, int cap) {
-    json_t *arr = json_object_get(root, key);
-    int n = 0;
-    for (size_t i = 0; arr && i < json_array_size(arr) && n < cap; i++)
-        ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    return n;
-}
-
-/* Worst per-position max |a-b| / max |b|; counts argmax agreement. */
-static double compare_rows(const float *a, const float *b, int n_rows, int nv, int *agree) {
-    double worst = 0.0;
-    *agree = 0;
-    for (int p = 0; p < n_rows; p++) {
-        const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
-        double md = 0.0, mr = 0.0;
-        for (int i = 0; i < nv; i++) {
-            md = fmax(md, fabs((double)x[i] - y[i]));
-            mr = fmax(mr, fabs((double)y[i]));
-        }
-        worst = fmax(worst, md / mr);
-        *agree += hr_argmax(x, nv) == hr_argmax(y, nv);
-    }
-    return worst;
-}
 
 /* Teacher-forced logits of ids with the window's first n_gpu layers on vk
  * (in prefill chunks of 8), then n_greedy greedy tokens one at a time. */
