@@ -61,6 +61,7 @@ typedef struct {
     hr_vec_dot_fn vec_dot[HR_TYPE_COUNT];     /* indexed by the weight type */
     hr_gemm_fn gemm[HR_TYPE_COUNT];           /* tile kernels; NULL: use hr_gemm_tile */
     hr_vec_dot_n_fn vec_dot_n[HR_TYPE_COUNT]; /* NULL: hr_vec_dot_n loops vec_dot */
+    int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
 } hr_kernels;
 
 /* The best table this CPU can run (detected once, cached). Thread-safe. */
