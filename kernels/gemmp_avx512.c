@@ -68,6 +68,33 @@ HR_PI __m512i gather32(__mmask16 m, __m512i off, const uint8_t *base) {
     return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off, base, 1);
 }
 
+/* The panel's row pointers: rows past nr repeat the last one (their lanes
+ * are computed but never stored), so every load stays inside the matrix. */
+HR_PI void row_ptrs(const uint8_t *w, size_t ws, int nr, const uint8_t *rp[16]) {
+    for (int r = 0; r < 16; r++)
+        rp[r] = w + (size_t)(r < nr ? r : nr - 1) * ws;
+}
+
+/* V[g] lane r = the 4 bytes at rp[r] + off + 4g (g < 4): 16 row loads of 16
+ * bytes (each row read in order, as the prefetchers like it) and a 4 x 4
+ * dword transpose inside each 128-bit lane (lane k holds rows 4k..4k+3). */
+HR_PI void tr16x4(const uint8_t *const *rp, size_t off, __m512i V[4]) {
+    __m512i B[4];
+    HR_UNROLL
+    for (int j = 0; j < 4; j++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[j] + off)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rp[4 + j] + off)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rp[8 + j] + off)), 2);
+        B[j] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rp[12 + j] + off)), 3);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(B[0], B[1]), t1 = _mm512_unpackhi_epi32(B[0], B[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(B[2], B[3]), t3 = _mm512_unpackhi_epi32(B[2], B[3]);
+    V[0] = _mm512_unpacklo_epi64(t0, t2);
+    V[1] = _mm512_unpackhi_epi64(t0, t2);
+    V[2] = _mm512_unpacklo_epi64(t1, t3);
+    V[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 /* fp16 at base + off[lane] as floats (lanes outside m: 0) */
 HR_PI __m512 gather_h(__mmask16 m, __m512i off, const uint8_t *base) {
     const __m512i v = gather32(m, off, base);
@@ -83,19 +110,23 @@ HR_PI void put_row16(float *y, __mmask16 m, __m512 v, bool first) {
 
 /* ---- Q4_0 ------------------------------------------------------------------ */
 
-/* Panel of rows [0, 16) (lanes >= m off: zero) for blocks [b0, b0 + kn). */
-static void pack_q4_0(const uint8_t *w, size_t ws, __mmask16 m, int64_t b0, int kn, uint8_t *P) {
+/* Panel of rows [0, nr) for blocks [b0, b0 + kn). */
+static void pack_q4_0(const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, uint8_t *P) {
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *rp[16];
+    row_ptrs(w, ws, nr, rp);
     for (int b = 0; b < kn; b++) {
-        const uint8_t *base = w + (size_t)(b0 + b) * sizeof(hr_block_q4_0);
+        const size_t bo = (size_t)(b0 + b) * sizeof(hr_block_q4_0);
         uint8_t *o = P + (size_t)b * PB_Q4_0;
+        __m512i V[4];
+        tr16x4(rp, bo + 2, V);
         HR_UNROLL
         for (int g = 0; g < 4; g++) {
-            const __m512i v = gather32(m, off, base + 2 + 4 * g);
-            _mm512_store_si512(o + 64 * g, _mm512_and_si512(v, m4));
-            _mm512_store_si512(o + 64 * (g + 4), _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
+            _mm512_store_si512(o + 64 * g, _mm512_and_si512(V[g], m4));
+            _mm512_store_si512(o + 64 * (g + 4), _mm512_and_si512(_mm512_srli_epi32(V[g], 4), m4));
         }
-        _mm512_store_ps(o + 512, gather_h(m, off, base));
+        _mm512_store_ps(o + 512, gather_h(m, off, w + bo));
     }
 }
 
@@ -162,18 +193,23 @@ HR_PI void micro_q4_0(const int T, const uint8_t *P, int kn, int64_t b0, const u
 static void pack_q4_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, uint8_t *P) {
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *rp[16];
+    row_ptrs(w, ws, nr, rp);
     for (int s = 0; s < kn; s++) {
         const size_t bo = (size_t)(s0 + s) * sizeof(hr_block_q4_k);
         const uint8_t *base = w + bo;
         uint8_t *o = P + (size_t)s * PB_Q4_K;
         for (int c = 0; c < 4; c++)
-            HR_UNROLL
-        for (int g = 0; g < 8; g++) {
-            const __m512i v = gather32(m, off, base + 16 + 32 * c + 4 * g);
-            _mm512_store_si512(o + 64 * (16 * c + g), _mm512_and_si512(v, m4));
-            _mm512_store_si512(o + 64 * (16 * c + 8 + g),
-                               _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
-        }
+            for (int q = 0; q < 2; q++) {
+                __m512i V[4];
+                tr16x4(rp, bo + 16 + 32 * c + 16 * q, V);
+                HR_UNROLL
+                for (int g = 0; g < 4; g++) {
+                    _mm512_store_si512(o + 64 * (16 * c + 4 * q + g), _mm512_and_si512(V[g], m4));
+                    _mm512_store_si512(o + 64 * (16 * c + 8 + 4 * q + g),
+                                       _mm512_and_si512(_mm512_srli_epi32(V[g], 4), m4));
+                }
+            }
         const __m512 d = gather_h(m, off, base), dmin = gather_h(m, off, base + 2);
         float dsc[8][16];
         int16_t mm[8][16][2];
@@ -255,30 +291,40 @@ static void pack_q6_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, u
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
     const __m512i m30 = _mm512_set1_epi8(0x30);
+    const uint8_t *rp[16];
+    row_ptrs(w, ws, nr, rp);
     for (int s = 0; s < kn; s++) {
         const size_t bo = (size_t)(s0 + s) * sizeof(hr_block_q6_k);
         const uint8_t *base = w + bo;
         uint8_t *o = P + (size_t)s * PB_Q6_K;
         for (int h = 0; h < 2; h++)
-            HR_UNROLL
-        for (int l = 0; l < 32; l += 4) {
-            const __m512i A = gather32(m, off, base + 64 * h + l);
-            const __m512i B = gather32(m, off, base + 64 * h + 32 + l);
-            const __m512i H = gather32(m, off, base + 128 + 32 * h + l);
-            const int e = 128 * h + l; /* first element of quarter 0 */
-            _mm512_store_si512(o + 16 * e,
-                               _mm512_or_si512(_mm512_and_si512(A, m4),
-                                               _mm512_and_si512(_mm512_slli_epi32(H, 4), m30)));
-            _mm512_store_si512(o + 16 * (e + 32),
-                               _mm512_or_si512(_mm512_and_si512(B, m4),
-                                               _mm512_and_si512(_mm512_slli_epi32(H, 2), m30)));
-            _mm512_store_si512(o + 16 * (e + 64),
-                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(A, 4), m4),
-                                               _mm512_and_si512(H, m30)));
-            _mm512_store_si512(o + 16 * (e + 96),
-                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B, 4), m4),
-                                               _mm512_and_si512(_mm512_srli_epi32(H, 2), m30)));
-        }
+            for (int l0 = 0; l0 < 32; l0 += 16) {
+                __m512i VA[4], VB[4], VH[4];
+                tr16x4(rp, bo + 64 * h + l0, VA);
+                tr16x4(rp, bo + 64 * h + 32 + l0, VB);
+                tr16x4(rp, bo + 128 + 32 * h + l0, VH);
+                HR_UNROLL
+                for (int g = 0; g < 4; g++) {
+                    const __m512i A = VA[g], B = VB[g], H = VH[g];
+                    const int e = 128 * h + l0 + 4 * g; /* first element of quarter 0 */
+                    _mm512_store_si512(
+                        o + 16 * e,
+                        _mm512_or_si512(_mm512_and_si512(A, m4),
+                                        _mm512_and_si512(_mm512_slli_epi32(H, 4), m30)));
+                    _mm512_store_si512(
+                        o + 16 * (e + 32),
+                        _mm512_or_si512(_mm512_and_si512(B, m4),
+                                        _mm512_and_si512(_mm512_slli_epi32(H, 2), m30)));
+                    _mm512_store_si512(
+                        o + 16 * (e + 64),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(A, 4), m4),
+                                        _mm512_and_si512(H, m30)));
+                    _mm512_store_si512(
+                        o + 16 * (e + 96),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B, 4), m4),
+                                        _mm512_and_si512(_mm512_srli_epi32(H, 2), m30)));
+                }
+            }
         const __m512 d = gather_h(m, off, base + offsetof(hr_block_q6_k, d));
         float dsc[16][16];
         int16_t sp[8][32]; /* [pair i][2 * row + k]: sc_2i+k */
@@ -400,7 +446,7 @@ void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
             for (int r0 = 0; r0 < nr; r0 += 16) {
                 const int pn = nr - r0 < 16 ? nr - r0 : 16;
                 const __mmask16 m = (__mmask16)((1u << pn) - 1u);
-                pack_q4_0(wb + (size_t)r0 * ws, ws, m, b0, kn, P);
+                pack_q4_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
                 for (int t0 = 0; t0 < tn; t0 += HR_GEMMP_TT) {
                     const int tt = tn - t0;
                     const uint8_t *at = ab + (size_t)(tg + t0) * as;
