@@ -1,12 +1,31 @@
 /* gemm_avx512.c - the tile kernels of gemm-impl.h on AVX-512VL + VNNI with
- * ymm registers (vpdpbusd / vpdpwssd, 32 registers: 4 rows x 4 tokens).
- * Used by both VNNI builds of the AVX-512 table; without VNNI the table
- * keeps the AVX2 tiles. */
+ * ymm registers (vpdpbusd / vpdpwssd, 32 registers: 4 rows x 4 tokens),
+ * and from HR_GEMMP_MIN_T tokens on the packed-panel zmm kernels of
+ * gemmp_avx512.c for Q4_0, Q4_K and Q6_K. Used by both VNNI builds of the
+ * AVX-512 table; without VNNI the table keeps the AVX2 tiles. */
 #define HR_GEMM_RM 4
 #define HR_GEMM_TM 4
 #include "kernels/gemm-impl.h"
 
+#define HR_GEMMP_ENTRY(NAME, PACKED, TILES)                                                        \
+    static void NAME(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,           \
+                     size_t as, float *y, size_t ys) {                                             \
+        if (nt >= HR_GEMMP_MIN_T)                                                                  \
+            PACKED(n, nr, nt, w, ws, a, as, y, ys);                                                \
+        else                                                                                       \
+            TILES(n, nr, nt, w, ws, a, as, y, ys);                                                 \
+    }
+
+HR_GEMMP_ENTRY(gemmx_q4_0, hr_gemmp_q4_0, gemm_q4_0)
+HR_GEMMP_ENTRY(gemmx_q4_k, hr_gemmp_q4_k, gemm_q4_k)
+HR_GEMMP_ENTRY(gemmx_q6_k, hr_gemmp_q6_k, gemm_q6_k)
+
 void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags) {
-    if (flags & HR_AVX512_VNNI)
-        hr_gemm_fill_common(k);
+    if (!(flags & HR_AVX512_VNNI))
+        return;
+    hr_gemm_fill_common(k);
+    k->gemm[HR_TYPE_Q4_0] = gemmx_q4_0;
+    k->gemm[HR_TYPE_Q4_K] = gemmx_q4_k;
+    k->gemm[HR_TYPE_Q6_K] = gemmx_q6_k;
+    k->gemm_rows = HR_GEMMP_ROWS;
 }

@@ -120,14 +120,27 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
             hr_mm_runs_rows(j, w, y, lo, hi);
             continue;
         }
+        if (j->n_tok == 1 && j->k->vec_dot_n[w->type]) {
+            /* the one-column form of the batched decode kernel (bit-identical
+             * to vec_dot; prepares the column once per call of many rows) */
+            const void *a1[1] = {j->act};
+            for (long r0 = lo; r0 < hi; r0 += HR_MM_DOTN_ROWS) {
+                int nr = (int)(hi - r0 < HR_MM_DOTN_ROWS ? hi - r0 : HR_MM_DOTN_ROWS);
+                j->k->vec_dot_n[w->type](n_in, nr, wd + (size_t)r0 * w->row_bytes, w->row_bytes, a1,
+                                         1, y + r0, (size_t)w->n_out);
+            }
+            continue;
+        }
         if (j->n_tok == 1) {
             for (long r = lo; r < hi; r++)
                 y[r] = dot(n_in, wd + (size_t)r * w->row_bytes, j->act);
             continue;
         }
-        /* prefill: register-blocked tiles over (rows x tokens) */
-        for (long r0 = lo; r0 < hi; r0 += HR_MM_TILE_ROWS) {
-            long r1 = r0 + HR_MM_TILE_ROWS < hi ? r0 + HR_MM_TILE_ROWS : hi;
+        /* prefill: register-blocked tiles over (rows x tokens), as many
+         * rows per call as the table's tiles want */
+        const long tile = j->k->gemm_rows > 0 ? j->k->gemm_rows : HR_MM_TILE_ROWS;
+        for (long r0 = lo; r0 < hi; r0 += tile) {
+            long r1 = r0 + tile < hi ? r0 + tile : hi;
             hr_gemm_tile(j->k, w->type, n_in, (int)(r1 - r0), j->n_tok,
                          wd + (size_t)r0 * w->row_bytes, w->row_bytes, j->act, j->act_row_bytes,
                          y + r0, (size_t)w->n_out);
@@ -162,11 +175,15 @@ static void hr_matmul_job(hr_pool *pool, int n_w, const hr_weight *const *w, flo
         else
             hr_pool_run(pool, hr_mm_quant_worker, &j);
     }
-    /* about 8 chunks per thread, multiples of the tile */
+    /* about 8 chunks per thread, multiples of the tile (of the table's
+     * gemm call for prefill) */
     long nth = hr_pool_size(pool);
-    j.chunk = (j.total_rows / (nth * 8) + HR_MM_TILE_ROWS - 1) / HR_MM_TILE_ROWS * HR_MM_TILE_ROWS;
-    if (j.chunk < HR_MM_TILE_ROWS)
-        j.chunk = HR_MM_TILE_ROWS;
+    long tile = HR_MM_TILE_ROWS;
+    if (n_tok > 1 && !run_len && k->gemm_rows > tile)
+        tile = k->gemm_rows;
+    j.chunk = (j.total_rows / (nth * 8) + tile - 1) / tile * tile;
+    if (j.chunk < tile)
+        j.chunk = tile;
     atomic_init(&j.next_row, 0);
     hr_pool_run(pool, hr_mm_dot_worker, &j);
 }

@@ -41,9 +41,25 @@ void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
  * only with HR_AVX512_VNNI (it runs VNNI on ymm registers). */
 void hr_gemm_fill_avx2(hr_kernels *k);
 void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags);
+/* Packed-panel GEMM on AVX-512 VNNI (gemmp_avx512.c), hr_gemm_fn
+ * semantics; gemm_avx512.c uses them from HR_GEMMP_MIN_T tokens on (the
+ * per-call packing pays off over many tokens) and asks for HR_GEMMP_ROWS
+ * rows per call (hr_kernels.gemm_rows: Q4_0's activation block sums are
+ * prepared once per call for all its rows). */
+#define HR_GEMMP_MIN_T 16
+#define HR_GEMMP_ROWS 128
+void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                   float *y, size_t ys);
+void hr_gemmp_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                   float *y, size_t ys);
+void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                   float *y, size_t ys);
 /* Multi-column decode kernels (dotn_avx512.c): fill k->vec_dot_n where
  * the table's vec_dot is the one they reproduce bit for bit. */
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
+/* The Q4_0 vec_dot of the 512-bit VNNI table (dotn_avx512.c: the column
+ * layout its vec_dot_n reproduces bit for bit). */
+float hr_dot_q4_0_vnni512(int64_t n, const void *w, const void *a);
 /* aarch64 (quant_neon.c, quant_dotprod.c, gemm_i8mm.c): the NEON table
  * (dot products of every supported type, activation quantizers, fp16/bf16
  * conversions), the dotprod one (SDOT for the integer dot products) and the

@@ -72,6 +72,7 @@ typedef struct {
      * equal the scalar table's bit for bit (scalar, neon, dotprod, i8mm);
      * false: up to float summation order (avx2, avx512) */
     bool canonical;
+    int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
 } hr_kernels;
 
 /* The best table this CPU can run (detected once, cached). Thread-safe. */

@@ -50,51 +50,52 @@ static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 #define MAX_T 11
 
 /* Weights: float rows quantized with the scalar weight quantizer (realistic
- * scales); activations: float rows in the vec_dot type. */
-static void check_type(int type, int64_t n) {
+ * scales); activations: float rows in the vec_dot type. Each shape {nr, nt}
+ * runs on the last nr of max_r rows and the last nt of max_t tokens. */
+static void check_shapes(int type, int64_t n, int max_r, int max_t, const int (*shapes)[2],
+                         size_t n_shapes) {
     const hr_kernels *ks = hr_kernels_for_isa(HR_ISA_SCALAR);
     const hr_type_traits *tt = hr_type_get(type);
     const int at = tt->vec_dot_type;
     const size_t wrb = hr_type_row_bytes(type, n), arb = hr_type_row_bytes(at, n);
+    /* output with a row stride wider than max_r, guard values around */
+    const size_t ys = (size_t)max_r + 13;
     float *xf = malloc(sizeof(float) * (size_t)n);
-    uint8_t *w = malloc(wrb * MAX_R), *a = malloc(arb * MAX_T);
-    float *ref = malloc(sizeof(float) * MAX_R * MAX_T), *got = malloc(sizeof(float) * 32 * MAX_T);
+    uint8_t *w = malloc(wrb * (size_t)max_r), *a = malloc(arb * (size_t)max_t);
+    float *ref = malloc(sizeof(float) * (size_t)max_r * (size_t)max_t);
+    float *got = malloc(sizeof(float) * ys * (size_t)max_t);
     CHECK(xf && w && a && ref && got);
-    for (int r = 0; r < MAX_R; r++) {
+    for (int r = 0; r < max_r; r++) {
         fill_floats(xf, n, 0.02f + 0.01f * (float)(r % 5));
         ks->quant[type](xf, w + (size_t)r * wrb, n);
     }
-    for (int t = 0; t < MAX_T; t++) {
+    for (int t = 0; t < max_t; t++) {
         fill_floats(xf, n, 0.5f + 0.25f * (float)(t % 3));
         ks->quant[at](xf, a + (size_t)t * arb, n);
     }
     /* reference: scalar vec_dot, in doubles of magnitude for the tolerance */
     double mag = 0.0;
-    for (int t = 0; t < MAX_T; t++)
-        for (int r = 0; r < MAX_R; r++) {
-            ref[t * MAX_R + r] = ks->vec_dot[type](n, w + (size_t)r * wrb, a + (size_t)t * arb);
-            mag = fmax(mag, fabs(ref[t * MAX_R + r]));
+    for (int t = 0; t < max_t; t++)
+        for (int r = 0; r < max_r; r++) {
+            ref[t * max_r + r] = ks->vec_dot[type](n, w + (size_t)r * wrb, a + (size_t)t * arb);
+            mag = fmax(mag, fabs(ref[t * max_r + r]));
         }
-    const int shapes[][2] = {{4, 4}, {2, 4}, {8, 8}, {MAX_R, MAX_T}, {1, 1}, {3, 5},
-                             {5, 3}, {4, 1}, {1, 4}, {7, 2},         {0, 3}, {3, 0}};
     for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT; isa++) {
         const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
         if (!k)
             continue;
-        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        for (size_t s = 0; s < n_shapes; s++) {
             const int nr = shapes[s][0], nt = shapes[s][1];
-            /* output with a row stride wider than nr, guard values around */
-            const size_t ys = 32;
-            for (int i = 0; i < 32 * MAX_T; i++)
+            for (size_t i = 0; i < ys * (size_t)max_t; i++)
                 got[i] = -12345.0f;
             /* an offset start row/token so tiles start unaligned */
-            const int r0 = MAX_R - nr, t0 = MAX_T - nt;
+            const int r0 = max_r - nr, t0 = max_t - nt;
             hr_gemm_tile(k, type, n, nr, nt, w + (size_t)r0 * wrb, wrb, a + (size_t)t0 * arb, arb,
                          got, ys);
             int bad = 0, guard = 0;
             double worst = 0.0;
-            for (int t = 0; t < MAX_T; t++)
-                for (int r = 0; r < 32; r++) {
+            for (int t = 0; t < max_t; t++)
+                for (int r = 0; r < (int)ys; r++) {
                     const float g = got[(size_t)t * ys + (size_t)r];
                     if (t >= nt || r >= nr) {
                         guard += g != -12345.0f;
@@ -105,7 +106,7 @@ static void check_type(int type, int64_t n) {
                      * else (x86) equal up to float summation order */
                     const float kd =
                         k->vec_dot[type](n, w + (size_t)(r0 + r) * wrb, a + (size_t)(t0 + t) * arb);
-                    const float sd = ref[(t0 + t) * MAX_R + r0 + r];
+                    const float sd = ref[(t0 + t) * max_r + r0 + r];
                     const double e = fmax(fabs((double)g - kd), fabs((double)g - sd));
                     worst = fmax(worst, e);
                     if (k->canonical)
@@ -126,6 +127,22 @@ static void check_type(int type, int64_t n) {
     free(a);
     free(ref);
     free(got);
+}
+
+static void check_type(int type, int64_t n) {
+    static const int shapes[][2] = {{4, 4}, {2, 4}, {8, 8}, {MAX_R, MAX_T}, {1, 1}, {3, 5},
+                                    {5, 3}, {4, 1}, {1, 4}, {7, 2},         {0, 3}, {3, 0}};
+    check_shapes(type, n, MAX_R, MAX_T, shapes, sizeof(shapes) / sizeof(shapes[0]));
+}
+
+/* Batches of many tokens (the packed-panel kernels of prompt processing
+ * take over from HR_GEMMP_MIN_T tokens): row counts over and under whole
+ * panels of 16, token counts that are not multiples of the micro-kernel,
+ * one row, rows long enough for several packed chunks with a tail. */
+static void check_type_batch(int type, int64_t n) {
+    static const int shapes[][2] = {{37, 45}, {1, 16},  {16, 17}, {33, 23}, {5, 40},
+                                    {17, 31}, {32, 16}, {2, 33},  {36, 1},  {1, 15}};
+    check_shapes(type, n, 37, 45, shapes, sizeof(shapes) / sizeof(shapes[0]));
 }
 
 /* the tables specialise what they should: every VNNI/AVX2 table has tiles for
@@ -330,6 +347,9 @@ int main(void) {
             check_dotn_rows(type, 32 * (4 * 37 + 3), 71);
         }
         check_matmul_runs(type, 2048);
+        check_type_batch(type, be == 256 ? 256 * 5 : be == 1 ? 96 : 32 * (32 + 5));
+        if (be != 1)
+            check_type_batch(type, be);
         if (be == 1)
             check_type(type, 2048 + 5); /* float tails */
     }
