@@ -1,25 +1,32 @@
 /* dotn_avx512.c - decode of several sequences at once on AVX-512 VNNI
  * (hr_vec_dot_n_fn): each weight row is unpacked once for up to
  * HR_DOT_N_MAX activation columns, and every (row, column) value is
- * bit-identical to the table's vec_dot, which for Q4_0 is this file's
- * hr_dot_q4_0_vnni512 (the same code with one column) and for Q6_K the
- * 512-bit VNNI vec_dot of quant_avx512.c.
+ * bit-identical to the 512-bit VNNI vec_dot of quant_avx512.c, which the
+ * same table uses for single-sequence decode.
  *
- * Q4_0 runs in groups of 16 blocks with one block per 32-bit lane: the
- * weights of a group are brought into that layout by 16 loads and an
- * in-lane transpose (vectors g = 0..7: bytes 4g..4g+3 of the 16 blocks'
- * values, nibbles 0..15 as u8), a column's q8 bytes the same way (s8, with
- * -8 * sum(y) per block and its dy per lane), once per call for all rows.
- * Per (row, column, group) that leaves 8 vpdpbusd (64 products each, every
- * lane's integer sum is its block's whole exact dot product), one convert,
- * the lane scales dx * dy (exact: two fp16 significands) and one FMA into
- * the column's accumulator; the row's value is the 16-lane reduction of it.
- * Lanes past the last block get dx = 0 and contribute exact zeros. The
- * float operations of a (row, column) depend only on that row and column,
- * in the same order whatever the number of columns, so the results are
- * those of vec_dot bit for bit (test_gemm checks every entry). Q6_K (the
- * output head of the common quantized models): each super-block of a row
- * is unpacked once for all columns. */
+ * Q4_0 work split: what depends on a column alone (its q8 bytes in
+ * register layout, its block scales) is prepared once per call for all
+ * rows, in chunks of DN_QC quads of blocks that stay in L1; each row is
+ * then unpacked once per quad and met by every column. Rows are taken one
+ * at a time, so the weights stream through memory in order (two rows
+ * interleaved ran at less than half the speed from DRAM). Q6_K (the output
+ * head of the common quantized models): each super-block of a row is
+ * unpacked once for all columns.
+ *
+ * Bit-identity (Q4_0; Q6_K repeats vec_dot's operations per column): the
+ * integer lane sums are exact however they are formed, and the float
+ * operations per (row, column) are vec_dot's, in its order:
+ * per pair of blocks one FMA of the converted lane sums by the lane scale
+ * into one of two accumulators (blocks 4i, 4i+1 into acc0, 4i+2, 4i+3 into
+ * acc1), the same 16-lane reduction, then the tail blocks one at a time.
+ * The lanes keep vec_dot's layout; the low-nibble lanes hold 16x vec_dot's
+ * sums with 1/16 of its scale (all lanes are scaled by (dx/16)*dy, where
+ * vec_dot's low lanes have dx*dy and its high lanes (dx*dy)/16). Each
+ * product scale * sum is thus the same real number, and the FMA rounds it
+ * once either way: dx*dy of two fp16 values is exact in fp32 (11-bit
+ * significands) and at least 2^-48 in magnitude, so the power-of-two
+ * factors commute with rounding. test_gemm compares every entry with
+ * vec_dot bit for bit. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -28,147 +35,143 @@
 #define HR_DI static inline __attribute__((always_inline))
 #define HR_UNROLL _Pragma("GCC unroll 8")
 
-/* V[g] lane b = the 4 bytes at p[b] + 4g (g < 4): 16 loads of 16 bytes and
- * a 4 x 4 dword transpose inside each 128-bit lane. */
-HR_DI void dn_tr16x4(const uint8_t *const *p, __m512i V[4]) {
-    __m512i B[4];
-    HR_UNROLL
-    for (int j = 0; j < 4; j++) {
-        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p[j]));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p[4 + j]), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p[8 + j]), 2);
-        B[j] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p[12 + j]), 3);
+HR_DI __m128 dn_halves4(const uint8_t *p, size_t stride) {
+    uint64_t v = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t h;
+        memcpy(&h, p + (size_t)k * stride, 2);
+        v |= (uint64_t)h << (16 * k);
     }
-    const __m512i t0 = _mm512_unpacklo_epi32(B[0], B[1]), t1 = _mm512_unpackhi_epi32(B[0], B[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(B[2], B[3]), t3 = _mm512_unpackhi_epi32(B[2], B[3]);
-    V[0] = _mm512_unpacklo_epi64(t0, t2);
-    V[1] = _mm512_unpackhi_epi64(t0, t2);
-    V[2] = _mm512_unpacklo_epi64(t1, t3);
-    V[3] = _mm512_unpackhi_epi64(t1, t3);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 
-/* lane b: fp16 at base + b * stride as a float (lanes outside m: 0) */
-HR_DI __m512 dn_scales16(const uint8_t *base, int stride, __mmask16 m) {
-    const __m512i idx =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(stride));
-    const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, base, 1);
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+HR_DI float dn_hsum128(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
 }
 
-/* A column's group of 16 blocks in lane layout (640 bytes). */
+/* One block by vec_dot's tail rule (q4_0_one): the 8 lane sums folded to 4
+ * as integers, reduced as floats, times dx*dy. */
+HR_DI float dn_q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)x->qs);
+    const __m256i u = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1),
+        _mm256_set1_epi8(0x0f));
+    const __m256i s = _mm256_loadu_si256((const __m256i *)y->qs);
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i v = _mm256_sub_epi32(_mm256_dpbusd_epi32(z, u, s),
+                                       _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), s));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return dn_hsum128(_mm_cvtepi32_ps(h)) * (_cvtsh_ss(x->d) * _cvtsh_ss(y->d));
+}
+
+/* Column data of one quad of blocks (4i..4i+3): the q8 bytes of blocks
+ * (0, 1) and (2, 3) with their sign bits flipped (y + 128, unsigned), and
+ * the 4 blocks' dy (192 bytes with padding). */
 typedef struct {
-    __m512i y[8]; /* bytes 4g..4g+3 of each block's q8 values */
-    __m512i c;    /* -8 * sum(y) per block */
-    __m512 d;     /* dy per block, 0 past the last block */
-} dn_colg;
+    __m512i y[2];
+    __m128 d;
+    float pad[12]; /* 64-byte multiple */
+} dn_colq;
 
-/* blocks per group, groups per chunk of prepared columns (2048 elements:
- * 20 KiB for 8 columns), rows per block of spilled accumulators */
-#define DN_GB 16
-#define DN_GC 4
+/* quads per chunk of prepared columns (2048 elements: 24 KiB for 8 columns) */
+#define DN_QC 16
+/* rows per block of spilled accumulators when a row spans several chunks */
 #define DN_RB 32
 
-/* Group of blocks [b0, b0 + nbk) (1 <= nbk <= 16) of the Q8_0 row y. */
-HR_DI void dn_prep(const uint8_t *y, int64_t b0, int nbk, dn_colg *o) {
+/* Column data of quads [q0, q0 + nq) of the Q8_0 row y. */
+HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
     const size_t yb = sizeof(hr_block_q8_0);
-    const uint8_t *p[DN_GB];
-    for (int b = 0; b < DN_GB; b++)
-        p[b] = y + (size_t)(b0 + (b < nbk ? b : nbk - 1)) * yb + 2;
-    __m512i V[4];
-    dn_tr16x4(p, V);
-    for (int g = 0; g < 4; g++)
-        o->y[g] = V[g];
-    for (int b = 0; b < DN_GB; b++)
-        p[b] += 16;
-    dn_tr16x4(p, V);
-    __m512i s = _mm512_setzero_si512();
-    const __m512i eight = _mm512_set1_epi8(8);
-    for (int g = 0; g < 4; g++) {
-        o->y[4 + g] = V[g];
-        s = _mm512_dpbusd_epi32(s, eight, o->y[g]);
-        s = _mm512_dpbusd_epi32(s, eight, V[g]);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int q = 0; q < nq; q++) {
+        const uint8_t *yq = y + (size_t)(q0 + q) * 4 * yb;
+        const __m512 dy = _mm512_castps128_ps512(dn_halves4(yq, yb));
+        HR_UNROLL
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *b = yq + (size_t)(2 * p) * yb + 2;
+            const __m512i v =
+                _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b)),
+                                   _mm256_loadu_si256((const __m256i *)(b + yb)), 1);
+            _mm512_store_si512(&out[q].y[p], _mm512_xor_si512(v, flip));
+        }
+        out[q].d = _mm512_castps512_ps128(dy);
     }
-    o->c = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-    o->d = dn_scales16(y + (size_t)b0 * yb, (int)yb, (__mmask16)((1u << nbk) - 1u));
 }
 
-/* A row's group of blocks [b0, b0 + nbk): W[g] pairs with column y[g]
- * (low nibbles of bytes 4g..4g+3 for g < 4, high nibbles of 4(g-4).. for
- * g >= 4, as the q4_0 element order has it); *dx per block. */
-HR_DI void dn_wgroup(const uint8_t *x, int64_t b0, int nbk, __m512i W[8], __m512 *dx) {
+/* One row x columns [0, T) over the nq quads of a chunk. The weights are
+ * taken as signed bytes 16 * (v - 8) for both nibbles (x; the low nibble
+ * shifted up), so sum x * (y + 128) = sum x * y + 128 * sum x: the row's
+ * -128 * sum x seeds vpdpbusd for every column, and every lane holds 16x
+ * vec_dot's low-nibble sums (as its high-nibble lanes do), all scaled by
+ * (dx / 16) * dy (formed once per column and quad, spread over each
+ * block's lanes by a permute). w: the chunk's first block of the row; col[t]: the
+ * chunk's column data. Accumulators start at zero (first) or from
+ * acc[t][2] and end there (!fin) or reduced into y[t * ys] with the tail
+ * blocks [tail_b, nb) of the row tail_x and the columns a (fin). */
+HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *col,
+                  __m512 (*acc)[2], bool first, bool fin, const uint8_t *tail_x, int64_t tail_b,
+                  int64_t nb, const void *const *a, float *y, size_t ys) {
     const size_t xb = sizeof(hr_block_q4_0);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const uint8_t *p[DN_GB];
-    for (int b = 0; b < DN_GB; b++)
-        p[b] = x + (size_t)(b0 + (b < nbk ? b : nbk - 1)) * xb + 2;
-    __m512i V[4];
-    dn_tr16x4(p, V);
-    for (int g = 0; g < 4; g++) {
-        W[g] = _mm512_and_si512(V[g], m4);
-        W[4 + g] = _mm512_and_si512(_mm512_srli_epi32(V[g], 4), m4);
-    }
-    *dx = dn_scales16(x + (size_t)b0 * xb, (int)xb, (__mmask16)((1u << nbk) - 1u));
-}
-
-/* acc + the group's products of one (row, column) */
-HR_DI __m512 dn_step(__m512 acc, const __m512i W[8], __m512 dx, const dn_colg *c) {
-    __m512i s = c->c;
-    HR_UNROLL
-    for (int g = 0; g < 8; g++)
-        s = _mm512_dpbusd_epi32(s, W[g], c->y[g]);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, c->d), acc);
-}
-
-float hr_dot_q4_0_vnni512(int64_t n, const void *w, const void *a) {
-    const int64_t nb = n / HR_QK4_0;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += DN_GB) {
-        const int nbk = (int)(nb - b0 < DN_GB ? nb - b0 : DN_GB);
-        dn_colg c;
-        dn_prep(a, b0, nbk, &c);
-        __m512i W[8];
-        __m512 dx;
-        dn_wgroup(w, b0, nbk, W, &dx);
-        acc = dn_step(acc, W, dx, &c);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-/* One row x columns [0, T) over groups [g0, g0 + ng) of the row (col[t]:
- * the chunk's prepared groups of column t). Accumulators start at zero
- * (first) or from acc[t] and end there (!fin) or reduced into y[t * ys]. */
-HR_DI void dn_row(const int T, const uint8_t *x, int64_t nb, int64_t g0, int ng,
-                  const dn_colg *const *col, __m512 *acc, bool first, bool fin, float *y,
-                  size_t ys) {
-    __m512 A[HR_DOT_N_MAX];
+    const __m512i shift = _mm512_set_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i hi4 = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i lo2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i hi2 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m128 hs = _mm_set1_ps(1.0f / 16.0f);
+    const __m512i z = _mm512_setzero_si512();
+    __m512 A[HR_DOT_N_MAX][2];
     HR_UNROLL
     for (int t = 0; t < T; t++)
-        A[t] = first ? _mm512_setzero_ps() : acc[t];
-    for (int g = 0; g < ng; g++) {
-        const int64_t b0 = (g0 + g) * DN_GB;
-        const int nbk = (int)(nb - b0 < DN_GB ? nb - b0 : DN_GB);
-        __m512i W[8];
-        __m512 dx;
-        dn_wgroup(x, b0, nbk, W, &dx);
         HR_UNROLL
-        for (int t = 0; t < T; t++)
-            A[t] = dn_step(A[t], W, dx, col[t] + g);
+    for (int p = 0; p < 2; p++)
+        A[t][p] = first ? _mm512_setzero_ps() : acc[t][p];
+    for (int q = 0; q < nq; q++) {
+        const uint8_t *xq = w + (size_t)q * 4 * xb;
+        const __m128 dx = _mm_mul_ps(dn_halves4(xq, xb), hs);
+        __m512i X[2], S[2];
+        HR_UNROLL
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *b = xq + (size_t)(2 * p) * xb + 2;
+            const __m512i u = _mm512_mask_broadcast_i32x4(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b)), 0xff00,
+                _mm_loadu_si128((const __m128i *)(b + xb)));
+            /* (nibble << 4) ^ 0x80 = 16 * (v - 8) as a signed byte */
+            X[p] = _mm512_ternarylogic_epi64(_mm512_sllv_epi64(u, shift), hi4, flip, 0x6a);
+            S[p] = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, flip, X[p]));
+        }
+        HR_UNROLL
+        for (int t = 0; t < T; t++) {
+            const dn_colq *cq = col[t] + q;
+            const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(dx, cq->d));
+            const __m512 sc[2] = {_mm512_permutexvar_ps(lo2, s4), _mm512_permutexvar_ps(hi2, s4)};
+            HR_UNROLL
+            for (int p = 0; p < 2; p++) {
+                const __m512i v = _mm512_dpbusd_epi32(S[p], cq->y[p], X[p]);
+                A[t][p] = _mm512_fmadd_ps(sc[p], _mm512_cvtepi32_ps(v), A[t][p]);
+            }
+        }
     }
     HR_UNROLL
     for (int t = 0; t < T; t++) {
-        if (fin)
-            y[(size_t)t * ys] = _mm512_reduce_add_ps(A[t]);
-        else
-            acc[t] = A[t];
+        if (!fin) {
+            acc[t][0] = A[t][0];
+            acc[t][1] = A[t][1];
+            continue;
+        }
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(A[t][0], A[t][1]));
+        const hr_block_q4_0 *xt = (const hr_block_q4_0 *)tail_x;
+        const hr_block_q8_0 *yt = a[t];
+        for (int64_t k = tail_b; k < nb; k++)
+            sum += dn_q4_0_one(xt + k, yt + k);
+        y[(size_t)t * ys] = sum;
     }
 }
 
 /* dn_row with the column count as a constant. */
-HR_DI void dn_row_n(int nt, const uint8_t *x, int64_t nb, int64_t g0, int ng,
-                    const dn_colg *const *col, __m512 *acc, bool first, bool fin, float *y,
-                    size_t ys) {
-#define DN_ROW(T) dn_row(T, x, nb, g0, ng, col, acc, first, fin, y, ys)
+HR_DI void dn_row_n(int nt, int nq, const uint8_t *w, const dn_colq *const *col, __m512 (*acc)[2],
+                    bool first, bool fin, const uint8_t *tail_x, int64_t tail_b, int64_t nb,
+                    const void *const *a, float *y, size_t ys) {
+#define DN_ROW(T) dn_row(T, nq, w, col, acc, first, fin, tail_x, tail_b, nb, a, y, ys)
     switch (nt) {
     case 1:
         DN_ROW(1);
@@ -198,31 +201,38 @@ HR_DI void dn_row_n(int nt, const uint8_t *x, int64_t nb, int64_t g0, int ng,
 #undef DN_ROW
 }
 
-/* Stack: 20 KiB of column data, 16 KiB of accumulators for long rows. */
+/* Stack: 26 KiB of column data, 32 KiB of accumulators for long rows. */
 static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
                            int nt, float *y, size_t ys) {
-    const int64_t nb = n / HR_QK4_0, ngr = (nb + DN_GB - 1) / DN_GB;
+    const int64_t nb = n / HR_QK4_0, nq = nb / 4;
+    const size_t xb = sizeof(hr_block_q4_0);
     const uint8_t *wb = w;
-    _Alignas(64) dn_colg cbuf[HR_DOT_N_MAX][DN_GC];
-    const dn_colg *col[HR_DOT_N_MAX];
+    _Alignas(64) dn_colq cbuf[HR_DOT_N_MAX][DN_QC + 1];
+    const dn_colq *col[HR_DOT_N_MAX];
     for (int t = 0; t < nt; t++)
         col[t] = cbuf[t];
-    _Alignas(64) __m512 abuf[DN_RB][HR_DOT_N_MAX];
-    /* per block of DN_RB rows, chunk by chunk of groups, the accumulators
-     * kept in abuf between chunks (in registers when one chunk holds all) */
+    if (nq <= DN_QC) { /* one chunk: columns prepared once, accumulators in registers */
+        for (int t = 0; t < nt; t++)
+            dn_prep(a[t], 0, (int)nq, cbuf[t]);
+        for (int r = 0; r < nr; r++)
+            dn_row_n(nt, (int)nq, wb + (size_t)r * ws, col, NULL, true, true, wb + (size_t)r * ws,
+                     nq * 4, nb, a, y + r, ys);
+        return;
+    }
+    /* several chunks: per block of DN_RB rows, chunk by chunk, the
+     * accumulators kept in abuf between chunks */
+    _Alignas(64) __m512 abuf[DN_RB][HR_DOT_N_MAX][2];
     for (int r0 = 0; r0 < nr; r0 += DN_RB) {
         const int rn = nr - r0 < DN_RB ? nr - r0 : DN_RB;
-        for (int64_t g0 = 0; g0 < ngr; g0 += DN_GC) {
-            const int gn = (int)(ngr - g0 < DN_GC ? ngr - g0 : DN_GC);
-            if (r0 == 0 || ngr > DN_GC)
-                for (int t = 0; t < nt; t++)
-                    for (int g = 0; g < gn; g++) {
-                        const int64_t b0 = (g0 + g) * DN_GB;
-                        dn_prep(a[t], b0, (int)(nb - b0 < DN_GB ? nb - b0 : DN_GB), &cbuf[t][g]);
-                    }
-            for (int r = 0; r < rn; r++)
-                dn_row_n(nt, wb + (size_t)(r0 + r) * ws, nb, g0, gn, col, abuf[r], g0 == 0,
-                         g0 + gn == ngr, y + r0 + r, ys);
+        for (int64_t q0 = 0; q0 < nq; q0 += DN_QC) {
+            const int qn = (int)(nq - q0 < DN_QC ? nq - q0 : DN_QC);
+            for (int t = 0; t < nt; t++)
+                dn_prep(a[t], q0, qn, cbuf[t]);
+            for (int r = 0; r < rn; r++) {
+                const uint8_t *xr = wb + (size_t)(r0 + r) * ws;
+                dn_row_n(nt, qn, xr + (size_t)q0 * 4 * xb, col, abuf[r], q0 == 0, q0 + qn == nq, xr,
+                         nq * 4, nb, a, y + r0 + r, ys);
+            }
         }
     }
 }

@@ -120,17 +120,6 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
             hr_mm_runs_rows(j, w, y, lo, hi);
             continue;
         }
-        if (j->n_tok == 1 && j->k->vec_dot_n[w->type]) {
-            /* the one-column form of the batched decode kernel (bit-identical
-             * to vec_dot; prepares the column once per call of many rows) */
-            const void *a1[1] = {j->act};
-            for (long r0 = lo; r0 < hi; r0 += HR_MM_DOTN_ROWS) {
-                int nr = (int)(hi - r0 < HR_MM_DOTN_ROWS ? hi - r0 : HR_MM_DOTN_ROWS);
-                j->k->vec_dot_n[w->type](n_in, nr, wd + (size_t)r0 * w->row_bytes, w->row_bytes, a1,
-                                         1, y + r0, (size_t)w->n_out);
-            }
-            continue;
-        }
         if (j->n_tok == 1) {
             for (long r = lo; r < hi; r++)
                 y[r] = dot(n_in, wd + (size_t)r * w->row_bytes, j->act);

@@ -57,9 +57,6 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
 /* Multi-column decode kernels (dotn_avx512.c): fill k->vec_dot_n where
  * the table's vec_dot is the one they reproduce bit for bit. */
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
-/* The Q4_0 vec_dot of the 512-bit VNNI table (dotn_avx512.c: the column
- * layout its vec_dot_n reproduces bit for bit). */
-float hr_dot_q4_0_vnni512(int64_t n, const void *w, const void *a);
 /* aarch64 (quant_neon.c, quant_dotprod.c, gemm_i8mm.c): the NEON table
  * (dot products of every supported type, activation quantizers, fp16/bf16
  * conversions), the dotprod one (SDOT for the integer dot products) and the

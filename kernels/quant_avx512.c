@@ -4,8 +4,7 @@
  * cpuid (HR_AVX512_* flags):
  *   - plain AVX-512BW (vpmaddubsw + vpmaddwd), for cores without VNNI;
  *   - 512-bit VNNI (vpdpbusd / vpdpwssd): 32-element blocks two per register
- *     with the scales spread by one permute per pair (Q8_0; Q4_0's vec_dot
- *     is dotn_avx512.c's, one block per lane), K-quant super-blocks 64
+ *     with the scales spread by one permute per pair, K-quant super-blocks 64
  *     elements per register;
  *   - 256-bit VNNI (EVEX ymm): same instruction count per byte as the 512-bit
  *     one minus the lane shuffles, hence faster on cores that split 512-bit
@@ -534,8 +533,7 @@ DOT_F512(dot_bf16, load16_bf16)
 #define Q5_K_CALL(v) dot_q45_k_body(n, w, a, true, v)
 #define Q6_K_CALL(v) dot_q6_k_body(n, w, a, v)
 
-/* the VNNI Q4_0 vec_dot is dotn_avx512.c's (its vec_dot_n's layout) */
-static float dot_q4_0_bw(int64_t n, const void *w, const void *a) { return Q4_0_CALL(false); }
+INSTANTIATE(dot_q4_0, Q4_0_CALL)
 INSTANTIATE(dot_q8_0, Q8_0_CALL)
 INSTANTIATE(dot_q4_k, Q4_K_CALL)
 INSTANTIATE(dot_q5_k, Q5_K_CALL)
@@ -546,7 +544,7 @@ void hr_quant_fill_avx512(hr_kernels *k, unsigned flags) {
     k->vec_dot[HR_TYPE_F32] = dot_f32;
     k->vec_dot[HR_TYPE_F16] = dot_f16;
     k->vec_dot[HR_TYPE_BF16] = dot_bf16;
-    k->vec_dot[HR_TYPE_Q4_0] = ymm ? dot_q4_0_vnni256 : vnni ? hr_dot_q4_0_vnni512 : dot_q4_0_bw;
+    k->vec_dot[HR_TYPE_Q4_0] = ymm ? dot_q4_0_vnni256 : vnni ? dot_q4_0_vnni : dot_q4_0_bw;
     k->vec_dot[HR_TYPE_Q8_0] = vnni ? dot_q8_0_vnni : dot_q8_0_bw;
     k->vec_dot[HR_TYPE_Q4_K] = ymm ? dot_q4_k_vnni256 : vnni ? dot_q4_k_vnni : dot_q4_k_bw;
     k->vec_dot[HR_TYPE_Q5_K] = ymm ? dot_q5_k_vnni256 : vnni ? dot_q5_k_vnni : dot_q5_k_bw;
