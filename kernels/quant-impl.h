@@ -42,11 +42,15 @@ void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
 void hr_gemm_fill_avx2(hr_kernels *k);
 void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags);
 /* Packed-panel GEMM on AVX-512 VNNI (gemmp_avx512.c), hr_gemm_fn
- * semantics; gemm_avx512.c uses them from HR_GEMMP_MIN_T tokens on (the
- * per-call packing pays off over many tokens) and asks for HR_GEMMP_ROWS
- * rows per call (hr_kernels.gemm_rows: Q4_0's activation block sums are
- * prepared once per call for all its rows). */
-#define HR_GEMMP_MIN_T 16
+ * semantics; gemm_avx512.c uses them for every call of HR_GEMMP_MIN_T
+ * tokens and more, and asks for HR_GEMMP_ROWS rows per call
+ * (hr_kernels.gemm_rows: Q4_0's activation block sums are prepared once
+ * per call for all its rows). Every run of two or more tokens takes them,
+ * not only long ones: a token's result must not depend on how many tokens
+ * share its call (a prompt chunk's KV is reused for a longer prompt whose
+ * cold prefill cuts its chunks elsewhere, and a batched step's runs must
+ * equal their prefill alone), and the older tiles sum in another order. */
+#define HR_GEMMP_MIN_T 2
 #define HR_GEMMP_ROWS 128
 void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                    float *y, size_t ys);
