@@ -119,7 +119,7 @@ static void test_ring(const char *file, const char *windows, int gpu_dev, int n_
  * profiles are given (the worker's GPU rates made 1000 times the CPU's), the
  * worker holds the device, and the ring's results are the CPU's. */
 static void test_planned(const char *file, int vk_index) {
-    char path[512], dir[256], err[HR_ERR_LEN], files[2][128];
+    char path[512], dir[256], err[HR_ERR_LEN], files[2][300];
     hr_shared_path(file, path, sizeof path);
     if (tmp_dir_make(dir, sizeof dir, "vkring")) {
         CHECK(false);
