@@ -90,6 +90,15 @@ static int hr_parse_windows(const char *s, int *w, int max) {
     return n;
 }
 
+/* The scheduler's plan into hd->sched with the KV of hd->plan_seq slots
+ * of hd->plan_ctx positions each. */
+static int hr_head_solve_slots(hr_head *hd, const hr_sched_device *sd, int n,
+                               const hr_sched_opts *so, char err[HR_ERR_LEN]) {
+    hr_sched_model sm;
+    int rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(hd->a), &sm, err);
+    return rc ? rc : hr_sched_solve(&sm, sd, n, so, &hd->sched, err);
+}
+
 /* Picks k and w[] for devices cand[0..n) (cand[0] = head) and says how in
  * hd->plan_src: --windows as given; else the scheduler over the devices'
  * profiles (k fixed by --k when given); a device without a profile leaves
@@ -146,7 +155,6 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             sd[i].is_head = i == 0;
         }
         hr_head_link_inputs(hd, cand, n, sd); /* measured links where there are */
-        hr_sched_model sm;
         hr_sched_opts so = hr_sched_opts_default();
         so.k_fixed = a->p.k;
         int rc;
@@ -159,13 +167,10 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             /* every slot size that fits, down to the least: KV takes the room
              * of resident weights on a device that streams, so a shorter
              * slot can be faster; the longest within 5% of the fastest */
-            int n_try = 0, tried[16];
+            int n_try = 0; /* slot sizes tried: ctx0 >> t */
             double lat[16];
             for (hd->plan_ctx = ctx0; n_try < 16; hd->plan_ctx /= 2) {
-                rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
-                if (rc == 0)
-                    rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
-                tried[n_try] = hd->plan_ctx;
+                rc = hr_head_solve_slots(hd, sd, n, &so, err);
                 lat[n_try++] = rc == 0 ? hd->sched.latency_ms : -1;
                 if (!ctx_auto || hd->plan_seq <= 1 || hd->plan_ctx / 2 < HR_AGENT_SLOT_CTX_MIN)
                     break;
@@ -178,11 +183,9 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             for (int t = 0; t < n_try && pick < 0; t++)
                 if (lat[t] > 0 && lat[t] <= 1.05 * best)
                     pick = t;
-            if (pick >= 0 && tried[pick] != hd->plan_ctx) { /* solve the pick again */
-                hd->plan_ctx = tried[pick];
-                rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, err);
-                if (rc == 0)
-                    rc = hr_sched_solve(&sm, sd, n, &so, &hd->sched, err);
+            if (pick >= 0 && (ctx0 >> pick) != hd->plan_ctx) { /* solve the pick again */
+                hd->plan_ctx = ctx0 >> pick;
+                rc = hr_head_solve_slots(hd, sd, n, &so, err);
             } else if (pick >= 0) {
                 rc = 0;
             }
