@@ -32,7 +32,10 @@ typedef struct {
     int n_fly;    /* its steps on the ring now (several: prompt chunks in a row) */
     int exact;    /* positions [0, exact) hold what a cold prefill computes (prompt cache) */
     bool zombie;  /* handed back while flying: the slot frees when its rows come home */
+    bool refresh; /* no request (r NULL): its answer's KV is computed again as prompt
+                     rows (hr_bs_refresh), then the slot frees */
     bool sampled; /* its first token was sampled (prompt time taken) */
+    int32_t last; /* the latest token sampled (the last one is not fed) */
     hr_sampler *smp;
     hr_detok dt;
     double t0, t1; /* s, monotonic: admitted, first token */
@@ -69,6 +72,8 @@ typedef struct {
     hr_seq_pos *rows;
     int *out_idx;  /* [n_seq] rows whose logits are sampled */
     float *logits; /* [n_seq][n_vocab] */
+    int n_refresh; /* slots in refresh */
+    hr_gen_req *parked[HR_AGENT_MAX_PARALLEL]; /* taken, waiting for slot s's refresh */
 } hr_bsess;
 
 /* ---- requests joining and leaving ---- */
@@ -77,6 +82,30 @@ static void hr_bs_free_slot(hr_bseq *q) {
     hr_sampler_destroy(q->smp);
     free(q->hist);
     memset(q, 0, sizeof *q);
+}
+
+/* After request q ended well: where its generated tokens' KV is not what a
+ * cold prefill of the same text computes (quantized weights: a decode row
+ * sums in another order than a prompt chunk), the slot stays busy without
+ * a request and feeds those positions again as prompt rows, so that a
+ * follow-up turn starting with the whole conversation reuses it instead
+ * of evaluating the answer again. The last token, sampled but never fed,
+ * goes in too (with F32 weights, where decode rows are exact, it is all
+ * there is to feed). Returns true when q went into refresh. */
+static bool hr_bs_refresh(hr_bsess *b, hr_bseq *q) {
+    const hr_head *hd = b->a->head;
+    int end = q->n_hist + (q->n_fly == 0 && q->fed == q->n_hist && q->last >= 0);
+    if (q->n_fly > 0 || q->fed != q->n_hist || end > hd->cache_ctx ||
+        q->exact >= end || q->exact < q->n_prompt - 1 || !hd->cache[q - b->seq].tok)
+        return false;
+    if (end > q->n_hist)
+        q->hist[q->n_hist++] = q->last;
+    q->r = NULL;
+    q->refresh = true;
+    q->n_prompt = q->n_hist;
+    q->sent = q->fed = q->exact;
+    b->n_refresh++;
+    return true;
 }
 
 /* Hands request q back with rc (err when rc != 0); the slot frees now, or
@@ -106,9 +135,11 @@ static void hr_bs_finish(hr_bsess *b, hr_bseq *q, int rc, const char *err) {
         c->n_exact = q->exact;
         c->used = hr_now_s();
     }
-    b->mb[q->mb].n_members--;
     b->n_running--;
     b->f->done(b->f->ud, r);
+    if (rc == 0 && hr_bs_refresh(b, q))
+        return;
+    b->mb[q->mb].n_members--;
     if (q->n_fly > 0) {
         q->zombie = true;
         hr_sampler_destroy(q->smp);
@@ -118,10 +149,22 @@ static void hr_bs_finish(hr_bsess *b, hr_bseq *q, int rc, const char *err) {
     }
 }
 
+/* Hands back request r that never ran (parked) with rc. */
+static void hr_bs_refuse(hr_bsess *b, hr_gen_req *r, int rc, const char *err) {
+    memset(&r->st, 0, sizeof r->st);
+    r->rc = rc;
+    snprintf(r->err, sizeof r->err, "%s", err ? err : hr_strerror(rc));
+    b->f->done(b->f->ud, r);
+}
+
 static void hr_bs_fail_all(hr_bsess *b, int rc, const char *err) {
-    for (int s = 0; s < b->n_seq; s++)
+    for (int s = 0; s < b->n_seq; s++) {
         if (b->seq[s].r && !b->seq[s].zombie)
             hr_bs_finish(b, &b->seq[s], rc, err);
+        if (b->parked[s])
+            hr_bs_refuse(b, b->parked[s], rc, err);
+        b->parked[s] = NULL;
+    }
 }
 
 /* The micro-batch with the fewest members. */
@@ -148,7 +191,7 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
     const hr_head *hd = b->a->head;
     int best = -1, best_l = -1, lru = -1, lru_l = 0;
     for (int s = 0; s < b->n_seq; s++) {
-        if (b->seq[s].r)
+        if (b->seq[s].r || b->seq[s].refresh)
             continue;
         const hr_slot_cache *c = &hd->cache[s];
         int l = 0;
@@ -166,7 +209,8 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
     if (best_l < HR_CACHE_MIN_REUSE) { /* a chance match (BOS, a word): spare the others */
         best = lru;
         best_l = lru_l;
-        if (!b->seq[0].r) { /* slot 0 first: a request alone there runs the one-row kernels */
+        if (!b->seq[0].r && !b->seq[0].refresh) { /* slot 0 first: a request alone there runs
+                                                     the one-row kernels */
             const hr_slot_cache *c = &hd->cache[0];
             best = 0;
             for (best_l = 0; c->tok && best_l < c->n_exact && best_l < n; best_l++)
@@ -184,68 +228,119 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
     return best;
 }
 
-/* Takes waiting requests into free slots. */
-static void hr_bs_admit(hr_bsess *b) {
+/* The slot in refresh whose tokens share more than `cached` (and at least
+ * HR_CACHE_MIN_REUSE) leading tokens with ids[n], with no request waiting
+ * for it yet; -1 if none. */
+static int hr_bs_refresh_match(const hr_bsess *b, const int32_t *ids, int n, int cached) {
+    int best = -1, best_l = cached > HR_CACHE_MIN_REUSE - 1 ? cached : HR_CACHE_MIN_REUSE - 1;
+    for (int s = 0; s < b->n_seq; s++) {
+        const hr_bseq *q = &b->seq[s];
+        if (!q->refresh || b->parked[s])
+            continue;
+        int l = 0;
+        while (l < q->n_hist && l < n - 1 && q->hist[l] == ids[l])
+            l++;
+        if (l > best_l) {
+            best = s;
+            best_l = l;
+        }
+    }
+    return best;
+}
+
+/* Request r runs in free slot s, keeping `cached` positions of its KV. */
+static void hr_bs_join(hr_bsess *b, hr_gen_req *r, int s, int cached) {
     const hr_local_plan *lp = &b->a->lp;
     const hr_hparams *hp = hr_model_hparams(b->a->m);
+    hr_bseq *q = &b->seq[s];
+    memset(&r->st, 0, sizeof r->st);
+    atomic_store(&r->n_gen, 0);
+    r->rc = 0;
+    r->err[0] = 0;
+    int max = r->max_tokens;
+    if (r->n_ids < 1 || r->n_ids >= lp->n_ctx) {
+        char e[HR_ERR_LEN];
+        snprintf(e, sizeof e, "prompt has %d tokens but the context holds %d", r->n_ids,
+                 lp->n_ctx);
+        hr_bs_refuse(b, r, r->n_ids < 1 ? HR_EINVAL : HR_ERANGE, r->n_ids < 1 ? "empty prompt" : e);
+        return;
+    }
+    if (max < 0 || r->n_ids + max > lp->n_ctx)
+        max = lp->n_ctx - r->n_ids;
+    memset(q, 0, sizeof *q);
+    q->smp = hr_sampler_create(&r->sp, hp->n_vocab);
+    q->hist = malloc(((size_t)r->n_ids + (size_t)max + 1) * sizeof *q->hist);
+    if (!q->smp || !q->hist) {
+        hr_bs_free_slot(q);
+        hr_bs_refuse(b, r, HR_ENOMEM, "out of memory");
+        return;
+    }
+    q->r = r;
+    q->last = -1;
+    q->n_prompt = q->n_hist = r->n_ids;
+    q->max_tokens = max;
+    memcpy(q->hist, r->ids, (size_t)r->n_ids * sizeof *q->hist);
+    for (int i = 0; i < r->n_ids; i++)
+        hr_sampler_accept(q->smp, r->ids[i]);
+    hr_detok_init(&q->dt, false);
+    q->fed = q->sent = q->exact = cached; /* KV of [0, cached) is on every device */
+    r->st.n_cached = cached;
+    b->a->head->cache[s].n_exact = 0; /* rewritten from `cached` on */
+    b->a->head->cache[s].used = hr_now_s();
+    q->t0 = hr_now_s();
+    q->mb = hr_bs_pick_mb(b);
+    b->mb[q->mb].n_members++;
+    b->n_running++;
+    r->st.n_prompt = r->n_ids;
+    HR_LOG_DEBUG(TAG,
+                 "session %llu: a request of %d tokens joins slot %d (%d cached), "
+                 "micro-batch %d",
+                 (unsigned long long)b->session, r->n_ids, s, cached, q->mb);
+}
+
+/* Takes waiting requests into free slots: first those parked for a slot
+ * whose refresh is over, then new ones; a new one whose conversation a
+ * slot in refresh holds waits for it. */
+static void hr_bs_admit(hr_bsess *b) {
+    for (int s = 0; s < b->n_seq; s++) {
+        hr_gen_req *r = b->parked[s];
+        if (!r || b->seq[s].refresh)
+            continue;
+        b->parked[s] = NULL;
+        int cached = 0, t = hr_bs_pick_slot(b, r->ids, r->n_ids, &cached);
+        hr_bs_join(b, r, t, cached);
+    }
     for (;;) {
         int free_slots = 0;
         for (int s = 0; s < b->n_seq; s++)
-            free_slots += b->seq[s].r == NULL;
+            free_slots += b->seq[s].r == NULL && !b->seq[s].refresh;
         if (free_slots == 0)
             return;
         hr_gen_req *r = b->f->take(b->f->ud);
         if (!r)
             return;
         int cached = 0, s = hr_bs_pick_slot(b, r->ids, r->n_ids, &cached);
-        hr_bseq *q = &b->seq[s];
-        memset(&r->st, 0, sizeof r->st);
-        atomic_store(&r->n_gen, 0);
-        r->rc = 0;
-        r->err[0] = 0;
-        int max = r->max_tokens;
-        if (r->n_ids < 1 || r->n_ids >= lp->n_ctx) {
-            char e[HR_ERR_LEN];
-            snprintf(e, sizeof e, "prompt has %d tokens but the context holds %d", r->n_ids,
-                     lp->n_ctx);
-            r->rc = r->n_ids < 1 ? HR_EINVAL : HR_ERANGE;
-            snprintf(r->err, sizeof r->err, "%s", r->n_ids < 1 ? "empty prompt" : e);
-            b->f->done(b->f->ud, r);
+        int w = hr_bs_refresh_match(b, r->ids, r->n_ids, cached);
+        if (w >= 0) {
+            HR_LOG_DEBUG(TAG, "session %llu: a request of %d tokens waits for slot %d's refresh",
+                         (unsigned long long)b->session, r->n_ids, w);
+            b->parked[w] = r;
             continue;
         }
-        if (max < 0 || r->n_ids + max > lp->n_ctx)
-            max = lp->n_ctx - r->n_ids;
-        memset(q, 0, sizeof *q);
-        q->smp = hr_sampler_create(&r->sp, hp->n_vocab);
-        q->hist = malloc(((size_t)r->n_ids + (size_t)max + 1) * sizeof *q->hist);
-        if (!q->smp || !q->hist) {
-            hr_bs_free_slot(q);
-            r->rc = HR_ENOMEM;
-            snprintf(r->err, sizeof r->err, "out of memory");
-            b->f->done(b->f->ud, r);
-            return;
-        }
-        q->r = r;
-        q->n_prompt = q->n_hist = r->n_ids;
-        q->max_tokens = max;
-        memcpy(q->hist, r->ids, (size_t)r->n_ids * sizeof *q->hist);
-        for (int i = 0; i < r->n_ids; i++)
-            hr_sampler_accept(q->smp, r->ids[i]);
-        hr_detok_init(&q->dt, false);
-        q->fed = q->sent = q->exact = cached; /* KV of [0, cached) is on every device */
-        r->st.n_cached = cached;
-        b->a->head->cache[s].n_exact = 0; /* rewritten from `cached` on */
-        b->a->head->cache[s].used = hr_now_s();
-        q->t0 = hr_now_s();
-        q->mb = hr_bs_pick_mb(b);
-        b->mb[q->mb].n_members++;
-        b->n_running++;
-        r->st.n_prompt = r->n_ids;
-        HR_LOG_DEBUG(TAG,
-                     "session %llu: a request of %d tokens joins slot %d (%d cached), "
-                     "micro-batch %d",
-                     (unsigned long long)b->session, r->n_ids, s, cached, q->mb);
+        hr_bs_join(b, r, s, cached);
     }
+}
+
+/* Slot q's refresh is over: the cache holds its conversation, the slot is
+ * free. */
+static void hr_bs_refresh_done(hr_bsess *b, hr_bseq *q) {
+    hr_slot_cache *c = &b->a->head->cache[q - b->seq];
+    memcpy(c->tok, q->hist, (size_t)q->exact * sizeof *c->tok);
+    c->n_exact = q->exact;
+    c->used = hr_now_s();
+    b->mb[q->mb].n_members--;
+    b->n_refresh--;
+    hr_bs_free_slot(q);
 }
 
 /* Requests whose cancel flag is set leave at once. */
@@ -254,6 +349,11 @@ static void hr_bs_cancels(hr_bsess *b) {
         hr_bseq *q = &b->seq[s];
         if (q->r && !q->zombie && q->r->cancel && atomic_load(q->r->cancel))
             hr_bs_finish(b, q, HR_ECANCELED, "canceled");
+        hr_gen_req *r = b->parked[s];
+        if (r && r->cancel && atomic_load(r->cancel)) {
+            b->parked[s] = NULL;
+            hr_bs_refuse(b, r, HR_ECANCELED, "canceled");
+        }
     }
 }
 
@@ -272,6 +372,7 @@ static void hr_bs_token(hr_bsess *b, hr_bseq *q, float *logits) {
     }
     int32_t id = hr_sampler_sample(q->smp, logits);
     hr_sampler_accept(q->smp, id);
+    q->last = id;
     bool eog = hr_tokenizer_is_eog(tok, id);
     char piece[512];
     int nb = eog ? 0 : hr_detok_push(&q->dt, tok, id, piece, sizeof piece);
@@ -298,24 +399,28 @@ static int hr_bs_add(hr_bsess *b, int g, int s, int n) {
     const hr_local_plan *lp = &b->a->lp;
     hr_bmb *m = &b->mb[g];
     hr_bseq *q = &b->seq[s];
-    int want = 1;
+    int want = 1, p0 = q->sent;
     if (q->sent < q->n_prompt) {
         int end = (q->sent / lp->n_batch + 1) * lp->n_batch;
         want = (end < q->n_prompt ? end : q->n_prompt) - q->sent;
     }
+    if (q->refresh && want == 1 && p0 > 0) { /* no lone row: a decode row's numbers */
+        p0--;
+        want = 2;
+    }
     if (n + want > b->n_rows_max)
         return n;
     for (int i = 0; i < want; i++) {
-        b->ids[n + i] = q->hist[q->sent + i];
+        b->ids[n + i] = q->hist[p0 + i];
         b->slot[n + i] = s;
-        b->pos[n + i] = q->sent + i;
-        b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = q->sent + i};
+        b->pos[n + i] = p0 + i;
+        b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = p0 + i};
     }
     m->step_seq[m->n_step] = s;
     m->step_n[m->n_step] = want;
-    m->step_pos[m->n_step] = q->sent;
+    m->step_pos[m->n_step] = p0;
     m->n_step++;
-    q->sent += want;
+    q->sent = p0 + want;
     q->n_fly++;
     return n + want;
 }
@@ -332,7 +437,8 @@ static int hr_bs_build(hr_bsess *b, int g, int only) {
     } else {
         for (int s = 0; s < b->n_seq; s++) {
             hr_bseq *q = &b->seq[s];
-            if (q->r && !q->zombie && q->mb == g && q->n_fly == 0 && q->sent < q->n_hist)
+            if ((q->r || q->refresh) && !q->zombie && q->mb == g && q->n_fly == 0 &&
+                q->sent < q->n_hist)
                 n = hr_bs_add(b, g, s, n);
         }
     }
@@ -406,7 +512,7 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
     for (int i = 0; i < m->n_step; i++) {
         hr_bseq *q = &b->seq[m->step_seq[i]];
         row += m->step_n[i];
-        if (!q->zombie && m->step_pos[i] + m->step_n[i] == q->n_hist)
+        if (q->r && !q->zombie && m->step_pos[i] + m->step_n[i] == q->n_hist)
             b->out_idx[n_out++] = row - 1;
     }
     if (n_out > 0)
@@ -424,16 +530,19 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
                 hr_bs_free_slot(q);
             continue;
         }
-        if (m->step_pos[i] != q->fed) /* steps come home in the order they left */
-            HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i],
-                         m->step_pos[i], q->fed);
+        int p0 = m->step_pos[i], end = p0 + m->step_n[i];
+        if (p0 > q->fed || end <= q->fed) /* steps come home in the order they left */
+            HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i], p0,
+                         q->fed);
         /* rows of a chunk of two or more are a cold prefill's bit for bit (the
          * gemm tiles do not depend on the chunk's shape); a lone row is a
          * decode row, the same only where decode_exact */
-        if (q->exact == q->fed && (m->step_n[i] >= 2 || a->head->decode_exact))
-            q->exact += m->step_n[i];
-        q->fed += m->step_n[i];
-        if (q->fed == q->n_hist)
+        if (q->exact >= p0 && (m->step_n[i] >= 2 || a->head->decode_exact))
+            q->exact = end > q->exact ? end : q->exact;
+        q->fed = end;
+        if (q->fed == q->n_hist && q->refresh)
+            hr_bs_refresh_done(b, q);
+        else if (q->fed == q->n_hist)
             hr_bs_token(b, q, b->logits + (size_t)o++ * nv);
     }
 }
@@ -559,7 +668,9 @@ static void hr_bs_restart(hr_bsess *b) {
     memset(b->mb, 0, sizeof b->mb);
     for (int s = 0; s < b->n_seq; s++) {
         hr_bseq *q = &b->seq[s];
-        if (q->zombie)
+        if (q->refresh) /* the cache is forgotten: nothing to refresh */
+            b->n_refresh--;
+        if (q->zombie || q->refresh)
             hr_bs_free_slot(q);
         if (!q->r)
             continue;
@@ -662,7 +773,8 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
     for (int s = 0; !adapt && s < b->n_seq && rc == 0 && lp->n_active > 1; s++) {
         hr_bseq *q = &b->seq[s];
         for (int g = b->n_mb; g < HR_BS_MAX_MB && rc == 0; g++) {
-            if (!q->r || q->zombie || q->sent >= q->n_prompt || q->n_fly >= b->depth)
+            if ((!q->r && !q->refresh) || q->zombie || q->sent >= q->n_prompt ||
+                q->n_fly >= b->depth)
                 break;
             if (b->mb[g].flying)
                 continue;
@@ -735,7 +847,7 @@ int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]) {
                 rc = 0;
                 break;
             }
-            if (b->n_running == 0 && !hr_bs_flying(b)) {
+            if (b->n_running == 0 && b->n_refresh == 0 && !hr_bs_flying(b)) {
                 hr_bs_admit(b);
                 if (b->n_running == 0)
                     break;

@@ -303,7 +303,7 @@ void hr_vec_dot_n(const hr_kernels *k, int type, int64_t n, int nr, const void *
                   const void *const *a, int nt, float *y, size_t y_stride) {
     if (type < 0 || type >= HR_TYPE_COUNT || !k->vec_dot[type])
         return;
-    if (k->vec_dot_n[type]) {
+    if (k->vec_dot_n[type] && nt > 1) { /* one column: vec_dot's own loop is faster */
         k->vec_dot_n[type](n, nr, w, w_stride, a, nt, y, y_stride);
         return;
     }
