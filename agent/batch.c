@@ -331,6 +331,18 @@ static void hr_bs_admit(hr_bsess *b) {
     }
 }
 
+/* Every slot in refresh is freed as it is: its cache keeps what
+ * hr_bs_finish recorded (the positions before the refresh's; the one it
+ * may have fed again got the same numbers). */
+static void hr_bs_drop_refreshes(hr_bsess *b) {
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->seq[s].refresh) {
+            b->mb[b->seq[s].mb].n_members--;
+            b->n_refresh--;
+            hr_bs_free_slot(&b->seq[s]);
+        }
+}
+
 /* Slot q's refresh is over: the cache holds its conversation, the slot is
  * free. */
 static void hr_bs_refresh_done(hr_bsess *b, hr_bseq *q) {
@@ -665,12 +677,11 @@ static void hr_bs_restart(hr_bsess *b) {
                 : a->lp.ring_streams   ? 1
                                        : a->lp.n_active * a->lp.k;
     b->depth = depth < 1 ? 1 : depth > HR_BS_MAX_MB - b->n_mb ? HR_BS_MAX_MB - b->n_mb : depth;
+    hr_bs_drop_refreshes(b); /* a new plan's KV is empty: nothing to refresh */
     memset(b->mb, 0, sizeof b->mb);
     for (int s = 0; s < b->n_seq; s++) {
         hr_bseq *q = &b->seq[s];
-        if (q->refresh) /* the cache is forgotten: nothing to refresh */
-            b->n_refresh--;
-        if (q->zombie || q->refresh)
+        if (q->zombie)
             hr_bs_free_slot(q);
         if (!q->r)
             continue;
@@ -761,6 +772,8 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
     bool adapt = atomic_load(&a->head->adapt) == lp->plan_id && lp->plan_id != 0;
     if (adapt && !hr_bs_flying(b) && b->n_running > 0)
         return hr_bs_adapt(b, err);
+    if (adapt && !hr_bs_flying(b)) /* only refreshes left: give them up, the re-plan waits */
+        hr_bs_drop_refreshes(b);
     int rc = 0;
     for (int g = 0; !adapt && g < b->n_mb && rc == 0; g++)
         if (!b->mb[g].flying && b->mb[g].n_members > 0) {

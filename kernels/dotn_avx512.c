@@ -68,15 +68,32 @@ HR_DI float dn_q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
 
 /* Column data of one quad of blocks (4i..4i+3): the q8 bytes of blocks
  * (0, 1) and (2, 3) with their sign bits flipped (y + 128, unsigned), and
- * the 4 blocks' dy (192 bytes with padding). */
+ * the blocks' dy spread over the lanes of those blocks (256 bytes). */
 typedef struct {
     __m512i y[2];
-    __m128 d;
-    float pad[12]; /* 64-byte multiple */
+    __m512 d[2];
 } dn_colq;
+
+/* lanes 0-7: block 0 of a pair, 8-15: block 1 (pairs (0, 1) and (2, 3)) */
+#define DN_LO2 _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+#define DN_HI2 _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
+
+/* The fp16 scales of a quad of Q4_0 blocks (at bytes 0, 18, 36, 54 of its
+ * 72) as 4 floats: one load and a word permute. */
+HR_DI __m128 dn_quad_dx(const uint8_t *xq) {
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+    const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(xq));
+    return _mm_cvtph_ps(_mm512_castsi512_si128(v));
+}
 
 /* quads per chunk of prepared columns (2048 elements: 24 KiB for 8 columns) */
 #define DN_QC 16
+/* bytes ahead of a row's quad that it prefetches: the rows stream from
+ * memory one at a time, and the hardware prefetchers alone left the weight
+ * loads waiting (bench --parallel 4 on a 2-core Zen 5 VM, Q4_0 1.1B:
+ * 54-64 -> 66-67 tok/s; 512 and 2048 bytes did worse than 1024) */
+#define DN_PF 1024
 /* rows per block of spilled accumulators when a row spans several chunks */
 #define DN_RB 32
 
@@ -87,6 +104,8 @@ HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
     for (int q = 0; q < nq; q++) {
         const uint8_t *yq = y + (size_t)(q0 + q) * 4 * yb;
         const __m512 dy = _mm512_castps128_ps512(dn_halves4(yq, yb));
+        out[q].d[0] = _mm512_permutexvar_ps(DN_LO2, dy);
+        out[q].d[1] = _mm512_permutexvar_ps(DN_HI2, dy);
         HR_UNROLL
         for (int p = 0; p < 2; p++) {
             const uint8_t *b = yq + (size_t)(2 * p) * yb + 2;
@@ -95,7 +114,6 @@ HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
                                    _mm256_loadu_si256((const __m256i *)(b + yb)), 1);
             _mm512_store_si512(&out[q].y[p], _mm512_xor_si512(v, flip));
         }
-        out[q].d = _mm512_castps512_ps128(dy);
     }
 }
 
@@ -115,8 +133,6 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
     const size_t xb = sizeof(hr_block_q4_0);
     const __m512i shift = _mm512_set_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i hi4 = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
-    const __m512i lo2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i hi2 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m128 hs = _mm_set1_ps(1.0f / 16.0f);
     const __m512i z = _mm512_setzero_si512();
     __m512 A[HR_DOT_N_MAX][2];
@@ -127,7 +143,11 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
         A[t][p] = first ? _mm512_setzero_ps() : acc[t][p];
     for (int q = 0; q < nq; q++) {
         const uint8_t *xq = w + (size_t)q * 4 * xb;
-        const __m128 dx = _mm_mul_ps(dn_halves4(xq, xb), hs);
+        _mm_prefetch((const char *)xq + DN_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)xq + DN_PF + 64, _MM_HINT_T0);
+        const __m512 dx4 = _mm512_castps128_ps512(_mm_mul_ps(dn_quad_dx(xq), hs));
+        const __m512 DX[2] = {_mm512_permutexvar_ps(DN_LO2, dx4),
+                              _mm512_permutexvar_ps(DN_HI2, dx4)};
         __m512i X[2], S[2];
         HR_UNROLL
         for (int p = 0; p < 2; p++) {
@@ -142,12 +162,11 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
         HR_UNROLL
         for (int t = 0; t < T; t++) {
             const dn_colq *cq = col[t] + q;
-            const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(dx, cq->d));
-            const __m512 sc[2] = {_mm512_permutexvar_ps(lo2, s4), _mm512_permutexvar_ps(hi2, s4)};
             HR_UNROLL
             for (int p = 0; p < 2; p++) {
                 const __m512i v = _mm512_dpbusd_epi32(S[p], cq->y[p], X[p]);
-                A[t][p] = _mm512_fmadd_ps(sc[p], _mm512_cvtepi32_ps(v), A[t][p]);
+                const __m512 sc = _mm512_mul_ps(DX[p], cq->d[p]);
+                A[t][p] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(v), A[t][p]);
             }
         }
     }
