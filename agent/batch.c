@@ -74,6 +74,8 @@ typedef struct {
     float *logits; /* [n_seq][n_vocab] */
     int n_refresh; /* slots in refresh */
     hr_gen_req *parked[HR_AGENT_MAX_PARALLEL]; /* taken, waiting for slot s's refresh */
+    bool evict[HR_AGENT_MAX_PARALLEL]; /* slot s's refresh ends unfinished once its rows are
+                                          home: parked[s] needs the slot, not its KV */
 } hr_bsess;
 
 /* ---- requests joining and leaving ---- */
@@ -228,6 +230,22 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
     return best;
 }
 
+/* Slot s's refresh (none of its rows on the ring) is given up: its cache
+ * keeps what hr_bs_finish recorded (the positions before the refresh's;
+ * the one it may have fed again got the same numbers). */
+static void hr_bs_drop_refresh(hr_bsess *b, int s) {
+    b->evict[s] = false;
+    b->mb[b->seq[s].mb].n_members--;
+    b->n_refresh--;
+    hr_bs_free_slot(&b->seq[s]);
+}
+
+static void hr_bs_drop_refreshes(hr_bsess *b) {
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->seq[s].refresh)
+            hr_bs_drop_refresh(b, s);
+}
+
 /* The slot in refresh whose tokens share more than `cached` (and at least
  * HR_CACHE_MIN_REUSE) leading tokens with ids[n], with no request waiting
  * for it yet; -1 if none. */
@@ -311,15 +329,20 @@ static void hr_bs_admit(hr_bsess *b) {
         hr_bs_join(b, r, t, cached);
     }
     for (;;) {
-        int free_slots = 0;
-        for (int s = 0; s < b->n_seq; s++)
-            free_slots += b->seq[s].r == NULL && !b->seq[s].refresh;
-        if (free_slots == 0)
+        int free_slots = 0, spare = -1;
+        for (int s = 0; s < b->n_seq; s++) {
+            const hr_bseq *q = &b->seq[s];
+            free_slots += q->r == NULL && !q->refresh;
+            if (q->refresh && q->n_fly == 0 && !b->parked[s] &&
+                (spare < 0 || q->n_hist - q->fed > b->seq[spare].n_hist - b->seq[spare].fed))
+                spare = s; /* the one with the most left to do */
+        }
+        if (free_slots == 0 && spare < 0)
             return;
         hr_gen_req *r = b->f->take(b->f->ud);
         if (!r)
             return;
-        int cached = 0, s = hr_bs_pick_slot(b, r->ids, r->n_ids, &cached);
+        int cached = 0, s = free_slots > 0 ? hr_bs_pick_slot(b, r->ids, r->n_ids, &cached) : -1;
         int w = hr_bs_refresh_match(b, r->ids, r->n_ids, cached);
         if (w >= 0) {
             HR_LOG_DEBUG(TAG, "session %llu: a request of %d tokens waits for slot %d's refresh",
@@ -327,20 +350,17 @@ static void hr_bs_admit(hr_bsess *b) {
             b->parked[w] = r;
             continue;
         }
+        if (s < 0 && b->seq[spare].n_fly > 0) { /* a refresh gives way once its rows are home */
+            b->parked[spare] = r;
+            b->evict[spare] = true;
+            continue;
+        }
+        if (s < 0) { /* a refresh gives way: its cache keeps what it had before */
+            hr_bs_drop_refresh(b, spare);
+            s = hr_bs_pick_slot(b, r->ids, r->n_ids, &cached);
+        }
         hr_bs_join(b, r, s, cached);
     }
-}
-
-/* Every slot in refresh is freed as it is: its cache keeps what
- * hr_bs_finish recorded (the positions before the refresh's; the one it
- * may have fed again got the same numbers). */
-static void hr_bs_drop_refreshes(hr_bsess *b) {
-    for (int s = 0; s < b->n_seq; s++)
-        if (b->seq[s].refresh) {
-            b->mb[b->seq[s].mb].n_members--;
-            b->n_refresh--;
-            hr_bs_free_slot(&b->seq[s]);
-        }
 }
 
 /* Slot q's refresh is over: the cache holds its conversation, the slot is
@@ -403,6 +423,23 @@ static void hr_bs_token(hr_bsess *b, hr_bseq *q, float *logits) {
     q->hist[q->n_hist++] = id;
 }
 
+/* May refresh slot s send rows now? When a request waits for it (parked,
+ * not to evict it), yes; otherwise only on an idle ring (no request
+ * running) and one refreshing slot at a time, so that a request arriving
+ * finds little on the ring before its own rows. */
+static bool hr_bs_refresh_may(const hr_bsess *b, int s) {
+    if (b->evict[s])
+        return false;
+    if (b->parked[s])
+        return true;
+    if (b->n_running > 0)
+        return false;
+    for (int t = 0; t < b->n_seq; t++)
+        if (t != s && b->seq[t].refresh && b->seq[t].n_fly > 0)
+            return false;
+    return true;
+}
+
 /* Adds request s's next rows to the step of micro-batch g being built
  * (n rows so far): one decode row, or its next prompt chunk up to the next
  * n_batch boundary (a cold prefill's chunks, so its numbers are those of
@@ -416,6 +453,8 @@ static int hr_bs_add(hr_bsess *b, int g, int s, int n) {
         int end = (q->sent / lp->n_batch + 1) * lp->n_batch;
         want = (end < q->n_prompt ? end : q->n_prompt) - q->sent;
     }
+    if (q->refresh && !hr_bs_refresh_may(b, s))
+        return n;
     if (q->refresh && want == 1 && p0 > 0) { /* no lone row: a decode row's numbers */
         p0--;
         want = 2;
@@ -540,6 +579,11 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
         if (q->zombie) {
             if (q->n_fly == 0)
                 hr_bs_free_slot(q);
+            continue;
+        }
+        if (q->refresh && b->evict[m->step_seq[i]]) {
+            if (q->n_fly == 0)
+                hr_bs_drop_refresh(b, m->step_seq[i]);
             continue;
         }
         int p0 = m->step_pos[i], end = p0 + m->step_n[i];
@@ -786,8 +830,11 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
     for (int s = 0; !adapt && s < b->n_seq && rc == 0 && lp->n_active > 1; s++) {
         hr_bseq *q = &b->seq[s];
         for (int g = b->n_mb; g < HR_BS_MAX_MB && rc == 0; g++) {
+            /* an idle-time refresh keeps one chunk on the ring: a request
+             * arriving waits for little */
+            int depth = q->refresh && !b->parked[s] ? 1 : b->depth;
             if ((!q->r && !q->refresh) || q->zombie || q->sent >= q->n_prompt ||
-                q->n_fly >= b->depth)
+                q->n_fly >= depth)
                 break;
             if (b->mb[g].flying)
                 continue;
