@@ -274,6 +274,53 @@ static void test_prefix(const char *model, hr_agent *head) {
     CHECK_EQ(t2.st.n_prompt, t2.n_prompt);
 }
 
+/* Every slot wanted while one still refreshes a finished answer (a long
+ * request keeps the ring busy, so that refresh waits): a request that
+ * finds no free slot takes the refreshing one (at once, or once its rows
+ * are home), every answer is the single process's, and the first turn's
+ * follow-up then is too, whatever its slot kept. */
+static void test_evict(const char *model, hr_agent *head) {
+    hr_service *s = hr_head_service(head);
+    int nv = hr_head_n_vocab(head);
+    static req_t busy, t1, t2, r[N_REQ - 1];
+    make_req(&busy, 13, nv); /* 130 prompt tokens */
+    busy.max_tokens = MAX_GEN;
+    make_req(&t1, 5, nv); /* 40 prompt tokens, 10 generated */
+    refs(model, &busy, 1);
+    refs(model, &t1, 1);
+    for (int i = 0; i < N_REQ - 1; i++)
+        make_req(&r[i], 20 + i, nv);
+    refs(model, r, N_REQ - 1);
+    CHECK_EQ(submit(s, &busy), 0);
+    CHECK_EQ(submit(s, &t1), 0);
+    CHECK(all_done(&t1, 1, 60));
+    CHECK_EQ(t1.rc, 0);
+    for (int i = 0; i < N_REQ - 1; i++) /* busy and t1's refresh hold two slots: one more */
+        CHECK_EQ(submit(s, &r[i]), 0);
+    CHECK(all_done(r, N_REQ - 1, 120));
+    CHECK(all_done(&busy, 1, 60));
+    CHECK_EQ(busy.rc, 0);
+    CHECK(matches_ref(head, &busy));
+    for (int i = 0; i < N_REQ - 1; i++) {
+        CHECK_EQ(r[i].rc, 0);
+        CHECK(matches_ref(head, &r[i]));
+    }
+    if (t1.n != t1.max_tokens)
+        return;
+    make_req(&t2, 0, nv);
+    t2.max_tokens = 8;
+    memcpy(t2.prompt, t1.prompt, (size_t)t1.n_prompt * sizeof t2.prompt[0]);
+    memcpy(t2.prompt + t1.n_prompt, t1.ids, (size_t)t1.n * sizeof t2.prompt[0]);
+    for (int j = 0; j < 6; j++)
+        t2.prompt[t1.n_prompt + t1.n + j] = 200 + j * 7;
+    t2.n_prompt = t1.n_prompt + t1.n + 6;
+    refs(model, &t2, 1);
+    CHECK_EQ(submit(s, &t2), 0);
+    CHECK(all_done(&t2, 1, 60));
+    CHECK_EQ(t2.rc, 0);
+    CHECK(matches_ref(head, &t2));
+}
+
 /* Devices with layers in the head's plan: one micro-batch each. */
 static int ring_members(hr_agent *head) {
     json_t *st = head_status(head), *d;
@@ -310,6 +357,7 @@ int main(void) {
     if (ok == 0 && head_ready(ag[0].a, 2, 30000) == 0) {
         test_eight(model, ag[0].a, ring_members(ag[0].a));
         test_prefix(model, ag[0].a);
+        test_evict(model, ag[0].a);
         test_leave(model, ag);
     } else {
         CHECK(0);
@@ -322,6 +370,7 @@ int main(void) {
     if (agent_begin(&solo, &p) == 0 && head_ready(solo.a, 0, 20000) == 0) {
         test_eight(model, solo.a, 1);
         test_prefix(model, solo.a);
+        test_evict(model, solo.a);
     } else {
         CHECK(0);
     }
