@@ -70,12 +70,12 @@ typedef struct {
     /* step buffers, [n_rows_max] each (allocated once per session) */
     int32_t *ids, *slot, *pos;
     hr_seq_pos *rows;
-    int *out_idx;  /* [n_seq] rows whose logits are sampled */
-    float *logits; /* [n_seq][n_vocab] */
-    int n_refresh; /* slots in refresh */
+    int *out_idx;                              /* [n_seq] rows whose logits are sampled */
+    float *logits;                             /* [n_seq][n_vocab] */
+    int n_refresh;                             /* slots in refresh */
     hr_gen_req *parked[HR_AGENT_MAX_PARALLEL]; /* taken, waiting for slot s's refresh */
-    bool evict[HR_AGENT_MAX_PARALLEL]; /* slot s's refresh ends unfinished once its rows are
-                                          home: parked[s] needs the slot, not its KV */
+    bool evict[HR_AGENT_MAX_PARALLEL];         /* slot s's refresh ends unfinished once its rows are
+                                                  home: parked[s] needs the slot, not its KV */
 } hr_bsess;
 
 /* ---- requests joining and leaving ---- */
@@ -97,8 +97,8 @@ static void hr_bs_free_slot(hr_bseq *q) {
 static bool hr_bs_refresh(hr_bsess *b, hr_bseq *q) {
     const hr_head *hd = b->a->head;
     int end = q->n_hist + (q->n_fly == 0 && q->fed == q->n_hist && q->last >= 0);
-    if (q->n_fly > 0 || q->fed != q->n_hist || end > hd->cache_ctx ||
-        q->exact >= end || q->exact < q->n_prompt - 1 || !hd->cache[q - b->seq].tok)
+    if (q->n_fly > 0 || q->fed != q->n_hist || end > hd->cache_ctx || q->exact >= end ||
+        q->exact < q->n_prompt - 1 || !hd->cache[q - b->seq].tok)
         return false;
     if (end > q->n_hist)
         q->hist[q->n_hist++] = q->last;
@@ -278,8 +278,7 @@ static void hr_bs_join(hr_bsess *b, hr_gen_req *r, int s, int cached) {
     int max = r->max_tokens;
     if (r->n_ids < 1 || r->n_ids >= lp->n_ctx) {
         char e[HR_ERR_LEN];
-        snprintf(e, sizeof e, "prompt has %d tokens but the context holds %d", r->n_ids,
-                 lp->n_ctx);
+        snprintf(e, sizeof e, "prompt has %d tokens but the context holds %d", r->n_ids, lp->n_ctx);
         hr_bs_refuse(b, r, r->n_ids < 1 ? HR_EINVAL : HR_ERANGE, r->n_ids < 1 ? "empty prompt" : e);
         return;
     }
@@ -588,8 +587,7 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
         }
         int p0 = m->step_pos[i], end = p0 + m->step_n[i];
         if (p0 > q->fed || end <= q->fed) /* steps come home in the order they left */
-            HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i], p0,
-                         q->fed);
+            HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i], p0, q->fed);
         /* rows of a chunk of two or more are a cold prefill's bit for bit (the
          * gemm tiles do not depend on the chunk's shape); a lone row is a
          * decode row, the same only where decode_exact */
@@ -833,8 +831,7 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
             /* an idle-time refresh keeps one chunk on the ring: a request
              * arriving waits for little */
             int depth = q->refresh && !b->parked[s] ? 1 : b->depth;
-            if ((!q->r && !q->refresh) || q->zombie || q->sent >= q->n_prompt ||
-                q->n_fly >= depth)
+            if ((!q->r && !q->refresh) || q->zombie || q->sent >= q->n_prompt || q->n_fly >= depth)
                 break;
             if (b->mb[g].flying)
                 continue;

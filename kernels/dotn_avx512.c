@@ -81,8 +81,8 @@ typedef struct {
 /* The fp16 scales of a quad of Q4_0 blocks (at bytes 0, 18, 36, 54 of its
  * 72) as 4 floats: one load and a word permute. */
 HR_DI __m128 dn_quad_dx(const uint8_t *xq) {
-    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
     const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(xq));
     return _mm_cvtph_ps(_mm512_castsi512_si128(v));
 }
@@ -357,10 +357,150 @@ static void dotn_q6_k_vnni(int64_t n, int nr, const void *w, size_t ws, const vo
     }
 }
 
+/* ---- Q4_K / Q5_K x Q8_K -------------------------------------------------- */
+
+/* vpshufb mask giving int16 lanes: 128-bit lanes 0-1 <- byte a of the lane
+ * (zero-extended), lanes 2-3 <- byte b (vec_dot's scale spread) */
+HR_DI __m512i dnk_pair_sel(int a, int b) {
+    const __m256i lo = _mm256_set1_epi16((short)(0x8000 | a));
+    const __m256i hi = _mm256_set1_epi16((short)(0x8000 | b));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* One row x columns [0, T), as vec_dot's dot_q45_k_body (VNNI): per
+ * super-block the row's four 64-element chunks (nibbles, and for Q5_K the
+ * fifth bit), its scale shuffles and its min bytes are formed once, and
+ * every column's integer sums, its FMA by d = dy * dx, its mins term and
+ * the final reductions follow vec_dot's operations in vec_dot's order. */
+HR_DI void dnk_row(const int T, const bool five, int64_t nb, const uint8_t *w, const void *const *a,
+                   float *y, size_t ys) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    const __m512i nib_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    const __m512i hbit_shift = _mm512_set_epi64(1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i ssel[4] = {dnk_pair_sel(0, 1), dnk_pair_sel(2, 3), dnk_pair_sel(4, 5),
+                             dnk_pair_sel(6, 7)};
+    const size_t xb = five ? sizeof(hr_block_q5_k) : sizeof(hr_block_q4_k);
+    __m512 acc[HR_DOT_N_MAX];
+    __m128 accm[HR_DOT_N_MAX];
+    HR_UNROLL
+    for (int t = 0; t < T; t++) {
+        acc[t] = _mm512_setzero_ps();
+        accm[t] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *xi = w + (size_t)i * xb;
+        _mm_prefetch((const char *)xi + DN_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)xi + DN_PF + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)xi + DN_PF + 128, _MM_HINT_T0);
+        const uint8_t *qs, *scales;
+        uint16_t dh, dmh;
+        __m512i qh = _mm512_setzero_si512();
+        if (five) {
+            const hr_block_q5_k *x = (const hr_block_q5_k *)xi;
+            qs = x->qs;
+            scales = x->scales;
+            dh = x->d;
+            dmh = x->dmin;
+            qh = _mm512_srlv_epi64(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh)), hbit_shift);
+        } else {
+            const hr_block_q4_k *x = (const hr_block_q4_k *)xi;
+            qs = x->qs;
+            scales = x->scales;
+            dh = x->d;
+            dmh = x->dmin;
+        }
+        const float dx = _cvtsh_ss(dh), dmx = _cvtsh_ss(dmh);
+        const __m128i scmn = hr_kq_unpack_scales_sse(scales);
+        const __m128i mn16 = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(scmn, scmn));
+        const __m512i sc = _mm512_broadcast_i32x4(scmn);
+        __m512i U[4], SCV[4];
+        HR_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m512i raw = _mm512_srlv_epi64(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c))),
+                nib_shift);
+            if (five) {
+                const __m512i hb = _mm512_and_si512(_mm512_slli_epi64(qh, 4), b4);
+                U[c] = _mm512_ternarylogic_epi64(raw, m4, hb, 0xEA);
+                qh = _mm512_srli_epi64(qh, 2);
+            } else {
+                U[c] = _mm512_and_si512(raw, m4);
+            }
+            SCV[c] = _mm512_shuffle_epi8(sc, ssel[c]);
+        }
+        HR_UNROLL
+        for (int t = 0; t < T; t++) {
+            const hr_block_q8_k *yi = (const hr_block_q8_k *)a[t] + i;
+            const float d = yi->d * dx, dmin = yi->d * dmx;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)yi->bsums);
+            const __m128i q8s =
+                _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            accm[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mn16, q8s)),
+                                   accm[t]);
+            __m512i sumi0 = _mm512_setzero_si512(), sumi1 = _mm512_setzero_si512();
+            HR_UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m512i p = _mm512_maddubs_epi16(U[c], _mm512_loadu_si512(yi->qs + 64 * c));
+                if (c & 1)
+                    sumi1 = _mm512_dpwssd_epi32(sumi1, p, SCV[c]);
+                else
+                    sumi0 = _mm512_dpwssd_epi32(sumi0, p, SCV[c]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d),
+                                     _mm512_cvtepi32_ps(_mm512_add_epi32(sumi0, sumi1)), acc[t]);
+        }
+    }
+    HR_UNROLL
+    for (int t = 0; t < T; t++)
+        y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]) - dn_hsum128(accm[t]);
+}
+
+#define DNK_FN(name, five)                                                                         \
+    static void name(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,    \
+                     float *y, size_t ys) {                                                        \
+        const int64_t nb = n / HR_QK_K;                                                            \
+        const uint8_t *wb = w;                                                                     \
+        for (int r = 0; r < nr; r++) {                                                             \
+            const uint8_t *x = wb + (size_t)r * ws;                                                \
+            switch (nt) {                                                                          \
+            case 1:                                                                                \
+                dnk_row(1, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            case 2:                                                                                \
+                dnk_row(2, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            case 3:                                                                                \
+                dnk_row(3, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            case 4:                                                                                \
+                dnk_row(4, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            case 5:                                                                                \
+                dnk_row(5, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            case 6:                                                                                \
+                dnk_row(6, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            case 7:                                                                                \
+                dnk_row(7, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            default:                                                                               \
+                dnk_row(8, five, nb, x, a, y + r, ys);                                             \
+                break;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DNK_FN(dotn_q4_k_vnni, false)
+DNK_FN(dotn_q5_k_vnni, true)
+
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags) {
     /* only where the table's vec_dot is the 512-bit VNNI one */
     if ((flags & HR_AVX512_VNNI) && !(flags & HR_AVX512_PREFER_YMM)) {
         k->vec_dot_n[HR_TYPE_Q4_0] = dotn_q4_0_vnni;
         k->vec_dot_n[HR_TYPE_Q6_K] = dotn_q6_k_vnni;
+        k->vec_dot_n[HR_TYPE_Q4_K] = dotn_q4_k_vnni;
+        k->vec_dot_n[HR_TYPE_Q5_K] = dotn_q5_k_vnni;
     }
 }
