@@ -4,14 +4,14 @@
  * bit-identical to the 512-bit VNNI vec_dot of quant_avx512.c, which the
  * same table uses for single-sequence decode.
  *
- * Q4_0 work split: what depends on a column alone (its q8 bytes in
+ * Q4_0 and Q8_0 work split: what depends on a column alone (its q8 bytes in
  * register layout, its block scales) is prepared once per call for all
  * rows, in chunks of DN_QC quads of blocks that stay in L1; each row is
  * then unpacked once per quad and met by every column. Rows are taken one
  * at a time, so the weights stream through memory in order (two rows
- * interleaved ran at less than half the speed from DRAM). Q6_K (the output
- * head of the common quantized models): each super-block of a row is
- * unpacked once for all columns.
+ * interleaved ran at less than half the speed from DRAM). Q4_K, Q5_K and
+ * Q6_K (the output head of the common quantized models): each super-block
+ * of a row is unpacked once for all columns.
  *
  * Bit-identity (Q4_0; Q6_K repeats vec_dot's operations per column): the
  * integer lane sums are exact however they are formed, and the float
@@ -53,6 +53,17 @@ HR_DI float dn_hsum128(__m128 s) {
 
 /* One block by vec_dot's tail rule (q4_0_one): the 8 lane sums folded to 4
  * as integers, reduced as floats, times dx*dy. */
+/* One Q8_0 block by vec_dot's tail rule (q8_0_one): |x| * (y with x's
+ * sign) in 16-bit pairs, folded to 4 lanes, reduced as floats, times dx*dy. */
+HR_DI float dn_q8_0_one(const hr_block_q8_0 *x, const hr_block_q8_0 *y) {
+    const __m256i xs = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i ys = _mm256_loadu_si256((const __m256i *)y->qs);
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(xs, xs), _mm256_sign_epi8(ys, xs));
+    const __m256i v = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return dn_hsum128(_mm_cvtepi32_ps(h)) * (_cvtsh_ss(x->d) * _cvtsh_ss(y->d));
+}
+
 HR_DI float dn_q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
     const __m128i t = _mm_loadu_si128((const __m128i *)x->qs);
     const __m256i u = _mm256_and_si256(
@@ -117,7 +128,8 @@ HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
     }
 }
 
-/* One row x columns [0, T) over the nq quads of a chunk. The weights are
+/* One row x columns [0, T) over the nq quads of a chunk. Q8_0 weights
+ * (q8) are the signed bytes x as they are, with scale dx * dy; Q4_0: the weights are
  * taken as signed bytes 16 * (v - 8) for both nibbles (x; the low nibble
  * shifted up), so sum x * (y + 128) = sum x * y + 128 * sum x: the row's
  * -128 * sum x seeds vpdpbusd for every column, and every lane holds 16x
@@ -127,10 +139,10 @@ HR_DI void dn_prep(const uint8_t *y, int64_t q0, int nq, dn_colq *out) {
  * chunk's column data. Accumulators start at zero (first) or from
  * acc[t][2] and end there (!fin) or reduced into y[t * ys] with the tail
  * blocks [tail_b, nb) of the row tail_x and the columns a (fin). */
-HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *col,
+HR_DI void dn_row(const bool q8, const int T, int nq, const uint8_t *w, const dn_colq *const *col,
                   __m512 (*acc)[2], bool first, bool fin, const uint8_t *tail_x, int64_t tail_b,
                   int64_t nb, const void *const *a, float *y, size_t ys) {
-    const size_t xb = sizeof(hr_block_q4_0);
+    const size_t xb = q8 ? sizeof(hr_block_q8_0) : sizeof(hr_block_q4_0);
     const __m512i shift = _mm512_set_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i hi4 = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
     const __m128 hs = _mm_set1_ps(1.0f / 16.0f);
@@ -145,13 +157,23 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
         const uint8_t *xq = w + (size_t)q * 4 * xb;
         _mm_prefetch((const char *)xq + DN_PF, _MM_HINT_T0);
         _mm_prefetch((const char *)xq + DN_PF + 64, _MM_HINT_T0);
-        const __m512 dx4 = _mm512_castps128_ps512(_mm_mul_ps(dn_quad_dx(xq), hs));
+        if (q8)
+            _mm_prefetch((const char *)xq + DN_PF + 128, _MM_HINT_T0);
+        const __m512 dx4 =
+            _mm512_castps128_ps512(q8 ? dn_halves4(xq, xb) : _mm_mul_ps(dn_quad_dx(xq), hs));
         const __m512 DX[2] = {_mm512_permutexvar_ps(DN_LO2, dx4),
                               _mm512_permutexvar_ps(DN_HI2, dx4)};
         __m512i X[2], S[2];
         HR_UNROLL
         for (int p = 0; p < 2; p++) {
             const uint8_t *b = xq + (size_t)(2 * p) * xb + 2;
+            if (q8) {
+                X[p] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b)),
+                    _mm256_loadu_si256((const __m256i *)(b + xb)), 1);
+                S[p] = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, flip, X[p]));
+                continue;
+            }
             const __m512i u = _mm512_mask_broadcast_i32x4(
                 _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b)), 0xff00,
                 _mm_loadu_si128((const __m128i *)(b + xb)));
@@ -178,19 +200,19 @@ HR_DI void dn_row(const int T, int nq, const uint8_t *w, const dn_colq *const *c
             continue;
         }
         float sum = _mm512_reduce_add_ps(_mm512_add_ps(A[t][0], A[t][1]));
-        const hr_block_q4_0 *xt = (const hr_block_q4_0 *)tail_x;
         const hr_block_q8_0 *yt = a[t];
         for (int64_t k = tail_b; k < nb; k++)
-            sum += dn_q4_0_one(xt + k, yt + k);
+            sum += q8 ? dn_q8_0_one((const hr_block_q8_0 *)tail_x + k, yt + k)
+                      : dn_q4_0_one((const hr_block_q4_0 *)tail_x + k, yt + k);
         y[(size_t)t * ys] = sum;
     }
 }
 
 /* dn_row with the column count as a constant. */
-HR_DI void dn_row_n(int nt, int nq, const uint8_t *w, const dn_colq *const *col, __m512 (*acc)[2],
-                    bool first, bool fin, const uint8_t *tail_x, int64_t tail_b, int64_t nb,
-                    const void *const *a, float *y, size_t ys) {
-#define DN_ROW(T) dn_row(T, nq, w, col, acc, first, fin, tail_x, tail_b, nb, a, y, ys)
+HR_DI void dn_row_n(const bool q8, int nt, int nq, const uint8_t *w, const dn_colq *const *col,
+                    __m512 (*acc)[2], bool first, bool fin, const uint8_t *tail_x, int64_t tail_b,
+                    int64_t nb, const void *const *a, float *y, size_t ys) {
+#define DN_ROW(T) dn_row(q8, T, nq, w, col, acc, first, fin, tail_x, tail_b, nb, a, y, ys)
     switch (nt) {
     case 1:
         DN_ROW(1);
@@ -220,11 +242,11 @@ HR_DI void dn_row_n(int nt, int nq, const uint8_t *w, const dn_colq *const *col,
 #undef DN_ROW
 }
 
-/* Stack: 26 KiB of column data, 32 KiB of accumulators for long rows. */
-static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
-                           int nt, float *y, size_t ys) {
+/* Stack: 34 KiB of column data, 32 KiB of accumulators for long rows. */
+HR_DI void dn_matrix(const bool q8, int64_t n, int nr, const void *w, size_t ws,
+                     const void *const *a, int nt, float *y, size_t ys) {
     const int64_t nb = n / HR_QK4_0, nq = nb / 4;
-    const size_t xb = sizeof(hr_block_q4_0);
+    const size_t xb = q8 ? sizeof(hr_block_q8_0) : sizeof(hr_block_q4_0);
     const uint8_t *wb = w;
     _Alignas(64) dn_colq cbuf[HR_DOT_N_MAX][DN_QC + 1];
     const dn_colq *col[HR_DOT_N_MAX];
@@ -234,8 +256,8 @@ static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const vo
         for (int t = 0; t < nt; t++)
             dn_prep(a[t], 0, (int)nq, cbuf[t]);
         for (int r = 0; r < nr; r++)
-            dn_row_n(nt, (int)nq, wb + (size_t)r * ws, col, NULL, true, true, wb + (size_t)r * ws,
-                     nq * 4, nb, a, y + r, ys);
+            dn_row_n(q8, nt, (int)nq, wb + (size_t)r * ws, col, NULL, true, true,
+                     wb + (size_t)r * ws, nq * 4, nb, a, y + r, ys);
         return;
     }
     /* several chunks: per block of DN_RB rows, chunk by chunk, the
@@ -249,11 +271,23 @@ static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const vo
                 dn_prep(a[t], q0, qn, cbuf[t]);
             for (int r = 0; r < rn; r++) {
                 const uint8_t *xr = wb + (size_t)(r0 + r) * ws;
-                dn_row_n(nt, qn, xr + (size_t)q0 * 4 * xb, col, abuf[r], q0 == 0, q0 + qn == nq, xr,
-                         nq * 4, nb, a, y + r0 + r, ys);
+                dn_row_n(q8, nt, qn, xr + (size_t)q0 * 4 * xb, col, abuf[r], q0 == 0, q0 + qn == nq,
+                         xr, nq * 4, nb, a, y + r0 + r, ys);
             }
         }
     }
+}
+
+static void dotn_q4_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
+                           int nt, float *y, size_t ys) {
+    dn_matrix(false, n, nr, w, ws, a, nt, y, ys);
+}
+
+/* Q8_0 x Q8_0: vec_dot sums (x + 128) * y - 128 * sum y per lane; here
+ * (y + 128) * x - 128 * sum x, the same integers. */
+static void dotn_q8_0_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
+                           int nt, float *y, size_t ys) {
+    dn_matrix(true, n, nr, w, ws, a, nt, y, ys);
 }
 
 /* ---- Q6_K x Q8_K ---------------------------------------------------------- */
@@ -499,6 +533,7 @@ void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags) {
     /* only where the table's vec_dot is the 512-bit VNNI one */
     if ((flags & HR_AVX512_VNNI) && !(flags & HR_AVX512_PREFER_YMM)) {
         k->vec_dot_n[HR_TYPE_Q4_0] = dotn_q4_0_vnni;
+        k->vec_dot_n[HR_TYPE_Q8_0] = dotn_q8_0_vnni;
         k->vec_dot_n[HR_TYPE_Q6_K] = dotn_q6_k_vnni;
         k->vec_dot_n[HR_TYPE_Q4_K] = dotn_q4_k_vnni;
         k->vec_dot_n[HR_TYPE_Q5_K] = dotn_q5_k_vnni;

@@ -342,7 +342,8 @@ int main(void) {
         check_type(type, 2048);
         check_dotn(type, base * (be == 256 ? 3 : 9));
         check_dotn(type, 2048);
-        if (type == HR_TYPE_Q4_0) { /* rows over several chunks of prepared columns, with tails */
+        if (type == HR_TYPE_Q4_0 || type == HR_TYPE_Q8_0) { /* rows over several chunks of
+                                                                prepared columns, with tails */
             check_dotn(type, 32 * (4 * 37 + 3));
             check_dotn_rows(type, 32 * (4 * 37 + 3), 71);
         }
