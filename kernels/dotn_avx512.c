@@ -211,34 +211,9 @@ HR_DI void dn_row(const bool q8, const int T, int nq, const uint8_t *w, const dn
 /* dn_row with the column count as a constant. */
 HR_DI void dn_row_n(const bool q8, int nt, int nq, const uint8_t *w, const dn_colq *const *col,
                     __m512 (*acc)[2], bool first, bool fin, const uint8_t *tail_x, int64_t tail_b,
-                    int64_t nb, const void *const *a, float *y, size_t ys) {
+                    int64_t nb, const void *const *a, float *y, size_t ys){
 #define DN_ROW(T) dn_row(q8, T, nq, w, col, acc, first, fin, tail_x, tail_b, nb, a, y, ys)
-    switch (nt) {
-    case 1:
-        DN_ROW(1);
-        break;
-    case 2:
-        DN_ROW(2);
-        break;
-    case 3:
-        DN_ROW(3);
-        break;
-    case 4:
-        DN_ROW(4);
-        break;
-    case 5:
-        DN_ROW(5);
-        break;
-    case 6:
-        DN_ROW(6);
-        break;
-    case 7:
-        DN_ROW(7);
-        break;
-    default:
-        DN_ROW(8);
-        break;
-    }
+    HR_BY_COUNT8(nt, DN_ROW)
 #undef DN_ROW
 }
 
@@ -362,32 +337,9 @@ static void dotn_q6_k_vnni(int64_t n, int nr, const void *w, size_t ws, const vo
     for (int r = 0; r < nr; r++) {
         const hr_block_q6_k *x = (const hr_block_q6_k *)(wb + (size_t)r * ws);
         float *yr = y + r;
-        switch (nt) {
-        case 1:
-            dn6_row(1, nb, x, a, yr, ys);
-            break;
-        case 2:
-            dn6_row(2, nb, x, a, yr, ys);
-            break;
-        case 3:
-            dn6_row(3, nb, x, a, yr, ys);
-            break;
-        case 4:
-            dn6_row(4, nb, x, a, yr, ys);
-            break;
-        case 5:
-            dn6_row(5, nb, x, a, yr, ys);
-            break;
-        case 6:
-            dn6_row(6, nb, x, a, yr, ys);
-            break;
-        case 7:
-            dn6_row(7, nb, x, a, yr, ys);
-            break;
-        default:
-            dn6_row(8, nb, x, a, yr, ys);
-            break;
-        }
+#define DN6_ROW(T) dn6_row(T, nb, x, a, yr, ys)
+        HR_BY_COUNT8(nt, DN6_ROW)
+#undef DN6_ROW
     }
 }
 
@@ -490,44 +442,29 @@ HR_DI void dnk_row(const int T, const bool five, int64_t nb, const uint8_t *w, c
         y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]) - dn_hsum128(accm[t]);
 }
 
-#define DNK_FN(name, five)                                                                         \
-    static void name(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,    \
-                     float *y, size_t ys) {                                                        \
-        const int64_t nb = n / HR_QK_K;                                                            \
-        const uint8_t *wb = w;                                                                     \
-        for (int r = 0; r < nr; r++) {                                                             \
-            const uint8_t *x = wb + (size_t)r * ws;                                                \
-            switch (nt) {                                                                          \
-            case 1:                                                                                \
-                dnk_row(1, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            case 2:                                                                                \
-                dnk_row(2, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            case 3:                                                                                \
-                dnk_row(3, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            case 4:                                                                                \
-                dnk_row(4, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            case 5:                                                                                \
-                dnk_row(5, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            case 6:                                                                                \
-                dnk_row(6, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            case 7:                                                                                \
-                dnk_row(7, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            default:                                                                               \
-                dnk_row(8, five, nb, x, a, y + r, ys);                                             \
-                break;                                                                             \
-            }                                                                                      \
-        }                                                                                          \
+/* Q4_K (five false) / Q5_K rows, one at a time. */
+HR_DI void dnk_matrix(const bool five, int64_t n, int nr, const void *w, size_t ws,
+                      const void *const *a, int nt, float *y, size_t ys) {
+    const int64_t nb = n / HR_QK_K;
+    const uint8_t *wb = w;
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *x = wb + (size_t)r * ws;
+        float *yr = y + r;
+#define DNK_ROW(T) dnk_row(T, five, nb, x, a, yr, ys)
+        HR_BY_COUNT8(nt, DNK_ROW)
+#undef DNK_ROW
     }
+}
 
-DNK_FN(dotn_q4_k_vnni, false)
-DNK_FN(dotn_q5_k_vnni, true)
+static void dotn_q4_k_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
+                           int nt, float *y, size_t ys) {
+    dnk_matrix(false, n, nr, w, ws, a, nt, y, ys);
+}
+
+static void dotn_q5_k_vnni(int64_t n, int nr, const void *w, size_t ws, const void *const *a,
+                           int nt, float *y, size_t ys) {
+    dnk_matrix(true, n, nr, w, ws, a, nt, y, ys);
+}
 
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags) {
     /* only where the table's vec_dot is the 512-bit VNNI one */

@@ -401,35 +401,7 @@ HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, int64_t s0, const u
 
 /* ---- drivers --------------------------------------------------------------- */
 
-#define TT_SWITCH(nt_, CALL)                                                                       \
-    switch (nt_) {                                                                                 \
-    case 1:                                                                                        \
-        CALL(1);                                                                                   \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        CALL(2);                                                                                   \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        CALL(3);                                                                                   \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        CALL(4);                                                                                   \
-        break;                                                                                     \
-    case 5:                                                                                        \
-        CALL(5);                                                                                   \
-        break;                                                                                     \
-    case 6:                                                                                        \
-        CALL(6);                                                                                   \
-        break;                                                                                     \
-    case 7:                                                                                        \
-        CALL(7);                                                                                   \
-        break;                                                                                     \
-    default:                                                                                       \
-        CALL(8);                                                                                   \
-        break;                                                                                     \
-    }
-
-_Static_assert(HR_GEMMP_TT == 8, "TT_SWITCH covers 1..8 tokens");
+_Static_assert(HR_GEMMP_TT == 8, "HR_BY_COUNT8 covers 1..8 tokens");
 
 void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                    float *y, size_t ys) {
@@ -454,7 +426,7 @@ void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                     const int32_t *ct = corr + t0 * KB_Q4_0;
                     const float *dt = dy + t0 * KB_Q4_0;
 #define Q4_0_CALL(T) micro_q4_0(T, P, kn, b0, at, as, ct, dt, yt, ys, m, b0 == 0)
-                    TT_SWITCH(tt, Q4_0_CALL)
+                    HR_BY_COUNT8(tt, Q4_0_CALL)
 #undef Q4_0_CALL
                 }
             }
@@ -477,7 +449,7 @@ void hr_gemmp_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                 const uint8_t *at = ab + (size_t)t0 * as;
                 float *yt = y + (size_t)t0 * ys + r0;
 #define Q4_K_CALL(T) micro_q4_k(T, P, kn, s0, at, as, yt, ys, m, s0 == 0)
-                TT_SWITCH(nt - t0, Q4_K_CALL)
+                HR_BY_COUNT8(nt - t0, Q4_K_CALL)
 #undef Q4_K_CALL
             }
         }
@@ -499,7 +471,7 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                 const uint8_t *at = ab + (size_t)t0 * as;
                 float *yt = y + (size_t)t0 * ys + r0;
 #define Q6_K_CALL(T) micro_q6_k(T, P, kn, s0, at, as, yt, ys, m, s0 == 0)
-                TT_SWITCH(nt - t0, Q6_K_CALL)
+                HR_BY_COUNT8(nt - t0, Q6_K_CALL)
 #undef Q6_K_CALL
             }
         }

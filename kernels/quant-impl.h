@@ -71,4 +71,35 @@ void hr_gemm_fill_i8mm(hr_kernels *k);
 /* HR_AVX512_* flags this CPU supports / prefers (0 without AVX-512). */
 unsigned hr_quant_avx512_flags(void);
 
+/* CALL(T) with T = n (1..8, larger taken as 8) as a compile-time constant,
+ * so that each count gets its own unrolled kernel (the batched decode and
+ * prompt GEMM kernels' column and token counts). */
+#define HR_BY_COUNT8(n, CALL)                                                                      \
+    switch (n) {                                                                                   \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
+    }
+
 #endif
