@@ -86,6 +86,16 @@ static void hr_bs_free_slot(hr_bseq *q) {
     memset(q, 0, sizeof *q);
 }
 
+/* The prompt cache of q's slot holds what q's KV holds exactly. */
+static void hr_bs_remember(hr_bsess *b, const hr_bseq *q) {
+    hr_slot_cache *c = &b->a->head->cache[q - b->seq];
+    if (!c->tok || q->exact > b->a->head->cache_ctx)
+        return;
+    memcpy(c->tok, q->hist, (size_t)q->exact * sizeof *c->tok);
+    c->n_exact = q->exact;
+    c->used = hr_now_s();
+}
+
 /* After request q ended well: where its generated tokens' KV is not what a
  * cold prefill of the same text computes (quantized weights: a decode row
  * sums in another order than a prompt chunk), the slot stays busy without
@@ -96,7 +106,7 @@ static void hr_bs_free_slot(hr_bseq *q) {
  * there is to feed). Returns true when q went into refresh. */
 static bool hr_bs_refresh(hr_bsess *b, hr_bseq *q) {
     const hr_head *hd = b->a->head;
-    int end = q->n_hist + (q->n_fly == 0 && q->fed == q->n_hist && q->last >= 0);
+    int end = q->n_hist + (q->last >= 0);
     if (q->n_fly > 0 || q->fed != q->n_hist || end > hd->cache_ctx || q->exact >= end ||
         q->exact < q->n_prompt - 1 || !hd->cache[q - b->seq].tok)
         return false;
@@ -131,12 +141,8 @@ static void hr_bs_finish(hr_bsess *b, hr_bseq *q, int rc, const char *err) {
         HR_LOG_ERROR(TAG, "batched request in slot %d failed: %s", (int)(q - b->seq), r->err);
     if (r->st.n_gen > 0)
         r->st.gen_s = hr_now_s() - q->t1;
-    hr_slot_cache *c = &b->a->head->cache[q - b->seq];
-    if ((rc == 0 || rc == HR_ECANCELED) && c->tok && q->exact <= b->a->head->cache_ctx) {
-        memcpy(c->tok, q->hist, (size_t)q->exact * sizeof *c->tok); /* what its KV holds */
-        c->n_exact = q->exact;
-        c->used = hr_now_s();
-    }
+    if (rc == 0 || rc == HR_ECANCELED)
+        hr_bs_remember(b, q);
     b->n_running--;
     b->f->done(b->f->ud, r);
     if (rc == 0 && hr_bs_refresh(b, q))
@@ -178,6 +184,14 @@ static int hr_bs_pick_mb(const hr_bsess *b) {
     return best;
 }
 
+/* Leading tokens a[0..na) and b[0..nb) share. */
+static int hr_bs_common(const int32_t *a, int na, const int32_t *b, int nb) {
+    int l = 0;
+    while (a && l < na && l < nb && a[l] == b[l])
+        l++;
+    return l;
+}
+
 /* Shared prefixes shorter than this take the least recently used slot
  * rather than evict a longer conversation for a few tokens. */
 #define HR_CACHE_MIN_REUSE 8
@@ -196,9 +210,7 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
         if (b->seq[s].r || b->seq[s].refresh)
             continue;
         const hr_slot_cache *c = &hd->cache[s];
-        int l = 0;
-        while (c->tok && l < c->n_exact && l < n && c->tok[l] == ids[l])
-            l++;
+        int l = hr_bs_common(c->tok, c->n_exact, ids, n);
         if (l > best_l) {
             best = s;
             best_l = l;
@@ -213,11 +225,8 @@ static int hr_bs_pick_slot(const hr_bsess *b, const int32_t *ids, int n, int *ca
         best_l = lru_l;
         if (!b->seq[0].r && !b->seq[0].refresh) { /* slot 0 first: a request alone there runs
                                                      the one-row kernels */
-            const hr_slot_cache *c = &hd->cache[0];
             best = 0;
-            for (best_l = 0; c->tok && best_l < c->n_exact && best_l < n; best_l++)
-                if (c->tok[best_l] != ids[best_l])
-                    break;
+            best_l = hr_bs_common(hd->cache[0].tok, hd->cache[0].n_exact, ids, n);
         }
     }
     int p = best_l < n - 1 ? best_l : n - 1, nb = b->a->lp.n_batch;
@@ -255,9 +264,7 @@ static int hr_bs_refresh_match(const hr_bsess *b, const int32_t *ids, int n, int
         const hr_bseq *q = &b->seq[s];
         if (!q->refresh || b->parked[s])
             continue;
-        int l = 0;
-        while (l < q->n_hist && l < n - 1 && q->hist[l] == ids[l])
-            l++;
+        int l = hr_bs_common(q->hist, q->n_hist, ids, n - 1);
         if (l > best_l) {
             best = s;
             best_l = l;
@@ -365,13 +372,8 @@ static void hr_bs_admit(hr_bsess *b) {
 /* Slot q's refresh is over: the cache holds its conversation, the slot is
  * free. */
 static void hr_bs_refresh_done(hr_bsess *b, hr_bseq *q) {
-    hr_slot_cache *c = &b->a->head->cache[q - b->seq];
-    memcpy(c->tok, q->hist, (size_t)q->exact * sizeof *c->tok);
-    c->n_exact = q->exact;
-    c->used = hr_now_s();
-    b->mb[q->mb].n_members--;
-    b->n_refresh--;
-    hr_bs_free_slot(q);
+    hr_bs_remember(b, q);
+    hr_bs_drop_refresh(b, (int)(q - b->seq));
 }
 
 /* Requests whose cancel flag is set leave at once. */
