@@ -575,6 +575,7 @@ static int parse(hr_gguf **out, const uint8_t *p, uint64_t size, const char *nam
     memset(g, 0, sizeof *g);
     g->base = p;
     g->size = size;
+    g->fd = -1;
     g->version = version;
     g->n_kv = (int64_t)n_kv;
     g->n_tensors = (int64_t)n_tensors;
@@ -688,15 +689,19 @@ int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]) {
                              path, size, strerror(e));
         }
     }
-    close(fd);
+    if (!map)
+        close(fd);
     static const uint8_t empty[1];
     int rc = parse(out, map ? map : empty, size, path, err);
     if (rc) {
-        if (map)
+        if (map) {
             munmap(map, size);
+            close(fd);
+        }
         return rc;
     }
     (*out)->mapped = map != NULL;
+    (*out)->fd = map ? fd : -1;
     return 0;
 }
 
@@ -705,6 +710,8 @@ void hr_gguf_close(hr_gguf *g) {
         return;
     if (g->mapped)
         munmap((void *)g->base, g->size);
+    if (g->mapped && g->fd >= 0)
+        close(g->fd);
     free(g);
 }
 

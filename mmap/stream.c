@@ -7,10 +7,12 @@
 #include "common/log.h"
 #include "mmap/gguf-impl.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -176,6 +178,23 @@ int64_t hr_stream_mapped(const hr_gguf *g, const uint64_t *off, const uint64_t *
     return mapped;
 }
 
+/* Drops the file's cached pages of the range that no process maps. After
+ * MADV_PAGEOUT some pages can still be cached (the kernel skips pages not
+ * yet on its LRU lists, e.g. ones faulted in a moment ago); left there, the
+ * fault-around of the next layer's first touch maps them again (the cached
+ * pages of its aligned 64 KiB block), and they stay mapped behind the
+ * computing thread. The page cache is what a memory limit charges, so
+ * they go. */
+static void uncache(const hr_gguf *g, uint64_t off, uint64_t len) {
+    uint64_t start, n;
+    if (g->fd < 0 || page_range(g, off, len, &start, &n) != 0 || n == 0)
+        return;
+    int e = posix_fadvise(g->fd, (off_t)start, (off_t)n, POSIX_FADV_DONTNEED);
+    if (e != 0)
+        HR_LOG_DEBUG(TAG, "fadvise(DONTNEED) of [%" PRIu64 ", +%" PRIu64 ") failed: %s", start, n,
+                     strerror(e));
+}
+
 int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len) {
     int rc = 0;
 #ifdef MADV_PAGEOUT
@@ -183,8 +202,12 @@ int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len) {
      * simply dropped): under a memory limit the next tail's reads then
      * find room at once, instead of the kernel choosing what to reclaim,
      * which can be pages read ahead and not computed on yet */
-    if (getenv("HEARTH_EVICT_COLD") == NULL && advise(g, off, len, MADV_PAGEOUT, "PAGEOUT") == 0)
-        return advise(g, off, len, MADV_DONTNEED, "DONTNEED");
+    if (getenv("HEARTH_EVICT_COLD") == NULL && advise(g, off, len, MADV_PAGEOUT, "PAGEOUT") == 0) {
+        rc = advise(g, off, len, MADV_DONTNEED, "DONTNEED");
+        if (rc == 0)
+            uncache(g, off, len);
+        return rc;
+    }
 #endif
 #ifdef MADV_COLD
     rc = advise(g, off, len, MADV_COLD, "COLD");
