@@ -411,8 +411,9 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
                      c->d[i].mem_eff / 1048576.0, (c->b + kc->k * c->kv) / 1048576.0);
         else
             snprintf(d->left_out, sizeof d->left_out,
-                     "the ring is predicted faster without it (%.2f ms per layer, %.2f ms hop)",
-                     c->d[i].t, c->d[i].h);
+                     "the ring is predicted faster without it (%.2f ms per layer, %.2f ms hop%s)",
+                     c->d[i].t, c->d[i].h,
+                     c->d[i].link_assumed ? ", assumed: no link measured" : "");
     }
     p->n_active = n_active;
     p->out_stream_bytes = c->out_stream;

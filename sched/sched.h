@@ -187,7 +187,7 @@ typedef struct {
     int decode_threads;
     double rtt_ms, link_bps; /* the link figures used (copied from the input) */
     bool link_assumed;       /* ... and they were assumed, not measured */
-    char left_out[96];       /* why an inactive device was left out ("" when active) */
+    char left_out[160];      /* why an inactive device was left out ("" when active) */
 } hr_sched_dev_plan;
 
 typedef struct {

@@ -304,6 +304,14 @@ static void test_properties(void) {
     CHECK_NEAR(p.disk_exposed_ms, 0.0, 1e-12);
     CHECK_EQ(p.dev[2].w, 0); /* slow compute and a slow link: left out */
     CHECK(!p.dev[2].active);
+    /* why, with the hop's figure labelled when the link was not measured */
+    CHECK(strstr(p.dev[2].left_out, "predicted faster without it") != NULL);
+    CHECK(strstr(p.dev[2].left_out, "assumed") == NULL);
+    d[2].link_assumed = true;
+    CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, &p, NULL), 0);
+    CHECK(!p.dev[2].active);
+    CHECK(strstr(p.dev[2].left_out, "hop, assumed: no link measured)") != NULL);
+    d[2].link_assumed = false;
     CHECK_EQ(p.order[0], 0);
     CHECK_EQ(plan_sum_layers(&p), 32);
 
