@@ -16,7 +16,9 @@
 #     step and these random-weight fixtures amplified it to 2e-2), and
 #     against llama.cpp's within test_model's bounds (5e-2 for quantized
 #     fixtures, 2e-3 for float ones, argmax agreeing at >= 80% of positions
-#     and at all of them); it prints the worst difference of each;
+#     and at all of them), the canonical ones on quantized fixtures within
+#     1e-5 with every argmax equal (the order is llama.cpp's x86 one); it
+#     prints the worst difference of each;
 #  4. deploy/mixed-ring.sh: one native x86 agent and one emulated aarch64
 #     agent in a ring (needs the x86 build in build/).
 # Left out under emulation (qemu runs this code 10-50x slower), each run

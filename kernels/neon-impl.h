@@ -1,21 +1,24 @@
 /* neon-impl.h - aarch64 row kernels written once and compiled twice: by
  * quant_neon.c (baseline Advanced SIMD, every ARMv8-A core: 8-bit dot
- * products as SMULL/SMULL2 + SADALP) and by quant_dotprod.c
+ * products as SMULL/SMULL2 + pairwise adds) and by quant_dotprod.c
  * (-march=armv8.2-a+dotprod: SDOT, four 8-bit products summed into each
  * 32-bit lane in one instruction). Dot products for every supported weight
  * type, the activation quantizers (Q8_0, Q8_1, Q8_K, F16) and the fp16 /
  * bf16 conversions (FCVTL / FCVTN; bf16 is a 16-bit shift).
  *
  * Integer dot kernels unpack a weight block into signed bytes (nibbles and
- * high bits shifted into place, the type's offset subtracted), dot it with
- * the activation bytes into s32 lanes, scale the lanes by the sub-block
- * scale in integers (K-quants), reduce each block's lanes exactly (4 blocks
- * into one s32x4 with two ADDP steps; ADDV per K-quant super-block) and
- * follow the float order of kernels/canon-impl.h (the 16 canonical lanes in
- * four registers, separate multiply and add), so results equal the scalar
- * reference bit for bit; quantizers and dequantizers are bit-exact too (no
- * fused multiply-add where the scalar code rounds twice). Internal to
- * kernels/. */
+ * high bits shifted into place, the type's offset subtracted), dot them
+ * with the activation bytes into s32 lanes of 4-element groups (lane k of
+ * a 16-byte register: elements 4k..4k+3; SDOT gives them directly, plain
+ * NEON reduces SMULL products pairwise down to groups of 4), scale them by
+ * the sub-block scales in integers (K-quants) and follow the float order of
+ * kernels/canon-impl.h: the 8 canonical lanes as a pair of float32x4
+ * registers, VFMA per block (fused, as the scalar fmaf), ggml's
+ * hsum_float_8 at the end; so results equal the scalar reference bit for
+ * bit. Quantizers and dequantizers are bit-exact too (no fused multiply-add
+ * where the scalar code rounds twice: the files build with
+ * -ffp-contract=off, every fma is explicit). The block helpers serve the
+ * i8mm table's gemm tiles as well (gemm_i8mm.c). Internal to kernels/. */
 #ifndef HR_KERNELS_NEON_IMPL_H
 #define HR_KERNELS_NEON_IMPL_H
 
@@ -42,20 +45,17 @@ HR_NI float n_h2f(uint16_t h) {
     return (float)v;
 }
 
-/* acc + sums of adjacent products of signed bytes (lane grouping differs
- * between the two forms; the total is the same) */
-HR_NI int32x4_t n_dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+/* acc + the sums of the products of elements 4k..4k+3 of a and b in lane
+ * k (SDOT; plain NEON: SMULL products, pairwise adds to groups of 2, then
+ * of 4) */
+HR_NI int32x4_t n_dot4(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #if HR_NEON_SDOT
     return vdotq_s32(acc, a, b);
 #else
-    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
-    return vpadalq_s16(acc, vmull_high_s8(a, b));
+    const int32x4_t p0 = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    const int32x4_t p1 = vpaddlq_s16(vmull_high_s8(a, b));
+    return vaddq_s32(acc, vpaddq_s32(p0, p1));
 #endif
-}
-
-/* dot of 32 weight bytes (lo: elements 0-15, hi: 16-31) with 32 activations */
-HR_NI int32x4_t n_dot32(int8x16_t lo, int8x16_t hi, const int8_t *q8) {
-    return n_dot(n_dot(vdupq_n_s32(0), lo, vld1q_s8(q8)), hi, vld1q_s8(q8 + 16));
 }
 
 HR_NI int8x16_t n_s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
@@ -102,13 +102,55 @@ HR_NI n_s8x32 n_unpack_q8_0(const hr_block_q8_0 *x) {
     return (n_s8x32){vld1q_s8(x->qs), vld1q_s8(x->qs + 16)};
 }
 
-/* sum_j mn[j] * (q8 sum of sub-block j): bsums pairs (int16, |.| <= 4064)
- * times the 6-bit mins */
-HR_NI int n_kq_mins(const uint8_t mn[8], const int16_t bsums[16]) {
+/* q4_K's 4 min lanes: lane j = mn[2j] * s(2j) + mn[2j+1] * s(2j+1), s(j)
+ * the q8 sum of sub-block j (bsums pairs: int16, |.| <= 4064); their total
+ * is q5_K's msum */
+HR_NI int32x4_t n_kq_mins4(const uint8_t mn[8], const int16_t bsums[16]) {
     const int16x8_t bp = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
     const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
-    const int32x4_t p = vmull_s16(vget_low_s16(m), vget_low_s16(bp));
-    return vaddvq_s32(vmlal_high_s16(p, m, bp));
+    const int32x4_t p0 = vmull_s16(vget_low_s16(m), vget_low_s16(bp));
+    return vpaddq_s32(p0, vmull_high_s16(m, bp));
+}
+
+/* ---- the canonical lanes ------------------------------------------------- */
+
+/* 8 integer lanes (lo: lanes 0-3, hi: 4-7) and 8 float lanes */
+typedef struct {
+    int32x4_t lo, hi;
+} n_i32x8;
+
+typedef struct {
+    float32x4_t lo, hi;
+} n_f32x8;
+
+HR_NI n_f32x8 n_zero8(void) { return (n_f32x8){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; }
+
+/* lane[k] = fmaf(d, (float)s[k], lane[k]) */
+HR_NI void n_acc8(n_f32x8 *acc, float d, n_i32x8 s) {
+    const float32x4_t dv = vdupq_n_f32(d);
+    acc->lo = vfmaq_f32(acc->lo, dv, vcvtq_f32_s32(s.lo));
+    acc->hi = vfmaq_f32(acc->hi, dv, vcvtq_f32_s32(s.hi));
+}
+
+/* hr_canon_hsum8: a_k = lane k + lane k+4, (a0 + a2) + (a1 + a3) */
+HR_NI float n_hsum8(n_f32x8 acc) {
+    const float32x4_t a = vaddq_f32(acc.lo, acc.hi);
+    const float b0 = vgetq_lane_f32(a, 0) + vgetq_lane_f32(a, 2);
+    const float b1 = vgetq_lane_f32(a, 1) + vgetq_lane_f32(a, 3);
+    return b0 + b1;
+}
+
+/* hr_canon_hsum4 */
+HR_NI float n_hsum4(float32x4_t m) {
+    return (vgetq_lane_f32(m, 0) + vgetq_lane_f32(m, 2)) +
+           (vgetq_lane_f32(m, 1) + vgetq_lane_f32(m, 3));
+}
+
+/* the lanes of a 32-element block: elements 0-15 to lanes 0-3, 16-31 to
+ * lanes 4-7 */
+HR_NI n_i32x8 n_lanes32(n_s8x32 u, const int8_t *q8) {
+    return (n_i32x8){n_dot4(vdupq_n_s32(0), u.lo, vld1q_s8(q8)),
+                     n_dot4(vdupq_n_s32(0), u.hi, vld1q_s8(q8 + 16))};
 }
 
 /* q6_K half h of a block as 8 registers of 16 unsigned 6-bit values,
@@ -129,127 +171,134 @@ HR_NI void n_q6_half(const hr_block_q6_k *x, int h, uint8x16_t q[8]) {
     q[7] = vorrq_u8(vshrq_n_u8(l3, 4), vshlq_n_u8(vshrq_n_u8(h1, 6), 4));
 }
 
+/* A K-quant super-block as 16 registers of 16 signed values: register g
+ * pairs with activations 16g..16g+15, has the integer scale s[g] and goes
+ * to lanes 0-3 (g even: elements 0-15 of a 32-element chunk) or 4-7 (g
+ * odd: elements 16-31) */
+typedef struct {
+    int8x16_t q[16];
+    int32_t s[16];
+} n_kq;
+
+/* q4_K / q5_K: chunk c (64 elements) is registers 4c..4c+3: low nibbles of
+ * bytes 0-15, 16-31 (sub-block 2c), high nibbles of the same (2c+1); q5_K
+ * ORs in bit 2c / 2c+1 of qh as 0x10. mn: the 6-bit mins. */
+HR_NI void n_unpack_q45_k(const bool q5, const uint8_t *xi, n_kq *w, uint8_t mn[8]) {
+    const hr_block_q4_k *x4 = (const hr_block_q4_k *)xi; /* d, dmin, scales lead both */
+    const uint8_t *qs = q5 ? ((const hr_block_q5_k *)xi)->qs : x4->qs;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), b4 = vdupq_n_u8(0x10);
+    uint8_t sc[8];
+    hr_kq_unpack_scales(x4->scales, sc, mn);
+    uint8x16_t qh0 = vdupq_n_u8(0), qh1 = vdupq_n_u8(0);
+    if (q5) {
+        qh0 = vld1q_u8(((const hr_block_q5_k *)xi)->qh);
+        qh1 = vld1q_u8(((const hr_block_q5_k *)xi)->qh + 16);
+    }
+    for (int c = 0; c < 4; c++, qs += 32) {
+        const uint8x16_t qa = vld1q_u8(qs), qb = vld1q_u8(qs + 16);
+        uint8x16_t la = vandq_u8(qa, m4), lb = vandq_u8(qb, m4);
+        uint8x16_t ha = vshrq_n_u8(qa, 4), hb = vshrq_n_u8(qb, 4);
+        if (q5) {
+            la = vorrq_u8(la, vandq_u8(vshlq_n_u8(qh0, 4), b4));
+            lb = vorrq_u8(lb, vandq_u8(vshlq_n_u8(qh1, 4), b4));
+            ha = vorrq_u8(ha, vandq_u8(vshlq_n_u8(qh0, 3), b4));
+            hb = vorrq_u8(hb, vandq_u8(vshlq_n_u8(qh1, 3), b4));
+            qh0 = vshrq_n_u8(qh0, 2);
+            qh1 = vshrq_n_u8(qh1, 2);
+        }
+        w->q[4 * c] = n_s8(la);
+        w->q[4 * c + 1] = n_s8(lb);
+        w->q[4 * c + 2] = n_s8(ha);
+        w->q[4 * c + 3] = n_s8(hb);
+        w->s[4 * c] = w->s[4 * c + 1] = sc[2 * c];
+        w->s[4 * c + 2] = w->s[4 * c + 3] = sc[2 * c + 1];
+    }
+}
+
+/* q6_K: register 8h + g is register g of half h (q - 32, scale 8h + g) */
+HR_NI void n_unpack_q6_k(const hr_block_q6_k *x, n_kq *w) {
+    const int8x16_t o32 = vdupq_n_s8(32);
+    for (int h = 0; h < 2; h++) {
+        uint8x16_t q[8];
+        n_q6_half(x, h, q);
+        for (int g = 0; g < 8; g++) {
+            w->q[8 * h + g] = vsubq_s8(n_s8(q[g]), o32);
+            w->s[8 * h + g] = x->scales[8 * h + g];
+        }
+    }
+}
+
+/* the lanes of a K-quant super-block against its 256 activations */
+HR_NI n_i32x8 n_kq_lanes(const n_kq *w, const int8_t *q8) {
+    int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
+    for (int g = 0; g < 8; g++) {
+        const int32x4_t pl = n_dot4(vdupq_n_s32(0), w->q[2 * g], vld1q_s8(q8 + 32 * g));
+        const int32x4_t ph = n_dot4(vdupq_n_s32(0), w->q[2 * g + 1], vld1q_s8(q8 + 32 * g + 16));
+        lo = vmlaq_n_s32(lo, pl, w->s[2 * g]);
+        hi = vmlaq_n_s32(hi, ph, w->s[2 * g + 1]);
+    }
+    return (n_i32x8){lo, hi};
+}
+
 /* The row kernels below; gemm_i8mm.c includes only the helpers above. */
 #ifndef HR_NEON_HELPERS_ONLY
 
 /* ---- dot products: 32-element blocks ------------------------------------ */
 
-/* the fp16 values at p, p + stride, p + 2 stride, p + 3 stride as floats */
-HR_NI float32x4_t n_halves4(const void *p, size_t stride) {
-    const uint8_t *b = p;
-    uint16_t h[4];
-    for (int k = 0; k < 4; k++)
-        memcpy(&h[k], b + (size_t)k * stride, 2);
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
-}
-
-/* the 16 canonical lanes in four registers, stored for the scalar tail */
-HR_NI void n_lanes_store(float l[HR_CANON_LANES], const float32x4_t acc[4]) {
-    for (int k = 0; k < 4; k++)
-        vst1q_f32(l + 4 * k, acc[k]);
-}
-
-/* Canonical 32-element-block dot: 16 blocks per step, 4 at a time (their
- * sums reduced into one s32x4 by two ADDPs, scaled as a vector, added to
- * lanes 4k..4k+3); the remaining blocks one by one. MIN: 1 for the
- * q4_1/q5_1 term m_b * s_b. */
-#define N_DOT_BLOCKS32(NAME, XT, YT, UNPACK, MIN, TERM)                                            \
+/* Canonical 32-element-block dot, one block at a time; MIN: q4_1 / q5_1
+ * (the scalar fmaf(m, s, summs) added after hsum8) */
+#define N_DOT_BLOCKS32(NAME, XT, YT, UNPACK, MIN)                                                  \
     static float NAME(int64_t n, const void *w, const void *a) {                                   \
         const XT *x = w;                                                                           \
         const YT *y = a;                                                                           \
-        const int64_t nb = n / 32;                                                                 \
-        float32x4_t acc[4];                                                                        \
-        for (int k = 0; k < 4; k++)                                                                \
-            acc[k] = vdupq_n_f32(0.0f);                                                            \
-        int64_t i = 0;                                                                             \
-        for (; i + 16 <= nb; i += 16) {                                                            \
-            for (int k = 0; k < 4; k++) {                                                          \
-                const int64_t b = i + 4 * k;                                                       \
-                int32x4_t s[4];                                                                    \
-                for (int j = 0; j < 4; j++) {                                                      \
-                    const n_s8x32 u = UNPACK(x + b + j);                                           \
-                    s[j] = n_dot32(u.lo, u.hi, y[b + j].qs);                                       \
-                }                                                                                  \
-                const int32x4_t is = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));   \
-                const float32x4_t d =                                                              \
-                    vmulq_f32(n_halves4(&x[b].d, sizeof(XT)), n_halves4(&y[b].d, sizeof(YT)));     \
-                float32x4_t t = vmulq_f32(d, vcvtq_f32_s32(is));                                   \
-                if (MIN)                                                                           \
-                    t = vaddq_f32(t, vmulq_f32(n_halves4(&x[b].MINF, sizeof(XT)),                  \
-                                               n_halves4(&y[b].MINA, sizeof(YT))));                \
-                acc[k] = vaddq_f32(acc[k], t);                                                     \
-            }                                                                                      \
+        n_f32x8 acc = n_zero8();                                                                   \
+        float summs = 0.0f;                                                                        \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            if (MIN)                                                                               \
+                summs = fmaf(N_MINF(x + i), N_MINA(y + i), summs);                                 \
+            n_acc8(&acc, n_h2f(x[i].d) * n_h2f(y[i].d), n_lanes32(UNPACK(x + i), y[i].qs));        \
         }                                                                                          \
-        float l[HR_CANON_LANES];                                                                   \
-        n_lanes_store(l, acc);                                                                     \
-        for (; i < nb; i++) {                                                                      \
-            const n_s8x32 u = UNPACK(x + i);                                                       \
-            const int32_t is = vaddvq_s32(n_dot32(u.lo, u.hi, y[i].qs));                           \
-            l[i % HR_CANON_LANES] += TERM(x + i, y + i, is);                                       \
-        }                                                                                          \
-        return hr_canon_reduce(l);                                                                 \
+        return MIN ? n_hsum8(acc) + summs : n_hsum8(acc);                                          \
     }
 
-#define N_TERM(xb, yb, is) hr_canon_t32(n_h2f((xb)->d), n_h2f((yb)->d), is)
-#define N_TERM_MIN(xb, yb, is)                                                                     \
-    hr_canon_t32m(n_h2f((xb)->d), n_h2f((yb)->d), is, n_h2f((xb)->m), n_h2f((yb)->s))
-#define MINF d
-#define MINA d
-N_DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, n_unpack_q4_0, 0, N_TERM)
-N_DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, n_unpack_q5_0, 0, N_TERM)
-N_DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, n_unpack_q8_0, 0, N_TERM)
-#undef MINF
-#undef MINA
-#define MINF m
-#define MINA s
-N_DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, n_unpack_q4_1, 1, N_TERM_MIN)
-N_DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, n_unpack_q5_1, 1, N_TERM_MIN)
-#undef MINF
-#undef MINA
+#define N_MINF(xb) 0.0f
+#define N_MINA(yb) 0.0f
+N_DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, n_unpack_q4_0, 0)
+N_DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, n_unpack_q5_0, 0)
+N_DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, n_unpack_q8_0, 0)
+#undef N_MINF
+#undef N_MINA
+#define N_MINF(xb) n_h2f((xb)->m)
+#define N_MINA(yb) n_h2f((yb)->s)
+N_DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, n_unpack_q4_1, 1)
+N_DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, n_unpack_q5_1, 1)
+#undef N_MINF
+#undef N_MINA
 
 /* ---- dot products: K-quants x Q8_K --------------------------------------- */
 
-/* q4_K / q5_K: per 64-element chunk c, sub-blocks 2c (low nibbles) and
- * 2c+1 (high nibbles); q5_K ORs in bit 2c / 2c+1 of qh as 0x10. */
+/* q4_K: min term in 4 lanes (hsum4); q5_K: in one scalar */
 HR_NI float n_dot_q45_k(const bool q5, int64_t n, const void *w, const void *a) {
     const hr_block_q8_k *y = a;
     const size_t xb = q5 ? sizeof(hr_block_q5_k) : sizeof(hr_block_q4_k);
-    const int64_t nb = n / HR_QK_K;
-    const uint8x16_t m4 = vdupq_n_u8(0x0f), b4 = vdupq_n_u8(0x10);
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
-    for (int64_t i = 0; i < nb; i++) {
+    n_f32x8 acc = n_zero8();
+    float32x4_t accm = vdupq_n_f32(0.0f);
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / HR_QK_K; i++) {
         const uint8_t *xi = (const uint8_t *)w + (size_t)i * xb;
-        const hr_block_q4_k *x4 = (const hr_block_q4_k *)xi; /* d, dmin, scales lead both */
-        const uint8_t *qs = q5 ? ((const hr_block_q5_k *)xi)->qs : x4->qs;
-        uint8_t sc[8], mn[8];
-        hr_kq_unpack_scales(x4->scales, sc, mn);
-        uint8x16_t qh0 = vdupq_n_u8(0), qh1 = vdupq_n_u8(0);
-        if (q5) {
-            qh0 = vld1q_u8(((const hr_block_q5_k *)xi)->qh);
-            qh1 = vld1q_u8(((const hr_block_q5_k *)xi)->qh + 16);
-        }
-        const int8_t *q8 = y[i].qs;
-        int32x4_t sumi = vdupq_n_s32(0);
-        for (int c = 0; c < 4; c++, qs += 32, q8 += 64) {
-            const uint8x16_t qa = vld1q_u8(qs), qb = vld1q_u8(qs + 16);
-            uint8x16_t la = vandq_u8(qa, m4), lb = vandq_u8(qb, m4);
-            uint8x16_t ha = vshrq_n_u8(qa, 4), hb = vshrq_n_u8(qb, 4);
-            if (q5) {
-                la = vorrq_u8(la, vandq_u8(vshlq_n_u8(qh0, 4), b4));
-                lb = vorrq_u8(lb, vandq_u8(vshlq_n_u8(qh1, 4), b4));
-                ha = vorrq_u8(ha, vandq_u8(vshlq_n_u8(qh0, 3), b4));
-                hb = vorrq_u8(hb, vandq_u8(vshlq_n_u8(qh1, 3), b4));
-                qh0 = vshrq_n_u8(qh0, 2);
-                qh1 = vshrq_n_u8(qh1, 2);
-            }
-            sumi = vmlaq_n_s32(sumi, n_dot32(n_s8(la), n_s8(lb), q8), sc[2 * c]);
-            sumi = vmlaq_n_s32(sumi, n_dot32(n_s8(ha), n_s8(hb), q8 + 32), sc[2 * c + 1]);
-        }
-        acc[i % HR_CANON_LANES] += hr_canon_tk(y[i].d, n_h2f(x4->d), n_h2f(x4->dmin),
-                                               vaddvq_s32(sumi), n_kq_mins(mn, y[i].bsums));
+        const hr_block_q4_k *x4 = (const hr_block_q4_k *)xi;
+        n_kq u;
+        uint8_t mn[8];
+        n_unpack_q45_k(q5, xi, &u, mn);
+        const float d = y[i].d * n_h2f(x4->d), dmin = -y[i].d * n_h2f(x4->dmin);
+        const int32x4_t m4 = n_kq_mins4(mn, y[i].bsums);
+        if (q5)
+            summs = fmaf(dmin, (float)vaddvq_s32(m4), summs);
+        else
+            accm = vfmaq_f32(accm, vdupq_n_f32(dmin), vcvtq_f32_s32(m4));
+        n_acc8(&acc, d, n_kq_lanes(&u, y[i].qs));
     }
-    return hr_canon_reduce(acc);
+    return n_hsum8(acc) + (q5 ? summs : n_hsum4(accm));
 }
 
 static float dot_q4_k(int64_t n, const void *w, const void *a) {
@@ -260,30 +309,16 @@ static float dot_q5_k(int64_t n, const void *w, const void *a) {
     return n_dot_q45_k(true, n, w, a);
 }
 
-/* q6_K: half h as 8 registers of 16 elements (q - 32 in -32..31), register
- * g covering exactly the elements of scale g */
 static float dot_q6_k(int64_t n, const void *w, const void *a) {
     const hr_block_q6_k *x = w;
     const hr_block_q8_k *y = a;
-    const int64_t nb = n / HR_QK_K;
-    const int8x16_t o32 = vdupq_n_s8(32);
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
-    for (int64_t i = 0; i < nb; i++) {
-        int32x4_t sumi = vdupq_n_s32(0);
-        for (int h = 0; h < 2; h++) {
-            const int8_t *sc = x[i].scales + 8 * h, *q8 = y[i].qs + 128 * h;
-            uint8x16_t q[8];
-            n_q6_half(x + i, h, q);
-            for (int g = 0; g < 8; g++) {
-                const int32x4_t p =
-                    n_dot(vdupq_n_s32(0), vsubq_s8(n_s8(q[g]), o32), vld1q_s8(q8 + 16 * g));
-                sumi = vmlaq_n_s32(sumi, p, sc[g]);
-            }
-        }
-        acc[i % HR_CANON_LANES] += hr_canon_tk6(y[i].d, n_h2f(x[i].d), vaddvq_s32(sumi));
+    n_f32x8 acc = n_zero8();
+    for (int64_t i = 0; i < n / HR_QK_K; i++) {
+        n_kq u;
+        n_unpack_q6_k(x + i, &u);
+        n_acc8(&acc, y[i].d * n_h2f(x[i].d), n_kq_lanes(&u, y[i].qs));
     }
-    return hr_canon_reduce(acc);
+    return n_hsum8(acc);
 }
 
 /* ---- dot products: F32 / F16 / BF16 x F32 -------------------------------- */
@@ -296,39 +331,50 @@ HR_NI float32x4_t n_load_bf16x4(const uint16_t *p) {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
 }
 
-/* canonical lanes: element i to lane i % 16 (four registers) */
-#define N_DOT_F_BODY(LOAD4, SCALAR)                                                                \
-    float32x4_t s[4];                                                                              \
-    for (int k = 0; k < 4; k++)                                                                    \
-        s[k] = vdupq_n_f32(0.0f);                                                                  \
-    int64_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16)                                                                   \
-        for (int k = 0; k < 4; k++)                                                                \
-            s[k] = vaddq_f32(s[k], vmulq_f32(LOAD4(x + i + 4 * k), vld1q_f32(y + i + 4 * k)));     \
-    float l[HR_CANON_LANES];                                                                       \
-    n_lanes_store(l, s);                                                                           \
-    for (; i < n; i++)                                                                             \
-        l[i % HR_CANON_LANES] += SCALAR(x[i]) * y[i];                                              \
-    return hr_canon_reduce(l);
-
-#define N_LOAD_F32(p) vld1q_f32(p)
-#define N_SCALAR_F32(v) (v)
-
+/* f32: the 16 lanes of the older order, element i to lane i % 16 (four
+ * registers), separate multiply and add */
 static float dot_f32(int64_t n, const void *w, const void *a) {
     const float *x = w, *y = a;
-    N_DOT_F_BODY(N_LOAD_F32, N_SCALAR_F32)
+    float32x4_t s[4];
+    for (int k = 0; k < 4; k++)
+        s[k] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 4; k++)
+            s[k] = vaddq_f32(s[k], vmulq_f32(vld1q_f32(x + i + 4 * k), vld1q_f32(y + i + 4 * k)));
+    float l[HR_CANON_LANES];
+    for (int k = 0; k < 4; k++)
+        vst1q_f32(l + 4 * k, s[k]);
+    for (; i < n; i++)
+        l[i % HR_CANON_LANES] += x[i] * y[i];
+    return hr_canon_reduce(l);
 }
+
+/* f16 / bf16: element i to lane i % 8 by fma, hsum8 */
+#define N_DOT_F8_BODY(LOAD4, SCALAR)                                                               \
+    n_f32x8 s = n_zero8();                                                                         \
+    int64_t i = 0;                                                                                 \
+    for (; i + 8 <= n; i += 8) {                                                                   \
+        s.lo = vfmaq_f32(s.lo, LOAD4(x + i), vld1q_f32(y + i));                                    \
+        s.hi = vfmaq_f32(s.hi, LOAD4(x + i + 4), vld1q_f32(y + i + 4));                            \
+    }                                                                                              \
+    float l[8];                                                                                    \
+    vst1q_f32(l, s.lo);                                                                            \
+    vst1q_f32(l + 4, s.hi);                                                                        \
+    for (; i < n; i++)                                                                             \
+        l[i % 8] = fmaf(SCALAR(x[i]), y[i], l[i % 8]);                                             \
+    return hr_canon_hsum8(l);
 
 static float dot_f16(int64_t n, const void *w, const void *a) {
     const uint16_t *x = w;
     const float *y = a;
-    N_DOT_F_BODY(n_load_f16x4, n_h2f)
+    N_DOT_F8_BODY(n_load_f16x4, n_h2f)
 }
 
 static float dot_bf16(int64_t n, const void *w, const void *a) {
     const uint16_t *x = w;
     const float *y = a;
-    N_DOT_F_BODY(n_load_bf16x4, hr_bf16_to_fp32)
+    N_DOT_F8_BODY(n_load_bf16x4, hr_bf16_to_fp32)
 }
 
 /* ---- dequantizers (bit-exact with the scalar ones) ----------------------- */

@@ -189,11 +189,15 @@ void hr_matmul_runs(hr_pool *pool, int n_w, const hr_weight *const *w, float *co
 
 /* ---- element-wise ---- */
 
+/* As ggml's rms_norm: float squares summed in double, the mean rounded to
+ * float, scale = 1/sqrtf(mean + eps) in float. (A double scale rounded once
+ * differs in the last bit now and then, and every element moves with it.) */
 void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / n + eps));
+        ss += (double)(x[i] * x[i]);
+    const float mean = (float)(ss / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     if (g) {
         for (int i = 0; i < n; i++)
             out[i] = x[i] * scale * g[i];

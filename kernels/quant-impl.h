@@ -64,7 +64,7 @@ void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
 /* aarch64 (quant_neon.c, quant_dotprod.c, gemm_i8mm.c): the NEON table
  * (dot products of every supported type, activation quantizers, fp16/bf16
  * conversions), the dotprod one (SDOT for the integer dot products) and the
- * i8mm one (SMMLA tiles in k->gemm). */
+ * i8mm one (4 x 4 SDOT tiles in k->gemm, in the canonical order). */
 void hr_quant_fill_neon(hr_kernels *k);
 void hr_quant_fill_dotprod(hr_kernels *k);
 void hr_gemm_fill_i8mm(hr_kernels *k);

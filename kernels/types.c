@@ -531,21 +531,38 @@ static void quant_q6_k(const float *src, void *dst, int64_t n) {
 
 /* ---- scalar dot products ------------------------------------------------- */
 
-/* The reference for every ISA: integer sums per block, then the order of
- * kernels/canon-impl.h (fixed block term, 16 lanes, fixed tree), which the
- * aarch64 kernels reproduce bit for bit. */
+/* The reference for every ISA: integer sums per block, then the float order
+ * of llama.cpp's x86 (AVX2) kernels, so the scalar table's logits match
+ * llama.cpp's CPU logits bit for bit where the activation quantizers see the
+ * same values (a last-bit difference in a dot product can move an activation
+ * across a q8 rounding step and grow to 1e-2 in the logits):
+ *  - 8 float lanes; lane k of a 32-element chunk holds the integer sum of the
+ *    products of elements 4k..4k+3 (vpmaddubsw + vpmaddwd), all chunks of a
+ *    block (super-block) in the same lanes;
+ *  - per block lane[k] = fmaf(d, (float)isum[k], lane[k]), d = the float
+ *    product of the two block scales;
+ *  - at the end lanes reduce as hsum_float_8: (k + (k+4)), then
+ *    (0 + 2), (1 + 3), then the two sums.
+ * This is the canonical order of kernels/canon-impl.h (its helpers do steps
+ * 2 and 3), which the aarch64 kernels reproduce bit for bit.
+ * Sources (ggml-cpu): arch/x86/quants.c ggml_vec_dot_{q4_0_q8_0,q8_0_q8_0,
+ * q4_1_q8_1,q5_1_q8_1,q4_K_q8_K,q5_K_q8_K,q6_K_q8_K} (AVX2 branches), llamafile/sgemm.cpp
+ * tinyBLAS_Q0_AVX (prompt batches of q4_0/q5_0/q8_0: the same order) and
+ * tinyBLAS<8, __m256, ..., ggml_fp16_t> (f16: 8 lanes of fmaf, hsum). */
 
+/* tinyBLAS<8, __m256> order: element i into lane i % 8 by fmaf, hsum8 (a
+ * tail shorter than 8 goes to the lanes as if zero-padded) */
 #define DOT_FLOAT(NAME, CONV)                                                                      \
     static float NAME(int64_t n, const void *w, const void *a) {                                   \
         const uint16_t *x = w;                                                                     \
         const float *y = a;                                                                        \
-        float acc[HR_CANON_LANES];                                                                 \
-        hr_canon_zero(acc);                                                                        \
+        float acc[8] = {0};                                                                        \
         for (int64_t i = 0; i < n; i++)                                                            \
-            acc[i % HR_CANON_LANES] += CONV(x[i]) * y[i];                                          \
-        return hr_canon_reduce(acc);                                                               \
+            acc[i % 8] = fmaf(CONV(x[i]), y[i], acc[i % 8]);                                       \
+        return hr_canon_hsum8(acc);                                                                \
     }
 
+/* f32: the older canonical order (16 lanes, separate multiply and add) */
 static float dot_f32(int64_t n, const void *w, const void *a) {
     const float *x = w, *y = a;
     float acc[HR_CANON_LANES];
@@ -561,170 +578,169 @@ DOT_FLOAT(dot_bf16, hr_bf16_to_fp32)
 static float dot_q4_0(int64_t n, const void *w, const void *a) {
     const hr_block_q4_0 *x = w;
     const hr_block_q8_0 *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / HR_QK4_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi +=
-                ((x[i].qs[j] & 15) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        acc[i % HR_CANON_LANES] += hr_canon_t32(FP16(x[i].d), FP16(y[i].d), sumi);
+        int32_t isum[8] = {0}; /* element j (low nibble) and 16 + j (high) */
+        for (int j = 0; j < 16; j++) {
+            isum[j / 4] += ((x[i].qs[j] & 15) - 8) * y[i].qs[j];
+            isum[4 + j / 4] += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+        }
+        hr_canon_acc8(acc, FP16(x[i].d) * FP16(y[i].d), isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc);
 }
 
+/* q4_1 / q5_1: the lanes as q4_0, the min term m * s in one scalar by fmaf
+ * (ggml's `summs += m * s`, contracted), added after hsum8 */
 static float dot_q4_1(int64_t n, const void *w, const void *a) {
     const hr_block_q4_1 *x = w;
     const hr_block_q8_1 *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0}, summs = 0.0f;
     for (int64_t i = 0; i < n / HR_QK4_1; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += (x[i].qs[j] & 15) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        acc[i % HR_CANON_LANES] +=
-            hr_canon_t32m(FP16(x[i].d), FP16(y[i].d), sumi, FP16(x[i].m), FP16(y[i].s));
+        int32_t isum[8] = {0};
+        for (int j = 0; j < 16; j++) {
+            isum[j / 4] += (x[i].qs[j] & 15) * y[i].qs[j];
+            isum[4 + j / 4] += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+        }
+        summs = fmaf(FP16(x[i].m), FP16(y[i].s), summs);
+        hr_canon_acc8(acc, FP16(x[i].d) * FP16(y[i].d), isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc) + summs;
 }
 
 static float dot_q5_0(int64_t n, const void *w, const void *a) {
     const hr_block_q5_0 *x = w;
     const hr_block_q8_0 *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / HR_QK5_0; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
-        int sumi = 0;
+        int32_t isum[8] = {0};
         for (int j = 0; j < 16; j++) {
             const int q0 = ((x[i].qs[j] & 15) | (int)(((qh >> j) & 1u) << 4)) - 16;
             const int q1 = ((x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
-            sumi += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
+            isum[j / 4] += q0 * y[i].qs[j];
+            isum[4 + j / 4] += q1 * y[i].qs[j + 16];
         }
-        acc[i % HR_CANON_LANES] += hr_canon_t32(FP16(x[i].d), FP16(y[i].d), sumi);
+        hr_canon_acc8(acc, FP16(x[i].d) * FP16(y[i].d), isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc);
 }
 
 static float dot_q5_1(int64_t n, const void *w, const void *a) {
     const hr_block_q5_1 *x = w;
     const hr_block_q8_1 *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0}, summs = 0.0f;
     for (int64_t i = 0; i < n / HR_QK5_1; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
-        int sumi = 0;
+        int32_t isum[8] = {0};
         for (int j = 0; j < 16; j++) {
             const int q0 = (x[i].qs[j] & 15) | (int)(((qh >> j) & 1u) << 4);
             const int q1 = (x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
-            sumi += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
+            isum[j / 4] += q0 * y[i].qs[j];
+            isum[4 + j / 4] += q1 * y[i].qs[j + 16];
         }
-        acc[i % HR_CANON_LANES] +=
-            hr_canon_t32m(FP16(x[i].d), FP16(y[i].d), sumi, FP16(x[i].m), FP16(y[i].s));
+        summs = fmaf(FP16(x[i].m), FP16(y[i].s), summs);
+        hr_canon_acc8(acc, FP16(x[i].d) * FP16(y[i].d), isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc) + summs;
 }
 
 static float dot_q8_0(int64_t n, const void *w, const void *a) {
     const hr_block_q8_0 *x = w;
     const hr_block_q8_0 *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / HR_QK8_0; i++) {
-        int sumi = 0;
+        int32_t isum[8] = {0};
         for (int j = 0; j < HR_QK8_0; j++)
-            sumi += x[i].qs[j] * y[i].qs[j];
-        acc[i % HR_CANON_LANES] += hr_canon_t32(FP16(x[i].d), FP16(y[i].d), sumi);
+            isum[j / 4] += x[i].qs[j] * y[i].qs[j];
+        hr_canon_acc8(acc, FP16(x[i].d) * FP16(y[i].d), isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc);
 }
 
-/* sum_j mn[j] * (sum of the 32 activations of sub-block j), from bsums */
-static int kq_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
-    int s = 0;
-    for (int j = 0; j < 8; j++)
-        s += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
-    return s;
-}
-
+/* q4_K: the min term in 4 lanes, lane j = mn[2j] * s(2j) + mn[2j+1] * s(2j+1)
+ * (s = sub-block sums of the activations), acc_m[j] = fmaf(-dy * dmin, .),
+ * reduced (0 + 2) + (1 + 3) and added after hsum8 */
 static float dot_q4_k(int64_t n, const void *w, const void *a) {
     const hr_block_q4_k *x = w;
     const hr_block_q8_k *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0}, accm[4] = {0};
     for (int64_t i = 0; i < n / HR_QK_K; i++) {
         uint8_t sc[8], mn[8];
         hr_kq_unpack_scales(x[i].scales, sc, mn);
         const uint8_t *q = x[i].qs;
         const int8_t *q8 = y[i].qs;
-        int sumi = 0;
-        for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
-            int s0 = 0, s1 = 0;
-            for (int l = 0; l < 32; l++) {
-                s0 += (q[l] & 15) * q8[l];
-                s1 += (q[l] >> 4) * q8[l + 32];
-            }
-            sumi += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
+        int32_t isum[8] = {0};
+        for (int c = 0; c < 4; c++, q += 32, q8 += 64)
+            for (int l = 0; l < 32; l++)
+                isum[l / 4] +=
+                    sc[2 * c] * ((q[l] & 15) * q8[l]) + sc[2 * c + 1] * ((q[l] >> 4) * q8[l + 32]);
+        const float d = y[i].d * FP16(x[i].d), dmin = -y[i].d * FP16(x[i].dmin);
+        for (int j = 0; j < 4; j++) {
+            const int s0 = y[i].bsums[4 * j] + y[i].bsums[4 * j + 1];
+            const int s1 = y[i].bsums[4 * j + 2] + y[i].bsums[4 * j + 3];
+            accm[j] = fmaf(dmin, (float)(mn[2 * j] * s0 + mn[2 * j + 1] * s1), accm[j]);
         }
-        const int summ = kq_min_term(mn, y[i].bsums);
-        acc[i % HR_CANON_LANES] += hr_canon_tk(y[i].d, FP16(x[i].d), FP16(x[i].dmin), sumi, summ);
+        hr_canon_acc8(acc, d, isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc) + hr_canon_hsum4(accm);
 }
 
+/* q5_K: as q4_K, but the min term is one scalar, summs = fmaf(-dy * dmin,
+ * (float)(integer sum), summs) (gcc contracts ggml's `summs += dmin * x`) */
 static float dot_q5_k(int64_t n, const void *w, const void *a) {
     const hr_block_q5_k *x = w;
     const hr_block_q8_k *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0}, summs = 0.0f;
     for (int64_t i = 0; i < n / HR_QK_K; i++) {
         uint8_t sc[8], mn[8];
         hr_kq_unpack_scales(x[i].scales, sc, mn);
         const uint8_t *q = x[i].qs, *qh = x[i].qh;
         const int8_t *q8 = y[i].qs;
-        int sumi = 0;
+        int32_t isum[8] = {0};
         for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
-            int s0 = 0, s1 = 0;
             for (int l = 0; l < 32; l++) {
                 const int v0 = (q[l] & 15) | (((qh[l] >> (2 * c)) & 1) << 4);
                 const int v1 = (q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
-                s0 += v0 * q8[l];
-                s1 += v1 * q8[l + 32];
+                isum[l / 4] += sc[2 * c] * (v0 * q8[l]) + sc[2 * c + 1] * (v1 * q8[l + 32]);
             }
-            sumi += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
         }
-        const int summ = kq_min_term(mn, y[i].bsums);
-        acc[i % HR_CANON_LANES] += hr_canon_tk(y[i].d, FP16(x[i].d), FP16(x[i].dmin), sumi, summ);
+        int msum = 0;
+        for (int j = 0; j < 8; j++)
+            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        const float d = y[i].d * FP16(x[i].d), dmin = -y[i].d * FP16(x[i].dmin);
+        summs = fmaf(dmin, (float)msum, summs);
+        hr_canon_acc8(acc, d, isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc) + summs;
 }
 
+/* q6_K: the -32 offset per element (not through bsums), so lane k holds
+ * sc * (q - 32) * q8 of the elements 4k..4k+3 of every 32-element chunk */
 static float dot_q6_k(int64_t n, const void *w, const void *a) {
     const hr_block_q6_k *x = w;
     const hr_block_q8_k *y = a;
-    float acc[HR_CANON_LANES];
-    hr_canon_zero(acc);
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / HR_QK_K; i++) {
-        int sumi = 0;
+        int32_t isum[8] = {0};
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
             const int8_t *sc = x[i].scales + 8 * h, *q8 = y[i].qs + 128 * h;
-            int s[8] = {0};
             for (int l = 0; l < 32; l++) {
                 const int is = l / 16;
-                s[is] += (((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32) * q8[l];
-                s[is + 2] += (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32) * q8[l + 32];
-                s[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * q8[l + 64];
-                s[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * q8[l + 96];
+                const int q1 = ((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                isum[l / 4] += sc[is] * (q1 * q8[l]) + sc[is + 2] * (q2 * q8[l + 32]) +
+                               sc[is + 4] * (q3 * q8[l + 64]) + sc[is + 6] * (q4 * q8[l + 96]);
             }
-            for (int g = 0; g < 8; g++)
-                sumi += sc[g] * s[g];
         }
-        acc[i % HR_CANON_LANES] += hr_canon_tk6(y[i].d, FP16(x[i].d), sumi);
+        hr_canon_acc8(acc, y[i].d * FP16(x[i].d), isum);
     }
-    return hr_canon_reduce(acc);
+    return hr_canon_hsum8(acc);
 }
 
 /* ---- the table ---------------------------------------------------------- */

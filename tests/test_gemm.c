@@ -163,7 +163,7 @@ static void check_tables(void) {
     if (k5 && (hr_quant_avx512_flags() & HR_AVX512_VNNI) &&
         !(hr_quant_avx512_flags() & HR_AVX512_PREFER_YMM))
         CHECK(k5->vec_dot_n[HR_TYPE_Q4_0] != NULL);
-    /* the i8mm table: SMMLA tiles for every integer weight type */
+    /* the i8mm table: tiles for every integer weight type */
     const hr_kernels *k8 = hr_kernels_for_isa(HR_ISA_I8MM);
     if (k8) {
         const int mm[] = {HR_TYPE_Q4_0, HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1,
