@@ -10,12 +10,13 @@
 # thread each, CURVE on, --parallel 4, the HTTP API on the head):
 #   a. aggregate generation tokens/s of 4 concurrent streams against one
 #      stream (deploy/stream-bench.py: REPS repetitions, interleaved);
-#   b. time to first token of a prompt of about 512 tokens, pipelined
+#   b. time to first token of a prompt of about 512 tokens (with the Llama-2
+#      vocabulary of the shared fixtures; each run prints its count), pipelined
 #      prefill (chunks of --batch tokens following each other around the
 #      ring) against --prefill-depth 1 (one chunk at a time), same ring.
 # For reference, a. also runs one stream with --parallel 1 (the
 # single-request path). N_GEN (default 32), REPS (3), PROMPT_WORDS (for b.,
-# default 72), RING_BATCHES (--ring-batches for a.) and PORT (7800) tune it.
+# default 290), RING_BATCHES (--ring-batches for a.) and PORT (7800) tune it.
 #
 # 1. single process, no memory limit (-t 1 and -t 2)
 # 2. 2 agents on loopback, no limits (overhead of the ring)
@@ -34,7 +35,7 @@ if [ "${1:-}" = "--parallel" ]; then
 fi
 MODEL=${1:-/tmp/tl-q4_0.gguf}
 N_GEN=${N_GEN:-32}
-PROMPT_WORDS=${PROMPT_WORDS:-72}
+PROMPT_WORDS=${PROMPT_WORDS:-290}
 PROMPT="The history of the city begins"
 if [ ! -f "$MODEL" ]; then
     "$BIN" mkmodel -o "$MODEL" --shape tinyllama --type q4_0
