@@ -98,6 +98,18 @@ static inline __m256 scales4(const void *pa, size_t sa, const void *pb, size_t s
     return _mm256_set_m128(d, d);
 }
 
+/* the fp16 values at p + k*stride, k < 4, as 4 floats */
+static inline __m128 halves4(const void *p, size_t stride) {
+    const uint8_t *b = p;
+    uint64_t v = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t h;
+        memcpy(&h, b + (size_t)k * stride, 2);
+        v |= (uint64_t)h << (16 * k);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
 /* lane k of scales4() in all 8 lanes */
 #define SCALE_K(d4, k) _mm256_shuffle_ps((d4), (d4), (k)*0x55)
 
@@ -157,10 +169,28 @@ static inline __m256i sum_q5_1(const hr_block_q5_1 *x, const hr_block_q8_1 *y) {
  * (s = dy * sum of the activation block), added after the lane sum */
 #define MIN_TERM_NONE(summs, x, y, cnt) (void)(summs)
 
+static inline float min_term_m(float summs, const void *pm, size_t sm, const void *ps, size_t ss,
+                               int cnt) {
+    __m128 acc = _mm_set_ss(summs);
+    if (cnt == 4) { /* the four blocks' m and s converted together */
+        __m128 m = halves4(pm, sm), v = halves4(ps, ss);
+        acc = _mm_fmadd_ss(m, v, acc);
+        acc = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(v), acc);
+        m = _mm_movehl_ps(m, m);
+        v = _mm_movehl_ps(v, v);
+        acc = _mm_fmadd_ss(m, v, acc);
+        acc = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(v), acc);
+    } else {
+        uint16_t hm, hs;
+        memcpy(&hm, pm, 2);
+        memcpy(&hs, ps, 2);
+        acc = _mm_fmadd_ss(_mm_set_ss(h2f(hm)), _mm_set_ss(h2f(hs)), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
 #define MIN_TERM_M(summs, x, y, cnt)                                                               \
-    for (int b_ = 0; b_ < (cnt); b_++)                                                             \
-    (summs) = _mm_cvtss_f32(                                                                       \
-        _mm_fmadd_ss(_mm_set_ss(h2f((x)[b_].m)), _mm_set_ss(h2f((y)[b_].s)), _mm_set_ss(summs)))
+    (summs) = min_term_m(summs, &(x)->m, sizeof(*(x)), &(y)->s, sizeof(*(y)), cnt)
 
 #define MIN_TERM MIN_TERM_NONE
 DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, sum_q4_0)
