@@ -1,7 +1,8 @@
-/* canon-impl.h - the one float reduction order the scalar reference and the
- * aarch64 kernels (NEON, dotprod, the i8mm table's tiles) follow for every
- * dot product, so those tables return bit-identical results and a model's
- * logits do not depend on which of them ran it.
+/* canon-impl.h - the one float reduction order the scalar reference, the
+ * AVX2 kernels (dot products and tiles) and the aarch64 kernels (NEON,
+ * dotprod, the i8mm table's tiles) follow for every dot product, so those
+ * tables return bit-identical results and a model's logits do not depend on
+ * which of them ran it.
  *
  * Why: a last-bit difference in one dot product can move an activation
  * across a q8 rounding step of the next layer's activation quantizer, and
@@ -19,7 +20,8 @@
  *  2. Per block, in increasing block order:
  *       lane[k] = fmaf(d, (float)isum[k], lane[k])
  *     with d the float product of the two block scales (fused: explicit
- *     fmaf / vfmaq_f32, so -ffp-contract=off elsewhere stays correct).
+ *     fmaf / vfmaq_f32 / _mm256_fmadd_ps, so -ffp-contract=off elsewhere
+ *     stays correct).
  *  3. The lanes reduce as ggml's hsum_float_8: a_k = lane[k] + lane[k+4],
  *     then (a0 + a2) + (a1 + a3).
  *  Terms outside the lanes, added to the result of step 3:
@@ -40,10 +42,14 @@
  * Tiles produce the same numbers as vec_dot because they follow the same
  * steps per (row, token) pair.
  *
- * The x86 kernels (AVX2, AVX-512) do not follow this order: they keep
- * their own lane layout (more blocks in flight) and agree with scalar up to
- * float summation order (hr_kernels.canonical is false for them). Internal
- * to kernels/ (tests may include it). */
+ * The AVX2 table follows it too (quant_avx2.c, gemm_avx2.c: one 8-lane
+ * accumulator per pair in block order, q6_K's -32 per element pair as ggml,
+ * the min terms in their own accumulators). The AVX-512 kernels do not:
+ * they keep their own lane layout (more blocks in flight) and agree with
+ * scalar up to float summation order (hr_kernels.canonical is false for
+ * them; the AVX-512 table still inherits the AVX2 entries it does not
+ * replace, q4_1 / q5_0 / q5_1). Internal to kernels/ (tests may include
+ * it). */
 #ifndef HR_KERNELS_CANON_IMPL_H
 #define HR_KERNELS_CANON_IMPL_H
 

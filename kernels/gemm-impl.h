@@ -10,14 +10,15 @@
  * the int->float conversion and one FMA remain (vec_dot also unpacks, offsets
  * and reloads scales per pair). Constant offsets (-8 for q4_0, +128 bias for
  * q8_0 under VNNI, -32 for q6_K) are folded in per token (or per row) rather
- * than per pair. Results equal vec_dot up to float summation order.
- * Internal to kernels/. */
+ * than per pair. Results equal vec_dot up to float summation order, or bit
+ * for bit with HR_GEMM_CANON (the AVX2 build). Internal to kernels/. */
 #ifndef HR_KERNELS_GEMM_IMPL_H
 #define HR_KERNELS_GEMM_IMPL_H
 
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #if !defined(HR_GEMM_RM) || !defined(HR_GEMM_TM)
 #error "define HR_GEMM_RM and HR_GEMM_TM before including gemm-impl.h"
@@ -27,6 +28,14 @@
 #define HR_GEMM_VNNI 1
 #else
 #define HR_GEMM_VNNI 0
+#endif
+
+/* HR_GEMM_CANON 1 (gemm_avx2.c): the tiles follow the canonical float order
+ * of kernels/canon-impl.h and equal the scalar vec_dot bit for bit (q4_K /
+ * q5_K mins in their own accumulators, q6_K's -32 per element, f16's tail in
+ * the lanes); 0 (gemm_avx512.c): the AVX-512 table's own order. */
+#ifndef HR_GEMM_CANON
+#define HR_GEMM_CANON 0
 #endif
 
 _Static_assert(HR_GEMM_RM >= 1 && HR_GEMM_RM <= 4 && HR_GEMM_TM >= 1 && HR_GEMM_TM <= 4,
@@ -186,6 +195,14 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
     const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
     __m256 acc[HR_GEMM_RM][HR_GEMM_TM];
     G_ZERO_ACC(acc, R, T);
+#if HR_GEMM_CANON
+    __m128 accm[HR_GEMM_RM][HR_GEMM_TM]; /* q4_K: 4 min lanes; q5_K: lane 0 */
+    HR_UNROLL
+    for (int r = 0; r < R; r++)
+        HR_UNROLL
+    for (int t = 0; t < T; t++)
+        accm[r][t] = _mm_setzero_ps();
+#endif
     for (int64_t i = 0; i < nb; i++) {
         const hr_block_q8_k *yk[HR_GEMM_TM];
         __m128i bs[HR_GEMM_TM];
@@ -248,12 +265,37 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
                 const float dy = yk[t]->d;
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r][t]), _mm256_set1_ps(dx * dy),
                                             acc[r][t]);
+#if HR_GEMM_CANON
+                const __m128 ndm = _mm_set1_ps(-(dmx * dy));
+                if (q5) { /* one scalar: the exact integer sum of the 4 lanes */
+                    __m128i ms = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+                    ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 1));
+                    accm[r][t] = _mm_fmadd_ss(ndm, _mm_cvtepi32_ps(ms), accm[r][t]);
+                } else {
+                    accm[r][t] = _mm_fmadd_ps(ndm, _mm_cvtepi32_ps(m), accm[r][t]);
+                }
+#else
                 acc[r][t] = _mm256_fnmadd_ps(_mm256_zextps128_ps256(_mm_cvtepi32_ps(m)),
                                              _mm256_set1_ps(dmx * dy), acc[r][t]);
+#endif
             }
         }
     }
+#if HR_GEMM_CANON
+    HR_UNROLL
+    for (int r = 0; r < R; r++)
+        HR_UNROLL
+    for (int t = 0; t < T; t++) {
+        __m128 m = accm[r][t];
+        if (!q5) { /* (m0 + m2) + (m1 + m3) */
+            m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        }
+        y[(size_t)t * ys + (size_t)r] = g_hsum(acc[r][t]) + _mm_cvtss_f32(m);
+    }
+#else
     g_store(y, ys, acc, R, T);
+#endif
 }
 
 /* ---- Q6_K x Q8_K --------------------------------------------------------- */
@@ -277,6 +319,15 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
         HR_UNROLL
         for (int t = 0; t < T; t++)
             yk[t] = (const hr_block_q8_k *)(a + (size_t)t * as) + i;
+#if HR_GEMM_CANON
+        /* the -32 per element pair: 32 * y pair sums, once per token */
+        __m256i o32[HR_GEMM_TM][8];
+        HR_UNROLL
+        for (int t = 0; t < T; t++)
+            HR_UNROLL
+        for (int m = 0; m < 8; m++)
+            o32[t][m] = _mm256_maddubs_epi16(_mm256_set1_epi8(32), g_load256(yk[t]->qs + 32 * m));
+#endif
         const hr_block_q6_k *xr[HR_GEMM_RM];
         __m256i sc16[HR_GEMM_RM];
         __m256i sumi[HR_GEMM_RM][HR_GEMM_TM];
@@ -284,11 +335,17 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
         for (int r = 0; r < R; r++) {
             xr[r] = (const hr_block_q6_k *)(w + (size_t)r * ws) + i;
             sc16[r] = _mm256_cvtepi8_epi16(g_load128(xr[r]->scales));
+#if HR_GEMM_CANON
+            HR_UNROLL
+            for (int t = 0; t < T; t++)
+                sumi[r][t] = _mm256_setzero_si256();
+#else
             const __m256i nsc =
                 _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16[r], 5));
             HR_UNROLL
             for (int t = 0; t < T; t++)
                 sumi[r][t] = _mm256_madd_epi16(nsc, g_load256(yk[t]->bsums));
+#endif
         }
         for (int h = 0; h < 2; h++) {
             HR_UNROLL
@@ -315,9 +372,13 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
                 for (int t = 0; t < T; t++) {
                     const int8_t *q8 = yk[t]->qs + 128 * h;
                     HR_UNROLL
-                    for (int m = 0; m < 4; m++)
-                        sumi[r][t] = g_dpwssd(
-                            sumi[r][t], _mm256_maddubs_epi16(q[m], g_load256(q8 + 32 * m)), s[m]);
+                    for (int m = 0; m < 4; m++) {
+                        __m256i p = _mm256_maddubs_epi16(q[m], g_load256(q8 + 32 * m));
+#if HR_GEMM_CANON
+                        p = _mm256_sub_epi16(p, o32[t][4 * h + m]);
+#endif
+                        sumi[r][t] = g_dpwssd(sumi[r][t], p, s[m]);
+                    }
                 }
             }
         }
@@ -355,7 +416,25 @@ HR_GI void tile_f16(int64_t n, const int R, const int T, const uint8_t *w, size_
                 acc[r][t] = _mm256_fmadd_ps(xv, yv[t], acc[r][t]);
         }
     }
+#if HR_GEMM_CANON
+    if (i < n) { /* tail: n % 8 elements into their lanes by fmaf */
+        HR_UNROLL
+        for (int r = 0; r < R; r++)
+            HR_UNROLL
+        for (int t = 0; t < T; t++) {
+            float l[8];
+            _mm256_storeu_ps(l, acc[r][t]);
+            for (int j = 0; i + j < n; j++)
+                l[j] = fmaf(g_h2f(((const uint16_t *)(w + (size_t)r * ws))[i + j]),
+                            ((const float *)(a + (size_t)t * as))[i + j], l[j]);
+            acc[r][t] = _mm256_loadu_ps(l);
+        }
+    }
     g_store(y, ys, acc, R, T);
+    return;
+#else
+    g_store(y, ys, acc, R, T);
+#endif
     for (; i < n; i++) /* tail: n % 8 elements */
         for (int r = 0; r < R; r++)
             for (int t = 0; t < T; t++)

@@ -180,8 +180,8 @@ static void init_tables(void) {
 #if HR_X86
     if (avx2) {
         derive(HR_ISA_AVX2, HR_ISA_SCALAR);
-        /* the x86 kernels keep their own (faster) float order */
-        g_tables[HR_ISA_AVX2].canonical = false;
+        /* the AVX2 kernels follow the canonical order (canon-impl.h) */
+        g_tables[HR_ISA_AVX2].canonical = true;
         hr_quant_fill_avx2(&g_tables[HR_ISA_AVX2]);
         hr_gemm_fill_avx2(&g_tables[HR_ISA_AVX2]);
         drop_stale_dotn(&g_tables[HR_ISA_AVX2], &g_tables[HR_ISA_SCALAR]);

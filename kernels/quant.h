@@ -11,10 +11,11 @@
  * exposes each so tests compare SIMD against scalar. SIMD dequantizers and
  * activation quantizers are bit-exact with the scalar ones. Dot products,
  * tiles and multi-column kernels of the scalar and aarch64 tables follow one
- * float order (kernels/canon-impl.h), so those tables give bit-identical
- * results and a model's logits do not depend on which of them ran it; the
- * x86 tables (AVX2, AVX-512) keep a faster order of their own and differ
- * from scalar by float summation order (hr_kernels.canonical tells which).
+ * float order (kernels/canon-impl.h), and so do the AVX2 table's, so those
+ * tables give bit-identical results and a model's logits do not depend on
+ * which of them ran it; the AVX-512 table keeps a faster order of its own
+ * and differs from scalar by float summation order (hr_kernels.canonical
+ * tells which).
  * Setting HR_ISA in the environment to
  * the name of a table this CPU can run (scalar, avx2, avx512, neon, dotprod,
  * i8mm) makes hr_kernels_best() return it (debugging, benchmarks, tests of
@@ -69,8 +70,8 @@ typedef struct {
     hr_gemm_fn gemm[HR_TYPE_COUNT];           /* tile kernels; NULL: use hr_gemm_tile */
     hr_vec_dot_n_fn vec_dot_n[HR_TYPE_COUNT]; /* NULL: hr_vec_dot_n loops vec_dot */
     /* true: vec_dot, gemm and vec_dot_n follow kernels/canon-impl.h and
-     * equal the scalar table's bit for bit (scalar, neon, dotprod, i8mm);
-     * false: up to float summation order (avx2, avx512) */
+     * equal the scalar table's bit for bit (scalar, avx2, neon, dotprod,
+     * i8mm); false: up to float summation order (avx512) */
     bool canonical;
     int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
 } hr_kernels;

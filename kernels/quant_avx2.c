@@ -4,9 +4,13 @@
  * only reached through the table quant.c fills after cpuid says so.
  *
  * Dot kernels keep per-block integer sums (maddubs: u8 x s8 -> s16 pairs,
- * madd -> s32), scale them once per block with one FMA into float
- * accumulators, and reduce horizontally once per row. Results equal the scalar
- * reference up to float summation order; dequant and quant are bit-exact. */
+ * madd -> s32: s32 lane k holds elements 4k..4k+3 of a 32-element chunk),
+ * scale them once per block with one explicit FMA into one 8-lane float
+ * accumulator, in block order, and reduce it as ggml's hsum_float_8: the
+ * canonical order of kernels/canon-impl.h, so every result equals the scalar
+ * reference bit for bit (built with -ffp-contract=off); dequant and quant are
+ * bit-exact too. */
+#include "kernels/canon-impl.h"
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -94,6 +98,18 @@ static inline __m256 scales4(const void *pa, size_t sa, const void *pb, size_t s
     return _mm256_set_m128(d, d);
 }
 
+/* the fp16 values at p + k*stride, k < 4, as 4 floats */
+static inline __m128 halves4(const void *p, size_t stride) {
+    const uint8_t *b = p;
+    uint64_t v = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t h;
+        memcpy(&h, b + (size_t)k * stride, 2);
+        v |= (uint64_t)h << (16 * k);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
 /* lane k of scales4() in all 8 lanes */
 #define SCALE_K(d4, k) _mm256_shuffle_ps((d4), (d4), (k)*0x55)
 
@@ -119,64 +135,70 @@ static inline __m256i sum_q5_1(const hr_block_q5_1 *x, const hr_block_q8_1 *y) {
     return dot_u8(_mm256_or_si256(nibbles32(x->qs), qh_bits32(x->qh)), loadu256(y->qs));
 }
 
-/* sum_b dx_b*dy_b * sum_b; four blocks per step, two accumulators. */
+/* sum_b dx_b*dy_b * sum_b in one accumulator, in block order (canonical
+ * step 2); the four scales of a step converted together. */
 #define DOT_BLOCKS32(NAME, XT, YT, SUM)                                                            \
     static float NAME(int64_t n, const void *w, const void *a) {                                   \
         const XT *x = w;                                                                           \
         const YT *y = a;                                                                           \
         const int64_t nb = n / 32;                                                                 \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        float summs = 0.0f;                                                                        \
         int64_t i = 0;                                                                             \
         for (; i + 3 < nb; i += 4) {                                                               \
             const __m256 d = scales4(&x[i].d, sizeof(XT), &y[i].d, sizeof(YT));                    \
-            acc0 = _mm256_fmadd_ps(SCALE_K(d, 0), _mm256_cvtepi32_ps(SUM(x + i, y + i)), acc0);    \
-            acc1 = _mm256_fmadd_ps(SCALE_K(d, 1), _mm256_cvtepi32_ps(SUM(x + i + 1, y + i + 1)),   \
-                                   acc1);                                                          \
-            acc0 = _mm256_fmadd_ps(SCALE_K(d, 2), _mm256_cvtepi32_ps(SUM(x + i + 2, y + i + 2)),   \
-                                   acc0);                                                          \
-            acc1 = _mm256_fmadd_ps(SCALE_K(d, 3), _mm256_cvtepi32_ps(SUM(x + i + 3, y + i + 3)),   \
-                                   acc1);                                                          \
+            const __m256 s0 = _mm256_cvtepi32_ps(SUM(x + i, y + i));                               \
+            const __m256 s1 = _mm256_cvtepi32_ps(SUM(x + i + 1, y + i + 1));                       \
+            const __m256 s2 = _mm256_cvtepi32_ps(SUM(x + i + 2, y + i + 2));                       \
+            const __m256 s3 = _mm256_cvtepi32_ps(SUM(x + i + 3, y + i + 3));                       \
+            acc = _mm256_fmadd_ps(SCALE_K(d, 0), s0, acc);                                         \
+            acc = _mm256_fmadd_ps(SCALE_K(d, 1), s1, acc);                                         \
+            acc = _mm256_fmadd_ps(SCALE_K(d, 2), s2, acc);                                         \
+            acc = _mm256_fmadd_ps(SCALE_K(d, 3), s3, acc);                                         \
+            MIN_TERM(summs, x + i, y + i, 4);                                                      \
         }                                                                                          \
         for (; i < nb; i++) {                                                                      \
             const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));                            \
-            acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(SUM(x + i, y + i)), acc0);                \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(SUM(x + i, y + i)), acc);                  \
+            MIN_TERM(summs, x + i, y + i, 1);                                                      \
         }                                                                                          \
-        return hsum_ps(_mm256_add_ps(acc0, acc1)) + MIN_TERM(x, y, nb);                            \
+        return hsum_ps(acc) + summs;                                                               \
     }
 
-/* Q4_1 / Q5_1 add sum_b m_b * s_b (s = dy * sum of the activation block) */
-static inline float min_term_none(const void *x, const void *y, int64_t nb) {
-    (void)x;
-    (void)y;
-    (void)nb;
-    return 0.0f;
+/* Q4_1 / Q5_1: summs = fmaf(m_b, s_b, summs) per block, in block order
+ * (s = dy * sum of the activation block), added after the lane sum */
+#define MIN_TERM_NONE(summs, x, y, cnt) (void)(summs)
+
+static inline float min_term_m(float summs, const void *pm, size_t sm, const void *ps, size_t ss,
+                               int cnt) {
+    __m128 acc = _mm_set_ss(summs);
+    if (cnt == 4) { /* the four blocks' m and s converted together */
+        __m128 m = halves4(pm, sm), v = halves4(ps, ss);
+        acc = _mm_fmadd_ss(m, v, acc);
+        acc = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(v), acc);
+        m = _mm_movehl_ps(m, m);
+        v = _mm_movehl_ps(v, v);
+        acc = _mm_fmadd_ss(m, v, acc);
+        acc = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(v), acc);
+    } else {
+        uint16_t hm, hs;
+        memcpy(&hm, pm, 2);
+        memcpy(&hs, ps, 2);
+        acc = _mm_fmadd_ss(_mm_set_ss(h2f(hm)), _mm_set_ss(h2f(hs)), acc);
+    }
+    return _mm_cvtss_f32(acc);
 }
 
-#define MIN_TERM_FN(NAME, XT)                                                                      \
-    static inline float NAME(const XT *x, const hr_block_q8_1 *y, int64_t nb) {                    \
-        __m128 acc = _mm_setzero_ps();                                                             \
-        int64_t i = 0;                                                                             \
-        for (; i + 3 < nb; i += 4)                                                                 \
-            acc = _mm_add_ps(                                                                      \
-                acc, _mm256_castps256_ps128(scales4(&x[i].m, sizeof(XT), &y[i].s, sizeof(*y))));   \
-        float s = hsum_ps128(acc);                                                                 \
-        for (; i < nb; i++)                                                                        \
-            s += h2f(x[i].m) * h2f(y[i].s);                                                        \
-        return s;                                                                                  \
-    }
+#define MIN_TERM_M(summs, x, y, cnt)                                                               \
+    (summs) = min_term_m(summs, &(x)->m, sizeof(*(x)), &(y)->s, sizeof(*(y)), cnt)
 
-MIN_TERM_FN(min_term_q4_1, hr_block_q4_1)
-MIN_TERM_FN(min_term_q5_1, hr_block_q5_1)
-
-#define MIN_TERM min_term_none
+#define MIN_TERM MIN_TERM_NONE
 DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, sum_q4_0)
 DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, sum_q5_0)
 DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, sum_q8_0)
 #undef MIN_TERM
-#define MIN_TERM min_term_q4_1
+#define MIN_TERM MIN_TERM_M
 DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, sum_q4_1)
-#undef MIN_TERM
-#define MIN_TERM min_term_q5_1
 DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, sum_q5_1)
 #undef MIN_TERM
 
@@ -203,9 +225,9 @@ static float dot_q4_k(int64_t n, const void *w, const void *a) {
     const int64_t nb = n / HR_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    __m128 accm = _mm_setzero_ps(); /* lane j: sub-blocks 2j and 2j + 1 */
     for (int64_t i = 0; i < nb; i++) {
-        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d), dmin = -y[i].d * h2f(x[i].dmin);
         const __m256i scmn = kq_scales_mins(x[i].scales);
         accm =
             _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
@@ -225,21 +247,24 @@ static float dot_q4_k(int64_t n, const void *w, const void *a) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps(acc) - hsum_ps128(accm);
+    return hsum_ps(acc) + hsum_ps128(accm); /* (m0 + m2) + (m1 + m3) */
 }
 
+/* q5_K: the min term in one scalar, summs = fmaf(-dy * dmin, msum, summs) */
 static float dot_q5_k(int64_t n, const void *w, const void *a) {
     const hr_block_q5_k *x = w;
     const hr_block_q8_k *y = a;
     const int64_t nb = n / HR_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    __m128 summs = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d), dmin = -y[i].d * h2f(x[i].dmin);
         const __m256i scmn = kq_scales_mins(x[i].scales);
-        accm =
-            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
+        const __m128i m4s = kq_mins_dot(scmn, y[i].bsums);
+        __m128i ms = _mm_add_epi32(m4s, _mm_unpackhi_epi64(m4s, m4s));
+        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 1));
+        summs = _mm_fmadd_ss(_mm_set_ss(dmin), _mm_cvtepi32_ps(ms), summs);
         const __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scmn));
         const uint8_t *q5 = x[i].qs;
         const int8_t *q8 = y[i].qs;
@@ -260,11 +285,18 @@ static float dot_q5_k(int64_t n, const void *w, const void *a) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps(acc) - hsum_ps128(accm);
+    return hsum_ps(acc) + _mm_cvtss_f32(summs);
 }
 
-/* q6_K: sum_g sc[g] * sum (q - 32) * q8 = sum_g sc[g] * sum q * q8
- * - 32 * sum_g sc[g] * bsums[g]; q is 0..63 so maddubs takes it unsigned. */
+/* int16 pair sums of (u - 32) * s */
+static inline __m256i maddubs_off32(__m256i u, __m256i s) {
+    return _mm256_sub_epi16(_mm256_maddubs_epi16(u, s),
+                            _mm256_maddubs_epi16(_mm256_set1_epi8(32), s));
+}
+
+/* q6_K: sum_g sc[g] * sum (q - 32) * q8 with the -32 per element pair (as
+ * ggml: maddubs(q, q8) - maddubs(32, q8) in int16), so s32 lane k holds
+ * elements 4k..4k+3 of each chunk; q is 0..63 so maddubs takes it unsigned. */
 static float dot_q6_k(int64_t n, const void *w, const void *a) {
     const hr_block_q6_k *x = w;
     const hr_block_q8_k *y = a;
@@ -286,8 +318,7 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = y[i].d * h2f(x[i].d);
         const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(x[i].scales));
-        const __m256i corr = _mm256_madd_epi16(sc16, loadu256(y[i].bsums));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h, *qhp = x[i].qh + 32 * h;
             const int8_t *q8 = y[i].qs + 128 * h;
@@ -302,13 +333,13 @@ static float dot_q6_k(int64_t n, const void *w, const void *a) {
                                                _mm256_and_si256(qh, m2_4));
             const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2_4));
-            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, loadu256(q8)),
+            const __m256i p1 = _mm256_madd_epi16(maddubs_off32(q1, loadu256(q8)),
                                                  _mm256_shuffle_epi8(scl, sel[0]));
-            const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q2, loadu256(q8 + 32)),
+            const __m256i p2 = _mm256_madd_epi16(maddubs_off32(q2, loadu256(q8 + 32)),
                                                  _mm256_shuffle_epi8(scl, sel[1]));
-            const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, loadu256(q8 + 64)),
+            const __m256i p3 = _mm256_madd_epi16(maddubs_off32(q3, loadu256(q8 + 64)),
                                                  _mm256_shuffle_epi8(scl, sel[2]));
-            const __m256i p4 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, loadu256(q8 + 96)),
+            const __m256i p4 = _mm256_madd_epi16(maddubs_off32(q4, loadu256(q8 + 96)),
                                                  _mm256_shuffle_epi8(scl, sel[3]));
             sumi = _mm256_add_epi32(
                 sumi, _mm256_add_epi32(_mm256_add_epi32(p1, p2), _mm256_add_epi32(p3, p4)));
@@ -324,42 +355,58 @@ static inline __m256 load_bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
 }
 
-#define DOT_F_BODY(LOAD8, SCALAR)                                                                  \
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();                                     \
-    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();                                     \
+/* f16 / bf16: element i into lane i % 8 by fma, one accumulator, hsum8 (the
+ * canonical order; a tail shorter than 8 goes to its lanes by fmaf) */
+#define DOT_F8_BODY(LOAD8, SCALAR)                                                                 \
+    __m256 acc = _mm256_setzero_ps();                                                              \
     int64_t i = 0;                                                                                 \
-    for (; i + 32 <= n; i += 32) {                                                                 \
-        s0 = _mm256_fmadd_ps(LOAD8(x + i), _mm256_loadu_ps(y + i), s0);                            \
-        s1 = _mm256_fmadd_ps(LOAD8(x + i + 8), _mm256_loadu_ps(y + i + 8), s1);                    \
-        s2 = _mm256_fmadd_ps(LOAD8(x + i + 16), _mm256_loadu_ps(y + i + 16), s2);                  \
-        s3 = _mm256_fmadd_ps(LOAD8(x + i + 24), _mm256_loadu_ps(y + i + 24), s3);                  \
-    }                                                                                              \
     for (; i + 8 <= n; i += 8)                                                                     \
-        s0 = _mm256_fmadd_ps(LOAD8(x + i), _mm256_loadu_ps(y + i), s0);                            \
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));              \
-    for (; i < n; i++)                                                                             \
-        sum += SCALAR(x[i]) * y[i];                                                                \
-    return sum;
+        acc = _mm256_fmadd_ps(LOAD8(x + i), _mm256_loadu_ps(y + i), acc);                          \
+    if (i < n) {                                                                                   \
+        float l[8];                                                                                \
+        _mm256_storeu_ps(l, acc);                                                                  \
+        for (int j = 0; i + j < n; j++)                                                            \
+            l[j] = fmaf(SCALAR(x[i + j]), y[i + j], l[j]);                                         \
+        acc = _mm256_loadu_ps(l);                                                                  \
+    }                                                                                              \
+    return hsum_ps(acc);
 
-#define LOAD_F32(p) _mm256_loadu_ps(p)
 #define LOAD_F16(p) _mm256_cvtph_ps(loadu128(p))
-#define SCALAR_F32(v) (v)
 
+/* f32: 16 lanes, lane i % 16 += x[i] * y[i] (separate multiply and add),
+ * reduced by the tree l += l + 8, + 4, + 2, + 1 (hsum_ps of the two halves'
+ * sum is that tree) */
 static float dot_f32(int64_t n, const void *w, const void *a) {
     const float *x = w, *y = a;
-    DOT_F_BODY(LOAD_F32, SCALAR_F32)
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        s1 = _mm256_add_ps(s1,
+                           _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8)));
+    }
+    if (i < n) {
+        float l[HR_CANON_LANES];
+        _mm256_storeu_ps(l, s0);
+        _mm256_storeu_ps(l + 8, s1);
+        for (int j = 0; i + j < n; j++)
+            l[j] += x[i + j] * y[i + j];
+        s0 = _mm256_loadu_ps(l);
+        s1 = _mm256_loadu_ps(l + 8);
+    }
+    return hsum_ps(_mm256_add_ps(s0, s1));
 }
 
 static float dot_f16(int64_t n, const void *w, const void *a) {
     const uint16_t *x = w;
     const float *y = a;
-    DOT_F_BODY(LOAD_F16, h2f)
+    DOT_F8_BODY(LOAD_F16, h2f)
 }
 
 static float dot_bf16(int64_t n, const void *w, const void *a) {
     const uint16_t *x = w;
     const float *y = a;
-    DOT_F_BODY(load_bf16x8, hr_bf16_to_fp32)
+    DOT_F8_BODY(load_bf16x8, hr_bf16_to_fp32)
 }
 
 /* ---- dequantizers (bit-exact with the scalar ones) ----------------------- */

@@ -541,6 +541,9 @@ INSTANTIATE(dot_q6_k, Q6_K_CALL)
 
 void hr_quant_fill_avx512(hr_kernels *k, unsigned flags) {
     const bool vnni = flags & HR_AVX512_VNNI, ymm = vnni && (flags & HR_AVX512_PREFER_YMM);
+    /* these kernels keep their own float order (the AVX2 table they start
+     * from is canonical) */
+    k->canonical = false;
     k->vec_dot[HR_TYPE_F32] = dot_f32;
     k->vec_dot[HR_TYPE_F16] = dot_f16;
     k->vec_dot[HR_TYPE_BF16] = dot_bf16;

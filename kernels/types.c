@@ -4,8 +4,8 @@
  *
  * The scalar kernels define the semantics: the SIMD files must agree with
  * them exactly for dequant and activation quantizers, and for dot products
- * on the paths that follow the float order of kernels/canon-impl.h (the
- * aarch64 ones; the x86 ones up to float summation order). Activation
+ * on the paths that follow the float order of kernels/canon-impl.h (AVX2
+ * and the aarch64 ones; AVX-512 up to float summation order). Activation
  * quantizers follow ggml's reference ones so logits stay comparable with
  * llama.cpp. A new weight type is a row at the end of this file plus its
  * kernels above it. */
@@ -544,7 +544,7 @@ static void quant_q6_k(const float *src, void *dst, int64_t n) {
  *  - at the end lanes reduce as hsum_float_8: (k + (k+4)), then
  *    (0 + 2), (1 + 3), then the two sums.
  * This is the canonical order of kernels/canon-impl.h (its helpers do steps
- * 2 and 3), which the aarch64 kernels reproduce bit for bit.
+ * 2 and 3), which the AVX2 and aarch64 kernels reproduce bit for bit.
  * Sources (ggml-cpu): arch/x86/quants.c ggml_vec_dot_{q4_0_q8_0,q8_0_q8_0,
  * q4_1_q8_1,q5_1_q8_1,q4_K_q8_K,q5_K_q8_K,q6_K_q8_K} (AVX2 branches), llamafile/sgemm.cpp
  * tinyBLAS_Q0_AVX (prompt batches of q4_0/q5_0/q8_0: the same order) and

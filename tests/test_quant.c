@@ -589,9 +589,10 @@ static void check_table(const table_ref *tr, const hr_kernels *s) {
                 const double tol = dot_rel_tol(ty) * sabs + 1e-6;
                 const float vs = s->vec_dot[ty](n, w, act);
                 const float vk = tr->k->vec_dot[ty](n, w, act);
-                /* a canonical table (scalar, aarch64: kernels/canon-impl.h)
-                 * equals scalar bit for bit; the x86 ones sum in their own
-                 * order, within 2e-5 of the sum of |products| */
+                /* a canonical table (scalar, AVX2, aarch64:
+                 * kernels/canon-impl.h) equals scalar bit for bit; the
+                 * AVX-512 ones sum in their own order, within 2e-5 of the
+                 * sum of |products| */
                 const bool dot_ok = tr->k->canonical ? hr_f32_bits(vk) == hr_f32_bits(vs)
                                                      : fabs(vk - vs) <= 2e-5 * sabs + 1e-6;
                 if (fabs(vs - ref) > tol || !dot_ok)
