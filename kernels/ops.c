@@ -120,6 +120,17 @@ static void hr_mm_dot_rows(hr_mm_job *j, long b, long e) {
             hr_mm_runs_rows(j, w, y, lo, hi);
             continue;
         }
+        if (j->n_tok == 1 && j->k->dotn_one[w->type]) {
+            /* several rows per call where the table's vec_dot_n is faster
+             * than vec_dot per row (same values bit for bit) */
+            const void *a[1] = {j->act};
+            for (long r0 = lo; r0 < hi; r0 += HR_MM_DOTN_ROWS) {
+                int nr = (int)(hi - r0 < HR_MM_DOTN_ROWS ? hi - r0 : HR_MM_DOTN_ROWS);
+                hr_vec_dot_n(j->k, w->type, n_in, nr, wd + (size_t)r0 * w->row_bytes, w->row_bytes,
+                             a, 1, y + r0, (size_t)w->n_out);
+            }
+            continue;
+        }
         if (j->n_tok == 1) {
             for (long r = lo; r < hi; r++)
                 y[r] = dot(n_in, wd + (size_t)r * w->row_bytes, j->act);

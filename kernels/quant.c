@@ -153,8 +153,10 @@ static unsigned g_flags512;
  * (hr_vec_dot_n then loops the new vec_dot). */
 static void drop_stale_dotn(hr_kernels *k, const hr_kernels *narrower) {
     for (int t = 0; t < HR_TYPE_COUNT; t++)
-        if (k->vec_dot[t] != narrower->vec_dot[t] && k->vec_dot_n[t] == narrower->vec_dot_n[t])
+        if (k->vec_dot[t] != narrower->vec_dot[t] && k->vec_dot_n[t] == narrower->vec_dot_n[t]) {
             k->vec_dot_n[t] = NULL;
+            k->dotn_one[t] = false;
+        }
 }
 
 /* Table isa as a copy of table from with the ISA's fills applied. */
@@ -303,7 +305,8 @@ void hr_vec_dot_n(const hr_kernels *k, int type, int64_t n, int nr, const void *
                   const void *const *a, int nt, float *y, size_t y_stride) {
     if (type < 0 || type >= HR_TYPE_COUNT || !k->vec_dot[type])
         return;
-    if (k->vec_dot_n[type] && nt > 1) { /* one column: vec_dot's own loop is faster */
+    /* one column: vec_dot's own loop is faster unless the table says otherwise */
+    if (k->vec_dot_n[type] && (nt > 1 || k->dotn_one[type])) {
         k->vec_dot_n[type](n, nr, w, w_stride, a, nt, y, y_stride);
         return;
     }

@@ -69,6 +69,10 @@ typedef struct {
     hr_vec_dot_fn vec_dot[HR_TYPE_COUNT];     /* indexed by the weight type */
     hr_gemm_fn gemm[HR_TYPE_COUNT];           /* tile kernels; NULL: use hr_gemm_tile */
     hr_vec_dot_n_fn vec_dot_n[HR_TYPE_COUNT]; /* NULL: hr_vec_dot_n loops vec_dot */
+    /* true: vec_dot_n[type] is faster than vec_dot per row also for one
+     * column (several rows' chains in flight), so hr_vec_dot_n and
+     * single-token decode use it there too; false: one column loops vec_dot */
+    bool dotn_one[HR_TYPE_COUNT];
     /* true: vec_dot, gemm and vec_dot_n follow kernels/canon-impl.h and
      * equal the scalar table's bit for bit (scalar, avx2, neon, dotprod,
      * i8mm); false: up to float summation order (avx512) */

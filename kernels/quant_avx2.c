@@ -409,6 +409,114 @@ static float dot_bf16(int64_t n, const void *w, const void *a) {
     DOT_F8_BODY(load_bf16x8, hr_bf16_to_fp32)
 }
 
+/* ---- several rows at once: F32 / F16 / BF16 (hr_vec_dot_n_fn) ------------ */
+
+/* A single-row dot above is one dependent chain of fma (add) per lane, so it
+ * runs at the fma latency, not the load bandwidth. These take DN_ROWS rows
+ * at a time, each with its own accumulator(s) in vec_dot's order, so the
+ * chains of the rows overlap; each (row, column) value is vec_dot's bit for
+ * bit (same operations per element, same tail, same reduction). Columns are
+ * looped with the rows' weights still in L1/L2. Fewer than DN_ROWS rows left
+ * go to vec_dot itself. */
+#define DN_ROWS 4
+
+#define DOTN_F8(NAME, ONE, LOAD8, SCALAR)                                                          \
+    static void NAME(int64_t n, int nr, const void *w, size_t w_stride, const void *const *a,      \
+                     int nt, float *out, size_t y_stride) {                                        \
+        const char *wb = w;                                                                        \
+        int r = 0;                                                                                 \
+        for (; r + DN_ROWS <= nr; r += DN_ROWS) {                                                  \
+            const uint16_t *x0 = (const uint16_t *)(wb + (size_t)r * w_stride);                    \
+            const uint16_t *x1 = (const uint16_t *)(wb + (size_t)(r + 1) * w_stride);              \
+            const uint16_t *x2 = (const uint16_t *)(wb + (size_t)(r + 2) * w_stride);              \
+            const uint16_t *x3 = (const uint16_t *)(wb + (size_t)(r + 3) * w_stride);              \
+            for (int t = 0; t < nt; t++) {                                                         \
+                const float *y = a[t];                                                             \
+                __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();                         \
+                __m256 c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();                         \
+                int64_t i = 0;                                                                     \
+                for (; i + 8 <= n; i += 8) {                                                       \
+                    const __m256 yv = _mm256_loadu_ps(y + i);                                      \
+                    c0 = _mm256_fmadd_ps(LOAD8(x0 + i), yv, c0);                                   \
+                    c1 = _mm256_fmadd_ps(LOAD8(x1 + i), yv, c1);                                   \
+                    c2 = _mm256_fmadd_ps(LOAD8(x2 + i), yv, c2);                                   \
+                    c3 = _mm256_fmadd_ps(LOAD8(x3 + i), yv, c3);                                   \
+                }                                                                                  \
+                if (i < n) {                                                                       \
+                    float l[DN_ROWS][8];                                                           \
+                    _mm256_storeu_ps(l[0], c0);                                                    \
+                    _mm256_storeu_ps(l[1], c1);                                                    \
+                    _mm256_storeu_ps(l[2], c2);                                                    \
+                    _mm256_storeu_ps(l[3], c3);                                                    \
+                    for (int j = 0; i + j < n; j++) {                                              \
+                        l[0][j] = fmaf(SCALAR(x0[i + j]), y[i + j], l[0][j]);                      \
+                        l[1][j] = fmaf(SCALAR(x1[i + j]), y[i + j], l[1][j]);                      \
+                        l[2][j] = fmaf(SCALAR(x2[i + j]), y[i + j], l[2][j]);                      \
+                        l[3][j] = fmaf(SCALAR(x3[i + j]), y[i + j], l[3][j]);                      \
+                    }                                                                              \
+                    c0 = _mm256_loadu_ps(l[0]);                                                    \
+                    c1 = _mm256_loadu_ps(l[1]);                                                    \
+                    c2 = _mm256_loadu_ps(l[2]);                                                    \
+                    c3 = _mm256_loadu_ps(l[3]);                                                    \
+                }                                                                                  \
+                float *o = out + (size_t)t * y_stride + r;                                         \
+                o[0] = hsum_ps(c0);                                                                \
+                o[1] = hsum_ps(c1);                                                                \
+                o[2] = hsum_ps(c2);                                                                \
+                o[3] = hsum_ps(c3);                                                                \
+            }                                                                                      \
+        }                                                                                          \
+        for (; r < nr; r++)                                                                        \
+            for (int t = 0; t < nt; t++)                                                           \
+                out[(size_t)t * y_stride + r] = ONE(n, wb + (size_t)r * w_stride, a[t]);           \
+    }
+
+DOTN_F8(dotn_f16, dot_f16, LOAD_F16, h2f)
+DOTN_F8(dotn_bf16, dot_bf16, load_bf16x8, hr_bf16_to_fp32)
+
+/* f32: per row vec_dot's two 8-lane halves (lanes 0-7 and 8-15 of the 16),
+ * separate multiply and add, the same tail and tree */
+static void dotn_f32(int64_t n, int nr, const void *w, size_t w_stride, const void *const *a,
+                     int nt, float *out, size_t y_stride) {
+    const char *wb = w;
+    int r = 0;
+    for (; r + DN_ROWS <= nr; r += DN_ROWS) {
+        const float *x[DN_ROWS];
+        for (int k = 0; k < DN_ROWS; k++)
+            x[k] = (const float *)(wb + (size_t)(r + k) * w_stride);
+        for (int t = 0; t < nt; t++) {
+            const float *y = a[t];
+            __m256 s0[DN_ROWS], s1[DN_ROWS];
+            for (int k = 0; k < DN_ROWS; k++)
+                s0[k] = s1[k] = _mm256_setzero_ps();
+            int64_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                const __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+                for (int k = 0; k < DN_ROWS; k++) {
+                    s0[k] = _mm256_add_ps(s0[k], _mm256_mul_ps(_mm256_loadu_ps(x[k] + i), y0));
+                    s1[k] = _mm256_add_ps(s1[k], _mm256_mul_ps(_mm256_loadu_ps(x[k] + i + 8), y1));
+                }
+            }
+            float *o = out + (size_t)t * y_stride + r;
+            for (int k = 0; k < DN_ROWS; k++) {
+                if (i < n) {
+                    float l[HR_CANON_LANES];
+                    _mm256_storeu_ps(l, s0[k]);
+                    _mm256_storeu_ps(l + 8, s1[k]);
+                    for (int j = 0; i + j < n; j++)
+                        l[j] += x[k][i + j] * y[i + j];
+                    s0[k] = _mm256_loadu_ps(l);
+                    s1[k] = _mm256_loadu_ps(l + 8);
+                }
+                o[k] = hsum_ps(_mm256_add_ps(s0[k], s1[k]));
+            }
+        }
+    }
+    for (; r < nr; r++)
+        for (int t = 0; t < nt; t++)
+            out[(size_t)t * y_stride + r] = dot_f32(n, wb + (size_t)r * w_stride, a[t]);
+}
+
 /* ---- dequantizers (bit-exact with the scalar ones) ----------------------- */
 
 /* dst[0..31] = (float)q[j] * d for 32 signed bytes q */
@@ -653,6 +761,12 @@ void hr_quant_fill_avx2(hr_kernels *k) {
     k->vec_dot[HR_TYPE_Q4_K] = dot_q4_k;
     k->vec_dot[HR_TYPE_Q5_K] = dot_q5_k;
     k->vec_dot[HR_TYPE_Q6_K] = dot_q6_k;
+
+    /* several rows at once: faster than vec_dot per row even for one column */
+    k->vec_dot_n[HR_TYPE_F32] = dotn_f32;
+    k->vec_dot_n[HR_TYPE_F16] = dotn_f16;
+    k->vec_dot_n[HR_TYPE_BF16] = dotn_bf16;
+    k->dotn_one[HR_TYPE_F32] = k->dotn_one[HR_TYPE_F16] = k->dotn_one[HR_TYPE_BF16] = true;
 
     k->dequant[HR_TYPE_F16] = dequant_f16;
     k->dequant[HR_TYPE_BF16] = dequant_bf16;

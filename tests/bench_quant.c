@@ -76,6 +76,12 @@ static int tables(table_ref *t) {
                 continue;
             v512[i] = *a2;
             hr_quant_fill_avx512(&v512[i], v[i].flags);
+            for (int ty = 0; ty < HR_TYPE_COUNT; ty++) /* as quant.c's drop_stale_dotn */
+                if (v512[i].vec_dot[ty] != a2->vec_dot[ty] &&
+                    v512[i].vec_dot_n[ty] == a2->vec_dot_n[ty]) {
+                    v512[i].vec_dot_n[ty] = NULL;
+                    v512[i].dotn_one[ty] = false;
+                }
             t[n++] = (table_ref){v[i].name, &v512[i]};
         }
     }
@@ -126,12 +132,23 @@ typedef struct {
     size_t row_bytes;
     int64_t n, r0, r1;
     int passes;
+    int dotn; /* 1: hr_vec_dot_n, one column, 64-row tiles (single-token decode) */
     float *out;
 } job;
 
 static void *run_job(void *p) {
     job *j = p;
     const hr_vec_dot_fn fn = j->k->vec_dot[j->type];
+    if (j->dotn) {
+        const void *a[1] = {j->a};
+        for (int it = 0; it < j->passes; it++)
+            for (int64_t r = j->r0; r < j->r1; r += 64) {
+                const int nr = (int)(j->r1 - r < 64 ? j->r1 - r : 64);
+                hr_vec_dot_n(j->k, j->type, j->n, nr, j->w + j->row_bytes * (size_t)r, j->row_bytes,
+                             a, 1, j->out + r, 1);
+            }
+        return NULL;
+    }
     for (int it = 0; it < j->passes; it++)
         for (int64_t r = j->r0; r < j->r1; r++)
             j->out[r] = fn(j->n, j->w + j->row_bytes * (size_t)r, j->a);
@@ -139,12 +156,15 @@ static void *run_job(void *p) {
 }
 
 /* GB/s of weight bytes for `passes` matvecs split over nth threads */
+static int g_dotn; /* matvec_gbs runs hr_vec_dot_n (one column) instead of vec_dot */
+
 static double matvec_gbs(const hr_kernels *k, int ty, const void *w, const void *a, size_t rb,
                          int64_t n, int64_t nrows, int passes, int nth, float *out) {
     pthread_t th[16];
     job jobs[16];
     for (int t = 0; t < nth; t++)
-        jobs[t] = (job){k, ty, w, a, rb, n, nrows * t / nth, nrows * (t + 1) / nth, passes, out};
+        jobs[t] =
+            (job){k, ty, w, a, rb, n, nrows * t / nth, nrows * (t + 1) / nth, passes, g_dotn, out};
     const double t0 = now_s();
     for (int t = 1; t < nth; t++)
         pthread_create(&th[t], NULL, run_job, &jobs[t]);
@@ -178,22 +198,32 @@ static void bench_l2(const char *only) {
         void *w = make_weights(ty, n, rows, &bytes);
         void *a = make_act(ty, n);
         float *out = malloc((size_t)rows * sizeof(float));
-        printf("%-6s %9.0f", hr_type_name(ty), (double)bytes / 1024);
-        for (int k = 0; k < nt; k++) {
-            const hr_kernels *kt = t[k].k;
-            /* best single pass out of many short ones: robust to preemption
-             * by other jobs on a shared machine */
-            matvec_gbs(kt, ty, w, a, rb, n, rows, 3, 1, out); /* warm caches */
-            double best = 0;
-            const double t_end = now_s() + 0.8;
-            for (int r = 0; r < 100000 && (r < 50 || now_s() < t_end); r++) {
-                const double g = matvec_gbs(kt, ty, w, a, rb, n, rows, 1, 1, out);
-                best = g > best ? g : best;
+        for (g_dotn = 0; g_dotn < 2; g_dotn++) {
+            int any = 0;
+            for (int k = 0; k < nt; k++)
+                any |= t[k].k->vec_dot_n[ty] != NULL && t[k].k->dotn_one[ty];
+            if (g_dotn && !any)
+                break;
+            if (g_dotn) /* what single-token decode runs: hr_vec_dot_n over 64-row tiles */
+                printf("%-6s %9s", " rows", "");
+            else
+                printf("%-6s %9.0f", hr_type_name(ty), (double)bytes / 1024);
+            for (int k = 0; k < nt; k++) {
+                const hr_kernels *kt = t[k].k;
+                /* best single pass out of many short ones: robust to preemption
+                 * by other jobs on a shared machine */
+                matvec_gbs(kt, ty, w, a, rb, n, rows, 3, 1, out); /* warm caches */
+                double best = 0;
+                const double t_end = now_s() + 0.8;
+                for (int r = 0; r < 100000 && (r < 50 || now_s() < t_end); r++) {
+                    const double g = matvec_gbs(kt, ty, w, a, rb, n, rows, 1, 1, out);
+                    best = g > best ? g : best;
+                }
+                printf(" %14.2f", best);
+                fflush(stdout);
             }
-            printf(" %14.2f", best);
-            fflush(stdout);
+            printf("\n");
         }
-        printf("\n");
         free(w);
         free(a);
         free(out);

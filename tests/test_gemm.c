@@ -164,6 +164,16 @@ static void check_tables(void) {
     if (k5 && (hr_quant_avx512_flags() & HR_AVX512_VNNI) &&
         !(hr_quant_avx512_flags() & HR_AVX512_PREFER_YMM))
         CHECK(k5->vec_dot_n[HR_TYPE_Q4_0] != NULL);
+    /* the AVX2 table decodes float rows several at a time, also for one
+     * column; the AVX-512 table, whose float vec_dot differs, drops them */
+    if (k2) {
+        const int fl[] = {HR_TYPE_F32, HR_TYPE_F16, HR_TYPE_BF16};
+        for (size_t i = 0; i < sizeof(fl) / sizeof(fl[0]); i++) {
+            CHECK(k2->vec_dot_n[fl[i]] != NULL && k2->dotn_one[fl[i]]);
+            if (k5 && k5->vec_dot[fl[i]] != k2->vec_dot[fl[i]])
+                CHECK(k5->vec_dot_n[fl[i]] == NULL && !k5->dotn_one[fl[i]]);
+        }
+    }
     /* the i8mm table: tiles for every integer weight type */
     const hr_kernels *k8 = hr_kernels_for_isa(HR_ISA_I8MM);
     if (k8) {
@@ -222,7 +232,7 @@ static void check_dotn(int type, int64_t n) {
     uint8_t *w, *a;
     make_rows(type, n, MAX_R, HR_DOT_N_MAX, &w, &a);
     float got[HR_DOT_N_MAX * 32];
-    const int rows[] = {1, 2, 3, 5, 16, MAX_R};
+    const int rows[] = {1, 2, 3, 5, 7, 16, MAX_R};
     for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT; isa++) {
         const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
         if (!k)
@@ -312,6 +322,19 @@ static void check_matmul_runs(int type, int64_t n) {
             t0 += runs[ri];
         }
         CHECK_EQ(t0, NT);
+        { /* a single-token hr_matmul equals the best table's vec_dot per row */
+            const hr_kernels *k = hr_kernels_best();
+            const int at = hr_type_get(type)->vec_dot_type;
+            const void *act = x;
+            if (at != HR_TYPE_F32) {
+                k->quant[at](x, wbuf, n);
+                act = wbuf;
+            }
+            int bad1 = 0;
+            for (int r = 0; r < NO; r++)
+                bad1 += !same_bits(ref[r], k->vec_dot[type](n, wd + (size_t)r * w.row_bytes, act));
+            CHECK_EQ(bad1, 0);
+        }
         hr_matmul_runs(pool, 1, &wp, &y, x, NT, runs, n_runs, wbuf);
         int bad = 0;
         for (int i = 0; i < NO * NT; i++)
@@ -352,8 +375,14 @@ int main(void) {
         check_type_batch(type, be == 256 ? 256 * 5 : be == 1 ? 96 : 32 * (32 + 5));
         if (be != 1)
             check_type_batch(type, be);
-        if (be == 1)
+        if (be == 1) {
             check_type(type, 2048 + 5); /* float tails */
+            check_dotn(type, 2048 + 5);
+            check_dotn(type, 13); /* shorter than f32's 16 lanes */
+            check_dotn(type, 5);  /* shorter than 8 */
+            check_dotn_rows(type, 2048 + 5, 71);
+            check_matmul_runs(type, 2048 + 5);
+        }
     }
     CHECK(n_types > 0);
     return hr_check_finish("gemm");
