@@ -11,7 +11,10 @@
 # first, then the other devices in spec order; 0 leaves a device out of the
 # ring): an even split, splits proportional to CPU share and to memory, the
 # head alone, the weakest device left out, a heavy and a light head, taken in
-# turn across k and cut at --max candidates (default 12). Each plan is a
+# turn across k and cut at --max candidates (default 12); the head left out
+# of the ring (0 layers: it keeps the embeddings and the output head) is
+# tried with the head-alone ones, and the head's own k is swept too when it
+# is above 4. Each plan is a
 # fresh lab (`lab.sh up ... -- --k K --windows a,b,c`) after the page cache
 # is dropped (memory-limited labs), then one unmeasured 2-token prompt (the
 # cold start), then R greedy prompts (--reps, default 1) of TOKENS tokens
@@ -87,6 +90,10 @@ alloc() {
 candidates() {
     local L=$1 ks=() k
     for k in 1 2 3 4; do [ $((L % k)) = 0 ] && ks+=("$k"); done
+    # and the head's own k, when it is another (the same window shapes there)
+    case "$own_k" in '' | *[!0-9]*) ;; *)
+        [ "$own_k" -gt 4 ] && [ $((L % own_k)) = 0 ] && ks+=("$own_k") ;;
+    esac
     local weak=1 i ws=()
     for i in $(seq 1 $((n - 1))); do # the weakest worker: smallest cpu x memory
         awk -v a="${cpus[i]}" -v b="${mems[i]}" -v c="${cpus[weak]}" -v d="${mems[weak]}" \
@@ -111,6 +118,11 @@ candidates() {
             ws[6]=$light,$rest
         fi
         for i in "${!ws[@]}"; do echo "$i $k ${ws[i]}"; done
+        # the head left out (it keeps the embeddings and the output head):
+        # taken with the head-alone candidates
+        if [ "$n" -gt 1 ]; then
+            echo "3 $k 0,$(alloc "$W" "${ones[@]:1}")"
+        fi
     done | sort -n -s -k1,1 | awk '!seen[$2 " " $3]++ { print $2, $3 }' | head -n "$max"
 }
 
@@ -170,6 +182,7 @@ own=$(run_plan "head's plan")
 log "$own"
 L=$(bash "$LAB" status --json 2>/dev/null | jq -r '.n_layer' || echo "")
 [ -n "$L" ] && [ "$L" != null ] || { echo "plan-sweep.sh: lab did not come up: $own" >&2; exit 1; }
+own_k=$(echo "$own" | cut -d'|' -f2)
 mapfile -t cands < <(candidates "$L")
 log "$L layers; ${#cands[@]} candidates"
 rows=()
