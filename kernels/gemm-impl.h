@@ -53,11 +53,15 @@ HR_GI __m256i g_load256(const void *p) { return _mm256_loadu_si256((const __m256
 
 HR_GI __m128i g_load128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 
-HR_GI float g_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+/* (s0 + s2) + (s1 + s3) */
+HR_GI float g_hsum128(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+HR_GI float g_hsum(__m256 v) {
+    return g_hsum128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
 /* acc + sums of 4 adjacent u8 x s8 products per s32 lane (the emulation
@@ -286,12 +290,9 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
     for (int r = 0; r < R; r++)
         HR_UNROLL
     for (int t = 0; t < T; t++) {
-        __m128 m = accm[r][t];
-        if (!q5) { /* (m0 + m2) + (m1 + m3) */
-            m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        }
-        y[(size_t)t * ys + (size_t)r] = g_hsum(acc[r][t]) + _mm_cvtss_f32(m);
+        /* q4_K: 4 min lanes; q5_K: lane 0 alone */
+        const float m = q5 ? _mm_cvtss_f32(accm[r][t]) : g_hsum128(accm[r][t]);
+        y[(size_t)t * ys + (size_t)r] = g_hsum(acc[r][t]) + m;
     }
 #else
     g_store(y, ys, acc, R, T);

@@ -80,25 +80,9 @@ static inline __m256i dot_s8(__m256i x, __m256i y) {
 
 /* ---- dot products: 32-element blocks ------------------------------------ */
 
-/* Products a[k]*b[k] of the fp16 values at pa + k*sa and pb + k*sb, k < 4,
- * in both 128-bit halves. The halves are packed in general registers: the
- * vector pipes are the bottleneck of these kernels, the integer ones idle. */
-static inline __m256 scales4(const void *pa, size_t sa, const void *pb, size_t sb) {
-    const uint8_t *a = pa, *b = pb;
-    uint64_t va = 0, vb = 0;
-    for (int k = 0; k < 4; k++) {
-        uint16_t ha, hb;
-        memcpy(&ha, a + (size_t)k * sa, 2);
-        memcpy(&hb, b + (size_t)k * sb, 2);
-        va |= (uint64_t)ha << (16 * k);
-        vb |= (uint64_t)hb << (16 * k);
-    }
-    const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)va)),
-                                _mm_cvtph_ps(_mm_cvtsi64_si128((long long)vb)));
-    return _mm256_set_m128(d, d);
-}
-
-/* the fp16 values at p + k*stride, k < 4, as 4 floats */
+/* the fp16 values at p + k*stride, k < 4, as 4 floats. Packed in a
+ * general register: the vector pipes are the bottleneck of these kernels,
+ * the integer ones idle. */
 static inline __m128 halves4(const void *p, size_t stride) {
     const uint8_t *b = p;
     uint64_t v = 0;
@@ -108,6 +92,13 @@ static inline __m128 halves4(const void *p, size_t stride) {
         v |= (uint64_t)h << (16 * k);
     }
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/* Products a[k]*b[k] of the fp16 values at pa + k*sa and pb + k*sb, k < 4,
+ * in both 128-bit halves. */
+static inline __m256 scales4(const void *pa, size_t sa, const void *pb, size_t sb) {
+    const __m128 d = _mm_mul_ps(halves4(pa, sa), halves4(pb, sb));
+    return _mm256_set_m128(d, d);
 }
 
 /* lane k of scales4() in all 8 lanes */
