@@ -55,7 +55,8 @@ typedef struct {
     double gpu_gbs;
     bool overloaded;
     double pred_ms_round;
-    char left_out[160]; /* why a device without layers was left out (head_plan.c) */
+    char left_out[HR_SCHED_LEFT_OUT_LEN]; /* why a device without layers was left out (head_plan.c)
+                                           */
     /* heartbeat stats */
     double meas_ms_round, resident;
     uint64_t tokens;

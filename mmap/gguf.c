@@ -710,7 +710,7 @@ void hr_gguf_close(hr_gguf *g) {
         return;
     if (g->mapped)
         munmap((void *)g->base, g->size);
-    if (g->mapped && g->fd >= 0)
+    if (g->fd >= 0) /* only a mapped file keeps one */
         close(g->fd);
     free(g);
 }

@@ -105,6 +105,7 @@
 #define HR_SCHED_MAX_THREADS 256
 #define HR_SCHED_MAX_K 64 /* divisors of any n <= 4096 fit */
 #define HR_SCHED_NAME_LEN 64
+#define HR_SCHED_LEFT_OUT_LEN 160 /* a left-out device's reason */
 #define HR_SCHED_SCHEMA_VERSION 1
 
 typedef enum {
@@ -185,9 +186,9 @@ typedef struct {
     double t_layer_ms;      /* ms per CPU layer used by the model */
     int prefill_threads;    /* 0 = not measured, runtime default */
     int decode_threads;
-    double rtt_ms, link_bps; /* the link figures used (copied from the input) */
-    bool link_assumed;       /* ... and they were assumed, not measured */
-    char left_out[160];      /* why an inactive device was left out ("" when active) */
+    double rtt_ms, link_bps;              /* the link figures used (copied from the input) */
+    bool link_assumed;                    /* ... and they were assumed, not measured */
+    char left_out[HR_SCHED_LEFT_OUT_LEN]; /* why an inactive device was left out ("" when active) */
 } hr_sched_dev_plan;
 
 typedef struct {
