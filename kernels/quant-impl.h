@@ -61,6 +61,10 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
 /* Multi-column decode kernels (dotn_avx512.c): fill k->vec_dot_n where
  * the table's vec_dot is the one they reproduce bit for bit. */
 void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
+/* Canonical-order decode kernels (dotc_avx512.c): Q4_0 and Q8_0 vec_dot_n
+ * (also for one column) on 512-bit VNNI, with vec_dot taken from the
+ * canonical AVX2 table avx2, whose values they equal bit for bit. */
+void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2);
 /* aarch64 (quant_neon.c, quant_dotprod.c, gemm_i8mm.c): the NEON table
  * (dot products of every supported type, activation quantizers, fp16/bf16
  * conversions), the dotprod one (SDOT for the integer dot products) and the

@@ -2,16 +2,19 @@
  * per weight type and ISA table. Not a CTest test; build by hand against the
  * library (only the quant and common objects get pulled in):
  *
- *   cmake --build build-quant --target hearth_core
- *   gcc -std=c11 -O2 -D_GNU_SOURCE -I. tests/bench_quant.c \
- *       build-quant/libhearth_core.a -lm -lpthread -o bench_quant
+ *   cmake --build build
+ *   gcc -std=c11 -O2 -D_GNU_SOURCE -I. tests/bench_quant.c build/libhr_kernels.a \
+ *       build/libhr_types.a build/libhr_common.a -lnuma -lhwloc -lm -lpthread -o bench_quant
  *
  *   bench_quant [type]     matrix x vector, n = 4096, ~512 KiB of weights (L2
  *                          resident): compute headroom per byte, per table
  *                          (best single pass, robust to a busy machine)
- *   bench_quant --mem [T]  ~256 MiB of weights streamed from DRAM by 1..T
- *                          threads with the best table, next to a plain
- *                          read-bandwidth baseline */
+ *   bench_quant --mem [T [type]]
+ *                          ~256 MiB of weights streamed from DRAM by 1..T
+ *                          threads with the best table (vec_dot per row, and
+ *                          the vec_dot_n path single-token decode takes where
+ *                          the table has one), next to a plain read-bandwidth
+ *                          baseline */
 #include "kernels/quant-impl.h"
 #include "kernels/quant.h"
 #include "kernels/types.h"
@@ -82,6 +85,8 @@ static int tables(table_ref *t) {
                     v512[i].vec_dot_n[ty] = NULL;
                     v512[i].dotn_one[ty] = false;
                 }
+            hr_dotn_fill_avx512(&v512[i], v[i].flags);
+            hr_dotc_fill_avx512(&v512[i], v[i].flags, a2);
             t[n++] = (table_ref){v[i].name, &v512[i]};
         }
     }
@@ -275,7 +280,7 @@ static double read_gbs(const void *buf, size_t bytes, int nth) {
     return (double)bytes / dt / 1e9;
 }
 
-static void bench_mem(int max_threads) {
+static void bench_mem(int max_threads, const char *only) {
     const hr_kernels *best = hr_kernels_best();
     const int64_t n = 4096;
     const size_t target = (size_t)256 << 20;
@@ -300,23 +305,32 @@ static void bench_mem(int max_threads) {
     const int n_types = weight_types(types);
     for (int ti = 0; ti < n_types; ti++) {
         const int ty = types[ti];
+        if (only && strcmp(only, hr_type_name(ty)) != 0)
+            continue;
         const size_t rb = hr_type_row_bytes(ty, n);
         const int64_t rows = (int64_t)(target / rb);
         size_t bytes;
         void *w = make_weights(ty, n, rows, &bytes);
         void *a = make_act(ty, n);
         float *out = malloc((size_t)rows * sizeof(float));
-        printf("%-6s", hr_type_name(ty));
-        for (int th = 1; th <= max_threads; th++) {
-            double g = 0;
-            for (int r = 0; r < 3; r++) {
-                const double v = matvec_gbs(best, ty, w, a, rb, n, rows, 1, th, out);
-                g = v > g ? v : g;
+        /* vec_dot per row, then (where the table decodes one column by
+         * vec_dot_n) what single-token decode runs */
+        for (g_dotn = 0; g_dotn < 2; g_dotn++) {
+            if (g_dotn && !(best->vec_dot_n[ty] && best->dotn_one[ty]))
+                break;
+            printf("%-6s", g_dotn ? " rows" : hr_type_name(ty));
+            for (int th = 1; th <= max_threads; th++) {
+                double g = 0;
+                for (int r = 0; r < 3; r++) {
+                    const double v = matvec_gbs(best, ty, w, a, rb, n, rows, 1, th, out);
+                    g = v > g ? v : g;
+                }
+                printf("   %dT %7.2f", th, g);
+                fflush(stdout);
             }
-            printf("   %dT %7.2f", th, g);
-            fflush(stdout);
+            printf("\n");
         }
-        printf("\n");
+        g_dotn = 0;
         free(w);
         free(a);
         free(out);
@@ -326,7 +340,7 @@ static void bench_mem(int max_threads) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--mem") == 0) {
         int th = argc > 2 ? atoi(argv[2]) : 2;
-        bench_mem(th < 1 ? 1 : th > 16 ? 16 : th);
+        bench_mem(th < 1 ? 1 : th > 16 ? 16 : th, argc > 3 ? argv[3] : NULL);
     } else {
         bench_l2(argc > 1 ? argv[1] : NULL);
     }
