@@ -54,7 +54,7 @@
 #define DC_CB 64
 /* bytes of prepared data per block and column: an 8-lane seed and a
  * quarter of a quad's 8 dy floats */
-#define DC_COL_BYTES(cb) ((size_t)(cb) * 40)
+#define DC_COL_BYTES(cb) ((size_t)(cb)*40)
 /* rows per block of spilled accumulators */
 #define DC_RB 32
 
@@ -77,9 +77,9 @@ DC_I float dc_hsum8(__m256 v) {
 DC_I __m512i dc_unpack(const bool q4, const uint8_t *a, const uint8_t *b) {
     if (q4) {
         const long long f0 = (long long)0xf0f0f0f0f0f0f0f0ull, f = 0x0f0f0f0f0f0f0f0fll;
-        const __m512i q = _mm512_mask_broadcast_i32x4(
-            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a)), 0xff00,
-            _mm_loadu_si128((const __m128i *)b));
+        const __m512i q =
+            _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a)),
+                                        0xff00, _mm_loadu_si128((const __m128i *)b));
         return _mm512_and_si512(q, _mm512_set_epi64(f0, f0, f, f, f0, f0, f, f));
     }
     const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(dc_load256(a)), dc_load256(b), 1);
@@ -91,14 +91,14 @@ DC_I __m512i dc_unpack(const bool q4, const uint8_t *a, const uint8_t *b) {
 DC_I __m256 dc_scales(const bool q4, const uint8_t *a, const uint8_t *b) {
     __m512i h;
     if (q4) { /* 18-byte blocks: words 0, 9, 18, 27 of one 64-byte load */
-        const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                             0, 0, 0, 0, 0, 59, 50, 41, 32, 27, 18, 9, 0);
+        const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                             0, 0, 0, 0, 0, 0, 59, 50, 41, 32, 27, 18, 9, 0);
         h = _mm512_permutex2var_epi16(_mm512_loadu_si512(a), idx, _mm512_loadu_si512(b));
     } else { /* 34-byte blocks: words 0, 17 of the loads at blocks 0 and 2 */
-        const __m512i i01 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                             0, 0, 0, 0, 0, 0, 0, 49, 32, 0, 0, 17, 0);
-        const __m512i i23 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                             0, 0, 0, 0, 0, 49, 32, 0, 0, 17, 0, 0, 0);
+        const __m512i i01 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                             0, 0, 0, 0, 0, 0, 0, 0, 49, 32, 0, 0, 17, 0);
+        const __m512i i23 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                             0, 0, 0, 0, 0, 0, 49, 32, 0, 0, 17, 0, 0, 0);
         const size_t x2 = 2 * sizeof(hr_block_q8_0);
         const __m512i h01 =
             _mm512_permutex2var_epi16(_mm512_loadu_si512(a), i01, _mm512_loadu_si512(b));
@@ -135,8 +135,8 @@ DC_I __m512i dc_idx(const bool q4, int j) {
     if (q4)
         return _mm512_set_epi32(12 + j, 12 + j, 12 + j, 12 + j, 4 + j, 4 + j, 4 + j, 4 + j, 8 + j,
                                 8 + j, 8 + j, 8 + j, j, j, j, j);
-    return _mm512_set_epi32(4 + j, 4 + j, 4 + j, 4 + j, 4 + j, 4 + j, 4 + j, 4 + j, j, j, j, j, j, j,
-                            j, j);
+    return _mm512_set_epi32(4 + j, 4 + j, 4 + j, 4 + j, 4 + j, 4 + j, 4 + j, 4 + j, j, j, j, j, j,
+                            j, j, j);
 }
 
 /* One group of P row pairs x T columns over the nbc blocks of a chunk.
@@ -146,8 +146,9 @@ DC_I __m512i dc_idx(const bool q4, int j) {
  * zero (first) or from spill[p][t], and end in spill (!fin) or reduced
  * into y[t * ys + out[2p]] and [out[2p + 1]] (out < 0: not stored). */
 DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const *rp, int nbc,
-                   const hr_block_q8_0 *const *ya, uint8_t *const *col, __m512 (*spill)[HR_DOT_N_MAX],
-                   bool first, bool fin, float *y, size_t ys, const int *out, size_t pfd) {
+                   const hr_block_q8_0 *const *ya, uint8_t *const *col,
+                   __m512 (*spill)[HR_DOT_N_MAX], bool first, bool fin, float *y, size_t ys,
+                   const int *out, size_t pfd) {
     const size_t xb = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
     const __m256 sixteenth = _mm256_set1_ps(1.0f / 16.0f);
     __m512 A[2][HR_DOT_N_MAX];
@@ -175,14 +176,13 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
                 const uint8_t *c = col[t];
                 const __m256 s8 =
                     _mm256_mul_ps(F, _mm256_load_ps((const float *)(c + (size_t)nbc * 32) + 2 * q));
-                const __m512 s =
-                    q4 ? _mm512_insertf32x8(_mm512_castps256_ps512(s8), _mm256_mul_ps(s8, sixteenth),
-                                            1)
-                       : _mm512_castps256_ps512(s8);
+                const __m512 s = q4 ? _mm512_insertf32x8(_mm512_castps256_ps512(s8),
+                                                         _mm256_mul_ps(s8, sixteenth), 1)
+                                    : _mm512_castps256_ps512(s8);
                 DC_UNROLL
                 for (int j = 0; j < 4; j++) {
-                    const __m512i v = _mm512_dpbusd_epi32(dc_bcast256(c + (size_t)(q + j) * 32), X[j],
-                                                          dc_bcast256(ya[t][q + j].qs));
+                    const __m512i v = _mm512_dpbusd_epi32(dc_bcast256(c + (size_t)(q + j) * 32),
+                                                          X[j], dc_bcast256(ya[t][q + j].qs));
                     A[p][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(dc_idx(q4, j), s),
                                               _mm512_cvtepi32_ps(v), A[p][t]);
                 }
@@ -201,11 +201,12 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
             DC_UNROLL
             for (int t = 0; t < T; t++) {
                 const float dy = dc_h2f(ya[t][q].d), sa = da * dy, sc = dc * dy;
-                const __m512 s = q4 ? _mm512_setr_ps(sa, sa, sa, sa, sa / 16, sa / 16, sa / 16, sa / 16,
-                                                     sc, sc, sc, sc, sc / 16, sc / 16, sc / 16, sc / 16)
-                                    : _mm512_insertf32x8(_mm512_set1_ps(sa), _mm256_set1_ps(sc), 1);
-                const __m512i v =
-                    _mm512_dpbusd_epi32(dc_bcast256(col[t] + (size_t)q * 32), X, dc_bcast256(ya[t][q].qs));
+                const __m512 s =
+                    q4 ? _mm512_setr_ps(sa, sa, sa, sa, sa / 16, sa / 16, sa / 16, sa / 16, sc, sc,
+                                        sc, sc, sc / 16, sc / 16, sc / 16, sc / 16)
+                       : _mm512_insertf32x8(_mm512_set1_ps(sa), _mm256_set1_ps(sc), 1);
+                const __m512i v = _mm512_dpbusd_epi32(dc_bcast256(col[t] + (size_t)q * 32), X,
+                                                      dc_bcast256(ya[t][q].qs));
                 A[p][t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(v), A[p][t]);
             }
         }
@@ -221,7 +222,8 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
         if (out[2 * p] >= 0)
             y[(size_t)t * ys + (size_t)out[2 * p]] = dc_hsum8(_mm512_castps512_ps256(A[p][t]));
         if (out[2 * p + 1] >= 0)
-            y[(size_t)t * ys + (size_t)out[2 * p + 1]] = dc_hsum8(_mm512_extractf32x8_ps(A[p][t], 1));
+            y[(size_t)t * ys + (size_t)out[2 * p + 1]] =
+                dc_hsum8(_mm512_extractf32x8_ps(A[p][t], 1));
     }
 }
 
@@ -257,9 +259,11 @@ DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
                     out[i] = i < left ? r0 + r : -1;
                 }
                 if (left >= 3)
-                    dc_group(q4, 2, T, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out, 4 * ws);
+                    dc_group(q4, 2, T, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out,
+                             4 * ws);
                 else
-                    dc_group(q4, 1, T, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out, 2 * ws);
+                    dc_group(q4, 1, T, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out,
+                             2 * ws);
             }
         }
     }
@@ -276,7 +280,8 @@ DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
 
 /* int32 lanes holding (v, v) as int16 pairs, v the int32 value */
 DC_I __m512i dk_pairs(__m512i v) {
-    return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(v, 16));
+    return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)),
+                           _mm512_slli_epi32(v, 16));
 }
 
 /* permute index: lanes 0-3 <- a, 4-7 <- b, 8-11 <- c, 12-15 <- d */
@@ -292,7 +297,8 @@ DC_I __m256i dk_subsums(const hr_block_q8_k *y) {
 }
 
 DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *const *rp, int64_t nb,
-                   const hr_block_q8_k *const *ya, float *y, size_t ys, const int *out, size_t pfd) {
+                   const hr_block_q8_k *const *ya, float *y, size_t ys, const int *out,
+                   size_t pfd) {
     /* kind 4: q4_K, 5: q5_K, 6: q6_K */
     const size_t xb = kind == 4   ? sizeof(hr_block_q4_k)
                       : kind == 5 ? sizeof(hr_block_q5_k)
@@ -321,15 +327,18 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
                 I[t] = _mm512_setzero_si512();
             __m512 DX;
             if (kind != 6) {
-                const hr_block_q4_k *ba = (const hr_block_q4_k *)xa, *bc = (const hr_block_q4_k *)xc;
+                const hr_block_q4_k *ba = (const hr_block_q4_k *)xa,
+                                    *bc = (const hr_block_q4_k *)xc;
                 const __m128i sa = hr_kq_unpack_scales_sse(ba->scales);
                 const __m128i sc = hr_kq_unpack_scales_sse(bc->scales);
                 const __m512i V = dk_pairs(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(sa, sc)));
                 const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(sa, sc));
-                DX = _mm512_insertf32x8(_mm512_set1_ps(dc_h2f(ba->d)), _mm256_set1_ps(dc_h2f(bc->d)), 1);
-                const __m256 DM = _mm256_set_m128(_mm_set1_ps(dc_h2f(bc->dmin)),
-                                                  _mm_set1_ps(dc_h2f(ba->dmin)));
-                const size_t qso = kind == 4 ? offsetof(hr_block_q4_k, qs) : offsetof(hr_block_q5_k, qs);
+                DX = _mm512_insertf32x8(_mm512_set1_ps(dc_h2f(ba->d)),
+                                        _mm256_set1_ps(dc_h2f(bc->d)), 1);
+                const __m256 DM =
+                    _mm256_set_m128(_mm_set1_ps(dc_h2f(bc->dmin)), _mm_set1_ps(dc_h2f(ba->dmin)));
+                const size_t qso =
+                    kind == 4 ? offsetof(hr_block_q4_k, qs) : offsetof(hr_block_q5_k, qs);
                 __m512i QH = _mm512_setzero_si512();
                 if (kind == 5)
                     QH = _mm512_inserti64x4(
@@ -337,27 +346,35 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
                         dc_load256(xc + offsetof(hr_block_q5_k, qh)), 1);
                 DC_UNROLL
                 for (int c = 0; c < 4; c++) {
-                    const __m512i W = _mm512_inserti64x4(
-                        _mm512_castsi256_si512(dc_load256(xa + qso + 32 * c)),
-                        dc_load256(xc + qso + 32 * c), 1);
+                    const __m512i W =
+                        _mm512_inserti64x4(_mm512_castsi256_si512(dc_load256(xa + qso + 32 * c)),
+                                           dc_load256(xc + qso + 32 * c), 1);
                     __m512i lo = _mm512_and_si512(W, m4);
                     __m512i hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
                     if (kind == 5) {
                         const __m512i b16 = _mm512_set1_epi8(16);
-                        lo = _mm512_mask_or_epi32(lo, 0xffff, lo, _mm512_maskz_mov_epi8(
-                            _mm512_test_epi8_mask(QH, _mm512_set1_epi8((char)(1 << (2 * c)))), b16));
-                        hi = _mm512_mask_or_epi32(hi, 0xffff, hi, _mm512_maskz_mov_epi8(
-                            _mm512_test_epi8_mask(QH, _mm512_set1_epi8((char)(2 << (2 * c)))), b16));
+                        lo = _mm512_mask_or_epi32(
+                            lo, 0xffff, lo,
+                            _mm512_maskz_mov_epi8(
+                                _mm512_test_epi8_mask(QH, _mm512_set1_epi8((char)(1 << (2 * c)))),
+                                b16));
+                        hi = _mm512_mask_or_epi32(
+                            hi, 0xffff, hi,
+                            _mm512_maskz_mov_epi8(
+                                _mm512_test_epi8_mask(QH, _mm512_set1_epi8((char)(2 << (2 * c)))),
+                                b16));
                     }
-                    const __m512i S0 = _mm512_permutexvar_epi32(dk_sel(2 * c, 2 * c, 8 + 2 * c, 8 + 2 * c), V);
-                    const __m512i S1 =
-                        _mm512_permutexvar_epi32(dk_sel(2 * c + 1, 2 * c + 1, 9 + 2 * c, 9 + 2 * c), V);
+                    const __m512i S0 =
+                        _mm512_permutexvar_epi32(dk_sel(2 * c, 2 * c, 8 + 2 * c, 8 + 2 * c), V);
+                    const __m512i S1 = _mm512_permutexvar_epi32(
+                        dk_sel(2 * c + 1, 2 * c + 1, 9 + 2 * c, 9 + 2 * c), V);
                     DC_UNROLL
                     for (int t = 0; t < T; t++) {
                         const int8_t *q8 = ya[t][i].qs + 64 * c;
-                        I[t] = _mm512_dpwssd_epi32(I[t], _mm512_maddubs_epi16(lo, dc_bcast256(q8)), S0);
-                        I[t] = _mm512_dpwssd_epi32(I[t], _mm512_maddubs_epi16(hi, dc_bcast256(q8 + 32)),
-                                                   S1);
+                        I[t] = _mm512_dpwssd_epi32(I[t], _mm512_maddubs_epi16(lo, dc_bcast256(q8)),
+                                                   S0);
+                        I[t] = _mm512_dpwssd_epi32(
+                            I[t], _mm512_maddubs_epi16(hi, dc_bcast256(q8 + 32)), S1);
                     }
                 }
                 DC_UNROLL
@@ -368,7 +385,8 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
                     /* mins: lane j of a row = mn[2j] s(2j) + mn[2j+1] s(2j+1) */
                     __m256i mm = _mm256_madd_epi16(mn16, dk_subsums(&ya[t][i]));
                     if (kind == 5) /* one sum per row, in every lane of its half */
-                        mm = _mm256_hadd_epi32(_mm256_hadd_epi32(mm, mm), _mm256_hadd_epi32(mm, mm));
+                        mm =
+                            _mm256_hadd_epi32(_mm256_hadd_epi32(mm, mm), _mm256_hadd_epi32(mm, mm));
                     M[p][t] = _mm256_fmadd_ps(_mm256_mul_ps(DM, _mm256_set1_ps(-yd)),
                                               _mm256_cvtepi32_ps(mm), M[p][t]);
                 }
@@ -376,32 +394,39 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
             }
             /* q6_K */
             const hr_block_q6_k *ba = (const hr_block_q6_k *)xa, *bc = (const hr_block_q6_k *)xc;
-            DX = _mm512_insertf32x8(_mm512_set1_ps(dc_h2f(ba->d)), _mm256_set1_ps(dc_h2f(bc->d)), 1);
+            DX =
+                _mm512_insertf32x8(_mm512_set1_ps(dc_h2f(ba->d)), _mm256_set1_ps(dc_h2f(bc->d)), 1);
             const __m512i m32 = _mm512_set1_epi8(32);
             DC_UNROLL
             for (int h = 0; h < 2; h++) {
                 const __m128i sca = _mm_loadl_epi64((const __m128i *)(ba->scales + 8 * h));
                 const __m128i scc = _mm_loadl_epi64((const __m128i *)(bc->scales + 8 * h));
                 const __m512i V = dk_pairs(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(sca, scc)));
-                const __m512i QL0 = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(dc_load256(ba->ql + 64 * h)), dc_load256(bc->ql + 64 * h), 1);
+                const __m512i QL0 =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(dc_load256(ba->ql + 64 * h)),
+                                       dc_load256(bc->ql + 64 * h), 1);
                 const __m512i QL1 =
                     _mm512_inserti64x4(_mm512_castsi256_si512(dc_load256(ba->ql + 64 * h + 32)),
                                        dc_load256(bc->ql + 64 * h + 32), 1);
-                const __m512i QH = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(dc_load256(ba->qh + 32 * h)), dc_load256(bc->qh + 32 * h), 1);
+                const __m512i QH =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(dc_load256(ba->qh + 32 * h)),
+                                       dc_load256(bc->qh + 32 * h), 1);
                 const __m512i m3 = _mm512_set1_epi8(0x30);
                 __m512i Q[4];
                 /* (ql nibble) | (2 qh bits) << 4, as the scalar reference */
-                Q[0] = _mm512_or_si512(_mm512_and_si512(QL0, m4), _mm512_and_si512(_mm512_slli_epi16(QH, 4), m3));
-                Q[1] = _mm512_or_si512(_mm512_and_si512(QL1, m4), _mm512_and_si512(_mm512_slli_epi16(QH, 2), m3));
-                Q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(QL0, 4), m4), _mm512_and_si512(QH, m3));
+                Q[0] = _mm512_or_si512(_mm512_and_si512(QL0, m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(QH, 4), m3));
+                Q[1] = _mm512_or_si512(_mm512_and_si512(QL1, m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(QH, 2), m3));
+                Q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(QL0, 4), m4),
+                                       _mm512_and_si512(QH, m3));
                 Q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(QL1, 4), m4),
                                        _mm512_and_si512(_mm512_srli_epi16(QH, 2), m3));
                 DC_UNROLL
                 for (int m = 0; m < 4; m++) {
                     /* lanes 0-3 of a row: scale 2m (elements l < 16), 4-7: 2m + 1 */
-                    const __m512i S = _mm512_permutexvar_epi32(dk_sel(2 * m, 2 * m + 1, 8 + 2 * m, 9 + 2 * m), V);
+                    const __m512i S =
+                        _mm512_permutexvar_epi32(dk_sel(2 * m, 2 * m + 1, 8 + 2 * m, 9 + 2 * m), V);
                     DC_UNROLL
                     for (int t = 0; t < T; t++) {
                         const __m512i Y = dc_bcast256(ya[t][i].qs + 128 * h + 32 * m);
@@ -427,7 +452,8 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
             float m[8];
             _mm256_storeu_ps(m, M[p][t]);
             for (int h = 0; h < 2; h++)
-                r[h] += kind == 5 ? m[4 * h] : (m[4 * h] + m[4 * h + 2]) + (m[4 * h + 1] + m[4 * h + 3]);
+                r[h] += kind == 5 ? m[4 * h]
+                                  : (m[4 * h] + m[4 * h + 2]) + (m[4 * h + 1] + m[4 * h + 3]);
         }
         for (int h = 0; h < 2; h++)
             if (out[2 * p + h] >= 0)
@@ -485,7 +511,7 @@ static void dotc_q8_0(int64_t n, int nr, const void *w, size_t ws, const void *c
 }
 
 void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2) {
-    if (!(flags & HR_AVX512_VNNI) || (flags & HR_AVX512_PREFER_YMM))
+    if (!(flags & HR_AVX512_VNNI))
         return;
     /* vec_dot is the AVX2 table's, which is canonical: the same values */
     const int types[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};

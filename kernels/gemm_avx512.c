@@ -1,8 +1,8 @@
 /* gemm_avx512.c - the tile kernels of gemm-impl.h on AVX-512VL + VNNI with
  * ymm registers (vpdpbusd / vpdpwssd, 32 registers: 4 rows x 4 tokens),
  * and from HR_GEMMP_MIN_T tokens on the packed-panel zmm kernels of
- * gemmp_avx512.c for Q4_0, Q4_K and Q6_K. Used by both VNNI builds of the
- * AVX-512 table; without VNNI the table keeps the AVX2 tiles. */
+ * gemmp_avx512.c for Q4_0, Q4_K and Q6_K. Used by the AVX-512 table with
+ * VNNI; without VNNI the table keeps the AVX2 tiles. */
 #define HR_GEMM_RM 4
 #define HR_GEMM_TM 4
 #include "kernels/gemm-impl.h"

@@ -30,11 +30,9 @@ static inline __m128i hr_kq_unpack_scales_sse(const uint8_t *s) {
 #endif
 
 /* Per-ISA table fillers: overwrite the entries the ISA specialises, leave the
- * rest. The AVX-512 one takes HR_AVX512_* flags: VNNI instructions are used
- * only with HR_AVX512_VNNI; HR_AVX512_PREFER_YMM (with VNNI) picks 256-bit
- * forms where they are faster on cores that split 512-bit operations in two
- * (AMD Zen 4). */
-enum { HR_AVX512_VNNI = 1u, HR_AVX512_PREFER_YMM = 2u };
+ * rest. The AVX-512 ones take HR_AVX512_* flags: VNNI instructions are used
+ * only with HR_AVX512_VNNI. */
+enum { HR_AVX512_VNNI = 1u };
 void hr_quant_fill_avx2(hr_kernels *k);
 void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
 /* Tile kernels (gemm_avx2.c, gemm_avx512.c): fill k->gemm; the AVX-512 one
@@ -58,9 +56,6 @@ void hr_gemmp_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                    float *y, size_t ys);
 void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                    float *y, size_t ys);
-/* Multi-column decode kernels (dotn_avx512.c): fill k->vec_dot_n where
- * the table's vec_dot is the one they reproduce bit for bit. */
-void hr_dotn_fill_avx512(hr_kernels *k, unsigned flags);
 /* Canonical-order decode kernels (dotc_avx512.c): Q4_0 and Q8_0 vec_dot_n
  * (also for one column) on 512-bit VNNI, with vec_dot taken from the
  * canonical AVX2 table avx2, whose values they equal bit for bit. */

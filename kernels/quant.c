@@ -94,12 +94,8 @@ static void detect_x86(bool *avx2, bool *avx512, unsigned *flags512) {
     *flags512 = 0;
 #if HR_X86
     unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d))
-        return;
-    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
-    const unsigned family = ((a >> 8) & 0xf) == 0xf ? 0xf + ((a >> 20) & 0xff) : (a >> 8) & 0xf;
     const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
     const bool fma = c & (1u << 12), f16c = c & (1u << 29);
     g_features[0] = '\0';
@@ -118,9 +114,6 @@ static void detect_x86(bool *avx2, bool *avx512, unsigned *flags512) {
     *avx512 = *avx2 && f && dq && bw && vl && (xcr0 & 0xe6) == 0xe6;
     if (*avx512 && (c & (1u << 11)))
         *flags512 |= HR_AVX512_VNNI;
-    /* Zen 4 (family 19h) executes 512-bit operations as two 256-bit halves */
-    if (*avx512 && amd && family == 0x19)
-        *flags512 |= HR_AVX512_PREFER_YMM;
     feature(avx2_f, "avx2");
     feature(bmi2, "bmi2");
     feature(*avx512, "avx512");
@@ -193,7 +186,6 @@ static void init_tables(void) {
         hr_quant_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
         hr_gemm_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
         drop_stale_dotn(&g_tables[HR_ISA_AVX512], &g_tables[HR_ISA_AVX2]);
-        hr_dotn_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
         hr_dotc_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512, &g_tables[HR_ISA_AVX2]);
     }
 #endif
@@ -227,9 +219,8 @@ static void init_tables(void) {
                         found < 0 ? "no such kernel table" : "this CPU cannot run it",
                         hr_isa_name(g_best->isa));
     }
-    HR_LOG_DEBUG(TAG, "kernels: %s%s%s (cpu: %s)", hr_isa_name(g_best->isa),
+    HR_LOG_DEBUG(TAG, "kernels: %s%s (cpu: %s)", hr_isa_name(g_best->isa),
                  g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_VNNI) ? " vnni" : "",
-                 g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_PREFER_YMM) ? " ymm" : "",
                  g_features);
 }
 

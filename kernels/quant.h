@@ -13,9 +13,10 @@
  * tiles and multi-column kernels of the scalar and aarch64 tables follow one
  * float order (kernels/canon-impl.h), and so do the AVX2 table's, so those
  * tables give bit-identical results and a model's logits do not depend on
- * which of them ran it; the AVX-512 table keeps a faster order of its own
- * and differs from scalar by float summation order (hr_kernels.canonical
- * tells which).
+ * which of them ran it; the AVX-512 table follows it in single-token
+ * decode of the integer types (with VNNI) but keeps a faster order of its
+ * own in prompt tiles and float dot products, where it differs from scalar
+ * by float summation order (hr_kernels.canonical tells which).
  * Setting HR_ISA in the environment to
  * the name of a table this CPU can run (scalar, avx2, avx512, neon, dotprod,
  * i8mm) makes hr_kernels_best() return it (debugging, benchmarks, tests of

@@ -1,15 +1,12 @@
-/* quant_avx512.c - AVX-512 (F/BW/VL/DQ) dot products for the hot weight types
- * (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32). Everything else comes from
- * the AVX2 table. Three builds of the integer kernels, chosen by quant.c from
- * cpuid (HR_AVX512_* flags):
- *   - plain AVX-512BW (vpmaddubsw + vpmaddwd), for cores without VNNI;
- *   - 512-bit VNNI (vpdpbusd / vpdpwssd): 32-element blocks two per register
- *     with the scales spread by one permute per pair, K-quant super-blocks 64
- *     elements per register;
- *   - 256-bit VNNI (EVEX ymm): same instruction count per byte as the 512-bit
- *     one minus the lane shuffles, hence faster on cores that split 512-bit
- *     operations in two (AMD Zen 4), where it is the default.
- * Per-block int32 sums are scaled with one FMA; one reduction per row. */
+/* quant_avx512.c - AVX-512 (F/BW/VL/DQ) dot products for cores without
+ * VNNI (Skylake-SP class): Q4_0, Q8_0, Q4_K, Q5_K and Q6_K on vpmaddubsw +
+ * vpmaddwd, 32-element blocks two per register with the scales spread by
+ * one permute per pair, K-quant super-blocks 64 elements per register; and
+ * F16, BF16, F32 for every AVX-512 core. These keep their own float order
+ * (per-block int32 sums scaled with one FMA, one reduction per row), not
+ * the canonical one. With VNNI the integer types keep the AVX2 table's
+ * canonical vec_dot and decode through dotc_avx512.c instead, which is
+ * faster and gives the same values. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -30,15 +27,11 @@ HR_AI __m512i load2x256(const void *a, const void *b) {
 }
 
 /* acc + sums over int16 pairs of p * s */
-HR_AI __m512i dp_s16(__m512i acc, __m512i p, __m512i s, const bool vnni) {
-    if (vnni)
-        return _mm512_dpwssd_epi32(acc, p, s);
+HR_AI __m512i dp_s16(__m512i acc, __m512i p, __m512i s) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(p, s));
 }
 
-HR_AI __m256i dp_u8s8_256(__m256i acc, __m256i u, __m256i s, const bool vnni) {
-    if (vnni)
-        return _mm256_dpbusd_epi32(acc, u, s);
+HR_AI __m256i dp_u8s8_256(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc,
                             _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
@@ -68,24 +61,12 @@ HR_AI __m128 scales4(const void *x, size_t xstride, const hr_block_q8_0 *y) {
 
 /* ---- Q4_0 x Q8_0 --------------------------------------------------------- */
 
-/* s32x16: lanes 0-7 partial sums of block x[0], lanes 8-15 of x[1].
- * VNNI: the high nibbles are taken in place (q & 0xf0 = 16 * hi, exact in
- * vpdpbusd, which does not saturate), so lanes 4-7 and 12-15 hold 16x their
- * sum; the caller scales those lanes by d/16. Without VNNI (vpmaddubsw
- * saturates) they are shifted down instead. */
-HR_AI __m512i q4_0_pair(const hr_block_q4_0 *x, const hr_block_q8_0 *y, const bool vnni) {
+/* s32x16: lanes 0-7 partial sums of block x[0], lanes 8-15 of x[1] (the
+ * high nibbles shifted down: vpmaddubsw saturates) */
+HR_AI __m512i q4_0_pair(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
     const __m512i q = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(loadu128(x[0].qs)), 0xff00,
                                                   loadu128(x[1].qs));
     const __m512i s = load2x256(y[0].qs, y[1].qs);
-    if (vnni) {
-        const long long f0 = (long long)0xf0f0f0f0f0f0f0f0ull, f = 0x0f0f0f0f0f0f0f0fll;
-        const long long e0 = (long long)0x8080808080808080ull, e = 0x0808080808080808ll;
-        const __m512i lohi = _mm512_set_epi64(f0, f0, f, f, f0, f0, f, f);
-        const __m512i off = _mm512_set_epi64(e0, e0, e, e, e0, e0, e, e);
-        const __m512i u = _mm512_and_si512(q, lohi);
-        return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s),
-                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, s));
-    }
     const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
     const __m512i u = _mm512_and_si512(_mm512_srlv_epi64(q, shift), _mm512_set1_epi8(0x0f));
     const __m512i off = _mm512_set1_epi8(8);
@@ -93,7 +74,7 @@ HR_AI __m512i q4_0_pair(const hr_block_q4_0 *x, const hr_block_q8_0 *y, const bo
     return _mm512_madd_epi16(p, _mm512_set1_epi16(1));
 }
 
-HR_AI float q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y, const bool vnni) {
+HR_AI float q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y) {
     const __m128i t = loadu128(x->qs);
     const __m256i u = _mm256_and_si256(
         _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1),
@@ -101,47 +82,39 @@ HR_AI float q4_0_one(const hr_block_q4_0 *x, const hr_block_q8_0 *y, const bool 
     const __m256i s = loadu256(y->qs);
     const __m256i z = _mm256_setzero_si256();
     const __m256i v =
-        _mm256_sub_epi32(dp_u8s8_256(z, u, s, vnni), dp_u8s8_256(z, _mm256_set1_epi8(8), s, vnni));
+        _mm256_sub_epi32(dp_u8s8_256(z, u, s), dp_u8s8_256(z, _mm256_set1_epi8(8), s));
     const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     return hsum_ps128(_mm_cvtepi32_ps(h)) * (h2f(x->d) * h2f(y->d));
 }
 
-HR_AI float dot_q4_0_body(int64_t n, const void *w, const void *a, const bool vnni) {
+static float dot_q4_0_bw(int64_t n, const void *w, const void *a) {
     const hr_block_q4_0 *x = w;
     const hr_block_q8_0 *y = a;
     const int64_t nb = n / HR_QK4_0;
-    /* lanes of d8 = [d0..d3, (d0..d3) * hs]: hs = 1/16 for the in-place high
-     * nibbles (VNNI), 1 otherwise */
-    const __m512i lo2 = _mm512_set_epi32(5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
-    const __m512i hi2 = _mm512_set_epi32(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2);
-    const __m128 hs = _mm_set1_ps(vnni ? 1.0f / 16.0f : 1.0f);
+    /* block 4i + k's scale on its lanes: d4 = [d0..d3] */
+    const __m512i lo2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i hi2 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 3 < nb; i += 4) {
         const __m128 d4 = scales4(&x[i], sizeof(*x), &y[i]);
-        const __m512 d8 = _mm512_castps256_ps512(_mm256_set_m128(_mm_mul_ps(d4, hs), d4));
-        const __m512i s01 = q4_0_pair(x + i, y + i, vnni);
-        const __m512i s23 = q4_0_pair(x + i + 2, y + i + 2, vnni);
+        const __m512 d8 = _mm512_castps128_ps512(d4);
+        const __m512i s01 = q4_0_pair(x + i, y + i);
+        const __m512i s23 = q4_0_pair(x + i + 2, y + i + 2);
         acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(lo2, d8), _mm512_cvtepi32_ps(s01), acc0);
         acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(hi2, d8), _mm512_cvtepi32_ps(s23), acc1);
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     for (; i < nb; i++)
-        sum += q4_0_one(x + i, y + i, vnni);
+        sum += q4_0_one(x + i, y + i);
     return sum;
 }
 
 /* ---- Q8_0 x Q8_0 --------------------------------------------------------- */
 
-HR_AI __m512i q8_0_pair(const hr_block_q8_0 *x, const hr_block_q8_0 *y, const bool vnni) {
+HR_AI __m512i q8_0_pair(const hr_block_q8_0 *x, const hr_block_q8_0 *y) {
     const __m512i xs = load2x256(x[0].qs, x[1].qs);
     const __m512i ys = load2x256(y[0].qs, y[1].qs);
-    if (vnni) { /* sum (x+128)*y - 128*sum y */
-        const __m512i b = _mm512_set1_epi8((char)0x80);
-        return _mm512_sub_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(xs, b), ys),
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, ys));
-    }
     /* |x| * (y with x's sign), x != -128 */
     const __m512i ax = _mm512_abs_epi8(xs);
     const __m512i sy =
@@ -157,7 +130,7 @@ HR_AI float q8_0_one(const hr_block_q8_0 *x, const hr_block_q8_0 *y) {
     return hsum_ps128(_mm_cvtepi32_ps(h)) * (h2f(x->d) * h2f(y->d));
 }
 
-HR_AI float dot_q8_0_body(int64_t n, const void *w, const void *a, const bool vnni) {
+static float dot_q8_0_bw(int64_t n, const void *w, const void *a) {
     const hr_block_q8_0 *x = w;
     const hr_block_q8_0 *y = a;
     const int64_t nb = n / HR_QK8_0;
@@ -168,8 +141,8 @@ HR_AI float dot_q8_0_body(int64_t n, const void *w, const void *a, const bool vn
     for (; i + 3 < nb; i += 4) {
         const __m128 d4 = scales4(&x[i], sizeof(*x), &y[i]);
         const __m512 dd = _mm512_castps128_ps512(d4);
-        const __m512i s01 = q8_0_pair(x + i, y + i, vnni);
-        const __m512i s23 = q8_0_pair(x + i + 2, y + i + 2, vnni);
+        const __m512i s01 = q8_0_pair(x + i, y + i);
+        const __m512i s23 = q8_0_pair(x + i + 2, y + i + 2);
         acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(lo2, dd), _mm512_cvtepi32_ps(s01), acc0);
         acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(hi2, dd), _mm512_cvtepi32_ps(s23), acc1);
     }
@@ -201,8 +174,7 @@ HR_AI __m512i byte_pair_sel(int a, int b) {
  * the 32 packed bytes broadcast to both halves, the upper half shifted by 4.
  * Scales are spread to int16 lanes with in-lane byte shuffles (vpermw is slow
  * on some cores). */
-HR_AI float dot_q45_k_body(int64_t n, const void *w, const void *a, const bool five,
-                           const bool vnni) {
+HR_AI float dot_q45_k_body(int64_t n, const void *w, const void *a, const bool five) {
     const hr_block_q8_k *y = a;
     const int64_t nb = n / HR_QK_K;
     const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
@@ -252,188 +224,14 @@ HR_AI float dot_q45_k_body(int64_t n, const void *w, const void *a, const bool f
             const __m512i p = _mm512_maddubs_epi16(u, loadu512(q8 + 64 * c));
             const __m512i scv = _mm512_shuffle_epi8(sc, ssel[c]);
             if (c & 1)
-                sumi1 = dp_s16(sumi1, p, scv, vnni);
+                sumi1 = dp_s16(sumi1, p, scv);
             else
-                sumi0 = dp_s16(sumi0, p, scv, vnni);
+                sumi0 = dp_s16(sumi0, p, scv);
         }
         const __m512i sumi = _mm512_add_epi32(sumi0, sumi1);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
     return _mm512_reduce_add_ps(acc) - hsum_ps128(accm);
-}
-
-/* q4_K with 256-bit registers and VNNI (vpdpwssd fuses the scale multiply
- * and the accumulation): on cores that split 512-bit operations in two
- * (AMD Zen 4) this beats the 512-bit form, which needs variable shifts to
- * place the nibbles. */
-static float dot_q4_k_vnni256(int64_t n, const void *w, const void *a) {
-    const hr_block_q4_k *x = w;
-    const hr_block_q8_k *y = a;
-    const int64_t nb = n / HR_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
-        const __m128i scmn = hr_kq_unpack_scales_sse(x[i].scales);
-        accm =
-            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
-        const __m256i sc = _mm256_broadcastsi128_si256(scmn);
-        const uint8_t *q4 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++, q4 += 32, q8 += 64) {
-            const __m256i q = loadu256(q4);
-            const __m256i lo = _mm256_and_si256(q, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i sl =
-                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c))));
-            const __m256i sh =
-                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c + 1))));
-            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(lo, loadu256(q8)), sl);
-            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(hi, loadu256(q8 + 32)), sh);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)),
-                              acc);
-    }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    return hsum_ps128(s) - hsum_ps128(accm);
-}
-
-/* q5_K, 256-bit VNNI form of the above: the 5th bits come from qh, two bits
- * per 64-element chunk. */
-static float dot_q5_k_vnni256(int64_t n, const void *w, const void *a) {
-    const hr_block_q5_k *x = w;
-    const hr_block_q8_k *y = a;
-    const int64_t nb = n / HR_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
-        const __m128i scmn = hr_kq_unpack_scales_sse(x[i].scales);
-        accm =
-            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kq_mins_dot(scmn, y[i].bsums)), accm);
-        const __m256i sc = _mm256_broadcastsi128_si256(scmn);
-        const uint8_t *q5 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i qh = loadu256(x[i].qh);
-        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++, q5 += 32, q8 += 64) {
-            const __m256i q = loadu256(q5);
-            const __m256i lo = _mm256_ternarylogic_epi64(
-                q, m4, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4), 0xEA);
-            const __m256i hi = _mm256_ternarylogic_epi64(
-                _mm256_srli_epi16(q, 4), m4, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4), 0xEA);
-            qh = _mm256_srli_epi16(qh, 2);
-            const __m256i sl =
-                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c))));
-            const __m256i sh =
-                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x8000 | (2 * c + 1))));
-            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(lo, loadu256(q8)), sl);
-            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(hi, loadu256(q8 + 32)), sh);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)),
-                              acc);
-    }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    return hsum_ps128(s) - hsum_ps128(accm);
-}
-
-/* q6_K, 256-bit VNNI form: 32 elements per register, the int16 scales of a
- * half broadcast to both lanes and picked with in-lane shuffles. */
-static float dot_q6_k_vnni256(int64_t n, const void *w, const void *a) {
-    const hr_block_q6_k *x = w;
-    const hr_block_q8_k *y = a;
-    const int64_t nb = n / HR_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    /* register m of a half: low 128-bit lane <- word 2m, high lane <- 2m+1 */
-    __m256i sel[4];
-    for (int m = 0; m < 4; m++)
-        sel[m] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_set1_epi16((short)(((4 * m + 1) << 8) | (4 * m)))),
-            _mm_set1_epi16((short)(((4 * m + 3) << 8) | (4 * m + 2))), 1);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const float d = y[i].d * h2f(x[i].d);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(x[i].scales));
-        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y[i].bsums)), 5);
-        __m256i sumi0 = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
-        __m256i sumi1 = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i scl = _mm256_broadcastsi128_si256(
-                h == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1));
-            const uint8_t *ql = x[i].ql + 64 * h;
-            const int8_t *q8 = y[i].qs + 128 * h;
-            const __m256i l0 = loadu256(ql), l1 = loadu256(ql + 32);
-            const __m256i qh = loadu256(x[i].qh + 32 * h);
-            const __m256i q1 = _mm256_ternarylogic_epi64(
-                l0, m4, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30), 0xEA);
-            const __m256i q2 = _mm256_ternarylogic_epi64(
-                l1, m4, _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30), 0xEA);
-            const __m256i q3 = _mm256_ternarylogic_epi64(_mm256_srli_epi16(l0, 4), m4,
-                                                         _mm256_and_si256(qh, m30), 0xEA);
-            const __m256i q4 =
-                _mm256_ternarylogic_epi64(_mm256_srli_epi16(l1, 4), m4,
-                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30), 0xEA);
-            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(q1, loadu256(q8)),
-                                        _mm256_shuffle_epi8(scl, sel[0]));
-            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(q2, loadu256(q8 + 32)),
-                                        _mm256_shuffle_epi8(scl, sel[1]));
-            sumi0 = _mm256_dpwssd_epi32(sumi0, _mm256_maddubs_epi16(q3, loadu256(q8 + 64)),
-                                        _mm256_shuffle_epi8(scl, sel[2]));
-            sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_maddubs_epi16(q4, loadu256(q8 + 96)),
-                                        _mm256_shuffle_epi8(scl, sel[3]));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)),
-                              acc);
-    }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    return hsum_ps128(s);
-}
-
-/* q4_0, 256-bit VNNI form: one block per register, the high nibbles taken
- * in place (16x, scaled back by d/16 in the upper lane). */
-static float dot_q4_0_vnni256(int64_t n, const void *w, const void *a) {
-    const hr_block_q4_0 *x = w;
-    const hr_block_q8_0 *y = a;
-    const int64_t nb = n / HR_QK4_0;
-    const __m256i lohi =
-        _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0fll, 0x0f0f0f0f0f0f0f0fll,
-                           (long long)0xf0f0f0f0f0f0f0f0ull, (long long)0xf0f0f0f0f0f0f0f0ull);
-    const __m256i off =
-        _mm256_setr_epi64x(0x0808080808080808ll, 0x0808080808080808ll,
-                           (long long)0x8080808080808080ull, (long long)0x8080808080808080ull);
-    const __m256i z = _mm256_setzero_si256();
-    const __m128 sixteenth = _mm_set1_ps(1.0f / 16.0f);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    /* s32x8 sums of block xb: 8 * sum y subtracted (in place 128 * sum y) */
-#define Q4_0_SUM(xb, yb)                                                                           \
-    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                           \
-        _mm256_dpbusd_epi32(                                                                       \
-            z, _mm256_and_si256(_mm256_broadcastsi128_si256(loadu128((xb)->qs)), lohi),            \
-            loadu256((yb)->qs)),                                                                   \
-        _mm256_dpbusd_epi32(z, off, loadu256((yb)->qs))))
-    int64_t i = 0;
-    for (; i + 3 < nb; i += 4) {
-        const __m128 d4 = scales4(&x[i], sizeof(*x), &y[i]);
-        const __m256 d8 = _mm256_set_m128(_mm_mul_ps(d4, sixteenth), d4);
-        acc0 = _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0x00), Q4_0_SUM(x + i, y + i), acc0);
-        acc1 =
-            _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0x55), Q4_0_SUM(x + i + 1, y + i + 1), acc1);
-        acc0 =
-            _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0xaa), Q4_0_SUM(x + i + 2, y + i + 2), acc0);
-        acc1 =
-            _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, 0xff), Q4_0_SUM(x + i + 3, y + i + 3), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m128 d = _mm_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc0 = _mm256_fmadd_ps(_mm256_set_m128(_mm_mul_ps(d, sixteenth), d), Q4_0_SUM(x + i, y + i),
-                               acc0);
-    }
-#undef Q4_0_SUM
-    const __m256 acc = _mm256_add_ps(acc0, acc1);
-    return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));
 }
 
 /* q6_K: half h (128 elements) in two registers: [elements 0-31 | 32-63] from
@@ -442,7 +240,7 @@ static float dot_q4_0_vnni256(int64_t n, const void *w, const void *a) {
  * sum (q - 32) * q8 is taken as sum q * q8 - 32 * bsums. Register k covers
  * scales 4k..4k+3, one per 128-bit lane: spread with vpshufb from the
  * (int16) scales of its half. */
-HR_AI float dot_q6_k_body(int64_t n, const void *w, const void *a, const bool vnni) {
+static float dot_q6_k_bw(int64_t n, const void *w, const void *a) {
     const hr_block_q6_k *x = w;
     const hr_block_q8_k *y = a;
     const int64_t nb = n / HR_QK_K;
@@ -472,8 +270,8 @@ HR_AI float dot_q6_k_body(int64_t n, const void *w, const void *a, const bool vn
             const int8_t *q8 = y[i].qs + 128 * h;
             const __m512i p0 = _mm512_maddubs_epi16(qlo, loadu512(q8));
             const __m512i p1 = _mm512_maddubs_epi16(qhi, loadu512(q8 + 64));
-            sumi0 = dp_s16(sumi0, p0, _mm512_shuffle_epi8(sch, wsel0), vnni);
-            sumi1 = dp_s16(sumi1, p1, _mm512_shuffle_epi8(sch, wsel1), vnni);
+            sumi0 = dp_s16(sumi0, p0, _mm512_shuffle_epi8(sch, wsel0));
+            sumi1 = dp_s16(sumi1, p1, _mm512_shuffle_epi8(sch, wsel1));
         }
         const __m512i sumi =
             _mm512_sub_epi32(_mm512_add_epi32(sumi0, sumi1), _mm512_zextsi256_si512(corr));
@@ -521,35 +319,26 @@ DOT_F512(dot_f32, load16_f32)
 DOT_F512(dot_f16, load16_f16)
 DOT_F512(dot_bf16, load16_bf16)
 
-/* ---- VNNI / plain instantiations ----------------------------------------- */
+static float dot_q4_k_bw(int64_t n, const void *w, const void *a) {
+    return dot_q45_k_body(n, w, a, false);
+}
 
-#define INSTANTIATE(NAME, BODY_CALL)                                                               \
-    static float NAME##_vnni(int64_t n, const void *w, const void *a) { return BODY_CALL(true); }  \
-    static float NAME##_bw(int64_t n, const void *w, const void *a) { return BODY_CALL(false); }
-
-#define Q4_0_CALL(v) dot_q4_0_body(n, w, a, v)
-#define Q8_0_CALL(v) dot_q8_0_body(n, w, a, v)
-#define Q4_K_CALL(v) dot_q45_k_body(n, w, a, false, v)
-#define Q5_K_CALL(v) dot_q45_k_body(n, w, a, true, v)
-#define Q6_K_CALL(v) dot_q6_k_body(n, w, a, v)
-
-INSTANTIATE(dot_q4_0, Q4_0_CALL)
-INSTANTIATE(dot_q8_0, Q8_0_CALL)
-INSTANTIATE(dot_q4_k, Q4_K_CALL)
-INSTANTIATE(dot_q5_k, Q5_K_CALL)
-INSTANTIATE(dot_q6_k, Q6_K_CALL)
+static float dot_q5_k_bw(int64_t n, const void *w, const void *a) {
+    return dot_q45_k_body(n, w, a, true);
+}
 
 void hr_quant_fill_avx512(hr_kernels *k, unsigned flags) {
-    const bool vnni = flags & HR_AVX512_VNNI, ymm = vnni && (flags & HR_AVX512_PREFER_YMM);
     /* these kernels keep their own float order (the AVX2 table they start
      * from is canonical) */
     k->canonical = false;
     k->vec_dot[HR_TYPE_F32] = dot_f32;
     k->vec_dot[HR_TYPE_F16] = dot_f16;
     k->vec_dot[HR_TYPE_BF16] = dot_bf16;
-    k->vec_dot[HR_TYPE_Q4_0] = ymm ? dot_q4_0_vnni256 : vnni ? dot_q4_0_vnni : dot_q4_0_bw;
-    k->vec_dot[HR_TYPE_Q8_0] = vnni ? dot_q8_0_vnni : dot_q8_0_bw;
-    k->vec_dot[HR_TYPE_Q4_K] = ymm ? dot_q4_k_vnni256 : vnni ? dot_q4_k_vnni : dot_q4_k_bw;
-    k->vec_dot[HR_TYPE_Q5_K] = ymm ? dot_q5_k_vnni256 : vnni ? dot_q5_k_vnni : dot_q5_k_bw;
-    k->vec_dot[HR_TYPE_Q6_K] = ymm ? dot_q6_k_vnni256 : vnni ? dot_q6_k_vnni : dot_q6_k_bw;
+    if (flags & HR_AVX512_VNNI)
+        return; /* the canonical AVX2 vec_dot stays; dotc_avx512.c decodes */
+    k->vec_dot[HR_TYPE_Q4_0] = dot_q4_0_bw;
+    k->vec_dot[HR_TYPE_Q8_0] = dot_q8_0_bw;
+    k->vec_dot[HR_TYPE_Q4_K] = dot_q4_k_bw;
+    k->vec_dot[HR_TYPE_Q5_K] = dot_q5_k_bw;
+    k->vec_dot[HR_TYPE_Q6_K] = dot_q6_k_bw;
 }

@@ -57,13 +57,11 @@ typedef struct {
 } table_ref;
 
 static int tables(table_ref *t) {
-    static hr_kernels v512[3];
+    static hr_kernels v512[2];
     static const struct {
         const char *name;
         unsigned flags;
-    } v[3] = {{"avx512-bw", 0},
-              {"avx512-zmm", HR_AVX512_VNNI},
-              {"avx512-ymm", HR_AVX512_VNNI | HR_AVX512_PREFER_YMM}};
+    } v[2] = {{"avx512-bw", 0}, {"avx512-vnni", HR_AVX512_VNNI}};
     int n = 0;
     t[n++] = (table_ref){"scalar", hr_kernels_for_isa(HR_ISA_SCALAR)};
     const hr_kernels *a2 = hr_kernels_for_isa(HR_ISA_AVX2);
@@ -74,7 +72,7 @@ static int tables(table_ref *t) {
             t[n++] = (table_ref){hr_isa_name((hr_isa)isa), hr_kernels_for_isa((hr_isa)isa)};
 #if defined(__x86_64__) || defined(__i386__)
     if (hr_kernels_for_isa(HR_ISA_AVX512)) {
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 2; i++) {
             if ((v[i].flags & HR_AVX512_VNNI) && !(hr_quant_avx512_flags() & HR_AVX512_VNNI))
                 continue;
             v512[i] = *a2;
@@ -85,7 +83,6 @@ static int tables(table_ref *t) {
                     v512[i].vec_dot_n[ty] = NULL;
                     v512[i].dotn_one[ty] = false;
                 }
-            hr_dotn_fill_avx512(&v512[i], v[i].flags);
             hr_dotc_fill_avx512(&v512[i], v[i].flags, a2);
             t[n++] = (table_ref){v[i].name, &v512[i]};
         }

@@ -161,9 +161,11 @@ static void check_tables(void) {
     }
     /* the AVX-512 VNNI table decodes several Q4_0 columns in one pass */
     const hr_kernels *k5 = hr_kernels_for_isa(HR_ISA_AVX512);
-    if (k5 && (hr_quant_avx512_flags() & HR_AVX512_VNNI) &&
-        !(hr_quant_avx512_flags() & HR_AVX512_PREFER_YMM))
-        CHECK(k5->vec_dot_n[HR_TYPE_Q4_0] != NULL);
+    if (k5 && (hr_quant_avx512_flags() & HR_AVX512_VNNI)) {
+        const int dn[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
+        for (size_t i = 0; i < sizeof(dn) / sizeof(dn[0]); i++)
+            CHECK(k5->vec_dot_n[dn[i]] != NULL && k5->dotn_one[dn[i]]);
+    }
     /* the AVX2 table decodes float rows several at a time, also for one
      * column; the AVX-512 table, whose float vec_dot differs, drops them */
     if (k2) {
