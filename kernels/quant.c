@@ -179,6 +179,7 @@ static void init_tables(void) {
         g_tables[HR_ISA_AVX2].canonical = true;
         hr_quant_fill_avx2(&g_tables[HR_ISA_AVX2]);
         hr_gemm_fill_avx2(&g_tables[HR_ISA_AVX2]);
+        hr_dotc_fill_avx2(&g_tables[HR_ISA_AVX2]);
         drop_stale_dotn(&g_tables[HR_ISA_AVX2], &g_tables[HR_ISA_SCALAR]);
     }
     if (avx512) {
