@@ -45,18 +45,6 @@ DV_I float dv_hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* the fp16 values at p + k * stride, k < 4, as floats (packed in a general
- * register: the vector ports are the busy ones) */
-DV_I __m128 dv_halves4(const uint8_t *p, size_t stride) {
-    uint64_t v = 0;
-    for (int k = 0; k < 4; k++) {
-        uint16_t h;
-        memcpy(&h, p + (size_t)k * stride, 2);
-        v |= (uint64_t)h << (16 * k);
-    }
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
-}
-
 /* Column data for blocks [b0, b0 + nbc) of the q8_0 row y: per block the
  * lane seeds (Q4_0: -8 * the lane's sum of y; Q8_0: 0, unused), then per
  * block its dy. */
@@ -122,7 +110,7 @@ DV_I void dv_group(const bool q4, const int R, const int T, const uint8_t *const
             const uint8_t *x = rp[r] + (size_t)q * xb;
             for (int l = 0; l < 4 * (int)xb; l += 64)
                 _mm_prefetch((const char *)x + pfd + l, _MM_HINT_T0);
-            const __m128 f = dv_halves4(x, xb);
+            const __m128 f = hr_halves4(x, xb);
             __m256i U[4], XS[4];
             DV_UNROLL
             for (int j = 0; j < 4; j++) {

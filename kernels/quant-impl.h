@@ -9,7 +9,9 @@
 #include "kernels/quant.h"
 #include "kernels/types-impl.h"
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -26,6 +28,20 @@ static inline __m128i hr_kq_unpack_scales_sse(const uint8_t *s) {
     const __m128i hi =
         _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
     return _mm_or_si128(lo, hi);
+}
+
+/* The fp16 values at p + k * stride, k < 4, as 4 floats. Packed in a
+ * general register: the vector ports are the busy ones in the dot kernels,
+ * the integer ones idle. */
+static inline __m128 hr_halves4(const void *p, size_t stride) {
+    const uint8_t *b = p;
+    uint64_t v = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t h;
+        memcpy(&h, b + (size_t)k * stride, 2);
+        v |= (uint64_t)h << (16 * k);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 #endif
 

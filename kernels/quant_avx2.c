@@ -80,24 +80,10 @@ static inline __m256i dot_s8(__m256i x, __m256i y) {
 
 /* ---- dot products: 32-element blocks ------------------------------------ */
 
-/* the fp16 values at p + k*stride, k < 4, as 4 floats. Packed in a
- * general register: the vector pipes are the bottleneck of these kernels,
- * the integer ones idle. */
-static inline __m128 halves4(const void *p, size_t stride) {
-    const uint8_t *b = p;
-    uint64_t v = 0;
-    for (int k = 0; k < 4; k++) {
-        uint16_t h;
-        memcpy(&h, b + (size_t)k * stride, 2);
-        v |= (uint64_t)h << (16 * k);
-    }
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
-}
-
 /* Products a[k]*b[k] of the fp16 values at pa + k*sa and pb + k*sb, k < 4,
  * in both 128-bit halves. */
 static inline __m256 scales4(const void *pa, size_t sa, const void *pb, size_t sb) {
-    const __m128 d = _mm_mul_ps(halves4(pa, sa), halves4(pb, sb));
+    const __m128 d = _mm_mul_ps(hr_halves4(pa, sa), hr_halves4(pb, sb));
     return _mm256_set_m128(d, d);
 }
 
@@ -164,7 +150,7 @@ static inline float min_term_m(float summs, const void *pm, size_t sm, const voi
                                int cnt) {
     __m128 acc = _mm_set_ss(summs);
     if (cnt == 4) { /* the four blocks' m and s converted together */
-        __m128 m = halves4(pm, sm), v = halves4(ps, ss);
+        __m128 m = hr_halves4(pm, sm), v = hr_halves4(ps, ss);
         acc = _mm_fmadd_ss(m, v, acc);
         acc = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(v), acc);
         m = _mm_movehl_ps(m, m);
