@@ -1,5 +1,5 @@
-/* dotc_avx512.c - Q4_0 and Q8_0 decode on AVX-512 VNNI in the canonical
- * float order of kernels/canon-impl.h (hr_vec_dot_n_fn, also for one
+/* dotc_avx512.c - Q4_0, Q8_0, Q4_K, Q5_K and Q6_K decode on AVX-512 VNNI
+ * in the canonical float order of kernels/canon-impl.h (hr_vec_dot_n_fn, also for one
  * column): every value equals the scalar reference's vec_dot bit for bit,
  * so the AVX-512 table decodes these types exactly as the scalar, AVX2 and
  * aarch64 tables do (and as llama.cpp's x86 kernels).
@@ -36,9 +36,10 @@
  * Prefetch: rows streamed side by side defeat the hardware prefetchers
  * (they follow one ascending stream per page), so each group of rows
  * prefetches the same blocks of the group after it, one group's time
- * ahead. On a 2-core Xeon (Cascade Lake) that took Q4_0 decode from DRAM
- * from 12.6 to 19.2 GB/s and Q4_K from 9.6 to 15.3 (bench_quant --mem 2,
- * medians of 5; the machine's plain read loop: 19-20 GB/s). */
+ * ahead. On a 2-core Xeon (Cascade Lake) that took these kernels' decode
+ * from DRAM from 12.6 to 19.2 GB/s (Q4_0) and from 9.6 to 15.3 (Q4_K, one
+ * pair at a time, which did better than two there); bench_quant --mem 2,
+ * medians of 5, against a plain read loop's 19-20 GB/s. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
