@@ -5,7 +5,8 @@
  *
  * The cache is keyed by a fingerprint of what the measurements depend on
  * (CPU model, ISA, topology, kernel release, total memory, cgroup limits
- * of memory, CPU time and disk reads,
+ * of memory, CPU time and disk reads, the build of the running program
+ * (its kernels set the measured rates),
  * the file system of the model, and the request: types, thread counts, row
  * length, quick). A hit also needs the memory available for weights to be
  * within 20% (or 256 MiB) of what it was. */
@@ -15,9 +16,11 @@
 #include "common/sync.h"
 #include "kernels/quant.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +147,57 @@ static int hr_resolve_threads(const hr_prof_params *p, const hr_prof_topo *t, in
     return n;
 }
 
+/* The running program's build: its GNU build id (the linker's hash of the
+ * code, so a rebuilt or upgraded hearth, whose kernels may run at other
+ * rates, measures again), else the executable's size and time. */
+typedef struct {
+    char *buf;
+    size_t cap;
+    bool found;
+} hr_build_id_ctx;
+
+static int hr_build_id_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    hr_build_id_ctx *c = arg;
+    for (int i = 0; i < info->dlpi_phnum && !c->found; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+        const uint8_t *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            ElfW(Nhdr) nh;
+            memcpy(&nh, p, sizeof nh);
+            const uint8_t *name = p + sizeof nh;
+            const uint8_t *desc = name + ((nh.n_namesz + 3u) & ~3u);
+            if (desc + nh.n_descsz > end)
+                break;
+            if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                size_t o = 0;
+                for (uint32_t k = 0; k < nh.n_descsz && o + 3 <= c->cap; k++)
+                    o += (size_t)snprintf(c->buf + o, c->cap - o, "%02x", desc[k]);
+                c->found = o > 0;
+                break;
+            }
+            p = desc + ((nh.n_descsz + 3u) & ~3u);
+        }
+    }
+    return 1; /* the first object is the program itself */
+}
+
+static void hr_build_id(char *buf, size_t cap) {
+    hr_build_id_ctx c = {buf, cap, false};
+    buf[0] = '\0';
+    dl_iterate_phdr(hr_build_id_cb, &c);
+    if (c.found)
+        return;
+    struct stat st;
+    if (stat("/proc/self/exe", &st) == 0)
+        snprintf(buf, cap, "exe%lld.%lld", (long long)st.st_size, (long long)st.st_mtime);
+    else
+        snprintf(buf, cap, "unknown");
+}
+
 /* Whole GiB (nearest): a VM's MemTotal moves by a few MiB when its
  * balloon driver takes or returns pages, which is not another machine. */
 static int64_t hr_gib_round(int64_t bytes) {
@@ -172,6 +226,11 @@ static void hr_fingerprint(hr_prof_device *d, const hr_prof_params *p, const int
         char lim[1024];
         hr_prof_cg_limits_key(lim, sizeof lim, NULL);
         n += snprintf(s + n, sizeof s - (size_t)n, "|cg:%s", lim);
+    }
+    if (n > 0 && (size_t)n < sizeof s) {
+        char bid[96];
+        hr_build_id(bid, sizeof bid);
+        n += snprintf(s + n, sizeof s - (size_t)n, "|build:%s", bid);
     }
     struct stat st;
     if (p->model_path && n > 0 && (size_t)n < sizeof s && stat(p->model_path, &st) == 0)
