@@ -126,7 +126,7 @@ DV_I void dv_group(const bool q4, const int R, const int T, const uint8_t *const
                 for (int j = 0; j < 4; j++) {
                     const __m256i v =
                         dv_isum(q4, U[j], XS[j], ya[t][q + j].qs, col[t] + (size_t)(q + j) * 32);
-                    A[r][t] = _mm256_fmadd_ps(_mm256_shuffle_ps(d8, d8, j * 0x55),
+                    A[r][t] = _mm256_fmadd_ps(_mm256_permutevar_ps(d8, _mm256_set1_epi32(j)),
                                               _mm256_cvtepi32_ps(v), A[r][t]);
                 }
             }
