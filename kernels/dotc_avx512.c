@@ -297,7 +297,7 @@ DC_I __m256i dk_subsums(const hr_block_q8_k *y) {
     return _mm256_broadcastsi128_si256(s);
 }
 
-DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *const *rp, int64_t nb,
+DC_I void dk_group(const int kind, const int T, const uint8_t *const *rp, int64_t nb,
                    const hr_block_q8_k *const *ya, float *y, size_t ys, const int *out,
                    size_t pfd) {
     /* kind 4: q4_K, 5: q5_K, 6: q6_K */
@@ -305,19 +305,16 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
                       : kind == 5 ? sizeof(hr_block_q5_k)
                                   : sizeof(hr_block_q6_k);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 A[2][HR_DOT_N_MAX];
-    __m256 M[2][HR_DOT_N_MAX];
+    __m512 A[HR_DOT_N_MAX];
+    __m256 M[HR_DOT_N_MAX];
     DC_UNROLL
-    for (int p = 0; p < P; p++)
-        DC_UNROLL
     for (int t = 0; t < T; t++) {
-        A[p][t] = _mm512_setzero_ps();
-        M[p][t] = _mm256_setzero_ps();
+        A[t] = _mm512_setzero_ps();
+        M[t] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < nb; i++) {
-        DC_UNROLL
-        for (int p = 0; p < P; p++) {
-            const uint8_t *xa = rp[2 * p] + (size_t)i * xb, *xc = rp[2 * p + 1] + (size_t)i * xb;
+        {
+            const uint8_t *xa = rp[0] + (size_t)i * xb, *xc = rp[1] + (size_t)i * xb;
             for (int l = 0; l < (int)xb; l += 64) {
                 _mm_prefetch((const char *)xa + pfd + l, _MM_HINT_T0);
                 _mm_prefetch((const char *)xc + pfd + l, _MM_HINT_T0);
@@ -381,15 +378,15 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
                 DC_UNROLL
                 for (int t = 0; t < T; t++) {
                     const float yd = ya[t][i].d;
-                    A[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(DX, _mm512_set1_ps(yd)),
-                                              _mm512_cvtepi32_ps(I[t]), A[p][t]);
+                    A[t] = _mm512_fmadd_ps(_mm512_mul_ps(DX, _mm512_set1_ps(yd)),
+                                           _mm512_cvtepi32_ps(I[t]), A[t]);
                     /* mins: lane j of a row = mn[2j] s(2j) + mn[2j+1] s(2j+1) */
                     __m256i mm = _mm256_madd_epi16(mn16, dk_subsums(&ya[t][i]));
                     if (kind == 5) /* one sum per row, in every lane of its half */
                         mm =
                             _mm256_hadd_epi32(_mm256_hadd_epi32(mm, mm), _mm256_hadd_epi32(mm, mm));
-                    M[p][t] = _mm256_fmadd_ps(_mm256_mul_ps(DM, _mm256_set1_ps(-yd)),
-                                              _mm256_cvtepi32_ps(mm), M[p][t]);
+                    M[t] = _mm256_fmadd_ps(_mm256_mul_ps(DM, _mm256_set1_ps(-yd)),
+                                           _mm256_cvtepi32_ps(mm), M[t]);
                 }
                 continue;
             }
@@ -439,26 +436,24 @@ DC_I void dk_group(const int kind, const int P, const int T, const uint8_t *cons
             }
             DC_UNROLL
             for (int t = 0; t < T; t++)
-                A[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(DX, _mm512_set1_ps(ya[t][i].d)),
-                                          _mm512_cvtepi32_ps(I[t]), A[p][t]);
+                A[t] = _mm512_fmadd_ps(_mm512_mul_ps(DX, _mm512_set1_ps(ya[t][i].d)),
+                                       _mm512_cvtepi32_ps(I[t]), A[t]);
         }
     }
     DC_UNROLL
-    for (int p = 0; p < P; p++)
-        DC_UNROLL
     for (int t = 0; t < T; t++) {
-        float r[2] = {dc_hsum8(_mm512_castps512_ps256(A[p][t])),
-                      dc_hsum8(_mm512_extractf32x8_ps(A[p][t], 1))};
+        float r[2] = {dc_hsum8(_mm512_castps512_ps256(A[t])),
+                      dc_hsum8(_mm512_extractf32x8_ps(A[t], 1))};
         if (kind != 6) {
             float m[8];
-            _mm256_storeu_ps(m, M[p][t]);
+            _mm256_storeu_ps(m, M[t]);
             for (int h = 0; h < 2; h++)
                 r[h] += kind == 5 ? m[4 * h]
                                   : (m[4 * h] + m[4 * h + 2]) + (m[4 * h + 1] + m[4 * h + 3]);
         }
         for (int h = 0; h < 2; h++)
-            if (out[2 * p + h] >= 0)
-                y[(size_t)t * ys + (size_t)out[2 * p + h]] = r[h];
+            if (out[h] >= 0)
+                y[(size_t)t * ys + (size_t)out[h]] = r[h];
     }
 }
 
@@ -475,7 +470,7 @@ DC_I void dk_dot(const int kind, const int T, int64_t n, int nr, const void *w, 
         const uint8_t *rp[2] = {(const uint8_t *)w + (size_t)g * ws,
                                 (const uint8_t *)w + (size_t)last * ws};
         const int out[2] = {g, last != g ? last : -1};
-        dk_group(kind, 1, T, rp, nb, ya, y, ys, out, 2 * ws);
+        dk_group(kind, T, rp, nb, ya, y, ys, out, 2 * ws);
     }
 }
 
