@@ -97,8 +97,8 @@ static void hr_bs_remember(hr_bsess *b, const hr_bseq *q) {
 }
 
 /* After request q ended well: where its generated tokens' KV is not what a
- * cold prefill of the same text computes (quantized weights: a decode row
- * sums in another order than a prompt chunk), the slot stays busy without
+ * cold prefill of the same text computes (a decode row that sums in another
+ * order than a prompt chunk: GPU layers, see decode_exact), the slot stays busy without
  * a request and feeds those positions again as prompt rows, so that a
  * follow-up turn starting with the whole conversation reuses it instead
  * of evaluating the answer again. The last token, sampled but never fed,
@@ -592,8 +592,8 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
             HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i], p0, q->fed);
         /* rows of a chunk of two or more are a cold prefill's bit for bit (the
          * gemm tiles do not depend on the chunk's shape); a lone row is a
-         * decode row, the same only where decode_exact */
-        if (q->exact >= p0 && (m->step_n[i] >= 2 || a->head->decode_exact))
+         * decode row, the same where decode_exact and no GPU runs layers */
+        if (q->exact >= p0 && (m->step_n[i] >= 2 || (a->head->decode_exact && !a->head->plan_gpu)))
             q->exact = end > q->exact ? end : q->exact;
         q->fed = end;
         if (q->fed == q->n_hist && q->refresh)

@@ -175,8 +175,10 @@ struct hr_head {
     hr_slot_cache cache[HR_AGENT_MAX_PARALLEL];
     uint32_t cache_plan;
     int cache_ctx;     /* tokens each cache[].tok holds */
-    bool decode_exact; /* a decode row's KV equals a prefill row's (F32 weights): generated
-                          tokens are reusable too */
+    bool decode_exact; /* a decode row's KV equals a prefill row's (the kernels' one float
+                          order, or F32 weights): generated tokens are reusable too */
+    bool plan_gpu;     /* the plan puts layers on a GPU, whose decode and prompt shaders
+                          may sum in different orders: decode rows are not reused */
 
     /* ---- adaptive plans (head_adapt.c) ---- */
     /* shared: the plan an adaptive re-plan replaces, 0 = none. Set by the

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "kernels/quant.h"
 #include "kernels/types.h"
 #include "ring/beacon.h"
 #include "ring/msg.h"
@@ -711,11 +712,14 @@ int hr_head_kv_ctx(const hr_agent *a) {
     return ctx * n_seq;
 }
 
-/* True when every matmul weight of the model is F32: a decode row then
- * computes exactly what a prefill row computes (the quantized kernels
- * accumulate a one-row product in another order than a tile), so the
- * prompt cache may reuse generated tokens too. */
+/* True when a decode row computes exactly what a prefill row computes, so
+ * the prompt cache may reuse generated tokens too: every CPU kernel table
+ * follows one float order (kernels/canon-impl.h) in its decode and prompt
+ * kernels, or else every matmul weight of the model is F32. (GPU layers
+ * are checked per plan: hr_head.plan_gpu.) */
 static bool hr_head_decode_exact(const hr_agent *a) {
+    if (hr_kernels_best()->canonical)
+        return true;
     hr_prof_model pm = {0};
     char err[HR_ERR_LEN];
     int types[16], n = 0;

@@ -273,6 +273,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         hd->devs[i].ring_pos = -1;
         hd->devs[i].w = 0;
     }
+    bool plan_gpu = false;
     for (int i = 0; i < n; i++) {
         hr_dev *d = &hd->devs[cand[i]];
         d->w = w[i];
@@ -280,6 +281,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         off += w[i];
         d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
         d->n_gpu = ng[i] > w[i] ? w[i] : ng[i];
+        plan_gpu = plan_gpu || d->n_gpu > 0;
         d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
         if (have_sm && d->has_sched && w[i] > 0 &&
             (d->sd.os == HR_SCHED_OS_LINUX || d->sd.os == HR_SCHED_OS_ANDROID))
@@ -303,6 +305,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
             ring[(*n_active)++] = cand[i];
         }
     }
+    hd->plan_gpu = plan_gpu;
 }
 
 /* Keeps the head's own part (checked, applied later by the generating

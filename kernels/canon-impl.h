@@ -45,10 +45,9 @@
  * The AVX2 table follows it too (quant_avx2.c, gemm_avx2.c: one 8-lane
  * accumulator per pair in block order, q6_K's -32 per element pair as ggml,
  * the min terms in their own accumulators), and so does the AVX-512 VNNI
- * table's decode of q4_0, q8_0, q4_K, q5_K and q6_K (dotc_avx512.c). The
- * AVX-512 prompt tiles and float dot products do not: they keep their own
- * lane layout and agree with scalar up to float summation order
- * (hr_kernels.canonical is false for that table). Internal to kernels/
+ * table's decode of q4_0, q8_0, q4_K, q5_K and q6_K (dotc_avx512.c) and
+ * its prompt panels (gemmp_avx512.c: the 8 lanes of 16 rows as 8 zmm).
+ * Internal to kernels/
  * (tests may include it). */
 #ifndef HR_KERNELS_CANON_IMPL_H
 #define HR_KERNELS_CANON_IMPL_H

@@ -10,8 +10,8 @@
  * the int->float conversion and one FMA remain (vec_dot also unpacks, offsets
  * and reloads scales per pair). Constant offsets (-8 for q4_0, +128 bias for
  * q8_0 under VNNI, -32 for q6_K) are folded in per token (or per row) rather
- * than per pair. Results equal vec_dot up to float summation order, or bit
- * for bit with HR_GEMM_CANON (the AVX2 build). Internal to kernels/. */
+ * than per pair. Results equal the scalar vec_dot bit for bit (below).
+ * Internal to kernels/. */
 #ifndef HR_KERNELS_GEMM_IMPL_H
 #define HR_KERNELS_GEMM_IMPL_H
 
@@ -30,13 +30,9 @@
 #define HR_GEMM_VNNI 0
 #endif
 
-/* HR_GEMM_CANON 1 (gemm_avx2.c): the tiles follow the canonical float order
- * of kernels/canon-impl.h and equal the scalar vec_dot bit for bit (q4_K /
- * q5_K mins in their own accumulators, q6_K's -32 per element, f16's tail in
- * the lanes); 0 (gemm_avx512.c): the AVX-512 table's own order. */
-#ifndef HR_GEMM_CANON
-#define HR_GEMM_CANON 0
-#endif
+/* The tiles follow the canonical float order of kernels/canon-impl.h and
+ * equal the scalar vec_dot bit for bit (q4_K / q5_K mins in their own
+ * accumulators, q6_K's -32 per element, f16's tail in the lanes). */
 
 _Static_assert(HR_GEMM_RM >= 1 && HR_GEMM_RM <= 4 && HR_GEMM_TM >= 1 && HR_GEMM_TM <= 4,
                "tile of at most 4 x 4");
@@ -199,14 +195,12 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
     const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
     __m256 acc[HR_GEMM_RM][HR_GEMM_TM];
     G_ZERO_ACC(acc, R, T);
-#if HR_GEMM_CANON
     __m128 accm[HR_GEMM_RM][HR_GEMM_TM]; /* q4_K: 4 min lanes; q5_K: lane 0 */
     HR_UNROLL
     for (int r = 0; r < R; r++)
         HR_UNROLL
     for (int t = 0; t < T; t++)
         accm[r][t] = _mm_setzero_ps();
-#endif
     for (int64_t i = 0; i < nb; i++) {
         const hr_block_q8_k *yk[HR_GEMM_TM];
         __m128i bs[HR_GEMM_TM];
@@ -269,7 +263,6 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
                 const float dy = yk[t]->d;
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r][t]), _mm256_set1_ps(dx * dy),
                                             acc[r][t]);
-#if HR_GEMM_CANON
                 const __m128 ndm = _mm_set1_ps(-(dmx * dy));
                 if (q5) { /* one scalar: the exact integer sum of the 4 lanes */
                     __m128i ms = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
@@ -278,14 +271,9 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
                 } else {
                     accm[r][t] = _mm_fmadd_ps(ndm, _mm_cvtepi32_ps(m), accm[r][t]);
                 }
-#else
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_zextps128_ps256(_mm_cvtepi32_ps(m)),
-                                             _mm256_set1_ps(dmx * dy), acc[r][t]);
-#endif
             }
         }
     }
-#if HR_GEMM_CANON
     HR_UNROLL
     for (int r = 0; r < R; r++)
         HR_UNROLL
@@ -294,9 +282,6 @@ HR_GI void tile_q45_k(const bool q5, int64_t n, const int R, const int T, const 
         const float m = q5 ? _mm_cvtss_f32(accm[r][t]) : g_hsum128(accm[r][t]);
         y[(size_t)t * ys + (size_t)r] = g_hsum(acc[r][t]) + m;
     }
-#else
-    g_store(y, ys, acc, R, T);
-#endif
 }
 
 /* ---- Q6_K x Q8_K --------------------------------------------------------- */
@@ -320,7 +305,6 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
         HR_UNROLL
         for (int t = 0; t < T; t++)
             yk[t] = (const hr_block_q8_k *)(a + (size_t)t * as) + i;
-#if HR_GEMM_CANON
         /* the -32 per element pair: 32 * y pair sums, once per token */
         __m256i o32[HR_GEMM_TM][8];
         HR_UNROLL
@@ -328,7 +312,6 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
             HR_UNROLL
         for (int m = 0; m < 8; m++)
             o32[t][m] = _mm256_maddubs_epi16(_mm256_set1_epi8(32), g_load256(yk[t]->qs + 32 * m));
-#endif
         const hr_block_q6_k *xr[HR_GEMM_RM];
         __m256i sc16[HR_GEMM_RM];
         __m256i sumi[HR_GEMM_RM][HR_GEMM_TM];
@@ -336,17 +319,9 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
         for (int r = 0; r < R; r++) {
             xr[r] = (const hr_block_q6_k *)(w + (size_t)r * ws) + i;
             sc16[r] = _mm256_cvtepi8_epi16(g_load128(xr[r]->scales));
-#if HR_GEMM_CANON
             HR_UNROLL
             for (int t = 0; t < T; t++)
                 sumi[r][t] = _mm256_setzero_si256();
-#else
-            const __m256i nsc =
-                _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16[r], 5));
-            HR_UNROLL
-            for (int t = 0; t < T; t++)
-                sumi[r][t] = _mm256_madd_epi16(nsc, g_load256(yk[t]->bsums));
-#endif
         }
         for (int h = 0; h < 2; h++) {
             HR_UNROLL
@@ -375,9 +350,7 @@ HR_GI void tile_q6_k(int64_t n, const int R, const int T, const uint8_t *w, size
                     HR_UNROLL
                     for (int m = 0; m < 4; m++) {
                         __m256i p = _mm256_maddubs_epi16(q[m], g_load256(q8 + 32 * m));
-#if HR_GEMM_CANON
                         p = _mm256_sub_epi16(p, o32[t][4 * h + m]);
-#endif
                         sumi[r][t] = g_dpwssd(sumi[r][t], p, s[m]);
                     }
                 }
@@ -417,7 +390,6 @@ HR_GI void tile_f16(int64_t n, const int R, const int T, const uint8_t *w, size_
                 acc[r][t] = _mm256_fmadd_ps(xv, yv[t], acc[r][t]);
         }
     }
-#if HR_GEMM_CANON
     if (i < n) { /* tail: n % 8 elements into their lanes by fmaf */
         HR_UNROLL
         for (int r = 0; r < R; r++)
@@ -432,16 +404,6 @@ HR_GI void tile_f16(int64_t n, const int R, const int T, const uint8_t *w, size_
         }
     }
     g_store(y, ys, acc, R, T);
-    return;
-#else
-    g_store(y, ys, acc, R, T);
-#endif
-    for (; i < n; i++) /* tail: n % 8 elements */
-        for (int r = 0; r < R; r++)
-            for (int t = 0; t < T; t++)
-                y[(size_t)t * ys + (size_t)r] +=
-                    g_h2f(((const uint16_t *)(w + (size_t)r * ws))[i]) *
-                    ((const float *)(a + (size_t)t * as))[i];
 }
 
 /* ---- drivers ------------------------------------------------------------- */

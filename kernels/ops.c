@@ -274,7 +274,7 @@ typedef struct {
     const float *q;
     float *out;
     int n_tok, pos0;
-    hr_vec_dot_fn dot_f16;
+    const hr_kernels *k; /* f16 dot products, several rows per call */
 } hr_attn_job;
 
 /* Head h of one token at position pos over the cache k/vt: q0 and o point
@@ -291,11 +291,18 @@ static void hr_attn_head(const hr_attn_job *j, const uint16_t *k, const uint16_t
     float *qh = sc + a->n_ctx;
     for (int d = 0; d < hd; d++)
         qh[d] = hr_fp16_to_fp32(hr_fp32_to_fp16(q0[d]));
+    /* the cached keys and value rows as rows of an f16 matrix: the table's
+     * vec_dot_n keeps several rows' chains in flight, each row's value
+     * bit for bit its vec_dot */
+    const void *col[1] = {qh};
+    hr_vec_dot_n(j->k, HR_TYPE_F16, hd, n_pos, k + (size_t)kvh * hd, (size_t)kv_stride * 2, col, 1,
+                 sc, (size_t)n_pos);
     for (int p = 0; p < n_pos; p++)
-        sc[p] = scale * j->dot_f16(hd, k + (size_t)p * kv_stride + (size_t)kvh * hd, qh);
+        sc[p] *= scale;
     hr_softmax(sc, n_pos);
-    for (int d = 0; d < hd; d++)
-        o[d] = j->dot_f16(n_pos, vt + ((size_t)kvh * hd + d) * a->n_ctx, sc);
+    col[0] = sc;
+    hr_vec_dot_n(j->k, HR_TYPE_F16, n_pos, hd, vt + (size_t)kvh * hd * a->n_ctx,
+                 (size_t)a->n_ctx * 2, col, 1, o, (size_t)hd);
 }
 
 static void hr_attn_worker(void *ctx, int ith, int nth) {
@@ -318,13 +325,13 @@ static void hr_attn_worker(void *ctx, int ith, int nth) {
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out) {
     hr_attn_job j = {.a = a, .q = q, .out = out, .n_tok = n_tok, .pos0 = pos0};
-    j.dot_f16 = hr_kernels_best()->vec_dot[HR_TYPE_F16];
+    j.k = hr_kernels_best();
     hr_pool_run(pool, hr_attn_worker, &j);
 }
 
 void hr_attention_rows(hr_pool *pool, const hr_attn_args *a, const hr_attn_row *rows,
                        const float *q, int n_tok, float *out) {
     hr_attn_job j = {.a = a, .rows = rows, .q = q, .out = out, .n_tok = n_tok};
-    j.dot_f16 = hr_kernels_best()->vec_dot[HR_TYPE_F16];
+    j.k = hr_kernels_best();
     hr_pool_run(pool, hr_attn_worker, &j);
 }

@@ -1,5 +1,5 @@
 /* quant-impl.h - what the dispatcher quant.c and the SIMD kernel files
- * (quant_avx2.c, quant_avx512.c, gemm_*.c) share: the block layouts and
+ * (quant_avx2.c, dotc_*.c, gemm*.c) share: the block layouts and
  * scalar helpers of types-impl.h, SIMD helpers and the per-ISA table fillers
  * the dispatcher calls. The SIMD files call nothing in quant.c.
  * Internal to kernels/ (tests may include it to reach ISA variants). */
@@ -46,11 +46,10 @@ static inline __m128 hr_halves4(const void *p, size_t stride) {
 #endif
 
 /* Per-ISA table fillers: overwrite the entries the ISA specialises, leave the
- * rest. The AVX-512 ones take HR_AVX512_* flags: VNNI instructions are used
- * only with HR_AVX512_VNNI. */
+ * rest. The AVX-512 ones take HR_AVX512_* flags and specialise only with
+ * HR_AVX512_VNNI (without it the table keeps the AVX2 kernels). */
 enum { HR_AVX512_VNNI = 1u };
 void hr_quant_fill_avx2(hr_kernels *k);
-void hr_quant_fill_avx512(hr_kernels *k, unsigned flags);
 /* Tile kernels (gemm_avx2.c, gemm_avx512.c): fill k->gemm; the AVX-512 one
  * only with HR_AVX512_VNNI (it runs VNNI on ymm registers). */
 void hr_gemm_fill_avx2(hr_kernels *k);
@@ -58,12 +57,10 @@ void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags);
 /* Packed-panel GEMM on AVX-512 VNNI (gemmp_avx512.c), hr_gemm_fn
  * semantics; gemm_avx512.c uses them for every call of HR_GEMMP_MIN_T
  * tokens and more, and asks for HR_GEMMP_ROWS rows per call
- * (hr_kernels.gemm_rows: Q4_0's activation block sums are prepared once
- * per call for all its rows). Every run of two or more tokens takes them,
- * not only long ones: a token's result must not depend on how many tokens
- * share its call (a prompt chunk's KV is reused for a longer prompt whose
- * cold prefill cuts its chunks elsewhere, and a batched step's runs must
- * equal their prefill alone), and the older tiles sum in another order. */
+ * (hr_kernels.gemm_rows: Q4_0's activation seeds are prepared once per
+ * call for all its rows). They, the tiles and vec_dot give the same bits
+ * (the canonical order), so a token's result does not depend on how many
+ * tokens share its call. */
 #define HR_GEMMP_MIN_T 2
 #define HR_GEMMP_ROWS 128
 void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,

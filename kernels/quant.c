@@ -184,7 +184,6 @@ static void init_tables(void) {
     }
     if (avx512) {
         derive(HR_ISA_AVX512, HR_ISA_AVX2);
-        hr_quant_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
         hr_gemm_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
         drop_stale_dotn(&g_tables[HR_ISA_AVX512], &g_tables[HR_ISA_AVX2]);
         hr_dotc_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512, &g_tables[HR_ISA_AVX2]);

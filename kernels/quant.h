@@ -5,18 +5,15 @@
  *
  * The scalar table is the traits rows' reference kernels; each SIMD table
  * starts from the next narrower one and overwrites what its ISA specialises
- * (quant_avx2.c, quant_avx512.c, gemm_*.c; quant_neon.c, quant_dotprod.c,
+ * (quant_avx2.c, dotc_*.c, gemm*.c; quant_neon.c, quant_dotprod.c,
  * gemm_i8mm.c). hr_kernels_best() picks by CPU at run time (cpuid on x86,
  * getauxval(AT_HWCAP / AT_HWCAP2) on aarch64), and hr_kernels_for_isa()
  * exposes each so tests compare SIMD against scalar. SIMD dequantizers and
  * activation quantizers are bit-exact with the scalar ones. Dot products,
- * tiles and multi-column kernels of the scalar and aarch64 tables follow one
- * float order (kernels/canon-impl.h), and so do the AVX2 table's, so those
- * tables give bit-identical results and a model's logits do not depend on
- * which of them ran it; the AVX-512 table follows it in single-token
- * decode of the integer types (with VNNI) but keeps a faster order of its
- * own in prompt tiles and float dot products, where it differs from scalar
- * by float summation order (hr_kernels.canonical tells which).
+ * tiles and multi-column kernels of every table follow one float order
+ * (kernels/canon-impl.h), so the tables give bit-identical results and a
+ * model's logits do not depend on which of them ran it
+ * (hr_kernels.canonical says so per table).
  * Setting HR_ISA in the environment to
  * the name of a table this CPU can run (scalar, avx2, avx512, neon, dotprod,
  * i8mm) makes hr_kernels_best() return it (debugging, benchmarks, tests of
@@ -75,8 +72,8 @@ typedef struct {
      * single-token decode use it there too; false: one column loops vec_dot */
     bool dotn_one[HR_TYPE_COUNT];
     /* true: vec_dot, gemm and vec_dot_n follow kernels/canon-impl.h and
-     * equal the scalar table's bit for bit (scalar, avx2, neon, dotprod,
-     * i8mm); false: up to float summation order (avx512) */
+     * equal the scalar table's bit for bit (every table today; test_gemm
+     * and test_isa require it) */
     bool canonical;
     int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
 } hr_kernels;

@@ -57,11 +57,6 @@ typedef struct {
 } table_ref;
 
 static int tables(table_ref *t) {
-    static hr_kernels v512[2];
-    static const struct {
-        const char *name;
-        unsigned flags;
-    } v[2] = {{"avx512-bw", 0}, {"avx512-vnni", HR_AVX512_VNNI}};
     int n = 0;
     t[n++] = (table_ref){"scalar", hr_kernels_for_isa(HR_ISA_SCALAR)};
     const hr_kernels *a2 = hr_kernels_for_isa(HR_ISA_AVX2);
@@ -70,27 +65,8 @@ static int tables(table_ref *t) {
     for (int isa = HR_ISA_NEON; isa < HR_ISA_COUNT; isa++)
         if (hr_kernels_for_isa((hr_isa)isa))
             t[n++] = (table_ref){hr_isa_name((hr_isa)isa), hr_kernels_for_isa((hr_isa)isa)};
-#if defined(__x86_64__) || defined(__i386__)
-    if (hr_kernels_for_isa(HR_ISA_AVX512)) {
-        for (int i = 0; i < 2; i++) {
-            if ((v[i].flags & HR_AVX512_VNNI) && !(hr_quant_avx512_flags() & HR_AVX512_VNNI))
-                continue;
-            v512[i] = *a2;
-            hr_quant_fill_avx512(&v512[i], v[i].flags);
-            for (int ty = 0; ty < HR_TYPE_COUNT; ty++) /* as quant.c's drop_stale_dotn */
-                if (v512[i].vec_dot[ty] != a2->vec_dot[ty] &&
-                    v512[i].vec_dot_n[ty] == a2->vec_dot_n[ty]) {
-                    v512[i].vec_dot_n[ty] = NULL;
-                    v512[i].dotn_one[ty] = false;
-                }
-            hr_dotc_fill_avx512(&v512[i], v[i].flags, a2);
-            t[n++] = (table_ref){v[i].name, &v512[i]};
-        }
-    }
-#else
-    (void)v512;
-    (void)v;
-#endif
+    if (hr_kernels_for_isa(HR_ISA_AVX512))
+        t[n++] = (table_ref){"avx512", hr_kernels_for_isa(HR_ISA_AVX512)};
     return n;
 }
 

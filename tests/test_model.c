@@ -146,9 +146,9 @@ static void test_fixture(const hr_fixture *fx, int n_threads) {
         free(lg2);
         hr_ctx_destroy(c2);
     }
-    if (fx->quantized) {
-        CHECK(worst <= 5e-2);
-        CHECK(agree * 5 >= n * 4);
+    if (fx->quantized) { /* every table follows llama.cpp's x86 float order */
+        CHECK(worst <= 1e-2);
+        CHECK_EQ(agree, n);
     } else {
         CHECK(worst <= 2e-3);
         CHECK_EQ(agree, n);

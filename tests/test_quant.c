@@ -666,26 +666,6 @@ static void test_simd(void) {
         tables[nt++] = (table_ref){hr_isa_name((hr_isa)isa), k};
         widest = (hr_isa)isa;
     }
-#if defined(__x86_64__) || defined(__i386__)
-    const hr_kernels *avx2 = hr_kernels_for_isa(HR_ISA_AVX2);
-    static hr_kernels variants[2];
-    if (hr_kernels_for_isa(HR_ISA_AVX512)) {
-        /* every AVX-512 build this CPU can run, whatever the default */
-        static const struct {
-            const char *name;
-            unsigned flags;
-        } v[2] = {{"avx512-bw", 0}, {"avx512-vnni", HR_AVX512_VNNI}};
-        for (int i = 0; i < 2; i++) {
-            if ((v[i].flags & HR_AVX512_VNNI) && !(hr_quant_avx512_flags() & HR_AVX512_VNNI))
-                continue;
-            variants[i] = *avx2;
-            variants[i].isa = HR_ISA_AVX512;
-            hr_quant_fill_avx512(&variants[i], v[i].flags);
-            hr_dotc_fill_avx512(&variants[i], v[i].flags, avx2);
-            tables[nt++] = (table_ref){v[i].name, &variants[i]};
-        }
-    }
-#endif
     if (nt == 1)
         printf("note: no SIMD table on this CPU (%s), SIMD kernels not exercised\n",
                hr_isa_features());
