@@ -24,10 +24,11 @@
  *    lanes, M[i] = fma(-(dmin * dy), mn[2i] * s(2i) + mn[2i+1] * s(2i+1),
  *    M[i]), s(j) the activations' sub-block sums (from bsums).
  *
- * The accumulators of a panel persist over the row's chunks in a stack
- * buffer (HR_GEMMP_TG tokens at a time); at the row's end each (row,
- * token) reduces as ggml's hsum_float_8 (plus (M0 + M2) + (M1 + M3)), 16
- * rows per vector. Stack use: about 150 KiB. */
+ * The accumulators persist over the row's chunks in a stack buffer
+ * (HR_GEMMP_TG tokens for every panel of a pass, or HR_GEMMP_TGP tokens
+ * for one panel); at the row's end each (row, token) reduces as ggml's
+ * hsum_float_8 (plus (M0 + M2) + (M1 + M3)), 16 rows per vector. Stack
+ * use: about 150 KiB. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -41,8 +42,10 @@
 #define HR_GEMMP_T 2
 /* elements of a row per packed chunk (a multiple of 256) */
 #define HR_GEMMP_CHUNK 1024
-/* tokens whose accumulators persist over a row's chunks */
+/* tokens whose accumulators persist over a row's chunks (for every panel
+ * of a pass: Q4_0, Q6_K; for one panel: Q4_K) */
 #define HR_GEMMP_TG 32
+#define HR_GEMMP_TGP 128
 /* panels of 16 rows per pass */
 #define HR_GEMMP_PN (HR_GEMMP_ROWS / 16)
 
@@ -146,17 +149,30 @@ HR_PI void finish(const int T, bool mins, const __m512 *st, float *y, size_t ys,
     }
 }
 
-HR_PI void zero_state(const int T, __m512 *st) {
-    HR_UNROLL
-    for (int i = 0; i < T * HR_GEMMP_NS; i++)
-        st[i] = _mm512_setzero_ps();
-}
+/* The micro-kernel over the pairs of tokens [0, tn) of a group, their
+ * accumulators from st (a fresh start where first), reduced into y at the
+ * row's last chunk. */
+#define HR_GEMMP_TOKENS(MICRO, MINS, STBASE, TG0)                                                  \
+    for (int t0 = 0; t0 < tn; t0 += HR_GEMMP_T) {                                                  \
+        __m512 *st = (STBASE) + (size_t)t0 * HR_GEMMP_NS;                                          \
+        const uint8_t *at = ab + (size_t)((TG0) + t0) * as;                                        \
+        float *yt = y + (size_t)((TG0) + t0) * ys + r0;                                            \
+        if (tn - t0 >= 2) {                                                                        \
+            MICRO(2);                                                                              \
+            if (last)                                                                              \
+                finish(2, MINS, st, yt, ys, m);                                                    \
+        } else {                                                                                   \
+            MICRO(1);                                                                              \
+            if (last)                                                                              \
+                finish(1, MINS, st, yt, ys, m);                                                    \
+        }                                                                                          \
+    }
 
-/* The loop nest every type shares: rows in passes of HR_GEMMP_PN panels,
+/* The loop nest of Q4_0 and Q6_K: rows in passes of HR_GEMMP_PN panels,
  * tokens in groups of HR_GEMMP_TG, the row in chunks of KB blocks; per
- * chunk the type's activation terms (AUX), per panel its packing (PACK)
- * and the micro-kernel over pairs of tokens (MICRO(T)); at the row's last
- * chunk the sums are reduced into y. */
+ * chunk the type's activation terms (AUX, once for all panels), per panel
+ * its packing (PACK) and the micro-kernel over pairs of tokens (MICRO(T));
+ * at the row's last chunk the sums are reduced into y. */
 #define HR_GEMMP_LOOPS(KB, PBYTES, AUX, PACK, MICRO, MINS)                                         \
     do {                                                                                           \
         _Alignas(64) uint8_t P[(KB) * (PBYTES)];                                                   \
@@ -173,27 +189,34 @@ HR_PI void zero_state(const int T, __m512 *st) {
                         const int pn = nr - r0 < 16 ? nr - r0 : 16;                                \
                         const __mmask16 m = (__mmask16)((1u << pn) - 1u);                          \
                         PACK;                                                                      \
-                        for (int t0 = 0; t0 < tn; t0 += HR_GEMMP_T) {                              \
-                            const int tt = tn - t0 < HR_GEMMP_T ? tn - t0 : HR_GEMMP_T;            \
-                            __m512 *st = S + ((size_t)p * HR_GEMMP_TG + t0) * HR_GEMMP_NS;         \
-                            const uint8_t *at = ab + (size_t)(tg + t0) * as;                       \
-                            if (tt == 2) {                                                         \
-                                if (first)                                                         \
-                                    zero_state(2, st);                                             \
-                                MICRO(2);                                                          \
-                                if (last)                                                          \
-                                    finish(2, MINS, st, y + (size_t)(tg + t0) * ys + r0, ys, m);   \
-                            } else {                                                               \
-                                if (first)                                                         \
-                                    zero_state(1, st);                                             \
-                                MICRO(1);                                                          \
-                                if (last)                                                          \
-                                    finish(1, MINS, st, y + (size_t)(tg + t0) * ys + r0, ys, m);   \
-                            }                                                                      \
-                        }                                                                          \
+                        HR_GEMMP_TOKENS(MICRO, MINS, S + (size_t)p * HR_GEMMP_TG * HR_GEMMP_NS,    \
+                                        tg)                                                        \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
+    } while (0)
+
+/* The loop nest of a type without activation terms to prepare (Q4_K):
+ * tokens in groups of HR_GEMMP_TGP, then panels, then the row's chunks,
+ * so a panel's accumulators are kept for a group only and a chunk is
+ * packed once per HR_GEMMP_TGP tokens. */
+#define HR_GEMMP_LOOPS_P(KB, PBYTES, PACK, MICRO, MINS)                                            \
+    do {                                                                                           \
+        _Alignas(64) uint8_t P[(KB) * (PBYTES)];                                                   \
+        _Alignas(64) __m512 S[HR_GEMMP_TGP * HR_GEMMP_NS];                                         \
+        for (int tg = 0; tg < nt; tg += HR_GEMMP_TGP) {                                            \
+            const int tn = nt - tg < HR_GEMMP_TGP ? nt - tg : HR_GEMMP_TGP;                        \
+            for (int r0 = 0; r0 < nr; r0 += 16) {                                                  \
+                const int pn = nr - r0 < 16 ? nr - r0 : 16;                                        \
+                const __mmask16 m = (__mmask16)((1u << pn) - 1u);                                  \
+                for (int64_t b0 = 0; b0 < nb; b0 += (KB)) {                                        \
+                    const int kn = (int)(nb - b0 < (KB) ? nb - b0 : (KB));                         \
+                    const bool first = b0 == 0, last = b0 + kn == nb;                              \
+                    PACK;                                                                          \
+                    HR_GEMMP_TOKENS(MICRO, MINS, S, tg)                                            \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 /* ---- Q4_0 ------------------------------------------------------------------ */
@@ -242,13 +265,13 @@ static void aux_q4_0(const uint8_t *a, size_t as, int tn, int64_t b0, int kn, in
 /* T tokens (activation rows a, a + as: the chunk's first block) x the
  * panel over kn blocks; accumulators in st */
 HR_PI void micro_q4_0(const int T, const uint8_t *P, int kn, const uint8_t *a, size_t as,
-                      const int32_t *seed, const float *dy, __m512 *st) {
+                      const int32_t *seed, const float *dy, __m512 *st, bool first) {
     __m512 L[HR_GEMMP_T][8];
     HR_UNROLL
     for (int t = 0; t < T; t++)
         HR_UNROLL
     for (int k = 0; k < 8; k++)
-        L[t][k] = st[t * HR_GEMMP_NS + k];
+        L[t][k] = first ? _mm512_setzero_ps() : st[t * HR_GEMMP_NS + k];
     for (int b = 0; b < kn; b++) {
         const uint8_t *W = P + (size_t)b * PB_Q4_0;
         const uint8_t *yb = a + 2 + (size_t)b * sizeof(hr_block_q8_0);
@@ -284,7 +307,7 @@ void hr_gemmp_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
     _Alignas(64) float dy[HR_GEMMP_TG * KB_Q4_0];
 #define Q4_0_MICRO(T)                                                                              \
     micro_q4_0(T, P, kn, at + (size_t)b0 * sizeof(hr_block_q8_0), as,                              \
-               seed + (size_t)t0 * KB_Q4_0 * 8, dy + t0 * KB_Q4_0, st)
+               seed + (size_t)t0 * KB_Q4_0 * 8, dy + t0 * KB_Q4_0, st, first)
     HR_GEMMP_LOOPS(KB_Q4_0, PB_Q4_0, aux_q4_0(ab + (size_t)tg * as, as, tn, b0, kn, seed, dy),
                    pack_q4_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P), Q4_0_MICRO, false);
 #undef Q4_0_MICRO
@@ -334,8 +357,9 @@ static void pack_q4_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, u
 }
 
 HR_PI void micro_q4_k(const int T, const uint8_t *P, int kn, const uint8_t *a, size_t as,
-                      __m512 *st) {
+                      __m512 *st, bool first) {
     for (int s = 0; s < kn; s++) {
+        const bool fresh = first && s == 0; /* the accumulators start at 0 */
         const uint8_t *W = P + (size_t)s * PB_Q4_K;
         const uint8_t *yb = a + (size_t)s * sizeof(hr_block_q8_k);
         const uint8_t *yq = yb + offsetof(hr_block_q8_k, qs);
@@ -368,7 +392,8 @@ HR_PI void micro_q4_k(const int T, const uint8_t *P, int kn, const uint8_t *a, s
             const __m512 D = _mm512_mul_ps(d, dy), ND = negv(_mm512_mul_ps(dmin, dy));
             HR_UNROLL
             for (int k = 0; k < 8; k++)
-                L[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[t][k]), D, L[k]);
+                L[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[t][k]), D,
+                                       fresh ? _mm512_setzero_ps() : L[k]);
             HR_UNROLL
             for (int i = 0; i < 4; i++) {
                 const uint8_t *bt = bs + (size_t)t * as;
@@ -377,7 +402,8 @@ HR_PI void micro_q4_k(const int T, const uint8_t *P, int kn, const uint8_t *a, s
                                                  pbcast(bt + 4 * (2 * i)));
                 mi = _mm512_dpwssd_epi32(mi, _mm512_load_si512(W + 4608 + 64 * (2 * i + 1)),
                                          pbcast(bt + 4 * (2 * i + 1)));
-                L[8 + i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), ND, L[8 + i]);
+                L[8 + i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), ND,
+                                           fresh ? _mm512_setzero_ps() : L[8 + i]);
             }
         }
     }
@@ -387,9 +413,9 @@ void hr_gemmp_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                    float *y, size_t ys) {
     const int64_t nb = n / HR_QK_K;
     const uint8_t *wb = w, *ab = a;
-#define Q4_K_MICRO(T) micro_q4_k(T, P, kn, at + (size_t)b0 * sizeof(hr_block_q8_k), as, st)
-    HR_GEMMP_LOOPS(KB_K, PB_Q4_K, (void)0, pack_q4_k(wb + (size_t)r0 * ws, ws, pn, b0, kn, P),
-                   Q4_K_MICRO, true);
+#define Q4_K_MICRO(T) micro_q4_k(T, P, kn, at + (size_t)b0 * sizeof(hr_block_q8_k), as, st, first)
+    HR_GEMMP_LOOPS_P(KB_K, PB_Q4_K, pack_q4_k(wb + (size_t)r0 * ws, ws, pn, b0, kn, P), Q4_K_MICRO,
+                     true);
 #undef Q4_K_MICRO
 }
 
@@ -465,8 +491,9 @@ static void aux_q6_k(const uint8_t *a, size_t as, int tn, int64_t s0, int kn, in
 }
 
 HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, const uint8_t *a, size_t as,
-                      const int32_t *o32, __m512 *st) {
+                      const int32_t *o32, __m512 *st, bool first) {
     for (int s = 0; s < kn; s++) {
+        const bool fresh = first && s == 0; /* the accumulators start at 0 */
         const uint8_t *W = P + (size_t)s * PB_Q6_K;
         const uint8_t *yb = a + (size_t)s * sizeof(hr_block_q8_k);
         const uint8_t *yq = yb + offsetof(hr_block_q8_k, qs);
@@ -500,7 +527,8 @@ HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, const uint8_t *a, s
             const __m512 D = _mm512_mul_ps(d, _mm512_set1_ps(pbcastf(yb + (size_t)t * as)));
             HR_UNROLL
             for (int k = 0; k < 8; k++)
-                L[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[t][k]), D, L[k]);
+                L[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[t][k]), D,
+                                       fresh ? _mm512_setzero_ps() : L[k]);
         }
     }
 }
@@ -512,7 +540,7 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
     _Alignas(64) int32_t o32[HR_GEMMP_TG * KB_K * 64];
 #define Q6_K_MICRO(T)                                                                              \
     micro_q6_k(T, P, kn, at + (size_t)b0 * sizeof(hr_block_q8_k), as,                              \
-               o32 + (size_t)t0 * KB_K * 64, st)
+               o32 + (size_t)t0 * KB_K * 64, st, first)
     HR_GEMMP_LOOPS(KB_K, PB_Q6_K, aux_q6_k(ab + (size_t)tg * as, as, tn, b0, kn, o32),
                    pack_q6_k(wb + (size_t)r0 * ws, ws, pn, b0, kn, P), Q6_K_MICRO, false);
 #undef Q6_K_MICRO

@@ -133,11 +133,16 @@ static void check_type(int type, int64_t n) {
 /* Batches of many tokens (the packed-panel kernels of prompt processing
  * take over from HR_GEMMP_MIN_T tokens): row counts over and under whole
  * panels of 16, token counts that are not multiples of the micro-kernel,
- * one row, rows long enough for several packed chunks with a tail. */
+ * one row, rows long enough for several packed chunks with a tail, more
+ * than a pass of rows and a group of tokens. */
 static void check_type_batch(int type, int64_t n) {
     static const int shapes[][2] = {{37, 45}, {1, 16},  {16, 17}, {33, 23}, {5, 40},
                                     {17, 31}, {32, 16}, {2, 33},  {36, 1},  {1, 15}};
     check_shapes(type, n, 37, 45, shapes, sizeof(shapes) / sizeof(shapes[0]));
+    /* more rows than one pass of panels and more tokens than one group
+     * whose accumulators are kept (gemmp_avx512.c) */
+    static const int big[][2] = {{131, 133}, {129, 3}};
+    check_shapes(type, n, 131, 133, big, sizeof(big) / sizeof(big[0]));
 }
 
 /* the tables specialise what they should: every VNNI/AVX2 table has tiles for
