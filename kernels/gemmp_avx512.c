@@ -52,7 +52,7 @@
 /* bytes of a packed panel per block */
 #define PB_Q4_0 (8 * 64 + 64)                     /* 8 groups, dx */
 #define PB_Q4_K (64 * 64 + 8 * 64 + 8 * 64 + 128) /* 64 groups, (sc,sc), (mn,mn), d, dmin */
-#define PB_Q6_K (64 * 64 + 16 * 64 + 64)          /* 64 groups, (sc,sc), d */
+#define PB_Q6_K (64 * 64 + 16 * 64 + 8 * 64 + 64) /* 64 groups, (sc,sc), seeds, d */
 
 #define KB_Q4_0 (HR_GEMMP_CHUNK / HR_QK4_0)
 #define KB_K (HR_GEMMP_CHUNK / HR_QK_K)
@@ -422,8 +422,9 @@ void hr_gemmp_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
 /* ---- Q6_K ------------------------------------------------------------------ */
 
 /* Panel of rows [0, nr) for super-blocks [s0, s0 + kn): group G (elements
- * 4G..4G+3, q 0..63) at 64 * G, the 16 scales as (sc, sc) int16 pairs per
- * row, d. */
+ * 4G..4G+3) as q - 32 (s8) at 64 * G, the 16 scales as (sc, sc) int16
+ * pairs per row at 4096, the 8 lanes' seeds at 5120 (lane k: -128 * sum
+ * over its groups of sc * sum(q - 32), int32 per row), d at 5632. */
 static void pack_q6_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, uint8_t *P) {
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
@@ -470,28 +471,38 @@ static void pack_q6_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, u
             const __m512i v = gather32(m, off, base + offsetof(hr_block_q6_k, scales) + g - 3);
             _mm512_store_si512(o + 4096 + 64 * g, pair16(_mm512_srai_epi32(v, 24)));
         }
-        _mm512_store_ps(o + 5120, gather_h(m, off, base + offsetof(hr_block_q6_k, d)));
+        /* q - 32 in place, and the seeds */
+        const __m512i c32 = _mm512_set1_epi8(32), ones = _mm512_set1_epi8(1);
+        const __m512i lo16 = _mm512_set1_epi32(0xffff), z = _mm512_setzero_si512();
+        __m512i acc[8];
+        HR_UNROLL
+        for (int k = 0; k < 8; k++)
+            acc[k] = z;
+        for (int v = 0; v < 8; v++)
+            HR_UNROLL
+        for (int k = 0; k < 8; k++) {
+            const int G = 8 * v + k;
+            const __m512i q = _mm512_sub_epi8(_mm512_load_si512(o + 64 * G), c32);
+            _mm512_store_si512(o + 64 * G, q);
+            /* sum(q - 32) of the group (|.| <= 128) in the low word, 0 above */
+            const __m512i t = _mm512_and_si512(_mm512_dpbusd_epi32(z, ones, q), lo16);
+            acc[k] = _mm512_dpwssd_epi32(acc[k], t, _mm512_load_si512(o + 4096 + 64 * (G / 4)));
+        }
+        HR_UNROLL
+        for (int k = 0; k < 8; k++)
+            _mm512_store_si512(o + 5120 + 64 * k,
+                               _mm512_sub_epi32(z, _mm512_slli_epi32(acc[k], 7)));
+        _mm512_store_ps(o + 5632, gather_h(m, off, base + offsetof(hr_block_q6_k, d)));
     }
 }
 
-/* Per token t < tn and super-block s of the chunk: 32 * (y pair sums) as
- * int16 pairs, one int32 per group, at o32[(t * KB + s) * 64]. */
-static void aux_q6_k(const uint8_t *a, size_t as, int tn, int64_t s0, int kn, int32_t *o32) {
-    const __m256i c32 = _mm256_set1_epi8(32);
-    for (int t = 0; t < tn; t++)
-        for (int s = 0; s < kn; s++) {
-            const hr_block_q8_k *yk = (const hr_block_q8_k *)(a + (size_t)t * as) + s0 + s;
-            int32_t *o = o32 + (size_t)(t * KB_K + s) * 64;
-            for (int v = 0; v < 8; v++)
-                _mm256_store_si256(
-                    (__m256i *)(o + 8 * v),
-                    _mm256_maddubs_epi16(c32,
-                                         _mm256_loadu_si256((const __m256i *)(yk->qs + 32 * v))));
-        }
-}
-
+/* T tokens x the panel over kn super-blocks; accumulators in st. The
+ * activations go in as y + 128 (u8) against q - 32 (s8): the lane's sum of
+ * sc * (y + 128)(q - 32) plus the panel's seed is its exact sum of
+ * sc * y (q - 32). */
 HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, const uint8_t *a, size_t as,
-                      const int32_t *o32, __m512 *st, bool first) {
+                      __m512 *st, bool first) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int s = 0; s < kn; s++) {
         const bool fresh = first && s == 0; /* the accumulators start at 0 */
         const uint8_t *W = P + (size_t)s * PB_Q6_K;
@@ -502,7 +513,7 @@ HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, const uint8_t *a, s
         for (int t = 0; t < T; t++)
             HR_UNROLL
         for (int k = 0; k < 8; k++)
-            I[t][k] = _mm512_setzero_si512();
+            I[t][k] = _mm512_load_si512(W + 5120 + 64 * k);
         HR_UNROLL
         for (int v = 0; v < 8; v++) {
             const __m512i sc0 = _mm512_load_si512(W + 4096 + 64 * (2 * v));
@@ -513,14 +524,13 @@ HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, const uint8_t *a, s
                 const __m512i wv = _mm512_load_si512(W + 64 * G);
                 HR_UNROLL
                 for (int t = 0; t < T; t++) {
-                    __m512i p = _mm512_maddubs_epi16(wv, pbcast(yq + (size_t)t * as + 4 * G));
-                    p = _mm512_sub_epi16(
-                        p, _mm512_set1_epi32(o32[(size_t)(t * KB_K + s) * 64 + (size_t)G]));
-                    I[t][k] = _mm512_dpwssd_epi32(I[t][k], p, k < 4 ? sc0 : sc1);
+                    const __m512i yv = _mm512_xor_si512(pbcast(yq + (size_t)t * as + 4 * G), flip);
+                    I[t][k] = _mm512_dpwssd_epi32(I[t][k], _mm512_maddubs_epi16(yv, wv),
+                                                  k < 4 ? sc0 : sc1);
                 }
             }
         }
-        const __m512 d = _mm512_load_ps(W + 5120);
+        const __m512 d = _mm512_load_ps(W + 5632);
         HR_UNROLL
         for (int t = 0; t < T; t++) {
             __m512 *L = st + t * HR_GEMMP_NS;
@@ -537,11 +547,8 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                    float *y, size_t ys) {
     const int64_t nb = n / HR_QK_K;
     const uint8_t *wb = w, *ab = a;
-    _Alignas(64) int32_t o32[HR_GEMMP_TG * KB_K * 64];
-#define Q6_K_MICRO(T)                                                                              \
-    micro_q6_k(T, P, kn, at + (size_t)b0 * sizeof(hr_block_q8_k), as,                              \
-               o32 + (size_t)t0 * KB_K * 64, st, first)
-    HR_GEMMP_LOOPS(KB_K, PB_Q6_K, aux_q6_k(ab + (size_t)tg * as, as, tn, b0, kn, o32),
-                   pack_q6_k(wb + (size_t)r0 * ws, ws, pn, b0, kn, P), Q6_K_MICRO, false);
+#define Q6_K_MICRO(T) micro_q6_k(T, P, kn, at + (size_t)b0 * sizeof(hr_block_q8_k), as, st, first)
+    HR_GEMMP_LOOPS_P(KB_K, PB_Q6_K, pack_q6_k(wb + (size_t)r0 * ws, ws, pn, b0, kn, P), Q6_K_MICRO,
+                     false);
 #undef Q6_K_MICRO
 }
