@@ -16,19 +16,23 @@
  *  - Q4_0: per block and group, s = vpdpbusd(-8 * sum(y of the group),
  *    weights 0..15, 4 activation bytes broadcast) is the group's exact
  *    integer sum, then L[g] = fma(dx * dy, s, L[g]). The -8 * sum(y) seeds
- *    are prepared once per token group for all blocks.
+ *    are prepared once per chunk and token group for all panels of a pass.
  *  - Q4_K / Q6_K: per super-block, I[G % 8] += sc * (vpmaddubsw pair sums)
- *    by vpdpwssd with the sub-block scale in both words (Q6_K's -32 per
- *    element pair subtracted from the pair sums first), then per
+ *    by vpdpwssd with the sub-block scale in both words, then per
  *    super-block L[k] = fma(dx * dy, I[k], L[k]). Q4_K's mins take 4 more
  *    lanes, M[i] = fma(-(dmin * dy), mn[2i] * s(2i) + mn[2i+1] * s(2i+1),
- *    M[i]), s(j) the activations' sub-block sums (from bsums).
+ *    M[i]), s(j) the activations' sub-block sums (from bsums). Q6_K packs
+ *    q - 32 (s8) and multiplies it by y + 128 (u8): the packing adds
+ *    -128 * sum(sc * (q - 32)) per lane as the seed of I, so the -32 needs
+ *    nothing per token. (Q4_0 in that form measured slower: the flip of y
+ *    is one more vector operation per group and token there.)
  *
- * The accumulators persist over the row's chunks in a stack buffer
- * (HR_GEMMP_TG tokens for every panel of a pass, or HR_GEMMP_TGP tokens
- * for one panel); at the row's end each (row, token) reduces as ggml's
- * hsum_float_8 (plus (M0 + M2) + (M1 + M3)), 16 rows per vector. Stack
- * use: about 150 KiB. */
+ * The accumulators persist over the row's chunks in a stack buffer:
+ * HR_GEMMP_TG tokens for every panel of a pass (Q4_0, whose seeds are per
+ * token), or HR_GEMMP_TGP tokens for one panel (the K-quants: a chunk is
+ * packed once per HR_GEMMP_TGP tokens). At the row's end each (row,
+ * token) reduces as ggml's hsum_float_8 (plus (M0 + M2) + (M1 + M3)), 16
+ * rows per vector. Stack use: at most about 250 KiB. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -168,7 +172,7 @@ HR_PI void finish(const int T, bool mins, const __m512 *st, float *y, size_t ys,
         }                                                                                          \
     }
 
-/* The loop nest of Q4_0 and Q6_K: rows in passes of HR_GEMMP_PN panels,
+/* The loop nest of Q4_0: rows in passes of HR_GEMMP_PN panels,
  * tokens in groups of HR_GEMMP_TG, the row in chunks of KB blocks; per
  * chunk the type's activation terms (AUX, once for all panels), per panel
  * its packing (PACK) and the micro-kernel over pairs of tokens (MICRO(T));
@@ -196,7 +200,7 @@ HR_PI void finish(const int T, bool mins, const __m512 *st, float *y, size_t ys,
             }                                                                                      \
     } while (0)
 
-/* The loop nest of a type without activation terms to prepare (Q4_K):
+/* The loop nest of a type without activation terms to prepare (K-quants):
  * tokens in groups of HR_GEMMP_TGP, then panels, then the row's chunks,
  * so a panel's accumulators are kept for a group only and a chunk is
  * packed once per HR_GEMMP_TGP tokens. */
