@@ -43,6 +43,7 @@
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -506,6 +507,74 @@ static void dotc_q8_0(int64_t n, int nr, const void *w, size_t ws, const void *c
     HR_BY_COUNT8(nt, DC_Q8)
 }
 
+/* ---- F16: eight rows at once ---------------------------------------------- */
+
+/* the AVX2 table's vec_dot_n for F16, for the rows left over */
+static hr_vec_dot_n_fn g_dotn_f16_avx2;
+
+/* ggml's hsum_float_8 */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Rows 2q and 2q + 1 in the low and high halves of zmm q (q < 4), each half
+ * vec_dot's own 8-lane chain (element i into lane i % 8 by an fma, the
+ * n % 8 tail by fmaf into its lanes, hsum_float_8): the same bits, with
+ * eight chains in flight instead of four. Attention's scores and weighted
+ * values run through this. */
+static void dotn_f16(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,
+                     float *out, size_t ys) {
+    const uint8_t *wb = w;
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        const uint16_t *x[8];
+        for (int j = 0; j < 8; j++)
+            x[j] = (const uint16_t *)(wb + (size_t)(r + j) * ws);
+        for (int t = 0; t < nt; t++) {
+            const float *y = a[t];
+            __m512 c[4];
+            DC_UNROLL
+            for (int q = 0; q < 4; q++)
+                c[q] = _mm512_setzero_ps();
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) {
+                const __m512 yv = _mm512_broadcast_f32x8(_mm256_loadu_ps(y + i));
+                DC_UNROLL
+                for (int q = 0; q < 4; q++) {
+                    const __m256i h = _mm256_inserti128_si256(
+                        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(x[2 * q] + i))),
+                        _mm_loadu_si128((const __m128i *)(x[2 * q + 1] + i)), 1);
+                    c[q] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), yv, c[q]);
+                }
+            }
+            if (i < n) {
+                float l[16];
+                for (int q = 0; q < 4; q++) {
+                    _mm512_storeu_ps(l, c[q]);
+                    for (int j = 0; i + j < n; j++) {
+                        l[j] = fmaf(_cvtsh_ss(x[2 * q][i + j]), y[i + j], l[j]);
+                        l[8 + j] = fmaf(_cvtsh_ss(x[2 * q + 1][i + j]), y[i + j], l[8 + j]);
+                    }
+                    c[q] = _mm512_loadu_ps(l);
+                }
+            }
+            float *o = out + (size_t)t * ys + r;
+            DC_UNROLL
+            for (int q = 0; q < 4; q++) {
+                o[2 * q] = hsum8(_mm512_castps512_ps256(c[q]));
+                o[2 * q + 1] = hsum8(_mm512_extractf32x8_ps(c[q], 1));
+            }
+        }
+    }
+    if (r < nr) {
+        const void *rest = wb + (size_t)r * ws;
+        g_dotn_f16_avx2(n, nr - r, rest, ws, a, nt, out + r, ys);
+    }
+}
+
 void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2) {
     if (!(flags & HR_AVX512_VNNI))
         return;
@@ -516,5 +585,11 @@ void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2) 
         k->vec_dot[types[i]] = avx2->vec_dot[types[i]];
         k->vec_dot_n[types[i]] = fns[i];
         k->dotn_one[types[i]] = true;
+    }
+    /* F16 (attention's KV cache among others): vec_dot stays the AVX2 one */
+    if (avx2->vec_dot_n[HR_TYPE_F16] && k->vec_dot[HR_TYPE_F16] == avx2->vec_dot[HR_TYPE_F16]) {
+        g_dotn_f16_avx2 = avx2->vec_dot_n[HR_TYPE_F16];
+        k->vec_dot_n[HR_TYPE_F16] = dotn_f16;
+        k->dotn_one[HR_TYPE_F16] = true;
     }
 }
