@@ -509,69 +509,117 @@ static void dotc_q8_0(int64_t n, int nr, const void *w, size_t ws, const void *c
 
 /* ---- F16: eight rows at once ---------------------------------------------- */
 
-/* the AVX2 table's vec_dot_n for F16, for the rows left over */
-static hr_vec_dot_n_fn g_dotn_f16_avx2;
-
-/* ggml's hsum_float_8 */
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+/* ggml's hsum_float_8 of the eight dots in c[0..3] (rows 2q and 2q + 1 in
+ * the low and high halves of c[q]), all eight at once: the same pairs
+ * added in the same tree (lanes i and i + 4, then the sums 0 + 2 and
+ * 1 + 3, then those two), so every value is hsum_float_8's bit for bit
+ * (a + b and b + a round alike). Row k of the result is lane k. */
+static inline __m256 hsum8_x8(const __m512 c[4]) {
+    /* 128-bit lane k of a: row k's lanes i + (i + 4); of b: row k + 4's */
+    const __m512 a = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* [a0 + a2, a1 + a3, b0 + b2, b1 + b3] in each 128-bit lane */
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 g = _mm512_add_ps(f, _mm512_movehdup_ps(f));
+    /* element 0 of 128-bit lane k is row k, element 2 row k + 4 */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, g));
 }
 
-/* Rows 2q and 2q + 1 in the low and high halves of zmm q (q < 4), each half
+/* eight rows (two per zmm) against nc columns: each (row, column) is
  * vec_dot's own 8-lane chain (element i into lane i % 8 by an fma, the
- * n % 8 tail by fmaf into its lanes, hsum_float_8): the same bits, with
- * eight chains in flight instead of four. Attention's scores and weighted
- * values run through this. */
+ * n % 8 tail into its lanes by one masked fma, hsum_float_8), so the same
+ * bits; the rows are converted once for all nc columns. Rows at or after
+ * nr repeat row 0 and are not stored. */
+DC_I void f16_rows8(int64_t n, const uint16_t *const x[8], int nr, const float *const *y, int nc,
+                    float *out, size_t ys) {
+    __m512 c[4][4];
+    DC_UNROLL
+    for (int t = 0; t < 4; t++)
+        DC_UNROLL
+    for (int q = 0; q < 4; q++)
+        c[t][q] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512 wv[4];
+        DC_UNROLL
+        for (int q = 0; q < 4; q++)
+            wv[q] = _mm512_cvtph_ps(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(x[2 * q] + i))),
+                _mm_loadu_si128((const __m128i *)(x[2 * q + 1] + i)), 1));
+        DC_UNROLL
+        for (int t = 0; t < 4; t++) {
+            if (t >= nc)
+                break;
+            const __m512 yv = _mm512_broadcast_f32x8(_mm256_loadu_ps(y[t] + i));
+            DC_UNROLL
+            for (int q = 0; q < 4; q++)
+                c[t][q] = _mm512_fmadd_ps(wv[q], yv, c[t][q]);
+        }
+    }
+    if (i < n) {
+        /* lanes j < n - i of both rows: fmaf(x, y, lane) as vec_dot's tail */
+        const __mmask8 m8 = (__mmask8)((1u << (n - i)) - 1u);
+        const __mmask16 m16 = (__mmask16)(m8 | (unsigned)m8 << 8);
+        __m512 wv[4];
+        DC_UNROLL
+        for (int q = 0; q < 4; q++)
+            wv[q] = _mm512_cvtph_ps(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_maskz_loadu_epi16(m8, x[2 * q] + i)),
+                _mm_maskz_loadu_epi16(m8, x[2 * q + 1] + i), 1));
+        DC_UNROLL
+        for (int t = 0; t < 4; t++) {
+            if (t >= nc)
+                break;
+            const __m512 yv = _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m8, y[t] + i));
+            DC_UNROLL
+            for (int q = 0; q < 4; q++)
+                c[t][q] = _mm512_mask3_fmadd_ps(wv[q], yv, c[t][q], m16);
+        }
+    }
+    const __mmask8 keep = (__mmask8)(nr >= 8 ? 0xff : (1u << nr) - 1u);
+    DC_UNROLL
+    for (int t = 0; t < 4; t++) {
+        if (t >= nc)
+            break;
+        _mm256_mask_storeu_ps(out + (size_t)t * ys, keep, hsum8_x8(c[t]));
+    }
+}
+
+/* Rows in groups of eight (the last one padded), columns in groups of up
+ * to four (sixteen accumulators). Attention's scores (keys against the
+ * query heads that share them) and weighted values run through this. */
 static void dotn_f16(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,
                      float *out, size_t ys) {
     const uint8_t *wb = w;
-    int r = 0;
-    for (; r + 8 <= nr; r += 8) {
+    for (int r = 0; r < nr; r += 8) {
+        const int rn = nr - r < 8 ? nr - r : 8;
         const uint16_t *x[8];
         for (int j = 0; j < 8; j++)
-            x[j] = (const uint16_t *)(wb + (size_t)(r + j) * ws);
-        for (int t = 0; t < nt; t++) {
-            const float *y = a[t];
-            __m512 c[4];
-            DC_UNROLL
-            for (int q = 0; q < 4; q++)
-                c[q] = _mm512_setzero_ps();
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8) {
-                const __m512 yv = _mm512_broadcast_f32x8(_mm256_loadu_ps(y + i));
-                DC_UNROLL
-                for (int q = 0; q < 4; q++) {
-                    const __m256i h = _mm256_inserti128_si256(
-                        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(x[2 * q] + i))),
-                        _mm_loadu_si128((const __m128i *)(x[2 * q + 1] + i)), 1);
-                    c[q] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), yv, c[q]);
-                }
-            }
-            if (i < n) {
-                float l[16];
-                for (int q = 0; q < 4; q++) {
-                    _mm512_storeu_ps(l, c[q]);
-                    for (int j = 0; i + j < n; j++) {
-                        l[j] = fmaf(_cvtsh_ss(x[2 * q][i + j]), y[i + j], l[j]);
-                        l[8 + j] = fmaf(_cvtsh_ss(x[2 * q + 1][i + j]), y[i + j], l[8 + j]);
-                    }
-                    c[q] = _mm512_loadu_ps(l);
-                }
-            }
+            x[j] = (const uint16_t *)(wb + (size_t)(r + (j < rn ? j : 0)) * ws);
+        for (int t = 0; t < nt; t += 4) {
+            const int nc = nt - t < 4 ? nt - t : 4;
+            const float *const *y = (const float *const *)a + t;
             float *o = out + (size_t)t * ys + r;
-            DC_UNROLL
-            for (int q = 0; q < 4; q++) {
-                o[2 * q] = hsum8(_mm512_castps512_ps256(c[q]));
-                o[2 * q + 1] = hsum8(_mm512_extractf32x8_ps(c[q], 1));
+            /* a constant column count per call keeps the accumulators in registers */
+            switch (nc) {
+            case 1:
+                f16_rows8(n, x, rn, y, 1, o, ys);
+                break;
+            case 2:
+                f16_rows8(n, x, rn, y, 2, o, ys);
+                break;
+            case 3:
+                f16_rows8(n, x, rn, y, 3, o, ys);
+                break;
+            default:
+                f16_rows8(n, x, rn, y, 4, o, ys);
+                break;
             }
         }
-    }
-    if (r < nr) {
-        const void *rest = wb + (size_t)r * ws;
-        g_dotn_f16_avx2(n, nr - r, rest, ws, a, nt, out + r, ys);
     }
 }
 
@@ -588,7 +636,6 @@ void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2) 
     }
     /* F16 (attention's KV cache among others): vec_dot stays the AVX2 one */
     if (avx2->vec_dot_n[HR_TYPE_F16] && k->vec_dot[HR_TYPE_F16] == avx2->vec_dot[HR_TYPE_F16]) {
-        g_dotn_f16_avx2 = avx2->vec_dot_n[HR_TYPE_F16];
         k->vec_dot_n[HR_TYPE_F16] = dotn_f16;
         k->dotn_one[HR_TYPE_F16] = true;
     }

@@ -224,9 +224,18 @@ void hr_add(float *x, const float *b, int n) {
 }
 
 void hr_softmax(float *x, int n) {
+    /* eight partial maxima (the maximum does not depend on the order) */
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int i8 = 0;
+    for (; i8 + 8 <= n; i8 += 8)
+        for (int l = 0; l < 8; l++)
+            m8[l] = x[i8 + l] > m8[l] ? x[i8 + l] : m8[l];
     float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
+    for (; i8 < n; i8++)
+        mx = x[i8] > mx ? x[i8] : mx;
+    for (int l = 0; l < 8; l++)
+        mx = m8[l] > mx ? m8[l] : mx;
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
@@ -274,64 +283,108 @@ typedef struct {
     const float *q;
     float *out;
     int n_tok, pos0;
+    int group;           /* query heads per work item (of one KV head) */
     const hr_kernels *k; /* f16 dot products, several rows per call */
 } hr_attn_job;
 
-/* Head h of one token at position pos over the cache k/vt: q0 and o point
- * at the head's [hd] query and output. sc: n_ctx + hd floats of scratch. */
-static void hr_attn_head(const hr_attn_job *j, const uint16_t *k, const uint16_t *vt,
-                         const float *q0, float *o, int pos, int h, float *sc) {
+/* query heads that share a KV head and go through the dot products
+ * together (each head's values do not depend on the grouping) */
+static int hr_attn_group_max(int n_head, int n_kv) {
+    int hpk = n_head / n_kv;
+    return hpk < HR_DOT_N_MAX ? hpk : HR_DOT_N_MAX;
+}
+
+size_t hr_attn_scratch_floats(int n_threads, int n_head, int n_kv, int head_dim, int n_ctx) {
+    return (size_t)n_threads * (size_t)hr_attn_group_max(n_head, n_kv) *
+           ((size_t)n_ctx + (size_t)head_dim);
+}
+
+/* Query heads h0 .. h0 + nh - 1 (nh <= HR_DOT_N_MAX, all of one KV head) of
+ * one token at position pos over the cache k/vt: q and o point at the
+ * token's [n_head * hd] query and output. The keys are read once for all
+ * nh heads (one vec_dot_n with nh columns), and so are the value rows.
+ * sc: nh * (n_ctx + hd) floats of scratch. */
+static void hr_attn_heads(const hr_attn_job *j, const uint16_t *k, const uint16_t *vt,
+                          const float *q, float *o, int pos, int h0, int nh, float *sc) {
     const hr_attn_args *a = j->a;
-    int hd = a->head_dim, kvh = h / (a->n_head / a->n_kv);
+    int hd = a->head_dim, kvh = h0 / (a->n_head / a->n_kv);
     int kv_stride = a->n_kv * hd;
     float scale = 1.0f / sqrtf((float)hd);
     int n_pos = pos + 1;
-    /* Q is rounded to f16 like the cache it meets (as llama.cpp does
-     * with an F16 KV cache), so logits track that engine closely. */
-    float *qh = sc + a->n_ctx;
-    for (int d = 0; d < hd; d++)
-        qh[d] = hr_fp16_to_fp32(hr_fp32_to_fp16(q0[d]));
+    float *qh = sc + (size_t)nh * a->n_ctx;
+    const void *col[HR_DOT_N_MAX] = {0};
+    for (int g = 0; g < nh; g++) {
+        /* Q is rounded to f16 like the cache it meets (as llama.cpp does
+         * with an F16 KV cache), so logits track that engine closely. */
+        const float *qg = q + (size_t)(h0 + g) * hd;
+        float *qr = qh + (size_t)g * hd;
+        uint16_t h16[256];
+        for (int d0 = 0; d0 < hd; d0 += 256) {
+            const int dn = hd - d0 < 256 ? hd - d0 : 256;
+            j->k->quant[HR_TYPE_F16](qg + d0, h16, dn);
+            j->k->dequant[HR_TYPE_F16](h16, qr + d0, dn);
+        }
+        col[g] = qr;
+    }
     /* the cached keys and value rows as rows of an f16 matrix: the table's
      * vec_dot_n keeps several rows' chains in flight, each row's value
      * bit for bit its vec_dot */
-    const void *col[1] = {qh};
-    hr_vec_dot_n(j->k, HR_TYPE_F16, hd, n_pos, k + (size_t)kvh * hd, (size_t)kv_stride * 2, col, 1,
-                 sc, (size_t)n_pos);
-    for (int p = 0; p < n_pos; p++)
-        sc[p] *= scale;
-    hr_softmax(sc, n_pos);
-    col[0] = sc;
+    hr_vec_dot_n(j->k, HR_TYPE_F16, hd, n_pos, k + (size_t)kvh * hd, (size_t)kv_stride * 2, col, nh,
+                 sc, (size_t)a->n_ctx);
+    for (int g = 0; g < nh; g++) {
+        float *s = sc + (size_t)g * a->n_ctx;
+        for (int p = 0; p < n_pos; p++)
+            s[p] *= scale;
+        hr_softmax(s, n_pos);
+        col[g] = s;
+    }
     hr_vec_dot_n(j->k, HR_TYPE_F16, n_pos, hd, vt + (size_t)kvh * hd * a->n_ctx,
-                 (size_t)a->n_ctx * 2, col, 1, o, (size_t)hd);
+                 (size_t)a->n_ctx * 2, col, nh, o + (size_t)h0 * hd, (size_t)hd);
 }
 
 static void hr_attn_worker(void *ctx, int ith, int nth) {
     hr_attn_job *j = ctx;
     const hr_attn_args *a = j->a;
-    int hd = a->head_dim, q_stride = a->n_head * hd;
-    float *sc = a->scratch + (size_t)ith * (a->n_ctx + hd);
-    long n_items = (long)j->n_tok * a->n_head;
+    int hd = a->head_dim, q_stride = a->n_head * hd, hpk = a->n_head / a->n_kv;
+    int n_sub = (hpk + j->group - 1) / j->group, per_tok = a->n_kv * n_sub;
+    float *sc = a->scratch + (size_t)ith * (size_t)hr_attn_group_max(a->n_head, a->n_kv) *
+                                 ((size_t)a->n_ctx + (size_t)hd);
+    long n_items = (long)j->n_tok * per_tok;
     for (long it = ith; it < n_items; it += nth) {
-        int t = (int)(it / a->n_head), h = (int)(it % a->n_head);
-        size_t off = (size_t)t * q_stride + (size_t)h * hd;
+        int t = (int)(it / per_tok), rem = (int)(it % per_tok);
+        int h0 = (rem / n_sub) * hpk + (rem % n_sub) * j->group;
+        int nh = hpk - (rem % n_sub) * j->group;
+        nh = nh < j->group ? nh : j->group;
+        size_t off = (size_t)t * q_stride;
         if (j->rows)
-            hr_attn_head(j, j->rows[t].k, j->rows[t].vt, j->q + off, j->out + off, j->rows[t].pos,
-                         h, sc);
+            hr_attn_heads(j, j->rows[t].k, j->rows[t].vt, j->q + off, j->out + off, j->rows[t].pos,
+                          h0, nh, sc);
         else
-            hr_attn_head(j, a->k, a->vt, j->q + off, j->out + off, j->pos0 + t, h, sc);
+            hr_attn_heads(j, a->k, a->vt, j->q + off, j->out + off, j->pos0 + t, h0, nh, sc);
     }
+}
+
+/* whole groups of a KV head's query heads, split while that leaves a
+ * thread without two work items (single-token decode on many cores) */
+static void hr_attn_run(hr_pool *pool, hr_attn_job *j) {
+    const hr_attn_args *a = j->a;
+    int g = hr_attn_group_max(a->n_head, a->n_kv), hpk = a->n_head / a->n_kv;
+    long want = 2L * hr_pool_size(pool);
+    while (g > 1 && (long)j->n_tok * a->n_kv * ((hpk + g - 1) / g) < want)
+        g = (g + 1) / 2;
+    j->group = g;
+    j->k = hr_kernels_best();
+    hr_pool_run(pool, hr_attn_worker, j);
 }
 
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out) {
     hr_attn_job j = {.a = a, .q = q, .out = out, .n_tok = n_tok, .pos0 = pos0};
-    j.k = hr_kernels_best();
-    hr_pool_run(pool, hr_attn_worker, &j);
+    hr_attn_run(pool, &j);
 }
 
 void hr_attention_rows(hr_pool *pool, const hr_attn_args *a, const hr_attn_row *rows,
                        const float *q, int n_tok, float *out) {
     hr_attn_job j = {.a = a, .rows = rows, .q = q, .out = out, .n_tok = n_tok};
-    j.k = hr_kernels_best();
-    hr_pool_run(pool, hr_attn_worker, &j);
+    hr_attn_run(pool, &j);
 }

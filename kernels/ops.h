@@ -65,7 +65,8 @@ void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params 
 /* Causal GQA attention over an F16 KV cache.
  * q: [n_tok][n_head*hd]; k: [n_ctx][n_kv*hd] f16; vt: [n_kv*hd][n_ctx] f16
  * (transposed); token t sits at position pos0+t and sees positions
- * 0..pos0+t. out: [n_tok][n_head*hd]. scratch: n_threads * (n_ctx + head_dim) floats. */
+ * 0..pos0+t. out: [n_tok][n_head*hd]. scratch: hr_attn_scratch_floats()
+ * floats. */
 typedef struct {
     int n_head, n_kv, head_dim, n_ctx;
     const uint16_t *k;
@@ -74,6 +75,8 @@ typedef struct {
 } hr_attn_args;
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out);
+/* floats of scratch hr_attention needs on a pool of n_threads */
+size_t hr_attn_scratch_floats(int n_threads, int n_head, int n_kv, int head_dim, int n_ctx);
 
 /* Token t of a batch of sequences: its sequence's cache (layout of
  * hr_attn_args' k / vt) and its position there. */

@@ -46,7 +46,7 @@ typedef struct {
     float *q, *att;   /* [B][qh*head_dim] queries, attention output */
     float *kk, *vv;   /* [B][kvh*head_dim] keys, values */
     float *gate, *up; /* [B][f]; gate ends as the SwiGLU output */
-    float *scratch;   /* attention: n_threads * (n_ctx + head_dim) */
+    float *scratch;   /* attention: hr_attn_scratch_floats() */
     void *wbuf;       /* hr_matmul scratch */
 } hr_layer_env;
 

@@ -19,7 +19,9 @@ int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_t
     e->att = alloc(ud, B * QD * sizeof(float));
     e->gate = alloc(ud, B * (size_t)n_ff * sizeof(float));
     e->up = alloc(ud, B * (size_t)n_ff * sizeof(float));
-    e->scratch = alloc(ud, (size_t)n_threads * ((size_t)e->n_ctx + D) * sizeof(float));
+    e->scratch = alloc(
+        ud, hr_attn_scratch_floats(n_threads, hp->n_head, hp->n_head_kv, hp->head_dim, e->n_ctx) *
+                sizeof(float));
     e->wbuf = alloc(ud, wbuf);
     bool ok =
         e->xb && e->q && e->kk && e->vv && e->att && e->gate && e->up && e->scratch && e->wbuf;

@@ -302,9 +302,9 @@ static double hr_time_attention(hr_pool *pool, int nt, int hd, int n_pos, int re
     uint16_t *k = malloc(kvn * 2), *vt = malloc(kvn * 2);
     j.q = malloc((size_t)HR_ATT_NH * hd * sizeof *j.q);
     j.out = malloc((size_t)HR_ATT_NH * hd * sizeof *j.out);
-    /* ops.h: scratch of n_threads x (n_ctx + head_dim) floats */
     float *scratch =
-        malloc((size_t)hr_pool_size(pool) * (HR_ATT_NCTX + (size_t)hd) * sizeof *scratch);
+        malloc(hr_attn_scratch_floats(hr_pool_size(pool), HR_ATT_NH, HR_ATT_NKV, hd, HR_ATT_NCTX) *
+               sizeof *scratch);
     double res = -1.0;
     if (k && vt && j.q && j.out && scratch && n_pos <= HR_ATT_NCTX) {
         for (size_t i = 0; i < kvn; i++) {

@@ -140,7 +140,8 @@ static void test_attention(void) {
     for (int i = 0; i < NT * H * D; i++)
         q[i] = frand();
     hr_pool *pool = hr_pool_create(2);
-    float scratch[2 * (CTX + D)];
+    float *scratch = malloc(hr_attn_scratch_floats(2, H, KV, D, CTX) * sizeof(float));
+    CHECK(scratch);
     hr_attn_args a = {
         .n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = CTX, .k = k, .vt = vt, .scratch = scratch};
     hr_attention(pool, &a, q, NT, POS0, out);
@@ -167,6 +168,70 @@ static void test_attention(void) {
         }
     }
     hr_pool_destroy(pool);
+    free(scratch);
+}
+
+/* Query heads that share a KV head go through the dot products together
+ * (several per call, fewer when a token alone must feed many threads):
+ * every head's output equals the same head computed alone with the best
+ * table's vec_dot, row by row, bit for bit, for any grouping. */
+static void test_attention_groups(void) {
+    enum { H = 20, KV = 2, D = 64, CTX = 80, NT = 4, POS0 = 61 };
+    const int hpk = H / KV;
+    const hr_kernels *kt = hr_kernels_best();
+    uint16_t *k = malloc(sizeof(uint16_t) * CTX * KV * D);
+    uint16_t *vt = malloc(sizeof(uint16_t) * KV * D * CTX);
+    float *q = malloc(sizeof(float) * NT * H * D), *out = malloc(sizeof(float) * NT * H * D);
+    float *sc = malloc(sizeof(float) * CTX), *qr = malloc(sizeof(float) * D);
+    CHECK(k && vt && q && out && sc && qr);
+    for (int i = 0; i < CTX * KV * D; i++) {
+        k[i] = hr_fp32_to_fp16(frand());
+        vt[i] = hr_fp32_to_fp16(frand());
+    }
+    for (int i = 0; i < NT * H * D; i++)
+        q[i] = frand() * 2.0f;
+    for (int nth = 1; nth <= 7; nth += 3)
+        for (int nt = 1; nt <= NT; nt += NT - 1) {
+            hr_pool *pool = hr_pool_create(nth);
+            float *scratch = malloc(hr_attn_scratch_floats(nth, H, KV, D, CTX) * sizeof(float));
+            CHECK(pool && scratch);
+            hr_attn_args a = {.n_head = H,
+                              .n_kv = KV,
+                              .head_dim = D,
+                              .n_ctx = CTX,
+                              .k = k,
+                              .vt = vt,
+                              .scratch = scratch};
+            hr_attention(pool, &a, q, nt, POS0, out);
+            int bad = 0;
+            for (int t = 0; t < nt; t++)
+                for (int h = 0; h < H; h++) {
+                    const int kvh = h / hpk, np = POS0 + t + 1;
+                    for (int i = 0; i < D; i++)
+                        qr[i] = hr_fp16_to_fp32(hr_fp32_to_fp16(q[(t * H + h) * D + i]));
+                    for (int p = 0; p < np; p++)
+                        sc[p] = kt->vec_dot[HR_TYPE_F16](D, k + (size_t)p * KV * D + kvh * D, qr) *
+                                (1.0f / sqrtf((float)D));
+                    hr_softmax(sc, np);
+                    for (int i = 0; i < D; i++) {
+                        float o =
+                            kt->vec_dot[HR_TYPE_F16](np, vt + (size_t)(kvh * D + i) * CTX, sc);
+                        bad += memcmp(&o, &out[(t * H + h) * D + i], sizeof o) != 0;
+                    }
+                }
+            if (bad)
+                fprintf(stderr, "attention groups: %d threads, %d tokens: %d values differ\n", nth,
+                        nt, bad);
+            CHECK_EQ(bad, 0);
+            free(scratch);
+            hr_pool_destroy(pool);
+        }
+    free(k);
+    free(vt);
+    free(q);
+    free(out);
+    free(sc);
+    free(qr);
 }
 
 static void test_matmul_type(int type, hr_pool *pool) {
@@ -234,6 +299,7 @@ int main(void) {
     test_elementwise();
     test_rope();
     test_attention();
+    test_attention_groups();
     test_matmul();
     return hr_check_finish("test_ops");
 }

@@ -315,7 +315,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     float *q = malloc((size_t)n_tok * QD * 4), *ref = malloc((size_t)n_tok * QD * 4);
     float *got = malloc((size_t)n_tok * QD * 4);
     uint16_t *kc = calloc((size_t)n_ctx * KD, 2), *vt = calloc((size_t)n_ctx * KD, 2);
-    float *scratch = malloc((size_t)(n_ctx + hd) * 4);
+    float *scratch = malloc(hr_attn_scratch_floats(1, n_head, n_kv, hd, n_ctx) * 4);
     fill(k, (size_t)n_all * KD, 1.0f);
     fill(v, (size_t)n_all * KD, 1.0f);
     fill(q, (size_t)n_tok * QD, 1.5f);
