@@ -64,6 +64,7 @@ typedef struct {
     int n_prompt;
     int n_gen;
     int reps;
+    const char *isa;   /* bench: kernel tables to compare (comma list, "all"; NULL = best) */
     int parallel;      /* bench: concurrent sequences (0 = single-sequence bench); agent (head):
                           requests generating at once (0 = chosen from memory) */
     int ring_batches;  /* agent (head): micro-batches in flight around the ring (0 = one per

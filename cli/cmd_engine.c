@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -662,6 +663,9 @@ const hr_cli_opt hr_cmd_bench_opts[] = {
     HR_CLI_OPT("reps", 'r', COUNT, reps, "N", "repetitions (default 3, at most 20)"),
     HR_CLI_OPT("parallel", 0, COUNT, parallel, "N",
                "generation of 1, 2, 4, .. N concurrent sequences (batched decode)"),
+    HR_CLI_OPT("isa", 0, STR, isa, "LIST",
+               "kernel tables to run one after another, e.g. avx2,avx512 or all "
+               "(default: the best this CPU runs)"),
     HR_CLI_OPTS(hr_cli_opts_engine),
     HR_CLI_OPT_END,
 };
@@ -807,19 +811,84 @@ static int hr_bench_parallel(hr_engine *e, const hr_cli *o, int np, int ng, int 
     return rc;
 }
 
+/* The kernel tables --isa names, in order ("all": every table this CPU
+ * runs; no list: the best). Their count, or 0 after saying what is wrong. */
+static int hr_bench_isas(const char *list, hr_isa *out) {
+    if (!list || !*list) {
+        out[0] = hr_kernels_best()->isa;
+        return 1;
+    }
+    int n = 0;
+    if (strcmp(list, "all") == 0) {
+        for (int i = 0; i < HR_ISA_COUNT; i++)
+            if (hr_kernels_for_isa((hr_isa)i))
+                out[n++] = (hr_isa)i;
+        return n;
+    }
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < HR_ISA_COUNT; i++)
+            if (strcasecmp(t, hr_isa_name((hr_isa)i)) == 0)
+                found = i;
+        if (found < 0) {
+            hr_cli_fail("--isa: no kernel table '%s' (scalar, avx2, avx512, neon, dotprod, i8mm)",
+                        t);
+            return 0;
+        }
+        if (!hr_kernels_for_isa((hr_isa)found)) {
+            hr_cli_fail("--isa: this CPU cannot run the %s kernels (it has: %s)", t,
+                        hr_isa_features());
+            return 0;
+        }
+        if (n < HR_ISA_COUNT)
+            out[n++] = (hr_isa)found;
+    }
+    return n;
+}
+
+/* Bytes for the bandwidth probe: at least 1 GiB and four times the
+ * last-level cache (one L3 per domain, every domain), so the probe reads
+ * memory rather than cache; at most a quarter of what this machine (or its
+ * memory cgroup) can still hold, so bench runs in small cgroups. */
+static size_t hr_bench_probe_bytes(const hr_prof_device *dev, int64_t *l3_total) {
+    int64_t l3 = dev && dev->topo.l3_bytes > 0
+                     ? dev->topo.l3_bytes * (dev->topo.n_l3 > 0 ? dev->topo.n_l3 : 1)
+                     : -1;
+    *l3_total = l3;
+    size_t probe = (size_t)1 << 30;
+    if (l3 > 0 && (size_t)l3 * 4 > probe)
+        probe = (size_t)l3 * 4;
+    int64_t avail = dev ? dev->mem.weights_avail_bytes : -1;
+    if (avail > 0 && (uint64_t)avail / 4 < probe)
+        probe = (size_t)avail / 4 > ((size_t)64 << 20) ? (size_t)avail / 4 : (size_t)64 << 20;
+    return probe;
+}
+
 HR_CLI_COMMAND(bench) {
     char err[HR_ERR_LEN] = "";
     hr_engine e;
+    hr_isa isas[HR_ISA_COUNT];
+    int n_isa = hr_bench_isas(o->isa, isas);
+    if (n_isa == 0)
+        return 1;
     if (hr_engine_open(&e, o, false))
         return 1;
     int rc = 1;
     float *logits = NULL;
     int32_t *ids = NULL;
+    hr_prof_device *dev = NULL;
     const hr_hparams *hp = hr_model_hparams(e.m);
     int np = o->n_prompt > 0 ? o->n_prompt : 1, ng = o->n_gen > 0 ? o->n_gen : 1;
     int reps = o->reps > 0 ? (o->reps > 20 ? 20 : o->reps) : 1;
     int nt = hr_default_threads(o);
+    const hr_isa isa0 = hr_kernels_best()->isa;
     if (o->parallel > 0) {
+        if (n_isa > 1 || isas[0] != isa0) {
+            hr_cli_fail("--isa with --parallel: run one table at a time (HR_ISA=NAME)");
+            goto done;
+        }
         rc = hr_bench_parallel(&e, o, np, ng, reps);
         goto done;
     }
@@ -827,74 +896,94 @@ HR_CLI_COMMAND(bench) {
         goto done;
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);
     ids = malloc((size_t)np * sizeof *ids);
-    if (!logits || !ids) {
+    dev = calloc(1, sizeof *dev);
+    if (!logits || !ids || !dev) {
         hr_cli_fail("out of memory");
         goto done;
     }
+    hr_prof_device_sysinfo(dev, NULL);
     uint64_t wbytes = hr_model_output_bytes(e.m) + hr_model_tok_embd(e.m)->row_bytes;
     for (int il = 0; il < hp->n_layer; il++)
         wbytes += hr_model_layer_bytes(e.m, il);
-    printf("model: %s, %s, %d layers, %.1f MiB of weights read per token, %d threads, isa %s\n",
-           o->model, hp->arch_name, hp->n_layer, wbytes / 1048576.0, nt,
-           hr_isa_name(hr_kernels_best()->isa));
-    /* The bandwidth probe streams 1 GiB, or a quarter of what this machine
-     * (or its memory cgroup) can still hold, so bench runs in small cgroups. */
-    size_t probe = (size_t)1 << 30;
-    hr_prof_device *dev = calloc(1, sizeof *dev);
-    if (dev) {
-        hr_prof_device_sysinfo(dev, NULL);
-        int64_t avail = dev->mem.weights_avail_bytes;
-        if (avail > 0 && (uint64_t)avail / 4 < probe)
-            probe = (size_t)avail / 4 > ((size_t)64 << 20) ? (size_t)avail / 4 : (size_t)64 << 20;
-        free(dev);
-    }
+    int64_t l3 = -1;
+    size_t probe = hr_bench_probe_bytes(dev, &l3);
+    printf("cpu: %s (%s)", dev->os.cpu_model[0] ? dev->os.cpu_model : "unknown model",
+           hr_isa_features());
+    if (l3 > 0)
+        printf(", last-level cache %.1f MiB", l3 / 1048576.0);
+    else
+        printf(", last-level cache unknown");
+    printf("\n");
+    printf("model: %s, %s, %d layers, %.1f MiB of weights read per token, %d threads\n", o->model,
+           hp->arch_name, hp->n_layer, wbytes / 1048576.0, nt);
+    if (l3 > 0 && probe < (size_t)l3 * 2)
+        printf("note: the bandwidth probe (%.0f MiB) is less than twice the last-level cache: "
+               "part of it may come from cache\n",
+               probe / 1048576.0);
+    fflush(stdout);
     double bw0 = hr_membw_read(nt, probe, 5);
-    double pp[20], tg[20];
-    uint64_t rng = 12345;
-    for (int r = 0; r < reps; r++) {
-        for (int i = 0; i < np; i++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            ids[i] = (int32_t)((rng >> 33) % (uint64_t)hp->n_vocab);
-        }
-        double t0 = hr_now_s();
-        if (hr_ctx_eval(e.ctx, ids, np, 0, logits, false, err)) {
-            hr_cli_fail("%s", err);
-            goto done;
-        }
-        double t1 = hr_now_s();
-        if (r == reps - 1)
-            hr_ctx_tp_stats_reset(e.ctx); /* per-group report: the last decode run */
-        int32_t id = hr_argmax(logits, hp->n_vocab);
-        for (int i = 0; i < ng; i++) {
-            if (hr_ctx_eval(e.ctx, &id, 1, np + i, logits, false, err)) {
+    double pp_isa[HR_ISA_COUNT], tg_isa[HR_ISA_COUNT];
+    for (int k = 0; k < n_isa; k++) {
+        hr_kernels_use(isas[k]);
+        double pp[20], tg[20];
+        uint64_t rng = 12345;
+        for (int r = 0; r < reps; r++) {
+            for (int i = 0; i < np; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                ids[i] = (int32_t)((rng >> 33) % (uint64_t)hp->n_vocab);
+            }
+            double t0 = hr_now_s();
+            if (hr_ctx_eval(e.ctx, ids, np, 0, logits, false, err)) {
                 hr_cli_fail("%s", err);
                 goto done;
             }
-            id = hr_argmax(logits, hp->n_vocab);
+            double t1 = hr_now_s();
+            if (r == reps - 1)
+                hr_ctx_tp_stats_reset(e.ctx); /* per-group report: the last decode run */
+            int32_t id = hr_argmax(logits, hp->n_vocab);
+            for (int i = 0; i < ng; i++) {
+                if (hr_ctx_eval(e.ctx, &id, 1, np + i, logits, false, err)) {
+                    hr_cli_fail("%s", err);
+                    goto done;
+                }
+                id = hr_argmax(logits, hp->n_vocab);
+            }
+            double t2 = hr_now_s();
+            pp[r] = np / (t1 - t0);
+            tg[r] = ng / (t2 - t1);
+            fprintf(stderr, "%s rep %d: prompt %.2f tokens/s, generation %.2f tokens/s\n",
+                    hr_isa_name(isas[k]), r + 1, pp[r], tg[r]);
         }
-        double t2 = hr_now_s();
-        pp[r] = np / (t1 - t0);
-        tg[r] = ng / (t2 - t1);
-        fprintf(stderr, "rep %d: prompt %.2f tokens/s, generation %.2f tokens/s\n", r + 1, pp[r],
-                tg[r]);
+        qsort(pp, (size_t)reps, sizeof pp[0], hr_dbl_cmp);
+        qsort(tg, (size_t)reps, sizeof tg[0], hr_dbl_cmp);
+        pp_isa[k] = pp[reps / 2];
+        tg_isa[k] = tg[reps / 2];
     }
+    hr_kernels_use(isa0);
     double bw1 = hr_membw_read(nt, probe, 5);
-    qsort(pp, (size_t)reps, sizeof pp[0], hr_dbl_cmp);
-    qsort(tg, (size_t)reps, sizeof tg[0], hr_dbl_cmp);
     double bw = (bw0 + bw1) / 2;
-    double eff = tg[reps / 2] * (double)wbytes / 1e9;
-    printf("prompt processing: %.2f tokens/s (%d tokens, median of %d)\n", pp[reps / 2], np, reps);
-    printf("generation:        %.2f tokens/s (%d tokens, median of %d)\n", tg[reps / 2], ng, reps);
+    for (int k = 0; k < n_isa; k++) {
+        double eff = tg_isa[k] * (double)wbytes / 1e9;
+        const char *tag = n_isa > 1 ? hr_isa_name(isas[k]) : NULL;
+        if (tag)
+            printf("[%s]\n", tag);
+        else
+            printf("isa: %s\n", hr_isa_name(isas[k]));
+        printf("prompt processing: %.2f tokens/s (%d tokens, median of %d)\n", pp_isa[k], np,
+               reps);
+        printf("generation:        %.2f tokens/s (%d tokens, median of %d)\n", tg_isa[k], ng,
+               reps);
+        printf("effective bandwidth: %.2f GB/s; bandwidth ratio: %.1f%%\n", eff, 100.0 * eff / bw);
+    }
     printf("weights per token: %.1f MiB\n", wbytes / 1048576.0);
-    printf("effective bandwidth: %.2f GB/s; measured memory read bandwidth: %.2f GB/s "
-           "(%.2f before, %.2f after)\n",
-           eff, bw, bw0, bw1);
-    printf("bandwidth ratio: %.1f%%\n", 100.0 * eff / bw);
+    printf("measured memory read bandwidth: %.2f GB/s (%.2f before, %.2f after; probe %.0f MiB)\n",
+           bw, bw0, bw1, probe / 1048576.0);
     hr_bench_groups(e.ctx);
     rc = 0;
 done:
     free(logits);
     free(ids);
+    free(dev);
     hr_engine_close(&e);
     return rc;
 }

@@ -239,6 +239,13 @@ const hr_kernels *hr_kernels_best(void) {
     return g_best;
 }
 
+int hr_kernels_use(hr_isa isa) {
+    if (!hr_kernels_for_isa(isa))
+        return -1;
+    g_best = &g_tables[isa];
+    return 0;
+}
+
 const hr_kernels *hr_kernels_for_isa(hr_isa isa) {
     pthread_once(&g_once, init_tables);
     if ((int)isa < 0 || isa >= HR_ISA_COUNT || !g_have[isa])

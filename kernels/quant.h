@@ -84,6 +84,10 @@ const hr_kernels *hr_kernels_best(void);
  * does not specialise fall back to those of the next narrower table (AVX-512
  * to AVX2 to scalar). */
 const hr_kernels *hr_kernels_for_isa(hr_isa isa);
+/* Makes isa's table the one hr_kernels_best() returns from now on (bench
+ * compares tables in one run); call it only while no kernel runs. 0, or
+ * -1 where this CPU cannot run that table. */
+int hr_kernels_use(hr_isa isa);
 const char *hr_isa_name(hr_isa isa);
 /* What the CPU reports, as space-separated names of the features the
  * kernels look at ("avx2 fma f16c avx512 vnni"; "asimd fphp asimddp i8mm

@@ -4,6 +4,7 @@
  * counts and an API port that is the agent's data port; profile -o. */
 #include "tests/check.h"
 
+#include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "model/tokenizer.h"
 
@@ -193,6 +194,24 @@ int main(void) {
                 "--seed 1",
                 bin, tmpdir);
         CHECK_EQ(rc, 0);
+    }
+    /* bench --isa: every table this CPU runs, one after another, each with
+     * its own numbers; a table it cannot name or run is refused */
+    {
+        int rc = sh(out, sizeof out, err, sizeof err,
+                    "%s bench -m %s/m.gguf -t 2 -P 4 -N 2 -r 1 --isa all", bin, tmpdir);
+        CHECK_EQ(rc, 0);
+        CHECK(strstr(out, "cpu: ") != NULL);
+        CHECK(strstr(out, "[scalar]") != NULL);
+        const char *best = hr_isa_name(hr_kernels_best()->isa);
+        char tag[32];
+        snprintf(tag, sizeof tag, "[%s]", best);
+        if (hr_kernels_best()->isa != HR_ISA_SCALAR)
+            CHECK(strstr(out, tag) != NULL);
+        rc = sh(out, sizeof out, err, sizeof err, "%s bench -m %s/m.gguf -P 4 -N 2 --isa avx3",
+                bin, tmpdir);
+        CHECK(rc != 0);
+        CHECK(strstr(err, "no kernel table 'avx3'") != NULL);
     }
     /* qwen2 shape */
     CHECK_EQ(sh(out, sizeof out, err, sizeof err,
