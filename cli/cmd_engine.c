@@ -969,10 +969,8 @@ HR_CLI_COMMAND(bench) {
             printf("[%s]\n", tag);
         else
             printf("isa: %s\n", hr_isa_name(isas[k]));
-        printf("prompt processing: %.2f tokens/s (%d tokens, median of %d)\n", pp_isa[k], np,
-               reps);
-        printf("generation:        %.2f tokens/s (%d tokens, median of %d)\n", tg_isa[k], ng,
-               reps);
+        printf("prompt processing: %.2f tokens/s (%d tokens, median of %d)\n", pp_isa[k], np, reps);
+        printf("generation:        %.2f tokens/s (%d tokens, median of %d)\n", tg_isa[k], ng, reps);
         printf("effective bandwidth: %.2f GB/s; bandwidth ratio: %.1f%%\n", eff, 100.0 * eff / bw);
     }
     printf("weights per token: %.1f MiB\n", wbytes / 1048576.0);

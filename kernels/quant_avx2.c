@@ -482,8 +482,100 @@ static float dot_bf16(int64_t n, const void *w, const void *a) {
                 out[(size_t)t * y_stride + r] = ONE(n, wb + (size_t)r * w_stride, a[t]);           \
     }
 
-DOTN_F8(dotn_f16, dot_f16, LOAD_F16, h2f)
 DOTN_F8(dotn_bf16, dot_bf16, load_bf16x8, hr_bf16_to_fp32)
+
+/* hsum_float_8 (hsum_ps) of four rows' lanes c[0..3] at once: the same
+ * pairs added in the same tree (lanes i and i + 4, then the sums 0 + 2 and
+ * 1 + 3, then those two; a + b and b + a round alike), so every value is
+ * hsum_ps's bit for bit. Row k is lane k of the result. */
+static inline __m128 hsum_ps_x4(const __m256 c[4]) {
+    const __m256 a = _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
+                                   _mm256_permute2f128_ps(c[0], c[1], 0x31));
+    const __m256 b = _mm256_add_ps(_mm256_permute2f128_ps(c[2], c[3], 0x20),
+                                   _mm256_permute2f128_ps(c[2], c[3], 0x31));
+    const __m256 f = _mm256_add_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 g = _mm256_add_ps(f, _mm256_movehdup_ps(f));
+    /* element 0 of each 128-bit half: rows 0 and 1; element 2: rows 2 and 3 */
+    return _mm256_castps256_ps128(
+        _mm256_permutevar8x32_ps(g, _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
+}
+
+/* four rows against nc (<= 2) columns: each (row, column) is dot_f16's own
+ * 8-lane chain, the rows converted once for both columns. The n % 8 tail
+ * runs as one more step over copies padded with zeros whose results are
+ * kept in the tail's lanes only: fmaf(x, y, l) per lane, as dot_f16.
+ * Rows at or after nr repeat row 0 and are not stored. */
+static inline __attribute__((always_inline)) void f16_rows4(int64_t n, const uint16_t *const x[4],
+                                                            int nr, const float *const *y, int nc,
+                                                            float *out, size_t ys) {
+    __m256 c[2][4];
+    for (int t = 0; t < 2; t++)
+        for (int q = 0; q < 4; q++)
+            c[t][q] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[4];
+        for (int q = 0; q < 4; q++)
+            wv[q] = LOAD_F16(x[q] + i);
+        for (int t = 0; t < nc; t++) {
+            const __m256 yv = _mm256_loadu_ps(y[t] + i);
+            for (int q = 0; q < 4; q++)
+                c[t][q] = _mm256_fmadd_ps(wv[q], yv, c[t][q]);
+        }
+    }
+    if (i < n) {
+        const int rem = (int)(n - i);
+        uint16_t xt[4][8] = {{0}};
+        float yt[2][8] = {{0}};
+        for (int q = 0; q < 4; q++)
+            memcpy(xt[q], x[q] + i, (size_t)rem * sizeof(uint16_t));
+        for (int t = 0; t < nc; t++)
+            memcpy(yt[t], y[t] + i, (size_t)rem * sizeof(float));
+        __m256 wv[4];
+        for (int q = 0; q < 4; q++)
+            wv[q] = LOAD_F16(xt[q]);
+        const __m256 tail = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+        for (int t = 0; t < nc; t++) {
+            const __m256 yv = _mm256_loadu_ps(yt[t]);
+            for (int q = 0; q < 4; q++)
+                c[t][q] = _mm256_blendv_ps(c[t][q], _mm256_fmadd_ps(wv[q], yv, c[t][q]), tail);
+        }
+    }
+    for (int t = 0; t < nc; t++) {
+        const __m128 r = hsum_ps_x4(c[t]);
+        if (nr >= 4) {
+            _mm_storeu_ps(out + (size_t)t * ys, r);
+        } else {
+            float o4[4];
+            _mm_storeu_ps(o4, r);
+            memcpy(out + (size_t)t * ys, o4, (size_t)nr * sizeof(float));
+        }
+    }
+}
+
+/* F16 rows in groups of four (the last one padded), columns in pairs
+ * (eight accumulators): attention's scores (keys against the query heads
+ * that share them) and weighted values run through this. */
+static void dotn_f16(int64_t n, int nr, const void *w, size_t w_stride, const void *const *a,
+                     int nt, float *out, size_t y_stride) {
+    const char *wb = w;
+    for (int r = 0; r < nr; r += 4) {
+        const int rn = nr - r < 4 ? nr - r : 4;
+        const uint16_t *x[4];
+        for (int q = 0; q < 4; q++)
+            x[q] = (const uint16_t *)(wb + (size_t)(r + (q < rn ? q : 0)) * w_stride);
+        for (int t = 0; t < nt; t += 2) {
+            const float *const *y = (const float *const *)a + t;
+            float *o = out + (size_t)t * y_stride + r;
+            if (nt - t >= 2)
+                f16_rows4(n, x, rn, y, 2, o, y_stride);
+            else
+                f16_rows4(n, x, rn, y, 1, o, y_stride);
+        }
+    }
+}
 
 /* f32: per row vec_dot's two 8-lane halves (lanes 0-7 and 8-15 of the 16),
  * separate multiply and add, the same tail and tree */

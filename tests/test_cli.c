@@ -208,8 +208,8 @@ int main(void) {
         snprintf(tag, sizeof tag, "[%s]", best);
         if (hr_kernels_best()->isa != HR_ISA_SCALAR)
             CHECK(strstr(out, tag) != NULL);
-        rc = sh(out, sizeof out, err, sizeof err, "%s bench -m %s/m.gguf -P 4 -N 2 --isa avx3",
-                bin, tmpdir);
+        rc = sh(out, sizeof out, err, sizeof err, "%s bench -m %s/m.gguf -P 4 -N 2 --isa avx3", bin,
+                tmpdir);
         CHECK(rc != 0);
         CHECK(strstr(err, "no kernel table 'avx3'") != NULL);
     }
