@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -828,10 +827,7 @@ static int hr_bench_isas(const char *list, hr_isa *out) {
     char buf[128];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int found = -1;
-        for (int i = 0; i < HR_ISA_COUNT; i++)
-            if (strcasecmp(t, hr_isa_name((hr_isa)i)) == 0)
-                found = i;
+        const int found = hr_isa_by_name(t);
         if (found < 0) {
             hr_cli_fail("--isa: no kernel table '%s' (scalar, avx2, avx512, neon, dotprod, i8mm)",
                         t);

@@ -208,10 +208,7 @@ static void init_tables(void) {
     (void)avx2, (void)avx512, (void)neon, (void)dotprod, (void)i8mm;
     const char *want = getenv("HR_ISA"); /* debugging / benchmarking / tests */
     if (want && *want) {
-        int found = -1;
-        for (int i = 0; i < HR_ISA_COUNT; i++)
-            if (strcasecmp(want, hr_isa_name((hr_isa)i)) == 0)
-                found = i;
+        const int found = hr_isa_by_name(want);
         if (found >= 0 && g_have[found])
             g_best = &g_tables[found];
         else
@@ -237,6 +234,13 @@ unsigned hr_quant_avx512_flags(void) {
 const hr_kernels *hr_kernels_best(void) {
     pthread_once(&g_once, init_tables);
     return g_best;
+}
+
+int hr_isa_by_name(const char *name) {
+    for (int i = 0; i < HR_ISA_COUNT; i++)
+        if (strcasecmp(name, hr_isa_name((hr_isa)i)) == 0)
+            return i;
+    return -1;
 }
 
 int hr_kernels_use(hr_isa isa) {

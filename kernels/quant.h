@@ -89,6 +89,8 @@ const hr_kernels *hr_kernels_for_isa(hr_isa isa);
  * -1 where this CPU cannot run that table. */
 int hr_kernels_use(hr_isa isa);
 const char *hr_isa_name(hr_isa isa);
+/* The table hr_isa_name() calls name (any case), or -1. */
+int hr_isa_by_name(const char *name);
 /* What the CPU reports, as space-separated names of the features the
  * kernels look at ("avx2 fma f16c avx512 vnni"; "asimd fphp asimddp i8mm
  * sve"); "unknown" on an architecture hearth has no detection for. */
