@@ -849,14 +849,14 @@ static int hr_bench_isas(const char *list, hr_isa *out) {
  * memory rather than cache; at most a quarter of what this machine (or its
  * memory cgroup) can still hold, so bench runs in small cgroups. */
 static size_t hr_bench_probe_bytes(const hr_prof_device *dev, int64_t *l3_total) {
-    int64_t l3 = dev && dev->topo.l3_bytes > 0
+    int64_t l3 = dev->topo.l3_bytes > 0
                      ? dev->topo.l3_bytes * (dev->topo.n_l3 > 0 ? dev->topo.n_l3 : 1)
                      : -1;
     *l3_total = l3;
     size_t probe = (size_t)1 << 30;
     if (l3 > 0 && (size_t)l3 * 4 > probe)
         probe = (size_t)l3 * 4;
-    int64_t avail = dev ? dev->mem.weights_avail_bytes : -1;
+    int64_t avail = dev->mem.weights_avail_bytes;
     if (avail > 0 && (uint64_t)avail / 4 < probe)
         probe = (size_t)avail / 4 > ((size_t)64 << 20) ? (size_t)avail / 4 : (size_t)64 << 20;
     return probe;

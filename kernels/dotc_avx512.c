@@ -635,7 +635,7 @@ void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2) 
         k->dotn_one[types[i]] = true;
     }
     /* F16 (attention's KV cache among others): vec_dot stays the AVX2 one */
-    if (avx2->vec_dot_n[HR_TYPE_F16] && k->vec_dot[HR_TYPE_F16] == avx2->vec_dot[HR_TYPE_F16]) {
+    if (k->vec_dot[HR_TYPE_F16] == avx2->vec_dot[HR_TYPE_F16]) {
         k->vec_dot_n[HR_TYPE_F16] = dotn_f16;
         k->dotn_one[HR_TYPE_F16] = true;
     }

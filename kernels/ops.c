@@ -347,8 +347,8 @@ static void hr_attn_worker(void *ctx, int ith, int nth) {
     const hr_attn_args *a = j->a;
     int hd = a->head_dim, q_stride = a->n_head * hd, hpk = a->n_head / a->n_kv;
     int n_sub = (hpk + j->group - 1) / j->group, per_tok = a->n_kv * n_sub;
-    float *sc = a->scratch + (size_t)ith * (size_t)hr_attn_group_max(a->n_head, a->n_kv) *
-                                 ((size_t)a->n_ctx + (size_t)hd);
+    float *sc =
+        a->scratch + (size_t)ith * hr_attn_scratch_floats(1, a->n_head, a->n_kv, hd, a->n_ctx);
     long n_items = (long)j->n_tok * per_tok;
     for (long it = ith; it < n_items; it += nth) {
         int t = (int)(it / per_tok), rem = (int)(it % per_tok);
