@@ -75,6 +75,9 @@ static void hr_vk_describe(VkPhysicalDevice pd, hr_vk_device_info *d) {
         d->heap_bytes[i] = mp.memoryHeaps[i].size;
         d->heap_device_local[i] = (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
     }
+    VkPhysicalDeviceFeatures feat;
+    vkGetPhysicalDeviceFeatures(pd, &feat);
+    d->f64 = feat.shaderFloat64 == VK_TRUE;
     uint32_t n_ext = 0;
     bool has_ext = false;
     vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, NULL);
@@ -136,7 +139,7 @@ int hr_vk_pick(const char *spec, int *index, char err[HR_ERR_LEN]) {
                                            HR_VK_OTHER, HR_VK_CPU};
         for (int o = 0; o < (any ? 5 : 4) && *index < 0; o++)
             for (int i = 0; i < n && *index < 0; i++)
-                if (d[i].type == order[o])
+                if (d[i].type == order[o] && d[i].f64)
                     *index = i;
         return 0;
     }
@@ -223,6 +226,13 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     }
     vk->pd = pd[index];
     hr_vk_describe(vk->pd, &vk->info);
+    if (!vk->info.f64) {
+        rc = hr_seterr(err, HR_EUNSUPPORTED,
+                       "%s has no 64-bit floats (shaderFloat64), which the kernels need to "
+                       "round as the CPU does",
+                       vk->info.name);
+        goto fail;
+    }
     vkGetPhysicalDeviceMemoryProperties(vk->pd, &vk->mem);
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(vk->pd, &nq, NULL);
@@ -248,7 +258,9 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
                                    .queueFamilyIndex = vk->qfam,
                                    .queueCount = 1,
                                    .pQueuePriorities = &prio};
+    VkPhysicalDeviceFeatures want = {.shaderFloat64 = VK_TRUE};
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .pEnabledFeatures = &want,
                               .pNext = vk->use_dot ? &dotf : NULL,
                               .queueCreateInfoCount = 1,
                               .pQueueCreateInfos = &qci,

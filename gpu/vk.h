@@ -17,7 +17,10 @@
  *
  * Device choice (hr_vk_pick): a CPU-type device (Mesa's lavapipe) is never
  * chosen by "auto"; it is used only when named by index or with "any" (the
- * tests set HR_GPU=any).
+ * tests set HR_GPU=any). A device without 64-bit floats is never chosen and
+ * hr_vk_create refuses it: the kernels' division, square root and expf are
+ * rounded exactly as the CPU's with their help, so that a layer gives the
+ * same bits on either.
  *
  * Thread-safety: discovery functions are reentrant; a hr_vk and everything
  * made from it are used by one thread at a time. */
@@ -50,6 +53,7 @@ typedef struct {
     uint64_t heap_bytes[HR_VK_MAX_HEAPS];
     bool heap_device_local[HR_VK_MAX_HEAPS];
     uint64_t max_storage_range; /* bytes one storage-buffer binding may cover */
+    bool f64; /* shaderFloat64: required (exact division, sqrt and expf build on it) */
     bool int_dot;               /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product):
                                    quantized matmuls then use packed int8 dot products */
 } hr_vk_device_info;
@@ -64,8 +68,8 @@ const char *hr_vk_type_name(hr_vk_type t);
 int hr_vk_list(hr_vk_device_info *out, int cap, int *n, char err[HR_ERR_LEN]);
 /* Resolves a device choice: spec NULL takes the environment's HR_GPU, and
  * none there means "auto". "none" -> *index = -1; "auto" -> the first
- * discrete, then integrated, then virtual/other GPU, else -1 (never a CPU
- * device); "any" -> as auto, then a CPU device; "N" -> device N (HR_ERANGE
+ * discrete, then integrated, then virtual/other GPU with 64-bit floats, else
+ * -1 (never a CPU device); "any" -> as auto, then a CPU device; "N" -> device N (HR_ERANGE
  * when there is no such device). Anything else is HR_EINVAL. */
 int hr_vk_pick(const char *spec, int *index, char err[HR_ERR_LEN]);
 

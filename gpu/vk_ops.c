@@ -146,7 +146,7 @@ int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_ou
     struct {
         uint32_t n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
     } pc = {n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride};
-    hr_vk_dispatch(vk, s, (hr_vk_kernel)k, &pc, sizeof pc, hr_div_up(n_out, 4),
-                   hr_div_up(n_tok, 8)); /* matmul.comp: 4 rows, 8 tokens a workgroup */
+    hr_vk_dispatch(vk, s, (hr_vk_kernel)k, &pc, sizeof pc, hr_div_up(n_out, 8),
+                   hr_div_up(n_tok, 8)); /* matmul.comp: 8 rows, 8 tokens a workgroup */
     return 0;
 }

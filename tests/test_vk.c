@@ -134,6 +134,14 @@ static double test_matmul_case(hr_env *e, int type, int n_in, int n_out, int n_t
     /* float summation order differs, and the device's scale division may
      * round an activation the other way now and then: 1e-3 of the largest */
     double err = rel_err(got, ref, (size_t)n_out * n_tok);
+    {
+        int nm = 0;
+        for (size_t i = 0; i < (size_t)n_out * n_tok; i++)
+            if (memcmp(&got[i], &ref[i], 4)) {
+                if (nm++ < 3)
+                    fprintf(stderr, "DBG %s n_in %d n_out %d n_tok %d i %zu got %a ref %a\n", tt->name, n_in, n_out, n_tok, i, got[i], ref[i]);
+            }
+    }
     if (err > (q ? 2e-3 : 1e-5))
         fprintf(stderr, "matmul %s n_in %d n_out %d n_tok %d: rel err %.3g\n", tt->name, n_in,
                 n_out, n_tok, err);

@@ -1,18 +1,31 @@
 #version 450
 // attn.comp - causal GQA attention over the F16 KV cache for n_tok tokens at
-// pos0..: one workgroup per (head, token). Q is rounded to f16 like the cache
-// it meets (kernels/ops.c does the same), scores go to a scratch row of the
-// work buffer ([n_tok][n_head][n_ctx] f32), then softmax, then the
-// weighted sum of V. q, out: [n_tok][n_head*hd] f32; K, V: [n_ctx][n_kv*hd].
+// pos0..: one workgroup per (head, token), each value bit for bit that of
+// kernels/ops.c's hr_attention. Q is rounded to f16 like the cache it meets;
+// a score is the F16 dot product of the canonical order (element i into
+// lane i % 8 by fma, then hsum_float_8), times scale; the scores (a scratch
+// row of the work buffer, [n_tok][n_head][n_ctx] f32) go through
+// softmax.comp's math; each output value is again an F16 dot product of
+// that order, of its V column with the probabilities. q, out: [n_tok][n_head
+// * hd] f32; K, V: [n_ctx][n_kv * hd].
 #define HR_COHERENT_WORK
 #include "common.glsl"
+#include "exact.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform PC {
     uint n_head, n_kv, hd, pos0, q_off, out_off, k_off, v_off, sc_off, n_ctx;
     float scale;
 } p;
 shared float qh[1024];
-shared float red[64];
+shared float redm[64];
+shared double red[64];
+
+float hsum8(float l[8]) {
+    precise float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
+    precise float y = (a0 + a2) + (a1 + a3);
+    return y;
+}
+
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     uint kvh = h / (p.n_head / p.n_kv), kd = p.n_kv * p.hd, n_pos = p.pos0 + t + 1u;
@@ -24,48 +37,54 @@ void main() {
     float mx = -1.0 / 0.0;
     for (uint q = tid; q < n_pos; q += 64u) {
         uint kw = p.k_off + (q * kd + kvh * p.hd) / 2u;
-        float s = 0.0;
+        precise float l[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         for (uint d = 0u; d < p.hd; d += 2u) {
-            uint pr = kv[kw + d / 2u];
-            s += h2f(pr & 0xffffu) * qh[d] + h2f(pr >> 16) * qh[d + 1u];
+            uint pr = kv[kw + d / 2u], j = d & 7u;
+            l[j] = fma_rn(h2f(pr & 0xffffu), qh[d], l[j]);
+            l[j + 1u] = fma_rn(h2f(pr >> 16), qh[d + 1u], l[j + 1u]);
         }
-        s *= p.scale;
+        precise float s = hsum8(l) * p.scale;
         xs(sc + q, s);
         mx = max(mx, s);
     }
-    red[tid] = mx;
+    redm[tid] = mx;
     barrier();
     for (uint s = 32u; s > 0u; s >>= 1) {
         if (tid < s)
-            red[tid] = max(red[tid], red[tid + s]);
+            redm[tid] = max(redm[tid], redm[tid + s]);
         barrier();
     }
-    mx = red[0];
-    barrier();
-    float sum = 0.0;
+    mx = redm[0];
+    precise double sum = 0.0;
     for (uint q = tid; q < n_pos; q += 64u) {
-        float e = exp(xf(sc + q) - mx);
+        precise float d = xf(sc + q) - mx;
+        float e = expf_c(d);
         xs(sc + q, e);
-        sum += e;
+        sum = sum + double(e);
     }
     red[tid] = sum;
     barrier();
     for (uint s = 32u; s > 0u; s >>= 1) {
         if (tid < s)
-            red[tid] += red[tid + s];
+            red[tid] = red[tid] + red[tid + s];
         barrier();
     }
-    float inv = 1.0 / red[0];
+    float inv = float(ddiv(1.0, red[0]));
+    for (uint q = tid; q < n_pos; q += 64u) {
+        precise float pr = xf(sc + q) * inv;
+        xs(sc + q, pr);
+    }
     memoryBarrierBuffer();
     barrier();
     uint oo = p.out_off + t * p.n_head * p.hd + h * p.hd;
     for (uint d = tid; d < p.hd; d += 64u) {
         uint e = kvh * p.hd + d;
-        float o = 0.0;
+        precise float l[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         for (uint q = 0u; q < n_pos; q++) {
             uint pr = kv[p.v_off + (q * kd + e) / 2u];
-            o += (xf(sc + q) * inv) * h2f((e & 1u) != 0u ? pr >> 16 : pr & 0xffffu);
+            float v = h2f((e & 1u) != 0u ? pr >> 16 : pr & 0xffffu);
+            l[q & 7u] = fma_rn(v, xf(sc + q), l[q & 7u]);
         }
-        xs(oo + d, o);
+        xs(oo + d, hsum8(l));
     }
 }

@@ -1,237 +1,252 @@
 #version 450
-// matmul.comp - y[t][r] = W[r] . a[t] for up to 8 tokens per workgroup
-// (gl_WorkGroupID.y picks the group of 8) and 4 weight rows per workgroup
-// (wg_row() * 4 + one row per 32 invocations): each invocation takes 32-value
-// chunks of its row, unpacks the chunk's weights once and dots them with
-// every token's activations, then the row's 32 invocations sum their
-// partials. Built once per weight type (-DT_Q4_0 ...).
-// Quantized types dot integer weights with the 8-bit activations of
-// quant.comp (the Q8_0 / Q8_1 / Q8_K pairing of kernels/types.h), so the
-// integer sums are those of the scalar reference kernels; F32 / F16 / BF16
-// dot f32 activations ([n_tok][n_in]). W rows start at w_off bytes, row_bytes
-// apart (byte layouts: kernels/types-impl.h). With -DINT_DOT (devices with
-// shaderIntegerDotProduct) the integer sums use packed 4 x int8 dot
-// products (OpSDotKHR); the sums are the same integers either way.
+// matmul.comp - y[t][r] = W[r] . a[t], each value bit for bit the scalar
+// reference's (kernels/types.c, in the canonical float order of
+// kernels/canon-impl.h): 8 float lanes per (row, token), lane k holding the
+// exact integer sum of elements 4k..4k+3 of every 32-value chunk of a block
+// (K-quant sub-block scales applied in integers), added per block in block
+// order by fma(d, float(isum), lane) (fma_rn: one rounding), the lanes reduced as hsum_float_8, then
+// the min terms. F16 / BF16 put element i into lane i % 8 by fma; F32 uses
+// 16 lanes of separate multiply and add and a halving tree.
+//
+// A workgroup is 8 rows (wg_row() * 8 + gl_LocalInvocationID.x / 8) by 8
+// tokens (gl_WorkGroupID.y picks the group); invocation k of a row owns lane
+// k (F32: lanes k and k + 8) of every token, so a block's weights are loaded
+// and unpacked once for all 8 tokens. The chain of fmas along a row is what
+// fixes the float order: it runs through a row's blocks in sequence, one
+// invocation per lane, and is the price of CPU-identical results.
+// Quantized types dot packed int8 weights with the 8-bit activations of
+// quant.comp; with -DINT_DOT (shaderIntegerDotProduct) four at a time
+// (OpSDotKHR), else unpacked; the sums are the same integers either way.
+// Built once per weight type (-DT_Q4_0 ...).
 #include "common.glsl"
+#include "exact.glsl"
 #ifdef INT_DOT
 #extension GL_EXT_spirv_intrinsics : require
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
                   id = 4450) int sdot4x8(uint a, uint b, spirv_literal int packed_format);
+int dot4(uint a, uint b) { return sdot4x8(a, b, 0); }
+#else
+int dot4(uint a, uint b) {
+    return (int(a << 24) >> 24) * (int(b << 24) >> 24) + (int(a << 16) >> 24) * (int(b << 16) >> 24) +
+           (int(a << 8) >> 24) * (int(b << 8) >> 24) + (int(a) >> 24) * (int(b) >> 24);
+}
 #endif
-layout(local_size_x = 128) in;
+layout(local_size_x = 64) in;
 layout(push_constant) uniform PC {
     uint n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
 } p;
-#define NC 8u
-#define RPW 4u // rows per workgroup
-shared float red[RPW][NC][32];
-
-#if defined(T_F32) || defined(T_F16) || defined(T_BF16)
-#define FLOAT_W
-#endif
-
-#ifdef FLOAT_W
-float wf[32];
-uint nval;
-void load_chunk(uint rb, uint c) {
-    uint i0 = c * 32u;
-    nval = min(32u, p.n_in - i0);
-    for (uint l = 0u; l < nval; l++) {
+#define NC 8u  // tokens per workgroup
+#define RPW 8u // rows per workgroup
 #if defined(T_F32)
-        wf[l] = uintBitsToFloat(w[(rb >> 2) + i0 + l]);
-#elif defined(T_F16)
-        wf[l] = h2f(w_u16(rb + 2u * (i0 + l)));
+#define NL 16u
 #else
-        wf[l] = bf2f(w_u16(rb + 2u * (i0 + l)));
+#define NL 8u
 #endif
-    }
+shared float lanes[RPW][NC][NL];
+shared float extra[RPW][NC][4]; // min terms: q4_K's 4 lanes, q4_1 / q5_1 / q5_K's scalar
+
+// packed int8 bytes v - off for bytes v in 0..127, without borrows
+uint sub_bytes(uint v, uint off) { return ((v | 0x80808080u) - off) ^ 0x80808080u; }
+// bits 0..3 of h moved to bit 4 of bytes 0..3
+uint hbits(uint h) {
+    return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
 }
-float dot_col(uint t, uint c) {
-    uint a = p.act_off + t * p.n_in + c * 32u;
-    float s = 0.0;
-    for (uint l = 0u; l < nval; l++)
-        s += wf[l] * xf(a + l);
-    return s;
-}
-#else
-int wq[32];
-float ws0, ws1, wm; // chunk scales (ws1: second 16 of Q6_K) and min term
-#ifdef INT_DOT
-uint ap[8]; // activations: 4 int8 a word, as quant.comp stores them
-uint wp[8]; // the chunk's weights packed the same way (all fit int8)
-void load_act(uint t, uint c) {
-    uint a = p.act_off + t * (p.n_in / 4u) + c * 8u;
-    for (uint k = 0u; k < 8u; k++)
-        ap[k] = x[a + k];
-}
-void pack_w() {
-    for (uint k = 0u; k < 8u; k++)
-        wp[k] = (uint(wq[4u * k]) & 0xffu) | ((uint(wq[4u * k + 1u]) & 0xffu) << 8) |
-                ((uint(wq[4u * k + 2u]) & 0xffu) << 16) | (uint(wq[4u * k + 3u]) << 24);
-}
-int isum(uint l0, uint l1) {
-    int s = 0;
-    for (uint k = l0 / 4u; k < l1 / 4u; k++)
-        s += sdot4x8(wp[k], ap[k], 0);
-    return s;
-}
-#else
-int aq[32];
-void load_act(uint t, uint c) {
-    uint a = p.act_off + t * (p.n_in / 4u) + c * 8u;
-    for (uint k = 0u; k < 8u; k++) {
-        uint v = x[a + k];
-        for (uint j = 0u; j < 4u; j++)
-            aq[4u * k + j] = int(v << (24u - 8u * j)) >> 24;
-    }
-}
-void pack_w() {}
-#endif
-float act_d(uint t, uint c) {
-    uint chunks = p.n_in / 32u;
-    return xf(p.act_off + p.n_tok * (p.n_in / 4u) + t * chunks + c);
-}
+
+#if !defined(T_F32) && !defined(T_F16) && !defined(T_BF16)
+// activations (quant.comp): word k of 32-value chunk c of token t, its
+// scale d, its sum s
+uint act_q(uint t, uint c, uint k) { return x[p.act_off + t * (p.n_in / 4u) + c * 8u + k]; }
+float act_d(uint t, uint c) { return xf(p.act_off + p.n_tok * (p.n_in / 4u) + t * (p.n_in / 32u) + c); }
 float act_s(uint t, uint c) {
     uint chunks = p.n_in / 32u;
     return xf(p.act_off + p.n_tok * (p.n_in / 4u) + p.n_tok * chunks + t * chunks + c);
 }
-#ifndef INT_DOT
-int isum(uint l0, uint l1) {
-    int s = 0;
-    for (uint l = l0; l < l1; l++)
-        s += wq[l] * aq[l];
-    return s;
-}
-#endif
-#if defined(T_Q4_K) || defined(T_Q5_K)
-void kq_scale(uint sb, uint j, out uint sc, out uint mn) {
-    if (j < 4u) {
-        sc = w_u8(sb + j) & 63u;
-        mn = w_u8(sb + j + 4u) & 63u;
-    } else {
-        sc = (w_u8(sb + j + 4u) & 15u) | ((w_u8(sb + j - 4u) >> 6) << 4);
-        mn = (w_u8(sb + j + 4u) >> 4) | ((w_u8(sb + j) >> 6) << 4);
-    }
-}
-#endif
-void load_chunk(uint rb, uint c) {
-#if defined(T_Q4_0) || defined(T_Q4_1) || defined(T_Q5_0) || defined(T_Q5_1)
-#if defined(T_Q4_0)
-    uint o = rb + c * 18u, qs = o + 2u;
-#elif defined(T_Q4_1)
-    uint o = rb + c * 20u, qs = o + 4u;
-    wm = h2f(w_u16(o + 2u));
-#elif defined(T_Q5_0)
-    uint o = rb + c * 22u, qs = o + 6u, qh = w_u32(o + 2u);
-#else
-    uint o = rb + c * 24u, qs = o + 8u, qh = w_u32(o + 4u);
-    wm = h2f(w_u16(o + 2u));
-#endif
-    ws0 = h2f(w_u16(o));
-    for (uint j = 0u; j < 16u; j += 2u) {
-        uint b2 = w_u16(qs + j);
-        for (uint k = 0u; k < 2u; k++) {
-            uint b = (b2 >> (8u * k)) & 0xffu;
-            int lo = int(b & 15u), hi = int(b >> 4);
-#if defined(T_Q5_0) || defined(T_Q5_1)
-            lo |= int((qh >> (j + k)) & 1u) << 4;
-            hi |= int((qh >> (j + k + 16u)) & 1u) << 4;
-#endif
-#if defined(T_Q4_0)
-            lo -= 8;
-            hi -= 8;
-#elif defined(T_Q5_0)
-            lo -= 16;
-            hi -= 16;
-#endif
-            wq[j + k] = lo;
-            wq[j + k + 16u] = hi;
-        }
-    }
-#elif defined(T_Q8_0)
-    uint o = rb + c * 34u;
-    ws0 = h2f(w_u16(o));
-    for (uint l = 0u; l < 32u; l += 2u) {
-        uint b2 = w_u16(o + 2u + l);
-        wq[l] = int(b2 << 24) >> 24;
-        wq[l + 1u] = int(b2 << 16) >> 24;
-    }
-#elif defined(T_Q4_K) || defined(T_Q5_K)
-    uint j = c % 8u;
-#if defined(T_Q4_K)
-    uint o = rb + (c / 8u) * 144u, qs = o + 16u + 32u * (j / 2u);
-#else
-    uint o = rb + (c / 8u) * 176u, qh = o + 16u, qs = o + 48u + 32u * (j / 2u);
-#endif
-    uint sc, mn;
-    kq_scale(o + 4u, j, sc, mn);
-    ws0 = h2f(w_u16(o)) * float(sc);
-    wm = h2f(w_u16(o + 2u)) * float(mn);
-    uint sh = (j & 1u) * 4u;
-    for (uint l = 0u; l < 32u; l += 2u) {
-        uint b2 = w_u16(qs + l);
-        wq[l] = int(((b2 & 0xffu) >> sh) & 15u);
-        wq[l + 1u] = int(((b2 >> 8) >> sh) & 15u);
-#if defined(T_Q5_K)
-        uint h2 = w_u16(qh + l);
-        wq[l] |= int(((h2 & 0xffu) >> j) & 1u) << 4;
-        wq[l + 1u] |= int(((h2 >> 8) >> j) & 1u) << 4;
-#endif
-    }
-#elif defined(T_Q6_K)
-    uint o = rb + (c / 8u) * 210u, j = c % 8u, h = j / 4u, k = j % 4u;
-    uint ql = o + 64u * h + 32u * (k & 1u), qh = o + 128u + 32u * h, sh = (k / 2u) * 4u;
-    float d = h2f(w_u16(o + 208u));
-    ws0 = d * float(w_i8(o + 192u + 8u * h + 2u * k));
-    ws1 = d * float(w_i8(o + 192u + 8u * h + 2u * k + 1u));
-    for (uint l = 0u; l < 32u; l += 2u) {
-        uint b2 = w_u16(ql + l), h2 = w_u16(qh + l);
-        wq[l] = int((((b2 & 0xffu) >> sh) & 15u) | ((((h2 & 0xffu) >> (2u * k)) & 3u) << 4)) - 32;
-        wq[l + 1u] = int((((b2 >> 8) >> sh) & 15u) | ((((h2 >> 8) >> (2u * k)) & 3u) << 4)) - 32;
-    }
-#endif
-}
-float dot_col(uint t, uint c) {
-    load_act(t, c);
-    float da = act_d(t, c);
-#if defined(T_Q4_0) || defined(T_Q5_0) || defined(T_Q8_0)
-    return float(isum(0u, 32u)) * (ws0 * da);
-#elif defined(T_Q4_1) || defined(T_Q5_1)
-    return float(isum(0u, 32u)) * (ws0 * da) + wm * act_s(t, c);
-#elif defined(T_Q4_K) || defined(T_Q5_K)
-    return da * ws0 * float(isum(0u, 32u)) - da * wm * act_s(t, c);
-#else
-    return da * (ws0 * float(isum(0u, 16u)) + ws1 * float(isum(16u, 32u)));
-#endif
-}
 #endif
 
 void main() {
-    uint sub = gl_LocalInvocationID.x / 32u, tid = gl_LocalInvocationID.x % 32u;
+    uint sub = gl_LocalInvocationID.x / 8u, k = gl_LocalInvocationID.x % 8u;
     uint r = wg_row() * RPW + sub;
-    bool live = r < p.n_out; // rows past the end still join the barriers
+    bool live = r < p.n_out; // rows past the end still join the barrier
     uint t0 = gl_WorkGroupID.y * NC, nt = min(NC, p.n_tok - t0);
-    uint rb = p.w_off + r * p.row_bytes, chunks = live ? (p.n_in + 31u) / 32u : 0u;
-    float acc[NC];
-    for (uint t = 0u; t < NC; t++)
+    uint rb = p.w_off + r * p.row_bytes;
+    precise float acc[NC];
+    precise float acc2[NC]; // F32: lane k + 8; quantized: the min term
+    for (uint t = 0u; t < NC; t++) {
         acc[t] = 0.0;
-    for (uint c = tid; c < chunks; c += 32u) {
-        load_chunk(rb, c);
-#ifndef FLOAT_W
-        pack_w();
+        acc2[t] = 0.0;
+    }
+    if (live) {
+#if defined(T_F32)
+        for (uint i = k; i < p.n_in; i += 16u) {
+            precise float w0 = uintBitsToFloat(w[(rb >> 2) + i]);
+            precise float w1 = i + 8u < p.n_in ? uintBitsToFloat(w[(rb >> 2) + i + 8u]) : 0.0;
+            for (uint t = 0u; t < nt; t++) {
+                uint a = p.act_off + (t0 + t) * p.n_in + i;
+                precise float m0 = w0 * xf(a);
+                acc[t] = acc[t] + m0;
+                if (i + 8u < p.n_in) {
+                    precise float m1 = w1 * xf(a + 8u);
+                    acc2[t] = acc2[t] + m1;
+                }
+            }
+        }
+#elif defined(T_F16) || defined(T_BF16)
+        for (uint i = k; i < p.n_in; i += 8u) {
+#if defined(T_F16)
+            float wv = h2f(w_u16(rb + 2u * i));
+#else
+            float wv = bf2f(w_u16(rb + 2u * i));
 #endif
-        for (uint t = 0u; t < nt; t++)
-            acc[t] += dot_col(t0 + t, c);
+            for (uint t = 0u; t < nt; t++)
+                acc[t] = fma_rn(wv, xf(p.act_off + (t0 + t) * p.n_in + i), acc[t]);
+        }
+#else
+        uint nb = p.n_in / 32u; // 32-value chunks
+#if defined(T_Q4_K) || defined(T_Q5_K) || defined(T_Q6_K)
+        nb /= 8u;
+#endif
+        for (uint b = 0u; b < nb; b++) {
+#if defined(T_Q4_0) || defined(T_Q4_1) || defined(T_Q5_0) || defined(T_Q5_1) || defined(T_Q8_0)
+            // one 32-value block: lane k's four weights as packed int8
+#if defined(T_Q4_0)
+            uint o = rb + b * 18u, qs = o + 2u;
+#elif defined(T_Q4_1)
+            uint o = rb + b * 20u, qs = o + 4u;
+            float wmin = h2f(w_u16(o + 2u));
+#elif defined(T_Q5_0)
+            uint o = rb + b * 22u, qs = o + 6u, qh = w_u32(o + 2u);
+#elif defined(T_Q5_1)
+            uint o = rb + b * 24u, qs = o + 8u, qh = w_u32(o + 4u);
+            float wmin = h2f(w_u16(o + 2u));
+#else
+            uint o = rb + b * 34u;
+#endif
+            float wd = h2f(w_u16(o));
+#if defined(T_Q8_0)
+            uint wp = w_u32(o + 2u + 4u * k);
+#else
+            uint wp = (w_u32(qs + 4u * (k & 3u)) >> (k < 4u ? 0u : 4u)) & 0x0f0f0f0fu;
+#endif
+#if defined(T_Q5_0) || defined(T_Q5_1)
+            wp |= hbits(qh >> (4u * (k & 3u) + (k < 4u ? 0u : 16u)));
+#endif
+#if defined(T_Q4_0)
+            wp = sub_bytes(wp, 0x08080808u);
+#elif defined(T_Q5_0)
+            wp = sub_bytes(wp, 0x10101010u);
+#endif
+            for (uint t = 0u; t < nt; t++) {
+                int is = dot4(wp, act_q(t0 + t, b, k));
+                precise float d = wd * act_d(t0 + t, b);
+                acc[t] = fma_rn(d, float(is), acc[t]);
+#if defined(T_Q4_1) || defined(T_Q5_1)
+                acc2[t] = fma_rn(wmin, act_s(t0 + t, b), acc2[t]);
+#endif
+            }
+#elif defined(T_Q4_K) || defined(T_Q5_K)
+            // a super-block of 8 sub-blocks of 32: scales in 12 bytes
+#if defined(T_Q4_K)
+            uint o = rb + b * 144u, qs = o + 16u;
+#else
+            uint o = rb + b * 176u, qh = o + 16u, qs = o + 48u;
+            uint hb = w_u32(qh + 4u * k);
+#endif
+            float wd = h2f(w_u16(o)), wdm = h2f(w_u16(o + 2u));
+            uint wp[8];
+            int sc[8], mn[8];
+            for (uint m = 0u; m < 8u; m++) {
+                uint sb = o + 4u;
+                if (m < 4u) {
+                    sc[m] = int(w_u8(sb + m) & 63u);
+                    mn[m] = int(w_u8(sb + m + 4u) & 63u);
+                } else {
+                    sc[m] = int((w_u8(sb + m + 4u) & 15u) | ((w_u8(sb + m - 4u) >> 6) << 4));
+                    mn[m] = int((w_u8(sb + m + 4u) >> 4) | ((w_u8(sb + m) >> 6) << 4));
+                }
+                wp[m] = (w_u32(qs + 32u * (m / 2u) + 4u * k) >> (4u * (m & 1u))) & 0x0f0f0f0fu;
+#if defined(T_Q5_K)
+                wp[m] |= ((hb >> m) & 0x01010101u) << 4;
+#endif
+            }
+            for (uint t = 0u; t < nt; t++) {
+                int is = 0;
+                for (uint m = 0u; m < 8u; m++)
+                    is += sc[m] * dot4(wp[m], act_q(t0 + t, 8u * b + m, k));
+                float ad = act_d(t0 + t, 8u * b);
+                precise float d = ad * wd;
+                precise float dmin = -ad * wdm;
+                acc[t] = fma_rn(d, float(is), acc[t]);
+#if defined(T_Q4_K)
+                if (k < 4u) { // min lane k: sub-blocks 2k and 2k + 1
+                    int ms = mn[2u * k] * int(act_s(t0 + t, 8u * b + 2u * k)) +
+                             mn[2u * k + 1u] * int(act_s(t0 + t, 8u * b + 2u * k + 1u));
+                    acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
+                }
+#else
+                int ms = 0;
+                for (uint m = 0u; m < 8u; m++)
+                    ms += mn[m] * int(act_s(t0 + t, 8u * b + m));
+                acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
+#endif
+            }
+#elif defined(T_Q6_K)
+            uint o = rb + b * 210u;
+            float wd = h2f(w_u16(o + 208u));
+            uint wp[8];
+            int sc[8];
+            for (uint m = 0u; m < 8u; m++) { // sub-block m: half h, quarter j
+                uint h = m / 4u, j = m % 4u;
+                uint ql = w_u32(o + 64u * h + 32u * (j & 1u) + 4u * k);
+                uint qh = w_u32(o + 128u + 32u * h + 4u * k);
+                uint v = ((ql >> (4u * (j / 2u))) & 0x0f0f0f0fu) | (((qh >> (2u * j)) & 0x03030303u) << 4);
+                wp[m] = sub_bytes(v, 0x20202020u);
+                sc[m] = w_i8(o + 192u + 8u * h + 2u * j + k / 4u);
+            }
+            for (uint t = 0u; t < nt; t++) {
+                int is = 0;
+                for (uint m = 0u; m < 8u; m++)
+                    is += sc[m] * dot4(wp[m], act_q(t0 + t, 8u * b + m, k));
+                precise float d = act_d(t0 + t, 8u * b) * wd;
+                acc[t] = fma_rn(d, float(is), acc[t]);
+            }
+#endif
+        }
+#endif
     }
-    for (uint t = 0u; t < NC; t++)
-        red[sub][t][tid] = acc[t];
+    for (uint t = 0u; t < NC; t++) {
+        lanes[sub][t][k] = acc[t];
+#if defined(T_F32)
+        lanes[sub][t][k + 8u] = acc2[t];
+#elif defined(T_Q4_K)
+        if (k < 4u)
+            extra[sub][t][k] = acc2[t];
+#else
+        if (k == 0u)
+            extra[sub][t][0] = acc2[t];
+#endif
+    }
     barrier();
-    for (uint s = 16u; s > 0u; s >>= 1) {
-        if (tid < s)
-            for (uint t = 0u; t < NC; t++)
-                red[sub][t][tid] += red[sub][t][tid + s];
-        barrier();
-    }
-    if (live && tid < nt)
-        xs(p.y_off + (t0 + tid) * p.y_stride + r, red[sub][tid][0]);
+    if (!live || k >= nt)
+        return;
+    // invocation k of the row reduces token k
+#if defined(T_F32)
+    precise float l[16];
+    for (uint i = 0u; i < 16u; i++)
+        l[i] = lanes[sub][k][i];
+    for (uint h = 8u; h >= 1u; h /= 2u)
+        for (uint i = 0u; i < h; i++)
+            l[i] = l[i] + l[i + h];
+    precise float y = l[0];
+#else
+    precise float a0 = lanes[sub][k][0] + lanes[sub][k][4], a1 = lanes[sub][k][1] + lanes[sub][k][5];
+    precise float a2 = lanes[sub][k][2] + lanes[sub][k][6], a3 = lanes[sub][k][3] + lanes[sub][k][7];
+    precise float y = (a0 + a2) + (a1 + a3);
+#if defined(T_Q4_K)
+    precise float m = (extra[sub][k][0] + extra[sub][k][2]) + (extra[sub][k][1] + extra[sub][k][3]);
+    y = y + m;
+#elif defined(T_Q4_1) || defined(T_Q5_1) || defined(T_Q5_K)
+    y = y + extra[sub][k][0];
+#endif
+#endif
+    xs(p.y_off + (t0 + k) * p.y_stride + r, y);
 }

@@ -10,6 +10,7 @@
 //       integer sum(q) of the chunk (two of ggml's bsums).
 // One workgroup per block and token.
 #include "common.glsl"
+#include "exact.glsl"
 layout(local_size_x = 32) in;
 layout(push_constant) uniform PC { uint n_in, n_tok, in_off, out_off; } p;
 #ifdef Q8_K
@@ -56,11 +57,13 @@ void main() {
 #ifdef Q8_K
     float amax = amx[0];
     float mxv = xf(src + aix[0]);
-    float iscale = amax != 0.0 ? -127.0 / mxv : 0.0;
-    for (uint k = 0u; k < PER; k++)
-        qv[tid + 32u * k] = min(int(roundEven(iscale * v[k])), 127);
+    float iscale = amax != 0.0 ? div_rn(-127.0, mxv) : 0.0;
+    for (uint k = 0u; k < PER; k++) {
+        precise float sv = iscale * v[k];
+        qv[tid + 32u * k] = min(int(roundEven(sv)), 127);
+    }
     barrier();
-    float d = amax != 0.0 ? 1.0 / iscale : 0.0;
+    float d = amax != 0.0 ? div_rn(1.0, iscale) : 0.0;
     if (tid < 8u) {
         int sum = 0;
         for (uint l = 0u; l < 32u; l++)
@@ -69,8 +72,8 @@ void main() {
         xs(sbase + b * 8u + tid, float(sum));
     }
 #else
-    float d = amx[0] / 127.0, id = d != 0.0 ? 1.0 / d : 0.0;
-    float y = v[0] * id, r = trunc(y);
+    float d = div_rn(amx[0], 127.0), id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+    precise float y = v[0] * id, r = trunc(y);
     if (abs(y - r) >= 0.5)
         r += sign(y); // roundf: ties away from zero
     qv[tid] = int(r);
@@ -81,7 +84,8 @@ void main() {
         int sum = 0;
         for (uint l = 0u; l < 32u; l++)
             sum += qv[l];
-        xs(sbase + b, f16round(float(sum) * d));
+        precise float sd = float(sum) * d;
+        xs(sbase + b, f16round(sd));
 #endif
     }
 #endif

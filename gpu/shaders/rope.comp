@@ -16,6 +16,7 @@ void main() {
     uint base = p.off + t * p.stride + h * p.head_dim;
     uint i0 = base + (p.neox != 0u ? i : 2u * i), i1 = base + (p.neox != 0u ? i + half_ : 2u * i + 1u);
     float a = xf(i0), b = xf(i1);
-    xs(i0, a * c - b * s);
-    xs(i1, a * s + b * c);
+    precise float y0 = a * c - b * s, y1 = a * s + b * c; // no fused multiply-add: as the CPU
+    xs(i0, y0);
+    xs(i1, y1);
 }

@@ -1,6 +1,8 @@
 #version 450
-// swiglu.comp - g[i] = silu(g[i]) * u[i] for i < n (both in the work buffer).
+// swiglu.comp - g[i] = silu(g[i]) * u[i] for i < n (both in the work buffer),
+// as kernels/ops.c: g / (1 + expf(-g)) * u, each step rounded as there.
 #include "common.glsl"
+#include "exact.glsl"
 layout(local_size_x = 64) in;
 layout(push_constant) uniform PC { uint n, g, u; } p;
 void main() {
@@ -8,5 +10,7 @@ void main() {
     if (i >= p.n)
         return;
     float g = xf(p.g + i);
-    xs(p.g + i, g / (1.0 + exp(-g)) * xf(p.u + i));
+    precise float den = 1.0 + expf_c(-g);
+    precise float y = div_rn(g, den) * xf(p.u + i);
+    xs(p.g + i, y);
 }
