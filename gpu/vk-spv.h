@@ -15,6 +15,7 @@ typedef enum {
     HR_VK_K_ROPE,
     HR_VK_K_KVSTORE,
     HR_VK_K_ATTN,
+    HR_VK_K_PROBE,
     HR_VK_K_Q8_0,
     HR_VK_K_Q8_1,
     HR_VK_K_Q8_K,

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,53 @@ int hr_vk_pick(const char *spec, int *index, char err[HR_ERR_LEN]) {
 
 /* ---- device ---- */
 
+static VkResult hr_vk_build_pipes(hr_vk *vk);
+
+static void hr_vk_free_pipes(hr_vk *vk) {
+    for (int k = 0; k < HR_VK_K_COUNT; k++)
+        if (vk->pipe[k]) {
+            vkDestroyPipeline(vk->dev, vk->pipe[k], NULL);
+            vk->pipe[k] = VK_NULL_HANDLE;
+        }
+}
+
+/* Whether the device's fma() rounds once: fma(a, b, -(a * b)) is the exact
+ * rounding error of the product, which is 0 when the multiply is rounded
+ * apart; 256 pseudo-random pairs, every result equal to the C library's. */
+static bool hr_vk_fma_rounds_once(hr_vk *vk) {
+    enum { N = 256 };
+    hr_vk_buf *b = NULL;
+    hr_vk_set *s = NULL;
+    char err[HR_ERR_LEN];
+    bool once = false;
+    if (hr_vk_buf_create(vk, &b, 4 * N * sizeof(float), true, err) == 0 &&
+        hr_vk_set_create(vk, &s, b, b, NULL, err) == 0) {
+        float *x = hr_vk_buf_map(b);
+        uint32_t st = 0x12345678u;
+        for (int i = 0; i < N; i++) {
+            float ab[2];
+            for (int j = 0; j < 2; j++) {
+                st = st * 1664525u + 1013904223u;
+                ab[j] = 1.0f + (float)(st >> 8) / 16777216.0f; /* [1, 2) */
+            }
+            x[i] = ab[0], x[N + i] = ab[1], x[2 * N + i] = -(ab[0] * ab[1]);
+        }
+        if (hr_vk_begin(vk, err) == 0) {
+            hr_vk_probe(vk, s, 4, N, 0);
+            if (hr_vk_submit(vk, err) == 0) {
+                once = true;
+                for (int i = 0; i < N; i++) {
+                    float want = fmaf(x[i], x[N + i], x[2 * N + i]);
+                    once = once && memcmp(&want, &x[3 * N + i], sizeof want) == 0;
+                }
+            }
+        }
+    }
+    hr_vk_set_destroy(vk, s);
+    hr_vk_buf_destroy(vk, b);
+    return once;
+}
+
 static VkResult hr_vk_pipelines(hr_vk *vk) {
     VkDescriptorSetLayoutBinding b[3];
     for (uint32_t i = 0; i < 3; i++)
@@ -182,6 +230,16 @@ static VkResult hr_vk_pipelines(hr_vk *vk) {
                                      .pPushConstantRanges = &pcr};
     if ((r = vkCreatePipelineLayout(vk->dev, &pl, NULL, &vk->layout)) != VK_SUCCESS)
         return r;
+    return hr_vk_build_pipes(vk);
+}
+
+/* the pipelines of every kernel, with exact.glsl's FMA_NATIVE = fma_native */
+static VkResult hr_vk_build_pipes(hr_vk *vk) {
+    VkBool32 fma_native = vk->fma_native ? VK_TRUE : VK_FALSE;
+    VkSpecializationMapEntry me = {.constantID = 0, .offset = 0, .size = sizeof fma_native};
+    VkSpecializationInfo si = {
+        .mapEntryCount = 1, .pMapEntries = &me, .dataSize = sizeof fma_native, .pData = &fma_native};
+    VkResult r = VK_SUCCESS;
     for (int k = 0; k < HR_VK_K_COUNT; k++) {
         if (k >= HR_VK_K_MM_Q4_0_DOT && !vk->use_dot)
             continue; /* needs the integer dot product capability */
@@ -196,7 +254,8 @@ static VkResult hr_vk_pipelines(hr_vk *vk) {
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                       .module = mod,
-                      .pName = "main"},
+                      .pName = "main",
+                      .pSpecializationInfo = &si},
             .layout = vk->layout};
         r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &cp, NULL, &vk->pipe[k]);
         vkDestroyShaderModule(vk->dev, mod, NULL);
@@ -297,8 +356,19 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     }
     if ((rc = hr_vk_buf_create(vk, &vk->staging, HR_VK_STAGING, true, err)))
         goto fail;
-    HR_LOG_INFO(TAG, "device %d: %s (%s)%s", index, vk->info.name, hr_vk_type_name(vk->info.type),
-                vk->use_dot ? ", packed int8 dot products" : "");
+    const char *fenv = getenv("HR_VK_FMA");
+    if (!(fenv && strcmp(fenv, "emulate") == 0) && hr_vk_fma_rounds_once(vk)) {
+        hr_vk_free_pipes(vk); /* again, with the device's fma() */
+        vk->fma_native = true;
+        if ((r = hr_vk_build_pipes(vk)) != VK_SUCCESS) {
+            rc = hr_seterr(err, HR_EIO, "Vulkan pipelines on %s failed (%d)", vk->info.name,
+                           (int)r);
+            goto fail;
+        }
+    }
+    HR_LOG_INFO(TAG, "device %d: %s (%s)%s, fma %s", index, vk->info.name,
+                hr_vk_type_name(vk->info.type), vk->use_dot ? ", packed int8 dot products" : "",
+                vk->fma_native ? "native (rounds once)" : "from 64-bit floats");
     *out = vk;
     return 0;
 fail:
@@ -312,9 +382,7 @@ void hr_vk_destroy(hr_vk *vk) {
     if (vk->dev) {
         vkDeviceWaitIdle(vk->dev);
         hr_vk_buf_destroy(vk, vk->staging);
-        for (int k = 0; k < HR_VK_K_COUNT; k++)
-            if (vk->pipe[k])
-                vkDestroyPipeline(vk->dev, vk->pipe[k], NULL);
+        hr_vk_free_pipes(vk);
         if (vk->layout)
             vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
         if (vk->dsl)
@@ -334,6 +402,7 @@ void hr_vk_destroy(hr_vk *vk) {
 
 const hr_vk_device_info *hr_vk_info(const hr_vk *vk) { return &vk->info; }
 bool hr_vk_uses_int_dot(const hr_vk *vk) { return vk->use_dot; }
+bool hr_vk_uses_native_fma(const hr_vk *vk) { return vk->fma_native; }
 
 /* ---- buffers ---- */
 

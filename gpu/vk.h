@@ -168,6 +168,17 @@ int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_t
 int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_out,
                  uint32_t row_bytes, uint32_t w_off, uint32_t act_off, uint32_t y_off,
                  uint32_t n_tok, uint32_t y_stride);
+/* exact.glsl's operations over arrays in X: out[i] = op(a[i], b[i], c[i]),
+ * with a, b, c and out n words apart from word off. op: 0 expf (glibc's),
+ * 1 a / b, 2 sqrt(a), 3 fma(a, b, c), each rounded as IEEE / the C library
+ * on the CPU; 4 the device's own fma(a, b, c) (which Vulkan lets round
+ * twice). For tests and hr_vk_create's check. */
+void hr_vk_probe(hr_vk *vk, hr_vk_set *s, int op, uint32_t n, uint32_t off);
+/* Whether the kernels use the device's fma(): hr_vk_create saw it round
+ * once on inputs where a multiply and an add rounded apart differ, and the
+ * environment does not set HR_VK_FMA=emulate. Otherwise fma is computed
+ * from 64-bit floats (slower, the same bits). */
+bool hr_vk_uses_native_fma(const hr_vk *vk);
 /* Whether vk's quantized matmuls use packed int8 dot products. */
 bool hr_vk_uses_int_dot(const hr_vk *vk);
 /* Whether hr_vk_matmul has a kernel for weight type. */

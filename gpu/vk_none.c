@@ -163,6 +163,15 @@ bool hr_vk_uses_int_dot(const hr_vk *vk) {
     return false;
 }
 
+bool hr_vk_uses_native_fma(const hr_vk *vk) {
+    (void)vk;
+    return false;
+}
+
+void hr_vk_probe(hr_vk *vk, hr_vk_set *s, int op, uint32_t n, uint32_t off) {
+    (void)vk, (void)s, (void)op, (void)n, (void)off;
+}
+
 bool hr_vk_type_supported(int type) {
     (void)type;
     return false;

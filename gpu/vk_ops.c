@@ -101,6 +101,13 @@ int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_t
     return 0;
 }
 
+void hr_vk_probe(hr_vk *vk, hr_vk_set *s, int op, uint32_t n, uint32_t off) {
+    struct {
+        uint32_t n, op, off;
+    } pc = {n, (uint32_t)op, off};
+    hr_vk_dispatch(vk, s, HR_VK_K_PROBE, &pc, sizeof pc, hr_div_up(n, 64), 1);
+}
+
 static int hr_vk_mm_kernel(int type) {
     switch (type) {
     case HR_TYPE_F32:

@@ -15,11 +15,16 @@
 float ex_step(float f, int d) { return uintBitsToFloat(uint(int(floatBitsToUint(f)) + d)); }
 
 // fma(a, b, c) with one rounding, on any device: Vulkan lets fma() be a
-// multiply and an add rounded apart (lavapipe does so). a * b is exact in a
+// multiply and an add rounded apart (lavapipe does so). Where the device's
+// fma() was seen to round once (hr_vk_create probes it), the pipelines are
+// built with FMA_NATIVE and use it. a * b is exact in a
 // double; t = a * b + c rounds once, and its exact error (two-sum) decides
 // the float rounding where t falls on a midpoint between two floats, the
 // one case where rounding t again would differ from rounding a * b + c.
+layout(constant_id = 0) const bool FMA_NATIVE = false; // set where fma() was seen to round once
 float fma_rn(float a, float b, float c) {
+    if (FMA_NATIVE)
+        return fma(a, b, c);
     precise double pr = double(a) * double(b);
     precise double dc = double(c);
     precise double t = pr + dc;
@@ -77,9 +82,10 @@ double ddiv(double a, double b) {
 }
 
 // glibc's expf: exp(x) = 2^(k/32) * 2^(r/32), the table T[i] = the bits of
-// 2^(i/32) less i << 47, a cubic in r, all in doubles with the fused
-// multiply-adds of glibc's x86-64 FMA build (equal to it for every float x,
-// checked exhaustively against the library).
+// 2^(i/32) less i << 47, a cubic in r, all in doubles; r = x * 32/ln2 - k
+// rounded once, as glibc's x86-64 FMA build computes it. Equal to glibc's
+// expf for every float x (checked exhaustively against the library, with
+// the cubic's multiply-adds fused or not).
 const uvec2 EX_T[32] = uvec2[32](
     uvec2(0x00000000u, 0x3ff00000u), uvec2(0xd3158574u, 0x3fefd9b0u),
     uvec2(0x6cf9890fu, 0x3fefb558u), uvec2(0xd0125b51u, 0x3fef9301u),
@@ -112,6 +118,11 @@ float expf_c(float x) {
     }
     // 32/ln2, 1.5 * 2^52, and the cubic's coefficients (glibc's, over 32^3, 32^2, 32)
     const double inv_ln2_n = packDouble2x32(uvec2(0x652b82feu, 0x40471547u));
+    // inv_ln2_n split in a 29-bit head and the rest: each times a float is
+    // exact in a double, so r = inv_ln2_n * x - kd is rounded once whether
+    // or not the device fuses a double fma (lavapipe does not)
+    const double inv_hi = packDouble2x32(uvec2(0x65000000u, 0x40471547u));
+    const double inv_lo = packDouble2x32(uvec2(0x00000000u, 0x3e55c17fu));
     const double shift = packDouble2x32(uvec2(0x00000000u, 0x43380000u));
     const double c0 = packDouble2x32(uvec2(0x4b912394u, 0x3ebc6af8u));
     const double c1 = packDouble2x32(uvec2(0x50fac4f3u, 0x3f2ebfceu));
@@ -121,7 +132,8 @@ float expf_c(float x) {
     precise double kd = z + shift;
     uvec2 kb = unpackDouble2x32(kd);
     kd = kd - shift;
-    precise double r = fma(inv_ln2_n, xd, -kd);
+    precise double rh = inv_hi * xd - kd; // exact: both terms near each other
+    precise double r = rh + inv_lo * xd;
     uvec2 t = EX_T[kb.x & 31u];
     t.y += kb.x << 15; // + (k << 47): the low 17 bits of k into the high word
     precise double s = packDouble2x32(t);
