@@ -912,6 +912,14 @@ HR_CLI_COMMAND(bench) {
     printf("\n");
     printf("model: %s, %s, %d layers, %.1f MiB of weights read per token, %d threads\n", o->model,
            hp->arch_name, hp->n_layer, wbytes / 1048576.0, nt);
+    if (e.vk) {
+        const hr_vk_device_info *gi = hr_vk_info(e.vk);
+        int gl = o->gpu_layers < hp->n_layer ? o->gpu_layers : hp->n_layer;
+        printf("gpu: %s (%s), layers 0..%d of %d on it; fma %s%s\n", gi->name,
+               hr_vk_type_name(gi->type), gl - 1, hp->n_layer,
+               hr_vk_uses_native_fma(e.vk) ? "native" : "from 64-bit floats",
+               hr_vk_uses_int_dot(e.vk) ? ", packed int8 dot products" : "");
+    }
     if (l3 > 0 && probe < (size_t)l3 * 2)
         printf("note: the bandwidth probe (%.0f MiB) is less than twice the last-level cache: "
                "part of it may come from cache\n",
