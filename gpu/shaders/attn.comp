@@ -38,10 +38,15 @@ void main() {
     for (uint q = tid; q < n_pos; q += 64u) {
         uint kw = p.k_off + (q * kd + kvh * p.hd) / 2u;
         precise float l[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for (uint d = 0u; d < p.hd; d += 2u) {
-            uint pr = kv[kw + d / 2u], j = d & 7u;
-            l[j] = fma_rn(h2f(pr & 0xffffu), qh[d], l[j]);
-            l[j + 1u] = fma_rn(h2f(pr >> 16), qh[d + 1u], l[j + 1u]);
+        for (uint d0 = 0u; d0 < p.hd; d0 += 16u) { // 8 words loaded, then used
+            uint pw[8];
+            for (uint j = 0u; j < 8u; j++)
+                pw[j] = d0 + 2u * j < p.hd ? kv[kw + d0 / 2u + j] : 0u;
+            for (uint j = 0u; j < 8u && d0 + 2u * j < p.hd; j++) {
+                uint d = d0 + 2u * j, li = d & 7u;
+                l[li] = fma_rn(h2f(pw[j] & 0xffffu), qh[d], l[li]);
+                l[li + 1u] = fma_rn(h2f(pw[j] >> 16), qh[d + 1u], l[li + 1u]);
+            }
         }
         precise float s = hsum8(l) * p.scale;
         xs(sc + q, s);
@@ -80,10 +85,17 @@ void main() {
     for (uint d = tid; d < p.hd; d += 64u) {
         uint e = kvh * p.hd + d;
         precise float l[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for (uint q = 0u; q < n_pos; q++) {
-            uint pr = kv[p.v_off + (q * kd + e) / 2u];
-            float v = h2f((e & 1u) != 0u ? pr >> 16 : pr & 0xffffu);
-            l[q & 7u] = fma_rn(v, xf(sc + q), l[q & 7u]);
+        for (uint q0 = 0u; q0 < n_pos; q0 += 8u) { // 8 positions loaded, then used
+            uint vw[8];
+            float pq[8];
+            for (uint j = 0u; j < 8u; j++) {
+                vw[j] = q0 + j < n_pos ? kv[p.v_off + ((q0 + j) * kd + e) / 2u] : 0u;
+                pq[j] = q0 + j < n_pos ? xf(sc + q0 + j) : 0.0;
+            }
+            for (uint j = 0u; j < 8u && q0 + j < n_pos; j++) {
+                float v = h2f((e & 1u) != 0u ? vw[j] >> 16 : vw[j] & 0xffffu);
+                l[j] = fma_rn(v, pq[j], l[j]); // position q0 + j: lane (q0 + j) % 8 = j
+            }
         }
         xs(oo + d, hsum8(l));
     }

@@ -13,7 +13,9 @@
 // k (F32: lanes k and k + 8) of every token, so a block's weights are loaded
 // and unpacked once for all 8 tokens. The chain of fmas along a row is what
 // fixes the float order: it runs through a row's blocks in sequence, one
-// invocation per lane, and is the price of CPU-identical results.
+// invocation per lane, and is the price of CPU-identical results. So that
+// the chain does not wait on memory block by block, each invocation loads
+// UB blocks' weights (U steps of float weights) before it consumes them.
 // Quantized types dot packed int8 weights with the 8-bit activations of
 // quant.comp; with -DINT_DOT (shaderIntegerDotProduct) four at a time
 // (OpSDotKHR), else unpacked; the sums are the same integers either way.
@@ -41,6 +43,14 @@ layout(push_constant) uniform PC {
 #define NL 16u
 #else
 #define NL 8u
+#endif
+// loads issued together before their values are consumed: U steps of a
+// float lane, UB blocks (super-blocks of the K-quants) of a quantized one
+#define U 8u
+#if defined(T_Q4_K) || defined(T_Q5_K) || defined(T_Q6_K)
+#define UB 2u
+#else
+#define UB 16u
 #endif
 shared float lanes[RPW][NC][NL];
 shared float extra[RPW][NC][4]; // min terms: q4_K's 4 lanes, q4_1 / q5_1 / q5_K's scalar
@@ -77,137 +87,181 @@ void main() {
     }
     if (live) {
 #if defined(T_F32)
-        for (uint i = k; i < p.n_in; i += 16u) {
-            precise float w0 = uintBitsToFloat(w[(rb >> 2) + i]);
-            precise float w1 = i + 8u < p.n_in ? uintBitsToFloat(w[(rb >> 2) + i + 8u]) : 0.0;
+        for (uint i0 = k; i0 < p.n_in; i0 += 16u * U) {
+            // U steps of the lane's two values loaded first (memory-level
+            // parallelism: the sums below are a chain), then consumed
+            float w0[U], w1[U];
+            for (uint j = 0u; j < U; j++) {
+                uint i = i0 + 16u * j;
+                w0[j] = i < p.n_in ? uintBitsToFloat(w[(rb >> 2) + i]) : 0.0;
+                w1[j] = i + 8u < p.n_in ? uintBitsToFloat(w[(rb >> 2) + i + 8u]) : 0.0;
+            }
             for (uint t = 0u; t < nt; t++) {
-                uint a = p.act_off + (t0 + t) * p.n_in + i;
-                precise float m0 = w0 * xf(a);
-                acc[t] = acc[t] + m0;
-                if (i + 8u < p.n_in) {
-                    precise float m1 = w1 * xf(a + 8u);
-                    acc2[t] = acc2[t] + m1;
+                uint a = p.act_off + (t0 + t) * p.n_in;
+                for (uint j = 0u; j < U; j++) {
+                    uint i = i0 + 16u * j;
+                    if (i < p.n_in) {
+                        precise float m0 = w0[j] * xf(a + i);
+                        acc[t] = acc[t] + m0;
+                    }
+                    if (i + 8u < p.n_in) {
+                        precise float m1 = w1[j] * xf(a + i + 8u);
+                        acc2[t] = acc2[t] + m1;
+                    }
                 }
             }
         }
 #elif defined(T_F16) || defined(T_BF16)
-        for (uint i = k; i < p.n_in; i += 8u) {
+        for (uint i0 = k; i0 < p.n_in; i0 += 8u * U) {
+            float wv[U];
+            for (uint j = 0u; j < U; j++) {
+                uint i = i0 + 8u * j;
 #if defined(T_F16)
-            float wv = h2f(w_u16(rb + 2u * i));
+                wv[j] = i < p.n_in ? h2f(w_u16(rb + 2u * i)) : 0.0;
 #else
-            float wv = bf2f(w_u16(rb + 2u * i));
+                wv[j] = i < p.n_in ? bf2f(w_u16(rb + 2u * i)) : 0.0;
 #endif
-            for (uint t = 0u; t < nt; t++)
-                acc[t] = fma_rn(wv, xf(p.act_off + (t0 + t) * p.n_in + i), acc[t]);
+            }
+            for (uint t = 0u; t < nt; t++) {
+                uint a = p.act_off + (t0 + t) * p.n_in;
+                for (uint j = 0u; j < U && i0 + 8u * j < p.n_in; j++)
+                    acc[t] = fma_rn(wv[j], xf(a + i0 + 8u * j), acc[t]);
+            }
         }
 #else
         uint nb = p.n_in / 32u; // 32-value chunks
 #if defined(T_Q4_K) || defined(T_Q5_K) || defined(T_Q6_K)
         nb /= 8u;
 #endif
-        for (uint b = 0u; b < nb; b++) {
+        for (uint b0 = 0u; b0 < nb; b0 += UB) {
+            uint nbb = min(UB, nb - b0);
 #if defined(T_Q4_0) || defined(T_Q4_1) || defined(T_Q5_0) || defined(T_Q5_1) || defined(T_Q8_0)
-            // one 32-value block: lane k's four weights as packed int8
-#if defined(T_Q4_0)
-            uint o = rb + b * 18u, qs = o + 2u;
-#elif defined(T_Q4_1)
-            uint o = rb + b * 20u, qs = o + 4u;
-            float wmin = h2f(w_u16(o + 2u));
-#elif defined(T_Q5_0)
-            uint o = rb + b * 22u, qs = o + 6u, qh = w_u32(o + 2u);
-#elif defined(T_Q5_1)
-            uint o = rb + b * 24u, qs = o + 8u, qh = w_u32(o + 4u);
-            float wmin = h2f(w_u16(o + 2u));
-#else
-            uint o = rb + b * 34u;
+            // UB blocks of 32 values: lane k's four weights of each as packed
+            // int8, all loaded before the chain of fmas consumes them
+            uint wp[UB];
+            float wd[UB];
+#if defined(T_Q4_1) || defined(T_Q5_1)
+            float wmin[UB];
 #endif
-            float wd = h2f(w_u16(o));
-#if defined(T_Q8_0)
-            uint wp = w_u32(o + 2u + 4u * k);
+            for (uint j = 0u; j < nbb; j++) {
+                uint b = b0 + j;
+#if defined(T_Q4_0)
+                uint o = rb + b * 18u, qs = o + 2u;
+#elif defined(T_Q4_1)
+                uint o = rb + b * 20u, qs = o + 4u;
+                wmin[j] = h2f(w_u16(o + 2u));
+#elif defined(T_Q5_0)
+                uint o = rb + b * 22u, qs = o + 6u, qh = w_u32(o + 2u);
+#elif defined(T_Q5_1)
+                uint o = rb + b * 24u, qs = o + 8u, qh = w_u32(o + 4u);
+                wmin[j] = h2f(w_u16(o + 2u));
 #else
-            uint wp = (w_u32(qs + 4u * (k & 3u)) >> (k < 4u ? 0u : 4u)) & 0x0f0f0f0fu;
+                uint o = rb + b * 34u;
+#endif
+                wd[j] = h2f(w_u16(o));
+#if defined(T_Q8_0)
+                uint v = w_u32(o + 2u + 4u * k);
+#else
+                uint v = (w_u32(qs + 4u * (k & 3u)) >> (k < 4u ? 0u : 4u)) & 0x0f0f0f0fu;
 #endif
 #if defined(T_Q5_0) || defined(T_Q5_1)
-            wp |= hbits(qh >> (4u * (k & 3u) + (k < 4u ? 0u : 16u)));
+                v |= hbits(qh >> (4u * (k & 3u) + (k < 4u ? 0u : 16u)));
 #endif
 #if defined(T_Q4_0)
-            wp = sub_bytes(wp, 0x08080808u);
+                v = sub_bytes(v, 0x08080808u);
 #elif defined(T_Q5_0)
-            wp = sub_bytes(wp, 0x10101010u);
+                v = sub_bytes(v, 0x10101010u);
 #endif
+                wp[j] = v;
+            }
             for (uint t = 0u; t < nt; t++) {
-                int is = dot4(wp, act_q(t0 + t, b, k));
-                precise float d = wd * act_d(t0 + t, b);
-                acc[t] = fma_rn(d, float(is), acc[t]);
+                for (uint j = 0u; j < nbb; j++) {
+                    int is = dot4(wp[j], act_q(t0 + t, b0 + j, k));
+                    precise float d = wd[j] * act_d(t0 + t, b0 + j);
+                    acc[t] = fma_rn(d, float(is), acc[t]);
 #if defined(T_Q4_1) || defined(T_Q5_1)
-                acc2[t] = fma_rn(wmin, act_s(t0 + t, b), acc2[t]);
+                    acc2[t] = fma_rn(wmin[j], act_s(t0 + t, b0 + j), acc2[t]);
 #endif
+                }
             }
 #elif defined(T_Q4_K) || defined(T_Q5_K)
-            // a super-block of 8 sub-blocks of 32: scales in 12 bytes
+            // UB super-blocks of 8 sub-blocks of 32: scales in 12 bytes
+            uint wp[UB][8];
+            int sc[UB][8], mn[UB][8];
+            float wd[UB], wdm[UB];
+            for (uint j = 0u; j < nbb; j++) {
 #if defined(T_Q4_K)
-            uint o = rb + b * 144u, qs = o + 16u;
+                uint o = rb + (b0 + j) * 144u, qs = o + 16u;
 #else
-            uint o = rb + b * 176u, qh = o + 16u, qs = o + 48u;
-            uint hb = w_u32(qh + 4u * k);
+                uint o = rb + (b0 + j) * 176u, qh = o + 16u, qs = o + 48u;
+                uint hb = w_u32(qh + 4u * k);
 #endif
-            float wd = h2f(w_u16(o)), wdm = h2f(w_u16(o + 2u));
-            uint wp[8];
-            int sc[8], mn[8];
-            for (uint m = 0u; m < 8u; m++) {
+                wd[j] = h2f(w_u16(o));
+                wdm[j] = h2f(w_u16(o + 2u));
                 uint sb = o + 4u;
-                if (m < 4u) {
-                    sc[m] = int(w_u8(sb + m) & 63u);
-                    mn[m] = int(w_u8(sb + m + 4u) & 63u);
-                } else {
-                    sc[m] = int((w_u8(sb + m + 4u) & 15u) | ((w_u8(sb + m - 4u) >> 6) << 4));
-                    mn[m] = int((w_u8(sb + m + 4u) >> 4) | ((w_u8(sb + m) >> 6) << 4));
-                }
-                wp[m] = (w_u32(qs + 32u * (m / 2u) + 4u * k) >> (4u * (m & 1u))) & 0x0f0f0f0fu;
+                for (uint m = 0u; m < 8u; m++) {
+                    if (m < 4u) {
+                        sc[j][m] = int(w_u8(sb + m) & 63u);
+                        mn[j][m] = int(w_u8(sb + m + 4u) & 63u);
+                    } else {
+                        sc[j][m] = int((w_u8(sb + m + 4u) & 15u) | ((w_u8(sb + m - 4u) >> 6) << 4));
+                        mn[j][m] = int((w_u8(sb + m + 4u) >> 4) | ((w_u8(sb + m) >> 6) << 4));
+                    }
+                    wp[j][m] = (w_u32(qs + 32u * (m / 2u) + 4u * k) >> (4u * (m & 1u))) & 0x0f0f0f0fu;
 #if defined(T_Q5_K)
-                wp[m] |= ((hb >> m) & 0x01010101u) << 4;
+                    wp[j][m] |= ((hb >> m) & 0x01010101u) << 4;
 #endif
+                }
             }
             for (uint t = 0u; t < nt; t++) {
-                int is = 0;
-                for (uint m = 0u; m < 8u; m++)
-                    is += sc[m] * dot4(wp[m], act_q(t0 + t, 8u * b + m, k));
-                float ad = act_d(t0 + t, 8u * b);
-                precise float d = ad * wd;
-                precise float dmin = -ad * wdm;
-                acc[t] = fma_rn(d, float(is), acc[t]);
+                for (uint j = 0u; j < nbb; j++) {
+                    uint c0 = 8u * (b0 + j);
+                    int is = 0;
+                    for (uint m = 0u; m < 8u; m++)
+                        is += sc[j][m] * dot4(wp[j][m], act_q(t0 + t, c0 + m, k));
+                    float ad = act_d(t0 + t, c0);
+                    precise float d = ad * wd[j];
+                    precise float dmin = -ad * wdm[j];
+                    acc[t] = fma_rn(d, float(is), acc[t]);
 #if defined(T_Q4_K)
-                if (k < 4u) { // min lane k: sub-blocks 2k and 2k + 1
-                    int ms = mn[2u * k] * int(act_s(t0 + t, 8u * b + 2u * k)) +
-                             mn[2u * k + 1u] * int(act_s(t0 + t, 8u * b + 2u * k + 1u));
-                    acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
-                }
+                    if (k < 4u) { // min lane k: sub-blocks 2k and 2k + 1
+                        int ms = mn[j][2u * k] * int(act_s(t0 + t, c0 + 2u * k)) +
+                                 mn[j][2u * k + 1u] * int(act_s(t0 + t, c0 + 2u * k + 1u));
+                        acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
+                    }
 #else
-                int ms = 0;
-                for (uint m = 0u; m < 8u; m++)
-                    ms += mn[m] * int(act_s(t0 + t, 8u * b + m));
-                acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
+                    int ms = 0;
+                    for (uint m = 0u; m < 8u; m++)
+                        ms += mn[j][m] * int(act_s(t0 + t, c0 + m));
+                    acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
 #endif
+                }
             }
 #elif defined(T_Q6_K)
-            uint o = rb + b * 210u;
-            float wd = h2f(w_u16(o + 208u));
-            uint wp[8];
-            int sc[8];
-            for (uint m = 0u; m < 8u; m++) { // sub-block m: half h, quarter j
-                uint h = m / 4u, j = m % 4u;
-                uint ql = w_u32(o + 64u * h + 32u * (j & 1u) + 4u * k);
-                uint qh = w_u32(o + 128u + 32u * h + 4u * k);
-                uint v = ((ql >> (4u * (j / 2u))) & 0x0f0f0f0fu) | (((qh >> (2u * j)) & 0x03030303u) << 4);
-                wp[m] = sub_bytes(v, 0x20202020u);
-                sc[m] = w_i8(o + 192u + 8u * h + 2u * j + k / 4u);
+            uint wp[UB][8];
+            int sc[UB][8];
+            float wd[UB];
+            for (uint j = 0u; j < nbb; j++) {
+                uint o = rb + (b0 + j) * 210u;
+                wd[j] = h2f(w_u16(o + 208u));
+                for (uint m = 0u; m < 8u; m++) { // sub-block m: half h, quarter q
+                    uint h = m / 4u, q = m % 4u;
+                    uint ql = w_u32(o + 64u * h + 32u * (q & 1u) + 4u * k);
+                    uint qh = w_u32(o + 128u + 32u * h + 4u * k);
+                    uint v = ((ql >> (4u * (q / 2u))) & 0x0f0f0f0fu) | (((qh >> (2u * q)) & 0x03030303u) << 4);
+                    wp[j][m] = sub_bytes(v, 0x20202020u);
+                    sc[j][m] = w_i8(o + 192u + 8u * h + 2u * q + k / 4u);
+                }
             }
             for (uint t = 0u; t < nt; t++) {
-                int is = 0;
-                for (uint m = 0u; m < 8u; m++)
-                    is += sc[m] * dot4(wp[m], act_q(t0 + t, 8u * b + m, k));
-                precise float d = act_d(t0 + t, 8u * b) * wd;
-                acc[t] = fma_rn(d, float(is), acc[t]);
+                for (uint j = 0u; j < nbb; j++) {
+                    uint c0 = 8u * (b0 + j);
+                    int is = 0;
+                    for (uint m = 0u; m < 8u; m++)
+                        is += sc[j][m] * dot4(wp[j][m], act_q(t0 + t, c0 + m, k));
+                    precise float d = act_d(t0 + t, c0) * wd[j];
+                    acc[t] = fma_rn(d, float(is), acc[t]);
+                }
             }
 #endif
         }
