@@ -30,7 +30,19 @@ typedef enum {
     HR_VK_K_MM_Q4_K,
     HR_VK_K_MM_Q5_K,
     HR_VK_K_MM_Q6_K,
-    /* the same with packed int8 dot products (shaderIntegerDotProduct) */
+    /* one token (matvec.comp) */
+    HR_VK_K_MV_F16,
+    HR_VK_K_MV_BF16,
+    HR_VK_K_MV_Q4_0,
+    HR_VK_K_MV_Q4_1,
+    HR_VK_K_MV_Q5_0,
+    HR_VK_K_MV_Q5_1,
+    HR_VK_K_MV_Q8_0,
+    HR_VK_K_MV_Q4_K,
+    HR_VK_K_MV_Q5_K,
+    HR_VK_K_MV_Q6_K,
+    /* the quantized ones with packed int8 dot products
+     * (shaderIntegerDotProduct): each block of 8 in the order above */
     HR_VK_K_MM_Q4_0_DOT,
     HR_VK_K_MM_Q4_1_DOT,
     HR_VK_K_MM_Q5_0_DOT,
@@ -39,6 +51,14 @@ typedef enum {
     HR_VK_K_MM_Q4_K_DOT,
     HR_VK_K_MM_Q5_K_DOT,
     HR_VK_K_MM_Q6_K_DOT,
+    HR_VK_K_MV_Q4_0_DOT,
+    HR_VK_K_MV_Q4_1_DOT,
+    HR_VK_K_MV_Q5_0_DOT,
+    HR_VK_K_MV_Q5_1_DOT,
+    HR_VK_K_MV_Q8_0_DOT,
+    HR_VK_K_MV_Q4_K_DOT,
+    HR_VK_K_MV_Q5_K_DOT,
+    HR_VK_K_MV_Q6_K_DOT,
     HR_VK_K_COUNT
 } hr_vk_kernel;
 

@@ -144,8 +144,12 @@ int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_ou
                  uint32_t n_tok, uint32_t y_stride) {
     int k = hr_vk_mm_kernel(type);
     const hr_type_traits *tt = hr_type_get(type);
-    if (k >= HR_VK_K_MM_Q4_0 && vk->use_dot) /* quantized: its packed-dot twin */
-        k += HR_VK_K_MM_Q4_0_DOT - HR_VK_K_MM_Q4_0;
+    bool quant = k >= HR_VK_K_MM_Q4_0;
+    bool mv = n_tok == 1 && k >= HR_VK_K_MM_F16; /* one token: matvec.comp */
+    if (mv)
+        k += HR_VK_K_MV_F16 - HR_VK_K_MM_F16;
+    if (quant && vk->use_dot) /* its packed-dot twin */
+        k += mv ? HR_VK_K_MV_Q4_0_DOT - HR_VK_K_MV_Q4_0 : HR_VK_K_MM_Q4_0_DOT - HR_VK_K_MM_Q4_0;
     if (k < 0 || !tt || n_in == 0 || n_in % (uint32_t)tt->block_elems || n_tok == 0 ||
         row_bytes != hr_type_row_bytes(type, n_in) || (type == HR_TYPE_F32 && (w_off & 3)) ||
         (w_off & 1) || (row_bytes & 1))
@@ -153,7 +157,8 @@ int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_ou
     struct {
         uint32_t n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
     } pc = {n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride};
+    /* matmul.comp: 8 rows, 8 tokens a workgroup; matvec.comp: 8 rows */
     hr_vk_dispatch(vk, s, (hr_vk_kernel)k, &pc, sizeof pc, hr_div_up(n_out, 8),
-                   hr_div_up(n_tok, 8)); /* matmul.comp: 8 rows, 8 tokens a workgroup */
+                   hr_div_up(n_tok, 8));
     return 0;
 }

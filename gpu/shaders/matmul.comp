@@ -22,17 +22,6 @@
 // Built once per weight type (-DT_Q4_0 ...).
 #include "common.glsl"
 #include "exact.glsl"
-#ifdef INT_DOT
-#extension GL_EXT_spirv_intrinsics : require
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
-                  id = 4450) int sdot4x8(uint a, uint b, spirv_literal int packed_format);
-int dot4(uint a, uint b) { return sdot4x8(a, b, 0); }
-#else
-int dot4(uint a, uint b) {
-    return (int(a << 24) >> 24) * (int(b << 24) >> 24) + (int(a << 16) >> 24) * (int(b << 16) >> 24) +
-           (int(a << 8) >> 24) * (int(b << 8) >> 24) + (int(a) >> 24) * (int(b) >> 24);
-}
-#endif
 layout(local_size_x = 64) in;
 layout(push_constant) uniform PC {
     uint n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride;
@@ -48,29 +37,15 @@ layout(push_constant) uniform PC {
 // float lane, UB blocks (super-blocks of the K-quants) of a quantized one
 #define U 8u
 #if defined(T_Q4_K) || defined(T_Q5_K) || defined(T_Q6_K)
-#define UB 2u
+#define UB 1u
 #else
-#define UB 16u
+#define UB 4u
 #endif
 shared float lanes[RPW][NC][NL];
 shared float extra[RPW][NC][4]; // min terms: q4_K's 4 lanes, q4_1 / q5_1 / q5_K's scalar
 
-// packed int8 bytes v - off for bytes v in 0..127, without borrows
-uint sub_bytes(uint v, uint off) { return ((v | 0x80808080u) - off) ^ 0x80808080u; }
-// bits 0..3 of h moved to bit 4 of bytes 0..3
-uint hbits(uint h) {
-    return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
-}
-
 #if !defined(T_F32) && !defined(T_F16) && !defined(T_BF16)
-// activations (quant.comp): word k of 32-value chunk c of token t, its
-// scale d, its sum s
-uint act_q(uint t, uint c, uint k) { return x[p.act_off + t * (p.n_in / 4u) + c * 8u + k]; }
-float act_d(uint t, uint c) { return xf(p.act_off + p.n_tok * (p.n_in / 4u) + t * (p.n_in / 32u) + c); }
-float act_s(uint t, uint c) {
-    uint chunks = p.n_in / 32u;
-    return xf(p.act_off + p.n_tok * (p.n_in / 4u) + p.n_tok * chunks + t * chunks + c);
-}
+#include "qunit.glsl"
 #endif
 
 void main() {
@@ -129,141 +104,23 @@ void main() {
             }
         }
 #else
-        uint nb = p.n_in / 32u; // 32-value chunks
-#if defined(T_Q4_K) || defined(T_Q5_K) || defined(T_Q6_K)
-        nb /= 8u;
-#endif
+        uint nb = unit_count();
         for (uint b0 = 0u; b0 < nb; b0 += UB) {
+            // UB units' weights loaded before the chain of fmas consumes them
             uint nbb = min(UB, nb - b0);
-#if defined(T_Q4_0) || defined(T_Q4_1) || defined(T_Q5_0) || defined(T_Q5_1) || defined(T_Q8_0)
-            // UB blocks of 32 values: lane k's four weights of each as packed
-            // int8, all loaded before the chain of fmas consumes them
-            uint wp[UB];
-            float wd[UB];
-#if defined(T_Q4_1) || defined(T_Q5_1)
-            float wmin[UB];
-#endif
-            for (uint j = 0u; j < nbb; j++) {
-                uint b = b0 + j;
-#if defined(T_Q4_0)
-                uint o = rb + b * 18u, qs = o + 2u;
-#elif defined(T_Q4_1)
-                uint o = rb + b * 20u, qs = o + 4u;
-                wmin[j] = h2f(w_u16(o + 2u));
-#elif defined(T_Q5_0)
-                uint o = rb + b * 22u, qs = o + 6u, qh = w_u32(o + 2u);
-#elif defined(T_Q5_1)
-                uint o = rb + b * 24u, qs = o + 8u, qh = w_u32(o + 4u);
-                wmin[j] = h2f(w_u16(o + 2u));
-#else
-                uint o = rb + b * 34u;
-#endif
-                wd[j] = h2f(w_u16(o));
-#if defined(T_Q8_0)
-                uint v = w_u32(o + 2u + 4u * k);
-#else
-                uint v = (w_u32(qs + 4u * (k & 3u)) >> (k < 4u ? 0u : 4u)) & 0x0f0f0f0fu;
-#endif
-#if defined(T_Q5_0) || defined(T_Q5_1)
-                v |= hbits(qh >> (4u * (k & 3u) + (k < 4u ? 0u : 16u)));
-#endif
-#if defined(T_Q4_0)
-                v = sub_bytes(v, 0x08080808u);
-#elif defined(T_Q5_0)
-                v = sub_bytes(v, 0x10101010u);
-#endif
-                wp[j] = v;
-            }
+            Unit us[UB];
+            for (uint j = 0u; j < nbb; j++)
+                us[j] = unit_load(rb, b0 + j, k);
             for (uint t = 0u; t < nt; t++) {
                 for (uint j = 0u; j < nbb; j++) {
-                    int is = dot4(wp[j], act_q(t0 + t, b0 + j, k));
-                    precise float d = wd[j] * act_d(t0 + t, b0 + j);
-                    acc[t] = fma_rn(d, float(is), acc[t]);
-#if defined(T_Q4_1) || defined(T_Q5_1)
-                    acc2[t] = fma_rn(wmin[j], act_s(t0 + t, b0 + j), acc2[t]);
+                    float a, bv, ma, mb;
+                    unit_terms(us[j], b0 + j, k, t0 + t, a, bv, ma, mb);
+                    acc[t] = fma_rn(a, bv, acc[t]);
+#ifdef HAS_MIN
+                    acc2[t] = fma_rn(ma, mb, acc2[t]);
 #endif
                 }
             }
-#elif defined(T_Q4_K) || defined(T_Q5_K)
-            // UB super-blocks of 8 sub-blocks of 32: scales in 12 bytes
-            uint wp[UB][8];
-            int sc[UB][8], mn[UB][8];
-            float wd[UB], wdm[UB];
-            for (uint j = 0u; j < nbb; j++) {
-#if defined(T_Q4_K)
-                uint o = rb + (b0 + j) * 144u, qs = o + 16u;
-#else
-                uint o = rb + (b0 + j) * 176u, qh = o + 16u, qs = o + 48u;
-                uint hb = w_u32(qh + 4u * k);
-#endif
-                wd[j] = h2f(w_u16(o));
-                wdm[j] = h2f(w_u16(o + 2u));
-                uint sb = o + 4u;
-                for (uint m = 0u; m < 8u; m++) {
-                    if (m < 4u) {
-                        sc[j][m] = int(w_u8(sb + m) & 63u);
-                        mn[j][m] = int(w_u8(sb + m + 4u) & 63u);
-                    } else {
-                        sc[j][m] = int((w_u8(sb + m + 4u) & 15u) | ((w_u8(sb + m - 4u) >> 6) << 4));
-                        mn[j][m] = int((w_u8(sb + m + 4u) >> 4) | ((w_u8(sb + m) >> 6) << 4));
-                    }
-                    wp[j][m] = (w_u32(qs + 32u * (m / 2u) + 4u * k) >> (4u * (m & 1u))) & 0x0f0f0f0fu;
-#if defined(T_Q5_K)
-                    wp[j][m] |= ((hb >> m) & 0x01010101u) << 4;
-#endif
-                }
-            }
-            for (uint t = 0u; t < nt; t++) {
-                for (uint j = 0u; j < nbb; j++) {
-                    uint c0 = 8u * (b0 + j);
-                    int is = 0;
-                    for (uint m = 0u; m < 8u; m++)
-                        is += sc[j][m] * dot4(wp[j][m], act_q(t0 + t, c0 + m, k));
-                    float ad = act_d(t0 + t, c0);
-                    precise float d = ad * wd[j];
-                    precise float dmin = -ad * wdm[j];
-                    acc[t] = fma_rn(d, float(is), acc[t]);
-#if defined(T_Q4_K)
-                    if (k < 4u) { // min lane k: sub-blocks 2k and 2k + 1
-                        int ms = mn[j][2u * k] * int(act_s(t0 + t, c0 + 2u * k)) +
-                                 mn[j][2u * k + 1u] * int(act_s(t0 + t, c0 + 2u * k + 1u));
-                        acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
-                    }
-#else
-                    int ms = 0;
-                    for (uint m = 0u; m < 8u; m++)
-                        ms += mn[j][m] * int(act_s(t0 + t, c0 + m));
-                    acc2[t] = fma_rn(dmin, float(ms), acc2[t]);
-#endif
-                }
-            }
-#elif defined(T_Q6_K)
-            uint wp[UB][8];
-            int sc[UB][8];
-            float wd[UB];
-            for (uint j = 0u; j < nbb; j++) {
-                uint o = rb + (b0 + j) * 210u;
-                wd[j] = h2f(w_u16(o + 208u));
-                for (uint m = 0u; m < 8u; m++) { // sub-block m: half h, quarter q
-                    uint h = m / 4u, q = m % 4u;
-                    uint ql = w_u32(o + 64u * h + 32u * (q & 1u) + 4u * k);
-                    uint qh = w_u32(o + 128u + 32u * h + 4u * k);
-                    uint v = ((ql >> (4u * (q / 2u))) & 0x0f0f0f0fu) | (((qh >> (2u * q)) & 0x03030303u) << 4);
-                    wp[j][m] = sub_bytes(v, 0x20202020u);
-                    sc[j][m] = w_i8(o + 192u + 8u * h + 2u * q + k / 4u);
-                }
-            }
-            for (uint t = 0u; t < nt; t++) {
-                for (uint j = 0u; j < nbb; j++) {
-                    uint c0 = 8u * (b0 + j);
-                    int is = 0;
-                    for (uint m = 0u; m < 8u; m++)
-                        is += sc[j][m] * dot4(wp[j][m], act_q(t0 + t, c0 + m, k));
-                    precise float d = act_d(t0 + t, c0) * wd[j];
-                    acc[t] = fma_rn(d, float(is), acc[t]);
-                }
-            }
-#endif
         }
 #endif
     }
