@@ -6,9 +6,8 @@
 // each of its 8 lanes. Per round, the helpers load and dot 4 * UH units of
 // the row (consecutive units to consecutive helpers, each helper's UH units
 // loaded before they are used), leave each lane's step operands in shared
-// memory, and helper 0 of the lane runs them through the chain while the
-// helpers load the next round. So a row keeps 4 * UH units of loads in
-// flight instead of one lane's worth, which
+// memory, and helper 0 of the lane runs them through the chain. So a row
+// keeps 4 * UH units of loads in flight instead of one lane's worth, which
 // is what decode on a GPU with thousands of cores waits on: one token has
 // only as many rows as the matrix.
 // A workgroup is 8 rows (wg_row() * 8 + gl_LocalInvocationID.x / 32).
@@ -30,7 +29,7 @@ layout(push_constant) uniform PC {
 #if defined(T_Q4_K) || defined(T_Q5_K) || defined(T_Q6_K)
 #define UH 1u
 #else
-#define UH 8u
+#define UH 4u
 #endif
 #endif
 #define R (H * UH) // units per round
@@ -39,28 +38,6 @@ shared float sa[RPW][R][8], sb[RPW][R][8];
 shared float sma[RPW][R][8], smb[RPW][R][8];
 #endif
 shared float fin[RPW][8], finm[RPW][8];
-
-#ifdef FLOAT_W
-// helper h's UH values of lane k in the round from unit b0
-void load_w(out float wv[UH], uint rb, uint b0, uint h, uint k, bool live) {
-    for (uint j = 0u; j < UH; j++) {
-        uint i = 8u * (b0 + j * H + h) + k;
-        bool in_row = live && i < p.n_in;
-#if defined(T_F16)
-        wv[j] = in_row ? h2f(w_u16(rb + 2u * i)) : 0.0;
-#else
-        wv[j] = in_row ? bf2f(w_u16(rb + 2u * i)) : 0.0;
-#endif
-    }
-}
-#else
-// helper h's UH units of lane k in the round from unit b0
-void load_units(out Unit us[UH], uint rb, uint b0, uint h, uint k, bool live, uint nb) {
-    for (uint j = 0u; j < UH; j++)
-        if (live && b0 + j * H + h < nb)
-            us[j] = unit_load(rb, b0 + j * H + h, k);
-}
-#endif
 
 void main() {
     uint sub = gl_LocalInvocationID.x / 32u, h = (gl_LocalInvocationID.x / 8u) % 4u;
@@ -74,23 +51,30 @@ void main() {
     uint nb = unit_count();
 #endif
     precise float acc = 0.0, acc2 = 0.0;
-    // the first round's weights; each later round's are loaded while the
-    // chain runs through the one before
-#ifdef FLOAT_W
-    float wv[UH];
-    load_w(wv, rb, 0u, h, k, live);
-#else
-    Unit us[UH];
-    load_units(us, rb, 0u, h, k, live, nb);
-#endif
     for (uint b0 = 0u; b0 < nb; b0 += R) {
-        for (uint j = 0u; j < UH; j++) {
-            uint u = b0 + j * H + h;
 #ifdef FLOAT_W
-            uint i = 8u * u + k;
+        float wv[UH];
+        for (uint j = 0u; j < UH; j++) {
+            uint i = 8u * (b0 + j * H + h) + k;
+            bool in_row = live && i < p.n_in;
+#if defined(T_F16)
+            wv[j] = in_row ? h2f(w_u16(rb + 2u * i)) : 0.0;
+#else
+            wv[j] = in_row ? bf2f(w_u16(rb + 2u * i)) : 0.0;
+#endif
+        }
+        for (uint j = 0u; j < UH; j++) {
+            uint i = 8u * (b0 + j * H + h) + k;
             sa[sub][j * H + h][k] = wv[j];
             sb[sub][j * H + h][k] = live && i < p.n_in ? xf(p.act_off + i) : 0.0;
+        }
 #else
+        Unit us[UH];
+        for (uint j = 0u; j < UH; j++)
+            if (live && b0 + j * H + h < nb)
+                us[j] = unit_load(rb, b0 + j * H + h, k);
+        for (uint j = 0u; j < UH; j++) {
+            uint u = b0 + j * H + h;
             float a = 0.0, bv = 0.0, ma = 0.0, mb = 0.0;
             if (live && u < nb)
                 unit_terms(us[j], u, k, 0u, a, bv, ma, mb);
@@ -100,16 +84,9 @@ void main() {
             sma[sub][j * H + h][k] = ma;
             smb[sub][j * H + h][k] = mb;
 #endif
-#endif
         }
+#endif
         barrier();
-        if (b0 + R < nb) {
-#ifdef FLOAT_W
-            load_w(wv, rb, b0 + R, h, k, live);
-#else
-            load_units(us, rb, b0 + R, h, k, live, nb);
-#endif
-        }
         if (h == 0u && live) {
             uint n = min(R, nb - b0);
 #ifdef FLOAT_W
