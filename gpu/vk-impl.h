@@ -37,7 +37,7 @@ struct hr_vk {
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     VkPipeline pipe[HR_VK_K_COUNT]; /* the _DOT ones only with use_dot */
-    bool use_dot; /* shaderIntegerDotProduct enabled: quantized matmuls use the _DOT kernels */
+    bool use_dot;    /* shaderIntegerDotProduct enabled: quantized matmuls use the _DOT kernels */
     bool fma_native; /* the pipelines' FMA_NATIVE: the device's fma() rounds once */
     hr_vk_buf *staging; /* host-visible, HR_VK_STAGING bytes */
 };

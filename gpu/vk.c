@@ -237,8 +237,10 @@ static VkResult hr_vk_pipelines(hr_vk *vk) {
 static VkResult hr_vk_build_pipes(hr_vk *vk) {
     VkBool32 fma_native = vk->fma_native ? VK_TRUE : VK_FALSE;
     VkSpecializationMapEntry me = {.constantID = 0, .offset = 0, .size = sizeof fma_native};
-    VkSpecializationInfo si = {
-        .mapEntryCount = 1, .pMapEntries = &me, .dataSize = sizeof fma_native, .pData = &fma_native};
+    VkSpecializationInfo si = {.mapEntryCount = 1,
+                               .pMapEntries = &me,
+                               .dataSize = sizeof fma_native,
+                               .pData = &fma_native};
     VkResult r = VK_SUCCESS;
     for (int k = 0; k < HR_VK_K_COUNT; k++) {
         if (k >= HR_VK_K_MM_Q4_0_DOT && !vk->use_dot)
@@ -361,8 +363,8 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
         hr_vk_free_pipes(vk); /* again, with the device's fma() */
         vk->fma_native = true;
         if ((r = hr_vk_build_pipes(vk)) != VK_SUCCESS) {
-            rc = hr_seterr(err, HR_EIO, "Vulkan pipelines on %s failed (%d)", vk->info.name,
-                           (int)r);
+            rc =
+                hr_seterr(err, HR_EIO, "Vulkan pipelines on %s failed (%d)", vk->info.name, (int)r);
             goto fail;
         }
     }

@@ -53,9 +53,9 @@ typedef struct {
     uint64_t heap_bytes[HR_VK_MAX_HEAPS];
     bool heap_device_local[HR_VK_MAX_HEAPS];
     uint64_t max_storage_range; /* bytes one storage-buffer binding may cover */
-    bool f64; /* shaderFloat64: required (exact division, sqrt and expf build on it) */
-    bool int_dot;               /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product):
-                                   quantized matmuls then use packed int8 dot products */
+    bool f64;     /* shaderFloat64: required (exact division, sqrt and expf build on it) */
+    bool int_dot; /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product):
+                     quantized matmuls then use packed int8 dot products */
 } hr_vk_device_info;
 
 /* Whether this binary has the Vulkan backend. */

@@ -136,7 +136,8 @@ int hr_prof_gpu_measure(hr_prof_gpu *g, const int *types, int n_types, int64_t r
      * current GPUs; Vulkan does not report it), so that the rate is that of
      * its memory; a software device's as the CPU profile's */
     bool cpu_dev = hr_vk_info(vk)->type == HR_VK_CPU;
-    size_t target = cpu_dev ? (quick ? (4u << 20) : (16u << 20)) : (quick ? (128u << 20) : (256u << 20));
+    size_t target =
+        cpu_dev ? (quick ? (4u << 20) : (16u << 20)) : (quick ? (128u << 20) : (256u << 20));
     size_t cb = quick ? (8u << 20) : (32u << 20);
     g->submit_us = hr_gpu_time_us(vk, hr_gpu_rec_empty, NULL, reps * 2, err);
     hr_vk_buf *b = NULL;

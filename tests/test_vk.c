@@ -265,9 +265,10 @@ static void test_exact(hr_env *e) {
     /* expf over every binade that matters: random floats in [-110, 95],
      * the overflow / underflow edges, the specials and two inputs where a
      * plain double evaluation rounds differently from glibc's */
-    static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 0x1.62e42ep6f,
-                                 0x1.62e430p6f, -0x1.9fe368p6f, -0x1.9fe36ap6f, -0x1.9d1d9ep6f,
-                                 -87.0f, -100.0f, 0x1.04845ep+5f, -0x1.f8cbb2p+5f, 1e-30f, -1e-30f};
+    static const float edge[] = {
+        0.0f,           -0.0f,           INFINITY,       -INFINITY,      NAN,    0x1.62e42ep6f,
+        0x1.62e430p6f,  -0x1.9fe368p6f,  -0x1.9fe36ap6f, -0x1.9d1d9ep6f, -87.0f, -100.0f,
+        0x1.04845ep+5f, -0x1.f8cbb2p+5f, 1e-30f,         -1e-30f};
     size_t ne = sizeof edge / sizeof edge[0];
     for (uint32_t i = 0; i < N; i++) {
         a[i] = i < ne ? edge[i] : (float)((double)urand() / 4294967296.0 * 205.0 - 110.0);
