@@ -500,7 +500,8 @@ static void hr_info_gpus(void) {
         for (int h = 0; h < d[i].n_heaps; h++)
             printf("%s %.1f GiB%s", h ? "," : "", d[i].heap_bytes[h] / 1073741824.0,
                    d[i].heap_device_local[h] ? " (device)" : "");
-        printf("%s\n", d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
+        printf("%s%s\n", d[i].f64 ? "" : "; not usable: no 64-bit floats (shaderFloat64)",
+               d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
     }
 }
 
