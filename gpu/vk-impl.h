@@ -39,6 +39,7 @@ struct hr_vk {
     VkPipeline pipe[HR_VK_K_COUNT]; /* the _DOT ones only with use_dot */
     bool use_dot;    /* shaderIntegerDotProduct enabled: quantized matmuls use the _DOT kernels */
     bool fma_native; /* the pipelines' FMA_NATIVE: the device's fma() rounds once */
+    bool grouped;    /* hr_vk_group_begin: no barrier after each dispatch */
     hr_vk_buf *staging; /* host-visible, HR_VK_STAGING bytes */
 };
 

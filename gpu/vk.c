@@ -576,6 +576,7 @@ int hr_vk_begin(hr_vk *vk, char err[HR_ERR_LEN]) {
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     vkResetCommandBuffer(vk->cmd, 0);
+    vk->grouped = false;
     VkResult r = vkBeginCommandBuffer(vk->cmd, &bi);
     if (r != VK_SUCCESS)
         return hr_seterr(err, HR_EIO, "vkBeginCommandBuffer failed (%d)", (int)r);
@@ -595,6 +596,13 @@ static void hr_vk_barrier(hr_vk *vk) {
                          1, &mb, 0, NULL, 0, NULL);
 }
 
+void hr_vk_group_begin(hr_vk *vk) { vk->grouped = true; }
+
+void hr_vk_group_end(hr_vk *vk) {
+    vk->grouped = false;
+    hr_vk_barrier(vk);
+}
+
 void hr_vk_copy(hr_vk *vk, hr_vk_buf *src, size_t src_off, hr_vk_buf *dst, size_t dst_off,
                 size_t n) {
     VkBufferCopy c = {.srcOffset = src_off, .dstOffset = dst_off, .size = n};
@@ -612,7 +620,8 @@ void hr_vk_dispatch(hr_vk *vk, hr_vk_set *s, hr_vk_kernel k, const void *pc, siz
                             NULL);
     vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)pc_bytes, pc);
     vkCmdDispatch(vk->cmd, gx, gy, gz);
-    hr_vk_barrier(vk);
+    if (!vk->grouped)
+        hr_vk_barrier(vk);
 }
 
 int hr_vk_submit(hr_vk *vk, char err[HR_ERR_LEN]) {

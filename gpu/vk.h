@@ -112,6 +112,12 @@ int hr_vk_begin(hr_vk *vk, char err[HR_ERR_LEN]);
 void hr_vk_copy(hr_vk *vk, hr_vk_buf *src, size_t src_off, hr_vk_buf *dst, size_t dst_off,
                 size_t n);
 int hr_vk_submit(hr_vk *vk, char err[HR_ERR_LEN]);
+/* Between hr_vk_group_begin and hr_vk_group_end the kernels recorded may run
+ * at the same time (no barrier between them; they must not read what
+ * another of them writes); hr_vk_group_end records the barrier that makes
+ * all of them visible to what follows. */
+void hr_vk_group_begin(hr_vk *vk);
+void hr_vk_group_end(hr_vk *vk);
 
 /* out[r] = in[r] / rms(in[r]) * g (g: n words at g_off in W; g_off
  * UINT32_MAX = none) for rows r < rows of n values. */

@@ -163,6 +163,9 @@ bool hr_vk_uses_int_dot(const hr_vk *vk) {
     return false;
 }
 
+void hr_vk_group_begin(hr_vk *vk) { (void)vk; }
+void hr_vk_group_end(hr_vk *vk) { (void)vk; }
+
 bool hr_vk_uses_native_fma(const hr_vk *vk) {
     (void)vk;
     return false;

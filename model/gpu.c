@@ -175,25 +175,51 @@ typedef struct {
     int type;
 } hr_gpu_act;
 
-/* y = W x for the n tokens of x ([n][w.n_in] at word in), quantizing x
- * first unless the region already holds it in the weight's format. */
-static int hr_gpu_mm(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *w, uint32_t in,
-                     uint32_t out, int n, hr_gpu_act *st) {
+/* The activations W's kernel reads for the n tokens of x ([n][w.n_in] at
+ * word in): x itself (F32) or the 8-bit region, quantized first unless it
+ * already holds x in the weight's format. *a: their word offset. */
+static int hr_gpu_act_for(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *w, uint32_t in,
+                          int n, hr_gpu_act *st, uint32_t *a) {
     int act = hr_type_get(w->type)->vec_dot_type;
-    uint32_t a = in;
-    if (act != HR_TYPE_F32) {
-        if (st->src != in || st->type != act) {
-            int rc =
-                hr_vk_quantize(g->vk, L->set, act, (uint32_t)w->n_in, (uint32_t)n, in, g->r.act);
-            if (rc)
-                return rc;
-            *st = (hr_gpu_act){in, act};
-        }
-        a = g->r.act;
+    *a = in;
+    if (act == HR_TYPE_F32)
+        return 0;
+    if (st->src != in || st->type != act) {
+        int rc = hr_vk_quantize(g->vk, L->set, act, (uint32_t)w->n_in, (uint32_t)n, in, g->r.act);
+        if (rc)
+            return rc;
+        *st = (hr_gpu_act){in, act};
     }
-    return hr_vk_matmul(g->vk, L->set, w->type, (uint32_t)w->n_in, (uint32_t)w->n_out,
-                        (uint32_t)w->row_bytes, hr_field(L, w), a, out, (uint32_t)n,
-                        (uint32_t)w->n_out);
+    *a = g->r.act;
+    return 0;
+}
+
+/* y_i = W_i x for the nw weights of one input (outputs at words out[i]).
+ * When they dot the same activation format the matmuls run side by side
+ * (one barrier after all of them), else one after another. */
+static int hr_gpu_mm(hr_gpu_win *g, const hr_gpu_layer *L, int nw, const hr_weight *const *w,
+                     uint32_t in, const uint32_t *out, int n, hr_gpu_act *st) {
+    bool same = true;
+    for (int i = 1; i < nw; i++)
+        same =
+            same && hr_type_get(w[i]->type)->vec_dot_type == hr_type_get(w[0]->type)->vec_dot_type;
+    uint32_t a = in;
+    int rc = same ? hr_gpu_act_for(g, L, w[0], in, n, st, &a) : 0;
+    if (rc)
+        return rc;
+    if (same && nw > 1)
+        hr_vk_group_begin(g->vk);
+    for (int i = 0; rc == 0 && i < nw; i++) {
+        if (!same)
+            rc = hr_gpu_act_for(g, L, w[i], in, n, st, &a);
+        if (rc == 0)
+            rc = hr_vk_matmul(g->vk, L->set, w[i]->type, (uint32_t)w[i]->n_in,
+                              (uint32_t)w[i]->n_out, (uint32_t)w[i]->row_bytes, hr_field(L, w[i]),
+                              a, out[i], (uint32_t)n, (uint32_t)w[i]->n_out);
+    }
+    if (same && nw > 1)
+        hr_vk_group_end(g->vk);
+    return rc;
 }
 
 /* Records one layer over the n rows in the work buffer's h region: rows
@@ -212,9 +238,8 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, cons
     int rc = 0;
     /* attention block */
     hr_vk_rmsnorm(vk, s, E, N, r->h, E, r->xb, E, hr_field(L, &W->attn_norm) / 4, hp->rms_eps);
-    if ((rc = hr_gpu_mm(g, L, &W->wq, r->xb, r->q, n, &st)) ||
-        (rc = hr_gpu_mm(g, L, &W->wk, r->xb, r->k, n, &st)) ||
-        (rc = hr_gpu_mm(g, L, &W->wv, r->xb, r->v, n, &st)))
+    const hr_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
+    if ((rc = hr_gpu_mm(g, L, 3, qkv, r->xb, (const uint32_t[]){r->q, r->k, r->v}, n, &st)))
         return rc;
     if (W->bq.data) {
         hr_vk_add(vk, s, N * QD, r->q, hr_field(L, &W->bq) / 4, QD, true);
@@ -226,8 +251,10 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, cons
         hr_vk_rmsnorm(vk, s, D, N * kvh, r->k, D, r->k, D, hr_field(L, &W->k_norm) / 4,
                       hp->rms_eps);
     }
+    hr_vk_group_begin(vk); /* q and k rotate side by side */
     hr_vk_rope(vk, s, N, qh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->q, QD, r->tab);
     hr_vk_rope(vk, s, N, kvh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->k, KD, r->tab);
+    hr_vk_group_end(vk);
     uint32_t slot = (uint32_t)g->n_ctx * KD / 2, vcache = slot * (uint32_t)g->n_seq;
     for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++]) { /* each run's cache */
         uint32_t len = (uint32_t)run_len[i], p0 = (uint32_t)pos[i], ks = (uint32_t)seq[i] * slot;
@@ -246,17 +273,19 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, cons
                         .v = vcache + ks};
         hr_vk_attention(vk, s, &a);
     }
-    if ((rc = hr_gpu_mm(g, L, &W->wo, r->att, r->xb2, n, &st)))
+    const hr_weight *wo = &W->wo;
+    if ((rc = hr_gpu_mm(g, L, 1, &wo, r->att, &r->xb2, n, &st)))
         return rc;
     hr_vk_add(vk, s, N * E, r->h, r->xb2, N * E, false);
     /* feed-forward block */
     hr_vk_rmsnorm(vk, s, E, N, r->h, E, r->xb, E, hr_field(L, &W->ffn_norm) / 4, hp->rms_eps);
     st.src = UINT32_MAX; /* xb was rewritten */
-    if ((rc = hr_gpu_mm(g, L, &W->w_gate, r->xb, r->gate, n, &st)) ||
-        (rc = hr_gpu_mm(g, L, &W->w_up, r->xb, r->up, n, &st)))
+    const hr_weight *gu[2] = {&W->w_gate, &W->w_up};
+    if ((rc = hr_gpu_mm(g, L, 2, gu, r->xb, (const uint32_t[]){r->gate, r->up}, n, &st)))
         return rc;
     hr_vk_swiglu(vk, s, N * F, r->gate, r->up);
-    if ((rc = hr_gpu_mm(g, L, &W->w_down, r->gate, r->xb2, n, &st)))
+    const hr_weight *wd = &W->w_down;
+    if ((rc = hr_gpu_mm(g, L, 1, &wd, r->gate, &r->xb2, n, &st)))
         return rc;
     hr_vk_add(vk, s, N * E, r->h, r->xb2, N * E, false);
     return 0;
