@@ -164,9 +164,10 @@ int hr_prof_gpu_measure(hr_prof_gpu *g, const int *types, int n_types, int64_t r
     hr_vk_buf_destroy(vk, b);
     free(host);
     g->n_rates = 0;
-    /* one type once, unrecorded: a GPU that was idle clocks up under load
-     * (an H200 gave Q4_0 89 GB/s when measured first after start-up, 418
-     * after other work) */
+    /* one type once, unrecorded, so that a GPU that was idle is clocked up.
+     * (On an H200 the first profile after start-up still measured low:
+     * Q4_0 89 GB/s without this pass, 139 with it, 418 in a profile taken
+     * after other work; the cause is not known.) */
     if (!cpu_dev && n_types > 0) {
         hr_prof_gpu_rate r;
         char e2[HR_ERR_LEN] = "";
