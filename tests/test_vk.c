@@ -163,6 +163,14 @@ static void test_matmul(hr_env *e) {
         /* odd row count, rows at an offset; then 8 tokens + a tail of 3 */
         err = fmax(err, test_matmul_case(e, t, n_in, 37, 1, 2 * (t != 0)));
         err = fmax(err, test_matmul_case(e, t, be == 1 ? 300 : be * 5, 19, 11, 0));
+        /* one token over rows long enough for matvec.comp's rounds (16
+         * blocks, 4 super-blocks or 256 float values each) to run twice and
+         * end in a partial one */
+        err = fmax(err, test_matmul_case(e, t,
+                                         be == 1    ? 555
+                                         : be == 32 ? 32 * 37
+                                                    : 256 * 9,
+                                         13, 1, 0));
         if (be > 1) { /* partial blocks refused */
             size_t rb = hr_type_row_bytes(t, be);
             CHECK_EQ(
@@ -293,6 +301,18 @@ static void test_exact(hr_env *e) {
         b[i] = fbits(((urand() % (80u << 23)) + (87u << 23)) | (urand() & 0x80000000u));
         c[i] = i % 2 ? -(a[i] * b[i]) : fbits(((urand() % (80u << 23)) + (87u << 23)));
     }
+    /* fma cases where the product plus c lands on a float midpoint in a
+     * double and only the last bits decide (the emulation's hard case),
+     * normal and subnormal results, both signs */
+    static const float mid[][3] = {{0x1.001p0f, 0x1.001p0f, 0x1p-60f},
+                                   {0x1.001p0f, 0x1.001p0f, -0x1p-60f},
+                                   {-0x1.001p0f, 0x1.001p0f, 0x1p-60f},
+                                   {0x1.0001p-75f, 0x1.fffep-76f, 0x1.000004p-127f},
+                                   {-0x1.0001p-75f, 0x1.fffep-76f, -0x1.000004p-127f},
+                                   {0x1.8p-75f, 0x1.8p-75f, 0x1p-149f},
+                                   {0x1p-75f, 0x1p-75f, -0x1p-149f}};
+    for (uint32_t i = 0; i < sizeof mid / sizeof mid[0]; i++)
+        a[i] = mid[i][0], b[i] = mid[i][1], c[i] = mid[i][2];
     size_t bad_op[3] = {0};
     for (int op = 1; op <= 3; op++) {
         probe(e, op, a, b, c, got, N);
@@ -316,31 +336,36 @@ static void test_exact(hr_env *e) {
 
 /* ---- element-wise kernels ---- */
 
-static void test_elementwise(hr_env *e) {
-    enum { N = 37, R = 3 };
-    float x[N * R], g[N], ref[N * R], got[N * R], u[N * R];
-    fill(x, N * R, 2.0f);
+/* rows of N values in [-scale, scale) (N = 37: odd lengths; 4099: double
+ * sums long enough for their order to matter, large exponents in softmax) */
+static void test_elementwise_n(hr_env *e, const int N, float scale) {
+    const int R = 3;
+    const uint32_t o1 = (uint32_t)(N * R) + 64, o2 = 2 * o1, o3 = 3 * o1; /* X regions */
+    float *x = malloc((size_t)N * R * 4), *g = malloc((size_t)N * 4);
+    float *ref = malloc((size_t)N * R * 4), *got = malloc((size_t)N * R * 4);
+    float *u = malloc((size_t)N * R * 4);
+    fill(x, (size_t)N * R, scale);
     fill(g, N, 1.0f);
     fill(u, N * R, 1.0f);
     /* rmsnorm with and without a weight */
-    CHECK_EQ(hr_vk_write(e->vk, e->w, 64, g, sizeof g, e->err), 0);
+    CHECK_EQ(hr_vk_write(e->vk, e->w, 64, g, (size_t)N * 4, e->err), 0);
     put(e, 0, x, N * R);
     begin(e);
-    hr_vk_rmsnorm(e->vk, e->set, N, R, 0, N, 1000, N, 16, 1e-5f);
-    hr_vk_rmsnorm(e->vk, e->set, N, R, 0, N, 2000, N, UINT32_MAX, 1e-6f);
+    hr_vk_rmsnorm(e->vk, e->set, N, R, 0, N, o1, N, 16, 1e-5f);
+    hr_vk_rmsnorm(e->vk, e->set, N, R, 0, N, o2, N, UINT32_MAX, 1e-6f);
     submit(e);
     for (int r = 0; r < R; r++)
         hr_rmsnorm(ref + r * N, x + r * N, g, N, 1e-5f);
-    get(e, 1000, got, N * R);
+    get(e, o1, got, N * R);
     CHECK_EQ(n_diff(got, ref, N * R), 0);
     for (int r = 0; r < R; r++)
         hr_rmsnorm(ref + r * N, x + r * N, NULL, N, 1e-6f);
-    get(e, 2000, got, N * R);
+    get(e, o2, got, N * R);
     CHECK_EQ(n_diff(got, ref, N * R), 0);
     /* add: residual (work buffer) and a bias repeated per row (weights) */
-    put(e, 3000, u, N * R);
+    put(e, o3, u, N * R);
     begin(e);
-    hr_vk_add(e->vk, e->set, N * R, 0, 3000, N * R, false);
+    hr_vk_add(e->vk, e->set, N * R, 0, o3, N * R, false);
     hr_vk_add(e->vk, e->set, N * R, 0, 16, N, true);
     submit(e);
     for (int i = 0; i < N * R; i++)
@@ -350,7 +375,7 @@ static void test_elementwise(hr_env *e) {
     /* swiglu */
     put(e, 0, x, N * R);
     begin(e);
-    hr_vk_swiglu(e->vk, e->set, N * R, 0, 3000);
+    hr_vk_swiglu(e->vk, e->set, N * R, 0, o3);
     submit(e);
     hr_swiglu(ref, x, u, N * R);
     get(e, 0, got, N * R);
@@ -360,12 +385,19 @@ static void test_elementwise(hr_env *e) {
     begin(e);
     hr_vk_softmax(e->vk, e->set, N, R, 0, N);
     submit(e);
-    memcpy(ref, x, sizeof x);
+    memcpy(ref, x, (size_t)N * R * 4);
     for (int r = 0; r < R; r++)
         hr_softmax(ref + r * N, N);
     get(e, 0, got, N * R);
     CHECK_EQ(n_diff(got, ref, N * R), 0);
-    printf("rmsnorm, add, swiglu, softmax ok\n");
+    printf("rmsnorm, add, swiglu, softmax, rows of %d in [-%g, %g): bit-identical\n", N, scale,
+           scale);
+    free(x), free(g), free(ref), free(got), free(u);
+}
+
+static void test_elementwise(hr_env *e) {
+    test_elementwise_n(e, 37, 2.0f);
+    test_elementwise_n(e, 4099, 100.0f);
 }
 
 /* ---- RoPE: normal and NEOX pairs, partial rotation, frequency factors ---- */
@@ -610,6 +642,7 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
         ids[n] = p1[i], rows[n] = (hr_seq_pos){1, i};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, n, lb, &nl, err), 0);
     CHECK_EQ(hr_ctx_eval_batch(cc, ids, rows, n, lc, &nl, err), 0);
+    CHECK_EQ(memcmp(lb, lc, 2 * (size_t)nv * 4), 0); /* GPU batched = CPU batched, bits */
     CHECK_EQ(hr_ctx_eval(c0, p0, 5, 0, l0, false, err), 0);
     CHECK_EQ(hr_ctx_eval(c1, p1, 3, 0, l1, false, err), 0);
     CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
@@ -620,6 +653,7 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     ids[1] = p1[3], rows[1] = (hr_seq_pos){1, 3};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 2, lb, &nl, err), 0);
     CHECK_EQ(hr_ctx_eval_batch(cc, ids, rows, 2, lc, &nl, err), 0);
+    CHECK_EQ(memcmp(lb, lc, 2 * (size_t)nv * 4), 0);
     CHECK_EQ(hr_ctx_eval(c0, &p0[5], 1, 5, l0, false, err), 0);
     CHECK_EQ(hr_ctx_eval(c1, &p1[3], 1, 3, l1, false, err), 0);
     CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
@@ -632,7 +666,7 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     printf("%-20s batched step, %d GPU layers: as one sequence alone; rel err %.3e, %.3e vs "
            "the CPU's batched step\n",
            name, n_gpu, e1, e2);
-    CHECK(e1 == 0.0 && e2 == 0.0);
+    CHECK(e1 == 0.0 && e2 == 0.0); /* (and bit for bit, above) */
     free(lb), free(lc), free(l0), free(l1);
 done:
     hr_ctx_destroy(cb);
@@ -823,6 +857,19 @@ int main(void) {
             test_matmul(&e2);
         }
         env_close(&e2);
+    }
+    if (hr_vk_uses_native_fma(e.vk)) { /* the emulated fma as well */
+        hr_env e3 = {0};
+        setenv("HR_VK_FMA", "emulate", 1);
+        CHECK_EQ(env_open(&e3, idx), 0);
+        unsetenv("HR_VK_FMA");
+        if (e3.vk) {
+            CHECK(!hr_vk_uses_native_fma(e3.vk));
+            printf("with the emulated fma:\n");
+            test_exact(&e3);
+            test_matmul(&e3);
+        }
+        env_close(&e3);
     }
     test_attention(&e);
     test_ctx_refusals(e.vk);

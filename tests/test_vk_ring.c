@@ -46,6 +46,13 @@ static double max_rel(const float *a, const float *b, int n_rows, int nv) {
  * runs its window's first n_gpu layers on the GPU. */
 static void test_ring(const char *file, const char *windows, int gpu_dev, int n_gpu) {
     char path[512], err[HR_ERR_LEN];
+    /* the device the GPU agent opens ("any") opens here too: an agent that
+     * cannot open it runs its layers on the CPU, and the comparison below
+     * would hold without testing the GPU */
+    int idx = -1;
+    hr_vk *probe = NULL;
+    CHECK(hr_vk_pick("any", &idx, err) == 0 && idx >= 0 && hr_vk_create(&probe, idx, err) == 0);
+    hr_vk_destroy(probe);
     hr_shared_path(file, path, sizeof path);
     hr_gguf *g = NULL;
     hr_model *m = NULL;

@@ -30,12 +30,19 @@ float fma_rn(float a, float b, float c) {
     precise double t = pr + dc;
     precise double bv = t - pr;
     precise double er = (pr - (t - bv)) + (dc - bv);
-    uvec2 u = unpackDouble2x32(t);
-    if (er != 0.0 && (u.x & 0x1fffffffu) == 0x10000000u) { // a float midpoint
-        u.x += (er > 0.0) == (t > 0.0) ? 1u : 0xffffffffu;  // nudged toward the true sum
-        t = packDouble2x32(u);
+    float f = float(t);
+    precise double df = double(f);
+    if (er != 0.0 && df != t && !isinf(f)) {
+        // g: the float on t's other side; t on the midpoint of f and g
+        // (exact in a double, subnormal floats included) means the true
+        // sum t + er lies on er's side of it
+        float g = f != 0.0 ? ex_step(f, (t > df) == (f > 0.0) ? 1 : -1)
+                           : uintBitsToFloat((t > 0.0 ? 0u : 0x80000000u) | 1u);
+        precise double mid = (df + double(g)) * 0.5;
+        if (t == mid)
+            return (er > 0.0) == (double(g) > df) ? g : f;
     }
-    return float(t);
+    return f;
 }
 
 // a / b rounded to nearest even, for finite a and b (b != 0, no subnormal
@@ -73,12 +80,27 @@ float sqrt_rn(float v) {
     return s;
 }
 
-// a / b in doubles, within an ulp of the double quotient (one Newton step
-// on the device's division)
+// a * b = p + e exactly (Dekker's product: splits, no fma, which a device
+// may round twice), for doubles far from overflow
+void two_prod(double a, double b, out double p, out double e) {
+    const double split = 134217729.0LF; // 2^27 + 1
+    precise double ca = split * a, cb = split * b;
+    precise double ah = ca - (ca - a), al = a - ah;
+    precise double bh = cb - (cb - b), bl = b - bh;
+    precise double pp = a * b;
+    p = pp;
+    e = ((ah * bh - pp) + ah * bl + al * bh) + al * bl;
+}
+
+// a / b in doubles: the device's quotient corrected by one Newton step on
+// its exact remainder (correctly rounded but for near-ties)
 double ddiv(double a, double b) {
     precise double q = a / b;
-    precise double r = fma(-q, b, a);
-    return fma(r, 1.0 / b, q);
+    double p, e;
+    two_prod(q, b, p, e);
+    precise double r = (a - p) - e;
+    precise double qq = q + r / b;
+    return qq;
 }
 
 // glibc's expf: exp(x) = 2^(k/32) * 2^(r/32), the table T[i] = the bits of
