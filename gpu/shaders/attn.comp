@@ -20,12 +20,6 @@ shared float qh[1024];
 shared float redm[64];
 shared double red[64];
 
-float hsum8(float l[8]) {
-    precise float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
-    precise float y = (a0 + a2) + (a1 + a3);
-    return y;
-}
-
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     uint kvh = h / (p.n_head / p.n_kv), kd = p.n_kv * p.hd, n_pos = p.pos0 + t + 1u;

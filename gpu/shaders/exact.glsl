@@ -45,6 +45,14 @@ float fma_rn(float a, float b, float c) {
     return f;
 }
 
+// the canonical reduction of 8 float lanes (ggml's hsum_float_8,
+// kernels/canon-impl.h): (k + (k + 4)), then (0 + 2) + (1 + 3)
+float hsum8(float l[8]) {
+    precise float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
+    precise float y = (a0 + a2) + (a1 + a3);
+    return y;
+}
+
 // a / b rounded to nearest even, for finite a and b (b != 0, no subnormal
 // quotients): the float of the double quotient or a neighbour, whichever
 // leaves the smallest exact remainder |a - q b| (q b is exact in a double).

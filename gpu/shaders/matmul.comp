@@ -149,14 +149,15 @@ void main() {
             l[i] = l[i] + l[i + h];
     precise float y = l[0];
 #else
-    precise float a0 = lanes[sub][k][0] + lanes[sub][k][4], a1 = lanes[sub][k][1] + lanes[sub][k][5];
-    precise float a2 = lanes[sub][k][2] + lanes[sub][k][6], a3 = lanes[sub][k][3] + lanes[sub][k][7];
-    precise float y = (a0 + a2) + (a1 + a3);
-#if defined(T_Q4_K)
-    precise float m = (extra[sub][k][0] + extra[sub][k][2]) + (extra[sub][k][1] + extra[sub][k][3]);
-    y = y + m;
-#elif defined(T_Q4_1) || defined(T_Q5_1) || defined(T_Q5_K)
-    y = y + extra[sub][k][0];
+    float l[8];
+    for (uint i = 0u; i < 8u; i++)
+        l[i] = lanes[sub][k][i];
+    precise float y = hsum8(l);
+#ifdef HAS_MIN
+    float m[4];
+    for (uint i = 0u; i < 4u; i++)
+        m[i] = extra[sub][k][i];
+    y = y + min_total(m);
 #endif
 #endif
     xs(p.y_off + (t0 + k) * p.y_stride + r, y);

@@ -112,14 +112,15 @@ void main() {
     barrier();
     if (!live || gl_LocalInvocationID.x % 32u != 0u)
         return;
-    precise float a0 = fin[sub][0] + fin[sub][4], a1 = fin[sub][1] + fin[sub][5];
-    precise float a2 = fin[sub][2] + fin[sub][6], a3 = fin[sub][3] + fin[sub][7];
-    precise float y = (a0 + a2) + (a1 + a3);
-#if defined(T_Q4_K)
-    precise float m = (finm[sub][0] + finm[sub][2]) + (finm[sub][1] + finm[sub][3]);
-    y = y + m;
-#elif defined(HAS_MIN)
-    y = y + finm[sub][0];
+    float l[8];
+    for (uint i = 0u; i < 8u; i++)
+        l[i] = fin[sub][i];
+    precise float y = hsum8(l);
+#ifdef HAS_MIN
+    float m[4];
+    for (uint i = 0u; i < 4u; i++)
+        m[i] = finm[sub][i];
+    y = y + min_total(m);
 #endif
     xs(p.y_off + r, y);
 }

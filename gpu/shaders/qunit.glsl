@@ -48,6 +48,19 @@ float act_s(uint t, uint c) {
     return xf(p.act_off + p.n_tok * (p.n_in / 4u) + p.n_tok * chunks + t * chunks + c);
 }
 
+#ifdef HAS_MIN
+// the min term a row's dot product ends with, from its lanes' min chains:
+// q4_K's 4 lanes reduced (0 + 2) + (1 + 3), else lane 0's scalar
+float min_total(float m[4]) {
+#if defined(T_Q4_K)
+    precise float t = (m[0] + m[2]) + (m[1] + m[3]);
+    return t;
+#else
+    return m[0];
+#endif
+}
+#endif
+
 struct Unit {
     uint wp[UNIT_CHUNKS]; // lane k's four weights of each chunk
     int sc[UNIT_CHUNKS];  // chunk scales (K-quants)
