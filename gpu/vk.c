@@ -160,15 +160,7 @@ int hr_vk_pick(const char *spec, int *index, char err[HR_ERR_LEN]) {
 
 /* ---- device ---- */
 
-static VkResult hr_vk_build_pipes(hr_vk *vk);
-
-static void hr_vk_free_pipes(hr_vk *vk) {
-    for (int k = 0; k < HR_VK_K_COUNT; k++)
-        if (vk->pipe[k]) {
-            vkDestroyPipeline(vk->dev, vk->pipe[k], NULL);
-            vk->pipe[k] = VK_NULL_HANDLE;
-        }
-}
+static VkResult hr_vk_build_pipe(hr_vk *vk, int k);
 
 /* Whether the device's fma() rounds once: fma(a, b, -(a * b)) is the exact
  * rounding error of the product, which is 0 when the multiply is rounded
@@ -230,37 +222,49 @@ static VkResult hr_vk_pipelines(hr_vk *vk) {
                                      .pPushConstantRanges = &pcr};
     if ((r = vkCreatePipelineLayout(vk->dev, &pl, NULL, &vk->layout)) != VK_SUCCESS)
         return r;
-    return hr_vk_build_pipes(vk);
+    /* the probe alone: which fma the others are built with is decided with
+     * it (hr_vk_create) */
+    return hr_vk_build_pipe(vk, HR_VK_K_PROBE);
 }
 
-/* the pipelines of every kernel, with exact.glsl's FMA_NATIVE = fma_native */
-static VkResult hr_vk_build_pipes(hr_vk *vk) {
+/* kernel k's pipeline, with exact.glsl's FMA_NATIVE = fma_native (again if
+ * built before) */
+static VkResult hr_vk_build_pipe(hr_vk *vk, int k) {
     VkBool32 fma_native = vk->fma_native ? VK_TRUE : VK_FALSE;
     VkSpecializationMapEntry me = {.constantID = 0, .offset = 0, .size = sizeof fma_native};
     VkSpecializationInfo si = {.mapEntryCount = 1,
                                .pMapEntries = &me,
                                .dataSize = sizeof fma_native,
                                .pData = &fma_native};
-    VkResult r = VK_SUCCESS;
+    VkShaderModuleCreateInfo sm = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                   .codeSize = hr_vk_spv_table[k].bytes,
+                                   .pCode = hr_vk_spv_table[k].code};
+    VkShaderModule mod;
+    VkResult r = vkCreateShaderModule(vk->dev, &sm, NULL, &mod);
+    if (r != VK_SUCCESS)
+        return r;
+    VkComputePipelineCreateInfo cp = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = mod,
+                  .pName = "main",
+                  .pSpecializationInfo = &si},
+        .layout = vk->layout};
+    if (vk->pipe[k])
+        vkDestroyPipeline(vk->dev, vk->pipe[k], NULL);
+    vk->pipe[k] = VK_NULL_HANDLE;
+    r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &cp, NULL, &vk->pipe[k]);
+    vkDestroyShaderModule(vk->dev, mod, NULL);
+    return r;
+}
+
+/* every kernel's pipeline not built yet (the _DOT ones only with use_dot) */
+static VkResult hr_vk_build_pipes(hr_vk *vk) {
     for (int k = 0; k < HR_VK_K_COUNT; k++) {
-        if (k >= HR_VK_K_MM_Q4_0_DOT && !vk->use_dot)
-            continue; /* needs the integer dot product capability */
-        VkShaderModuleCreateInfo sm = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                       .codeSize = hr_vk_spv_table[k].bytes,
-                                       .pCode = hr_vk_spv_table[k].code};
-        VkShaderModule mod;
-        if ((r = vkCreateShaderModule(vk->dev, &sm, NULL, &mod)) != VK_SUCCESS)
-            return r;
-        VkComputePipelineCreateInfo cp = {
-            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                      .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                      .module = mod,
-                      .pName = "main",
-                      .pSpecializationInfo = &si},
-            .layout = vk->layout};
-        r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &cp, NULL, &vk->pipe[k]);
-        vkDestroyShaderModule(vk->dev, mod, NULL);
+        if (vk->pipe[k] || (k >= HR_VK_K_MM_Q4_0_DOT && !vk->use_dot))
+            continue;
+        VkResult r = hr_vk_build_pipe(vk, k);
         if (r != VK_SUCCESS)
             return r;
     }
@@ -359,14 +363,11 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     if ((rc = hr_vk_buf_create(vk, &vk->staging, HR_VK_STAGING, true, err)))
         goto fail;
     const char *fenv = getenv("HR_VK_FMA");
-    if (!(fenv && strcmp(fenv, "emulate") == 0) && hr_vk_fma_rounds_once(vk)) {
-        hr_vk_free_pipes(vk); /* again, with the device's fma() */
-        vk->fma_native = true;
-        if ((r = hr_vk_build_pipes(vk)) != VK_SUCCESS) {
-            rc =
-                hr_seterr(err, HR_EIO, "Vulkan pipelines on %s failed (%d)", vk->info.name, (int)r);
-            goto fail;
-        }
+    vk->fma_native = !(fenv && strcmp(fenv, "emulate") == 0) && hr_vk_fma_rounds_once(vk);
+    if ((vk->fma_native && (r = hr_vk_build_pipe(vk, HR_VK_K_PROBE)) != VK_SUCCESS) ||
+        (r = hr_vk_build_pipes(vk)) != VK_SUCCESS) {
+        rc = hr_seterr(err, HR_EIO, "Vulkan pipelines on %s failed (%d)", vk->info.name, (int)r);
+        goto fail;
     }
     HR_LOG_INFO(TAG, "device %d: %s (%s)%s, fma %s", index, vk->info.name,
                 hr_vk_type_name(vk->info.type), vk->use_dot ? ", packed int8 dot products" : "",
@@ -384,7 +385,9 @@ void hr_vk_destroy(hr_vk *vk) {
     if (vk->dev) {
         vkDeviceWaitIdle(vk->dev);
         hr_vk_buf_destroy(vk, vk->staging);
-        hr_vk_free_pipes(vk);
+        for (int k = 0; k < HR_VK_K_COUNT; k++)
+            if (vk->pipe[k])
+                vkDestroyPipeline(vk->dev, vk->pipe[k], NULL);
         if (vk->layout)
             vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
         if (vk->dsl)
