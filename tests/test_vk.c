@@ -71,6 +71,15 @@ static void env_close(hr_env *e) {
     hr_vk_destroy(e->vk);
 }
 
+/* env_open with the environment's var set to val while the device opens
+ * (a switch hr_vk_create reads); whether it opened */
+static bool env_open_with(hr_env *e, int idx, const char *var, const char *val) {
+    setenv(var, val, 1);
+    CHECK_EQ(env_open(e, idx), 0);
+    unsetenv(var);
+    return e->vk != NULL;
+}
+
 static void put(hr_env *e, uint32_t off, const float *v, size_t n) {
     CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
 }
@@ -871,10 +880,7 @@ int main(void) {
     test_matmul(&e);
     if (hr_vk_uses_int_dot(e.vk)) { /* the other integer path of the same kernels */
         hr_env e2 = {0};
-        setenv("HR_VK_INT_DOT", "0", 1);
-        CHECK_EQ(env_open(&e2, idx), 0);
-        unsetenv("HR_VK_INT_DOT");
-        if (e2.vk) {
+        if (env_open_with(&e2, idx, "HR_VK_INT_DOT", "0")) {
             CHECK(!hr_vk_uses_int_dot(e2.vk));
             printf("without packed dot products:\n");
             test_matmul(&e2);
@@ -883,10 +889,7 @@ int main(void) {
     }
     if (hr_vk_uses_native_fma(e.vk)) { /* the emulated fma as well */
         hr_env e3 = {0};
-        setenv("HR_VK_FMA", "emulate", 1);
-        CHECK_EQ(env_open(&e3, idx), 0);
-        unsetenv("HR_VK_FMA");
-        if (e3.vk) {
+        if (env_open_with(&e3, idx, "HR_VK_FMA", "emulate")) {
             CHECK(!hr_vk_uses_native_fma(e3.vk));
             printf("with the emulated fma:\n");
             test_exact(&e3);
