@@ -236,20 +236,41 @@ void hr_softmax(float *x, int n) {
         mx = x[i8] > mx ? x[i8] : mx;
     for (int l = 0; l < 8; l++)
         mx = m8[l] > mx ? m8[l] : mx;
+    const hr_kernels *k = hr_kernels_best();
+    for (int i = 0; i < n; i++)
+        x[i] -= mx;
+    if (k->expf_n)
+        k->expf_n(x, x, n);
+    else
+        for (int i = 0; i < n; i++)
+            x[i] = expf(x[i]);
     double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
+    for (int i = 0; i < n; i++)
         sum += x[i];
-    }
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++)
         x[i] *= inv;
 }
 
 void hr_swiglu(float *out, const float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    const hr_kernels *k = hr_kernels_best();
+    if (!k->expf_n) {
+        for (int i = 0; i < n; i++) {
+            float g = gate[i];
+            out[i] = g / (1.0f + expf(-g)) * up[i];
+        }
+        return;
+    }
+    float e[256];
+    for (int i0 = 0; i0 < n; i0 += 256) {
+        const int m = n - i0 < 256 ? n - i0 : 256;
+        for (int j = 0; j < m; j++)
+            e[j] = -gate[i0 + j];
+        k->expf_n(e, e, m);
+        for (int j = 0; j < m; j++) {
+            const float g = gate[i0 + j];
+            out[i0 + j] = g / (1.0f + e[j]) * up[i0 + j];
+        }
     }
 }
 

@@ -73,6 +73,9 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
  * (also for one column) on 512-bit VNNI, with vec_dot taken from the
  * canonical AVX2 table avx2, whose values they equal bit for bit. */
 void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2);
+/* expf over arrays in doubles (vexp_avx512.c), the C library's algorithm
+ * and bits (glibc's FMA build) */
+void hr_vexp_fill_avx512(hr_kernels *k);
 /* AVX2 Q4_0 and Q8_0 vec_dot_n over several rows at once (dotc_avx2.c),
  * also for one column; bit-identical to the AVX2 vec_dot. */
 void hr_dotc_fill_avx2(hr_kernels *k);

@@ -187,6 +187,7 @@ static void init_tables(void) {
         hr_gemm_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512);
         drop_stale_dotn(&g_tables[HR_ISA_AVX512], &g_tables[HR_ISA_AVX2]);
         hr_dotc_fill_avx512(&g_tables[HR_ISA_AVX512], g_flags512, &g_tables[HR_ISA_AVX2]);
+        hr_vexp_fill_avx512(&g_tables[HR_ISA_AVX512]);
     }
 #endif
 #if HR_ARM64

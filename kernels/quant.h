@@ -76,6 +76,9 @@ typedef struct {
      * and test_isa require it) */
     bool canonical;
     int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
+    /* y[i] = expf(x[i]) for i < n (x == y allowed), equal to the C
+     * library's expf bit for bit; NULL: the library's, one call each */
+    void (*expf_n)(const float *x, float *y, int n);
 } hr_kernels;
 
 /* The best table this CPU can run (detected once, cached). Thread-safe. */

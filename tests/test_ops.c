@@ -6,7 +6,12 @@
 #include "kernels/pool.h"
 #include "kernels/quant.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng_state = 88172645463325252ull;
 static float frand(void) {
@@ -88,6 +93,112 @@ static void test_elementwise(void) {
     CHECK_NEAR(out[0], 0.0, 1e-7);
     CHECK_NEAR(out[1], 2.0 / (1 + exp(-1.0)), 1e-6);
     CHECK_NEAR(out[2], 3.0 * -2.0 / (1 + exp(2.0)), 1e-6);
+}
+
+/* bits equal, any NaN equal to any NaN */
+static int same_float(float a, float b) {
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    return ua == ub || (isnan(a) && isnan(b));
+}
+
+/* Every table's expf_n against the C library's expf: random bit patterns
+ * (all exponents, subnormals, infinities, NaN), random values over the
+ * range where expf is finite and non-zero, and the edges of its special
+ * cases; odd lengths and in place. Then softmax and SwiGLU, which use it,
+ * against the same formulas on the library's expf, bit for bit. */
+static void test_expf(void) {
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    CHECK(x && y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return;
+    }
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        uint32_t u = (uint32_t)(st >> 17);
+        if (i % 2)
+            memcpy(&x[i], &u, 4);
+        else
+            x[i] = -110.0f + 205.0f * (float)(u >> 8) / 16777216.0f;
+    }
+    const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 88.0f, -88.0f,
+                          nextafterf(88.0f, 0), nextafterf(-88.0f, 0), 0x1.62e42ep6f,
+                          nextafterf(0x1.62e42ep6f, INFINITY), -0x1.9fe368p6f,
+                          nextafterf(-0x1.9fe368p6f, 0), nextafterf(-0x1.9fe368p6f, -INFINITY),
+                          -0x1.9d1d9ep6f, nextafterf(-0x1.9d1d9ep6f, 0), -87.5f, -87.0f, 1e-8f,
+                          -1e-8f, 0x1p-149f, -0x1p-149f, 0x1p-126f, FLT_MAX, -FLT_MAX, 1.0f, -1.0f,
+                          /* the two floats where an unfused x * 32/ln2 - k rounds differently */
+                          0x1.04845ep+5f, -0x1.f8cbb2p+5f};
+    const int ne = (int)(sizeof edge / sizeof edge[0]);
+    memcpy(x, edge, sizeof edge);
+    int tables = 0;
+    for (int isa = 0; isa < HR_ISA_COUNT; isa++) {
+        const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+        if (!k || !k->expf_n)
+            continue;
+        tables++;
+        long bad = 0, total = N;
+        k->expf_n(x, y, N);
+        for (int i = 0; i < N; i++)
+            if (!same_float(y[i], expf(x[i])))
+                bad++;
+        /* odd lengths over the edges, in place */
+        for (int n = 1; n <= ne; n += 6) {
+            float v[64];
+            memcpy(v, edge, (size_t)n * sizeof(float));
+            k->expf_n(v, v, n);
+            total += n;
+            for (int i = 0; i < n; i++)
+                if (!same_float(v[i], expf(edge[i])))
+                    bad++;
+        }
+        printf("expf_n (%s): %ld of %ld differ from expf\n", hr_isa_name(k->isa), bad, total);
+        CHECK_EQ(bad, 0);
+    }
+    if (!tables)
+        printf("expf_n: no kernel table of this CPU has one (the library's expf is used)\n");
+    /* softmax and SwiGLU on the best table against the library's expf */
+    const int n = 1000;
+    float *sm = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+    float *g = malloc(n * sizeof(float)), *up = malloc(n * sizeof(float));
+    CHECK(sm && ref && g && up);
+    if (sm && ref && g && up) {
+        for (int i = 0; i < n; i++) {
+            sm[i] = frand() * 40.0f;
+            g[i] = frand() * 30.0f;
+            up[i] = frand();
+        }
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++)
+            mx = sm[i] > mx ? sm[i] : mx;
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            ref[i] = expf(sm[i] - mx);
+            sum += ref[i];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int i = 0; i < n; i++)
+            ref[i] *= inv;
+        hr_softmax(sm, n);
+        CHECK_EQ(memcmp(sm, ref, n * sizeof(float)), 0);
+        for (int i = 0; i < n; i++) {
+            const float a = g[i];
+            ref[i] = a / (1.0f + expf(-a)) * up[i];
+        }
+        hr_swiglu(g, g, up, n); /* in place, as the model calls it */
+        CHECK_EQ(memcmp(g, ref, n * sizeof(float)), 0);
+    }
+    free(sm);
+    free(ref);
+    free(g);
+    free(up);
+    free(x);
+    free(y);
 }
 
 static void test_rope(void) {
@@ -297,6 +408,7 @@ static void test_matmul(void) {
 int main(void) {
     test_pool();
     test_elementwise();
+    test_expf();
     test_rope();
     test_attention();
     test_attention_groups();
