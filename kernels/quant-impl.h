@@ -76,6 +76,9 @@ void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2);
 /* expf over arrays in doubles (vexp_avx512.c), the C library's algorithm
  * and bits (glibc's FMA build) */
 void hr_vexp_fill_avx512(hr_kernels *k);
+void hr_vexp_fill_avx2(hr_kernels *k);
+/* glibc's expf table: the bits of 2^(i / 32) less i << 47 (quant.c) */
+extern const uint64_t hr_vexp_table[32];
 /* AVX2 Q4_0 and Q8_0 vec_dot_n over several rows at once (dotc_avx2.c),
  * also for one column; bit-identical to the AVX2 vec_dot. */
 void hr_dotc_fill_avx2(hr_kernels *k);

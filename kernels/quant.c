@@ -180,6 +180,7 @@ static void init_tables(void) {
         hr_quant_fill_avx2(&g_tables[HR_ISA_AVX2]);
         hr_gemm_fill_avx2(&g_tables[HR_ISA_AVX2]);
         hr_dotc_fill_avx2(&g_tables[HR_ISA_AVX2]);
+        hr_vexp_fill_avx2(&g_tables[HR_ISA_AVX2]);
         drop_stale_dotn(&g_tables[HR_ISA_AVX2], &g_tables[HR_ISA_SCALAR]);
     }
     if (avx512) {
@@ -231,6 +232,19 @@ unsigned hr_quant_avx512_flags(void) {
     pthread_once(&g_once, init_tables);
     return g_have[HR_ISA_AVX512] ? g_flags512 : 0;
 }
+
+/* glibc's expf table (vexp_avx2.c, vexp_avx512.c): the bits of 2^(i / 32)
+ * less i << 47 */
+const uint64_t hr_vexp_table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
 
 const hr_kernels *hr_kernels_best(void) {
     pthread_once(&g_once, init_tables);
