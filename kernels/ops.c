@@ -239,11 +239,7 @@ void hr_softmax(float *x, int n) {
     const hr_kernels *k = hr_kernels_best();
     for (int i = 0; i < n; i++)
         x[i] -= mx;
-    if (k->expf_n)
-        k->expf_n(x, x, n);
-    else
-        for (int i = 0; i < n; i++)
-            x[i] = expf(x[i]);
+    k->expf_n(x, x, n);
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += x[i];
@@ -254,13 +250,6 @@ void hr_softmax(float *x, int n) {
 
 void hr_swiglu(float *out, const float *gate, const float *up, int n) {
     const hr_kernels *k = hr_kernels_best();
-    if (!k->expf_n) {
-        for (int i = 0; i < n; i++) {
-            float g = gate[i];
-            out[i] = g / (1.0f + expf(-g)) * up[i];
-        }
-        return;
-    }
     float e[256];
     for (int i0 = 0; i0 < n; i0 += 256) {
         const int m = n - i0 < 256 ? n - i0 : 256;

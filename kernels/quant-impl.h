@@ -9,6 +9,7 @@
 #include "kernels/quant.h"
 #include "kernels/types-impl.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -79,6 +80,21 @@ void hr_vexp_fill_avx512(hr_kernels *k);
 void hr_vexp_fill_avx2(hr_kernels *k);
 /* glibc's expf table: the bits of 2^(i / 32) less i << 47 (quant.c) */
 extern const uint64_t hr_vexp_table[32];
+/* ... and its constants, as double bits: 32 / ln 2, the rounding shift
+ * 1.5 * 2^52, the cubic's coefficients C0, C1, C2 */
+#define HR_VEXP_INV_LN2_N 0x40471547652b82feull
+#define HR_VEXP_SHIFT 0x4338000000000000ull
+#define HR_VEXP_C0 0x3ebc6af84b912394ull
+#define HR_VEXP_C1 0x3f2ebfce50fac4f3ull
+#define HR_VEXP_C2 0x3f962e42ff0c52d6ull
+/* y[l] = expf(x[l]) for every lane l set in the mask big: the arguments
+ * glibc treats as special cases (|x| >= 88, infinities, NaN), from the
+ * library itself */
+static inline void hr_vexp_special(const float *x, float *y, unsigned big, int lanes) {
+    for (int l = 0; l < lanes; l++)
+        if (big & (1u << l))
+            y[l] = expf(x[l]);
+}
 /* AVX2 Q4_0 and Q8_0 vec_dot_n over several rows at once (dotc_avx2.c),
  * also for one column; bit-identical to the AVX2 vec_dot. */
 void hr_dotc_fill_avx2(hr_kernels *k);

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -58,8 +59,15 @@ static char g_features[96] = "unknown";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* The scalar table is the reference kernels of the traits rows. */
+/* the C library's expf, one call per value */
+static void expf_scalar(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++)
+        y[i] = expf(x[i]);
+}
+
 static void fill_scalar(hr_kernels *k) {
     memset(k, 0, sizeof(*k));
+    k->expf_n = expf_scalar;
     k->isa = HR_ISA_SCALAR;
     k->canonical = true; /* the reference order itself */
     for (int t = 0; t < HR_TYPE_COUNT; t++) {

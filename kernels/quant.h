@@ -77,7 +77,7 @@ typedef struct {
     bool canonical;
     int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
     /* y[i] = expf(x[i]) for i < n (x == y allowed), equal to the C
-     * library's expf bit for bit; NULL: the library's, one call each */
+     * library's expf bit for bit (the scalar table calls it per value) */
     void (*expf_n)(const float *x, float *y, int n);
 } hr_kernels;
 

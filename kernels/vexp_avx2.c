@@ -13,11 +13,11 @@ static inline __m256d vx2_bits(uint64_t b) {
 
 /* expf of 4 floats (|x| < 88 in every lane) */
 static inline __m128 vx2_exp4(__m128 x) {
-    const __m256d inv_ln2_n = vx2_bits(0x40471547652b82feull); /* 32 / ln 2 */
-    const __m256d shift = vx2_bits(0x4338000000000000ull);     /* 1.5 * 2^52 */
-    const __m256d c0 = vx2_bits(0x3ebc6af84b912394ull);
-    const __m256d c1 = vx2_bits(0x3f2ebfce50fac4f3ull);
-    const __m256d c2 = vx2_bits(0x3f962e42ff0c52d6ull);
+    const __m256d inv_ln2_n = vx2_bits(HR_VEXP_INV_LN2_N);
+    const __m256d shift = vx2_bits(HR_VEXP_SHIFT);
+    const __m256d c0 = vx2_bits(HR_VEXP_C0);
+    const __m256d c1 = vx2_bits(HR_VEXP_C1);
+    const __m256d c2 = vx2_bits(HR_VEXP_C2);
     const __m256d xd = _mm256_cvtps_pd(x);
     const __m256d kd0 = _mm256_fmadd_pd(inv_ln2_n, xd, shift);
     const __m256i ki = _mm256_castpd_si256(kd0);
@@ -48,9 +48,7 @@ static void vexp_avx2(const float *x, float *y, int n) {
             float s[4];
             _mm_storeu_ps(s, v);
             _mm_storeu_ps(y + i, e);
-            for (int l = 0; l < 4; l++)
-                if (big & (1 << l))
-                    y[i + l] = expf(s[l]);
+            hr_vexp_special(s, y + i, (unsigned)big, 4);
         } else {
             _mm_storeu_ps(y + i, e);
         }

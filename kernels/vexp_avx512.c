@@ -32,11 +32,11 @@ typedef struct {
 
 /* expf of 8 floats (|x| < 88 in every lane) */
 static inline __m256 vx_exp8(__m256 x, const vx_table *tb) {
-    const __m512d inv_ln2_n = vx_bits(0x40471547652b82feull); /* 32 / ln 2 */
-    const __m512d shift = vx_bits(0x4338000000000000ull);     /* 1.5 * 2^52 */
-    const __m512d c0 = vx_bits(0x3ebc6af84b912394ull);
-    const __m512d c1 = vx_bits(0x3f2ebfce50fac4f3ull);
-    const __m512d c2 = vx_bits(0x3f962e42ff0c52d6ull);
+    const __m512d inv_ln2_n = vx_bits(HR_VEXP_INV_LN2_N);
+    const __m512d shift = vx_bits(HR_VEXP_SHIFT);
+    const __m512d c0 = vx_bits(HR_VEXP_C0);
+    const __m512d c1 = vx_bits(HR_VEXP_C1);
+    const __m512d c2 = vx_bits(HR_VEXP_C2);
     const __m512d one = _mm512_set1_pd(1.0);
     const __m512d xd = _mm512_cvtps_pd(x);
     const __m512d kd0 = _mm512_fmadd_pd(inv_ln2_n, xd, shift);
@@ -74,9 +74,7 @@ static void vexp_avx512(const float *x, float *y, int n) {
             float s[8];
             _mm256_storeu_ps(s, v);
             _mm256_storeu_ps(y + i, e);
-            for (int l = 0; l < 8; l++)
-                if (big & (1u << l))
-                    y[i + l] = expf(s[l]);
+            hr_vexp_special(s, y + i, big, 8);
         } else {
             _mm256_storeu_ps(y + i, e);
         }

@@ -136,12 +136,10 @@ static void test_expf(void) {
                           0x1.04845ep+5f, -0x1.f8cbb2p+5f};
     const int ne = (int)(sizeof edge / sizeof edge[0]);
     memcpy(x, edge, sizeof edge);
-    int tables = 0;
     for (int isa = 0; isa < HR_ISA_COUNT; isa++) {
         const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
-        if (!k || !k->expf_n)
+        if (!k)
             continue;
-        tables++;
         long bad = 0, total = N;
         k->expf_n(x, y, N);
         for (int i = 0; i < N; i++)
@@ -160,8 +158,6 @@ static void test_expf(void) {
         printf("expf_n (%s): %ld of %ld differ from expf\n", hr_isa_name(k->isa), bad, total);
         CHECK_EQ(bad, 0);
     }
-    if (!tables)
-        printf("expf_n: no kernel table of this CPU has one (the library's expf is used)\n");
     /* softmax and SwiGLU on the best table against the library's expf */
     const int n = 1000;
     float *sm = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
