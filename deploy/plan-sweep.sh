@@ -3,7 +3,8 @@
 # compares the head's own plan with the best one.
 #
 #   deploy/plan-sweep.sh SPEC.json [-m MODEL] [-n TOKENS] [--max N] [--reps R]
-#                                  [--keep] [-- extra head options, e.g. --ctx 512]
+#                                  [--screen S] [--cut F] [--keep]
+#                                  [-- extra head options, e.g. --ctx 512]
 #
 # First the lab comes up with the head's own plan (no --k, no --windows):
 # that run warms the per-device profile caches and gives the layer count L.
@@ -18,7 +19,15 @@
 # fresh lab (`lab.sh up ... -- --k K --windows a,b,c`) after the page cache
 # is dropped (memory-limited labs), then one unmeasured 2-token prompt (the
 # cold start), then R greedy prompts (--reps, default 1) of TOKENS tokens
-# (default 8) whose median generation rate counts. The head's own plan is
+# (default 8) whose median generation rate counts. Candidates are raced:
+# with --screen S (default 4; 0 turns it off) a candidate first runs one
+# greedy prompt of S tokens, and when that rate is below F (--cut, default
+# 0.5) times the best median measured so far (the head's first run
+# included) the R full prompts are skipped: the row shows the screening rate
+# marked "screened", and it is not taken as the best. A plan that slow
+# cannot be the one the head's plan is compared against unless the screen
+# misjudged it by 1/F; the slowest plans of a memory-short lab (0.2-0.7
+# tok/s) no longer take minutes each. The head's own plan is
 # measured again after the candidates (profile caches warm, as theirs were)
 # and that run is the one judged; the first is listed too. Prints a
 # table: plan, generation tok/s (the client's figure; min-max of the reps),
@@ -36,7 +45,7 @@ LAB="$ROOT/deploy/lab.sh"
 export HR_LAB_DIR=${HR_LAB_DIR:-/tmp/hearth-lab}
 PROMPT="Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
-spec="" model="" ntok=8 max=12 reps=1 keep=0 extra=()
+spec="" model="" ntok=8 max=12 reps=1 keep=0 extra=() screen=4 cut=0.5 best_so_far=0
 [ $# -gt 0 ] && { spec=$1; shift; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,6 +53,8 @@ while [ $# -gt 0 ]; do
     -n) ntok=$2; shift 2 ;;
     --max) max=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
+    --screen) screen=$2; shift 2 ;;
+    --cut) cut=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "plan-sweep.sh: unknown option $1" >&2; exit 2 ;;
@@ -155,7 +166,17 @@ run_plan() {
     # one short unmeasured prompt first: the first request faults the cold
     # weights in, which is not the steady state the planner predicts
     bash "$LAB" prompt -n 2 --temp 0 --seed 1 --timeout 900 "$PROMPT" >/dev/null 2>&1 || true
-    for r in $(seq 1 "$reps"); do
+    local nrep=$reps
+    if [ "$race" = 1 ] && [ "$screen" -gt 0 ]; then
+        perr=$(bash "$LAB" prompt -n "$screen" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) || true
+        gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\2/p' | tail -1)
+        if [ -n "$gen" ] && awk -v a="$gen" -v b="$best_so_far" -v f="$cut" 'BEGIN { exit !(a + 0 < f * b) }'; then
+            rates=("$gen")
+            nrep=0
+            note="screened: $screen tokens below $cut x the best so far ($best_so_far)"
+        fi
+    fi
+    for r in $(seq 1 "$nrep"); do
         perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
             note="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-70)"
         gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1)
@@ -176,10 +197,22 @@ run_plan() {
     echo "$label|$k|$ws|$tps|$pred|$note"
 }
 
+# best_of ROW: raises best_so_far to the row's rate unless it was screened out
+best_of() {
+    local label k ws tps pred note
+    IFS='|' read -r label k ws tps pred note <<<"$1"
+    case "$note" in screened*) return ;; esac
+    awk -v a="$tps" -v b="$best_so_far" 'BEGIN { exit !(a + 0 > b + 0) }' && best_so_far=$tps
+    return 0
+}
+
 log "spec $spec: ${names[*]} (ring order); $ntok tokens per plan"
 log "head's own plan (no --k, no --windows)"
+race=0
 own=$(run_plan "head's plan")
 log "$own"
+best_of "$own"
+race=1
 L=$(bash "$LAB" status --json 2>/dev/null | jq -r '.n_layer' || echo "")
 [ -n "$L" ] && [ "$L" != null ] || { echo "plan-sweep.sh: lab did not come up: $own" >&2; exit 1; }
 own_k=$(echo "$own" | cut -d'|' -f2)
@@ -194,18 +227,20 @@ for c in "${cands[@]}"; do
     r=$(run_plan "k=$1 w=$2" --k "$1" --windows "$2")
     log "$r"
     rows+=("$r")
+    best_of "$r"
 done
 # the head's own plan once more, measured like every candidate: profile
 # caches warm, a fresh lab (its first start above also profiled each
 # device while the others came up); the verdict takes this run
 log "head's own plan again (warm profile caches)"
 first=$own
+race=0
 own=$(run_plan "head's plan")
 log "$own"
 
 {
     echo "# plan sweep: $(jq -r '.name // "lab"' "$spec") ($spec), ring order: ${names[*]}"
-    echo "# $L layers, $ntok generated tokens per plan, prompt of $(echo "$PROMPT" | wc -w) words; CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+    echo "# $L layers, $ntok generated tokens per plan x $reps reps (a candidate whose $screen-token screen ran below $cut x the best so far: that screen only), prompt of $(echo "$PROMPT" | wc -w) words; CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
     printf '%-22s %-3s %-12s %10s %14s %8s  %s\n' plan k windows "tok/s" "pred ms/tok" "pred err" note
     best=0
     for r in "${rows[@]}" "${first/head\'s plan/head\'s plan, 1st}" "$own"; do
@@ -213,6 +248,7 @@ log "$own"
         printf '%-22s %-3s %-12s %10s %14s %8s  %s\n' "$label" "$k" "$ws" "$tps" "$pred" \
             "$(pred_err "$pred" "$tps")" "$note"
         case "$label" in "head's plan"*) continue ;; esac
+        case "$note" in screened*) continue ;; esac
         awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a + 0 > b + 0) }' && best=$tps
     done
     IFS='|' read -r _ k ws tps pred _ <<<"$own"
