@@ -233,6 +233,18 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
     }
 }
 
+/* dc_group over a group of rows: two pairs when it has 3 or 4 rows (left:
+ * rows from its first to the end of the block), else one pair */
+DC_I void dc_rows(const bool q4, const int T, int left, const uint8_t *const *rp, int nbc,
+                  const hr_block_q8_0 *const *ya, uint8_t *const *col,
+                  __m512 (*spill)[HR_DOT_N_MAX], bool first, bool fin, float *y, size_t ys,
+                  const int *out, size_t ws) {
+    if (left >= 3)
+        dc_group(q4, 2, T, rp, nbc, ya, col, spill, first, fin, y, ys, out, 4 * ws);
+    else
+        dc_group(q4, 1, T, rp, nbc, ya, col, spill, first, fin, y, ys, out, 2 * ws);
+}
+
 DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, size_t ws,
                  const void *const *a, float *y, size_t ys) {
     const size_t xb = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
@@ -267,23 +279,12 @@ DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
                 /* more than 4 columns: two passes over the group's rows (in
                  * L1 by then), 4 columns and the rest, so the accumulators
                  * stay in registers */
-                const int T0 = T > 4 ? 4 : T, T1 = T - T0;
-                if (left >= 3)
-                    dc_group(q4, 2, T0, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out,
-                             4 * ws);
-                else
-                    dc_group(q4, 1, T0, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out,
-                             2 * ws);
-                if (T1 > 0) {
-                    __m512(*sp1)[HR_DOT_N_MAX] = (__m512(*)[HR_DOT_N_MAX]) & spill[g / 2][T0];
-                    float *y1 = y + (size_t)T0 * ys;
-                    if (left >= 3)
-                        dc_group(q4, 2, T1, rp, nbc, ya + T0, col + T0, sp1, first, fin, y1, ys,
-                                 out, 4 * ws);
-                    else
-                        dc_group(q4, 1, T1, rp, nbc, ya + T0, col + T0, sp1, first, fin, y1, ys,
-                                 out, 2 * ws);
-                }
+                const int T0 = T > 4 ? 4 : T;
+                dc_rows(q4, T0, left, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out, ws);
+                if (T > T0)
+                    dc_rows(q4, T - T0, left, rp, nbc, ya + T0, col + T0,
+                            (__m512(*)[HR_DOT_N_MAX]) & spill[g / 2][T0], first, fin,
+                            y + (size_t)T0 * ys, ys, out, ws);
             }
         }
     }

@@ -58,13 +58,13 @@ static const hr_kernels *g_best;
 static char g_features[96] = "unknown";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* The scalar table is the reference kernels of the traits rows. */
 /* the C library's expf, one call per value */
 static void expf_scalar(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++)
         y[i] = expf(x[i]);
 }
 
+/* The scalar table is the reference kernels of the traits rows. */
 static void fill_scalar(hr_kernels *k) {
     memset(k, 0, sizeof(*k));
     k->expf_n = expf_scalar;
