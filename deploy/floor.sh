@@ -108,9 +108,9 @@ log "spec $spec, model $model ($L layers), $ntok tokens x $reps reps per run"
 
 run "own plan" ""
 own_tps=$R_TPS own_st=$R_ST own_note=$R_NOTE own_anon=("${R_ANON[@]}")
-rows=("own plan (k $(echo "$own_st" | jq -r .k), windows $(echo "$own_st" | jq -r '[.devices[] | .w] | map(tostring) | join(",")'))|$own_tps|$own_note")
-# the devices the own plan gives layers, as a mask and a count
+# the own plan's windows, which also say the devices it gives layers
 own_mask=$(echo "$own_st" | jq -r '[.devices[] | .w] | map(tostring) | join(",")')
+rows=("own plan (k $(echo "$own_st" | jq -r .k), windows $own_mask)|$own_tps|$own_note")
 own_active=$(echo "$own_mask" | tr ',' '\n' | awk '$1 > 0 { c++ } END { print c + 0 }')
 best_legacy=0
 for v in "1 --no-prefetch" "1" "2"; do

@@ -143,6 +143,12 @@ pred_err() {
     awk -v p="$1" -v t="$2" 'BEGIN { if (p + 0 > 0 && t + 0 > 0) printf "%+.0f%%", 100 * (p - 1000 / t) / (1000 / t); else print "-" }'
 }
 
+# gen_of OUTPUT: "TOKENS TOK/S" of a `lab.sh prompt` run's generation line
+# (empty when there is none)
+gen_of() {
+    echo "$1" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1
+}
+
 # run_plan LABEL [head options...]: one fresh lab, one prompt; prints
 # "LABEL|k|windows|tok/s|pred_ms|note".
 run_plan() {
@@ -169,7 +175,8 @@ run_plan() {
     local nrep=$reps
     if [ "$race" = 1 ] && [ "$screen" -gt 0 ]; then
         perr=$(bash "$LAB" prompt -n "$screen" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) || true
-        gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\2/p' | tail -1)
+        gen=$(gen_of "$perr")
+        gen=${gen#* }
         if [ -n "$gen" ] && awk -v a="$gen" -v b="$best_so_far" -v f="$cut" 'BEGIN { exit !(a + 0 < f * b) }'; then
             rates=("$gen")
             nrep=0
@@ -179,7 +186,7 @@ run_plan() {
     for r in $(seq 1 "$nrep"); do
         perr=$(bash "$LAB" prompt -n "$ntok" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) ||
             note="prompt failed: $(echo "$perr" | grep -v '^$' | tail -1 | cut -c1-70)"
-        gen=$(echo "$perr" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1)
+        gen=$(gen_of "$perr")
         [ -z "$gen" ] || [ "${gen%% *}" = "$ntok" ] || note="${gen%% *} tokens"
         [ -n "$gen" ] && rates+=("${gen#* }")
     done
