@@ -17,6 +17,7 @@
 #include "profiler/membw.h"
 #include "profiler/profiler.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,10 +437,16 @@ HR_CLI_COMMAND(logits) {
         }
         double worst = 0.0;
         int worst_pos = 0, agree = 0;
+        size_t nonfinite = 0; /* a NaN or infinity on either side: the error is infinite */
         for (int p = 0; p < n; p++) {
             const float *a = logits + (size_t)p * nv, *b = ref + (size_t)p * nv;
             double md = 0.0, mr = 0.0;
             for (size_t i = 0; i < nv; i++) {
+                if (!isfinite(a[i]) || !isfinite(b[i])) {
+                    nonfinite++;
+                    md = INFINITY;
+                    continue;
+                }
                 double d = a[i] - b[i];
                 md = d < 0 ? (-d > md ? -d : md) : (d > md ? d : md);
                 double r = b[i] < 0 ? -b[i] : b[i];
@@ -452,8 +459,11 @@ HR_CLI_COMMAND(logits) {
             }
             agree += hr_argmax(a, (int)nv) == hr_argmax(b, (int)nv);
         }
-        printf("compare: %d positions, max rel error %.3e (position %d), argmax agree %d/%d\n", n,
+        printf("compare: %d positions, max rel error %.3e (position %d), argmax agree %d/%d", n,
                worst, worst_pos, agree, n);
+        if (nonfinite)
+            printf(", %zu NaN or infinite values", nonfinite);
+        printf("\n");
     }
     rc = 0;
 done:

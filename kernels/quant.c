@@ -280,6 +280,23 @@ const hr_kernels *hr_kernels_for_isa(hr_isa isa) {
     return &g_tables[isa];
 }
 
+bool hr_isa_built(hr_isa isa) {
+    switch (isa) {
+    case HR_ISA_SCALAR:
+        return true;
+    case HR_ISA_AVX2:
+    case HR_ISA_AVX512:
+        return HR_X86;
+    case HR_ISA_NEON:
+    case HR_ISA_DOTPROD:
+    case HR_ISA_I8MM:
+        return HR_ARM64;
+    case HR_ISA_COUNT:
+        break;
+    }
+    return false;
+}
+
 const char *hr_isa_name(hr_isa isa) {
     switch (isa) {
     case HR_ISA_SCALAR:

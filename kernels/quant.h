@@ -91,6 +91,10 @@ const hr_kernels *hr_kernels_for_isa(hr_isa isa);
  * compares tables in one run); call it only while no kernel runs. 0, or
  * -1 where this CPU cannot run that table. */
 int hr_kernels_use(hr_isa isa);
+/* Whether isa's table is compiled into this build (x86: avx2, avx512;
+ * aarch64: neon, dotprod, i8mm; scalar everywhere), whether or not this CPU
+ * can run it. */
+bool hr_isa_built(hr_isa isa);
 const char *hr_isa_name(hr_isa isa);
 /* The table hr_isa_name() calls name (any case), or -1. */
 int hr_isa_by_name(const char *name);

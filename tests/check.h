@@ -6,6 +6,7 @@
 #ifndef HR_TESTS_CHECK_H
 #define HR_TESTS_CHECK_H
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +29,22 @@ static int hr_check_skipped_ = 0;
         }                                                                                          \
     } while (0)
 
+/* 1 for the integer types (enums are compatible with one), 0 for floating
+ * types, pointers and the rest: CHECK_INT refuses those at compile time. */
+#define HR_CHECK_IS_INT_(x)                                                                        \
+    _Generic((x), _Bool : 1, char : 1, signed char : 1, unsigned char : 1, short : 1,              \
+             unsigned short : 1, int : 1, unsigned : 1, long : 1, unsigned long : 1,               \
+             long long : 1, unsigned long long : 1, default : 0)
+
 #define CHECK_INT(a, op, b)                                                                        \
+    do {                                                                                           \
+        _Static_assert(HR_CHECK_IS_INT_(a) && HR_CHECK_IS_INT_(b),                                 \
+                       "CHECK_INT takes integer operands (CHECK_NEAR / CHECK for others)");        \
+        CHECK_INT_(a, op, b);                                                                      \
+    } while (0)
+
+/* CHECK_INT without the operand check (CHECK_EQ's integer branch) */
+#define CHECK_INT_(a, op, b)                                                                       \
     do {                                                                                           \
         long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
         if (va_ op vb_) {                                                                          \
@@ -60,7 +76,7 @@ static int hr_check_skipped_ = 0;
         if (HR_CHECK_IS_FLOAT_(a) || HR_CHECK_IS_FLOAT_(b))                                        \
             CHECK_DBL_(a, ==, b);                                                                  \
         else                                                                                       \
-            CHECK_INT(a, ==, b);                                                                   \
+            CHECK_INT_(a, ==, b);                                                                  \
     } while (0)
 
 #define CHECK_NEAR(a, b, tol)                                                                      \
@@ -87,18 +103,74 @@ static int hr_check_skipped_ = 0;
         }                                                                                          \
     } while (0)
 
-/* Records that a part of the test did not run and why (printed). */
+/* Records that a part of the test did not run and why: printed, counted in
+ * the summary, and appended to the file HR_SKIP_LOG names (deploy/test.sh
+ * lists them all at its end). */
 static inline void hr_check_skip(const char *what) {
     hr_check_skipped_++;
     printf("SKIPPED: %s\n", what);
+    fflush(stdout);
+    const char *log = getenv("HR_SKIP_LOG");
+    FILE *f = log && *log ? fopen(log, "a") : NULL;
+    if (f) {
+        fprintf(f, "%s: %s\n", program_invocation_short_name, what);
+        fclose(f);
+    }
 }
 
+/* 1 when a check failed; HR_CHECK_SKIPPED (77, ctest's SKIP_RETURN_CODE)
+ * when nothing was checked and something was skipped; else 0 (parts
+ * skipped beside passing checks are in the summary and the skip log). */
 static inline int hr_check_finish(const char *name) {
     printf("%s: %d passed, %d failed, %d skipped\n", name, hr_check_passed_, hr_check_failed_,
            hr_check_skipped_);
     if (hr_check_failed_)
         return 1;
-    return hr_check_skipped_ ? HR_CHECK_SKIPPED : 0;
+    return hr_check_skipped_ && !hr_check_passed_ ? HR_CHECK_SKIPPED : 0;
+}
+
+/* Logits compared row by row: the worst over rows of max |a - b| / max |b|
+ * (max |b| of 0 counts as 1), and the rows whose argmax agrees. A NaN or an
+ * infinity on either side is counted and makes rel infinite, so no bound
+ * accepts it (fmax alone would skip NaNs). */
+typedef struct {
+    double rel;
+    int agree;
+    long nonfinite;
+} hr_logits_cmp;
+
+static inline int hr_check_argmax_(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static inline hr_logits_cmp hr_compare_logits(const float *a, const float *b, int n_rows, int nv) {
+    hr_logits_cmp c = {0.0, 0, 0};
+    for (int p = 0; p < n_rows; p++) {
+        const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
+        double md = 0.0, mr = 0.0;
+        for (int i = 0; i < nv; i++) {
+            if (!isfinite(x[i]) || !isfinite(y[i])) {
+                c.nonfinite++;
+                continue;
+            }
+            const double d = fabs((double)x[i] - y[i]), m = fabs((double)y[i]);
+            md = d > md ? d : md;
+            mr = m > mr ? m : mr;
+        }
+        const double rel = md / (mr > 0 ? mr : 1.0);
+        c.rel = rel > c.rel ? rel : c.rel;
+        c.agree += hr_check_argmax_(x, nv) == hr_check_argmax_(y, nv);
+    }
+    if (c.nonfinite) {
+        fprintf(stderr, "logits compare: %ld NaN or infinite values in %d rows of %d\n",
+                c.nonfinite, n_rows, nv);
+        c.rel = INFINITY;
+    }
+    return c;
 }
 
 /* Path of a fixture under ../shared (HR_SHARED overrides). */

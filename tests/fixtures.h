@@ -1,6 +1,7 @@
 /* fixtures.h - the shared fixtures (../shared/models, ../shared/reference)
  * as the model-level tests read them: the list, llama.cpp's logits files,
- * the reference JSON's token ids, and the per-position comparison. */
+ * the reference JSON's token ids (the comparison is check.h's
+ * hr_compare_logits). */
 #ifndef HR_TESTS_FIXTURES_H
 #define HR_TESTS_FIXTURES_H
 
@@ -51,23 +52,6 @@ static inline int read_ids(json_t *root, const char *key, int32_t *ids, int cap)
     for (size_t i = 0; arr && i < json_array_size(arr) && n < cap; i++)
         ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
     return n;
-}
-
-/* Worst per-position max |a-b| / max |b|; counts argmax agreement. */
-static inline double compare_rows(const float *a, const float *b, int n_rows, int nv, int *agree) {
-    double worst = 0.0;
-    *agree = 0;
-    for (int p = 0; p < n_rows; p++) {
-        const float *x = a + (size_t)p * nv, *y = b + (size_t)p * nv;
-        double md = 0.0, mr = 0.0;
-        for (int i = 0; i < nv; i++) {
-            md = fmax(md, fabs((double)x[i] - y[i]));
-            mr = fmax(mr, fabs((double)y[i]));
-        }
-        worst = fmax(worst, md / mr);
-        *agree += hr_argmax(x, nv) == hr_argmax(y, nv);
-    }
-    return worst;
 }
 
 #endif

@@ -118,7 +118,7 @@ int main(void) {
     c = strstr(out, "argmax agree");
     if (c)
         sscanf(c, "argmax agree %d/%d", &agree, &npos);
-    CHECK(rel <= 2e-3);
+    CHECK(rel <= 1e-4); /* an F32 model: 1.9e-5 measured */
     CHECK_EQ(agree, npos);
     CHECK_EQ(npos, (int)json_array_size(arr));
 

@@ -116,8 +116,9 @@ static void test_fixture(const hr_fixture *fx, int n_threads) {
     CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
     float *lg = malloc((size_t)n * nv * sizeof(float));
     CHECK_EQ(hr_ctx_eval(c, ids, n, 0, lg, true, err), 0);
-    int agree = 0;
-    double worst = compare_rows(lg, ref, n, nv, &agree);
+    const hr_logits_cmp lc = hr_compare_logits(lg, ref, n, nv);
+    const double worst = lc.rel;
+    const int agree = lc.agree;
     printf("%-20s threads %d: max rel err %.3e, argmax agree %d/%d\n", fx->name, n_threads, worst,
            agree, n);
     /* a token's logits do not depend on how the prompt is cut into chunks
@@ -150,23 +151,45 @@ static void test_fixture(const hr_fixture *fx, int n_threads) {
         CHECK(worst <= 1e-2);
         CHECK_EQ(agree, n);
     } else {
-        CHECK(worst <= 2e-3);
+        CHECK(worst <= 1e-4); /* measured: 1.9e-5 at most */
         CHECK_EQ(agree, n);
     }
 
     /* Greedy continuation: must equal the reference for float weights. */
     float *last = malloc((size_t)nv * sizeof(float));
     memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));
-    int match = 0, pos = n;
+    /* Quantized fixtures: llama.cpp made its greedy ids with an F16 KV
+     * cache (hearth keeps F32), and on these random-weight models the
+     * difference grows over the 32 steps while their top logits have
+     * near-ties. The ids must agree up to the first step where hearth's top
+     * two logits lie within 2e-2 of the row's largest magnitude (the gaps
+     * where they part, measured: 9.0e-4, 1.3e-3, 1.0e-2); after it the
+     * sequences differ and are not compared. Float fixtures agree at every
+     * step. */
+    int match = 0, pos = n, parted = -1;
+    double gap_rel = 0.0;
     for (int i = 0; i < n_greedy; i++) {
         int32_t id = hr_argmax(last, nv);
-        if (id == greedy[i] && match == i)
+        if (parted < 0 && id == greedy[i]) {
             match++;
+        } else if (parted < 0) {
+            double mx = 0.0;
+            for (int v = 0; v < nv; v++)
+                mx = fmax(mx, fabs((double)last[v]));
+            parted = i;
+            gap_rel = ((double)last[id] - last[greedy[i]]) / (mx > 0 ? mx : 1.0);
+        }
         CHECK_EQ(hr_ctx_eval(c, &id, 1, pos++, last, false, err), 0);
     }
-    printf("%-20s greedy: %d/%d leading tokens match\n", fx->name, match, n_greedy);
-    if (!fx->quantized) /* every float fixture: F32 and F16 weights */
+    printf("%-20s greedy: %d/%d leading tokens match", fx->name, match, n_greedy);
+    if (parted >= 0)
+        printf(" (parted at a top-2 gap of %.2e of the largest logit)", gap_rel);
+    printf("\n");
+    CHECK(n_greedy > 0);
+    if (!fx->quantized)
         CHECK_EQ(match, n_greedy);
+    else if (parted >= 0)
+        CHECK(gap_rel <= 2e-2);
 
     /* Window hand-over: layers [0,a) then [a,L) equals [0,L). */
     for (int a = 1; a < hp->n_layer; a++) {
@@ -187,10 +210,9 @@ static void test_fixture(const hr_fixture *fx, int n_threads) {
             CHECK_EQ(hr_ctx_layers(c2, hh, nb, done, err), 0);
             CHECK_EQ(hr_ctx_output(c2, hh, 0, nb, lw + (size_t)done * nv), 0);
         }
-        int ag2 = 0;
-        double d = compare_rows(lw, lg, n, nv, &ag2);
-        CHECK(d == 0.0);
-        CHECK_EQ(ag2, n);
+        const hr_logits_cmp hc = hr_compare_logits(lw, lg, n, nv);
+        CHECK(hc.rel == 0.0);
+        CHECK_EQ(hc.agree, n);
         free(h);
         free(lw);
         hr_ctx_destroy(c1);

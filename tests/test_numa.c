@@ -411,19 +411,6 @@ static int run_model(const hr_model *m, const run_cfg *rc, const int32_t *ids, i
     return G;
 }
 
-static double max_rel(const float *a, const float *b, int n_rows, int nv) {
-    double worst = 0.0;
-    for (int p = 0; p < n_rows; p++) {
-        double md = 0.0, mr = 0.0;
-        for (int i = 0; i < nv; i++) {
-            md = fmax(md, fabs((double)a[(size_t)p * nv + i] - b[(size_t)p * nv + i]));
-            mr = fmax(mr, fabs((double)b[(size_t)p * nv + i]));
-        }
-        worst = fmax(worst, md / mr);
-    }
-    return worst;
-}
-
 #define N_GEN 32
 
 /* Runs every configuration against plain single-group execution. */
@@ -439,7 +426,7 @@ static void compare_configs(const char *name, const hr_model *m, const int32_t *
         hr_tp_stats st;
         int G = run_model(m, &cfgs[k], ids, n, lg, gen, N_GEN, &st);
         int want = cfgs[k].n_groups;
-        double rel = max_rel(lg, ref, n, nv);
+        double rel = hr_compare_logits(lg, ref, n, nv).rel;
         int same = memcmp(gen, gref, sizeof gen) == 0;
         printf("%-20s groups %d %s (%s, threads %d/%d, %s): max rel diff %.2e, greedy %s\n", name,
                G, cfgs[k].reduce ? "reduce" : "exact",

@@ -1,6 +1,7 @@
 /* test_ops.c - thread pool, element-wise ops, RoPE, attention and the
  * threaded matmul against straightforward reference computations. */
 #include "tests/check.h"
+#include "tests/tables.h"
 
 #include "kernels/ops.h"
 #include "kernels/pool.h"
@@ -409,5 +410,6 @@ int main(void) {
     test_attention();
     test_attention_groups();
     test_matmul();
+    hr_skip_unrunnable_tables("ops kernels");
     return hr_check_finish("test_ops");
 }

@@ -126,6 +126,8 @@ static size_t n_diff(const float *a, const float *b, size_t n) {
 static double rel_err(const float *a, const float *b, size_t n) {
     double md = 0, mb = 1e-6;
     for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY; /* fmax would drop a NaN */
         md = fmax(md, fabs((double)a[i] - b[i]));
         mb = fmax(mb, fabs((double)b[i]));
     }
@@ -591,15 +593,16 @@ static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
     int32_t gc[32], gg[32], gs[32];
     CHECK_EQ(run_model(m, NULL, 0, ids, n, cpu, gc, ng), 0);
     CHECK_EQ(run_model(m, vk, L, ids, n, gpu, gg, ng), 0);
-    int agree_cpu, agree_gpu, agree_gc, agree_split;
-    double e_cpu = compare_rows(cpu, ref, n, nv, &agree_cpu);
-    double e_gpu = compare_rows(gpu, ref, n, nv, &agree_gpu);
-    double e_gc = compare_rows(gpu, cpu, n, nv, &agree_gc);
+    const hr_logits_cmp c_cpu = hr_compare_logits(cpu, ref, n, nv);
+    const hr_logits_cmp c_gpu = hr_compare_logits(gpu, ref, n, nv);
+    const hr_logits_cmp c_gc = hr_compare_logits(gpu, cpu, n, nv);
+    const double e_cpu = c_cpu.rel, e_gpu = c_gpu.rel, e_gc = c_gc.rel;
+    const int agree_cpu = c_cpu.agree, agree_gpu = c_gpu.agree;
     printf("%-20s all %d layers on GPU: rel err %.3e vs llama.cpp (CPU %.3e), %.3e vs CPU; "
            "argmax agree %d/%d (CPU %d/%d)\n",
            fx->name, L, e_gpu, e_cpu, e_gc, agree_gpu, n, agree_cpu, n);
     /* the CPU path's bounds to llama.cpp (test_model.c), every argmax */
-    CHECK(e_gpu <= (fx->quantized ? 1e-2 : 2e-3));
+    CHECK(e_gpu <= (fx->quantized ? 1e-2 : 1e-4));
     CHECK_EQ(agree_gpu, n);
     /* and the CPU path's logits and greedy ids, bit for bit: the kernels
      * round every step as the CPU does (gpu/shaders/exact.glsl) */
@@ -608,11 +611,11 @@ static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
     /* splits: the first a layers on the GPU, the rest on the CPU */
     for (int a = 1; a<L; a += L> 2 ? L - 2 : 1) {
         CHECK_EQ(run_model(m, vk, a, ids, n, split, gs, ng), 0);
-        double e_s = compare_rows(split, ref, n, nv, &agree_split);
-        double e_sc = compare_rows(split, cpu, n, nv, &agree_gc);
+        const double e_s = hr_compare_logits(split, ref, n, nv).rel;
+        const double e_sc = hr_compare_logits(split, cpu, n, nv).rel;
         printf("%-20s %d of %d layers on GPU: rel err %.3e vs llama.cpp, %.3e vs CPU\n", fx->name,
                a, L, e_s, e_sc);
-        CHECK(e_s <= (fx->quantized ? 1e-2 : 2e-3));
+        CHECK(e_s <= (fx->quantized ? 1e-2 : 1e-4));
         CHECK_EQ(memcmp(split, cpu, sz), 0);
         CHECK_EQ(memcmp(gs, gc, sizeof gc), 0);
     }
@@ -674,8 +677,7 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     CHECK_EQ(hr_ctx_eval(c1, p1, 3, 0, l1, false, err), 0);
     CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
     CHECK_EQ(memcmp(lb + nv, l1, (size_t)nv * 4), 0);
-    int agree;
-    double e1 = compare_rows(lb, lc, 2, nv, &agree);
+    const double e1 = hr_compare_logits(lb, lc, 2, nv).rel;
     ids[0] = p0[5], rows[0] = (hr_seq_pos){0, 5};
     ids[1] = p1[3], rows[1] = (hr_seq_pos){1, 3};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 2, lb, &nl, err), 0);
@@ -685,7 +687,7 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     CHECK_EQ(hr_ctx_eval(c1, &p1[3], 1, 3, l1, false, err), 0);
     CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
     CHECK_EQ(memcmp(lb + nv, l1, (size_t)nv * 4), 0);
-    double e2 = compare_rows(lb, lc, 2, nv, &agree);
+    const double e2 = hr_compare_logits(lb, lc, 2, nv).rel;
     ids[0] = p1[4], rows[0] = (hr_seq_pos){1, 4};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 1, lb, &nl, err), 0);
     CHECK_EQ(hr_ctx_eval(c1, &p1[4], 1, 4, l1, false, err), 0);
@@ -878,6 +880,11 @@ int main(void) {
     test_rope(&e);
     test_quantize(&e);
     test_matmul(&e);
+    if (!hr_vk_uses_int_dot(e.vk))
+        hr_check_skip("vk: packed int8 dot product kernels (the device offers none)");
+    if (!hr_vk_uses_native_fma(e.vk))
+        hr_check_skip("vk: kernels with the device's own fma (not used on this device: fma from "
+                      "64-bit floats only)");
     if (hr_vk_uses_int_dot(e.vk)) { /* the other integer path of the same kernels */
         hr_env e2 = {0};
         if (env_open_with(&e2, idx, "HR_VK_INT_DOT", "0")) {

@@ -29,19 +29,6 @@ static int on_tok(void *ud, int32_t id, const char *piece, int len) {
     return 0;
 }
 
-static double max_rel(const float *a, const float *b, int n_rows, int nv) {
-    double worst = 0;
-    for (int p = 0; p < n_rows; p++) {
-        double md = 0, mr = 0;
-        for (int i = 0; i < nv; i++) {
-            md = fmax(md, fabs((double)a[(size_t)p * nv + i] - b[(size_t)p * nv + i]));
-            mr = fmax(mr, fabs((double)b[(size_t)p * nv + i]));
-        }
-        worst = fmax(worst, md / (mr > 0 ? mr : 1));
-    }
-    return worst;
-}
-
 /* Head + one worker, windows forced to "w0,w1"; gpu_dev (0 head, 1 worker)
  * runs its window's first n_gpu layers on the GPU. */
 static void test_ring(const char *file, const char *windows, int gpu_dev, int n_gpu) {
@@ -107,7 +94,7 @@ static void test_ring(const char *file, const char *windows, int gpu_dev, int n_
         for (int i = 0; same && i < out.n; i++)
             same = out.ids[i] == ref[i + 1];
         CHECK_EQ(hr_head_logits(ag[0].a, seq, n_seq, got, err), 0);
-        double rel = max_rel(got, want, n_seq, nv);
+        double rel = hr_compare_logits(got, want, n_seq, nv).rel;
         printf("%-24s windows %s, %d GPU layer(s) on the %s: greedy ids %s (%d), logits max rel "
                "%.2e vs the CPU\n",
                file, windows, n_gpu, gpu_dev ? "worker" : "head", same ? "identical" : "DIFFER",
