@@ -15,18 +15,37 @@ k = 1) with the HTTP API on the head, and for the given duration (default
     every 60 s;
   - a malformed request (bad JSON, wrong types, oversized body, bad
     parameters) every 3 s, each expected to get its 4xx answer.
-Every answer is compared with the one a lone head (one process, same
-arithmetic) gives for the same prompt and seed. The run fails (exit 1) when
-an answer differs, a request ends without the exact answer or a clear error
-(an OpenAI-style error body or SSE error event, a 429/503, or a refused
-connection while the head restarts), a request takes longer than its bound
-(REQ_BOUND_S), an agent dies other than by our hand, or an agent's RSS moves
-more than 10% from its value after warm-up for the same share of the work
-(anonymous RSS: the mapped model's pages are page cache, not the agent's
-memory; a worker carrying a lost peer's layers holds their KV too, so each
-(process, layers) pair has its own baseline; sampled every 5 s once a plan
-has served for 5 s, outside the floods, whose 400 open connections are
-served by live threads; every sample goes to $HR_CLUSTER_DIR/rss.txt). Prints a summary either way.
+Every answer is compared with `hearth run` (one process, no agent; same
+arithmetic) for the same prompt, seed and token count.
+
+Windows: a kill or the head restart opens a window when the script sends
+the signal; it closes when the service is whole again (/v1/cluster ready,
+all three agents in the plan, not lost, and for a worker kill a plan newer
+than the one at the kill; at most READY_WAIT_S), plus GRACE_S (5 s: the
+polling step and an answer already under way when readiness is seen). A
+request is inside a window when its time [sent, answered] overlaps one.
+Malformed requests are not sent while the head restarts (they wait for
+its window to close), so every one of them must get its 4xx.
+
+The run fails (exit 1, a "chaos: FAILED: why" line per reason) when
+  - a request gets an error (an OpenAI-style error body, an SSE error
+    event, a 429/503) or a refused connection outside the windows;
+  - fewer than 90% of the client requests (MIN_EXACT) end with the exact
+    answer (equal to `hearth run`'s), windows included;
+  - a malformed request gets anything but its 4xx;
+  - an answer differs from the reference, a request ends without the
+    answer or a clear error (cut short, no error body), a request takes
+    longer than its bound (REQ_BOUND_S), /health fails under a flood, a
+    window does not close within READY_WAIT_S, an agent dies other than by
+    our hand, or an agent's RSS moves more than 10% from its value after
+    warm-up for the same share of the work (anonymous RSS: the mapped
+    model's pages are page cache, not the agent's memory; a worker carrying
+    a lost peer's layers holds their KV too, so each (process, layers) pair
+    has its own baseline; sampled every 5 s once a plan has served for 5 s,
+    outside the floods, whose 400 open connections are served by live
+    threads; every sample goes to $HR_CLUSTER_DIR/rss.txt).
+It prints a summary either way: the windows, every kind of result inside
+and outside them, the exact share and the malformed requests' statuses.
 """
 import argparse
 import http.client
@@ -46,6 +65,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "chaos-key"
 REQ_BOUND_S = 90.0  # data timeout (60 s) + recovery; documented in README
 WARMUP_S = 120.0
+GRACE_S = 5.0  # a window stays open this long after the service is whole again
+READY_WAIT_S = 120.0  # a window not closed by then is a failure (and closes)
+MIN_EXACT = 0.90  # share of client requests that must get the exact answer
 PROMPTS = ["Once upon a time", "The quick brown fox", "In a hole in the ground there lived",
            "Why is the sky blue?", "Write a haiku about the sea"]
 
@@ -137,10 +159,13 @@ class Run:
         self.max_s = 0.0
         self.ours = set()  # pids we killed on purpose
         self.rss = {}  # (pid, layers) -> (baseline kB or None, max deviation %)
-        self.head_down = False  # the head is being restarted on purpose
         self.flooding = False  # a flood's connections (and their threads) are open
         self.errors = {}  # error message -> count
         self.rss_kb = {}  # (pid, layers) -> (agent index, baseline kB, last kB)
+        self.windows = []  # [what, opened, whole again or None]: the windows we caused
+        self.results = []  # (sent, answered, kind, detail) of every client request
+        self.malformed = []  # (sent, answered, wanted status, status, detail)
+        self.head_lock = threading.Lock()  # held by a malformed request / the head restart
 
     def count(self, what, why=None):
         with self.mu:
@@ -151,6 +176,51 @@ class Run:
 
     def alive(self):
         return time.time() < self.end
+
+    def open_window(self, what):
+        w = [what, time.time(), None]
+        with self.mu:
+            self.windows.append(w)
+        return w
+
+    def inside(self, t0, t1):
+        """Whether [t0, t1] overlaps a window (an open one lasts to the end)."""
+        with self.mu:
+            return any(t0 <= (w[2] + GRACE_S if w[2] is not None else float("inf"))
+                       and t1 >= w[1] for w in self.windows)
+
+
+def whole(port, after_plan=None):
+    """(whole, plan id): the cluster is ready with agent0..2 all in the plan
+    (not lost, ready, layers to compute); with after_plan, under another plan
+    than that one (a killed worker's return means a new plan)."""
+    st, out = http(port, "/v1/cluster", timeout=5)
+    if st != 200:
+        return False, None
+    try:
+        j = json.loads(out)
+        devs = {d["name"]: d for d in j["devices"]}
+        ok = j.get("ready") and all(
+            f"agent{i}" in devs and not devs[f"agent{i}"].get("lost")
+            and devs[f"agent{i}"].get("ready") and devs[f"agent{i}"].get("w", 0) > 0
+            for i in range(3))
+        return bool(ok) and (after_plan is None or j["plan_id"] != after_plan), j["plan_id"]
+    except (ValueError, KeyError, TypeError):
+        return False, None
+
+
+def close_window(r, w, after_plan=None):
+    """Waits (at most READY_WAIT_S) until the service is whole again, then
+    closes the window w; a window that does not close is a failure."""
+    while time.time() - w[1] < READY_WAIT_S:
+        if whole(r.a.port, after_plan)[0]:
+            break
+        time.sleep(0.2)
+    else:
+        r.count("not_whole", f"{w[0]}: the cluster not whole again after {READY_WAIT_S:.0f} s")
+    with r.mu:
+        w[2] = time.time()
+    log(f"{w[0]}: whole again after {w[2] - w[1]:.1f} s (window open {GRACE_S:.0f} s more)")
 
 
 def cluster(cmd, *args, check=True):
@@ -193,27 +263,31 @@ def client_loop(r, refs, seed0):
         stream = rnd.random() < 0.5
         t0 = time.time()
         kind, v = completion(r.a.port, i, s, r.a.ntok, stream)
-        dt = time.time() - t0
+        t1 = time.time()
         with r.mu:
-            r.max_s = max(r.max_s, dt)
-        if dt > REQ_BOUND_S:
-            r.count("slow", f"request took {dt:.1f} s (bound {REQ_BOUND_S} s)")
+            r.max_s = max(r.max_s, t1 - t0)
+        if t1 - t0 > REQ_BOUND_S:
+            r.count("slow", f"request took {t1 - t0:.1f} s (bound {REQ_BOUND_S} s)")
+        # whether an error or a refusal is ours is decided at the end, when
+        # every window has closed (a window may close after the answer)
         if kind == "ok":
             if v == refs[(i, s)]:
-                r.count("exact")
+                kind = "exact"
             else:
-                r.count("wrong", f"prompt {i} seed {s} stream {stream}: {v[:80]!r}")
+                kind, v = "wrong", f"prompt {i} seed {s} stream {stream}: {v[:80]!r}"
         elif kind == "error":
-            r.count("error")
             with r.mu:
                 r.errors[v[:90]] = r.errors.get(v[:90], 0) + 1
-            if v.startswith(("503", "429")):
-                time.sleep(0.2)  # as a client that respects Retry-After would, briefly
-        elif kind == "refused" and r.head_down:
-            r.count("refused")  # the head is restarting: a clear "connection refused"
+        elif kind == "bad":
+            kind = "unclear"
+        if kind in ("wrong", "unclear"):  # failures inside a window too
+            r.count(kind, v)
+        with r.mu:
+            r.results.append((t0, t1, kind, v))
+        if kind == "error" and v.startswith(("503", "429")):
+            time.sleep(0.2)  # as a client that respects Retry-After would, briefly
+        elif kind == "refused":
             time.sleep(0.5)
-        else:
-            r.count("unclear", v)
 
 
 def killer_loop(r, procs):
@@ -223,21 +297,25 @@ def killer_loop(r, procs):
         time.sleep(45)
         if not r.alive():
             break
+        plan = whole(r.a.port)[1]
+        while plan is None and r.alive():  # the head restarts: kill once it answers
+            time.sleep(0.5)
+            plan = whole(r.a.port)[1]
         log("kill agent2")
+        w = r.open_window("kill agent2")
         procs[2] = restart(r, 2, signal.SIGKILL)
+        close_window(r, w, plan)
 
 
 def head_restart(r, procs):
     time.sleep(r.a.duration / 2)
-    if r.alive():
+    if not r.alive():
+        return
+    with r.head_lock:  # no malformed request in flight, none sent until whole again
         log("head restart (SIGTERM)")
-        r.head_down = True
+        w = r.open_window("head restart")
         procs[0] = restart(r, 0, signal.SIGTERM)
-        for _ in range(300):
-            if http(r.a.port, "/health", timeout=2)[0] in (200, 503):
-                break
-            time.sleep(0.2)
-        r.head_down = False
+        close_window(r, w)
 
 
 def flood_loop(r):
@@ -256,7 +334,7 @@ def flood_loop(r):
         t0 = time.time()
         st, _ = http(r.a.port, "/health", timeout=10)
         log(f"flood: {len(socks)} idle connections; /health {st} in {time.time() - t0:.2f} s")
-        if st not in (200, 503) and not r.head_down:
+        if st not in (200, 503) and not r.inside(t0, time.time()):
             r.count("flood_health", f"/health answered {st} under the flood")
         time.sleep(20)
         for s in socks:
@@ -297,13 +375,17 @@ def malformed_loop(r):
     while r.alive():
         time.sleep(3)
         body, want = rnd.choice(MALFORMED)
-        if body is None:
-            st, out = oversized(r.a.port)
-        else:
-            st, out = http(r.a.port, "/v1/completions", raw=body, timeout=30)
-        if st == 0 and r.head_down:
-            r.count("refused")
-        elif st == want or st == 503:
+        with r.head_lock:
+            if not r.alive():
+                break
+            t0 = time.time()
+            if body is None:
+                st, out = oversized(r.a.port)
+            else:
+                st, out = http(r.a.port, "/v1/completions", raw=body, timeout=30)
+        with r.mu:
+            r.malformed.append((t0, time.time(), want, st, out[:120]))
+        if st == want:
             r.count("malformed_ok")
         else:
             r.count("malformed_bad", f"expected {want}, got {st}: {out[:120]!r}")
@@ -372,29 +454,17 @@ def rss_loop(r):
 
 
 def references(a):
-    """The lone head's answers: one process, same arithmetic."""
-    port = a.port + 50
-    d = f"{os.environ['HR_CLUSTER_DIR']}.ref"
-    os.makedirs(d, exist_ok=True)
-    p = subprocess.Popen([a.bin, "agent", "-m", a.model, "--listen", f"127.0.0.1:{port - 10}",
-                          "--name", "ref", "--no-profile", "--wire", "f32", "--key-dir",
-                          f"{d}/key", "--api-listen", f"127.0.0.1:{port}", "--api-key", KEY],
-                         stderr=open(f"{d}/ref.log", "w"), stdout=subprocess.DEVNULL)
+    """`hearth run`'s answers: one process, no agent, the API's default
+    sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05)."""
     refs = {}
-    try:
-        for _ in range(150):
-            if http(port, "/health", timeout=2)[0] == 200:
-                break
-            time.sleep(0.2)
-        for i in range(len(PROMPTS)):
-            for s in range(1, 4):
-                kind, v = completion(port, i, s, a.ntok, False)
-                if kind != "ok":
-                    raise SystemExit(f"chaos: reference run failed: {v}")
-                refs[(i, s)] = v
-    finally:
-        p.terminate()
-        p.wait()
+    for i in range(len(PROMPTS)):
+        for s in range(1, 4):
+            p = subprocess.run([a.bin, "run", "-m", a.model, "-p", PROMPTS[i], "-n", str(a.ntok),
+                                "-s", str(s), "--temp", "0.8"], capture_output=True)
+            if p.returncode != 0 or not p.stdout.endswith(b"\n"):
+                raise SystemExit(f"chaos: FAILED: reference `hearth run` failed (prompt {i} "
+                                 f"seed {s}): {p.stderr.decode(errors='replace')[-300:]}")
+            refs[(i, s)] = p.stdout[:-1].decode(errors="replace")  # run ends with a newline
     return refs
 
 
@@ -410,7 +480,7 @@ def main():
     a.port = a.base + 40
     os.environ["HEARTH"] = a.bin
     os.environ.setdefault("HR_CLUSTER_DIR", "/tmp/hearth-chaos")
-    log("references from a lone head ...")
+    log("references from `hearth run` ...")
     refs = references(a)
     log(f"{len(refs)} references; starting the cluster")
     cluster("start", "-m", a.model, "-n", "3", "-p", str(a.base), "--", "--wire", "f32",
@@ -428,7 +498,10 @@ def main():
     while r.alive():
         time.sleep(30)
         with r.mu:
-            log("so far:", json.dumps(r.counts))
+            kinds = {}
+            for x in r.results:
+                kinds[x[2]] = kinds.get(x[2], 0) + 1
+            log("so far:", json.dumps(kinds), json.dumps(r.counts))
         for i in range(3):
             pid = pid_of(i)
             try:
@@ -446,16 +519,73 @@ def main():
     devs = ", ".join(f"agent{r.rss_kb[key][0]} pid {key[0]} with {key[1]} layers "
                      f"{r.rss_kb[key][1]}->{r.rss_kb[key][2]} kB (max {dev:.1f}%)"
                      for key, (base, dev) in sorted(r.rss.items()) if base)
-    ok = not any(r.counts.get(k) for k in ("wrong", "unclear", "slow", "crash", "rss",
-                                           "malformed_bad", "flood_health"))
-    print(f"chaos: {a.duration:.0f} s, {json.dumps(r.counts, sort_keys=True)}; longest request "
-          f"{r.max_s:.1f} s (bound {REQ_BOUND_S:.0f} s); RSS deviation after warm-up per "
-          f"process: {devs or 'n/a'}; {'PASS' if ok else 'FAIL'}")
+
+    def at(t):
+        return f"+{t - r.start:.1f} s"
+
+    # every client request: inside or outside the windows (all closed now)
+    kinds, outside = {}, []
+    for t0, t1, kind, v in r.results:
+        ins = r.inside(t0, t1)
+        kinds.setdefault(kind, [0, 0])[0 if ins else 1] += 1
+        if kind in ("error", "refused") and not ins:
+            outside.append(f"{kind} at {at(t0)}..{at(t1)}: {v[:120]}")
+    total = len(r.results)
+    exact = sum(kinds.get("exact", [0, 0]))
+    share = exact / total if total else 0.0
+    bad_m = [f"expected {want}, got {st} at {at(t0)}: {out!r}"
+             for t0, t1, want, st, out in r.malformed if st != want]
+    statuses = {}
+    for m in r.malformed:
+        statuses[m[3]] = statuses.get(m[3], 0) + 1
+
+    print(f"chaos: {a.duration:.0f} s; windows (closed {GRACE_S:.0f} s after the cluster is whole "
+          "again): " + ("; ".join(f"{w[0]} at {at(w[1])}, whole after "
+                                 + (f"{w[2] - w[1]:.1f} s" if w[2] else "never")
+                                 for w in r.windows) or "none"))
+    print("chaos: client requests inside/outside the windows: "
+          + ", ".join(f"{k} {n[0]}/{n[1]}" for k, n in sorted(kinds.items())))
+    print(f"chaos: exact {exact} of {total} ({100 * share:.1f}%, {100 * MIN_EXACT:.0f}% needed); "
+          f"longest request {r.max_s:.1f} s (bound {REQ_BOUND_S:.0f} s)")
+    print(f"chaos: malformed requests {len(r.malformed)}: "
+          + (", ".join(f"{st} x{n}" for st, n in sorted(statuses.items())) or "none")
+          + (f"; {len(bad_m)} without their 4xx" if bad_m else "; each got its 4xx"))
+    print(f"chaos: other counts {json.dumps(r.counts, sort_keys=True)}; RSS deviation after "
+          f"warm-up per process: {devs or 'n/a'}")
     for m, n in sorted(r.errors.items(), key=lambda x: -x[1])[:8]:
         print(f"   error x{n}: {m}")
     for f in r.failures[:20]:
         print("  ", f)
-    return 0 if ok else 1
+
+    why = []
+    if outside:
+        why.append(f"{len(outside)} errors/refusals outside the windows we caused, first: "
+                   f"{outside[0]}")
+    if total == 0:
+        why.append("no client request was answered")
+    elif share < MIN_EXACT:
+        why.append(f"only {exact} of {total} requests exact ({100 * share:.1f}% < "
+                   f"{100 * MIN_EXACT:.0f}%)")
+    if bad_m:
+        why.append(f"{len(bad_m)} of {len(r.malformed)} malformed requests without their 4xx, "
+                   f"first: {bad_m[0]}")
+    names = {"wrong": "answers differ from `hearth run`",
+             "unclear": "requests ended without the answer or a clear error",
+             "slow": f"requests took longer than {REQ_BOUND_S:.0f} s",
+             "crash": "agents died other than by our hand",
+             "rss": "agents' RSS moved more than 10%",
+             "flood_health": "/health failed under a flood",
+             "not_whole": f"windows not closed within {READY_WAIT_S:.0f} s"}
+    for k, what in names.items():
+        if r.counts.get(k):
+            first = next((f for f in r.failures if f.startswith(k + ":")), "")
+            why.append(f"{r.counts[k]} {what}"
+                       + (f", first: {first[len(k) + 2:]}" if first else ""))
+    for w in why:
+        print("chaos: FAILED:", w)
+    if not why:
+        print("chaos: PASS")
+    return 1 if why else 0
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ ring() {
     pids+=($!)
     "${isa[@]}" qemu-aarch64-static -cpu "$CPU" "$ARM" agent -m "$model" \
         --listen "127.0.0.1:$((port + 10))" --head "127.0.0.1:$port" --name arm64 --no-profile \
-        --insecure -t 1 >"$DIR/worker.log" 2>&1 &
+        --insecure -t 2 >"$DIR/worker.log" 2>&1 &
     pids+=($!)
     local ready=0
     for _ in $(seq 600); do

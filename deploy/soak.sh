@@ -9,7 +9,9 @@
 # answer and a request that fails (recovery must hide the kills) both make
 # the soak fail, with the failed request's error printed. No agent may
 # crash (the head must live to the end; a worker may only die by our kill)
-# and the head's RSS must stay within 10% of its size after warm-up.
+# and the head's RSS must stay within 10% of its size after warm-up. A soak
+# in which no kill happened (the requests ended within the first interval)
+# proved nothing and fails too. Each failure ends in a "soak: FAILED: why" line.
 # Defaults: the shared small-llama-q4_0 model, 200 requests, 30 s, 48 tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -122,5 +124,17 @@ echo "soak: $reqs requests in $(($(date +%s) - t0)) s: $ok exact, $failed failed
      "$wrong wrong; $kills kills, $recov in-flight recoveries; head alive: $alive;" \
      "head RSS after warm-up $rss0 kB, max $rss_max kB (+$growth%), last $rss_last kB;" \
      "workers at the end:$w_rss"
-[ -e "$W/crashes" ] && { cat "$W/crashes"; exit 1; }
-[ "$wrong" = 0 ] && [ "$failed" = 0 ] && [ "$alive" = yes ] && [ "$growth" -le 10 ]
+fail=0
+failed_because() { echo "soak: FAILED: $*"; fail=1; }
+if [ -e "$W/crashes" ]; then
+    while read -r line; do failed_because "$line"; done <"$W/crashes"
+fi
+[ "$kills" -gt 0 ] ||
+    failed_because "no kill happened: the $reqs requests ended before the first kill" \
+        "(every $interval s); give more requests (-r) or a shorter interval (-i)"
+[ "$wrong" = 0 ] || failed_because "$wrong answers differ from the single-process run"
+[ "$failed" = 0 ] || failed_because "$failed requests failed with an error"
+[ "$alive" = yes ] || failed_because "the head (pid $head_pid) died"
+[ "$growth" -le 10 ] || failed_because "head RSS grew $growth% after warm-up (10% allowed)"
+[ "$fail" = 0 ] && echo "soak: PASS"
+exit "$fail"

@@ -4,7 +4,11 @@
  * greedy request runs, the head must notice the measured rounds stay off
  * the plan's prediction, re-plan within a bound, give that device fewer
  * layers, and finish the request with exactly the ids of a single-process
- * run (the request is replayed on the new plan, not failed). */
+ * run (the request is replayed on the new plan, not failed).
+ * And the converse: three undisturbed devices whose profiles predict them
+ * (the engine probe's real decode steps calibrate the rates, as an agent's
+ * own profile does) run requests for several seconds, the adaptive check
+ * armed all along (no hold-off), and the head never re-plans. */
 #include "agent/agent.h"
 #include "common/log.h"
 #include "common/sync.h"
@@ -198,6 +202,159 @@ static void test_adapt(const char *model) {
     agents_end(ag, N_DEV);
 }
 
+/* ---- the undisturbed cluster ---- */
+
+#define QUIET_S 4.5 /* decoding: warm-up + the HR_ADAPT_WINDOW_S (2 s) a re-plan needs, twice */
+#define QUIET_MAX_REQ 40
+
+/* A profile of this machine at one thread saved as g_dir/NAME.json:
+ * fake_device's rates calibrated by the engine probe probed made (real
+ * decode steps of the model's first layers), so that the plan's
+ * predictions are what the agents measure. */
+static int calibrated_profile(const char *name, int64_t avail, const hr_prof_device *probed,
+                              hr_prof_device *d, char *file, size_t cap) {
+    fake_device(d, name, 2.0, 0.0, avail);
+    d->engine_layers = probed->engine_layers;
+    d->engine_threads = probed->engine_threads;
+    d->engine_ms = probed->engine_ms;
+    d->engine_pred_ms = probed->engine_pred_ms;
+    d->engine_factor = probed->engine_factor;
+    d->engine_window_s = probed->engine_window_s;
+    snprintf(file, cap, "%s/%s.json", g_dir, name);
+    return write_profile(d, file);
+}
+
+static void test_quiet(const char *model) {
+    hr_prof_model pm = {0};
+    hr_sched_model sm;
+    if (model_inputs(model, N_CTX, &pm, &sm)) {
+        CHECK(0);
+        return;
+    }
+    /* the probe: the model's first layers, one thread, as the agents run */
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    hr_prof_device *probed = calloc(2, sizeof *probed), *d = probed + 1;
+    int rc = hr_gguf_open(&g, model, err);
+    if (!rc)
+        rc = hr_model_load(&m, g, err);
+    if (!rc) {
+        fake_device(probed, "probe", 2.0, 0.0, 1ll << 30);
+        rc = hr_prof_engine_probe(probed, m, &pm, 1, 0.5, err);
+    }
+    hr_model_free(m);
+    hr_gguf_close(g);
+    hr_prof_model_clear(&pm);
+    if (rc)
+        fprintf(stderr, "engine probe: %s\n", err);
+    CHECK_EQ(rc, 0);
+    printf("quiet: engine probe %d layers: %.3f ms per step, the rates predict %.3f (x%.2f)\n",
+           probed->engine_layers, probed->engine_ms, probed->engine_pred_ms, probed->engine_factor);
+    /* memory for 5.5 layers each: all three hold some, and the plan could
+     * still move layers between them */
+    double per = sm.layer_bytes + sm.kv_bytes_per_layer;
+    const char *names[N_DEV] = {"head", "q1", "q2"}; /* not w2: nobody is slowed */
+    char files[N_DEV][128];
+    int64_t avail[N_DEV];
+    for (int i = 0; rc == 0 && i < N_DEV; i++) {
+        double reserve = model_reserve(model, N_CTX, i == 0);
+        avail[i] = (int64_t)(reserve + 5.5 * per + (i == 0 ? sm.output_bytes : 0));
+        CHECK_EQ(calibrated_profile(names[i], avail[i], probed, d, files[i], sizeof files[i]), 0);
+    }
+    free(probed);
+    if (rc)
+        return;
+    agent_th ag[N_DEV];
+    memset(ag, 0, sizeof ag);
+    int ok = profiled_agents_begin(ag, N_DEV, model, N_CTX, names, files, avail, 1);
+    CHECK_EQ(ok, 0);
+    if (ok == 0 && head_ready(ag[0].a, N_DEV - 1, 30000)) {
+        CHECK(0);
+        ok = -1;
+    }
+    json_t *st = ok == 0 ? head_status(ag[0].a) : NULL;
+    CHECK(st != NULL);
+    if (!st) {
+        agents_end(ag, N_DEV);
+        return;
+    }
+    int plan0 = (int)json_integer_value(json_object_get(st, "plan_id"));
+    printf("quiet plan %d: %s\n", plan0, json_string_value(json_object_get(st, "plan_source")));
+    json_decref(st);
+    int32_t prompt[] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278};
+    int n_prompt = (int)(sizeof prompt / sizeof prompt[0]);
+    int32_t ref[1 + N_GEN];
+    CHECK_EQ(ref_greedy(model, N_CTX, prompt, n_prompt, N_GEN, ref), 0);
+    /* requests back to back (a streak outlives the gap between two) until
+     * QUIET_S s of decoding; the status watched meanwhile */
+    double t_first = 0, ratio_min[N_DEV], ratio_max[N_DEV];
+    for (int i = 0; i < N_DEV; i++) {
+        ratio_min[i] = 1e9;
+        ratio_max[i] = 0;
+    }
+    int n_req = 0, n_tok = 0, exact = 0, replans = 0, rescaled = 0, plan = plan0;
+    while (n_req < QUIET_MAX_REQ && (t_first == 0 || hr_now_s() - t_first < QUIET_S)) {
+        request *r = calloc(1, sizeof *r);
+        r->head = ag[0].a;
+        r->prompt = prompt;
+        r->n_prompt = n_prompt;
+        pthread_create(&r->th, NULL, request_main, r);
+        while (!atomic_load(&r->done)) {
+            usleep(20000);
+            json_t *s = head_status(ag[0].a), *dv;
+            size_t i;
+            json_array_foreach(json_object_get(s, "devices"), i, dv) {
+                double q = json_real_value(json_object_get(dv, "meas_pred_ratio"));
+                if (i < N_DEV && q > 0) {
+                    ratio_min[i] = q < ratio_min[i] ? q : ratio_min[i];
+                    ratio_max[i] = q > ratio_max[i] ? q : ratio_max[i];
+                }
+            }
+            json_decref(s);
+        }
+        pthread_join(r->th, NULL);
+        if (r->rc)
+            fprintf(stderr, "quiet request %d: %s\n", n_req, r->err);
+        CHECK_EQ(r->rc, 0);
+        if (t_first == 0)
+            t_first = atomic_load(&r->t_first);
+        exact += counted_ids_equal(r->ids, ref);
+        n_tok += r->ids[0];
+        n_req++;
+        free(r);
+    }
+    st = head_status(ag[0].a);
+    json_t *ad = json_object_get(st, "adapt");
+    replans = (int)json_integer_value(json_object_get(ad, "replans"));
+    rescaled = (int)json_integer_value(json_object_get(ad, "rescaled"));
+    plan = (int)json_integer_value(json_object_get(st, "plan_id"));
+    printf("quiet: %d requests, %d tokens in %.1f s of decoding: %d re-plans, %d rescales, plan "
+           "%d (was %d)%s%s\n",
+           n_req, n_tok, hr_now_s() - t_first, replans, rescaled, plan, plan0,
+           json_string_value(json_object_get(ad, "last"))[0] ? "; last: " : "",
+           json_string_value(json_object_get(ad, "last")));
+    json_t *dv;
+    size_t i;
+    json_array_foreach(json_object_get(st, "devices"), i, dv) {
+        printf("  %s: w %lld, measured / predicted %.2f .. %.2f, rate_scale %.3g\n",
+               json_string_value(json_object_get(dv, "name")),
+               (long long)json_integer_value(json_object_get(dv, "w")),
+               i < N_DEV ? ratio_min[i] : 0.0, i < N_DEV ? ratio_max[i] : 0.0,
+               json_real_value(json_object_get(dv, "rate_scale")));
+    }
+    json_decref(st);
+    /* the check was armed (decoding longer than a re-plan needs) and
+     * nothing moved */
+    CHECK_DBL_(hr_now_s() - t_first, >=, QUIET_S);
+    for (int k = 0; k < N_DEV; k++) /* each device's rounds were compared with the plan's */
+        CHECK_DBL_(ratio_max[k], >, 0.0);
+    CHECK_INT(replans, ==, 0);
+    CHECK_INT(plan, ==, plan0);
+    CHECK_INT(exact, ==, n_req);
+    agents_end(ag, N_DEV);
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
@@ -207,8 +364,10 @@ int main(void) {
     char model[128];
     const char *bin =
         generated_model("adapt", 12, 7, "m12.gguf", g_dir, sizeof g_dir, model, sizeof model);
-    if (bin)
+    if (bin) {
         test_adapt(model);
+        test_quiet(model);
+    }
     tmp_dir_remove(g_dir);
     return hr_check_finish("adapt");
 }

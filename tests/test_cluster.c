@@ -1,7 +1,11 @@
 /* test_cluster.c - local clusters of 1-3 agents on loopback:
  *  - exactness: greedy ids on the ring (F32 wire) equal the single-process
  *    run for every shared model, 1/2/3 agents, k = 1 and k > 1; teacher-
- *    forced logits within 1e-5 (F32) and 2e-3 (F16) relative;
+ *    forced logits byte-equal (F32 wire) and within 2e-3 (F16) relative;
+ *    and on a generated 12-layer model (made here with hr_mkmodel_write),
+ *    3 agents with k = 2 and k = 3 and forced windows: the head's plan (its
+ *    status) has that k and 3 devices with layers, each of which computed
+ *    tokens, and the answers are still the single process's bits;
  *  - robustness: garbage, oversized and forged frames sent to every port
  *    during a generation are rejected without harm; a wrong model or
  *    protocol version is refused at join;
@@ -19,6 +23,7 @@
 #include "common/log.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
+#include "model/mkmodel.h"
 #include "model/model.h"
 #include "ring/ring.h"
 
@@ -42,8 +47,10 @@ typedef struct {
 
 #define WIRE_DEFAULT (-1) /* leave hr_agent_params_default()'s wire type */
 
-/* Starts n agents (the first is the head) and waits until ready. */
-static int cluster_start(cluster *c, const char *model, int n, int k, int dtype) {
+/* Starts n agents (the first is the head) and waits until ready; windows
+ * (NULL: the scheduler's) forces the window sizes per ring position. */
+static int cluster_start(cluster *c, const char *model, int n, int k, int dtype,
+                         const char *windows) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < n; i++) {
         char name[16];
@@ -51,6 +58,7 @@ static int cluster_start(cluster *c, const char *model, int n, int k, int dtype)
         hr_agent_params p =
             agent_params(model, name, i ? hr_agent_endpoint(c->ag[0].a) : NULL, N_CTX, n - 1);
         p.k = k;
+        p.windows = windows;
         if (dtype != WIRE_DEFAULT)
             p.wire_dtype = dtype;
         if (agent_begin(&c->ag[i], &p))
@@ -63,6 +71,66 @@ static int cluster_start(cluster *c, const char *model, int n, int k, int dtype)
 static void cluster_stop(cluster *c) {
     agents_end(c->ag, c->n);
     memset(c, 0, sizeof *c);
+}
+
+/* The plan the head made, from its status: k, the devices with at least
+ * one layer in the ring (active), the layers they hold in all (k x w
+ * each), and "name:first-last,..." per active device. */
+typedef struct {
+    int k, active, layers, n_layer;
+    uint32_t plan_id;
+    char desc[256];
+} plan_seen;
+
+static plan_seen plan_of(hr_agent *head) {
+    plan_seen ps = {.k = -1};
+    json_t *st = head_status(head);
+    if (!st)
+        return ps;
+    ps.k = (int)json_integer_value(json_object_get(st, "k"));
+    ps.n_layer = (int)json_integer_value(json_object_get(st, "n_layer"));
+    ps.plan_id = (uint32_t)json_integer_value(json_object_get(st, "plan_id"));
+    json_t *d;
+    size_t i, n = 0;
+    json_array_foreach(json_object_get(st, "devices"), i, d) {
+        int w = (int)json_integer_value(json_object_get(d, "w"));
+        if (w <= 0 || json_is_true(json_object_get(d, "lost")) ||
+            json_integer_value(json_object_get(d, "ring_pos")) < 0)
+            continue;
+        ps.active++;
+        ps.layers += ps.k * w;
+        const char *nm = json_string_value(json_object_get(d, "name"));
+        const char *ly = json_string_value(json_object_get(d, "layers"));
+        if (n < sizeof ps.desc)
+            n += (size_t)snprintf(ps.desc + n, sizeof ps.desc - n, "%s%s:%s", n ? " " : "",
+                                  nm ? nm : "?", ly ? ly : "?");
+    }
+    json_decref(st);
+    return ps;
+}
+
+/* Devices of the plan with layers that have computed no token yet, as the
+ * head's status shows them (workers report in heartbeats): polled for up
+ * to timeout_ms until every one of them has. */
+static int idle_active_devices(hr_agent *head, int timeout_ms) {
+    double t0 = now_s();
+    for (;;) {
+        int idle = 0;
+        json_t *st = head_status(head), *d;
+        size_t i;
+        json_array_foreach(json_object_get(st, "devices"), i, d) {
+            if (json_integer_value(json_object_get(d, "w")) > 0 &&
+                json_integer_value(json_object_get(d, "ring_pos")) >= 0 &&
+                json_integer_value(json_object_get(d, "tokens")) <= 0)
+                idle++;
+        }
+        json_decref(st);
+        if (!st)
+            idle = -1;
+        if (idle == 0 || (now_s() - t0) * 1000 > timeout_ms)
+            return idle;
+        sleep_ms(50);
+    }
 }
 
 typedef struct {
@@ -126,17 +194,26 @@ static int generate(hr_agent *head, const int32_t *ids, int n, gen_out *out) {
     return rc;
 }
 
-static void test_model(const char *file) {
-    char path[512];
-    hr_shared_path(file, path, sizeof path);
+/* One cluster configuration of test_model: n agents, k rounds (forced),
+ * wire type, windows (NULL: the scheduler's); active > 0: the devices with
+ * layers the head's plan must have; again: a second request on the ring. */
+typedef struct {
+    int n, k, dtype;
+    const char *windows;
+    int active;
+    bool again;
+} cluster_cfg;
+
+/* Every configuration of cfg on the model at path (label: how to name it)
+ * against the single-process run. */
+static void test_model_cfgs(const char *path, const char *label, const cluster_cfg *cfg,
+                            int n_cfg) {
     ref_t r;
     if (ref_open(&r, path)) {
         fprintf(stderr, "cannot open %s\n", path);
         CHECK(0);
         return;
     }
-    int L = hr_model_hparams(r.m)->n_layer;
-    int kk = L % 2 == 0 ? 2 : L;
     const hr_weight *wq = &hr_model_layer(r.m, 0)->wq;
     bool quantized = wq->type != HR_TYPE_F32 && wq->type != HR_TYPE_F16;
     hr_tokenizer *tok = NULL;
@@ -158,19 +235,15 @@ static void test_model(const char *file) {
     float *want = malloc((size_t)n_seq * r.nv * sizeof(float));
     float *got = malloc((size_t)n_seq * r.nv * sizeof(float));
     hr_ctx_eval(r.ctx, seq, n_seq, 0, want, true, err);
-    struct {
-        int n, k, dtype;
-    } cfg[] = {{1, 1, HR_RING_F32}, {2, 1, WIRE_DEFAULT},  {2, kk, HR_RING_F32},
-               {3, 1, HR_RING_F32}, {3, kk, WIRE_DEFAULT}, {2, 1, HR_RING_F16}};
-    /* what users get without --wire must be the exact one */
-    CHECK_EQ(hr_agent_params_default().wire_dtype, HR_RING_F32);
-    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+    for (int c = 0; c < n_cfg; c++) {
         cluster cl;
-        if (cluster_start(&cl, path, cfg[c].n, cfg[c].k, cfg[c].dtype)) {
+        if (cluster_start(&cl, path, cfg[c].n, cfg[c].k, cfg[c].dtype, cfg[c].windows)) {
             CHECK(0);
             cluster_stop(&cl);
             continue;
         }
+        /* the plan the head made and runs with */
+        plan_seen ps = plan_of(cl.ag[0].a);
         gen_out out;
         CHECK_EQ(generate(cl.ag[0].a, prompt, n_prompt, &out), 0);
         int same = out.n == ref.n;
@@ -182,13 +255,27 @@ static void test_model(const char *file) {
         for (int i = 0; i < out.n && i < ref.n && first_diff < 0; i++)
             if (out.ids[i] != ref.ids[i])
                 first_diff = i;
-        printf("%-24s agents %d k %d wire %s: ids %s (%d tokens%s%d), logits max rel %.2e\n", file,
-               cfg[c].n, cfg[c].k,
+        printf("%-24s agents %d k %d wire %s: plan %u: k %d, %d active device(s) [%s]; ids %s "
+               "(%d tokens%s%d), logits max rel %.2e\n",
+               label, cfg[c].n, cfg[c].k,
                cfg[c].dtype == HR_RING_F16   ? "f16"
                : cfg[c].dtype == HR_RING_F32 ? "f32"
                                              : "default",
-               same ? "identical" : "DIFFER", out.n, first_diff >= 0 ? ", first diff at " : ", ",
-               first_diff >= 0 ? first_diff : out.n, rel);
+               ps.plan_id, ps.k, ps.active, ps.desc, same ? "identical" : "DIFFER", out.n,
+               first_diff >= 0 ? ", first diff at " : ", ", first_diff >= 0 ? first_diff : out.n,
+               rel);
+        /* the head planned the rounds asked for, every layer once */
+        CHECK_INT(ps.k, ==, cfg[c].k);
+        CHECK_INT(ps.layers, ==, ps.n_layer);
+        CHECK_INT(ps.active, >=, 1);
+        CHECK_INT(ps.active, <=, cfg[c].n);
+        if (cfg[c].active > 0) {
+            CHECK_INT(ps.active, ==, cfg[c].active);
+            /* and each of them computed: no device stood by */
+            CHECK_INT(idle_active_devices(cl.ag[0].a, 3000), ==, 0);
+            /* the plan stayed the one it ran */
+            CHECK_INT(plan_of(cl.ag[0].a).plan_id, ==, ps.plan_id);
+        }
         if (cfg[c].dtype != HR_RING_F16) { /* the exact wire: the bits of one process */
             CHECK(same);
             CHECK(rel == 0.0);
@@ -199,18 +286,87 @@ static void test_model(const char *file) {
             CHECK(rel <= (quantized ? 3e-2 : 2e-3));
         }
         /* a second request on the same ring reuses the KV slots */
-        if (c == 4) {
+        if (cfg[c].again) {
             gen_out again;
             CHECK_EQ(generate(cl.ag[0].a, prompt, n_prompt, &again), 0);
             CHECK_EQ(again.n, ref.n);
             CHECK(memcmp(again.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n) == 0);
         }
+        /* workers stop first: a head with forced windows cannot re-plan
+         * without them and would say so at error level */
+        if (cfg[c].windows)
+            hr_log_set_level(HR_LOG_LEVEL_NONE);
         cluster_stop(&cl);
+        hr_log_set_level(HR_LOG_LEVEL_ERROR);
     }
     free(want);
     free(got);
     hr_tokenizer_destroy(tok);
     ref_close(&r);
+}
+
+/* A shared model: 1, 2 and 3 agents with k = 1, 2 agents with k > 1 (a
+ * divisor of its 2-4 layers: 3 devices cannot all hold layers there, see
+ * test_generated), and the F16 wire. */
+static void test_model(const char *file) {
+    char path[512];
+    hr_shared_path(file, path, sizeof path);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    char err[HR_ERR_LEN];
+    if (hr_gguf_open(&g, path, err) || hr_model_load(&m, g, err)) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        CHECK(0);
+        hr_gguf_close(g);
+        return;
+    }
+    int L = hr_model_hparams(m)->n_layer;
+    hr_model_free(m);
+    hr_gguf_close(g);
+    int kk = L % 2 == 0 ? 2 : L;
+    const cluster_cfg cfg[] = {{1, 1, HR_RING_F32, NULL, 1, false},
+                               {2, 1, WIRE_DEFAULT, NULL, 0, false},
+                               {2, kk, HR_RING_F32, NULL, 0, false},
+                               {3, 1, HR_RING_F32, NULL, 0, true},
+                               {2, 1, HR_RING_F16, NULL, 0, false}};
+    /* what users get without --wire must be the exact one */
+    CHECK_EQ(hr_agent_params_default().wire_dtype, HR_RING_F32);
+    test_model_cfgs(path, file, cfg, (int)(sizeof cfg / sizeof cfg[0]));
+}
+
+/* 3 agents, k > 1, every device with layers: a generated 12-layer model
+ * (tiny shape, Q4_0, TinyLlama's tokenizer: 4 MiB, made in well under a
+ * second) and windows forced so that the scheduler cannot put them all on
+ * the head (the devices here are alike and the head saves the ring's
+ * hops): k = 2 with windows 2,2,2 (each device two windows of 2 layers)
+ * and k = 3 with 2,1,1 (the default wire). */
+static void test_generated(void) {
+    char dir[64], path[128], vocab[512], err[HR_ERR_LEN] = "";
+    if (tmp_dir_make(dir, sizeof dir, "cluster")) {
+        CHECK(0);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/gen12.gguf", dir);
+    hr_mkmodel_params mp = hr_mkmodel_params_default();
+    CHECK_EQ(hr_mkmodel_shape(&mp, "tiny"), 0);
+    mp.n_layer = 12;
+    mp.ftype = "q4_0";
+    mp.seed = 12;
+    mp.vocab_from = hr_shared_path("models/tiny-llama-f32.gguf", vocab, sizeof vocab);
+    double t0 = now_s();
+    int rc = hr_mkmodel_write(&mp, path, NULL, NULL, err);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        tmp_dir_remove(dir);
+        return;
+    }
+    printf("generated %s: %d layers, embd %d, %s, in %.2f s\n", path, mp.n_layer, mp.n_embd,
+           mp.ftype, now_s() - t0);
+    const cluster_cfg cfg[] = {{3, 2, HR_RING_F32, "2,2,2", 3, false},
+                               {3, 3, WIRE_DEFAULT, "2,1,1", 3, true}};
+    test_model_cfgs(path, "generated 12 layers", cfg, (int)(sizeof cfg / sizeof cfg[0]));
+    tmp_dir_remove(dir);
 }
 
 /* ---- robustness ---- */
@@ -327,7 +483,7 @@ static void test_garbage(void) {
     gen_out ref;
     ref_generate(&r, tok, prompt, n_prompt, &ref);
     cluster cl;
-    CHECK_EQ(cluster_start(&cl, path, 3, 2, HR_RING_F32), 0);
+    CHECK_EQ(cluster_start(&cl, path, 3, 2, HR_RING_F32, NULL), 0);
     garbage_t g = {.n_eps = 0, .n_embd = hr_model_hparams(r.m)->n_embd};
     {
         char *st = hr_head_status_json(cl.ag[0].a);
@@ -682,6 +838,7 @@ int main(int argc, char **argv) {
                             "models/small-qwen2-f16.gguf",    "models/small-qwen2-q4_k_m.gguf"};
     for (size_t i = 0; i < (quick ? 2 : sizeof models / sizeof models[0]); i++)
         test_model(models[i]);
+    test_generated();
     test_garbage();
     test_kill();
     test_comings_and_goings();

@@ -2,15 +2,118 @@
  * window's first layers on a Vulkan device (HR_GPU=any from ctest: lavapipe
  * where there is no GPU): greedy ids equal the single-process CPU run and
  * teacher-forced logits stay within the float bound, with the GPU on the
- * worker and on the head; and the PLAN message carries n_gpu. Exits 77
- * (SKIPPED) without a Vulkan device. */
+ * worker and on the head; and the PLAN message carries n_gpu. Equal
+ * outputs alone would also pass if the agent silently ran its layers on the
+ * CPU, so the GPU layers actually run are counted (below) and checked
+ * against what the ring computed. Exits 77 (SKIPPED) without a Vulkan
+ * device. */
 #include "agent/agent.h"
 #include "gpu/vk.h"
 #include "mmap/gguf.h"
+#include "model/gpu-impl.h"
 #include "model/model.h"
 #include "ring/msg.h"
 
 #include "harness.h"
+
+#include <stdatomic.h>
+
+/* ---- GPU layers run ----
+ * tests/CMakeLists.txt links this test with --wrap for the model's calls
+ * into its GPU windows (model/gpu-impl.h: model.c creates, runs and
+ * destroys them, gpu.c holds them), so every window a context puts on the
+ * GPU (its layer count) and every run of one (its rows) is counted here.
+ * The agents run in this process; only the one given a GPU has any. */
+int __real_hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
+                             const hr_layer_weights *layers, int il0, int n,
+                             const float *rope_freqs, int n_ctx, int n_batch, int n_seq,
+                             char err[HR_ERR_LEN]);
+void __real_hr_gpu_win_destroy(hr_gpu_win *g);
+int __real_hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR_LEN]);
+int __real_hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, const int *pos,
+                               const int *run_len, int n_runs, char err[HR_ERR_LEN]);
+int __wrap_hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
+                             const hr_layer_weights *layers, int il0, int n,
+                             const float *rope_freqs, int n_ctx, int n_batch, int n_seq,
+                             char err[HR_ERR_LEN]);
+void __wrap_hr_gpu_win_destroy(hr_gpu_win *g);
+int __wrap_hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR_LEN]);
+int __wrap_hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, const int *pos,
+                               const int *run_len, int n_runs, char err[HR_ERR_LEN]);
+
+#define GPU_WIN_MAX 64
+static pthread_mutex_t g_gpu_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const hr_gpu_win *g;
+    int n; /* layers */
+} g_gpu_win[GPU_WIN_MAX];
+static atomic_llong g_gpu_calls;  /* window runs */
+static atomic_llong g_gpu_layers; /* layers run: each run's window layers */
+static atomic_llong g_gpu_rows;   /* token rows through a window */
+static atomic_int g_gpu_win_n;    /* layers of the last window created */
+
+int __wrap_hr_gpu_win_create(hr_gpu_win **out, hr_vk *vk, const hr_hparams *hp,
+                             const hr_layer_weights *layers, int il0, int n,
+                             const float *rope_freqs, int n_ctx, int n_batch, int n_seq,
+                             char err[HR_ERR_LEN]) {
+    int rc = __real_hr_gpu_win_create(out, vk, hp, layers, il0, n, rope_freqs, n_ctx, n_batch,
+                                      n_seq, err);
+    if (rc == 0 && *out) {
+        pthread_mutex_lock(&g_gpu_mu);
+        for (int i = 0; i < GPU_WIN_MAX; i++)
+            if (!g_gpu_win[i].g) {
+                g_gpu_win[i].g = *out;
+                g_gpu_win[i].n = n;
+                break;
+            }
+        pthread_mutex_unlock(&g_gpu_mu);
+        atomic_store(&g_gpu_win_n, n);
+    }
+    return rc;
+}
+
+void __wrap_hr_gpu_win_destroy(hr_gpu_win *g) {
+    pthread_mutex_lock(&g_gpu_mu);
+    for (int i = 0; g && i < GPU_WIN_MAX; i++)
+        if (g_gpu_win[i].g == g)
+            g_gpu_win[i].g = NULL;
+    pthread_mutex_unlock(&g_gpu_mu);
+    __real_hr_gpu_win_destroy(g);
+}
+
+static void gpu_count(const hr_gpu_win *g, int rows) {
+    int n = 0;
+    pthread_mutex_lock(&g_gpu_mu);
+    for (int i = 0; i < GPU_WIN_MAX; i++)
+        if (g_gpu_win[i].g == g)
+            n = g_gpu_win[i].n;
+    pthread_mutex_unlock(&g_gpu_mu);
+    atomic_fetch_add(&g_gpu_calls, 1);
+    atomic_fetch_add(&g_gpu_layers, n);
+    atomic_fetch_add(&g_gpu_rows, rows);
+}
+
+int __wrap_hr_gpu_win_run(hr_gpu_win *g, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
+    int rc = __real_hr_gpu_win_run(g, hidden, n, pos, err);
+    if (rc == 0)
+        gpu_count(g, n);
+    return rc;
+}
+
+int __wrap_hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, const int *pos,
+                               const int *run_len, int n_runs, char err[HR_ERR_LEN]) {
+    int rc = __real_hr_gpu_win_run_runs(g, hidden, n, seq, pos, run_len, n_runs, err);
+    if (rc == 0)
+        gpu_count(g, n);
+    return rc;
+}
+
+static void gpu_count_reset(void) {
+    atomic_store(&g_gpu_calls, 0);
+    atomic_store(&g_gpu_layers, 0);
+    atomic_store(&g_gpu_rows, 0);
+    atomic_store(&g_gpu_win_n, 0);
+}
 
 #define N_GEN 16
 #define N_CTX 128
@@ -69,6 +172,7 @@ static void test_ring(const char *file, const char *windows, int gpu_dev, int n_
     CHECK_EQ(hr_ctx_eval(c, seq, n_seq, 0, want, true, err), 0);
     hr_ctx_destroy(c);
 
+    gpu_count_reset(); /* the reference above ran on the CPU */
     agent_th ag[2];
     memset(ag, 0, sizeof ag);
     bool ok = true;
@@ -102,6 +206,19 @@ static void test_ring(const char *file, const char *windows, int gpu_dev, int n_
         CHECK(same);
         /* bit for bit: the GPU kernels round every step as the CPU does */
         CHECK_EQ(memcmp(got, want, (size_t)n_seq * nv * sizeof(float)), 0);
+        /* ... and the GPU did run them: a window of n_gpu layers, through
+         * which the prompt, each token fed back and every teacher-forced
+         * position went (k = 1: one pass a token) */
+        long long calls = atomic_load(&g_gpu_calls), layers = atomic_load(&g_gpu_layers),
+                  rows = atomic_load(&g_gpu_rows);
+        int win_layers = atomic_load(&g_gpu_win_n);
+        printf("%-24s GPU on the %s: %lld window runs, %lld layers, %lld token rows on the "
+               "GPU\n",
+               file, gpu_dev ? "worker" : "head", calls, layers, rows);
+        CHECK_INT(win_layers, ==, n_gpu);
+        CHECK_INT(calls, >=, out.n);
+        CHECK_INT(layers, ==, calls * n_gpu);
+        CHECK_INT(rows, >=, 8 + (out.n - 1) + n_seq);
     }
     agents_end(ag, 2);
     free(want);
@@ -142,6 +259,7 @@ static void test_planned(const char *file, int vk_index) {
     snprintf(files[1], sizeof files[1], "%s/worker.json", dir);
     CHECK_EQ(write_profile(d, files[1]), 0);
     free(d);
+    gpu_count_reset();
     agent_th ag[2];
     memset(ag, 0, sizeof ag);
     bool ok = true;
@@ -174,10 +292,17 @@ static void test_planned(const char *file, int vk_index) {
         bool same = out.n == ref[0];
         for (int i = 0; same && i < out.n; i++)
             same = out.ids[i] == ref[i + 1];
-        printf("%-24s planned: worker window %d layers, %d on its GPU; greedy ids %s\n", file, wl,
-               gl, same ? "identical" : "DIFFER");
+        long long calls = atomic_load(&g_gpu_calls), layers = atomic_load(&g_gpu_layers);
+        int win_layers = atomic_load(&g_gpu_win_n);
+        printf("%-24s planned: worker window %d layers, %d on its GPU (ran %lld GPU window runs, "
+               "%lld layers); greedy ids %s\n",
+               file, wl, gl, calls, layers, same ? "identical" : "DIFFER");
         CHECK(gl > 0 && gl <= wl);
         CHECK(same);
+        /* the worker ran the plan's GPU layers there, for every token */
+        CHECK_INT(win_layers, ==, gl);
+        CHECK_INT(calls, >=, out.n);
+        CHECK_INT(layers, ==, calls * gl);
     }
     agents_end(ag, 2);
     tmp_dir_remove(dir);
