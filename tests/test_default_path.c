@@ -340,7 +340,9 @@ int main(void) {
     CHECK_EQ(v.n_layer, 8);
     CHECK(v.profiles);
     CHECK(v.links_measured);
-    CHECK(v.fetch_total > 0 && v.fetch_done == v.fetch_total); /* it had no model file */
+    /* it had no model file: its layers came from the head (the total may
+     * still count windows of an earlier plan it no longer needs) */
+    CHECK(v.fetch_done > 0 && v.fetch_done <= v.fetch_total);
     CHECK(strstr(v.source, "scheduler") != NULL); /* planned, not forced or split evenly */
     if (!formed) {
         show_tail(f_h, 4000);

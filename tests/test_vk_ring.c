@@ -278,6 +278,12 @@ static void test_planned(const char *file, int vk_index) {
         json_t *w = dev_named(st, "worker");
         int gl = (int)json_integer_value(json_object_get(w, "gpu_layers"));
         int wl = (int)json_integer_value(json_object_get(w, "w"));
+        if (gl <= 0) { /* the plan left the GPU out: show why */
+            char *txt = json_dumps(st, JSON_COMPACT);
+            fprintf(stderr, "planned: no GPU layers on the worker; status: %.3000s\n",
+                    txt ? txt : "?");
+            free(txt);
+        }
         const char *gname = json_string_value(json_object_get(json_object_get(w, "gpu"), "name"));
         CHECK_STR(gname, "test gpu"); /* what /v1/cluster shows of its GPU */
         json_decref(st);
