@@ -66,7 +66,9 @@ emu() { qemu-aarch64-static -cpu "$@"; }
 echo "== run-time detection on emulated cores (test_quant checks every table the core runs)"
 for spec in cortex-a53:neon cortex-a76:dotprod neoverse-n1:dotprod; do
     cpu=${spec%%:*} want=${spec#*:}
-    out=$(emu "$cpu" $T/test_quant | tail -n 2)
+    # (the tables such a core cannot run are skipped there by design: they
+    # ran under -cpu max, so these runs keep them out of the skip list)
+    out=$(HR_SKIP_LOG= emu "$cpu" $T/test_quant | grep -E "best table|passed")
     echo "$cpu: $out" | tr '\n' ' '
     echo
     grep -q "best table $want\$" <<<"$out" || { echo "test-arm: $cpu should pick $want" >&2; exit 1; }
