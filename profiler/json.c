@@ -354,8 +354,10 @@ static int64_t gint(const json_t *o, const char *k) {
     const json_t *v = json_object_get(o, k);
     if (json_is_integer(v))
         return (int64_t)json_integer_value(v);
-    if (json_is_real(v))
-        return (int64_t)json_real_value(v);
+    if (json_is_real(v)) { /* only a value int64 holds converts (else UB): the rest is "none" */
+        const double r = json_real_value(v);
+        return r >= -9.2233720368547748e18 && r < 9.2233720368547758e18 ? (int64_t)r : -1;
+    }
     return -1;
 }
 
