@@ -428,4 +428,23 @@ static inline int free_port_block(int span) {
     return lo + (int)(getpid() % (n - span));
 }
 
+/* A whole file, NUL-terminated (malloc; NULL when it cannot be read); its
+ * length in *len when len is not NULL. */
+static inline char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = s ? fread(s, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    fclose(f);
+    if (s)
+        s[got] = 0;
+    if (len)
+        *len = got;
+    return s;
+}
+
 #endif

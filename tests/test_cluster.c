@@ -571,18 +571,6 @@ static pid_t spawn(const char *const argv[], const char *log) {
     return pid;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    char *buf = calloc(1, 1 << 16);
-    if (f && buf) {
-        size_t n = fread(buf, 1, (1 << 16) - 1, f);
-        buf[n] = 0;
-    }
-    if (f)
-        fclose(f);
-    return buf;
-}
-
 static void test_kill(void) {
     const char *bin = getenv("HR_BIN");
     if (!bin || access(bin, X_OK) != 0) {
@@ -635,7 +623,7 @@ static void test_kill(void) {
     if (rc0 != 0) { /* say why: the agents' own words */
         const char *logs[] = {f_cl, f_head, f_w[0], f_w[1]};
         for (int i = 0; i < 4; i++) {
-            char *lg = slurp(logs[i]);
+            char *lg = slurp(logs[i], NULL);
             size_t n = lg ? strlen(lg) : 0;
             fprintf(stderr, "--- %s (last 2000 bytes)\n%s\n", logs[i],
                     lg ? lg + (n > 2000 ? n - 2000 : 0) : "(none)");
@@ -653,7 +641,7 @@ static void test_kill(void) {
     }
     /* kill mid-way: once a third of the answer is out (a time would depend on
      * how busy the machine is), at most after the reference's whole time */
-    char *ref0 = slurp(f_ref);
+    char *ref0 = slurp(f_ref, NULL);
     size_t third = ref0 ? strlen(ref0) / 3 : 0;
     free(ref0);
     double tk = now_s();
@@ -675,15 +663,15 @@ static void test_kill(void) {
     }
     printf("kill: client returned %.2f s after the worker was killed\n", now_s() - t0);
     CHECK(done == cl);
-    char *ref = slurp(f_ref), *out = slurp(f_out);
-    char *rcs = slurp(f_rc), *log = slurp(f_head);
+    char *ref = slurp(f_ref, NULL), *out = slurp(f_out, NULL);
+    char *rcs = slurp(f_rc, NULL), *log = slurp(f_head, NULL);
     /* the independent reference: one process, no ring (F32 wire = same numbers) */
     snprintf(cmd, sizeof cmd,
              "%s run -m %s --temp 0.8 --seed 5 -n 1500 --ctx 4096 -p 'Tell me a story' >%s "
              "2>/dev/null",
              bin, model, f_run);
     CHECK_EQ(system(cmd), 0);
-    char *run = slurp(f_run);
+    char *run = slurp(f_run, NULL);
     CHECK(ref && out && strlen(ref) > 20);
     CHECK(run && ref && strcmp(run, ref) == 0);
     CHECK(run && out && strcmp(run, out) == 0);
@@ -704,7 +692,7 @@ static void test_kill(void) {
     while (!three && now_s() - t1 < 20) {
         snprintf(cmd, sizeof cmd, "%s status --head %s --json >%s", bin, hd, f_st);
         if (system(cmd) == 0) {
-            char *js = slurp(f_st);
+            char *js = slurp(f_st, NULL);
             three = js && strstr(js, "\"ready\":true") && strstr(js, "worker-two") &&
                     !strstr(js, "\"ring_pos\":-1");
             free(js);
@@ -715,7 +703,7 @@ static void test_kill(void) {
     CHECK(three);
     snprintf(cmd, sizeof cmd, ask, bin, hd, f_out, "/dev/null");
     CHECK_EQ(system(cmd), 0);
-    char *again = slurp(f_out), *r2 = slurp(f_ref);
+    char *again = slurp(f_out, NULL), *r2 = slurp(f_ref, NULL);
     CHECK(again && r2 && strcmp(again, r2) == 0);
     free(again);
     free(r2);
@@ -733,7 +721,7 @@ static void test_kill(void) {
 
 /* Count of needle in the file at path. */
 static int count_in(const char *path, const char *needle) {
-    char *s = slurp(path);
+    char *s = slurp(path, NULL);
     int n = 0;
     for (const char *p = s ? strstr(s, needle) : NULL; p; p = strstr(p + 1, needle))
         n++;

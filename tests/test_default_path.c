@@ -128,24 +128,9 @@ static int run_cmd(const char *const argv[], const char *out, const char *errf, 
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = s ? fread(s, 1, (size_t)(n > 0 ? n : 0), f) : 0;
-    fclose(f);
-    if (s)
-        s[got] = 0;
-    return s;
-}
-
 /* The last bytes of a log on stderr (what the agents said, on a failure). */
 static void show_tail(const char *path, size_t bytes) {
-    char *s = slurp(path);
+    char *s = slurp(path, NULL);
     size_t n = s ? strlen(s) : 0;
     fprintf(stderr, "--- %s (last %zu bytes)\n%s\n", path, bytes,
             s ? s + (n > bytes ? n - bytes : 0) : "(none)");
@@ -158,7 +143,7 @@ static bool wait_token(const char *log, char *tok, size_t cap, double timeout_s)
     const char *mark = "pair with: hearth agent --join '";
     double t0 = now_s();
     do {
-        char *s = slurp(log);
+        char *s = slurp(log, NULL);
         const char *p = s ? strstr(s, mark) : NULL;
         const char *e = p ? strchr(p + strlen(mark), '\'') : NULL;
         if (e) {
@@ -191,7 +176,7 @@ static bool read_status(const char *bin, const char *head, const char *keys, rin
     memset(v, 0, sizeof *v);
     if (run_cmd(argv, out, errf, 20) != 0)
         return false;
-    char *s = slurp(out);
+    char *s = slurp(out, NULL);
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     free(s);
     if (!j)
@@ -304,7 +289,7 @@ int main(void) {
     /* the same token as `hearth key token` on the head's machine */
     const char *kt[] = {bin, "key", "token", "--key-dir", kh, NULL};
     CHECK_EQ(run_cmd(kt, f_tok, f_err, 20), 0);
-    char *t = slurp(f_tok);
+    char *t = slurp(f_tok, NULL);
     if (t)
         snprintf(tok2, sizeof tok2, "%s", t);
     free(t);
@@ -354,12 +339,12 @@ int main(void) {
     snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
     const char *ra[] = {bin, "run", "-m", model, "-p", PROMPT, "-n", n_gen, "--temp", "0", NULL};
     CHECK_EQ(run_cmd(ra, f_ref, f_err, 120), 0);
-    char *ref = slurp(f_ref);
+    char *ref = slurp(f_ref, NULL);
     const char *pa[] = {bin,   "prompt", "--head", head,        "--key-dir", kh,     "-n",
                         n_gen, "--temp", "0",      "--timeout", "60",        PROMPT, NULL};
     int prc = run_cmd(pa, f_out, f_err, 120);
     CHECK_EQ(prc, 0);
-    char *out = slurp(f_out);
+    char *out = slurp(f_out, NULL);
     CHECK(ref && strlen(ref) > 10);
     CHECK_STR(out, ref);
     printf("hearth run:    %s\ncluster reply: %s\n", ref ? ref : "(none)", out ? out : "(none)");
