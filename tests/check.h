@@ -173,6 +173,29 @@ static inline hr_logits_cmp hr_compare_logits(const float *a, const float *b, in
     return c;
 }
 
+/* A whole file, NUL-terminated (malloc), its length in *len when len is not
+ * NULL; NULL when it cannot be opened or read in full. */
+static inline char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    fclose(f);
+    if (s) {
+        s[n] = 0;
+        if (len)
+            *len = (size_t)n;
+    }
+    return s;
+}
+
 /* Path of a fixture under ../shared (HR_SHARED overrides). */
 static inline const char *hr_shared_path(const char *rel, char *buf, size_t cap) {
     const char *base = getenv("HR_SHARED");

@@ -153,6 +153,24 @@ static inline json_t *head_status(hr_agent *head) {
     return j;
 }
 
+/* profiled_agents_begin, then waits for the head's plan with every worker:
+ * the head's status, or NULL (a check failed; the agents are ended). */
+static inline json_t *profiled_agents_planned(agent_th *ag, int n, const char *model, int n_ctx,
+                                              const char *const *names, char (*files)[128],
+                                              const int64_t *avail, int n_threads) {
+    int ok = profiled_agents_begin(ag, n, model, n_ctx, names, files, avail, n_threads);
+    CHECK_EQ(ok, 0);
+    if (ok == 0 && head_ready(ag[0].a, n - 1, 30000)) {
+        CHECK(0);
+        ok = -1;
+    }
+    json_t *st = ok == 0 ? head_status(ag[0].a) : NULL;
+    CHECK(st != NULL);
+    if (!st)
+        agents_end(ag, n);
+    return st;
+}
+
 static inline int status_int(hr_agent *head, const char *key) {
     json_t *j = head_status(head);
     int v = (int)json_integer_value(json_object_get(j, key));
@@ -426,25 +444,6 @@ static inline int free_port_block(int span) {
             return base;
     }
     return lo + (int)(getpid() % (n - span));
-}
-
-/* A whole file, NUL-terminated (malloc; NULL when it cannot be read); its
- * length in *len when len is not NULL. */
-static inline char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = s ? fread(s, 1, (size_t)(n > 0 ? n : 0), f) : 0;
-    fclose(f);
-    if (s)
-        s[got] = 0;
-    if (len)
-        *len = got;
-    return s;
 }
 
 #endif

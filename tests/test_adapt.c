@@ -86,23 +86,6 @@ static int dev_layers(json_t *st, const char *name) {
     return -1;
 }
 
-/* Starts the N_DEV agents on their profiles and waits for the head's plan:
- * the head's status, or NULL (a check failed, the agents ended). */
-static json_t *start_planned(agent_th *ag, const char *model, const char *const *names,
-                             char files[][128], const int64_t *avail) {
-    int ok = profiled_agents_begin(ag, N_DEV, model, N_CTX, names, files, avail, 1);
-    CHECK_EQ(ok, 0);
-    if (ok == 0 && head_ready(ag[0].a, N_DEV - 1, 30000)) {
-        CHECK(0);
-        ok = -1;
-    }
-    json_t *st = ok == 0 ? head_status(ag[0].a) : NULL;
-    CHECK(st != NULL);
-    if (!st)
-        agents_end(ag, N_DEV);
-    return st;
-}
-
 static void test_adapt(const char *model) {
     hr_prof_model pm = {0};
     hr_sched_model sm;
@@ -129,7 +112,7 @@ static void test_adapt(const char *model) {
     }
     agent_th ag[N_DEV];
     memset(ag, 0, sizeof ag);
-    json_t *st = start_planned(ag, model, names, files, avail);
+    json_t *st = profiled_agents_planned(ag, N_DEV, model, N_CTX, names, files, avail, 1);
     if (!st)
         return;
     int plan0 = (int)json_integer_value(json_object_get(st, "plan_id"));
@@ -275,7 +258,7 @@ static void test_quiet(const char *model) {
         return;
     agent_th ag[N_DEV];
     memset(ag, 0, sizeof ag);
-    json_t *st = start_planned(ag, model, names, files, avail);
+    json_t *st = profiled_agents_planned(ag, N_DEV, model, N_CTX, names, files, avail, 1);
     if (!st)
         return;
     int plan0 = (int)json_integer_value(json_object_get(st, "plan_id"));

@@ -586,7 +586,7 @@ static void test_writer(void) {
         hr_gguf_writer_destroy(w);
         /* same writer layout as the fixture: byte-identical file */
         size_t n1 = 0, n2 = 0;
-        uint8_t *a = read_file(path, &n1), *b2 = read_file(out, &n2);
+        uint8_t *a = (uint8_t *)slurp(path, &n1), *b2 = (uint8_t *)slurp(out, &n2);
         CHECK(a && b2 && n1 == n2 && memcmp(a, b2, n1) == 0);
         free(a);
         free(b2);

@@ -54,7 +54,8 @@ static void test_truncation(void) {
 
     /* a spread of offsets across a real model */
     char path[1024];
-    bytes = read_file(hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), &size);
+    bytes =
+        (uint8_t *)slurp(hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), &size);
     CHECK(bytes != NULL);
     if (!bytes)
         return;
@@ -154,7 +155,8 @@ static void test_flips(void) {
     }
     /* the header region of a real model, the whole file in memory */
     char path[1024];
-    bytes = read_file(hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), &size);
+    bytes =
+        (uint8_t *)slurp(hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), &size);
     CHECK(bytes != NULL);
     if (bytes) {
         hr_gguf *g = NULL;

@@ -38,23 +38,6 @@ static inline double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline uint8_t *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
 static inline const char *tmp_path(const char *name, char *buf, size_t cap) {
     snprintf(buf, cap, "%s/%s", tmpdir, name);
     return buf;
@@ -345,7 +328,7 @@ static inline uint8_t *write_small(const char *name, size_t *size) {
         fprintf(stderr, "write: %s\n", err);
     CHECK_EQ(rc, 0);
     hr_gguf_writer_destroy(w);
-    return read_file(path, size);
+    return (uint8_t *)slurp(path, size);
 }
 
 /* Removes the temp dir's files. */

@@ -12,26 +12,6 @@
 
 /* ---- helpers ---- */
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -95,9 +75,9 @@ static void test_vocab(const char *name, bool spm) {
     char path[512];
     size_t inp_len = 0, out_len = 0;
     snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.inp", name);
-    char *inp = read_file(hr_shared_path(rel, path, sizeof(path)), &inp_len);
+    char *inp = slurp(hr_shared_path(rel, path, sizeof(path)), &inp_len);
     snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.out", name);
-    char *out = read_file(hr_shared_path(rel, path, sizeof(path)), &out_len);
+    char *out = slurp(hr_shared_path(rel, path, sizeof(path)), &out_len);
     CHECK(inp && out);
     if (!inp || !out) {
         free(inp);
@@ -195,8 +175,7 @@ static void test_vocab(const char *name, bool spm) {
 static void test_reference_prompt(void) {
     char path[512];
     size_t len;
-    char *json =
-        read_file(hr_shared_path("reference/tiny-llama-f32.json", path, sizeof(path)), &len);
+    char *json = slurp(hr_shared_path("reference/tiny-llama-f32.json", path, sizeof(path)), &len);
     CHECK(json != NULL);
     if (!json)
         return;
@@ -840,7 +819,7 @@ static void test_speed(const char *vocab) {
     hr_tokenizer *t = load_vocab(rel);
     snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.inp", vocab);
     size_t len;
-    char *inp = read_file(hr_shared_path(rel, path, sizeof(path)), &len);
+    char *inp = slurp(hr_shared_path(rel, path, sizeof(path)), &len);
     if (!t || !inp) {
         free(inp);
         hr_tokenizer_destroy(t);
