@@ -244,13 +244,6 @@ void hr_node_fini(hr_agent *a);
 int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
 /* node.c: applies this device's plan np into a->lp (plan_mu held) */
 int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
-/* node.c: the window of c over the rows of a BATCH step (hidden:
- * [n][n_embd] f32 in place): hr_ctx_layers_batch, except that a step of
- * one run of slot 0 goes through hr_ctx_layers, the single-sequence path,
- * which computes the same numbers bit for bit with the decode kernels
- * tuned for one row. HR_E* with err (nothing computed). */
-int hr_node_layers_rows(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
-                        char err[HR_ERR_LEN]);
 /* node.c: rows a step of plan lp may carry: a prompt chunk of n_batch plus
  * one decode row per other KV slot */
 int hr_local_plan_rows(const hr_local_plan *lp);

@@ -506,7 +506,7 @@ static int hr_bs_window(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
     if (lp->w <= 0)
         return 0;
     double t0 = hr_now_s();
-    int rc = hr_node_layers_rows(lp->ctx[r], lp->hid, b->rows, b->mb[g].n_rows, err);
+    int rc = hr_ctx_step(lp->ctx[r], lp->hid, b->rows, b->mb[g].n_rows, err);
     if (rc == 0) {
         hr_node_test_slow(a);
         hr_node_stats_round(a, (hr_now_s() - t0) * 1000.0, b->mb[g].n_rows, false);

@@ -562,20 +562,6 @@ fail:
 
 /* ---- data plane ---- */
 
-int hr_node_layers_rows(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
-                        char err[HR_ERR_LEN]) {
-    bool one_run = n >= 1 && rows[0].seq == 0;
-    for (int i = 1; one_run && i < n; i++)
-        one_run = rows[i].seq == 0 && rows[i].pos == rows[0].pos + i;
-    if (!one_run)
-        return hr_ctx_layers_batch(c, hidden, rows, n, err);
-    int len = hr_ctx_seq_len(c, 0);
-    if (len < 0 || rows[0].pos > len) /* as hr_ctx_layers_batch refuses it */
-        return hr_seterr(err, HR_EINVAL, "row 0: slot 0 at position %d past its length %d",
-                         rows[0].pos, len);
-    return hr_ctx_layers(c, hidden, n, rows[0].pos, err);
-}
-
 int hr_local_plan_rows(const hr_local_plan *lp) {
     return lp->n_batch + (lp->n_seq > 1 ? lp->n_seq - 1 : 0);
 }

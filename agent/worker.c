@@ -97,7 +97,7 @@ static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms
         return hr_seterr(err, rc, "BATCH frame: bad hidden states");
     hr_node_push_connect(a);
     double t0 = hr_now_s();
-    if ((rc = hr_node_layers_rows(lp->ctx[h->round], lp->hid, b->rows, nt, err)))
+    if ((rc = hr_ctx_step(lp->ctx[h->round], lp->hid, b->rows, nt, err)))
         return rc; /* rows out of order or beyond a slot's length: nothing computed */
     hr_node_test_slow(a);
     *ms = (hr_now_s() - t0) * 1000.0;

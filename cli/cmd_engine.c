@@ -83,7 +83,7 @@ static int hr_engine_open(hr_engine *e, const hr_cli *o, bool need_tok) {
     return 0;
 }
 
-/* The context of e with n_seq KV slots (hr_ctx_layers_batch). */
+/* The context of e with n_seq KV slots (hr_ctx_step). */
 static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_batch, int n_seq) {
     char err[HR_ERR_LEN] = "";
     hr_ctx_params cp = hr_ctx_params_default();

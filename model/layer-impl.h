@@ -58,28 +58,46 @@ typedef void *(*hr_layer_alloc_fn)(void *ud, size_t bytes);
 int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,
                        hr_layer_alloc_fn alloc, void *ud);
 
-/* Attention block up to the output projection, for n tokens at positions
- * pos..pos+n-1: xb = rmsnorm(hidden), q/k/v = its projections (+ bias,
- * per-head norm, RoPE), K/V stored in P's cache, att = attention over the
- * cache. hidden: [n][n_embd] f32, read only. */
+/* Attention block up to the output projection, for the n rows R places
+ * (one run: one sequence at consecutive positions): xb = rmsnorm(hidden),
+ * q/k/v = its projections (+ bias, per-head norm, RoPE), K/V stored in
+ * P's cache slots, att = attention over each row's slot. hidden:
+ * [n][n_embd] f32, read only. Each row's values are what a step of its
+ * run alone computes. */
 void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
-                        int pos);
+                        const hr_layer_rows *R);
 /* Feed-forward block up to the down projection: xb = rmsnorm(hidden),
  * gate = SwiGLU(Wgate xb, Wup xb). */
-void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n);
-/* The same blocks and projection for a step over several sequences: each
- * row's values are what the plain functions compute for its run alone. */
-void hr_layer_attention_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden,
-                             int n, const hr_layer_rows *R);
-void hr_layer_ffn_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
-                       const hr_layer_rows *R);
-void hr_layer_matmul_rows(const hr_layer_env *e, const hr_weight *w, const float *x, float *y,
-                          int n, const hr_layer_rows *R);
-/* y = W x: the output projections (Wo over att, Wdown over gate).
- * x: [n][w.n_in], y: [n][w.n_out] f32. */
-void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n);
+void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                  const hr_layer_rows *R);
+/* y = W x over the rows of R: the output projections (Wo over att, Wdown
+ * over gate). x: [n][w.n_in], y: [n][w.n_out] f32. */
+void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n,
+                     const hr_layer_rows *R);
 /* hidden[t] += y[t] for t < n; both [n][n_embd] f32. */
 void hr_layer_residual(float *hidden, const float *y, int n, int n_embd);
+
+/* How a group's block outputs reach the hidden state, for a window run by
+ * several groups (tp.c): attn after the attention block (att holds the
+ * group's heads' output), ffn after the feed-forward block (gate holds
+ * its SwiGLU slice); each ends with hidden updated. NULL hooks (or no
+ * join): the part is the whole layer, its output projection is added to
+ * hidden (plain execution). on_layer (may be NULL) runs after each layer
+ * with its index in the window. */
+typedef struct {
+    void (*attn)(void *ud, const hr_layer_part *P, float *hidden, int li);
+    void (*ffn)(void *ud, const hr_layer_part *P, float *hidden, int li);
+    void (*on_layer)(void *ud, int li);
+    void *ud;
+} hr_layer_join;
+
+/* The loop around a layer, the one every CPU window runs (plain and each
+ * tensor-parallel group): layers parts[0..nl) (a part every stride bytes)
+ * over hidden ([n][n_embd] f32, in place) for the rows R places. y:
+ * [n][n_embd] scratch for the output projections (plain). */
+void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t stride, int nl,
+                     float *hidden, float *y, int n, const hr_layer_rows *R,
+                     const hr_layer_join *j);
 
 /* Table-driven (layer_table.c): */
 hr_weight *hr_layer_weight_mut(hr_layer_weights *L, const hr_layer_tensor *t);

@@ -36,7 +36,8 @@ static void hr_layer_norm(const hr_layer_env *e, const float *x, const hr_weight
 }
 
 /* y_j = W_j x for weights sharing the input x, one hr_matmul call per run
- * of weights with the same activation format (the input converts once). */
+ * of weights with the same activation format (the input converts once); a
+ * step of several runs multiplies each run as if it were alone. */
 static void hr_layer_mm(const hr_layer_env *e, int n_w, const hr_weight *const *w, float *const *y,
                         const float *x, int n, const hr_layer_rows *R) {
     int i = 0;
@@ -45,7 +46,7 @@ static void hr_layer_mm(const hr_layer_env *e, int n_w, const hr_weight *const *
         int jn = i + 1;
         while (jn < n_w && (int)hr_type_get(w[jn]->type)->vec_dot_type == act)
             jn++;
-        if (R)
+        if (R->n_runs > 1)
             hr_matmul_runs(e->pool, jn - i, w + i, y + i, x, n, R->run_len, R->n_runs, e->wbuf);
         else
             hr_matmul(e->pool, jn - i, w + i, y + i, x, n, e->wbuf);
@@ -53,13 +54,9 @@ static void hr_layer_mm(const hr_layer_env *e, int n_w, const hr_weight *const *
     }
 }
 
-void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n) {
-    hr_matmul(e->pool, 1, &w, &y, x, n, e->wbuf);
-}
-
-void hr_layer_matmul_rows(const hr_layer_env *e, const hr_weight *w, const float *x, float *y,
-                          int n, const hr_layer_rows *R) {
-    hr_matmul_runs(e->pool, 1, &w, &y, x, n, R->run_len, R->n_runs, e->wbuf);
+void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n,
+                     const hr_layer_rows *R) {
+    hr_layer_mm(e, 1, &w, &y, x, n, R);
 }
 
 void hr_layer_residual(float *hidden, const float *y, int n, int n_embd) {
@@ -101,10 +98,8 @@ static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, fl
     }
 }
 
-/* The attention block for one sequence at pos..pos+n-1 (R NULL, slot 0)
- * or for the rows R places. */
-static void hr_layer_attention_any(const hr_layer_env *e, const hr_layer_part *P,
-                                   const float *hidden, int n, int pos, const hr_layer_rows *R) {
+void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                        const hr_layer_rows *R) {
     const hr_hparams *hp = e->hp;
     const hr_layer_weights *W = &P->w;
     int D = hp->head_dim, kvh = P->n_kv, qh = kvh * (hp->n_head / hp->n_head_kv);
@@ -114,20 +109,20 @@ static void hr_layer_attention_any(const hr_layer_env *e, const hr_layer_part *P
     float *yqkv[3] = {e->q, e->kk, e->vv}; /* [n][QD], [n][KD], [n][KD] */
     hr_layer_mm(e, 3, wqkv, yqkv, e->xb, n, R);
     for (int t = 0; t < n; t++)
-        hr_layer_qkv_token(e, P, e->q + t * QD, e->kk + t * KD, e->vv + t * KD, R ? R->seq[t] : 0,
-                           R ? R->pos[t] : pos + t);
+        hr_layer_qkv_token(e, P, e->q + t * QD, e->kk + t * KD, e->vv + t * KD, R->seq[t],
+                           R->pos[t]);
+    size_t slot = (size_t)e->n_ctx * KD;
     hr_attn_args aa = {.n_head = qh,
                        .n_kv = kvh,
                        .head_dim = D,
                        .n_ctx = e->n_ctx,
-                       .k = P->k,
-                       .vt = P->vt,
+                       .k = P->k + (size_t)R->seq[0] * slot,
+                       .vt = P->vt + (size_t)R->seq[0] * slot,
                        .scratch = e->scratch};
-    if (!R) {
-        hr_attention(e->pool, &aa, e->q, n, pos, e->att); /* att: [n][QD] */
+    if (R->n_runs == 1) { /* one sequence: its slot, positions pos[0]..pos[0]+n-1 */
+        hr_attention(e->pool, &aa, e->q, n, R->pos[0], e->att); /* att: [n][QD] */
         return;
     }
-    size_t slot = (size_t)e->n_ctx * KD;
     for (int t = 0; t < n; t++)
         R->attn[t] = (hr_attn_row){.k = P->k + (size_t)R->seq[t] * slot,
                                    .vt = P->vt + (size_t)R->seq[t] * slot,
@@ -135,18 +130,8 @@ static void hr_layer_attention_any(const hr_layer_env *e, const hr_layer_part *P
     hr_attention_rows(e->pool, &aa, R->attn, e->q, n, e->att);
 }
 
-void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
-                        int pos) {
-    hr_layer_attention_any(e, P, hidden, n, pos, NULL);
-}
-
-void hr_layer_attention_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden,
-                             int n, const hr_layer_rows *R) {
-    hr_layer_attention_any(e, P, hidden, n, 0, R);
-}
-
-static void hr_layer_ffn_any(const hr_layer_env *e, const hr_layer_part *P, const float *hidden,
-                             int n, const hr_layer_rows *R) {
+void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
+                  const hr_layer_rows *R) {
     const hr_layer_weights *W = &P->w;
     size_t F = (size_t)P->n_ff;
     hr_layer_norm(e, hidden, &W->ffn_norm, n); /* xb: [n][E] */
@@ -157,11 +142,32 @@ static void hr_layer_ffn_any(const hr_layer_env *e, const hr_layer_part *P, cons
         hr_swiglu(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
 }
 
-void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n) {
-    hr_layer_ffn_any(e, P, hidden, n, NULL);
+/* The output projection of a block (Wo over att, Wdown over gate) added to
+ * the hidden state: what a whole layer does with its block's output. */
+static void hr_layer_project(const hr_layer_env *e, const hr_weight *w, const float *x,
+                             float *hidden, float *y, int n, const hr_layer_rows *R) {
+    hr_layer_matmul(e, w, x, y, n, R);
+    hr_layer_residual(hidden, y, n, e->hp->n_embd);
 }
 
-void hr_layer_ffn_rows(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
-                       const hr_layer_rows *R) {
-    hr_layer_ffn_any(e, P, hidden, n, R);
+void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t stride, int nl,
+                     float *hidden, float *y, int n, const hr_layer_rows *R,
+                     const hr_layer_join *j) {
+    for (int li = 0; li < nl; li++) { /* hidden: [n][E] f32 */
+        const hr_layer_part *P = (const hr_layer_part *)((const char *)parts + (size_t)li * stride);
+        if (P->n_kv > 0)
+            hr_layer_attention(e, P, hidden, n, R); /* att: [n][n_head*head_dim] */
+        if (j && j->attn)
+            j->attn(j->ud, P, hidden, li);
+        else
+            hr_layer_project(e, &P->w.wo, e->att, hidden, y, n, R);
+        if (P->n_ff > 0)
+            hr_layer_ffn(e, P, hidden, n, R); /* gate: [n][n_ff] */
+        if (j && j->ffn)
+            j->ffn(j->ud, P, hidden, li);
+        else
+            hr_layer_project(e, &P->w.w_down, e->gate, hidden, y, n, R);
+        if (j && j->on_layer)
+            j->on_layer(j->ud, li);
+    }
 }

@@ -358,7 +358,14 @@ struct hr_ctx {
      * position (GPU layers) */
     int *row_seq, *row_pos, *run_len, *ones, *run_seq, *run_pos;
     hr_attn_row *row_attn;
+    int on_layer0; /* model index of parts[0] (for p.on_layer) */
 };
+
+/* hr_layer_join.on_layer of plain execution: the model's layer index. */
+static void hr_ctx_on_layer(void *ud, int li) {
+    hr_ctx *c = ud;
+    c->p.on_layer(c->p.on_layer_ud, c->on_layer0 + li);
+}
 
 hr_ctx_params hr_ctx_params_default(void) {
     return (hr_ctx_params){.n_ctx = 0,
@@ -636,41 +643,60 @@ int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv,
     return 0;
 }
 
+/* Runs the window over a step's n rows, checked and laid out in c->row_seq,
+ * c->row_pos and c->run_len (n_runs runs): its GPU layers, then its CPU
+ * layers, tensor-parallel or plain. Every step of every window goes
+ * through here. */
+static int hr_ctx_forward(hr_ctx *c, float *hidden, int n, int n_runs, char *err) {
+    hr_layer_rows R = {.seq = c->row_seq,
+                       .pos = c->row_pos,
+                       .run_len = c->run_len,
+                       .n_runs = n_runs,
+                       .attn = c->row_attn};
+    if (c->gpu) {
+        int rc;
+        if (n_runs == 1 && c->row_seq[0] == 0) {
+            rc = hr_gpu_win_run(c->gpu, hidden, n, c->row_pos[0], err);
+        } else { /* each run's slot and first position */
+            for (int i = 0, t = 0; i < n_runs; t += c->run_len[i++]) {
+                c->run_seq[i] = c->row_seq[t];
+                c->run_pos[i] = c->row_pos[t];
+            }
+            rc = hr_gpu_win_run_runs(c->gpu, hidden, n, c->run_seq, c->run_pos, c->run_len, n_runs,
+                                     err);
+        }
+        if (rc)
+            return rc;
+        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_begin + c->n_gpu; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
+    }
+    int il0 = c->p.layer_begin + c->n_gpu;
+    if (c->tp) {
+        hr_tp_layers(c->tp, hidden, n, &R);
+        for (int il = il0; c->p.on_layer && il < c->p.layer_end; il++)
+            c->p.on_layer(c->p.on_layer_ud, il);
+        return 0;
+    }
+    hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
+    c->on_layer0 = il0;
+    hr_layer_join j = {.on_layer = c->p.on_layer ? hr_ctx_on_layer : NULL, .ud = c};
+    hr_layer_window(&c->env, c->parts, sizeof *c->parts, c->n_parts, hidden, c->xb2, n, &R, &j);
+    return 0;
+}
+
 int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]) {
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
     if (pos < 0 || pos + n > c->p.n_ctx)
         return hr_seterr(err, HR_ERANGE, "positions [%d, %d) exceed context size %d", pos, pos + n,
                          c->p.n_ctx);
+    for (int t = 0; t < n; t++) {
+        c->row_seq[t] = 0;
+        c->row_pos[t] = pos + t;
+    }
+    c->run_len[0] = n;
     c->seq_len[0] = pos + n; /* slot 0: later positions are stale */
-    if (c->tp) {
-        hr_tp_layers(c->tp, hidden, n, pos);
-        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_end; il++)
-            c->p.on_layer(c->p.on_layer_ud, il);
-        return 0;
-    }
-    if (c->gpu) {
-        int rc = hr_gpu_win_run(c->gpu, hidden, n, pos, err);
-        if (rc)
-            return rc;
-        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_begin + c->n_gpu; il++)
-            c->p.on_layer(c->p.on_layer_ud, il);
-    }
-    hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
-    const hr_layer_env *e = &c->env;
-    int E = c->m->hp.n_embd;
-    for (int i = 0; i < c->n_parts; i++) { /* hidden: [n][E] f32 */
-        const hr_layer_part *P = &c->parts[i];
-        hr_layer_attention(e, P, hidden, n, pos);        /* att: [n][n_head*head_dim] */
-        hr_layer_matmul(e, &P->w.wo, e->att, c->xb2, n); /* xb2: [n][E] */
-        hr_layer_residual(hidden, c->xb2, n, E);
-        hr_layer_ffn(e, P, hidden, n);                        /* gate: [n][n_ff] */
-        hr_layer_matmul(e, &P->w.w_down, e->gate, c->xb2, n); /* xb2: [n][E] */
-        hr_layer_residual(hidden, c->xb2, n, E);
-        if (c->p.on_layer)
-            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + c->n_gpu + i);
-    }
-    return 0;
+    return hr_ctx_forward(c, hidden, n, 1, err);
 }
 
 int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *logits) {
@@ -685,7 +711,9 @@ int hr_ctx_output(hr_ctx *c, const float *hidden, int row0, int n_rows, float *l
     for (int t = 0; t < n_rows; t++)
         hr_rmsnorm(c->env.xb + (size_t)t * E, hidden + (size_t)(row0 + t) * E,
                    c->m->output_norm.data, E, hp->rms_eps);
-    hr_layer_matmul(&c->env, &c->m->output, c->env.xb, logits, n_rows);
+    int one = n_rows; /* the rows as one run */
+    hr_layer_rows R = {.run_len = &one, .n_runs = 1};
+    hr_layer_matmul(&c->env, &c->m->output, c->env.xb, logits, n_rows, &R);
     return 0;
 }
 
@@ -753,8 +781,6 @@ int hr_ctx_seq_len(const hr_ctx *c, int seq) {
 /* Checks a step's rows and splits them into runs (c->row_*, c->run_len);
  * returns the number of runs or an error. */
 static int hr_ctx_rows(hr_ctx *c, const hr_seq_pos *rows, int n, char *err) {
-    if (c->tp)
-        return hr_seterr(err, HR_EUNSUPPORTED, "batched steps need plain execution");
     if (n < 1 || n > c->p.n_batch)
         return hr_seterr(err, HR_EINVAL, "batch of %d rows outside [1, %d]", n, c->p.n_batch);
     if (++c->step == 0) { /* wrapped: forget every mark */
@@ -792,45 +818,13 @@ static int hr_ctx_rows(hr_ctx *c, const hr_seq_pos *rows, int n, char *err) {
     return n_runs;
 }
 
-int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
-                        char err[HR_ERR_LEN]) {
+int hr_ctx_step(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n, char err[HR_ERR_LEN]) {
     int n_runs = hr_ctx_rows(c, rows, n, err);
     if (n_runs < 0)
         return n_runs;
     for (int t = 0; t < n; t++)
         c->seq_len[rows[t].seq] = rows[t].pos + 1; /* the run's last row sets it */
-    hr_layer_rows R = {.seq = c->row_seq,
-                       .pos = c->row_pos,
-                       .run_len = c->run_len,
-                       .n_runs = n_runs,
-                       .attn = c->row_attn};
-    if (c->gpu) { /* each run's slot and first position */
-        for (int i = 0, t = 0; i < n_runs; t += c->run_len[i++]) {
-            c->run_seq[i] = c->row_seq[t];
-            c->run_pos[i] = c->row_pos[t];
-        }
-        int rc =
-            hr_gpu_win_run_runs(c->gpu, hidden, n, c->run_seq, c->run_pos, c->run_len, n_runs, err);
-        if (rc)
-            return rc;
-        for (int il = c->p.layer_begin; c->p.on_layer && il < c->p.layer_begin + c->n_gpu; il++)
-            c->p.on_layer(c->p.on_layer_ud, il);
-    }
-    hr_pool_set_active(c->pool, n == 1 ? c->n_threads_decode : c->p.n_threads);
-    const hr_layer_env *e = &c->env;
-    int E = c->m->hp.n_embd;
-    for (int i = 0; i < c->n_parts; i++) { /* hidden: [n][E] f32 */
-        const hr_layer_part *P = &c->parts[i];
-        hr_layer_attention_rows(e, P, hidden, n, &R);
-        hr_layer_matmul_rows(e, &P->w.wo, e->att, c->xb2, n, &R);
-        hr_layer_residual(hidden, c->xb2, n, E);
-        hr_layer_ffn_rows(e, P, hidden, n, &R);
-        hr_layer_matmul_rows(e, &P->w.w_down, e->gate, c->xb2, n, &R);
-        hr_layer_residual(hidden, c->xb2, n, E);
-        if (c->p.on_layer)
-            c->p.on_layer(c->p.on_layer_ud, c->p.layer_begin + i);
-    }
-    return 0;
+    return hr_ctx_forward(c, hidden, n, n_runs, err);
 }
 
 int hr_ctx_output_rows(hr_ctx *c, const float *hidden, const int *idx, int n_rows, float *logits) {
@@ -842,7 +836,7 @@ int hr_ctx_output_rows(hr_ctx *c, const float *hidden, const int *idx, int n_row
         hr_rmsnorm(c->env.xb + (size_t)t * E, hidden + (size_t)idx[t] * E, c->m->output_norm.data,
                    E, hp->rms_eps);
     hr_layer_rows R = {.run_len = c->ones, .n_runs = n_rows};
-    hr_layer_matmul_rows(&c->env, &c->m->output, c->env.xb, logits, n_rows, &R);
+    hr_layer_matmul(&c->env, &c->m->output, c->env.xb, logits, n_rows, &R);
     return 0;
 }
 
@@ -856,7 +850,7 @@ int hr_ctx_eval_batch(hr_ctx *c, const int32_t *ids, const hr_seq_pos *rows, int
         return hr_seterr(err, HR_EINVAL, "batch of %d rows outside [1, %d]", n, c->p.n_batch);
     int rc = hr_model_embed(c->m, ids, n, c->hb, err);
     if (rc == 0)
-        rc = hr_ctx_layers_batch(c, c->hb, rows, n, err);
+        rc = hr_ctx_step(c, c->hb, rows, n, err);
     if (rc)
         return rc;
     int *last = c->row_seq; /* the rows are consumed: reuse for the runs' last rows */

@@ -141,8 +141,8 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
 typedef struct {
     int n_ctx;       /* KV cache positions per sequence (0 = model's training context, capped
                         at 4096) */
-    int n_seq;       /* KV slots: sequences a step may carry (hr_ctx_layers_batch); 0 = 1 */
-    int n_batch;     /* most tokens per hr_ctx_layers call */
+    int n_seq;       /* KV slots: sequences a step may carry (hr_ctx_step); 0 = 1 */
+    int n_batch;     /* most rows per step */
     int n_threads;   /* pool size (>= 1) */
     int layer_begin; /* window [layer_begin, layer_end) */
     int layer_end;   /* 0 = n_layer */
@@ -167,7 +167,7 @@ typedef struct {
     const char *topology; /* borrowed hwloc synthetic description or .xml path (tests);
                              NULL = this machine (or HWLOC_SYNTHETIC / HWLOC_XMLFILE) */
     /* Progress: called on the calling thread after each layer of
-     * hr_ctx_layers / hr_ctx_layers_batch with its model layer index (with
+     * a step (hr_ctx_step, hr_ctx_layers) with its model layer index (with
      * thread groups: for each layer once the window is done). It must be
      * cheap (a streamer's signal, never disk or allocation). NULL = none. */
     void (*on_layer)(void *ud, int layer);
@@ -213,9 +213,10 @@ size_t hr_ctx_gpu_memory(const hr_ctx *c);
  * HR_EINVAL (the window does not fit the model). Reentrant. */
 int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv, size_t *work);
 
-/* Runs the window's layers over hidden: [n][n_embd] f32 in place, for
- * tokens at positions pos..pos+n-1 (their K/V are stored in the cache).
- * Needs 1 <= n <= n_batch and pos+n <= n_ctx. */
+/* One sequence in slot 0: hr_ctx_step over the rows (0, pos) ..
+ * (0, pos+n-1), without claiming the slot (a context of one sequence).
+ * Needs 1 <= n <= n_batch and pos+n <= n_ctx; later positions of slot 0
+ * are forgotten. */
 int hr_ctx_layers(hr_ctx *c, float *hidden, int n, int pos, char err[HR_ERR_LEN]);
 
 /* Output norm + LM head for rows [row0, row0+n_rows) of hidden
@@ -232,16 +233,16 @@ int hr_ctx_eval(hr_ctx *c, const int32_t *ids, int n, int pos, float *logits, bo
  *
  * A context with n_seq > 1 holds one KV slot of n_ctx positions per
  * sequence. Sequences join (hr_ctx_seq_add) and leave (hr_ctx_seq_remove)
- * between steps; a step (hr_ctx_layers_batch) carries rows (seq, pos), in
+ * between steps; a step (hr_ctx_step) carries rows (seq, pos), in
  * runs of consecutive rows of one sequence: a run of one row is a decode
  * token, a longer run a chunk of prompt. Every weight matrix is read once
  * per step for all rows, and each row's result is bit-identical to what the
- * single-sequence calls compute for its run alone (hr_ctx_layers over the
- * run, hr_ctx_output of one row): a sequence's output never depends on who
- * else shares the step. The single-sequence calls (hr_ctx_layers,
- * hr_ctx_eval) work on slot 0 as before. Plain execution only: a context
- * with thread groups refuses n_seq > 1. Not thread-safe (one thread per
- * context, as above). */
+ * single-sequence calls compute for its run alone (a step of that run
+ * only, hr_ctx_output of one row): a sequence's output never depends on
+ * who else shares the step. The single-sequence calls (hr_ctx_layers,
+ * hr_ctx_eval) work on slot 0. A context with thread groups has one slot
+ * (it refuses n_seq > 1). Not thread-safe (one thread per context, as
+ * above). */
 
 /* One row of a step: position pos of the sequence in slot seq. */
 typedef struct {
@@ -264,13 +265,14 @@ int hr_ctx_seq_clear(hr_ctx *c, int seq, int n_keep);
 /* Positions cached for seq (where its next token goes), or HR_EINVAL. */
 int hr_ctx_seq_len(const hr_ctx *c, int seq);
 
-/* Runs the window's layers over hidden: [n][n_embd] f32 in place, row t
- * at rows[t]. Needs 1 <= n <= n_batch; the rows of a sequence form one run
- * of consecutive positions starting at or before its length (earlier
- * positions are rewritten, later ones forgotten), each below n_ctx, in
- * slots in use. On error nothing was computed. */
-int hr_ctx_layers_batch(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n,
-                        char err[HR_ERR_LEN]);
+/* The step: runs the window's layers over hidden: [n][n_embd] f32 in
+ * place, row t at rows[t]. Every window runs through it: plain CPU layers,
+ * tensor-parallel thread groups and GPU layers alike. Needs 1 <= n <=
+ * n_batch; the rows of a sequence form one run of consecutive positions
+ * starting at or before its length (earlier positions are rewritten,
+ * later ones forgotten), each below n_ctx, in slots in use. On error
+ * nothing was computed. */
+int hr_ctx_step(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n, char err[HR_ERR_LEN]);
 /* Output norm + LM head for rows idx[0..n_rows) of hidden ([*][n_embd]),
  * each computed as hr_ctx_output of that row alone; logits:
  * [n_rows][n_vocab]. n_rows <= n_batch. */

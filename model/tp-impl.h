@@ -25,8 +25,12 @@ void hr_tp_destroy(hr_tp *tp);
 size_t hr_tp_memory(const hr_tp *tp);
 hr_pool *hr_tp_pool0(hr_tp *tp);
 int hr_tp_n_groups(const hr_tp *tp);
-/* As hr_ctx_layers / hr_ctx_output; arguments already checked. */
-void hr_tp_layers(hr_tp *tp, float *hidden, int n, int pos);
+#include "model/layer-impl.h"
+
+/* The window over a step's n rows R (one run of slot 0: the executor has
+ * one KV slot), as hr_ctx_step; hr_tp_output as hr_ctx_output. Arguments
+ * already checked. */
+void hr_tp_layers(hr_tp *tp, float *hidden, int n, const hr_layer_rows *R);
 void hr_tp_output(hr_tp *tp, const float *hidden, int row0, int n_rows, float *logits);
 void hr_tp_get_stats(const hr_tp *tp, hr_tp_stats *out);
 void hr_tp_reset_stats(hr_tp *tp);

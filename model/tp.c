@@ -130,7 +130,8 @@ struct hr_tp {
     float *hidden;
     const float *chidden;
     float *logits;
-    int n, pos, row0;
+    const hr_layer_rows *R; /* the step's rows: one run of slot 0 */
+    int n, row0;
     hr_phase ph;
     int64_t tokens[2], calls[2], barriers[2];
 };
@@ -481,39 +482,6 @@ static void hr_tp_sync(hr_tp *tp, hr_tp_group *gr, float *hid, int which, int li
         hr_tp_gather_worker(&j, 0, 1);
 }
 
-/* The group's heads of the attention block; then its partial Wo output
- * (reduce), or its heads' output published for the exchange (exact). */
-static void hr_tp_attention(hr_tp *tp, hr_tp_group *gr, const hr_tp_layer *S, const float *hid,
-                            int n) {
-    const hr_layer_env *e = &gr->env;
-    hr_layer_attention(e, &S->part, hid, n, tp->pos); /* att: [n][QD] */
-    if (tp->reduce) {
-        hr_layer_matmul(e, &S->part.w.wo, e->att, gr->part[0], n);
-        return;
-    }
-    const hr_hparams *hp = tp->m.hp;
-    int r = hp->n_head / hp->n_head_kv, D = hp->head_dim, HD = hp->n_head * D;
-    int QD = S->part.n_kv * r * D;
-    for (int t = 0; t < n; t++)
-        memcpy(tp->att_full + (size_t)t * HD + (size_t)S->s.kv_begin * r * D,
-               e->att + (size_t)t * QD, (size_t)QD * sizeof(float));
-}
-
-/* The group's rows of the feed-forward block; then its partial Wdown
- * output (reduce), or its SwiGLU slice published for the exchange (exact). */
-static void hr_tp_ffn(hr_tp *tp, hr_tp_group *gr, const hr_tp_layer *S, const float *hid, int n) {
-    const hr_layer_env *e = &gr->env;
-    hr_layer_ffn(e, &S->part, hid, n); /* gate: [n][F] */
-    if (tp->reduce) {
-        hr_layer_matmul(e, &S->part.w.w_down, e->gate, gr->part[1], n);
-        return;
-    }
-    int F = S->part.n_ff, FF = tp->m.hp->n_ff;
-    for (int t = 0; t < n; t++)
-        memcpy(tp->gate_full + (size_t)t * FF + S->s.ff_begin, e->gate + (size_t)t * F,
-               (size_t)F * sizeof(float));
-}
-
 /* Exact mode: rows [out_begin, out_end) of w over the exchanged input x
  * ([n][w.n_in]) into out ([n][E]) at those columns; then, after a barrier,
  * hid += out. */
@@ -522,12 +490,68 @@ static void hr_tp_rows_out(hr_tp *tp, hr_tp_group *gr, const hr_tp_layer *S, con
     int E = tp->m.hp->n_embd, e0 = S->s.out_begin, R = S->s.out_end - e0;
     if (R > 0) {
         float *y = n == 1 ? out + e0 : gr->part[0];
-        hr_layer_matmul(&gr->env, w, x, y, n);
+        hr_layer_matmul(&gr->env, w, x, y, n, tp->R);
         for (int t = 0; t < n && n > 1; t++)
             memcpy(out + (size_t)t * E + e0, y + (size_t)t * R, (size_t)R * sizeof(float));
     }
     hr_tp_barrier(tp, gr);
     hr_layer_residual(hid, out, n, E); /* the order of plain execution's residual */
+}
+
+/* A group's window job: the group and the executor (hr_layer_join.ud). */
+typedef struct {
+    hr_tp *tp;
+    hr_tp_group *gr;
+} hr_tp_run;
+
+/* After the group's heads of the attention block: its partial Wo output
+ * summed over the groups (reduce), or its heads' output published, and
+ * its rows of Wo over every head's output (exact). */
+static void hr_tp_attn_join(void *ud, const hr_layer_part *P, float *hid, int li) {
+    hr_tp_run *r = ud;
+    hr_tp *tp = r->tp;
+    hr_tp_group *gr = r->gr;
+    const hr_layer_env *e = &gr->env;
+    int n = tp->n;
+    if (tp->reduce) {
+        if (P->n_kv > 0)
+            hr_layer_matmul(e, &P->w.wo, e->att, gr->part[0], n, tp->R);
+        hr_tp_sync(tp, gr, hid, 0, li, n);
+        return;
+    }
+    const hr_tp_layer *S = &gr->L[li];
+    const hr_hparams *hp = tp->m.hp;
+    int rh = hp->n_head / hp->n_head_kv, D = hp->head_dim, HD = hp->n_head * D;
+    int QD = P->n_kv * rh * D;
+    for (int t = 0; t < n && P->n_kv > 0; t++)
+        memcpy(tp->att_full + (size_t)t * HD + (size_t)S->s.kv_begin * rh * D,
+               e->att + (size_t)t * QD, (size_t)QD * sizeof(float));
+    hr_tp_barrier(tp, gr); /* every head's output is in att_full */
+    hr_tp_rows_out(tp, gr, S, &P->w.wo, tp->att_full, tp->wo_full, hid, n);
+}
+
+/* After the group's rows of the feed-forward block: its partial Wdown
+ * output summed (reduce), or its SwiGLU slice published and its rows of
+ * Wdown over the whole (exact). */
+static void hr_tp_ffn_join(void *ud, const hr_layer_part *P, float *hid, int li) {
+    hr_tp_run *r = ud;
+    hr_tp *tp = r->tp;
+    hr_tp_group *gr = r->gr;
+    const hr_layer_env *e = &gr->env;
+    int n = tp->n;
+    if (tp->reduce) {
+        if (P->n_ff > 0)
+            hr_layer_matmul(e, &P->w.w_down, e->gate, gr->part[1], n, tp->R);
+        hr_tp_sync(tp, gr, hid, 1, li, n);
+        return;
+    }
+    const hr_tp_layer *S = &gr->L[li];
+    int F = P->n_ff, FF = tp->m.hp->n_ff;
+    for (int t = 0; t < n && F > 0; t++)
+        memcpy(tp->gate_full + (size_t)t * FF + S->s.ff_begin, e->gate + (size_t)t * F,
+               (size_t)F * sizeof(float));
+    hr_tp_barrier(tp, gr); /* the whole SwiGLU output is in gate_full */
+    hr_tp_rows_out(tp, gr, S, &P->w.w_down, tp->gate_full, tp->down_full, hid, n);
 }
 
 static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
@@ -541,34 +565,18 @@ static void hr_tp_layers_job(void *ctx, int g, int n_groups) {
         hid = gr->hid;
         memcpy(hid, tp->hidden, (size_t)n * E * sizeof(float));
     }
-    for (int li = 0; li < tp->nl; li++) {
-        const hr_tp_layer *S = &gr->L[li];
-        if (S->part.n_kv > 0)
-            hr_tp_attention(tp, gr, S, hid, n);
-        if (tp->reduce) {
-            hr_tp_sync(tp, gr, hid, 0, li, n);
-        } else {
-            hr_tp_barrier(tp, gr); /* every head's output is in att_full */
-            hr_tp_rows_out(tp, gr, S, &S->part.w.wo, tp->att_full, tp->wo_full, hid, n);
-        }
-        if (S->part.n_ff > 0)
-            hr_tp_ffn(tp, gr, S, hid, n);
-        if (tp->reduce) {
-            hr_tp_sync(tp, gr, hid, 1, li, n);
-        } else {
-            hr_tp_barrier(tp, gr); /* the whole SwiGLU output is in gate_full */
-            hr_tp_rows_out(tp, gr, S, &S->part.w.w_down, tp->gate_full, tp->down_full, hid, n);
-        }
-    }
+    hr_tp_run r = {.tp = tp, .gr = gr};
+    hr_layer_join j = {.attn = hr_tp_attn_join, .ffn = hr_tp_ffn_join, .ud = &r};
+    hr_layer_window(&gr->env, &gr->L[0].part, sizeof *gr->L, tp->nl, hid, NULL, n, tp->R, &j);
     gr->compute_s[tp->ph] += hr_now_s() - t0 - (gr->barrier_s[tp->ph] - b0);
 }
 
-void hr_tp_layers(hr_tp *tp, float *hidden, int n, int pos) {
+void hr_tp_layers(hr_tp *tp, float *hidden, int n, const hr_layer_rows *R) {
     tp->ph = n == 1 ? HR_PHASE_DECODE : HR_PHASE_PREFILL;
     hr_gpool_set_phase(tp->gp, tp->ph);
     tp->hidden = hidden;
     tp->n = n;
-    tp->pos = pos;
+    tp->R = R;
     hr_gpool_run(tp->gp, hr_tp_layers_job, tp);
     tp->tokens[tp->ph] += n;
     tp->calls[tp->ph]++;
@@ -582,12 +590,13 @@ static void hr_tp_output_job(void *ctx, int g, int n_groups) {
     if (gr->v1 <= gr->v0)
         return;
     const hr_hparams *hp = tp->m.hp;
-    int E = hp->n_embd;
+    int E = hp->n_embd, len = 1;
+    hr_layer_rows one = {.run_len = &len, .n_runs = 1};
     for (int t = 0; t < tp->n; t++) {
         hr_rmsnorm(gr->env.xb, tp->chidden + (size_t)(tp->row0 + t) * E, tp->m.output_norm, E,
                    hp->rms_eps);
         float *y = tp->logits + (size_t)t * hp->n_vocab + gr->v0;
-        hr_layer_matmul(&gr->env, &gr->out, gr->env.xb, y, 1);
+        hr_layer_matmul(&gr->env, &gr->out, gr->env.xb, y, 1, &one);
     }
 }
 
