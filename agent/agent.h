@@ -147,7 +147,9 @@ int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sample
                      hr_head_stats *stats, char err[HR_ERR_LEN]);
 /* Teacher-forced logits for every position: logits [n][n_vocab]. */
 int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]);
-/* Cluster status as JSON (malloc'ed, caller frees); NULL on OOM. */
+/* Cluster status as JSON: hr_status_json of hr_head_status's snapshot
+ * (agent/status.h); malloc'ed, caller frees; NULL on OOM or not a head.
+ * Thread-safe. */
 char *hr_head_status_json(hr_agent *a);
 
 #endif

@@ -8,7 +8,7 @@
  * Threads and ownership:
  *   - the control thread (hr_head_run) owns the device table and the plan
  *     state (the "control" block). It writes them under dev_mu, which only
- *     hr_head_status_json takes from other threads to read them; the
+ *     hr_head_status (head_status.c) takes from other threads to read them; the
  *     generating thread never takes dev_mu.
  *   - the generating thread (whoever holds gen_mu: the service thread, or
  *     a caller of hr_head_logits) owns a->lp under a->plan_mu, the data
@@ -30,6 +30,7 @@
 #define HR_AGENT_HEAD_IMPL_H
 
 #include "agent/agent-impl.h"
+#include "agent/status.h"
 
 /* A device as the head sees it (index 0 is the head itself). */
 typedef struct {
@@ -37,7 +38,9 @@ typedef struct {
     char ctrl_ep[HR_EP_LEN], data_ep[HR_EP_LEN];
     uint8_t id[HR_RING_MAX_ID]; /* ROUTER identity of its DEALER */
     size_t id_len;
-    char *info; /* JOIN JSON (owned) */
+    hr_msg_join join; /* its JOIN, decoded once when it arrived (profile NULL: the
+                       * scheduler's view below is what the head keeps of it) */
+    bool has_join;
     bool has_sched;
     hr_sched_device sd;           /* from its profile */
     char pubkey[HR_RING_KEY_LEN]; /* its CURVE public key (from JOIN) */
@@ -279,8 +282,8 @@ bool hr_head_link_wait(const hr_head *hd);
  * devs[cand[i]]): measured where measured, else as they are (assumed);
  * remembered as the plan's. */
 void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *sd);
-/* The link fields of device d's status row. */
-void hr_head_link_json(const hr_dev *d, bool is_head, void *json_obj);
+/* The link figures of device d's status row (now: s, monotonic). */
+void hr_head_link_status(const hr_dev *d, bool is_head, double now, hr_status_link *out);
 /* ---- head_adapt.c: adaptive plans (control thread, dev_mu held) ---- */
 
 /* The scheduler's view of d at its current rate_scale (what plans use). */
@@ -295,11 +298,10 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
 void hr_head_adapt_check(hr_head *hd);
 /* After hr_head_replan returned rc: an adaptive re-plan is over. */
 void hr_head_adapt_planned(hr_head *hd, int rc);
-/* Status JSON: per device (rate_scale, meas_pred_ratio) and the head's
- * "adapt" object (counts, the last decision and why). */
-struct json_t;
-void hr_head_adapt_dev_json(const hr_dev *d, struct json_t *o);
-void hr_head_adapt_json(const hr_head *hd, struct json_t *j);
+/* Status: per device (rate_scale, meas_pred_ratio) and the head's adaptive
+ * plans (counts, the last decision and why; now: s, monotonic). */
+void hr_head_adapt_dev_status(const hr_dev *d, hr_status_dev *out);
+void hr_head_adapt_status(const hr_head *hd, double now, hr_status_adapt *out);
 
 /* ---- gen.c ---- */
 

@@ -112,7 +112,6 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
         HR_LOG_WARN(TAG, "%s", hd->lost_msg);
         hd->lost_di = di + 1;
     }
-    free(d->info);
     memset(d, 0, sizeof *d);
     snprintf(d->pubkey, sizeof d->pubkey, "%s", jm.pubkey);
     snprintf(d->name, sizeof d->name, "%s", jm.name);
@@ -120,15 +119,19 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     snprintf(d->data_ep, sizeof d->data_ep, "%s", jm.data);
     memcpy(d->id, id, idl);
     d->id_len = idl;
-    d->info = strndup(pl, h->len);
     d->last_seen = hr_now_s();
     d->ring_pos = -1;
     snprintf(d->echo_ep, sizeof d->echo_ep, "%s", jm.echo);
     d->pred_read_token = d->meas_read_round = d->stream_round = d->pinned = -1;
     d->fetch_done = d->fetch_total = d->fetch_wire = -1;
     d->locked = -1;
-    hr_head_dev_sched(hd, d, jm.profile, false);
-    hr_msg_join_clear(&jm);
+    /* the head keeps the decoded JOIN; of the profile, the scheduler's view */
+    char *profile = jm.profile;
+    jm.profile = NULL;
+    d->join = jm;
+    d->has_join = true;
+    hr_head_dev_sched(hd, d, profile, false);
+    free(profile);
     HR_LOG_INFO(TAG, "%s joined from %s (data %s)", d->name, d->ctrl_ep, d->data_ep);
     hr_msg w = hr_msg_empty(HR_RING_WELCOME, 0, 0);
     w.h.pos = 0;
@@ -334,7 +337,6 @@ static void hr_head_on_leave(hr_head_loop *hl, const hr_head_from *f, const hr_r
         hd->ready = false;
         return;
     }
-    free(d->info);
     *d = hd->devs[--hd->n_devs];
     memset(&hd->devs[hd->n_devs], 0, sizeof hd->devs[0]);
     hd->replan = true;
@@ -589,7 +591,6 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     snprintf(me->name, sizeof me->name, "%s", a->name);
     snprintf(me->ctrl_ep, sizeof me->ctrl_ep, "%s", a->ctrl_ep);
     snprintf(me->data_ep, sizeof me->data_ep, "%s", a->data_ep);
-    me->info = strdup(a->info_json);
     me->pred_read_token = -1;
     if (a->keys)
         snprintf(me->pubkey, sizeof me->pubkey, "%s", hr_ring_keys_public(a->keys));
@@ -598,8 +599,12 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_msg_join own;
     hr_ring_hdr oh = {.type = HR_RING_JOIN, .len = (uint32_t)strlen(a->info_json)};
     if (hr_msg_join_decode(&oh, a->info_json, &own, err) == 0) {
-        hr_head_dev_sched(hd, me, own.profile, true);
-        hr_msg_join_clear(&own);
+        char *profile = own.profile;
+        own.profile = NULL;
+        me->join = own;
+        me->has_join = true;
+        hr_head_dev_sched(hd, me, profile, true);
+        free(profile);
     }
     hd->replan = true;
     hr_head_publish(hd);
@@ -786,8 +791,6 @@ void hr_head_destroy(hr_agent *a) {
         return;
     hr_service_destroy(hd->svc); /* joins the generating thread */
     hr_prof_model_clear(&hd->pm);
-    for (int i = 0; i < hd->n_devs; i++)
-        free(hd->devs[i].info);
     for (int i = 0; i < HR_AGENT_MAX_PARALLEL; i++)
         free(hd->cache[i].tok);
     hr_ring_close(hd->ev_push);

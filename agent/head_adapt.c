@@ -22,7 +22,6 @@
 #include "common/log.h"
 #include "common/sync.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,25 +289,20 @@ void hr_head_adapt_planned(hr_head *hd, int rc) {
     }
 }
 
-void hr_head_adapt_dev_json(const hr_dev *d, json_t *o) {
-    json_object_set_new(o, "rate_scale", json_real(hr_dev_scale(d)));
-    json_object_set_new(o, "meas_pred_ratio", json_real(d->adapt_ratio));
+void hr_head_adapt_dev_status(const hr_dev *d, hr_status_dev *out) {
+    out->rate_scale = hr_dev_scale(d);
+    out->meas_pred_ratio = d->adapt_ratio;
 }
 
-void hr_head_adapt_json(const hr_head *hd, json_t *j) {
-    json_t *o = json_object();
-    if (!o)
-        return;
-    json_object_set_new(o, "replans", json_integer(hd->n_adapt));
-    json_object_set_new(o, "rescaled", json_integer(hd->n_rescaled));
-    json_object_set_new(o, "pending", json_boolean(atomic_load(&hd->adapt) != 0));
-    json_object_set_new(o, "last", json_string(hd->adapt_reason));
-    json_object_set_new(o, "last_age_s",
-                        json_real(hd->adapt_at > 0 ? hr_now_s() - hd->adapt_at : -1.0));
-    json_object_set_new(o, "from_plan", json_integer(hd->adapt_from));
-    json_object_set_new(o, "to_plan", json_integer(hd->adapt_to));
-    json_object_set_new(o, "threshold", json_real(HR_ADAPT_OFF));
-    json_object_set_new(o, "window_s", json_real(HR_ADAPT_WINDOW_S));
-    json_object_set_new(o, "holdoff_s", json_real(HR_ADAPT_HOLDOFF_S));
-    json_object_set_new(j, "adapt", o);
+void hr_head_adapt_status(const hr_head *hd, double now, hr_status_adapt *out) {
+    out->replans = hd->n_adapt;
+    out->rescaled = hd->n_rescaled;
+    out->pending = atomic_load(&hd->adapt) != 0;
+    snprintf(out->last, sizeof out->last, "%s", hd->adapt_reason);
+    out->last_age_s = hd->adapt_at > 0 ? now - hd->adapt_at : -1.0;
+    out->from_plan = hd->adapt_from;
+    out->to_plan = hd->adapt_to;
+    out->threshold = HR_ADAPT_OFF;
+    out->window_s = HR_ADAPT_WINDOW_S;
+    out->holdoff_s = HR_ADAPT_HOLDOFF_S;
 }

@@ -11,7 +11,6 @@
 #include "common/sync.h"
 #include "ring/msg.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -212,34 +211,34 @@ void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *s
     }
 }
 
-void hr_head_link_json(const hr_dev *d, bool is_head, void *json_obj) {
-    json_t *o = json_obj;
-    double now = hr_now_s();
+void hr_head_link_status(const hr_dev *d, bool is_head, double now, hr_status_link *out) {
     bool measured = d->link_measured;
     bool reverse = !measured && is_head && d->plan_link_reverse;
-    double rtt = measured ? d->link_rtt_ms : reverse ? d->plan_rtt_ms : d->sd.rtt_ms;
-    double bps = measured ? d->link_bps : reverse ? d->plan_bps : d->sd.link_bps;
-    json_object_set_new(o, "link_assumed", json_boolean(!measured && !reverse));
+    out->src = measured  ? HR_STATUS_LINK_MEASURED
+               : reverse ? HR_STATUS_LINK_REVERSE
+                         : HR_STATUS_LINK_ASSUMED;
+    out->rtt_ms = out->bps = NAN; /* not shown: no profile and nothing measured */
     if (measured || reverse || d->has_sched) {
-        json_object_set_new(o, "link_rtt_ms", json_real(rtt));
-        json_object_set_new(o, "link_bps", json_real(bps));
+        out->rtt_ms = measured ? d->link_rtt_ms : reverse ? d->plan_rtt_ms : d->sd.rtt_ms;
+        out->bps = measured ? d->link_bps : reverse ? d->plan_bps : d->sd.link_bps;
     }
+    out->to[0] = out->endpoint[0] = out->probe[0] = 0;
+    out->age_s = NAN;
+    out->plan = 0;
+    out->measurements = 0;
     if (measured) {
-        json_object_set_new(o, "link_to", json_string(d->link_to_name));
-        json_object_set_new(o, "link_endpoint", json_string(d->link_to));
-        json_object_set_new(o, "link_age_s", json_real(now - d->link_t));
-        json_object_set_new(o, "link_plan", json_integer(d->link_plan));
-        json_object_set_new(o, "link_measurements", json_integer(d->link_n));
+        snprintf(out->to, sizeof out->to, "%s", d->link_to_name);
+        snprintf(out->endpoint, sizeof out->endpoint, "%s", d->link_to);
+        out->age_s = now - d->link_t;
+        out->plan = d->link_plan;
+        out->measurements = d->link_n;
     } else if (reverse) { /* measured by its next device, the other way */
-        json_object_set_new(o, "link_to", json_string(d->plan_link_to));
-        json_object_set_new(o, "link_reverse", json_true());
+        snprintf(out->to, sizeof out->to, "%s", d->plan_link_to);
     }
     if (d->probe_to[0])
-        json_object_set_new(o, "link_probe", json_string(d->probe_failed ? "failed" : "pending"));
+        snprintf(out->probe, sizeof out->probe, "%s", d->probe_failed ? "failed" : "pending");
     /* the figures the current plan ran on */
-    if (d->plan_bps > 0) {
-        json_object_set_new(o, "plan_link_rtt_ms", json_real(d->plan_rtt_ms));
-        json_object_set_new(o, "plan_link_bps", json_real(d->plan_bps));
-        json_object_set_new(o, "plan_link_assumed", json_boolean(!d->plan_link_measured));
-    }
+    out->plan_rtt_ms = d->plan_bps > 0 ? d->plan_rtt_ms : NAN;
+    out->plan_bps = d->plan_bps > 0 ? d->plan_bps : NAN;
+    out->plan_assumed = !d->plan_link_measured;
 }

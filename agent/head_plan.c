@@ -3,7 +3,7 @@
  * windows, the Halda scheduler over the devices' profiles, or an even
  * split), the ring layout, sending every worker its PLAN and keeping the
  * head's own part for the generating thread (hd->own, published by
- * head_state.c); readiness; the cluster status as JSON. */
+ * head_state.c); readiness. The status snapshot is head_status.c's. */
 #include "agent/head-impl.h"
 
 #include "common/log.h"
@@ -11,7 +11,6 @@
 #include "mmap/stream.h"
 #include "ring/msg.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,9 +55,7 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
             /* decode is predicted at a chat turn's depth, not half the window */
             sp.n_past = sp.n_ctx / 2 < HR_PLAN_N_PAST ? sp.n_ctx / 2 : HR_PLAN_N_PAST;
             /* the reserve its admission check keeps out: its JOIN's thread count */
-            json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
-            int threads = (int)json_integer_value(json_object_get(info, "threads"));
-            json_decref(info);
+            int threads = d->has_join ? d->join.threads : 0;
             sp.reserve_bytes = (int64_t)hr_prof_mem_reserve(
                 a->m, sp.n_ctx, a->p.n_batch, threads > 0 ? threads : pd->topo.n_cores, is_head);
             if (hr_prof_to_sched_device(pd, &hd->pm, NULL, &sp, &d->sd, err) == 0) {
@@ -433,140 +430,4 @@ void hr_head_update_ready(hr_head *hd) {
         hd->lost_di = 0;
     }
     hd->ready = ok;
-}
-
-/* ---- status ---- */
-
-static void hr_layers_str(char *out, size_t cap, int k, int W, int off, int w) {
-    size_t n = 0;
-    out[0] = 0;
-    for (int r = 0; r < k && w > 0 && n < cap; r++) {
-        int b = r * W + off;
-        n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", r ? "," : "", b, b + w - 1);
-    }
-    if (w <= 0)
-        snprintf(out, cap, "-");
-}
-
-/* A number, or null when < 0 (unknown). */
-static json_t *hr_num_or_null(double v) { return v >= 0 ? json_real(v) : json_null(); }
-
-/* Disk figures of a device row: what the plan's cost model predicts it
- * reads per token, what it measured (/proc/self/io over its windows) and
- * what its runtime split streams and keeps. */
-static void hr_head_disk_json(json_t *o, const hr_dev *d, int k) {
-    json_object_set_new(o, "pred_read_bytes_token", hr_num_or_null(d->pred_read_token));
-    json_object_set_new(o, "meas_read_bytes_token",
-                        hr_num_or_null(d->meas_read_round >= 0 ? d->meas_read_round * k : -1));
-    json_object_set_new(o, "stream_bytes_token",
-                        hr_num_or_null(d->stream_round >= 0 ? d->stream_round * k : -1));
-    json_object_set_new(o, "pinned_bytes", hr_num_or_null(d->pinned));
-    json_object_set_new(o, "pinned_by",
-                        json_string(d->locked > 0    ? "mlock"
-                                    : d->locked == 0 ? "advice"
-                                                     : "unknown"));
-}
-
-/* One device's JSON row (dev_mu held). */
-static json_t *hr_head_dev_json(const hr_head *hd, const hr_dev *d, bool is_head, int k, int W) {
-    json_t *info = d->info ? json_loads(d->info, 0, NULL) : NULL;
-    if (!info)
-        info = json_object();
-    json_object_del(info, "profile");
-    json_int_t threads = json_integer_value(json_object_get(info, "threads"));
-    char layers[256];
-    hr_layers_str(layers, sizeof layers, k, W, d->offset, d->w);
-    json_t *o =
-        json_pack("{s:s,s:s,s:s,s:b,s:b,s:b,s:i,s:i,s:i,s:s,s:f,s:f,s:f,s:I,s:b,s:O}", "name",
-                  d->name, "address", d->ctrl_ep, "data", d->data_ep, "head", is_head, "lost",
-                  d->lost, "ready", d->ready && d->ready_plan == hd->plan_id, "ring_pos",
-                  d->ring_pos, "w", d->w, "k", k, "layers", layers, "pred_ms_round",
-                  d->pred_ms_round, "meas_ms_round", d->meas_ms_round, "resident", d->resident,
-                  "tokens", (json_int_t)d->tokens, "overloaded", d->overloaded, "info", info);
-    if (o) { /* compute threads in use (its JOIN); layers of each window on its GPU */
-        json_object_set_new(o, "threads", json_integer(threads));
-        json_object_set_new(o, "gpu_layers", json_integer(d->n_gpu));
-        json_object_set_new(o, "gpu",
-                            d->gpu[0] ? json_pack("{s:s,s:s,s:I,s:f}", "name", d->gpu, "type",
-                                                  d->gpu_kind, "vram_bytes",
-                                                  (json_int_t)d->gpu_vram, "matvec_gbs", d->gpu_gbs)
-                                      : json_null());
-    }
-    json_decref(info);
-    if (o) {
-        /* what the planner knew: a profile, the link figures (assumed until measured) */
-        json_object_set_new(o, "has_profile", json_boolean(d->has_sched));
-        hr_head_link_json(d, is_head, o);
-        if (d->left_out[0])
-            json_object_set_new(o, "left_out", json_string(d->left_out));
-        hr_head_disk_json(o, d, k);
-        /* model bytes it fetches from the head (no model file there) */
-        json_object_set_new(o, "fetch_done_bytes", hr_num_or_null(d->fetch_done));
-        json_object_set_new(o, "fetch_total_bytes", hr_num_or_null(d->fetch_total));
-        json_object_set_new(o, "fetch_wire_bytes", hr_num_or_null(d->fetch_wire));
-        hr_head_adapt_dev_json(d, o);
-    }
-    return o;
-}
-
-char *hr_head_status_json(hr_agent *a) {
-    hr_head *hd = a->head;
-    if (!hd)
-        return NULL;
-    json_t *devs = json_array();
-    pthread_mutex_lock(&hd->dev_mu);
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    int k = hd->plan_k > 0 ? hd->plan_k : 1, W = hp->n_layer / k;
-    for (int i = 0; i < hd->n_devs; i++) {
-        hr_dev d = hd->devs[i];
-        if (i == 0) { /* the head's own figures */
-            pthread_mutex_lock(&a->st.mu);
-            d.meas_ms_round = a->st.ms_round;
-            d.tokens = a->st.tokens;
-            pthread_mutex_unlock(&a->st.mu);
-            d.resident = hd->resident;
-            hr_stream_stats ss;
-            hr_node_stream_stats(a, &ss);
-            d.meas_read_round = ss.read_round;
-            d.stream_round = ss.stream_round;
-            d.pinned = ss.pinned;
-            d.locked = ss.locked;
-        }
-        json_t *o = hr_head_dev_json(hd, &d, i == 0, k, W);
-        if (o)
-            json_array_append_new(devs, o);
-    }
-    json_t *j = json_pack("{s:s,s:i,s:I,s:i,s:i,s:b,s:s,s:s,s:i,s:o}", "head", a->name, "version",
-                          HR_RING_VERSION, "plan_id", (json_int_t)hd->plan_id, "k", k, "n_layer",
-                          hp->n_layer, "ready", hd->ready, "wire",
-                          a->p.wire_dtype == HR_RING_F32 ? "f32" : "f16", "error", hd->plan_err,
-                          "prefetch", (int)a->p.prefetch, "devices", devs);
-    if (j) {
-        json_object_set_new(j, "secure", json_boolean(a->keys != NULL));
-        json_object_set_new(j, "pubkey", json_string(a->keys ? hr_ring_keys_public(a->keys) : ""));
-        json_object_set_new(j, "auth_refused",
-                            json_integer(a->keys ? (json_int_t)hr_ring_keys_refused(a->keys) : 0));
-        json_object_set_new(j, "plan_source", json_string(hd->plan_src));
-        json_object_set_new(
-            j, "plan_error",
-            json_string(strncmp(hd->plan_err, "no plan", 7) == 0 ? hd->plan_err : ""));
-        json_object_set_new(j, "recoveries",
-                            json_integer((json_int_t)atomic_load(&hd->recoveries)));
-        /* the scheduler's prediction for the plan in use (null: no prediction) */
-        bool pred = hd->have_sched && hd->sched.status == 0 && hd->sched.k > 0;
-        json_object_set_new(j, "pred_ms_token",
-                            pred ? json_real(hd->sched.latency_ms) : json_null());
-        json_object_set_new(j, "pred_n_past", json_integer(HR_PLAN_N_PAST));
-        json_object_set_new(j, "pred_compute_ms_token",
-                            pred ? json_real(hd->sched.compute_ms) : json_null());
-        json_object_set_new(j, "pred_disk_exposed_ms_token",
-                            pred ? json_real(hd->sched.disk_exposed_ms) : json_null());
-        json_object_set_new(j, "kv_slots", json_integer(hd->plan_seq));    /* requests at once */
-        json_object_set_new(j, "kv_slot_ctx", json_integer(hd->plan_ctx)); /* positions each */
-        hr_head_adapt_json(hd, j);
-    }
-    pthread_mutex_unlock(&hd->dev_mu);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return s;
 }

@@ -13,6 +13,7 @@
  * the ring (or drops from the queue). */
 #include "api/http-impl.h"
 
+#include "agent/status.h"
 #include "common/log.h"
 #include "common/sync.h"
 #include "mmap/gguf.h"
@@ -186,24 +187,30 @@ static bool hr_ready(hr_http *h, char err[HR_ERR_LEN]) {
     return hr_head_wait_ready(h->a, 0, 0, err) == 0;
 }
 
+/* The head's status snapshot (malloc'ed, the caller frees); NULL on OOM. */
+static hr_status *hr_status_snap(hr_http *h) {
+    hr_status *st = malloc(sizeof *st);
+    if (st && hr_head_status(h->a, st) != 0) {
+        free(st);
+        st = NULL;
+    }
+    return st;
+}
+
 /* Why the cluster is not ready, in words: the workers still awaited (from
  * the head's status), else the head's own reason. */
 static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN]) {
-    char *st = hr_head_status_json(h->a);
-    json_t *j = st ? json_loads(st, 0, NULL) : NULL;
-    free(st);
+    hr_status *st = hr_status_snap(h);
     int joined = 0, ready = 0;
-    size_t i;
-    json_t *d;
-    json_array_foreach(json_object_get(j, "devices"), i, d) {
-        if (json_is_true(json_object_get(d, "head")) || json_is_true(json_object_get(d, "lost")))
+    for (int i = 0; st && i < st->n_devices; i++) {
+        const hr_status_dev *d = &st->devices[i];
+        if (d->head || d->lost)
             continue;
         joined++;
-        ready += json_is_true(json_object_get(d, "ready"));
+        ready += d->ready;
     }
-    const char *perr = json_string_value(json_object_get(j, "error"));
-    if (perr && perr[0]) /* a plan failed (a lost device): that, not the workers awaited */
-        snprintf(out, HR_ERR_LEN, "cluster not ready: %s", perr);
+    if (st && st->plan.error[0]) /* a plan failed (a lost device): that, not the workers awaited */
+        snprintf(out, HR_ERR_LEN, "cluster not ready: %.200s", st->plan.error);
     else if (h->p.expect > joined)
         snprintf(out, HR_ERR_LEN, "waiting for %d worker%s (%d joined)", h->p.expect,
                  h->p.expect == 1 ? "" : "s", joined);
@@ -211,7 +218,7 @@ static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN])
         snprintf(out, HR_ERR_LEN, "waiting for the plan: %d of %d workers ready", ready, joined);
     else
         snprintf(out, HR_ERR_LEN, "%s", why);
-    json_decref(j);
+    free(st);
 }
 
 static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
@@ -271,39 +278,18 @@ static enum MHD_Result hr_serve_models(hr_http *h, struct MHD_Connection *c, con
     return hr_send_json(c, MHD_HTTP_OK, s);
 }
 
+/* The status document with the API's counters (the status page reads it). */
 static enum MHD_Result hr_serve_cluster(hr_http *h, struct MHD_Connection *c) {
-    char *st = hr_head_status_json(h->a);
-    json_t *j = st ? json_loads(st, 0, NULL) : NULL;
-    free(st);
-    if (!j)
+    hr_status *st = hr_status_snap(h);
+    if (!st)
         return hr_send_json(c, 500, NULL);
-    hr_service_stats ss;
-    hr_service_stats_get(h->svc, &ss);
-    json_t *api = json_pack("{s:s,s:i,s:i,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", h->model_id,
-                            "n_ctx", h->n_ctx, "queued", ss.queued, "running", ss.running,
-                            "requests", (json_int_t)ss.requests, "completed", (json_int_t)ss.done,
-                            "canceled", (json_int_t)ss.canceled, "failed", (json_int_t)ss.failed,
-                            "tokens", (json_int_t)ss.tokens, "last_prompt_tps", ss.last_prompt_tps,
-                            "last_gen_tps", ss.last_gen_tps);
-    if (api) {
-        json_object_set_new(api, "parallel", json_integer(ss.parallel));
-        json_object_set_new(api, "n_running", json_integer(ss.n_running));
-        json_object_set_new(api, "cached_tokens", json_integer((json_int_t)ss.cached_tokens));
-        json_t *run = json_array(), *mb = json_array();
-        for (int i = 0; run && i < ss.n_shown; i++)
-            json_array_append_new(run, json_pack("{s:I,s:i,s:i,s:f}", "id",
-                                                 (json_int_t)ss.run[i].id, "prompt_tokens",
-                                                 ss.run[i].n_prompt, "completion_tokens",
-                                                 ss.run[i].n_gen, "seconds", ss.run[i].age_s));
-        for (int i = 0; mb && i < ss.n_mb; i++)
-            json_array_append_new(mb, json_integer(ss.mb_rows[i]));
-        json_object_set_new(api, "running_requests", run);
-        json_object_set_new(api, "batches", mb);
-    }
-    json_object_set_new(j, "api", api);
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return hr_send_json(c, MHD_HTTP_OK, s);
+    st->api.present = true;
+    snprintf(st->api.model, sizeof st->api.model, "%s", h->model_id);
+    st->api.n_ctx = h->n_ctx;
+    hr_service_stats_get(h->svc, &st->api.svc);
+    char *s = hr_status_json(st);
+    free(st);
+    return hr_send_json(c, s ? MHD_HTTP_OK : 500, s);
 }
 
 /* The prompt text of r: a completion's prompt, or the chat rendered with

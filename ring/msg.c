@@ -147,7 +147,7 @@ static int hr_msg_unpack_err(json_t *j, const json_error_t *je, int type, char e
 
 /* ---- JOIN ---- */
 
-int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]) {
+json_t *hr_msg_join_info_json(const hr_msg_join *m) {
     char hash[24];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m->model_hash);
     json_t *j = json_pack(
@@ -161,6 +161,11 @@ int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]) 
         json_object_set_new(j, "pubkey", json_string(m->pubkey));
     if (j && m->echo[0])
         json_object_set_new(j, "echo", json_string(m->echo));
+    return j;
+}
+
+int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]) {
+    json_t *j = hr_msg_join_info_json(m);
     if (j && m->profile) {
         json_t *pd = json_loads(m->profile, 0, NULL);
         if (pd)

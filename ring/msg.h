@@ -88,6 +88,10 @@ typedef struct {
 int hr_msg_join_encode(hr_msg *out, const hr_msg_join *m, char err[HR_ERR_LEN]);
 int hr_msg_join_decode(const hr_ring_hdr *h, const void *pl, hr_msg_join *m, char err[HR_ERR_LEN]);
 void hr_msg_join_clear(hr_msg_join *m);
+/* m's fields as the JOIN carries them, less the profile: a JSON object (new
+ * reference; NULL on OOM) for the status document's "info". */
+struct json_t;
+struct json_t *hr_msg_join_info_json(const hr_msg_join *m);
 
 /* ---- PLAN: head -> worker (plan id also in the header) ---- */
 typedef struct {
@@ -167,7 +171,7 @@ int hr_msg_pair_encode(hr_msg *out, const hr_msg_pair *m, char err[HR_ERR_LEN]);
 int hr_msg_pair_decode(const hr_ring_hdr *h, const void *pl, hr_msg_pair *m, char err[HR_ERR_LEN]);
 
 /* ---- STATUS: head -> client, the cluster status document ---- */
-/* json: one JSON object (hr_head_status_json). */
+/* json: one JSON object (hr_status_json, agent/status.h). */
 int hr_msg_status_encode(hr_msg *out, const char *json, char err[HR_ERR_LEN]);
 /* *json: a NUL-terminated malloc'ed copy after checking it is a JSON object. */
 int hr_msg_status_decode(const hr_ring_hdr *h, const void *pl, char **json, char err[HR_ERR_LEN]);
