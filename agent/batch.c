@@ -1,5 +1,6 @@
-/* batch.c - the head's batched generation (hr_head_serve): several requests
- * in flight at once. Every request owns a KV slot on every device; the
+/* batch.c - the head's generation engine (hr_head_serve): every request,
+ * alone (--parallel 1) or with others in flight at once, runs here. Every
+ * request owns a KV slot on every device; the
  * running requests are spread over micro-batches, and the micro-batches
  * travel the ring one after another as BATCH frames (ring.h), so that
  * while device 2 computes micro-batch A, device 1 computes B. A step of a
@@ -8,7 +9,8 @@
  * every request computes exactly what it computes alone (model.h: a row's
  * output does not depend on who shares the step). Requests join and leave
  * between steps. A lost device or an adaptive re-plan costs a new plan and
- * a replay of every running request's history, as in gen.c. */
+ * a replay of every running request's history (hr_bs_recover,
+ * hr_bs_adapt), never a different answer. */
 #include "agent/head-impl.h"
 
 #include "common/log.h"
@@ -283,7 +285,9 @@ static void hr_bs_join(hr_bsess *b, hr_gen_req *r, int s, int cached) {
     r->rc = 0;
     r->err[0] = 0;
     int max = r->max_tokens;
-    if (r->n_ids < 1 || r->n_ids >= lp->n_ctx) {
+    if (r->logits) /* every position's logits: computed, not taken from the cache */
+        cached = 0;
+    if (r->n_ids < 1 || r->n_ids > lp->n_ctx || (r->n_ids == lp->n_ctx && !r->logits)) {
         char e[HR_ERR_LEN];
         snprintf(e, sizeof e, "prompt has %d tokens but the context holds %d", r->n_ids, lp->n_ctx);
         hr_bs_refuse(b, r, r->n_ids < 1 ? HR_EINVAL : HR_ERANGE, r->n_ids < 1 ? "empty prompt" : e);
@@ -291,6 +295,8 @@ static void hr_bs_join(hr_bsess *b, hr_gen_req *r, int s, int cached) {
     }
     if (max < 0 || r->n_ids + max > lp->n_ctx)
         max = lp->n_ctx - r->n_ids;
+    if (r->logits)
+        max = 0;
     memset(q, 0, sizeof *q);
     q->smp = hr_sampler_create(&r->sp, hp->n_vocab);
     q->hist = malloc(((size_t)r->n_ids + (size_t)max + 1) * sizeof *q->hist);
@@ -422,6 +428,13 @@ static void hr_bs_token(hr_bsess *b, hr_bseq *q, float *logits) {
         return;
     }
     q->hist[q->n_hist++] = id;
+}
+
+/* Request q asked for its prompt only (logits, or no tokens): it is
+ * computed, q is handed back. */
+static void hr_bs_prompt_done(hr_bsess *b, hr_bseq *q) {
+    q->r->st.prompt_s = hr_now_s() - q->t0;
+    hr_bs_finish(b, q, 0, NULL);
 }
 
 /* May refresh slot s send rows now? When a request waits for it (parked,
@@ -563,9 +576,12 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
     int n_out = 0, row = 0;
     for (int i = 0; i < m->n_step; i++) {
         hr_bseq *q = &b->seq[m->step_seq[i]];
-        row += m->step_n[i];
-        if (q->r && !q->zombie && m->step_pos[i] + m->step_n[i] == q->n_hist)
-            b->out_idx[n_out++] = row - 1;
+        int p0 = m->step_pos[i], nr = m->step_n[i];
+        if (q->r && !q->zombie && q->r->logits) /* the run's rows as a cold prefill's chunk */
+            hr_ctx_output(lp->out_ctx, lp->hid, row, nr, q->r->logits + (size_t)p0 * nv);
+        else if (q->r && !q->zombie && q->max_tokens > 0 && p0 + nr == q->n_hist)
+            b->out_idx[n_out++] = row + nr - 1;
+        row += nr;
     }
     if (n_out > 0)
         hr_ctx_output_rows(lp->out_ctx, lp->hid, b->out_idx, n_out, b->logits);
@@ -598,6 +614,8 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
         q->fed = end;
         if (q->fed == q->n_hist && q->refresh)
             hr_bs_refresh_done(b, q);
+        else if (q->fed == q->n_hist && q->max_tokens == 0)
+            hr_bs_prompt_done(b, q);
         else if (q->fed == q->n_hist)
             hr_bs_token(b, q, b->logits + (size_t)o++ * nv);
     }
@@ -930,4 +948,69 @@ int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]) {
     atomic_store(&a->head->gen_left, 0);
     hr_head_gen_end(a);
     return rc;
+}
+
+/* ---- one request: a session of one ---- */
+
+typedef struct {
+    hr_gen_req r;
+    bool taken;
+} hr_bs_one;
+
+static hr_gen_req *hr_bs_one_take(void *ud) {
+    hr_bs_one *o = ud;
+    if (o->taken)
+        return NULL;
+    o->taken = true;
+    return &o->r;
+}
+
+static void hr_bs_one_done(void *ud, hr_gen_req *r) {
+    (void)ud;
+    (void)r; /* rc, err and st are read when the session returns */
+}
+
+/* Runs o's request in a session of its own; its rc, err with it. */
+static int hr_bs_one_run(hr_agent *a, hr_bs_one *o, char err[HR_ERR_LEN]) {
+    hr_gen_feed f = {.take = hr_bs_one_take, .done = hr_bs_one_done, .ud = o};
+    int rc = hr_head_serve(a, &f, err);
+    if (rc)
+        return rc;
+    if (!o->taken) /* the session ended before taking it (the agent stops) */
+        return hr_seterr(err, HR_ECANCELED, "agent stopping");
+    if (o->r.rc)
+        snprintf(err, HR_ERR_LEN, "%s", o->r.err);
+    return o->r.rc;
+}
+
+int hr_head_generate(hr_agent *a, const int32_t *ids, int n_ids, const hr_sampler_params *sp,
+                     int max_tokens, hr_head_token_fn on_token, void *ud, const atomic_int *cancel,
+                     hr_head_stats *stats, char err[HR_ERR_LEN]) {
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (!a->is_head || !a->head)
+        return hr_seterr(err, HR_EINVAL, "not a head");
+    if (n_ids < 1)
+        return hr_seterr(err, HR_EINVAL, "empty prompt");
+    hr_bs_one o = {.r = {.ids = ids,
+                         .n_ids = n_ids,
+                         .sp = *sp,
+                         .max_tokens = max_tokens,
+                         .on_token = on_token,
+                         .ud = ud,
+                         .cancel = cancel}};
+    int rc = hr_bs_one_run(a, &o, err);
+    if (stats)
+        *stats = o.r.st;
+    return rc;
+}
+
+int hr_head_logits(hr_agent *a, const int32_t *ids, int n, float *logits, char err[HR_ERR_LEN]) {
+    if (!a->is_head || !a->head)
+        return hr_seterr(err, HR_EINVAL, "not a head");
+    if (n < 1)
+        return hr_seterr(err, HR_EINVAL, "no tokens");
+    hr_bs_one o = {
+        .r = {.ids = ids, .n_ids = n, .sp = hr_sampler_params_default(), .logits = logits}};
+    return hr_bs_one_run(a, &o, err);
 }

@@ -318,13 +318,15 @@ void hr_head_gen_end(hr_agent *a);
  * held). */
 int hr_head_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
 
-/* ---- batch.c: several requests at once (the request service's
- * --parallel mode) ----
+/* ---- batch.c: the generation engine ----
  *
- * A session holds gen_mu (as one request does) while any of its requests
- * runs. Each request has a KV slot on every device; the running requests
- * are spread over micro-batches that travel the ring one after another, so
- * that every device has work when there are enough of them. */
+ * Every request runs in a session: one request is a session with one
+ * slot (--parallel 1), several share one (--parallel N). A session holds
+ * gen_mu while any of its requests runs. Each request has a KV slot on
+ * every device; the running requests are spread over micro-batches that
+ * travel the ring one after another, so that every device has work when
+ * there are enough of them. hr_head_generate and hr_head_logits (agent.h)
+ * are sessions of one request. */
 
 /* One request of a session. The service owns it; the session reads the
  * inputs and fills the outputs until it hands it back with done(). */
@@ -332,7 +334,11 @@ typedef struct {
     const int32_t *ids; /* [n_ids] prompt tokens */
     int n_ids;
     hr_sampler_params sp;
-    int max_tokens; /* < 0 or past the context: until the context is full */
+    int max_tokens; /* < 0 or past the context: until the context is full;
+                       0: the prompt only (nothing sampled) */
+    float *logits;  /* NULL, or [n_ids][n_vocab]: teacher-forced logits of every
+                       prompt position, computed from position 0 (no prompt cache);
+                       nothing is sampled */
     hr_head_token_fn on_token;
     void *ud;
     const atomic_int *cancel;

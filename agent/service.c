@@ -1,6 +1,7 @@
 /* service.c - the head's request service (see service.h): request records,
- * the bounded FIFO queue, the service thread that runs requests in order
- * with hr_head_generate(), cancellation and counters. Tokenization (the
+ * the bounded FIFO queue, the service thread that hands queued requests to
+ * the generation engine (hr_head_serve, batch.c) as it takes them,
+ * cancellation and counters. Tokenization (the
  * model's BOS rule), the default context and the context check live here
  * so that every front end refuses and generates alike. */
 #include "agent/service.h"
@@ -37,7 +38,7 @@ struct hr_service_job {
     void *ud;
     atomic_int cancel;
     double submitted_s; /* monotonic */
-    hr_gen_req gr;      /* in a batched session (--parallel > 1) */
+    hr_gen_req gr;      /* what the engine reads and fills while it runs */
 };
 
 struct hr_service {
@@ -90,10 +91,10 @@ void hr_service_stats_get(hr_service *s, hr_service_stats *out) {
     double now = hr_now_s();
     for (const hr_service_job *j = s->running; j && out->n_shown < HR_SERVICE_MAX_SHOWN;
          j = j->next)
-        out->run[out->n_shown++] = (hr_service_running){.id = j->id,
-                                                        .n_prompt = j->n_ids,
-                                                        .n_gen = atomic_load(&j->gr.n_gen),
-                                                        .age_s = now - j->submitted_s};
+        out->run[out->n_shown++] = (hr_service_inflight){.id = j->id,
+                                                         .n_prompt = j->n_ids,
+                                                         .n_gen = atomic_load(&j->gr.n_gen),
+                                                         .age_s = now - j->submitted_s};
     out->n_mb = s->n_mb;
     memcpy(out->mb_rows, s->mb_rows, sizeof out->mb_rows);
     pthread_mutex_unlock(&s->mu);
@@ -344,24 +345,7 @@ static void hr_service_count(hr_service *s, hr_service_job *j, int rc, const hr_
     j->next = NULL;
 }
 
-static void hr_service_run(hr_service *s, hr_service_job *j) {
-    char err[HR_ERR_LEN] = "";
-    hr_head_stats st = {0};
-    HR_LOG_DEBUG(TAG, "request %llu starts after %.3f s in the queue", (unsigned long long)j->id,
-                 hr_now_s() - j->submitted_s);
-    int rc = j->wait_ms >= 0 ? hr_service_wait_ready(s, j->wait_ms, err) : 0;
-    if (rc == 0 && atomic_load(&j->cancel))
-        rc = hr_seterr(err, HR_ECANCELED, "canceled");
-    if (rc == 0)
-        rc = hr_head_generate(s->a, j->ids, j->n_ids, &j->sp, j->max_tokens, j->on_token, j->ud,
-                              &j->cancel, &st, err);
-    pthread_mutex_lock(&s->mu);
-    hr_service_count(s, j, rc, &st);
-    pthread_mutex_unlock(&s->mu);
-    j->on_done(j->ud, rc, &st, err);
-}
-
-/* ---- batched sessions (--parallel > 1) ---- */
+/* ---- sessions: the engine takes requests from the queue ---- */
 
 /* Takes the first queued request (s->mu held) into the running list. */
 static hr_service_job *hr_service_pop(hr_service *s) {
@@ -449,17 +433,9 @@ static void *hr_service_main(void *arg) {
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
-        if (s->parallel > 1) {
-            int wait_ms = s->q_head->wait_ms;
-            pthread_mutex_unlock(&s->mu);
-            hr_service_batch(s, wait_ms);
-            pthread_mutex_lock(&s->mu);
-            continue;
-        }
-        hr_service_job *j = hr_service_pop(s);
+        int wait_ms = s->q_head->wait_ms;
         pthread_mutex_unlock(&s->mu);
-        hr_service_run(s, j);
-        hr_job_free(j);
+        hr_service_batch(s, wait_ms);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);

@@ -2,7 +2,8 @@
  * (`hearth prompt` over ZeroMQ, the HTTP API) submits generation requests
  * to. A request is tokenized (the model's BOS rule) and checked against the
  * context when it is submitted, then waits in a bounded FIFO queue until
- * the service thread runs it with hr_head_generate(), streaming tokens to
+ * the service thread hands it to the generation engine (hr_head_serve,
+ * batch.c), streaming tokens to
  * on_token and finishing with exactly one on_done. Requests can be
  * canceled while queued or while running; counters feed /v1/cluster.
  *
@@ -16,12 +17,12 @@
  *     caller's thread, before that call returns.
  * So never call hr_service_cancel* while holding a lock your on_done takes.
  *
- * With the head's --parallel N > 1 (hr_agent_params.n_parallel) up to N
- * requests run at once in one batched session (hr_head_serve, batch.c):
- * they join between steps as soon as a KV slot is free, their tokens are
- * streamed interleaved (on_token of each runs on the service thread, one
- * token of one request at a time), and a canceled one leaves at once.
- * With N = 1 requests run one after another with hr_head_generate(). */
+ * With the head's --parallel N (hr_agent_params.n_parallel, default 1) up
+ * to N requests run at once in one session: they join between steps as
+ * soon as a KV slot is free, their tokens are streamed interleaved
+ * (on_token of each runs on the service thread, one token of one request
+ * at a time), and a canceled one leaves at once. With N = 1 the session
+ * has one slot: requests run one after another. */
 #ifndef HR_AGENT_SERVICE_H
 #define HR_AGENT_SERVICE_H
 
@@ -61,7 +62,7 @@ typedef struct {
 hr_service_req hr_service_req_default(void);
 
 /* rc 0 (stats filled), HR_ECANCELED (canceled; err "canceled") or the
- * failure of hr_head_generate / the readiness wait, err saying why. ud is
+ * failure of the engine / the readiness wait, err saying why. ud is
  * never used by the service after on_done returns. */
 typedef void (*hr_service_done_fn)(void *ud, int rc, const hr_head_stats *st, const char *err);
 
@@ -73,7 +74,7 @@ typedef struct {
     int n_prompt; /* prompt tokens */
     int n_gen;    /* generated so far */
     double age_s; /* since it was submitted */
-} hr_service_running;
+} hr_service_inflight;
 
 typedef struct {
     int queued;    /* waiting, not counting the running ones */
@@ -82,7 +83,7 @@ typedef struct {
     int n_running; /* requests generating now */
     int parallel;  /* at most this many at once (--parallel) */
     int n_shown;   /* run[0..n_shown): the first running requests */
-    hr_service_running run[HR_SERVICE_MAX_SHOWN];
+    hr_service_inflight run[HR_SERVICE_MAX_SHOWN];
     int n_mb;                             /* micro-batches of the batched session (0: none) */
     int mb_rows[HR_SERVICE_MAX_SHOWN];    /* rows of each one's latest step */
     uint64_t requests;                    /* submitted past the checks: accepted + refused */

@@ -1,7 +1,7 @@
 /* worker.c - a worker's two threads: the control loop (join, apply plans,
  * heartbeats, cancels; one handler per message type the head sends, timers
  * for joining, heartbeats and head silence) and the data thread that
- * computes this device's windows as hidden states come around the ring. */
+ * computes this device's windows as BATCH frames come around the ring. */
 #include "agent/agent-impl.h"
 
 #include "common/log.h"
@@ -21,26 +21,6 @@ static void hr_reject_frame(hr_agent *a, const char *where, const char *why) {
     a->st.frames_rejected++;
     pthread_mutex_unlock(&a->st.mu);
     HR_LOG_WARN(TAG, "%s: rejected frame on %s: %s", a->name, where, why);
-}
-
-/* Checks a HIDDEN frame against the plan; returns 0 if it is ours. */
-static int hr_check_hidden(const hr_agent *a, const hr_ring_hdr *h, char err[HR_ERR_LEN]) {
-    const hr_local_plan *lp = &a->lp;
-    size_t E = (size_t)hr_model_hparams(a->m)->n_embd;
-    if (h->type != HR_RING_HIDDEN)
-        return hr_seterr(err, HR_EFORMAT, "%s frame on the data port", hr_ring_type_name(h->type));
-    if (h->plan_id != lp->plan_id)
-        return hr_seterr(err, HR_EINVAL, "frame of plan %u, current plan %u", h->plan_id,
-                         lp->plan_id);
-    if (h->dtype != lp->dtype || h->n_tok > lp->n_batch || h->round >= lp->k || h->pos < 0 ||
-        (int64_t)h->pos + h->n_tok > lp->n_ctx ||
-        (size_t)h->len != (size_t)h->n_tok * E * hr_ring_dtype_size(h->dtype))
-        return hr_seterr(err, HR_EFORMAT,
-                         "HIDDEN frame does not fit the plan: dtype %u, n_tok %u (batch %d), "
-                         "round %u (k %d), pos %d (ctx %d), %u bytes for n_embd %zu",
-                         h->dtype, h->n_tok, lp->n_batch, h->round, lp->k, h->pos, lp->n_ctx,
-                         h->len, E);
-    return 0;
 }
 
 /* The data thread's receive buffer and BATCH row tables, sized once for
@@ -81,7 +61,6 @@ static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms
     }
     if (h->req_id < b->session)
         return 1;
-    b->session = h->req_id;
     const uint8_t *pl = b->rx + HR_RING_HDR_SIZE;
     hr_ring_rows_read(pl, b->slot, b->pos, nt);
     for (int i = 0; i < nt; i++) {
@@ -98,7 +77,8 @@ static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms
     hr_node_push_connect(a);
     double t0 = hr_now_s();
     if ((rc = hr_ctx_step(lp->ctx[h->round], lp->hid, b->rows, nt, err)))
-        return rc; /* rows out of order or beyond a slot's length: nothing computed */
+        return rc;          /* rows out of order or beyond a slot's length: nothing computed */
+    b->session = h->req_id; /* older sessions' frames are dropped from now on */
     hr_node_test_slow(a);
     *ms = (hr_now_s() - t0) * 1000.0;
     memcpy(lp->frame + HR_RING_HDR_SIZE, pl, rt);
@@ -133,10 +113,6 @@ static void *hr_data_main(void *arg) {
     }
     uint8_t *rx = b.rx;
     size_t cap = b.cap;
-    /* replay / reorder guard: frames of the current request must arrive in
-     * position order per round; a newer request starts at position 0 */
-    uint64_t cur_req = 0, cur_epoch = 0;
-    int32_t next_pos[HR_AGENT_MAX_K] = {0};
     while (!atomic_load(&a->stop)) {
         hr_ring_hdr h;
         err[0] = 0;
@@ -147,74 +123,24 @@ static void *hr_data_main(void *arg) {
             hr_reject_frame(a, "data port", err);
             continue;
         }
+        if (h.type != HR_RING_BATCH) {
+            snprintf(err, HR_ERR_LEN, "%s frame on the data port", hr_ring_type_name(h.type));
+            hr_reject_frame(a, "data port", err);
+            continue;
+        }
         pthread_mutex_lock(&a->plan_mu);
         hr_local_plan *lp = &a->lp;
-        if (h.type == HR_RING_BATCH) {
-            double ms = 0;
-            int round = h.round, nt = h.n_tok;
-            int rc = hr_data_batch(a, &b, &h, &ms, err);
-            if (rc == 0) {
-                hr_node_after_window(a, lp, round);
-                hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
-            }
-            pthread_mutex_unlock(&a->plan_mu);
-            if (rc < 0)
-                hr_reject_frame(a, "data port", err);
-            continue;
+        double ms = 0;
+        int round = h.round, nt = h.n_tok;
+        int rc = hr_data_batch(a, &b, &h, &ms, err);
+        if (rc == 0) { /* after the send: the streamer reads ahead off the ring's path */
+            hr_node_after_window(a, lp, round);
+            /* under plan_mu: a plan applied meanwhile starts its statistics over */
+            hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
         }
-        if (hr_check_hidden(a, &h, err)) {
-            pthread_mutex_unlock(&a->plan_mu);
-            hr_reject_frame(a, "data port", err);
-            continue;
-        }
-        if (h.req_id <= atomic_load(&a->canceled_req) || lp->w <= 0) {
-            pthread_mutex_unlock(&a->plan_mu);
-            HR_LOG_DEBUG(TAG, "%s: dropped frame of canceled request %llu", a->name,
-                         (unsigned long long)h.req_id);
-            continue;
-        }
-        if (a->plan_epoch != cur_epoch || (h.req_id > cur_req && h.pos == 0)) {
-            cur_epoch = a->plan_epoch;
-            cur_req = h.req_id;
-            memset(next_pos, 0, sizeof next_pos);
-        }
-        if (h.req_id != cur_req || h.pos != next_pos[h.round]) {
-            snprintf(err, HR_ERR_LEN,
-                     "HIDDEN frame of request %llu at pos %d round %u out of order or replayed "
-                     "(current request %llu expects pos %d)",
-                     (unsigned long long)h.req_id, h.pos, h.round, (unsigned long long)cur_req,
-                     next_pos[h.round]);
-            pthread_mutex_unlock(&a->plan_mu);
-            hr_reject_frame(a, "data port", err);
-            continue;
-        }
-        next_pos[h.round] = h.pos + h.n_tok;
-        hr_node_push_connect(a);
-        int nt = h.n_tok;
-        hr_ring_unpack(lp->hid, (size_t)nt * E, rx + HR_RING_HDR_SIZE, h.len, h.dtype);
-        /* the window's own time (compute, and page faults where it is not
-         * resident): what the plan's pred_ms_round predicts; read-ahead
-         * and release of windows are not part of it */
-        double t0 = hr_now_s();
-        int rc = hr_ctx_layers(lp->ctx[h.round], lp->hid, nt, h.pos, err);
-        hr_node_test_slow(a);
-        double ms = (hr_now_s() - t0) * 1000.0;
-        if (rc) {
-            pthread_mutex_unlock(&a->plan_mu);
-            HR_LOG_ERROR(TAG, "%s: window failed: %s", a->name, err);
-            continue;
-        }
-        long len = hr_ring_pack(lp->frame + HR_RING_HDR_SIZE, lp->frame_cap - HR_RING_HDR_SIZE,
-                                lp->hid, (size_t)nt * E, lp->dtype);
-        h.len = (uint32_t)len;
-        rc = hr_ring_send(a->push, NULL, 0, lp->frame, &h, err);
-        hr_node_after_window(a, lp, h.round); /* after the send: the streamer reads ahead */
-        /* under plan_mu: a plan applied meanwhile starts its statistics over */
-        hr_node_stats_round(a, ms, nt, h.round + 1 == lp->k);
         pthread_mutex_unlock(&a->plan_mu);
-        if (rc)
-            HR_LOG_WARN(TAG, "%s: cannot pass the hidden state on to %s: %s", a->name, a->push_ep,
-                        err);
+        if (rc < 0)
+            hr_reject_frame(a, "data port", err);
     }
     free(b.rx);
     free(b.rows);

@@ -23,7 +23,6 @@ static const hr_msg_info hr_msg_table[HR_RING_TYPE_END] = {
     [HR_RING_HEARTBEAT]  = {"HEARTBEAT",  HR_MSG_W2H | HR_MSG_H2W, HR_MSG_JSON,   HR_MSG_SMALL,     HR_MSG_F_KNOWN | HR_MSG_F_EMPTY_OK},
     [HR_RING_LEAVE]      = {"LEAVE",      HR_MSG_W2H | HR_MSG_H2W, HR_MSG_NONE,   0,                HR_MSG_F_KNOWN},
     [HR_RING_INVITE]     = {"INVITE",     HR_MSG_H2W,              HR_MSG_JSON,   HR_MSG_SMALL,     0},
-    [HR_RING_HIDDEN]     = {"HIDDEN",     HR_MSG_PEER,             HR_MSG_BINARY, HR_RING_MAX_FRAME - HR_RING_HDR_SIZE, 0},
     [HR_RING_PROMPT]     = {"PROMPT",     HR_MSG_C2H,              HR_MSG_JSON,   HR_RING_MAX_CTRL, 0},
     [HR_RING_TOKEN]      = {"TOKEN",      HR_MSG_H2C,              HR_MSG_BINARY, 4 + HR_MSG_MAX_PIECE, 0},
     [HR_RING_DONE]       = {"DONE",       HR_MSG_H2C,              HR_MSG_JSON,   HR_MSG_SMALL,     0},

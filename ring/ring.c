@@ -66,15 +66,6 @@ int hr_ring_hdr_read(const void *frame, size_t n, hr_ring_hdr *h, char err[HR_ER
     if (h->len > max)
         return hr_seterr(err, HR_EFORMAT, "%s payload of %u bytes exceeds the %u-byte limit",
                          hr_ring_type_name(h->type), h->len, max);
-    if (h->type == HR_RING_HIDDEN) {
-        size_t es = hr_ring_dtype_size(h->dtype);
-        if (es == 0)
-            return hr_seterr(err, HR_EFORMAT, "unknown hidden-state dtype %u", h->dtype);
-        if (h->n_tok == 0 || h->pos < 0 || h->len % (es * h->n_tok) != 0)
-            return hr_seterr(err, HR_EFORMAT,
-                             "HIDDEN frame with n_tok %u, pos %d and %u bytes is inconsistent",
-                             h->n_tok, h->pos, h->len);
-    }
     if (h->type == HR_RING_BATCH) {
         size_t es = hr_ring_dtype_size(h->dtype);
         if (es == 0)

@@ -18,8 +18,9 @@
  *
  * Control payloads and their limits are listed in ring/msg.h (the message
  * table; none exceeds HR_RING_MAX_CTRL bytes), which also encodes and
- * decodes them. A HIDDEN data
- * payload is n_tok x n_embd elements of dtype, row-major. Receivers check the
+ * decodes them. A BATCH data payload is n_tok row entries (HR_RING_ROW_SIZE
+ * bytes each: KV slot, position) followed by n_tok x n_embd elements of
+ * dtype, row-major. Receivers check the
  * header (magic, version, type, exact length, limits) before touching the
  * payload, and dimensions against their plan before any copy.
  *
@@ -39,8 +40,9 @@
 
 #define HR_RING_MAGIC 0x48545248u
 #define HR_RING_VERSION                                                                            \
-    5 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
-       4: BATCH frames, PLAN n_seq; 5: FETCH, CHUNK (model bytes from the head) */
+    6 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
+       4: BATCH frames, PLAN n_seq; 5: FETCH, CHUNK (model bytes from the head);                   \
+       6: every data frame is a BATCH frame (type 11 retired) */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */
@@ -57,7 +59,7 @@ typedef enum {
     HR_RING_HEARTBEAT,  /* worker -> head: alive + stats */
     HR_RING_LEAVE,      /* worker -> head: going away; head -> worker: the head stops */
     HR_RING_INVITE,     /* head -> agent (--peers): join me at payload address */
-    HR_RING_HIDDEN,     /* data plane: hidden states */
+    HR_RING_RETIRED,    /* 11: protocol 5's single-request data frame; no longer sent or accepted */
     HR_RING_PROMPT,     /* client -> head: generate */
     HR_RING_TOKEN,      /* head -> client: i32 id + text piece */
     HR_RING_DONE,       /* head -> client: finished, JSON stats */
@@ -88,7 +90,7 @@ typedef struct {
     uint32_t len; /* payload bytes */
 } hr_ring_hdr;
 
-const char *hr_ring_type_name(int type); /* "HIDDEN", ...; "?" for unknown */
+const char *hr_ring_type_name(int type); /* "BATCH", ...; "?" for unknown */
 size_t hr_ring_dtype_size(int dtype);    /* 2, 4, or 0 for unknown */
 
 /* Writes h as 32 bytes at out. */

@@ -414,14 +414,14 @@ static void *garbage_main(void *arg) {
                 buf[j] = (uint8_t)(rng >> 56);
             }
             zmq_send(s[i], buf, 1 + (rng >> 40) % 64, 0); /* random bytes */
-            hr_ring_hdr h = {.type = HR_RING_HIDDEN,
+            hr_ring_hdr h = {.type = HR_RING_BATCH,
                              .dtype = HR_RING_F32,
                              .n_tok = 1,
                              .pos = 3,
                              .plan_id = 1,
                              .req_id = 1,
                              .len = 4096};
-            hr_ring_hdr_write(buf, &h); /* forged hidden state: wrong dims/plan */
+            hr_ring_hdr_write(buf, &h); /* forged rows and hidden state: wrong dims/plan */
             zmq_send(s[i], buf, HR_RING_HDR_SIZE + 4096, 0);
             h.len = 100; /* header says 100, frame carries 10 */
             hr_ring_hdr_write(buf, &h);
@@ -434,18 +434,21 @@ static void *garbage_main(void *arg) {
             buf[4] = 7; /* other version */
             zmq_send(s[i], buf, HR_RING_HDR_SIZE + 2, 0);
             g->sent += 5;
-            /* replayed / out-of-order hidden states that fit the plan: an old
-             * request's positions, and a jump ahead in a made-up request */
-            size_t plen = (size_t)g->n_embd * 4;
+            /* replayed / out-of-order rows that fit the plan: a row of a
+             * session older than any (dropped), and a jump ahead in a made-up
+             * session, leaving a gap in slot 0 (refused, nothing computed) */
+            size_t plen = HR_RING_ROW_SIZE + (size_t)g->n_embd * 4;
             for (int k = 0; k < 2 && HR_RING_HDR_SIZE + plen <= big; k++) {
-                h = (hr_ring_hdr){.type = HR_RING_HIDDEN,
+                h = (hr_ring_hdr){.type = HR_RING_BATCH,
                                   .dtype = HR_RING_F32,
                                   .n_tok = 1,
-                                  .pos = k ? 7 : 2,
+                                  .pos = 0,
                                   .plan_id = g->plan_id,
-                                  .req_id = k ? 1000000 : 1,
+                                  .req_id = k ? 1000000 : 0,
                                   .len = (uint32_t)plen};
                 memset(buf + HR_RING_HDR_SIZE, 0x3f, plen);
+                int32_t slot = 0, pos = k ? 4000 : 2;
+                hr_ring_rows_write(buf + HR_RING_HDR_SIZE, &slot, &pos, 1);
                 hr_ring_hdr_write(buf, &h);
                 zmq_send(s[i], buf, HR_RING_HDR_SIZE + plen, 0);
                 g->sent++;

@@ -13,14 +13,15 @@
 
 static void test_header(void) {
     uint8_t buf[HR_RING_HDR_SIZE + 64];
-    hr_ring_hdr h = {.type = HR_RING_HIDDEN,
+    /* a BATCH frame of 2 rows: 8 bytes of row entry + 2 f16 elements each */
+    hr_ring_hdr h = {.type = HR_RING_BATCH,
                      .dtype = HR_RING_F16,
                      .round = 3,
                      .n_tok = 2,
                      .pos = 77,
                      .plan_id = 9,
                      .req_id = 0x1122334455667788ull,
-                     .len = 8};
+                     .len = 24};
     hr_ring_hdr_write(buf, &h);
     CHECK_EQ(buf[0], 'H');
     CHECK_EQ(buf[1], 'R');
@@ -29,21 +30,21 @@ static void test_header(void) {
     CHECK_EQ(buf[8], 0x88); /* little-endian req_id */
     hr_ring_hdr g;
     char err[HR_ERR_LEN] = "";
-    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + 8, &g, err), 0);
-    CHECK_EQ(g.type, HR_RING_HIDDEN);
+    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + 24, &g, err), 0);
+    CHECK_EQ(g.type, HR_RING_BATCH);
     CHECK_EQ(g.round, 3);
     CHECK_EQ(g.n_tok, 2);
     CHECK_EQ(g.pos, 77);
     CHECK_EQ(g.plan_id, 9);
     CHECK(g.req_id == 0x1122334455667788ull);
-    CHECK_EQ(g.len, 8);
+    CHECK_EQ(g.len, 24);
     /* length must match the frame exactly */
-    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + 9, &g, err), HR_EFORMAT);
-    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + 7, &g, err), HR_EFORMAT);
+    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + 25, &g, err), HR_EFORMAT);
+    CHECK_EQ(hr_ring_hdr_read(buf, HR_RING_HDR_SIZE + 23, &g, err), HR_EFORMAT);
     CHECK_EQ(hr_ring_hdr_read(buf, 10, &g, err), HR_EFORMAT);
     CHECK(strstr(err, "shorter") != NULL);
     /* bad magic */
-    uint8_t bad[HR_RING_HDR_SIZE + 8];
+    uint8_t bad[HR_RING_HDR_SIZE + 24];
     memcpy(bad, buf, sizeof bad);
     bad[0] = 'X';
     CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EFORMAT);
@@ -61,12 +62,17 @@ static void test_header(void) {
     CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EFORMAT);
     bad[6] = 0;
     CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EFORMAT);
-    /* hidden frames: dtype and n_tok consistency */
+    /* the retired single-request data frame is an unknown type now */
+    memcpy(bad, buf, sizeof bad);
+    bad[6] = HR_RING_RETIRED;
+    CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EFORMAT);
+    CHECK(strstr(err, "unknown") != NULL);
+    /* data frames: dtype and n_tok consistency */
     memcpy(bad, buf, sizeof bad);
     bad[7] = 9;
     CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EFORMAT);
     memcpy(bad, buf, sizeof bad);
-    bad[20] = 3; /* 8 bytes cannot hold 3 tokens of f16 evenly */
+    bad[20] = 3; /* 24 bytes hold no 3 rows of an entry and a hidden state */
     CHECK_EQ(hr_ring_hdr_read(bad, sizeof bad, &g, err), HR_EFORMAT);
     memcpy(bad, buf, sizeof bad);
     bad[16] = bad[17] = bad[18] = bad[19] = 0xff; /* pos -1 */
@@ -308,14 +314,17 @@ static void test_batch_frame(void) {
 }
 
 static void test_msg_table(void) {
+    CHECK(hr_msg_info_of(HR_RING_RETIRED) == NULL);
     for (int t = 1; t < HR_RING_TYPE_END; t++) {
+        if (t == HR_RING_RETIRED)
+            continue;
         const hr_msg_info *mi = hr_msg_info_of(t);
         CHECK(mi != NULL);
         if (!mi)
             continue;
         CHECK_STR(mi->name, hr_ring_type_name(t));
         CHECK(mi->dir != 0);
-        bool data = t == HR_RING_HIDDEN || t == HR_RING_BATCH || t == HR_RING_CHUNK;
+        bool data = t == HR_RING_BATCH || t == HR_RING_CHUNK;
         CHECK(mi->max_len <= (data ? HR_RING_MAX_FRAME : HR_RING_MAX_CTRL));
         CHECK(mi->kind != HR_MSG_NONE || mi->max_len == 0);
     }

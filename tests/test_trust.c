@@ -197,8 +197,8 @@ static void *rogue_main(void *arg) {
             hr_ring_hdr_write(buf, &h);
             memcpy(buf + HR_RING_HDR_SIZE, "{}", 2);
             zmq_send(s[i], buf, HR_RING_HDR_SIZE + 2, ZMQ_DONTWAIT);
-            for (uint32_t plan = 0; plan < 4; plan++) { /* plausible hidden states */
-                h = (hr_ring_hdr){.type = HR_RING_HIDDEN,
+            for (uint32_t plan = 0; plan < 4; plan++) { /* plausible data frames */
+                h = (hr_ring_hdr){.type = HR_RING_BATCH,
                                   .dtype = HR_RING_F32,
                                   .n_tok = 1,
                                   .pos = 1,

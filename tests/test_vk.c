@@ -733,6 +733,80 @@ static void test_ctx_refusals(hr_vk *vk) {
     hr_gguf_close(g);
 }
 
+/* on_layer of a window whose first layers run on the GPU: every model
+ * layer of the window once, in order, for a step of one sequence and for
+ * a step of two (a streamer releases and reads ahead by these indices). */
+typedef struct {
+    int got[16];
+    int n;
+} layer_log;
+
+static void log_layer(void *ud, int layer) {
+    layer_log *l = ud;
+    if (l->n < 16)
+        l->got[l->n] = layer;
+    l->n++;
+}
+
+static void check_layer_log(const layer_log *l, int begin, int end, const char *what) {
+    bool in_order = l->n == end - begin;
+    for (int i = 0; in_order && i < l->n; i++)
+        in_order = l->got[i] == begin + i;
+    printf("on_layer, %s:", what);
+    for (int i = 0; i < l->n && i < 16; i++)
+        printf(" %d", l->got[i]);
+    printf(" (window [%d, %d))\n", begin, end);
+    CHECK(in_order);
+}
+
+static void test_layer_index(hr_vk *vk) {
+    char path[512], err[HR_ERR_LEN] = "";
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    if (hr_gguf_open(&g, hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), err) ||
+        hr_model_load(&m, g, err)) {
+        CHECK(false);
+        hr_gguf_close(g);
+        return;
+    }
+    const hr_hparams *hp = hr_model_hparams(m);
+    CHECK(hp->n_layer >= 2);
+    int begin = hp->n_layer >= 3 ? 1 : 0; /* the first layer on the GPU, the others on the CPU */
+    layer_log log = {0};
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 32;
+    cp.n_batch = 8;
+    cp.n_seq = 2;
+    cp.layer_begin = begin;
+    cp.vk = vk;
+    cp.n_gpu = 1;
+    cp.on_layer = log_layer;
+    cp.on_layer_ud = &log;
+    hr_ctx *c = NULL;
+    CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+    float *h = calloc(8 * (size_t)hp->n_embd, sizeof(float));
+    if (c && h) {
+        CHECK_EQ(hr_ctx_seq_add(c, 0), 0);
+        CHECK_EQ(hr_ctx_seq_add(c, 1), 1);
+        const int32_t ids[4] = {1, 450, 1, 15043};
+        CHECK_EQ(hr_model_embed(m, ids, 4, h, err), 0);
+        hr_seq_pos one[2] = {{0, 0}, {0, 1}};
+        CHECK_EQ(hr_ctx_step(c, h, one, 2, err), 0);
+        check_layer_log(&log, begin, hp->n_layer, "a step of one sequence");
+        log.n = 0;
+        hr_seq_pos two[4] = {{0, 2}, {1, 0}, {1, 1}, {1, 2}};
+        CHECK_EQ(hr_ctx_step(c, h, two, 4, err), 0);
+        check_layer_log(&log, begin, hp->n_layer, "a step of two sequences");
+        log.n = 0;
+        CHECK_EQ(hr_ctx_layers(c, h, 1, 3, err), 0);
+        check_layer_log(&log, begin, hp->n_layer, "slot 0 alone (hr_ctx_layers)");
+    }
+    free(h);
+    hr_ctx_destroy(c);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
 /* ---- profiler and planner: the device measured, its layers planned ---- */
 
 /* Plans model m on one device d (the head); returns the plan's GPU layers. */
@@ -906,6 +980,7 @@ int main(void) {
     }
     test_attention(&e);
     test_ctx_refusals(e.vk);
+    test_layer_index(e.vk);
     test_batch(e.vk, "tiny-llama-f32", 2);
     test_batch(e.vk, "small-qwen2-f16", 1);
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
