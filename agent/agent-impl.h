@@ -58,6 +58,21 @@ typedef struct {
     int n_gpu;         /* parameter: of each window's w layers, the first n_gpu on the GPU */
 } hr_local_plan;
 
+/* The agent's locks in the one order a thread may take them (outer
+ * first; hr_lock checks it in debug builds, common/sync.h). Why each
+ * nests where it does: head-impl.h, at the top. */
+enum {
+    HR_RANK_GEN = 1,     /* hr_head.gen_mu: the generating session (head) */
+    HR_RANK_PLAN = 2,    /* hr_agent.plan_mu: the applied plan, a->lp */
+    HR_RANK_DEV = 3,     /* hr_head.dev_mu: the device table and plan state (head) */
+    HR_RANK_SHARED = 4,  /* hr_head.mu: the published snapshot, busy (head) */
+    HR_RANK_SERVICE = 5, /* hr_service.mu: the request queue (head) */
+    HR_RANK_EV = 6,      /* hr_head.ev_mu: the event socket to the control thread (head) */
+    HR_RANK_LINK = 7,    /* link.c: the link measurer's state */
+    HR_RANK_STREAM = 8,  /* stream.c: the streamer's state */
+    HR_RANK_STATS = 9,   /* hr_agent.st.mu: statistics */
+};
+
 typedef struct hr_streamer hr_streamer; /* stream.c */
 
 /* What the streamer does and measures (stream.c). */
@@ -159,7 +174,7 @@ int hr_fetch_plan_ranges(const hr_agent *a, const hr_local_plan *np, uint64_t *o
 /* discover.c: listens for beacons until exactly one trusted head (of
  * a->p.cluster, if set) is heard; its control endpoint into ep. */
 int hr_discover_head(hr_agent *a, char ep[HR_EP_LEN], char err[HR_ERR_LEN]);
-/* worker.c: --join: pairs with the head at a->head_ep by its join token */
+/* pair.c: --join: pairs with the head at a->head_ep by its join token */
 int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]);
 /* The head's side: what it served, per fetching key. */
 #define HR_FETCH_PEERS 16

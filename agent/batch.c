@@ -585,9 +585,9 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
     }
     if (n_out > 0)
         hr_ctx_output_rows(lp->out_ctx, lp->hid, b->out_idx, n_out, b->logits);
-    pthread_mutex_lock(&a->st.mu);
+    hr_lock(&a->st.mu, HR_RANK_STATS);
     a->st.tokens += (uint64_t)m->n_rows;
-    pthread_mutex_unlock(&a->st.mu);
+    hr_unlock(&a->st.mu, HR_RANK_STATS);
     m->flying = false;
     int o = 0;
     for (int i = 0; i < m->n_step; i++) {

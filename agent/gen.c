@@ -42,9 +42,9 @@ static int hr_head_post_locked(hr_agent *a, const hr_ring_hdr *h, const void *pa
 /* Posts an event to the control thread. */
 int hr_head_post(hr_agent *a, const hr_ring_hdr *h, const void *payload) {
     hr_head *hd = a->head;
-    pthread_mutex_lock(&hd->ev_mu);
+    hr_lock(&hd->ev_mu, HR_RANK_EV);
     int rc = hr_head_post_locked(a, h, payload);
-    pthread_mutex_unlock(&hd->ev_mu);
+    hr_unlock(&hd->ev_mu, HR_RANK_EV);
     return rc;
 }
 
@@ -65,23 +65,23 @@ int hr_head_gen_apply(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]
 }
 
 void hr_head_gen_end(hr_agent *a) {
-    pthread_mutex_unlock(&a->plan_mu);
+    hr_unlock(&a->plan_mu, HR_RANK_PLAN);
     hr_head_end(a->head);
-    pthread_mutex_unlock(&a->head->gen_mu);
+    hr_unlock(&a->head->gen_mu, HR_RANK_GEN);
 }
 
 /* Locks gen_mu and plan_mu when the ring is ready and applies the head's
  * part of the current plan. */
 int hr_head_gen_begin(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_head *hd = a->head;
-    pthread_mutex_lock(&hd->gen_mu);
+    hr_lock(&hd->gen_mu, HR_RANK_GEN);
     hr_local_plan np;
     int rc = hr_head_begin(hd, &np, err);
     if (rc) {
-        pthread_mutex_unlock(&hd->gen_mu);
+        hr_unlock(&hd->gen_mu, HR_RANK_GEN);
         return rc;
     }
-    pthread_mutex_lock(&a->plan_mu);
+    hr_lock(&a->plan_mu, HR_RANK_PLAN);
     if ((rc = hr_head_gen_apply(a, &np, err)))
         hr_head_gen_end(a);
     return rc;

@@ -2,27 +2,52 @@
  * worker never has: the device table and the plan the control thread
  * makes, and the small interface through which the control thread and the
  * generating thread meet. Included by head.c (control loop), head_plan.c
- * (planning, status), head_state.c (the shared interface), gen.c
- * (generation), prompt.c and service.c; never by worker.c or node.c.
+ * (planning), head_status.c (the status snapshot), head_state.c (the
+ * shared interface), gen.c and batch.c (generation), prompt.c and
+ * service.c; never by worker.c or node.c.
  *
- * Threads and ownership:
+ * Lock order (outer first; the ranks are agent-impl.h's HR_RANK_*, and
+ * hr_lock aborts on a violation in debug and sanitizer builds):
+ *
+ *   gen_mu  >  plan_mu  >  dev_mu  >  mu  >  service mu  >  ev_mu
+ *           >  link mu  >  stream mu  >  st.mu
+ *
+ *   - gen_mu is held by the generating thread for a whole session; it
+ *     takes plan_mu to apply the head's part of a plan (hr_head_gen_begin)
+ *     and keeps it while steps run.
+ *   - dev_mu is the control thread's, over the device table, while it
+ *     plans and reads messages; it publishes under it (mu) and reads
+ *     statistics (st.mu). Readers of the status take only dev_mu and then
+ *     inner locks (hr_head_status).
+ *   - mu guards the snapshot both threads share; waits on cv hold it.
+ *   - the service's mu is taken by the engine's feed callbacks (take,
+ *     done, batches) under gen_mu and plan_mu, never the other way round:
+ *     the service calls no engine function with its mu held.
+ *   - ev_mu, the link measurer's, the streamer's and the statistics' locks
+ *     are leaves: nothing is taken while they are held.
+ *
+ * Threads and ownership: what each block of struct hr_head below belongs
+ * to is written at the block. In short:
  *   - the control thread (hr_head_run) owns the device table and the plan
  *     state (the "control" block). It writes them under dev_mu, which only
- *     hr_head_status (head_status.c) takes from other threads to read them; the
- *     generating thread never takes dev_mu.
+ *     hr_head_status (head_status.c) takes from other threads to read
+ *     them; the generating thread never takes dev_mu.
  *   - the generating thread (whoever holds gen_mu: the service thread, or
- *     a caller of hr_head_logits) owns a->lp under a->plan_mu, the data
- *     sockets and the "generating" block. It tells the control thread what
- *     it does with events on the inproc socket ev_push -> ev_pull (START,
- *     CANCEL for the workers, TOKEN/DONE/ERROR for `hearth prompt`
- *     clients).
- *   - they share only the "shared" block, under mu / cv: the control thread
- *     publishes a snapshot of its state and the head's own part of the
- *     current plan (hr_head_publish); the generating thread waits on the
- *     snapshot, marks itself busy for a request (the control thread does
- *     not re-plan then, except while the request recovers from a lost
- *     device) and applies the pending plan itself (hr_head_begin,
- *     hr_head_recover_wait). lost and recoveries are atomics. */
+ *     a caller of hr_head_generate / hr_head_logits) owns a->lp under
+ *     plan_mu, the data sockets and the "generating" block. It tells the
+ *     control thread what it does with events on the inproc socket
+ *     ev_push -> ev_pull (START, CANCEL for the workers, TOKEN/DONE/ERROR
+ *     for `hearth prompt` clients).
+ *   - readers (the HTTP API, `hearth status`) see the head through
+ *     snapshots only: hr_head_snap (mu) and hr_status (head_status.c).
+ *   - the two threads share only the "shared" block, under mu / cv: the
+ *     control thread publishes a snapshot of its state and the head's own
+ *     part of the current plan (hr_head_publish); the generating thread
+ *     waits on the snapshot, marks itself busy for a request (the control
+ *     thread does not re-plan then, except while the request recovers
+ *     from a lost device) and applies the pending plan itself
+ *     (hr_head_begin, hr_head_recover_wait). lost and recoveries are
+ *     atomics. */
 #ifndef HR_AGENT_HEAD_IMPL_H
 /* Positions attended in the planner's decode prediction (fewer when the
  * context window is shorter than twice this): a chat turn's depth. */
@@ -236,18 +261,18 @@ int hr_head_lost_err(hr_head *hd, char err[HR_ERR_LEN]);
 /* Any thread: a copy of the snapshot. */
 void hr_head_snap_get(hr_head *hd, hr_head_snap *out);
 
-/* head.c: micro-batches a batched session keeps on the ring of ring[0..n)
+/* head_plan.c: micro-batches a batched session keeps on the ring of ring[0..n)
  * (device indices): --ring-batches, else one when a device streams its
  * weights from disk (so that it reads them once per step for all
  * requests), else one per ring device, but when every ring device runs on
  * the head's machine they share its cores: one per n_threads of them
  * (control thread). */
 int hr_head_ring_batches(const hr_head *hd, const int *ring, int n);
-/* head.c: true when a device of ring[0..n) streams its weights (control
- * thread). */
+/* head_plan.c: true when a device of ring[0..n) streams its weights
+ * (control thread). */
 bool hr_head_ring_streams(const hr_head *hd, const int *ring, int n);
 
-/* head.c: KV positions a device holds per layer for the planner's memory
+/* head_plan.c: KV positions a device holds per layer for the planner's memory
  * arithmetic: the context times the KV slots of the plan being made
  * (hd->plan_seq). Control thread. */
 int hr_head_kv_ctx(const hr_agent *a);
@@ -262,7 +287,8 @@ int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]);
 /* Sets ready from the devices' READY reports. */
 void hr_head_update_ready(hr_head *hd);
 int hr_head_n_workers(const hr_head *hd);
-/* Sends m to the peer with ROUTER identity id (frees its payload). */
+/* head_state.c: sends m to the peer with ROUTER identity id (frees its
+ * payload). Control thread. */
 void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);
 
 /* ---- head_link.c: measured links (control thread, dev_mu held) ---- */

@@ -214,9 +214,9 @@ static void hr_head_event(hr_agent *a, uint8_t *buf, size_t cap) {
     long n;
     while ((n = hr_ring_recv(hd->ev_pull, NULL, NULL, buf, cap, 0, &h, err)) > 0) {
         if (h.type == HR_RING_START || h.type == HR_RING_CANCEL) {
-            pthread_mutex_lock(&hd->dev_mu);
+            hr_lock(&hd->dev_mu, HR_RANK_DEV);
             hr_head_broadcast(a, h.type, h.req_id);
-            pthread_mutex_unlock(&hd->dev_mu);
+            hr_unlock(&hd->dev_mu, HR_RANK_DEV);
             continue;
         }
         hr_prompt_forward(a, &h, buf, (size_t)n);
@@ -355,9 +355,9 @@ static void hr_head_on_invite(hr_head_loop *hl, const hr_head_from *f, const hr_
         HR_LOG_WARN(TAG, "malformed INVITE ignored: %s", e2);
         return;
     }
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     bool alone = hd->n_devs == 1 && hd->expect <= 0 && !a->p.peers;
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
     if (alone && hr_ring_endpoint(im.head, 0, ep, sizeof ep) == 0) {
         HR_LOG_INFO(TAG, "%s: invited by %s; joining as a worker", a->name, ep);
         snprintf(a->head_ep, sizeof a->head_ep, "%s", ep);
@@ -425,14 +425,14 @@ static void hr_head_dispatch(hr_head_loop *hl, hr_head_from *f, const hr_ring_hd
         fn(hl, f, h, pl);
         return;
     }
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     f->di = hr_find_dev(a, f->id, f->idl);
     if (f->di < 0 && (hr_msg_info_of(h->type)->flags & HR_MSG_F_KNOWN))
         hr_head_reject(a, f->id, f->idl, false, "unknown or lost device; join again");
     else
         fn(hl, f, h, pl);
     hr_head_publish(hd);
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
 }
 
 /* The control port is readable: one message. */
@@ -527,9 +527,9 @@ static void hr_head_invite_timer(void *ud) {
         if (hr_msg_invite_encode(&m, &im, err) == 0)
             hr_msg_send(hl->inv[i], NULL, 0, &m, err);
     }
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     int nw = hr_head_n_workers(hd);
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
     if (nw >= hl->n_inv) {
         for (int i = 0; i < hl->n_inv; i++)
             hr_ring_close(hl->inv[i]);
@@ -557,7 +557,7 @@ static void hr_head_no_plan(hr_head *hd, const char *why) {
 static void hr_head_plan_timer(void *ud) {
     hr_agent *a = ((hr_head_loop *)ud)->a;
     hr_head *hd = a->head;
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     hr_head_check_lost(a);
     hr_head_link_timer(hd);
     hr_head_adapt_check(hd); /* measured vs predicted rounds: may ask for a re-plan */
@@ -579,13 +579,13 @@ static void hr_head_plan_timer(void *ud) {
     hd->resident = hr_node_resident(a, &hd->own);
     hr_node_io_sample(a);
     hr_head_publish(hd);
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
 }
 
 /* The head is device 0; its JOIN payload gives its own profile. */
 static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_head *hd = a->head;
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     hr_dev *me = &hd->devs[0];
     hd->n_devs = 1;
     snprintf(me->name, sizeof me->name, "%s", a->name);
@@ -608,7 +608,7 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     }
     hd->replan = true;
     hr_head_publish(hd);
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
 }
 
 /* --peers "[NAME@]host:port,...": one DEALER per agent to invite. */
@@ -644,11 +644,11 @@ static int hr_head_peers(hr_head_loop *hl, char err[HR_ERR_LEN]) {
         else
             hr_ring_close(s);
     }
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     if (hd->expect <= 0)
         hd->expect = hl->n_inv;
     hr_head_publish(hd);
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
     return 0;
 }
 
@@ -657,7 +657,7 @@ static int hr_head_peers(hr_head_loop *hl, char err[HR_ERR_LEN]) {
 static void hr_head_farewell(hr_agent *a) {
     hr_head *hd = a->head;
     int n = 0;
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     for (int i = 1; i < hd->n_devs; i++) {
         if (hd->devs[i].lost || !hd->devs[i].id_len)
             continue;
@@ -665,7 +665,7 @@ static void hr_head_farewell(hr_agent *a) {
         hr_head_send(hd, hd->devs[i].id, hd->devs[i].id_len, &m);
         n++;
     }
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
     if (n) { /* sockets close without linger: give the frames time to go out */
         HR_LOG_INFO(TAG, "told %d worker%s the head is stopping", n, n == 1 ? "" : "s");
         struct timespec ts = {0, 100 * 1000000L};
@@ -674,48 +674,6 @@ static void hr_head_farewell(hr_agent *a) {
 }
 
 /* ---- create / destroy / run ---- */
-
-/* The host part of "tcp://HOST:PORT" into out. */
-static void hr_head_ep_host(const char *ep, char *out, size_t cap) {
-    const char *h = strncmp(ep, "tcp://", 6) == 0 ? ep + 6 : ep;
-    const char *colon = strrchr(h, ':');
-    size_t n = colon ? (size_t)(colon - h) : strlen(h);
-    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), h);
-}
-
-bool hr_head_ring_streams(const hr_head *hd, const int *ring, int n) {
-    for (int r = 0; r < n; r++)
-        if (hd->devs[ring[r]].overloaded)
-            return true;
-    return false;
-}
-
-int hr_head_ring_batches(const hr_head *hd, const int *ring, int n) {
-    const hr_agent *a = hd->a;
-    if (a->p.ring_batches > 0)
-        return a->p.ring_batches;
-    if (hr_head_ring_streams(hd, ring, n))
-        return 1; /* a device streams its weights: once per step for every request */
-    char mine[HR_EP_LEN], theirs[HR_EP_LEN];
-    hr_head_ep_host(a->data_ep, mine, sizeof mine);
-    if (strcmp(mine, "0.0.0.0") == 0 || strcmp(mine, "*") == 0 || strcmp(mine, "[::]") == 0)
-        return n; /* every interface: the address says nothing of the machine */
-    for (int r = 0; r < n; r++) {
-        hr_head_ep_host(hd->devs[ring[r]].data_ep, theirs, sizeof theirs);
-        if (strcmp(mine, theirs) != 0)
-            return n; /* devices of their own: one micro-batch each */
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int m = cores > 0 ? (int)(cores / (a->p.n_threads > 0 ? a->p.n_threads : 1)) : n;
-    return m < 1 ? 1 : m > n ? n : m;
-}
-
-int hr_head_kv_ctx(const hr_agent *a) {
-    int n_seq = a->head && a->head->plan_seq > 1 ? a->head->plan_seq : 1;
-    int ctx = a->head && a->head->plan_ctx > 0 ? a->head->plan_ctx
-                                               : hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
-    return ctx * n_seq;
-}
 
 /* True when a decode row computes exactly what a prefill row computes, so
  * the prompt cache may reuse generated tokens too: every CPU kernel table

@@ -182,12 +182,12 @@ void hr_head_adapt_check(hr_head *hd) {
     double now = hr_now_s();
     if (now - hd->adapt_head_at >= a->p.hb_interval_ms / 1000.0) { /* the head's own sample */
         hd->adapt_head_at = now;
-        pthread_mutex_lock(&a->st.mu);
+        hr_lock(&a->st.mu, HR_RANK_STATS);
         double ms = a->st.ms_round;
         uint64_t rounds = a->st.rounds;
         double ms_total = a->st.ms_total;
         uint32_t pid = a->st.plan_id;
-        pthread_mutex_unlock(&a->st.mu);
+        hr_unlock(&a->st.mu, HR_RANK_STATS);
         hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
     }
     if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||

@@ -15,14 +15,52 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TAG "head"
 
-void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m) {
-    char err[HR_ERR_LEN];
-    int type = m->h.type;
-    if (hr_msg_send(hd->a->ctrl, id, idl, m, err))
-        HR_LOG_DEBUG(TAG, "reply %s: %s", hr_ring_type_name(type), err);
+/* ---- what the ring's shape asks of a plan ---- */
+
+/* The host part of "tcp://HOST:PORT" into out. */
+static void hr_head_ep_host(const char *ep, char *out, size_t cap) {
+    const char *h = strncmp(ep, "tcp://", 6) == 0 ? ep + 6 : ep;
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : strlen(h);
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), h);
+}
+
+bool hr_head_ring_streams(const hr_head *hd, const int *ring, int n) {
+    for (int r = 0; r < n; r++)
+        if (hd->devs[ring[r]].overloaded)
+            return true;
+    return false;
+}
+
+int hr_head_ring_batches(const hr_head *hd, const int *ring, int n) {
+    const hr_agent *a = hd->a;
+    if (a->p.ring_batches > 0)
+        return a->p.ring_batches;
+    if (hr_head_ring_streams(hd, ring, n))
+        return 1; /* a device streams its weights: once per step for every request */
+    char mine[HR_EP_LEN], theirs[HR_EP_LEN];
+    hr_head_ep_host(a->data_ep, mine, sizeof mine);
+    if (strcmp(mine, "0.0.0.0") == 0 || strcmp(mine, "*") == 0 || strcmp(mine, "[::]") == 0)
+        return n; /* every interface: the address says nothing of the machine */
+    for (int r = 0; r < n; r++) {
+        hr_head_ep_host(hd->devs[ring[r]].data_ep, theirs, sizeof theirs);
+        if (strcmp(mine, theirs) != 0)
+            return n; /* devices of their own: one micro-batch each */
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int m = cores > 0 ? (int)(cores / (a->p.n_threads > 0 ? a->p.n_threads : 1)) : n;
+    return m < 1 ? 1 : m > n ? n : m;
+}
+
+int hr_head_kv_ctx(const hr_agent *a) {
+    int n_seq = a->head && a->head->plan_seq > 1 ? a->head->plan_seq : 1;
+    int ctx = a->head && a->head->plan_ctx > 0 ? a->head->plan_ctx
+                                               : hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
+    return ctx * n_seq;
 }
 
 /* The scheduler's view of d from its profile (JSON text, may be NULL). */

@@ -5,10 +5,14 @@
  * and takes the plan to apply. Also hr_head_wait_ready for any thread. */
 #include "agent/head-impl.h"
 
+#include "common/log.h"
 #include "common/sync.h"
+#include "ring/msg.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#define TAG "head"
 
 void hr_head_publish(hr_head *hd) {
     hr_head_snap n;
@@ -22,7 +26,7 @@ void hr_head_publish(hr_head *hd) {
     n.expect = hd->expect;
     snprintf(n.plan_err, sizeof n.plan_err, "%s", hd->plan_err);
     snprintf(n.lost_msg, sizeof n.lost_msg, "%s", hd->lost_msg);
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     if (memcmp(&n, &hd->snap, sizeof n) != 0 || hd->pending.plan_id != hd->own.plan_id ||
         atomic_load(&hd->lost) != hd->lost_di) {
         memcpy(&hd->snap, &n, sizeof n);
@@ -30,29 +34,29 @@ void hr_head_publish(hr_head *hd) {
         atomic_store(&hd->lost, hd->lost_di);
         pthread_cond_broadcast(&hd->cv);
     }
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
 }
 
 bool hr_head_claim(hr_head *hd) {
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     bool ok = !hd->busy;
     if (ok)
         hd->snap.ready = false;
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
     return ok;
 }
 
 void hr_head_snap_get(hr_head *hd, hr_head_snap *out) {
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     *out = hd->snap;
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
 }
 
 int hr_head_lost_err(hr_head *hd, char err[HR_ERR_LEN]) {
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     int rc = hr_seterr(err, HR_ENET, "%s",
                        hd->snap.lost_msg[0] ? hd->snap.lost_msg : "a device was lost");
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
     return rc;
 }
 
@@ -61,7 +65,7 @@ int hr_head_lost_err(hr_head *hd, char err[HR_ERR_LEN]) {
 int hr_head_begin(hr_head *hd, hr_local_plan *np, char err[HR_ERR_LEN]) {
     hr_agent *a = hd->a;
     const hr_head_snap *s = &hd->snap;
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     double until = hr_now_s() + a->p.recover_ms / 1000.0;
     while (!s->ready && s->planned && !atomic_load(&a->stop) && hr_now_s() < until &&
            (s->replan ||
@@ -76,14 +80,14 @@ int hr_head_begin(hr_head *hd, hr_local_plan *np, char err[HR_ERR_LEN]) {
         rc = hr_seterr(err, HR_EAGAIN, "cluster not ready%s%s", s->plan_err[0] ? ": " : "",
                        s->plan_err);
     }
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
     return rc;
 }
 
 void hr_head_end(hr_head *hd) {
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     hd->busy = false;
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
 }
 
 /* Waits (busy left) for a ready plan newer than old_plan, or, when adapt,
@@ -95,7 +99,7 @@ static int hr_head_wait_plan(hr_head *hd, uint32_t old_plan, bool adapt, hr_loca
     const hr_head_snap *s = &hd->snap;
     double deadline = hr_now_s() + a->p.recover_ms / 1000.0;
     char why[HR_ERR_LEN];
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     hd->busy = false; /* the control thread may re-plan now */
     if (adapt)
         snprintf(why, sizeof why, "adaptive re-plan of plan %u", old_plan);
@@ -127,7 +131,7 @@ static int hr_head_wait_plan(hr_head *hd, uint32_t old_plan, bool adapt, hr_loca
         }
         hr_cond_wait_ms(&hd->cv, &hd->mu, 100);
     }
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
     return rc;
 }
 
@@ -146,7 +150,7 @@ int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_E
     const hr_head_snap *s = &hd->snap;
     struct timespec dl;
     hr_deadline_ms(&dl, timeout_ms);
-    pthread_mutex_lock(&hd->mu);
+    hr_lock(&hd->mu, HR_RANK_SHARED);
     int rc = 0;
     for (;;) {
         if (s->ready && s->n_ready >= n_workers)
@@ -177,6 +181,14 @@ int hr_head_wait_ready(hr_agent *a, int n_workers, int timeout_ms, char err[HR_E
             break;
         }
     }
-    pthread_mutex_unlock(&hd->mu);
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
     return rc;
+}
+
+/* Control thread: a message to a peer of the control socket. */
+void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m) {
+    char err[HR_ERR_LEN];
+    int type = m->h.type;
+    if (hr_msg_send(hd->a->ctrl, id, idl, m, err))
+        HR_LOG_DEBUG(TAG, "reply %s: %s", hr_ring_type_name(type), err);
 }

@@ -81,7 +81,7 @@ int hr_head_status(hr_agent *a, hr_status *st) {
     p->n_layer = hp->n_layer;
     p->pred_n_past = HR_PLAN_N_PAST;
 
-    pthread_mutex_lock(&hd->dev_mu);
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
     int k = hd->plan_k > 0 ? hd->plan_k : 1;
     p->id = hd->plan_id;
     p->k = k;
@@ -99,10 +99,10 @@ int hr_head_status(hr_agent *a, hr_status *st) {
     for (int i = 0; i < hd->n_devs && i < HR_AGENT_MAX_DEV; i++) {
         hr_dev d = hd->devs[i];
         if (i == 0) { /* the head's own figures */
-            pthread_mutex_lock(&a->st.mu);
+            hr_lock(&a->st.mu, HR_RANK_STATS);
             d.meas_ms_round = a->st.ms_round;
             d.tokens = a->st.tokens;
-            pthread_mutex_unlock(&a->st.mu);
+            hr_unlock(&a->st.mu, HR_RANK_STATS);
             d.resident = hd->resident;
             hr_stream_stats ss;
             hr_node_stream_stats(a, &ss);
@@ -114,7 +114,7 @@ int hr_head_status(hr_agent *a, hr_status *st) {
         hr_head_dev_status(hd, &d, i == 0, k, now, &st->devices[st->n_devices++]);
     }
     hr_head_adapt_status(hd, now, &st->adapt);
-    pthread_mutex_unlock(&hd->dev_mu);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
     return 0;
 }
 

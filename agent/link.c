@@ -5,6 +5,7 @@
  * control thread, on the data thread or under plan_mu. The control thread
  * asks (hr_link_request) and later collects the figures (hr_link_take). */
 #include "agent/agent-impl.h"
+#include "common/sync.h"
 
 #include "common/log.h"
 
@@ -62,7 +63,7 @@ static void hr_link_measure(hr_link *l, const hr_msg_probe *rq) {
         rc = hr_seterr(err, HR_EINVAL, "no public key for %s: not probed without CURVE", rq->to);
     else
         rc = hr_prof_link_measure_ex(&pl, a->zctx, &pp, err);
-    pthread_mutex_lock(&l->mu);
+    hr_lock(&l->mu, HR_RANK_LINK);
     l->have = true;
     l->res_rc = rc;
     snprintf(l->res_err, sizeof l->res_err, "%s", err);
@@ -77,7 +78,7 @@ static void hr_link_measure(hr_link *l, const hr_msg_probe *rq) {
         l->res.burst_bytes = pl.burst_bytes;
         l->res.samples = pl.n_samples;
     }
-    pthread_mutex_unlock(&l->mu);
+    hr_unlock(&l->mu, HR_RANK_LINK);
     if (rc == 0)
         HR_LOG_INFO(TAG, "%s: link to %s (%s): round trip %.3f ms, %.1f MB/s", a->name,
                     rq->name[0] ? rq->name : "?", rq->to, pl.rtt_us * 1e-3, pl.bw_mbs);
@@ -88,7 +89,7 @@ static void hr_link_measure(hr_link *l, const hr_msg_probe *rq) {
 
 static void *hr_link_probe_main(void *arg) {
     hr_link *l = arg;
-    pthread_mutex_lock(&l->mu);
+    hr_lock(&l->mu, HR_RANK_LINK);
     for (;;) {
         while (!l->stop && !l->want)
             pthread_cond_wait(&l->cv, &l->mu);
@@ -96,11 +97,11 @@ static void *hr_link_probe_main(void *arg) {
             break;
         hr_msg_probe rq = l->req;
         l->want = false;
-        pthread_mutex_unlock(&l->mu);
+        hr_unlock(&l->mu, HR_RANK_LINK);
         hr_link_measure(l, &rq);
-        pthread_mutex_lock(&l->mu);
+        hr_lock(&l->mu, HR_RANK_LINK);
     }
-    pthread_mutex_unlock(&l->mu);
+    hr_unlock(&l->mu, HR_RANK_LINK);
     return NULL;
 }
 
@@ -142,10 +143,10 @@ void hr_link_stop(hr_agent *a) {
     hr_link *l = a->link;
     if (!l)
         return;
-    pthread_mutex_lock(&l->mu);
+    hr_lock(&l->mu, HR_RANK_LINK);
     l->stop = true;
     pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
+    hr_unlock(&l->mu, HR_RANK_LINK);
     if (l->probe_started)
         pthread_join(l->probe_th, NULL);
     if (l->echo) {
@@ -165,11 +166,11 @@ void hr_link_request(hr_agent *a, const hr_msg_probe *rq) {
     hr_link *l = a->link;
     if (!l || !l->probe_started)
         return;
-    pthread_mutex_lock(&l->mu);
+    hr_lock(&l->mu, HR_RANK_LINK);
     l->req = *rq; /* the latest request wins */
     l->want = true;
     pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
+    hr_unlock(&l->mu, HR_RANK_LINK);
 }
 
 int hr_link_take(hr_agent *a, hr_msg_link *out, char err[HR_ERR_LEN]) {
@@ -177,7 +178,7 @@ int hr_link_take(hr_agent *a, hr_msg_link *out, char err[HR_ERR_LEN]) {
     if (!l)
         return 0;
     int rc = 0;
-    pthread_mutex_lock(&l->mu);
+    hr_lock(&l->mu, HR_RANK_LINK);
     if (l->have) {
         l->have = false;
         *out = l->res;
@@ -185,6 +186,6 @@ int hr_link_take(hr_agent *a, hr_msg_link *out, char err[HR_ERR_LEN]) {
         if (l->res_rc)
             snprintf(err, HR_ERR_LEN, "%s", l->res_err);
     }
-    pthread_mutex_unlock(&l->mu);
+    hr_unlock(&l->mu, HR_RANK_LINK);
     return rc;
 }

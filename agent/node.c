@@ -585,7 +585,7 @@ void hr_node_push_connect(hr_agent *a) {
 }
 
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
-    pthread_mutex_lock(&a->st.mu);
+    hr_lock(&a->st.mu, HR_RANK_STATS);
     if (n_tok == 1) {
         a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
         a->st.rounds++;
@@ -593,16 +593,16 @@ void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
     }
     if (last_round)
         a->st.tokens += (uint64_t)n_tok;
-    pthread_mutex_unlock(&a->st.mu);
+    hr_unlock(&a->st.mu, HR_RANK_STATS);
 }
 
 void hr_node_stats_reset(hr_agent *a, uint32_t plan_id) {
-    pthread_mutex_lock(&a->st.mu);
+    hr_lock(&a->st.mu, HR_RANK_STATS);
     a->st.ms_round = 0;
     a->st.rounds = 0;
     a->st.ms_total = 0;
     a->st.plan_id = plan_id;
-    pthread_mutex_unlock(&a->st.mu);
+    hr_unlock(&a->st.mu, HR_RANK_STATS);
 }
 
 void hr_node_test_slow(const hr_agent *a) {

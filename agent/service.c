@@ -74,14 +74,14 @@ static int hr_service_default_ctx(const hr_agent *a) {
 }
 
 void hr_service_set_queue_max(hr_service *s, int n) {
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     s->queue_max = n < 0 ? 0 : n;
     s->st.queue_max = s->queue_max;
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
 }
 
 void hr_service_stats_get(hr_service *s, hr_service_stats *out) {
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     *out = s->st;
     out->queued = s->n_queued;
     out->running = s->running != NULL;
@@ -97,7 +97,7 @@ void hr_service_stats_get(hr_service *s, hr_service_stats *out) {
                                                          .age_s = now - j->submitted_s};
     out->n_mb = s->n_mb;
     memcpy(out->mb_rows, s->mb_rows, sizeof out->mb_rows);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
 }
 
 static void hr_job_free(hr_service_job *j) {
@@ -209,7 +209,7 @@ int hr_service_submit(hr_service *s, const hr_service_req *r, hr_head_token_fn o
     j->on_token = on_token;
     j->on_done = on_done;
     j->ud = ud;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     if (s->stop) {
         rc = hr_seterr(err, HR_ECANCELED, "the head is stopping");
     } else {
@@ -224,7 +224,7 @@ int hr_service_submit(hr_service *s, const hr_service_req *r, hr_head_token_fn o
         }
     }
     if (rc) {
-        pthread_mutex_unlock(&s->mu);
+        hr_unlock(&s->mu, HR_RANK_SERVICE);
         hr_job_free(j);
         return rc;
     }
@@ -238,7 +238,7 @@ int hr_service_submit(hr_service *s, const hr_service_req *r, hr_head_token_fn o
     s->q_tail = j;
     s->n_queued++;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     HR_LOG_DEBUG(TAG, "request %llu queued: %d prompt tokens, up to %d new",
                  (unsigned long long)j->id, j->n_ids, j->max_tokens);
     return 0;
@@ -292,9 +292,9 @@ static void hr_service_drop(hr_service_job *list, const char *why) {
 
 bool hr_service_cancel(hr_service *s, uint64_t id) {
     hr_service_job *taken = NULL;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     int n = hr_service_take(s, id, NULL, 0, &taken);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     hr_service_drop(taken, "canceled");
     return n > 0;
 }
@@ -303,9 +303,9 @@ int hr_service_cancel_client(hr_service *s, const void *client, size_t len) {
     if (!client)
         return 0;
     hr_service_job *taken = NULL;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     int n = hr_service_take(s, 0, client, len, &taken);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     hr_service_drop(taken, "canceled");
     return n;
 }
@@ -364,9 +364,9 @@ static hr_service_job *hr_service_pop(hr_service *s) {
 
 static hr_gen_req *hr_service_feed_take(void *ud) {
     hr_service *s = ud;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     hr_service_job *j = s->stop ? NULL : hr_service_pop(s);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     if (!j)
         return NULL;
     HR_LOG_DEBUG(TAG, "request %llu joins the batch after %.3f s in the queue",
@@ -385,19 +385,19 @@ static hr_gen_req *hr_service_feed_take(void *ud) {
 static void hr_service_feed_done(void *ud, hr_gen_req *r) {
     hr_service *s = ud;
     hr_service_job *j = (hr_service_job *)((char *)r - offsetof(hr_service_job, gr));
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     hr_service_count(s, j, r->rc, &r->st);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     j->on_done(j->ud, r->rc, &r->st, r->rc ? r->err : "");
     hr_job_free(j);
 }
 
 static void hr_service_feed_batches(void *ud, const int *rows, int n_mb) {
     hr_service *s = ud;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     s->n_mb = n_mb < HR_SERVICE_MAX_SHOWN ? n_mb : HR_SERVICE_MAX_SHOWN;
     memcpy(s->mb_rows, rows, (size_t)s->n_mb * sizeof *rows);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
 }
 
 /* Runs queued requests together until none waits (s->mu not held); the
@@ -412,12 +412,12 @@ static void hr_service_batch(hr_service *s, int wait_ms) {
                          .ud = s};
         rc = hr_head_serve(s->a, &f, err);
     }
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     s->n_mb = 0;
     hr_service_job *j = rc ? hr_service_pop(s) : NULL; /* the ring was not ready: the first fails */
     if (j)
         hr_service_count(s, j, rc, &(hr_head_stats){0});
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     if (j) {
         hr_head_stats st = {0};
         j->on_done(j->ud, rc, &st, err);
@@ -427,18 +427,18 @@ static void hr_service_batch(hr_service *s, int wait_ms) {
 
 static void *hr_service_main(void *arg) {
     hr_service *s = arg;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     for (;;) {
         while (!s->stop && !s->q_head)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
         int wait_ms = s->q_head->wait_ms;
-        pthread_mutex_unlock(&s->mu);
+        hr_unlock(&s->mu, HR_RANK_SERVICE);
         hr_service_batch(s, wait_ms);
-        pthread_mutex_lock(&s->mu);
+        hr_lock(&s->mu, HR_RANK_SERVICE);
     }
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     return NULL;
 }
 
@@ -468,20 +468,20 @@ int hr_service_create(hr_service **out, hr_agent *a, char err[HR_ERR_LEN]) {
 void hr_service_destroy(hr_service *s) {
     if (!s)
         return;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     s->stop = true;
     for (hr_service_job *r = s->running; r; r = r->next)
         atomic_store(&r->cancel, 1);
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     if (s->started)
         pthread_join(s->th, NULL);
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_SERVICE);
     hr_service_job *taken = s->q_head;
     s->st.canceled += (uint64_t)s->n_queued;
     s->q_head = s->q_tail = NULL;
     s->n_queued = 0;
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_SERVICE);
     hr_service_drop(taken, "the head is stopping");
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

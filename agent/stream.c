@@ -198,13 +198,13 @@ double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, do
         }
         split = whole = false;
     }
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_STREAM);
     s->st.stream_round = split && n ? total / n : 0;
     s->st.pinned = split ? kept : all;
     s->st.locked = split ? -1 : 0;
     s->st.read_round = -1;
     s->rebase = true;
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_STREAM);
     atomic_store(&s->windows, split || whole);
     atomic_store(&s->layers, split && max_tail > (double)buffer);
     if (s->pump) {
@@ -221,9 +221,9 @@ void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
     *out = (hr_stream_stats){.read_round = -1, .locked = -1};
     if (!s)
         return;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_STREAM);
     *out = s->st;
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_STREAM);
     if (s->pump && out->stream_round > 0) {
         hr_stream_pump_stats ps;
         hr_stream_pump_get_stats(s->pump, &ps);
@@ -239,11 +239,11 @@ void hr_node_io_sample(hr_agent *a) {
     uint64_t rounds = atomic_load(&s->rounds);
     if (io < 0)
         return;
-    pthread_mutex_lock(&s->mu);
+    hr_lock(&s->mu, HR_RANK_STREAM);
     bool rebase = s->rebase && s->legacy;
     if (s->legacy)
         s->rebase = false;
-    pthread_mutex_unlock(&s->mu);
+    hr_unlock(&s->mu, HR_RANK_STREAM);
     if (s->pump) { /* from the end of the pump's warm-up of the latest plan */
         hr_stream_pump_stats ps;
         hr_stream_pump_get_stats(s->pump, &ps);
@@ -266,8 +266,8 @@ void hr_node_io_sample(hr_agent *a) {
     s->last_io = io;
     s->last_rounds = rounds;
     if (s->acc_rounds >= 1) {
-        pthread_mutex_lock(&s->mu);
+        hr_lock(&s->mu, HR_RANK_STREAM);
         s->st.read_round = s->acc_io / s->acc_rounds;
-        pthread_mutex_unlock(&s->mu);
+        hr_unlock(&s->mu, HR_RANK_STREAM);
     }
 }

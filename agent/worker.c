@@ -17,9 +17,9 @@
 /* ---- data thread ---- */
 
 static void hr_reject_frame(hr_agent *a, const char *where, const char *why) {
-    pthread_mutex_lock(&a->st.mu);
+    hr_lock(&a->st.mu, HR_RANK_STATS);
     a->st.frames_rejected++;
-    pthread_mutex_unlock(&a->st.mu);
+    hr_unlock(&a->st.mu, HR_RANK_STATS);
     HR_LOG_WARN(TAG, "%s: rejected frame on %s: %s", a->name, where, why);
 }
 
@@ -128,7 +128,7 @@ static void *hr_data_main(void *arg) {
             hr_reject_frame(a, "data port", err);
             continue;
         }
-        pthread_mutex_lock(&a->plan_mu);
+        hr_lock(&a->plan_mu, HR_RANK_PLAN);
         hr_local_plan *lp = &a->lp;
         double ms = 0;
         int round = h.round, nt = h.n_tok;
@@ -138,7 +138,7 @@ static void *hr_data_main(void *arg) {
             /* under plan_mu: a plan applied meanwhile starts its statistics over */
             hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
         }
-        pthread_mutex_unlock(&a->plan_mu);
+        hr_unlock(&a->plan_mu, HR_RANK_PLAN);
         if (rc < 0)
             hr_reject_frame(a, "data port", err);
     }
@@ -227,13 +227,13 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
     hr_agent *a = w->a;
     double ms, res;
     uint64_t tok, rej, rounds;
-    pthread_mutex_lock(&a->st.mu);
+    hr_lock(&a->st.mu, HR_RANK_STATS);
     ms = a->st.ms_round;
     rounds = a->st.rounds;
     double ms_total = a->st.ms_total;
     tok = a->st.tokens;
     rej = a->st.frames_rejected;
-    pthread_mutex_unlock(&a->st.mu);
+    hr_unlock(&a->st.mu, HR_RANK_STATS);
     res = hr_node_resident(a, &w->windows);
     uint32_t pid = w->windows.plan_id;
     int64_t avail, total; /* MemAvailable, bytes (cheap: no full sysinfo per heartbeat) */
@@ -300,7 +300,7 @@ static void hr_worker_apply(hr_worker *w, hr_local_plan *np, int rc, char e2[HR_
     hr_agent *a = w->a;
     hr_msg_ready rd = {.ok = true};
     if (rc == 0) {
-        pthread_mutex_lock(&a->plan_mu);
+        hr_lock(&a->plan_mu, HR_RANK_PLAN);
         /* fetched layers: their norms were copied from holes at load */
         for (int r = 0; a->cache && rc == 0 && r < np->k && np->w > 0 && r < HR_AGENT_MAX_K; r++)
             rc = hr_model_refresh_layers(a->m, a->g, r * np->W + np->offset,
@@ -315,7 +315,7 @@ static void hr_worker_apply(hr_worker *w, hr_local_plan *np, int rc, char e2[HR_
         w->windows = (hr_local_plan){.plan_id = a->lp.plan_id, .k = a->lp.k, .w = a->lp.w};
         memcpy(w->windows.win_off, a->lp.win_off, sizeof w->windows.win_off);
         memcpy(w->windows.win_len, a->lp.win_len, sizeof w->windows.win_len);
-        pthread_mutex_unlock(&a->plan_mu);
+        hr_unlock(&a->plan_mu, HR_RANK_PLAN);
     }
     if (rc) {
         rd.ok = false;
@@ -585,50 +585,6 @@ static int hr_worker_connect(hr_agent *a, char err[HR_ERR_LEN]) {
     if (a->keys && (rc = hr_ring_secure_client(a->up, a->keys, a->head_key, err)))
         return rc;
     return hr_ring_connect(a->up, a->head_ep, err);
-}
-
-/* --join: asks the head (as a join token holder) to trust our key. */
-int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
-    char hk[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
-    if (hr_ring_join_parse(a->p.join, hk, sec) != 0)
-        return hr_seterr(err, HR_EINVAL, "--join: not a join token");
-    void *s = hr_ring_socket(a->zctx, HR_RING_DEALER, NULL, err);
-    if (!s)
-        return HR_ENET;
-    int rc = hr_ring_secure_client_pairing(s, sec, hk, err);
-    if (rc == 0)
-        rc = hr_ring_connect(s, a->head_ep, err);
-    hr_msg_pair pm;
-    snprintf(pm.name, sizeof pm.name, "%s", a->name);
-    snprintf(pm.pubkey, sizeof pm.pubkey, "%s", hr_ring_keys_public(a->keys));
-    hr_msg m;
-    if (rc == 0)
-        rc = hr_msg_pair_encode(&m, &pm, err);
-    if (rc == 0 && (rc = hr_msg_send(s, NULL, 0, &m, err)) == 0) {
-        hr_ring_hdr h;
-        uint8_t buf[HR_RING_HDR_SIZE + 4096]; /* PAIR echo or a REJECT */
-        double until = hr_now_s() + 10.0;
-        rc = hr_seterr(err, HR_ETIMEDOUT,
-                       "no pairing answer from head %s within 10 s (wrong token or address?)",
-                       a->head_ep);
-        while (hr_now_s() < until && !atomic_load(&a->stop)) {
-            char e2[HR_ERR_LEN];
-            long n = hr_ring_recv(s, NULL, NULL, buf, sizeof buf, 200, &h, e2);
-            if (n > 0 && h.type == HR_RING_PAIR) {
-                HR_LOG_INFO(TAG, "%s: paired with head %s by join token", a->name, a->head_ep);
-                rc = 0;
-                break;
-            }
-            hr_msg_reject rj;
-            if (n > 0 && h.type == HR_RING_REJECT &&
-                hr_msg_reject_decode(&h, buf + HR_RING_HDR_SIZE, &rj, e2) == 0) {
-                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %s", rj.reason);
-                break;
-            }
-        }
-    }
-    hr_ring_close(s);
-    return rc;
 }
 
 int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {

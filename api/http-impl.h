@@ -86,8 +86,10 @@ struct hr_http {
     pthread_t wd;
 };
 
-/* http.c */
+/* job.c: drops a reference to j, freeing it with the last one (the
+ * _locked form with srv->mu held) */
 void hr_job_unref(hr_job *j); /* takes srv->mu */
+void hr_job_unref_locked(hr_job *j);
 
 /* guard.c: MHD's connection notifications (open / closed); the deadline of
  * c's next request (serving = false: now + read_timeout_s; true: none);

@@ -71,25 +71,6 @@ hr_http_params hr_http_params_default(void) {
 
 /* ---- jobs ---- */
 
-static void hr_job_unref_locked(hr_job *j) {
-    if (--j->refs > 0)
-        return;
-    j->srv->n_jobs--;
-    pthread_cond_broadcast(&j->srv->cv);
-    hr_api_req_free(&j->req);
-    hr_gen_destroy(j->gen);
-    free(j->text);
-    free(j->ev);
-    free(j);
-}
-
-void hr_job_unref(hr_job *j) {
-    hr_http *h = j->srv;
-    pthread_mutex_lock(&h->mu);
-    hr_job_unref_locked(j);
-    pthread_mutex_unlock(&h->mu);
-}
-
 /* Appends released text (srv->mu held). */
 static int hr_job_append(hr_job *j, const char *s, size_t n) {
     if (j->text_len + n + 1 > j->text_cap) {

@@ -1,5 +1,8 @@
-/* sync.c - deadline arithmetic for timed condition waits. */
+/* sync.c - deadline arithmetic for timed condition waits; ranked locks. */
 #include "common/sync.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 void hr_deadline_ms(struct timespec *dl, long ms) {
     clock_gettime(CLOCK_REALTIME, dl);
@@ -22,3 +25,48 @@ double hr_now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+/* ---- ranked locks ---- */
+
+#ifdef HR_LOCK_CHECK
+static _Thread_local unsigned long long hr_held;   /* bit r: rank r held */
+static _Thread_local const char *hr_held_name[64]; /* the name it was taken as */
+
+void hr_lock_ranked(pthread_mutex_t *mu, int rank, const char *name) {
+    if (rank < 1 || rank > 63) {
+        fprintf(stderr, "hearth: lock %s has rank %d outside 1..63\n", name, rank);
+        abort();
+    }
+    unsigned long long above = hr_held >> rank; /* held ranks >= rank */
+    if (above) {
+        int top = 63 - __builtin_clzll(hr_held);
+        fprintf(stderr,
+                "hearth: lock order violated: taking %s (rank %d) while holding %s (rank %d)\n",
+                name, rank, hr_held_name[top] ? hr_held_name[top] : "?", top);
+        abort();
+    }
+    pthread_mutex_lock(mu);
+    hr_held |= 1ull << rank;
+    hr_held_name[rank] = name;
+}
+
+void hr_unlock_ranked(pthread_mutex_t *mu, int rank) {
+    hr_held &= ~(1ull << rank);
+    pthread_mutex_unlock(mu);
+}
+
+unsigned long long hr_lock_held(void) { return hr_held; }
+#else
+void hr_lock_ranked(pthread_mutex_t *mu, int rank, const char *name) {
+    (void)rank;
+    (void)name;
+    pthread_mutex_lock(mu);
+}
+
+void hr_unlock_ranked(pthread_mutex_t *mu, int rank) {
+    (void)rank;
+    pthread_mutex_unlock(mu);
+}
+
+unsigned long long hr_lock_held(void) { return 0; }
+#endif

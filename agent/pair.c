@@ -1,0 +1,57 @@
+/* pair.c - pairing a new device with a head by its join token (--join):
+ * the device proves it holds the token's secret over a CURVE connection
+ * and asks the head to trust its key; the head answers PAIR or REJECT.
+ * Used when an agent starts (node.c) and when a worker joins (worker.c). */
+#include "agent/agent-impl.h"
+
+#include "common/log.h"
+#include "common/sync.h"
+#include "ring/msg.h"
+
+#include <stdio.h>
+
+#define TAG "agent"
+
+/* --join: asks the head (as a join token holder) to trust our key. */
+int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
+    char hk[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
+    if (hr_ring_join_parse(a->p.join, hk, sec) != 0)
+        return hr_seterr(err, HR_EINVAL, "--join: not a join token");
+    void *s = hr_ring_socket(a->zctx, HR_RING_DEALER, NULL, err);
+    if (!s)
+        return HR_ENET;
+    int rc = hr_ring_secure_client_pairing(s, sec, hk, err);
+    if (rc == 0)
+        rc = hr_ring_connect(s, a->head_ep, err);
+    hr_msg_pair pm;
+    snprintf(pm.name, sizeof pm.name, "%s", a->name);
+    snprintf(pm.pubkey, sizeof pm.pubkey, "%s", hr_ring_keys_public(a->keys));
+    hr_msg m;
+    if (rc == 0)
+        rc = hr_msg_pair_encode(&m, &pm, err);
+    if (rc == 0 && (rc = hr_msg_send(s, NULL, 0, &m, err)) == 0) {
+        hr_ring_hdr h;
+        uint8_t buf[HR_RING_HDR_SIZE + 4096]; /* PAIR echo or a REJECT */
+        double until = hr_now_s() + 10.0;
+        rc = hr_seterr(err, HR_ETIMEDOUT,
+                       "no pairing answer from head %s within 10 s (wrong token or address?)",
+                       a->head_ep);
+        while (hr_now_s() < until && !atomic_load(&a->stop)) {
+            char e2[HR_ERR_LEN];
+            long n = hr_ring_recv(s, NULL, NULL, buf, sizeof buf, 200, &h, e2);
+            if (n > 0 && h.type == HR_RING_PAIR) {
+                HR_LOG_INFO(TAG, "%s: paired with head %s by join token", a->name, a->head_ep);
+                rc = 0;
+                break;
+            }
+            hr_msg_reject rj;
+            if (n > 0 && h.type == HR_RING_REJECT &&
+                hr_msg_reject_decode(&h, buf + HR_RING_HDR_SIZE, &rj, e2) == 0) {
+                rc = hr_seterr(err, HR_EDENIED, "head refused pairing: %s", rj.reason);
+                break;
+            }
+        }
+    }
+    hr_ring_close(s);
+    return rc;
+}
