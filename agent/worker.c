@@ -526,6 +526,8 @@ static void hr_worker_on_ctrl(void *ud) {
 static void hr_worker_join_timer(void *ud) {
     hr_worker *w = ud;
     double now = hr_now_s();
+    if (!w->joined && now < w->next_join)
+        hr_ring_loop_wake_at(w->loop, w->next_join); /* sleep until the next JOIN is due */
     if (w->joined || now < w->next_join)
         return;
     if (w->join_tries > 0)
@@ -607,7 +609,7 @@ int hr_worker_run(hr_agent *a, char err[HR_ERR_LEN]) {
     }
     hr_ring_loop_timer(w.loop, 0, hr_worker_join_timer, &w);
     hr_ring_loop_timer(w.loop, a->p.hb_interval_ms, hr_worker_hb_timer, &w);
-    hr_ring_loop_timer(w.loop, 0, hr_worker_silence_timer, &w);
+    hr_ring_loop_timer(w.loop, 250, hr_worker_silence_timer, &w);
     hr_ring_loop_timer(w.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
     hr_ring_loop_timer(w.loop, 0, hr_worker_link_timer, &w);
     hr_ring_loop_timer(w.loop, 500, hr_worker_fetch_timer, &w);

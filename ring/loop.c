@@ -17,6 +17,7 @@ typedef struct {
 struct hr_ring_loop {
     const atomic_int *stop;
     bool brk;
+    double wake_s; /* s, monotonic: the end of the next wait asked by a callback; 0 = none */
     int n_socks, n_timers;
     zmq_pollitem_t items[HR_RING_LOOP_MAX];
     hr_ring_loop_fn sock_fn[HR_RING_LOOP_MAX];
@@ -52,6 +53,24 @@ int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void 
 
 void hr_ring_loop_break(hr_ring_loop *l) { l->brk = true; }
 
+void hr_ring_loop_wake_at(hr_ring_loop *l, double t_s) {
+    if (l->wake_s == 0 || t_s < l->wake_s)
+        l->wake_s = t_s;
+}
+
+/* How long the next poll may sleep: until the first periodic timer is due
+ * or a callback's wake-up, at most HR_RING_LOOP_IDLE_MS (ms). */
+static long hr_ring_loop_wait_ms(const hr_ring_loop *l, double now) {
+    double until = now + HR_RING_LOOP_IDLE_MS / 1000.0;
+    for (int i = 0; i < l->n_timers; i++)
+        if (l->timers[i].period_s > 0 && l->timers[i].due_s < until)
+            until = l->timers[i].due_s;
+    if (l->wake_s > 0 && l->wake_s < until)
+        until = l->wake_s;
+    long ms = (long)((until - now) * 1000.0 + 0.999);
+    return ms < 0 ? 0 : ms;
+}
+
 static bool hr_ring_loop_done(const hr_ring_loop *l) {
     return l->brk || (l->stop && atomic_load(l->stop));
 }
@@ -69,7 +88,9 @@ int hr_ring_loop_run(hr_ring_loop *l, char err[HR_ERR_LEN]) {
         }
         if (hr_ring_loop_done(l))
             break;
-        int n = zmq_poll(l->items, l->n_socks, HR_RING_LOOP_TICK_MS);
+        long wait = hr_ring_loop_wait_ms(l, hr_now_s());
+        l->wake_s = 0;
+        int n = zmq_poll(l->items, l->n_socks, wait);
         if (n < 0 && zmq_errno() != EINTR)
             return hr_seterr(err, HR_ENET, "zmq_poll: %s", zmq_strerror(zmq_errno()));
         for (int i = 0; n > 0 && i < l->n_socks && !hr_ring_loop_done(l); i++)

@@ -174,11 +174,13 @@ long hr_ring_recv_user(void *sock, void *id, size_t *id_len, void *buf, size_t c
  * A small loop over zmq_poll for one thread's sockets: each socket has a
  * callback run when a message is waiting (it receives what it wants; the
  * loop polls again), each timer a callback run every period_ms (0: on every
- * turn). The loop waits at most HR_RING_LOOP_TICK_MS per turn, so the
- * timers' resolution is about that. Not thread-safe: one loop per thread,
- * and its sockets belong to that thread. */
+ * turn). Between turns the loop sleeps until a message arrives, the next
+ * periodic timer is due, or a callback's hr_ring_loop_wake_at, and at most
+ * HR_RING_LOOP_IDLE_MS (so the stop flag and every-turn timers are seen
+ * that often on an idle loop). Not thread-safe: one loop per thread, and
+ * its sockets belong to that thread. */
 #define HR_RING_LOOP_MAX 8
-#define HR_RING_LOOP_TICK_MS 50
+#define HR_RING_LOOP_IDLE_MS 200
 
 typedef void (*hr_ring_loop_fn)(void *ud);
 typedef struct hr_ring_loop hr_ring_loop;
@@ -193,6 +195,9 @@ int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void 
  * polling fails. Timers run first on each turn, then ready sockets. */
 int hr_ring_loop_run(hr_ring_loop *l, char err[HR_ERR_LEN]);
 void hr_ring_loop_break(hr_ring_loop *l); /* from a callback: return after this turn */
+/* From a callback: the loop's next sleep ends at t_s (hr_now_s() time) at
+ * the latest; the earliest of several asks wins. */
+void hr_ring_loop_wake_at(hr_ring_loop *l, double t_s);
 
 /* ---- link probes (echo.c) ----
  *
