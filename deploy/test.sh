@@ -17,7 +17,9 @@
 #                      api_health: agents are the sanitized hearth binary),
 #                      leaks on (tests/lsan.supp suppresses only the Vulkan
 #                      loader's and drivers')
-#   format check       clang-format on every tracked .c / .h
+#   format check       clang-format on every tracked .c / .h; no two files of
+#                      agent/ or api/ call each other in a cycle
+#                      (deploy/calls.py over the release objects)
 #   fuzz               every fuzz target for HR_FUZZ_SECONDS (default 20),
 #                      as many at once as there are cores
 # Each stage prints its wall time; at the end a table of the stage times,
@@ -129,6 +131,8 @@ format_check() {
     files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
     # shellcheck disable=SC2086
     clang-format --dry-run --Werror $files
+    python3 deploy/calls.py build agent api | tail -1
+    python3 deploy/calls.py build agent api >/dev/null
 }
 
 fuzz() { HR_FUZZ_BUILD=build-san bash deploy/fuzz.sh "${HR_FUZZ_SECONDS:-20}"; }
