@@ -215,6 +215,7 @@ int hr_gpool_create(hr_gpool **out, const hr_gpool_params *p, char err[HR_ERR_LE
         hr_gpool_destroy(gp);
         return hr_seterr(err, HR_ENOMEM, "cannot start %d group leaders", G);
     }
+    hr_pool_set_steal(gp->top, false); /* the leaders meet at barriers inside a job */
     for (int g = 0; g < G; g++) {
         const hr_numa_group *gr = &pl->groups[g];
         int nt = gr->n_threads > gr->n_threads_decode ? gr->n_threads : gr->n_threads_decode;

@@ -2,6 +2,7 @@
 #include "kernels/pool.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -25,23 +26,43 @@
  * before sleeping: roughly a few hundred microseconds. */
 #define HR_POOL_SPIN 20000
 
+/* Stepping back on a busy machine: over every HR_POOL_WINDOW jobs run on
+ * several threads, the caller's time waiting for workers' parts is
+ * compared with its own parts' time; when it waited more than
+ * HR_POOL_WAIT_SHARE of that (workers that lose their cores to other
+ * programs, so that one thread would do as well), the pool runs its jobs
+ * on the caller alone for HR_POOL_BACKOFF_S, then tries its threads again.
+ * Thread counts never change a result (every kernel computes the same
+ * numbers on any number of threads). */
+#define HR_POOL_WINDOW 64
+#define HR_POOL_WAIT_SHARE 0.5
+#define HR_POOL_BACKOFF_S 1.0
+
+/* A job's part ith (1 <= ith < nth): who runs it. */
+enum { HR_PART_FREE = 0, HR_PART_TAKEN = 1, HR_PART_DONE = 2 };
+
 typedef struct {
     struct hr_pool *pool;
     int ith;
     pthread_t thread;
+    _Atomic int part; /* HR_PART_*: the current job's part ith */
 } hr_worker;
 
 struct hr_pool {
     int n;
     hr_worker *workers;   /* n - 1 workers; the caller is thread 0 */
     _Atomic unsigned gen; /* bumped for every job */
-    _Atomic int pending;  /* workers still running the current job */
+    bool steal;           /* the caller may run a part a worker has not started */
     _Atomic int n_sleeping;
     _Atomic int stop;
     hr_pool_fn fn;
     void *ctx;
     int nth;      /* threads taking part in the current job */
     int n_active; /* threads hr_pool_run uses */
+    /* stepping back (caller only): this window's jobs and times, s */
+    int win_jobs;
+    double win_own, win_wait, backoff_until;
+    unsigned long long backoffs;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -70,9 +91,15 @@ static void *hr_worker_main(void *arg) {
         if (atomic_load(&p->stop))
             return NULL;
         seen = g;
-        if (w->ith < p->nth)
+        /* the part is ours unless the caller took it while we were away (a
+         * worker that lost its core to another program); the job read after
+         * the claim is the one the part belongs to */
+        int free_part = HR_PART_FREE;
+        if (atomic_compare_exchange_strong_explicit(&w->part, &free_part, HR_PART_TAKEN,
+                                                    memory_order_acq_rel, memory_order_acquire)) {
             p->fn(p->ctx, w->ith, p->nth);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+            atomic_store_explicit(&w->part, HR_PART_DONE, memory_order_release);
+        }
     }
 }
 
@@ -86,6 +113,7 @@ hr_pool *hr_pool_create_pinned(int n_threads, const int *cpus) {
         return NULL;
     p->n = n_threads;
     p->n_active = n_threads;
+    p->steal = true;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (n_threads > 1) {
@@ -143,14 +171,23 @@ void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
         nth = p->n;
     if (nth < 1)
         nth = 1;
+    if (nth > 1 && p->backoff_until > 0) { /* stepped back: the caller alone for a while */
+        if (hr_now_s() < p->backoff_until)
+            nth = 1;
+        else
+            p->backoff_until = 0;
+    }
     if (p->n == 1 || nth == 1) {
         fn(ctx, 0, 1);
         return;
     }
+    double t0 = hr_now_s();
     p->fn = fn;
     p->ctx = ctx;
     p->nth = nth;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    for (int i = 1; i < p->n; i++) /* release: the job above is seen with its part */
+        atomic_store_explicit(&p->workers[i - 1].part, i < nth ? HR_PART_FREE : HR_PART_DONE,
+                              memory_order_release);
     atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with n_sleeping */
     if (atomic_load(&p->n_sleeping) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -158,16 +195,47 @@ void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, nth);
-    /* Spin briefly, then yield: if a worker lost its core to another
-     * program, spinning would only steal time from it. */
-    int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-        if (++spins < 4000)
-            HR_CPU_RELAX();
-        else
-            sched_yield();
+    /* Parts no worker has started yet: run them here (a worker without a
+     * core - another program took it - would hold the whole job up). Each
+     * part computes the same numbers whoever runs it. Then wait for the
+     * parts workers run: spin briefly, then yield, since a worker that lost
+     * its core mid-part needs it back. */
+    for (int i = 1; p->steal && i < nth; i++) {
+        hr_worker *w = &p->workers[i - 1];
+        int free_part = HR_PART_FREE;
+        if (atomic_compare_exchange_strong_explicit(&w->part, &free_part, HR_PART_TAKEN,
+                                                    memory_order_acq_rel, memory_order_acquire)) {
+            fn(ctx, i, nth);
+            atomic_store_explicit(&w->part, HR_PART_DONE, memory_order_release);
+        }
+    }
+    double t1 = hr_now_s();
+    for (int i = 1; i < nth; i++) {
+        int spins = 0;
+        while (atomic_load_explicit(&p->workers[i - 1].part, memory_order_acquire) !=
+               HR_PART_DONE) {
+            if (++spins < 4000)
+                HR_CPU_RELAX();
+            else
+                sched_yield();
+        }
+    }
+    double t2 = hr_now_s();
+    p->win_own += t1 - t0;
+    p->win_wait += t2 - t1;
+    if (p->steal && ++p->win_jobs >= HR_POOL_WINDOW) { /* parts that meet (steal off) all run */
+        if (p->win_wait > HR_POOL_WAIT_SHARE * p->win_own) {
+            p->backoff_until = t2 + HR_POOL_BACKOFF_S;
+            p->backoffs++;
+        }
+        p->win_jobs = 0;
+        p->win_own = p->win_wait = 0;
     }
 }
+
+unsigned long long hr_pool_backoffs(const hr_pool *p) { return p->backoffs; }
+
+void hr_pool_set_steal(hr_pool *p, bool on) { p->steal = on; }
 
 void hr_pool_run(hr_pool *p, hr_pool_fn fn, void *ctx) { hr_pool_run_n(p, p->n_active, fn, ctx); }
 

@@ -10,6 +10,8 @@
 #ifndef HR_KERNELS_POOL_H
 #define HR_KERNELS_POOL_H
 
+#include <stdbool.h>
+
 typedef struct hr_pool hr_pool;
 typedef void (*hr_pool_fn)(void *ctx, int ith, int nth);
 
@@ -26,8 +28,19 @@ int hr_pool_size(const hr_pool *p);
  * plan switches it with one store (prefill: all, decode: fewer). */
 void hr_pool_set_active(hr_pool *p, int nth);
 int hr_pool_active(const hr_pool *p);
-/* Runs on the first hr_pool_active() threads. */
+/* Runs on the first hr_pool_active() threads. Once its own part 0 is done,
+ * the caller runs any part a worker has not started yet (a worker whose
+ * core another program took), unless stealing is off for the pool: part
+ * ith must then compute the same whoever runs it, and parts must not wait
+ * for each other. */
 void hr_pool_run(hr_pool *p, hr_pool_fn fn, void *ctx);
+/* Times the pool stepped back to the caller alone because its workers
+ * kept it waiting (a busy machine; see pool.c). */
+unsigned long long hr_pool_backoffs(const hr_pool *p);
+/* Off for a pool whose parts wait for each other (a barrier inside the
+ * job): every part then runs on its own thread, and the pool never steps
+ * back to fewer threads (pool.c). Default on. */
+void hr_pool_set_steal(hr_pool *p, bool on);
 /* Runs with only the first nth threads (1 <= nth <= size); others idle. */
 void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx);
 

@@ -9,8 +9,10 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +33,54 @@ static void pool_fn(void *ctx, int ith, int nth) {
     for (long i = b; i < e; i++)
         s += v[i];
     atomic_fetch_add(&pool_sum, s);
+}
+
+/* Every part of a job runs exactly once, whoever runs it: the caller
+ * takes the parts of workers that have not started (workers that lost
+ * their core), under two busy threads competing for the machine's cores. */
+static _Atomic int part_runs[8], part_nth;
+static void part_fn(void *ctx, int ith, int nth) {
+    (void)ctx;
+    atomic_store(&part_nth, nth); /* fewer than asked when the pool stepped back */
+    atomic_fetch_add(&part_runs[ith], 1);
+}
+
+static _Atomic int spin_stop;
+static void *spin_main(void *arg) {
+    (void)arg;
+    volatile unsigned long x = 0;
+    while (!atomic_load(&spin_stop))
+        x++;
+    return NULL;
+}
+
+static void test_pool_parts(void) {
+    pthread_t spin[2];
+    atomic_store(&spin_stop, 0);
+    int n_spin = 0;
+    for (int i = 0; i < 2; i++)
+        n_spin += pthread_create(&spin[n_spin], NULL, spin_main, NULL) == 0;
+    hr_pool *p = hr_pool_create(4);
+    CHECK(p != NULL);
+    int bad = 0, reps = 20000;
+    for (int rep = 0; p && rep < reps && bad == 0; rep++) {
+        int nth = 2 + rep % 3;
+        for (int i = 0; i < 8; i++)
+            atomic_store(&part_runs[i], 0);
+        hr_pool_run_n(p, nth, part_fn, NULL);
+        int ran = atomic_load(&part_nth);
+        bad += ran != nth && ran != 1; /* all its threads, or the caller alone */
+        for (int i = 0; i < 8; i++)
+            bad += atomic_load(&part_runs[i]) != (i < ran ? 1 : 0);
+    }
+    CHECK_EQ(bad, 0);
+    printf("pool: %d jobs of 2-4 parts beside %d busy threads, each part once; the pool stepped "
+           "back %llu times\n",
+           reps, n_spin, p ? hr_pool_backoffs(p) : 0ull);
+    hr_pool_destroy(p);
+    atomic_store(&spin_stop, 1);
+    for (int i = 0; i < n_spin; i++)
+        pthread_join(spin[i], NULL);
 }
 
 static void test_pool(void) {
@@ -404,6 +454,7 @@ static void test_matmul(void) {
 
 int main(void) {
     test_pool();
+    test_pool_parts();
     test_elementwise();
     test_expf();
     test_rope();
