@@ -71,6 +71,7 @@ enum {
     HR_RANK_LINK = 7,    /* link.c: the link measurer's state */
     HR_RANK_STREAM = 8,  /* stream.c: the streamer's state */
     HR_RANK_STATS = 9,   /* hr_agent.st.mu: statistics */
+    HR_RANK_SOLVE = 10,  /* hr_head.solve_mu: the job handed to the solver thread (head) */
 };
 
 typedef struct hr_streamer hr_streamer; /* stream.c */

@@ -10,7 +10,7 @@
  * hr_lock aborts on a violation in debug and sanitizer builds):
  *
  *   gen_mu  >  plan_mu  >  dev_mu  >  mu  >  service mu  >  ev_mu
- *           >  link mu  >  stream mu  >  st.mu
+ *           >  link mu  >  stream mu  >  st.mu  >  solve_mu
  *
  *   - gen_mu is held by the generating thread for a whole session; it
  *     takes plan_mu to apply the head's part of a plan (hr_head_gen_begin)
@@ -23,8 +23,13 @@
  *   - the service's mu is taken by the engine's feed callbacks (take,
  *     done, batches) under gen_mu and plan_mu, never the other way round:
  *     the service calls no engine function with its mu held.
- *   - ev_mu, the link measurer's, the streamer's and the statistics' locks
- *     are leaves: nothing is taken while they are held.
+ *   - ev_mu, the link measurer's, the streamer's, the statistics' and the
+ *     solver's (solve_mu) locks are leaves: nothing is taken while they
+ *     are held (the solver thread posts its event after letting go).
+ *
+ * The scheduler's integer programs run on a thread of their own
+ * (head_solve.c): the control thread hands a plan's inputs over and goes
+ * on serving messages; the result comes back as a PLAN event on ev_pull.
  *
  * Threads and ownership: what each block of struct hr_head below belongs
  * to is written at the block. In short:
@@ -134,6 +139,27 @@ typedef struct {
     double used; /* s, monotonic: when it last served (LRU); 0 = never */
 } hr_slot_cache;
 
+/* A plan's integer programs, handed to the solver thread (head_solve.c).
+ * Filled by the control thread while no job is out (hd->solving false),
+ * the solver's while it solves, read back by the control thread once the
+ * solver's PLAN event with its gen arrived. */
+typedef struct {
+    uint64_t gen; /* which hand-over this is */
+    /* in: the candidates at their current rates and links */
+    int n;
+    hr_sched_device sd[HR_AGENT_MAX_DEV];
+    hr_sched_opts so;
+    int n_parallel;     /* KV slots asked for (--parallel or its default) */
+    bool parallel_auto; /* --parallel not given: fewer slots when they do not fit */
+    int ctx0;           /* positions per slot asked for */
+    bool ctx_auto;      /* --ctx not given: shorter slots may be tried */
+    /* out */
+    int rc; /* 0, or HR_E* with err */
+    char err[HR_ERR_LEN];
+    int plan_seq, plan_ctx; /* the slots and positions the plan was made with */
+    hr_sched_plan plan;
+} hr_solve_job;
+
 /* What the control thread publishes for the other threads. */
 typedef struct {
     uint32_t plan_id;
@@ -229,6 +255,20 @@ struct hr_head {
     hr_fetch_served served;
     /* control thread: beacons on the LAN (discovery), NULL with --no-discovery */
     struct hr_beacon_sender *beacon;
+
+    /* ---- the solver thread (head_solve.c) ---- */
+    /* control thread: a job is out, its number, the candidates it was made for */
+    bool solving;
+    uint64_t solve_gen;
+    int solve_cand[HR_AGENT_MAX_DEV], solve_n;
+    /* solve_mu / solve_cv: the hand-over */
+    pthread_mutex_t solve_mu;
+    pthread_cond_t solve_cv;
+    bool solve_pending, solve_stop; /* a job waits for the solver; the solver stops */
+    uint64_t solve_done;            /* gen of the last job solved */
+    hr_solve_job solve_job;
+    pthread_t solver;
+    bool solver_started;
 };
 
 /* ---- head_state.c: the shared interface ---- */
@@ -282,7 +322,9 @@ int hr_head_kv_ctx(const hr_agent *a);
 /* The scheduler's view of device d from its profile (JSON text, may be NULL). */
 void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head);
 /* Makes a plan over the devices not lost, sends it to the workers and
- * keeps the head's own part in hd->own. */
+ * keeps the head's own part in hd->own: 0 or HR_E* with err; or
+ * HR_PLAN_SOLVING: the scheduler's programs run on the solver thread and
+ * hr_head_replan_solved finishes the plan. */
 int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]);
 /* Sets ready from the devices' READY reports. */
 void hr_head_update_ready(hr_head *hd);
@@ -290,6 +332,28 @@ int hr_head_n_workers(const hr_head *hd);
 /* head_state.c: sends m to the peer with ROUTER identity id (frees its
  * payload). Control thread. */
 void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);
+
+/* hr_head_replan's answers besides 0 and HR_E*: its integer programs went
+ * to the solver thread (the plan is finished by hr_head_replan_solved when
+ * they come back); and, from hr_head_replan_solved, the devices changed
+ * while they were solved (hd->replan is set: plan again). */
+#define HR_PLAN_SOLVING 1
+#define HR_PLAN_STALE 2
+/* The solver's result for job gen came back (its PLAN event): finishes
+ * the plan hr_head_replan began, as hr_head_replan would have; 0,
+ * HR_PLAN_STALE, or HR_E* with err. Control thread, dev_mu held. */
+int hr_head_replan_solved(hr_head *hd, uint64_t gen, char err[HR_ERR_LEN]);
+
+/* ---- head_solve.c: the solver thread ---- */
+
+/* Starts / stops (joins) it; start: 0 or HR_ENOMEM with err. Control
+ * thread (before and after its loop). */
+int hr_head_solve_start(hr_head *hd, char err[HR_ERR_LEN]);
+void hr_head_solve_stop(hr_head *hd);
+/* Hands hd->solve_job (filled, with a new gen) to the solver. */
+void hr_head_solve_submit(hr_head *hd);
+/* The job of number gen once solved, else NULL. */
+hr_solve_job *hr_head_solve_result(hr_head *hd, uint64_t gen);
 
 /* ---- head_link.c: measured links (control thread, dev_mu held) ---- */
 

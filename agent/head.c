@@ -207,12 +207,18 @@ static void hr_head_broadcast(hr_agent *a, int type, uint64_t req) {
 
 /* Events from the generating thread: START/CANCEL go to the workers,
  * TOKEN/DONE/ERROR to the `hearth prompt` client they name. */
+static void hr_head_solved(hr_agent *a, uint64_t gen);
+
 static void hr_head_event(hr_agent *a, uint8_t *buf, size_t cap) {
     hr_head *hd = a->head;
     hr_ring_hdr h;
     char err[HR_ERR_LEN];
     long n;
     while ((n = hr_ring_recv(hd->ev_pull, NULL, NULL, buf, cap, 0, &h, err)) > 0) {
+        if (h.type == HR_RING_PLAN) { /* the solver thread: job req_id is solved */
+            hr_head_solved(a, h.req_id);
+            continue;
+        }
         if (h.type == HR_RING_START || h.type == HR_RING_CANCEL) {
             hr_lock(&hd->dev_mu, HR_RANK_DEV);
             hr_head_broadcast(a, h.type, h.req_id);
@@ -553,6 +559,30 @@ static void hr_head_no_plan(hr_head *hd, const char *why) {
         snprintf(hd->plan_err, sizeof hd->plan_err, "no plan: %.200s", why);
 }
 
+/* A plan attempt ended with prc (0 or HR_E*, e2 saying why). dev_mu held. */
+static void hr_head_planned(hr_head *hd, int prc, const char *e2) {
+    if (prc) {
+        hr_head_no_plan(hd, e2);
+        HR_LOG_ERROR(TAG, "%s", hd->plan_err);
+    } else {
+        hd->plan_err[0] = 0;
+    }
+    hr_head_adapt_planned(hd, prc);
+    hr_head_update_ready(hd);
+}
+
+/* The solver thread's PLAN event for job gen: the plan is finished. */
+static void hr_head_solved(hr_agent *a, uint64_t gen) {
+    hr_head *hd = a->head;
+    char e2[HR_ERR_LEN] = "";
+    hr_lock(&hd->dev_mu, HR_RANK_DEV);
+    int prc = hr_head_replan_solved(hd, gen, e2);
+    if (prc != HR_PLAN_STALE)
+        hr_head_planned(hd, prc, e2);
+    hr_head_publish(hd);
+    hr_unlock(&hd->dev_mu, HR_RANK_DEV);
+}
+
 /* Every turn: lost devices, a pending re-plan, our own residency. */
 static void hr_head_plan_timer(void *ud) {
     hr_agent *a = ((hr_head_loop *)ud)->a;
@@ -560,21 +590,16 @@ static void hr_head_plan_timer(void *ud) {
     hr_lock(&hd->dev_mu, HR_RANK_DEV);
     hr_head_check_lost(a);
     hr_head_link_timer(hd);
-    hr_head_adapt_check(hd); /* measured vs predicted rounds: may ask for a re-plan */
-    if (hd->replan && !hr_head_link_wait(hd) &&
+    if (!hd->solving) /* measured vs predicted rounds: may ask for a re-plan */
+        hr_head_adapt_check(hd);
+    if (hd->replan && !hd->solving && !hr_head_link_wait(hd) &&
         (hd->planned || hd->expect <= 0 || hr_head_n_workers(hd) >= hd->expect) &&
         hr_head_claim(hd)) {
         char e2[HR_ERR_LEN] = "";
         hd->replan = false;
         int prc = hr_head_replan(hd, e2);
-        if (prc) {
-            hr_head_no_plan(hd, e2);
-            HR_LOG_ERROR(TAG, "%s", hd->plan_err);
-        } else {
-            hd->plan_err[0] = 0;
-        }
-        hr_head_adapt_planned(hd, prc);
-        hr_head_update_ready(hd);
+        if (prc != HR_PLAN_SOLVING) /* else the solver's event finishes it */
+            hr_head_planned(hd, prc, e2);
     }
     hd->resident = hr_node_resident(a, &hd->own);
     hr_node_io_sample(a);
@@ -729,6 +754,8 @@ int hr_head_create(hr_agent *a, char err[HR_ERR_LEN]) {
     pthread_mutex_init(&hd->dev_mu, NULL);
     pthread_mutex_init(&hd->gen_mu, NULL);
     pthread_mutex_init(&hd->ev_mu, NULL);
+    pthread_mutex_init(&hd->solve_mu, NULL);
+    pthread_cond_init(&hd->solve_cv, NULL);
     hd->next_req = 1;
     hd->expect = hd->snap.expect = a->p.expect;
     hd->parallel_auto = a->p.n_parallel <= 0;
@@ -758,6 +785,8 @@ void hr_head_destroy(hr_agent *a) {
     pthread_mutex_destroy(&hd->dev_mu);
     pthread_mutex_destroy(&hd->gen_mu);
     pthread_mutex_destroy(&hd->ev_mu);
+    pthread_mutex_destroy(&hd->solve_mu);
+    pthread_cond_destroy(&hd->solve_cv);
     free(hd);
     a->head = NULL;
 }
@@ -778,6 +807,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
     hl.loop = rc ? NULL : hr_ring_loop_create(&a->stop);
     if (!rc && (!hl.buf || !hl.loop))
         rc = hr_seterr(err, HR_ENOMEM, "out of memory");
+    if (!rc)
+        rc = hr_head_solve_start(hd, err);
     if (!rc) {
         hr_ring_loop_timer(hl.loop, 1000, hr_head_invite_timer, &hl);
         hr_head_beacon_open(a);
@@ -797,6 +828,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_ring_close(hl.inv[i]);
     hr_beacon_sender_close(hd->beacon);
     hd->beacon = NULL;
+    hr_head_solve_stop(hd); /* a plan being solved is dropped with the loop */
     hr_ring_loop_destroy(hl.loop);
     free(hl.buf);
     return rc;

@@ -125,22 +125,33 @@ static int hr_parse_windows(const char *s, int *w, int max) {
     return n;
 }
 
-/* The scheduler's plan into hd->sched with the KV of hd->plan_seq slots
- * of hd->plan_ctx positions each. */
-static int hr_head_solve_slots(hr_head *hd, const hr_sched_device *sd, int n,
-                               const hr_sched_opts *so, char err[HR_ERR_LEN]) {
-    hr_sched_model sm;
-    int rc = hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(hd->a), &sm, err);
-    return rc ? rc : hr_sched_solve(&sm, sd, n, so, &hd->sched, err);
+/* The layers split evenly over n devices in k rounds (--k, else 1), with
+ * why in the plan's source. */
+static int hr_head_even_split(hr_head *hd, int n, int *k_out, int *w, const char *why,
+                              char err[HR_ERR_LEN]) {
+    const hr_agent *a = hd->a;
+    int L = hr_model_hparams(a->m)->n_layer;
+    int k = a->p.k > 0 ? a->p.k : 1;
+    if (L % k != 0)
+        return hr_seterr(err, HR_EINVAL, "k = %d does not divide %d layers", k, L);
+    int W = L / k;
+    for (int i = 0; i < n; i++)
+        w[i] = W / n + (i < W % n);
+    *k_out = k;
+    snprintf(hd->plan_src, sizeof hd->plan_src, "even split%s (%.150s)",
+             a->p.k > 0 ? " at --k" : "", why);
+    HR_LOG_INFO(TAG, "plan: %s", hd->plan_src);
+    return 0;
 }
 
 /* Picks k and w[] for devices cand[0..n) (cand[0] = head) and says how in
  * hd->plan_src: --windows as given; else the scheduler over the devices'
  * profiles (k fixed by --k when given); a device without a profile leaves
  * the scheduler nothing to plan with, so the layers are split evenly (and
- * the status says so). When the scheduler finds no plan there is no plan:
- * the reason goes to err (and the status), unless --k forced the rounds,
- * which then split evenly as forced. */
+ * the status says so). The scheduler's programs run on the solver thread:
+ * HR_PLAN_SOLVING, and hr_head_assign_solved takes their answer. When the scheduler finds no plan
+ * there is no plan: the reason goes to err (and the status), unless --k forced the rounds, which
+ * then split evenly as forced. */
 static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *w, int *ng,
                           char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
@@ -190,75 +201,56 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             sd[i].is_head = i == 0;
         }
         hr_head_link_inputs(hd, cand, n, sd); /* measured links where there are */
-        hr_sched_opts so = hr_sched_opts_default();
-        so.k_fixed = a->p.k;
-        int rc;
-        /* when the KV of that many requests at once does not fit beside the
-         * weights: --ctx not given, shorter slots first (as many requests
-         * at once, each with fewer positions, down to HR_AGENT_SLOT_CTX_MIN:
-         * a household's requests are short chats); --parallel not given,
-         * then fewer slots. One request keeps the whole context. */
-        for (hd->plan_seq = a->p.n_parallel;; hd->plan_seq /= 2) {
-            /* every slot size that fits, down to the least: KV takes the room
-             * of resident weights on a device that streams, so a shorter
-             * slot can be faster; the longest within 5% of the fastest */
-            int n_try = 0; /* slot sizes tried: ctx0 >> t */
-            double lat[16];
-            for (hd->plan_ctx = ctx0; n_try < 16; hd->plan_ctx /= 2) {
-                rc = hr_head_solve_slots(hd, sd, n, &so, err);
-                lat[n_try++] = rc == 0 ? hd->sched.latency_ms : -1;
-                if (!ctx_auto || hd->plan_seq <= 1 || hd->plan_ctx / 2 < HR_AGENT_SLOT_CTX_MIN)
-                    break;
-            }
-            double best = -1;
-            for (int t = 0; t < n_try; t++)
-                if (lat[t] > 0 && (best < 0 || lat[t] < best))
-                    best = lat[t];
-            int pick = -1;
-            for (int t = 0; t < n_try && pick < 0; t++)
-                if (lat[t] > 0 && lat[t] <= 1.05 * best)
-                    pick = t;
-            if (pick >= 0 && (ctx0 >> pick) != hd->plan_ctx) { /* solve the pick again */
-                hd->plan_ctx = ctx0 >> pick;
-                rc = hr_head_solve_slots(hd, sd, n, &so, err);
-            } else if (pick >= 0) {
-                rc = 0;
-            }
-            if (rc == 0 || hd->plan_seq <= 1 || !hd->parallel_auto)
-                break;
-        }
-        if (rc == 0 && (hd->plan_seq < a->p.n_parallel || hd->plan_ctx < ctx0))
+        /* the programs run on the solver thread; hr_head_assign_solved
+         * takes their answer */
+        hr_solve_job *j = &hd->solve_job;
+        j->gen = ++hd->solve_gen;
+        j->n = n;
+        memcpy(j->sd, sd, (size_t)n * sizeof *sd);
+        j->so = hr_sched_opts_default();
+        j->so.k_fixed = a->p.k;
+        j->n_parallel = a->p.n_parallel;
+        j->parallel_auto = hd->parallel_auto;
+        j->ctx0 = ctx0;
+        j->ctx_auto = ctx_auto;
+        hr_head_solve_submit(hd);
+        return HR_PLAN_SOLVING;
+    }
+    return hr_head_even_split(hd, n, k_out, w, why, err);
+}
+
+/* The solver's answer j for hr_head_assign's candidates (n of them): the
+ * scheduler's k and windows; when it found no plan, the reason in err,
+ * unless --k forced the rounds, which then split evenly as forced. */
+static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int *k_out, int *w,
+                                 int *ng, char err[HR_ERR_LEN]) {
+    const hr_agent *a = hd->a;
+    hd->plan_seq = j->plan_seq;
+    hd->plan_ctx = j->plan_ctx;
+    if (j->rc == 0) {
+        if (hd->plan_seq < a->p.n_parallel || hd->plan_ctx < j->ctx0)
             HR_LOG_WARN(TAG,
                         "plan: %d requests at once with %d positions each (the KV of %d with %d "
                         "each does not fit, or is slower where it takes the room of weights)",
-                        hd->plan_seq, hd->plan_ctx, a->p.n_parallel, ctx0);
-        if (rc == 0) {
-            *k_out = hd->sched.k;
-            for (int i = 0; i < n; i++) {
-                w[i] = hd->sched.dev[i].w;
-                ng[i] = hd->sched.dev[i].n_gpu;
-            }
-            snprintf(hd->plan_src, sizeof hd->plan_src, "scheduler%s: %.170s",
-                     a->p.k > 0 ? " (k forced by --k)" : "", hd->sched.explanation);
-            return 0;
+                        hd->plan_seq, hd->plan_ctx, a->p.n_parallel, j->ctx0);
+        hd->sched = j->plan;
+        *k_out = hd->sched.k;
+        for (int i = 0; i < n; i++) {
+            w[i] = hd->sched.dev[i].w;
+            ng[i] = hd->sched.dev[i].n_gpu;
         }
-        if (a->p.k <= 0) {
-            snprintf(hd->plan_src, sizeof hd->plan_src, "none: %.180s", err);
-            return rc;
-        }
-        snprintf(why, sizeof why, "%.200s", err);
+        snprintf(hd->plan_src, sizeof hd->plan_src, "scheduler%s: %.170s",
+                 a->p.k > 0 ? " (k forced by --k)" : "", hd->sched.explanation);
+        return 0;
     }
-    int k = a->p.k > 0 ? a->p.k : 1;
-    if (L % k != 0)
-        return hr_seterr(err, HR_EINVAL, "k = %d does not divide %d layers", k, L);
-    int W = L / k;
-    for (int i = 0; i < n; i++)
-        w[i] = W / n + (i < W % n);
-    *k_out = k;
-    snprintf(hd->plan_src, sizeof hd->plan_src, "even split%s (%.150s)",
-             a->p.k > 0 ? " at --k" : "", why);
-    HR_LOG_INFO(TAG, "plan: %s", hd->plan_src);
-    return 0;
+    snprintf(err, HR_ERR_LEN, "%s", j->err);
+    if (a->p.k <= 0) {
+        snprintf(hd->plan_src, sizeof hd->plan_src, "none: %.180s", err);
+        return j->rc;
+    }
+    char why[HR_ERR_LEN];
+    snprintf(why, sizeof why, "%.200s", err);
+    return hr_head_even_split(hd, n, k_out, w, why, err);
 }
 
 int hr_head_n_workers(const hr_head *hd) {
@@ -426,20 +418,12 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
     return 0;
 }
 
-/* Makes and sends a plan over the devices not lost (control thread,
- * dev_mu held, after hr_head_claim). */
-int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]) {
-    const hr_agent *a = hd->a;
-    const hr_hparams *hp = hr_model_hparams(a->m);
-    int cand[HR_AGENT_MAX_DEV], n = 0, w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
-    for (int i = 0; i < hd->n_devs; i++)
-        if (!hd->devs[i].lost)
-            cand[n++] = i;
-    hd->ready = false;
-    hd->have_sched = false;
-    int rc = hr_head_assign(hd, cand, n, &k, w, ng, err);
-    if (rc)
-        return rc;
+/* The plan of k rounds and windows w (ng on GPUs) over cand[0..n):
+ * predictions, ring positions, and every device's PLAN. */
+static int hr_head_replan_finish(hr_head *hd, const int *cand, int n, int k, const int *w,
+                                 const int *ng, char err[HR_ERR_LEN]) {
+    const hr_hparams *hp = hr_model_hparams(hd->a->m);
+    int rc;
     hr_head_predict(hd, cand, n, k, w, ng);
     hd->plan_id++;
     hd->plan_k = k;
@@ -450,6 +434,53 @@ int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]) {
     HR_LOG_INFO(TAG, "plan %u: %d devices in the ring, k %d, %d layers per round", hd->plan_id,
                 n_active, k, W);
     return 0;
+}
+
+/* The devices not lost, in table order (the head first). */
+static int hr_head_candidates(const hr_head *hd, int *cand) {
+    int n = 0;
+    for (int i = 0; i < hd->n_devs; i++)
+        if (!hd->devs[i].lost)
+            cand[n++] = i;
+    return n;
+}
+
+/* Makes and sends a plan over the devices not lost (control thread,
+ * dev_mu held, after hr_head_claim), or hands its programs to the solver
+ * thread (HR_PLAN_SOLVING). */
+int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]) {
+    int cand[HR_AGENT_MAX_DEV], w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
+    int n = hr_head_candidates(hd, cand);
+    hd->ready = false;
+    hd->have_sched = false;
+    int rc = hr_head_assign(hd, cand, n, &k, w, ng, err);
+    if (rc == HR_PLAN_SOLVING) {
+        memcpy(hd->solve_cand, cand, (size_t)n * sizeof *cand);
+        hd->solve_n = n;
+        hd->solving = true;
+        return rc;
+    }
+    return rc ? rc : hr_head_replan_finish(hd, cand, n, k, w, ng, err);
+}
+
+int hr_head_replan_solved(hr_head *hd, uint64_t gen, char err[HR_ERR_LEN]) {
+    const hr_solve_job *j =
+        hd->solving && gen == hd->solve_gen ? hr_head_solve_result(hd, gen) : NULL;
+    if (!j)
+        return HR_PLAN_STALE; /* not the job out (a stray event) */
+    hd->solving = false;
+    int cand[HR_AGENT_MAX_DEV], w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
+    int n = hr_head_candidates(hd, cand);
+    if (n != hd->solve_n || memcmp(cand, hd->solve_cand, (size_t)n * sizeof *cand) != 0) {
+        HR_LOG_INFO(TAG, "plan job %llu: the devices changed while it was solved; planning again",
+                    (unsigned long long)gen);
+        hd->replan = true;
+        return HR_PLAN_STALE;
+    }
+    for (int i = 0; i < n; i++)
+        ng[i] = 0;
+    int rc = hr_head_assign_solved(hd, j, n, &k, w, ng, err);
+    return rc ? rc : hr_head_replan_finish(hd, cand, n, k, w, ng, err);
 }
 
 void hr_head_update_ready(hr_head *hd) {
