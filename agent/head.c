@@ -50,6 +50,17 @@ static int hr_find_dev(const hr_agent *a, const uint8_t *id, size_t idl) {
     return -1;
 }
 
+/* Device d's decoded JOIN j (its profile text taken out): the head keeps
+ * the JOIN and, of the profile, the scheduler's view. */
+static void hr_head_keep_join(hr_head *hd, hr_dev *d, hr_msg_join *j, bool is_head) {
+    char *profile = j->profile;
+    j->profile = NULL;
+    d->join = *j;
+    d->has_join = true;
+    hr_head_dev_sched(hd, d, profile, is_head);
+    free(profile);
+}
+
 /* ---- messages ---- */
 
 static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ring_hdr *h,
@@ -125,13 +136,7 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     d->pred_read_token = d->meas_read_round = d->stream_round = d->pinned = -1;
     d->fetch_done = d->fetch_total = d->fetch_wire = -1;
     d->locked = -1;
-    /* the head keeps the decoded JOIN; of the profile, the scheduler's view */
-    char *profile = jm.profile;
-    jm.profile = NULL;
-    d->join = jm;
-    d->has_join = true;
-    hr_head_dev_sched(hd, d, profile, false);
-    free(profile);
+    hr_head_keep_join(hd, d, &jm, false);
     HR_LOG_INFO(TAG, "%s joined from %s (data %s)", d->name, d->ctrl_ep, d->data_ep);
     hr_msg w = hr_msg_empty(HR_RING_WELCOME, 0, 0);
     w.h.pos = 0;
@@ -207,6 +212,7 @@ static void hr_head_broadcast(hr_agent *a, int type, uint64_t req) {
 
 /* Events from the generating thread: START/CANCEL go to the workers,
  * TOKEN/DONE/ERROR to the `hearth prompt` client they name. */
+
 static void hr_head_solved(hr_agent *a, uint64_t gen);
 
 static void hr_head_event(hr_agent *a, uint8_t *buf, size_t cap) {
@@ -623,14 +629,8 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
         hd->have_pm = true;
     hr_msg_join own;
     hr_ring_hdr oh = {.type = HR_RING_JOIN, .len = (uint32_t)strlen(a->info_json)};
-    if (hr_msg_join_decode(&oh, a->info_json, &own, err) == 0) {
-        char *profile = own.profile;
-        own.profile = NULL;
-        me->join = own;
-        me->has_join = true;
-        hr_head_dev_sched(hd, me, profile, true);
-        free(profile);
-    }
+    if (hr_msg_join_decode(&oh, a->info_json, &own, err) == 0)
+        hr_head_keep_join(hd, me, &own, true);
     hd->replan = true;
     hr_head_publish(hd);
     hr_unlock(&hd->dev_mu, HR_RANK_DEV);

@@ -706,17 +706,29 @@ done:
     hr_gguf_close(g);
 }
 
+/* Opens shared model `name` into *g, *m; false (both NULL, a failed
+ * check) when it cannot. */
+static bool open_model(const char *name, hr_gguf **g, hr_model **m) {
+    char path[512], rel[128], err[HR_ERR_LEN] = "";
+    snprintf(rel, sizeof rel, "models/%s.gguf", name);
+    *g = NULL;
+    *m = NULL;
+    if (hr_gguf_open(g, hr_shared_path(rel, path, sizeof path), err) == 0 &&
+        hr_model_load(m, *g, err) == 0)
+        return true;
+    CHECK(false);
+    hr_gguf_close(*g);
+    *g = NULL;
+    return false;
+}
+
 /* What a context refuses: more GPU layers than its window, thread groups. */
 static void test_ctx_refusals(hr_vk *vk) {
-    char path[512], err[HR_ERR_LEN] = "";
+    char err[HR_ERR_LEN] = "";
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (hr_gguf_open(&g, hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), err) ||
-        hr_model_load(&m, g, err)) {
-        CHECK(false);
-        hr_gguf_close(g);
+    if (!open_model("tiny-llama-f32", &g, &m))
         return;
-    }
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = 32;
     cp.vk = vk;
@@ -760,15 +772,11 @@ static void check_layer_log(const layer_log *l, int begin, int end, const char *
 }
 
 static void test_layer_index(hr_vk *vk) {
-    char path[512], err[HR_ERR_LEN] = "";
+    char err[HR_ERR_LEN] = "";
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (hr_gguf_open(&g, hr_shared_path("models/tiny-llama-f32.gguf", path, sizeof path), err) ||
-        hr_model_load(&m, g, err)) {
-        CHECK(false);
-        hr_gguf_close(g);
+    if (!open_model("tiny-llama-f32", &g, &m))
         return;
-    }
     const hr_hparams *hp = hr_model_hparams(m);
     CHECK(hp->n_layer >= 2);
     int begin = hp->n_layer >= 3 ? 1 : 0; /* the first layer on the GPU, the others on the CPU */
