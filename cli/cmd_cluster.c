@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #define TAG "agent"
 
@@ -248,9 +249,16 @@ HR_CLI_COMMAND(agent) {
                            "port is the control port + 1): pick another port",
                            api_port, api_port == ctrl_port ? "control" : "data", p.listen);
     hr_raise_fd_limit();
+    /* the API's port first: a taken one is said before profiling and the join token */
+    int api_fd = -1;
+    if (o->api_listen && hr_http_listen(o->api_listen, &api_fd, err))
+        return hr_cli_fail("%s", err);
     hr_agent *a = NULL;
-    if (hr_agent_create(&a, &p, err))
+    if (hr_agent_create(&a, &p, err)) {
+        if (api_fd >= 0)
+            close(api_fd);
         return hr_cli_fail("agent: %s", err);
+    }
     hr_sig_agent = a;
     hr_install_signals();
     fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", o->name ? o->name : "",
@@ -268,6 +276,7 @@ HR_CLI_COMMAND(agent) {
         /* --listen port 0: the ports are known once bound */
         long dport = hr_port_of(hr_agent_data_endpoint(a));
         if (api_port > 0 && (api_port == dport || api_port == hr_port_of(hr_agent_endpoint(a)))) {
+            close(api_fd);
             hr_agent_destroy(a);
             return hr_cli_fail("--api-listen port %ld is taken by the agent's own %s port: pick "
                                "another port",
@@ -275,6 +284,7 @@ HR_CLI_COMMAND(agent) {
         }
         hr_http_params hp = hr_http_params_default();
         hp.listen = o->api_listen;
+        hp.listen_fd = api_fd; /* taken over */
         hp.api_key = o->api_key ? o->api_key : getenv("HEARTH_API_KEY");
         hp.model_path = o->model;
         hp.chat_template = o->chat_template;

@@ -4,12 +4,16 @@
  * counts and an API port that is the agent's data port; profile -o. */
 #include "tests/check.h"
 
+#include "common/sync.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "model/tokenizer.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -395,6 +399,34 @@ int main(void) {
              1);
     CHECK(strstr(err, "data port") != NULL);
     CHECK_EQ(count_lines(err), 1);
+    /* an API port that is taken: refused at once with the reason, before
+     * profiling and before the listening line and the join token */
+    {
+        int hold = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        CHECK(hold >= 0 && bind(hold, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+              listen(hold, 4) == 0 && getsockname(hold, (struct sockaddr *)&sa, &sl) == 0);
+        int port = ntohs(sa.sin_port);
+        double t0 = hr_now_s();
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                    "%s agent -m %s --listen 127.0.0.1:0 --api-listen 127.0.0.1:%d "
+                    "--no-discovery --key-dir %s/keys",
+                    bin, model, port, tmpdir),
+                 1);
+        double secs = hr_now_s() - t0;
+        char wantl[96];
+        snprintf(wantl, sizeof wantl, "cannot listen on 127.0.0.1:%d for the HTTP API: ", port);
+        CHECK(strstr(err, wantl) != NULL);
+        CHECK(strstr(err, "Address already in use") != NULL);
+        CHECK(strstr(err, "listening") == NULL && strstr(err, "--join") == NULL);
+        CHECK(strstr(err, "profil") == NULL);
+        CHECK_EQ(count_lines(err), 1);
+        CHECK(secs < 3.0); /* no profile was taken */
+        if (!strstr(err, wantl))
+            fprintf(stderr, "taken API port: %s\n", err);
+        close(hold);
+    }
     /* profile --json -o FILE: the JSON goes to the file only */
     CHECK_EQ(sh(out, sizeof out, err, sizeof err,
                 "%s profile -m %s --quick --json -o %s/dev3.json --cache-dir %s/cache -t 1", bin,
