@@ -167,6 +167,9 @@ static int hr_sess_open(hr_sess *c, const hr_cli *o, char **stops, int n_stops) 
     cp.n_threads = o->threads > 0 ? o->threads : nproc > 0 ? (int)(nproc > 64 ? 64 : nproc) : 1;
     if (hr_ctx_create(&c->ctx, c->m, &cp, err))
         return hr_cli_fail("%s", err);
+    HR_LOG_INFO(TAG, "context %d tokens (the model was trained on %d), %d thread%s%s", c->n_ctx,
+                hp->n_ctx_train, cp.n_threads, cp.n_threads == 1 ? "" : "s",
+                o->threads > 0 ? "" : " (every online core, at most 64)");
     hr_sampler_params sp = hr_cli_sampler(o);
     c->smp = hr_sampler_create(&sp, hp->n_vocab);
     c->logits = malloc((size_t)hp->n_vocab * sizeof *c->logits);

@@ -112,6 +112,9 @@ static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_bat
     int rc = hr_ctx_create(&e->ctx, e->m, &cp, err);
     if (rc)
         return hr_cli_fail("%s", err);
+    HR_LOG_INFO(TAG, "context %d tokens (the model was trained on %d), %d thread%s%s", n_ctx,
+                hr_model_hparams(e->m)->n_ctx_train, cp.n_threads, cp.n_threads == 1 ? "" : "s",
+                o->threads > 0 ? "" : " (every online core, at most 64)");
     return 0;
 }
 

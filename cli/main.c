@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     }
     const hr_sampler_params sp = hr_sampler_params_default();
     hr_cli cli = {.n_predict = 128,
-                  .threads = 0,
+                  .threads = -1, /* not given: 0 after the checks below */
                   .batch = 64,
                   .temp = sp.temperature,
                   .top_k = sp.top_k,
@@ -120,6 +120,8 @@ int main(int argc, char **argv) {
         hr_cli_help(cmd, stdout);
         return 0;
     }
+    if (hr_cli_check(&cli, cmd))
+        return 2;
     if (cli.verbose)
         hr_log_set_level(HR_LOG_LEVEL_INFO);
     if (cli.log_level) {

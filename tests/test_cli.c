@@ -391,6 +391,50 @@ int main(void) {
         if (!strstr(err, "is negative"))
             fprintf(stderr, "  %s: %s\n", args, err);
     }
+    /* values that parse but make no sense are refused (exit 2, one line,
+     * nothing printed); doubtful ones warn and run */
+    static const struct {
+        const char *args, *says;
+    } senseless[] = {
+        {"run -m %s -p hi -n 1 -t 0", "-t 0: give at least 1 thread"},
+        {"run -m %s -p hi -n 1 --top-p 7", "--top-p 7: must be in (0, 1]"},
+        {"run -m %s -p hi -n 1 --top-p 0", "--top-p 0: must be in (0, 1]"},
+        {"run -m %s -p hi -n 1 --top-p nan", "must be in (0, 1]"},
+        {"run -m %s -p hi -n 1 -f /dev/null", "-p TEXT or -f FILE, not both"},
+        {"tokenize -m %s -f /dev/null hi", "or with -f FILE, not both"},
+        {"agent -m %s -t 0 --no-profile", "-t 0: give at least 1 thread"},
+    };
+    for (size_t i = 0; i < sizeof senseless / sizeof senseless[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, senseless[i].args, model);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s %s", bin, args), 2);
+        CHECK(strstr(err, senseless[i].says) != NULL);
+        CHECK_EQ(count_lines(err), 1);
+        CHECK_EQ(out[0], 0);
+        if (!strstr(err, senseless[i].says))
+            fprintf(stderr, "  %s: %s\n", args, err);
+    }
+    {
+        long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s run -m %s -p hi -n 2 --temp 0 -t %ld",
+                    bin, model, nproc + 1),
+                 0);
+        CHECK(strstr(err, "more threads than the") != NULL);
+        CHECK(out[0] != 0); /* it ran */
+        /* a context past the trained one warns (the tiny model: 512) */
+        CHECK_EQ(
+            sh(out, sizeof out, err, sizeof err, "%s run -m %s -p hi -n 2 --ctx 4096", bin, model),
+            0);
+        CHECK(strstr(err, "context 4096 is larger than the 512 tokens the model was trained on") !=
+              NULL);
+        /* -v says the context and the threads in use */
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s run -m %s -p hi -n 2 -v -t 1 --ctx 300",
+                    bin, model),
+                 0);
+        CHECK(strstr(err, "context 300 tokens (the model was trained on 512), 1 thread\n") != NULL);
+        if (!strstr(err, "context 300 tokens"))
+            fprintf(stderr, "  run -v: %s\n", err);
+    }
     /* --api-listen on the agent's own data port (control + 1) is refused up front */
     CHECK_EQ(sh(out, sizeof out, err, sizeof err,
                 "%s agent -m %s --listen 127.0.0.1:47700 --api-listen 127.0.0.1:47701 "
