@@ -45,8 +45,9 @@ struct hr_ring_keys {
     atomic_int zap_stop;
     char who[64];
     atomic_ullong refused;
-    uint8_t last_key[32];
-    double last_log;
+    uint8_t logged[16][32]; /* untrusted keys already logged (a ring of 16) */
+    int n_logged;
+    double last_log; /* s: the last log of a refusal without a CURVE key */
 };
 
 int hr_ring_key_dir_default(char *out, size_t cap) {
@@ -345,14 +346,22 @@ static void hr_zap_handle(hr_ring_keys *k) {
         return;
     }
     atomic_fetch_add(&k->refused, 1);
+    /* once per key (a peer retries every few seconds), once a minute without one */
+    bool seen = false;
+    for (int i = 0; curve && i < k->n_logged && i < 16 && !seen; i++)
+        seen = memcmp(k->logged[i], part[6], 32) == 0;
     double now = hr_now_s();
-    if (!curve || memcmp(k->last_key, part[6], 32) != 0 || now - k->last_log > 5.0) {
+    if (curve && !seen) {
         HR_LOG_WARN(TAG,
-                    "%s: refused %s peer %s with untrusted key %s (trust it with "
-                    "`hearth trust add NAME %s` if it is yours)",
-                    k->who, part[5], part[3], key, key);
-        if (curve)
-            memcpy(k->last_key, part[6], 32);
+                    "%s: refused a join attempt from %s: its key %s is not trusted here. If the "
+                    "device is yours, pair it: here `hearth trust add NAME '%s'`, or start it with "
+                    "--join TOKEN (the join token this head printed)",
+                    k->who, part[3], key, key);
+        memcpy(k->logged[k->n_logged % 16], part[6], 32);
+        k->n_logged++;
+    } else if (!curve && now - k->last_log > 60.0) {
+        HR_LOG_WARN(TAG, "%s: refused a %s peer from %s: only CURVE peers with trusted keys",
+                    k->who, part[5], part[3]);
         k->last_log = now;
     }
     hr_zap_reply(k->zap, part[1], (size_t)len[1], "400", "untrusted key", "");

@@ -471,6 +471,58 @@ int main(void) {
             fprintf(stderr, "taken API port: %s\n", err);
         close(hold);
     }
+    /* a worker the head does not trust: the head logs the attempt once with
+     * the key and how to pair it; the worker says after 10 s that the head
+     * did not accept it and how to pair */
+    {
+        int hp = 0;
+        for (int tries = 0; tries < 20 && hp == 0; tries++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0), fd2 = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in sa = {.sin_family = AF_INET,
+                                     .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            socklen_t sl = sizeof sa;
+            if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+                getsockname(fd, (struct sockaddr *)&sa, &sl) == 0) {
+                int p = ntohs(sa.sin_port);
+                sa.sin_port = htons((uint16_t)(p + 1));
+                if (p < 65535 && bind(fd2, (struct sockaddr *)&sa, sizeof sa) == 0)
+                    hp = p; /* the control port and the data port after it are free */
+            }
+            close(fd);
+            close(fd2);
+        }
+        CHECK(hp > 0);
+        char hpub[128] = "", wpub[128] = "";
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s key show --key-dir %s/kh", bin, tmpdir),
+                 0);
+        sscanf(out, "%127s", hpub);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s key show --key-dir %s/kw", bin, tmpdir),
+                 0);
+        sscanf(out, "%127s", wpub);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                    "timeout 17 %s agent -m %s --listen 127.0.0.1:%d --key-dir %s/kh --no-profile "
+                    "--no-discovery --name h 2>%s/head.log & sleep 1; timeout 12 %s agent -m %s "
+                    "--listen 127.0.0.1:0 --key-dir %s/kw --head 127.0.0.1:%d --head-key '%s' "
+                    "--no-profile --name w1; kill %%1; wait",
+                    bin, model, hp, tmpdir, tmpdir, bin, model, tmpdir, hp, hpub),
+                 0);
+        char want_w[256];
+        snprintf(want_w, sizeof want_w, "hearth trust add w1 '%s'", wpub);
+        CHECK(strstr(err, "has not accepted this device in 1") != NULL);
+        CHECK(strstr(err, "--join TOKEN") != NULL && strstr(err, want_w) != NULL);
+        if (!strstr(err, want_w))
+            fprintf(stderr, "unpaired worker said: %s\n", err);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "cat %s/head.log", tmpdir), 0);
+        int n_refused = 0;
+        for (const char *q = out; (q = strstr(q, "refused a join attempt")); q++)
+            n_refused++;
+        CHECK_EQ(n_refused, 1); /* the worker tried for 11 s: logged once */
+        char want_h[256];
+        snprintf(want_h, sizeof want_h, "hearth trust add NAME '%s'", wpub);
+        CHECK(strstr(out, want_h) != NULL);
+        if (n_refused != 1 || !strstr(out, want_h))
+            fprintf(stderr, "head log: %s\n", out);
+    }
     /* profile --json -o FILE: the JSON goes to the file only */
     CHECK_EQ(sh(out, sizeof out, err, sizeof err,
                 "%s profile -m %s --quick --json -o %s/dev3.json --cache-dir %s/cache -t 1", bin,
