@@ -461,6 +461,15 @@ static enum MHD_Result hr_on_request(void *cls, struct MHD_Connection *c, const 
         if (!(cc = calloc(1, sizeof *cc)))
             return MHD_NO;
         *con_cls = cc;
+        char ip[64];
+        if (hr_guard_over(h, c, ip, sizeof ip)) {
+            cc->refused = true;
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "too many connections from %s (at most %d at once); try again shortly", ip,
+                     h->p.max_conns_per_ip);
+            return hr_fail(c, 503, "server_error", "too_many_connections", msg);
+        }
         bool bad_method = false;
         cc->route = hr_route(url, method, &bad_method);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -782,7 +791,6 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
     h->d = MHD_start_daemon(
         flags, 0, NULL, NULL, hr_on_request, h, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(h->p.max_conns + HR_HTTP_HEALTH_RESERVE),
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->p.max_conns_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, HR_HTTP_SEND_TIMEOUT_S, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)HR_HTTP_THREAD_STACK, MHD_OPTION_NOTIFY_CONNECTION, hr_guard_notify, h,
         MHD_OPTION_NOTIFY_COMPLETED, hr_on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, hr_mhd_log, h,
