@@ -518,8 +518,29 @@ static void hr_info_gpus(void) {
     }
 }
 
+/* The CPU line(s) of `hearth info`: model, cores, kernels, memory. */
+static void hr_info_cpu(void) {
+    hr_prof_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        printf("cpu:         (out of memory)\n");
+        return;
+    }
+    hr_prof_device_sysinfo(d, NULL);
+    printf("cpu:         %s, ", d->os.cpu_model[0] ? d->os.cpu_model : "unknown model");
+    if (d->topo.n_cores > 0)
+        printf("%d cores, ", d->topo.n_cores);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("%ld threads online; kernels %s (%s)\n", online, hr_isa_name(hr_kernels_best()->isa),
+           hr_isa_features());
+    if (d->mem.total_bytes > 0)
+        printf("memory:      %.1f GiB, %.1f GiB available\n", d->mem.total_bytes / 1073741824.0,
+               d->mem.available_bytes / 1073741824.0);
+    free(d);
+}
+
 HR_CLI_COMMAND(info) {
     char err[HR_ERR_LEN] = "";
+    hr_info_cpu();
     hr_info_gpus();
     if (!o->model)
         return 0;
