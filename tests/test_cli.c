@@ -12,6 +12,9 @@
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -78,6 +81,116 @@ static int count_lines(const char *s) {
     return n;
 }
 
+/* Reads fd into buf[*len..cap) until needle appears after from, or secs
+ * pass; a pointer to the match or NULL. */
+static char *read_until(int fd, char *buf, size_t *len, size_t cap, size_t from, const char *needle,
+                        double secs) {
+    double until = hr_now_s() + secs;
+    for (;;) {
+        char *m = *len > from ? strstr(buf + from, needle) : NULL;
+        if (m)
+            return m;
+        int left = (int)((until - hr_now_s()) * 1000);
+        if (left <= 0 || *len + 1 >= cap)
+            return NULL;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0)
+            continue;
+        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+        if (n <= 0)
+            return NULL;
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[*len + (size_t)i] == 0)
+                buf[*len + (size_t)i] = '.'; /* a random model's bytes: strstr goes on */
+        *len += (size_t)n;
+        buf[*len] = 0;
+    }
+}
+
+/* The context position the stats line at s says ("context N/"), -1 if none. */
+static int chat_pos(const char *s) {
+    const char *c = s ? strstr(s, "| context ") : NULL;
+    int n = -1;
+    if (c)
+        sscanf(c, "| context %d/", &n);
+    return n;
+}
+
+/* `hearth chat` on a pseudo-terminal: Ctrl-C during a reply stops the
+ * reply (not the program) and the next turn continues the same
+ * conversation; /help and unknown slash commands are answered, not sent. */
+static void test_chat_tty(const char *bin, const char *model) {
+    int mfd = -1;
+    pid_t pid = forkpty(&mfd, NULL, NULL, NULL);
+    CHECK(pid >= 0);
+    if (pid < 0)
+        return;
+    if (pid == 0) {
+        execl(bin, bin, "chat", "-m", model, "--ctx", "2048", "--temp", "0", "-t", "1",
+              (char *)NULL);
+        _exit(127);
+    }
+    static char buf[1 << 20];
+    size_t len = 0, mark;
+    buf[0] = 0;
+    CHECK(read_until(mfd, buf, &len, sizeof buf, 0, "> ", 60) != NULL);
+    mark = len;
+    CHECK(write(mfd, "hello\n", 6) == 6);
+    /* a reply of up to 2000 tokens takes seconds: stop it once it writes */
+    read_until(mfd, buf, &len, sizeof buf, mark, "\x01never", 1.0);
+    double t0 = hr_now_s();
+    CHECK(write(mfd, "\x03", 1) == 1);
+    char *st1 = read_until(mfd, buf, &len, sizeof buf, mark, "stopped by Ctrl-C", 10);
+    double t_stop = hr_now_s() - t0;
+    CHECK(st1 != NULL);
+    CHECK(t_stop < 3.0);
+    int pos1 = chat_pos(st1);
+    CHECK(pos1 > 0 && pos1 < 2000); /* stopped before the context filled */
+    size_t at = st1 ? (size_t)(st1 - buf) : mark;
+    CHECK(read_until(mfd, buf, &len, sizeof buf, at, "> ", 10) != NULL);
+    CHECK_EQ(waitpid(pid, NULL, WNOHANG), 0); /* still running */
+    mark = len;
+    CHECK(write(mfd, "/help\n", 6) == 6);
+    CHECK(read_until(mfd, buf, &len, sizeof buf, mark, "Ctrl-C   stop the reply", 10) != NULL);
+    mark = len;
+    CHECK(write(mfd, "/frobnicate\n", 12) == 12);
+    CHECK(read_until(mfd, buf, &len, sizeof buf, mark, "unknown command /frobnicate", 10) != NULL);
+    CHECK(strstr(buf + mark, "[prompt") == NULL); /* nothing went to the model */
+    mark = len;
+    CHECK(write(mfd, "again\n", 6) == 6);
+    read_until(mfd, buf, &len, sizeof buf, mark, "\x01never", 1.0);
+    CHECK(write(mfd, "\x03", 1) == 1);
+    char *st2 = read_until(mfd, buf, &len, sizeof buf, mark, "stopped by Ctrl-C", 10);
+    CHECK(st2 != NULL);
+    int pos2 = chat_pos(st2);
+    const char *pl = strstr(buf + mark, "[prompt ");
+    int n_new = -1;
+    if (pl)
+        sscanf(pl, "[prompt %d tokens", &n_new);
+    /* the same conversation: the second turn starts where the first ended
+     * and evaluates only its new tokens */
+    CHECK(pos2 > pos1);
+    CHECK(n_new > 0 && n_new < pos1);
+    printf("chat on a tty: Ctrl-C stopped the reply in %.2f s at %d tokens; the next turn: %d "
+           "new tokens, context %d\n",
+           t_stop, pos1, n_new, pos2);
+    mark = len;
+    CHECK(write(mfd, "/exit\n", 6) == 6);
+    read_until(mfd, buf, &len, sizeof buf, mark, "\x01never", 2.0);
+    int st = -1;
+    pid_t w = 0;
+    for (int i = 0; i < 50 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
+        usleep(100000);
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!st1 || !st2)
+        fprintf(stderr, "chat transcript, the end:\n%s\n", len > 3000 ? buf + len - 3000 : buf);
+    close(mfd);
+}
+
 int main(void) {
     const char *bin = getenv("HR_BIN");
     if (!bin)
@@ -97,6 +210,11 @@ int main(void) {
     CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s info -m %s", bin, model), 0);
     CHECK(strstr(out, "arch:        llama") != NULL);
     CHECK(strstr(out, "f32") != NULL);
+    /* without -m: this machine, the CPU first (the GPUs after it) */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s info", bin), 0);
+    CHECK(strncmp(out, "cpu:         ", 13) == 0);
+    CHECK(strstr(out, "threads online; kernels ") != NULL);
+    CHECK(strstr(out, "\ngpu:") != NULL);
 
     /* logits + compare against the reference */
     json_error_t je;
@@ -522,6 +640,16 @@ int main(void) {
         CHECK(strstr(out, want_h) != NULL);
         if (n_refused != 1 || !strstr(out, want_h))
             fprintf(stderr, "head log: %s\n", out);
+    }
+    {
+        char cm[300];
+        snprintf(cm, sizeof cm, "%s/chat.gguf", tmpdir);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err,
+                    "%s mkmodel -o %s --embd 512 --layers 4 --heads 8 --heads-kv 4 --ffn 1024 "
+                    "--vocab-size 1000 --type f32 --seed 5",
+                    bin, cm),
+                 0);
+        test_chat_tty(bin, cm);
     }
     /* profile --json -o FILE: the JSON goes to the file only */
     CHECK_EQ(sh(out, sizeof out, err, sizeof err,
