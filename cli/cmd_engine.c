@@ -960,12 +960,17 @@ HR_CLI_COMMAND(bench) {
                "part of it may come from cache\n",
                probe / 1048576.0);
     fflush(stdout);
+    fprintf(stderr, "bench: measuring memory bandwidth (%.0f MiB read 5 times) ...\n",
+            probe / 1048576.0);
     double bw0 = hr_membw_read(nt, probe, 5);
     double pp_isa[HR_ISA_COUNT], tg_isa[HR_ISA_COUNT];
     for (int k = 0; k < n_isa; k++) {
         hr_kernels_use(isas[k]);
         double pp[20], tg[20];
         uint64_t rng = 12345;
+        fprintf(stderr,
+                "bench: %s: %d repetition%s of a %d-token prompt and %d generated tokens ...\n",
+                hr_isa_name(isas[k]), reps, reps == 1 ? "" : "s", np, ng);
         for (int r = 0; r < reps; r++) {
             for (int i = 0; i < np; i++) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;

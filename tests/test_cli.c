@@ -311,6 +311,11 @@ int main(void) {
             fprintf(stderr, "bench %s failed: %s\n", types[i], err);
         CHECK(strstr(out, "generation:") != NULL);
         CHECK(strstr(out, "bandwidth ratio") != NULL);
+        /* progress on stderr: what is measured, before each step's result */
+        const char *bw = strstr(err, "bench: measuring memory bandwidth");
+        const char *reps = strstr(err, "repetition of a 8-token prompt and 4 generated tokens ...");
+        const char *rep1 = strstr(err, "rep 1: prompt");
+        CHECK(bw != NULL && reps != NULL && rep1 != NULL && bw < reps && reps < rep1);
         rc = sh(out, sizeof out, err, sizeof err,
                 "%s run -m %s/m.gguf -p 'hello world' -n 8 "
                 "--seed 1",
@@ -666,6 +671,25 @@ int main(void) {
                 "%s profile -m %s --quick --json --cache-dir %s/cache -t 1", bin, model, tmpdir),
              0);
     CHECK(out[0] == '{');
+    /* progress: the first line comes before the measuring, the last says how long */
+    CHECK(strncmp(err, "hearth profile: profiling this device (quick) ...\n", 50) == 0);
+    CHECK(strstr(err, "hearth profile: read from the cache in ") != NULL ||
+          strstr(err, "hearth profile: measured in ") != NULL);
+    /* a profile taken while every core is busy is not cached */
+    {
+        long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+        int rc = sh(out, sizeof out, err, sizeof err,
+                    "for i in $(seq %ld); do timeout 20 sh -c 'while :; do :; done' & done; "
+                    "%s profile -m %s --quick --json -o %s/busy.json --cache-dir %s/busycache "
+                    "-t %ld; r=$?; kill $(jobs -p) 2>/dev/null; wait; exit $r",
+                    2 * nproc, bin, model, tmpdir, tmpdir, nproc);
+        CHECK_EQ(rc, 0);
+        CHECK(strstr(err, "the machine was busy while profiling") != NULL);
+        CHECK(strstr(err, "not cached") != NULL);
+        CHECK(sh(out, sizeof out, err, sizeof err, "ls %s/busycache/device-*.json", tmpdir) != 0);
+        if (!strstr(err, "not cached"))
+            fprintf(stderr, "busy profile: %s\n", err);
+    }
 
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);
