@@ -42,9 +42,9 @@
     X(discover, "list the heads beaconing on this machine's networks",                             \
       "discover [--timeout S] [--json] [--discovery-port P]")                                      \
     X(key, "this machine's public key (made on first use) / the head's join token",                \
-      "key show | key token [--key-dir DIR]")                                                      \
-    X(trust, "let the agent with that key join (or be joined); list trusted keys",                 \
-      "trust add NAME PUBKEY | trust list [--key-dir DIR]")                                        \
+      "key show | key token | key rotate-join [HOURS] [--key-dir DIR]")                            \
+    X(trust, "let the agent with that key join (or be joined); revoke it; list trusted keys",      \
+      "trust add NAME PUBKEY | trust remove NAME | trust list [--key-dir DIR]")                    \
     X(plan, "plan a ring offline from saved profiles (the first is the head)",                     \
       "plan --model MODEL PROFILE.json... [--ctx N] [--k K] [--json]")                             \
     X(profile, "device, model and link profiles and the predicted decode time per layer/token",    \

@@ -501,6 +501,40 @@ int main(void) {
     CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust list --key-dir %s/keys", bin, tmpdir),
              0);
     CHECK(strstr(out, "laptop") != NULL && strstr(out, pub) != NULL);
+    /* and revoke it: trust remove NAME; a name not there is an error */
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust remove laptop --key-dir %s/keys", bin,
+                tmpdir),
+             0);
+    CHECK(strstr(err, "removed laptop") != NULL);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust list --key-dir %s/keys", bin, tmpdir),
+             0);
+    CHECK(strstr(out, "laptop") == NULL);
+    CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s trust remove laptop --key-dir %s/keys", bin,
+                tmpdir),
+             1);
+    CHECK(strstr(err, "no trusted key is named 'laptop'") != NULL);
+    /* the join token: it expires; rotate-join replaces it (HOURS: its life) */
+    {
+        char tok1[128] = "", tok2[128] = "", tok3[128] = "";
+        CHECK_EQ(
+            sh(out, sizeof out, err, sizeof err, "%s key token --key-dir %s/keys", bin, tmpdir), 0);
+        sscanf(out, "%127s", tok1);
+        CHECK(strstr(err, "join token valid until ") != NULL);
+        CHECK_EQ(sh(out, sizeof out, err, sizeof err, "%s key rotate-join 2 --key-dir %s/keys", bin,
+                    tmpdir),
+                 0);
+        sscanf(out, "%127s", tok2);
+        CHECK(strstr(err, "the old one no longer pairs") != NULL);
+        CHECK_EQ(
+            sh(out, sizeof out, err, sizeof err, "%s key token --key-dir %s/keys", bin, tmpdir), 0);
+        sscanf(out, "%127s", tok3);
+        CHECK_EQ(strlen(tok1), 83);
+        CHECK(strcmp(tok1, tok2) != 0);
+        CHECK_STR(tok2, tok3); /* kept until it expires or is rotated */
+        CHECK(sh(out, sizeof out, err, sizeof err, "%s key rotate-join soon --key-dir %s/keys", bin,
+                 tmpdir) != 0);
+        CHECK(strstr(err, "HOURS must be a number") != NULL);
+    }
 
     /* negative counts are refused before anything runs (not "until the context ends") */
     static const char *const negative[] = {"run -m %s -p hi -n -5", "run -m %s -p hi --ctx -1",
