@@ -219,6 +219,9 @@ static void test_loss(void) {
     CHECK_EQ(run_wait(sa, outf, errf, NULL), 0);
     o = slurp(outf, NULL);
     CHECK(o && strstr(o, "NOT READY") && strstr(o, "lostworker"));
+    CHECK(o && !strstr(o, "[-1]")); /* a device out of the ring has no position */
+    if (o && strstr(o, "[-1]"))
+        fprintf(stderr, "status after the loss:\n%s\n", o);
     free(o);
     CHECK_EQ(run_wait(sj, outf, errf, NULL), 0);
     o = slurp(outf, NULL);

@@ -658,7 +658,7 @@ int main(void) {
         sscanf(out, "%127s", wpub);
         CHECK_EQ(sh(out, sizeof out, err, sizeof err,
                     "timeout 17 %s agent -m %s --listen 127.0.0.1:%d --key-dir %s/kh --no-profile "
-                    "--no-discovery --name h 2>%s/head.log & sleep 1; timeout 12 %s agent -m %s "
+                    "--no-discovery 2>%s/head.log & sleep 1; timeout 12 %s agent -m %s "
                     "--listen 127.0.0.1:0 --key-dir %s/kw --head 127.0.0.1:%d --head-key '%s' "
                     "--no-profile --name w1; kill %%1; wait",
                     bin, model, hp, tmpdir, tmpdir, bin, model, tmpdir, hp, hpub),
@@ -677,6 +677,11 @@ int main(void) {
         char want_h[256];
         snprintf(want_h, sizeof want_h, "hearth trust add NAME '%s'", wpub);
         CHECK(strstr(out, want_h) != NULL);
+        /* without --name the listening line names the agent by host:port */
+        char want_l[96];
+        snprintf(want_l, sizeof want_l, ":%d: listening on tcp://127.0.0.1:%d (head)", hp, hp);
+        CHECK(strstr(out, want_l) != NULL);
+        CHECK(strstr(out, "hearth agent : ") == NULL);
         if (n_refused != 1 || !strstr(out, want_h))
             fprintf(stderr, "head log: %s\n", out);
     }
