@@ -30,7 +30,7 @@
 #define N_GEN 900 /* long enough that a re-plan decided late, on a busy machine, still pays */
 #define N_CTX 1024
 #define N_DEV 3
-#define SLOW_MS 25         /* added to every window of w2 */
+#define SLOW_MS 25          /* added to every window of w2 */
 #define REPLAN_BOUND_S 18.0 /* first decode token -> adaptive re-plan decided */
 #define REPLAN_HOLD_S 10.0  /* ... not before the slowdown has lasted this long (hysteresis) */
 
