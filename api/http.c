@@ -181,8 +181,9 @@ static hr_status *hr_status_snap(hr_http *h) {
 }
 
 /* Why the cluster is not ready, in words: the workers still awaited (from
- * the head's status), else the head's own reason. */
-static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN]) {
+ * the head's status), else the head's own reason. True when it failed (no
+ * plan: a lost device) rather than still starting. */
+static bool hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN]) {
     hr_status *st = hr_status_snap(h);
     int joined = 0, ready = 0;
     for (int i = 0; st && i < st->n_devices; i++) {
@@ -192,7 +193,8 @@ static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN])
         joined++;
         ready += d->ready;
     }
-    if (st && st->plan.error[0]) /* a plan failed (a lost device): that, not the workers awaited */
+    bool failed = st && st->plan.error[0];
+    if (failed) /* a plan failed (a lost device): that, not the workers awaited */
         snprintf(out, HR_ERR_LEN, "cluster not ready: %.200s", st->plan.error);
     else if (h->p.expect > joined)
         snprintf(out, HR_ERR_LEN, "waiting for %d worker%s (%d joined)", h->p.expect,
@@ -202,6 +204,7 @@ static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN])
     else
         snprintf(out, HR_ERR_LEN, "%s", why);
     free(st);
+    return failed;
 }
 
 static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
@@ -209,14 +212,15 @@ static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
     pthread_mutex_lock(&h->mu);
     bool draining = h->draining;
     pthread_mutex_unlock(&h->mu);
-    bool ok = !draining && hr_ready(h, err);
+    bool ok = !draining && hr_ready(h, err), failed = false;
     if (draining)
         snprintf(msg, sizeof msg, "the server is shutting down");
     else if (!ok)
-        hr_not_ready_text(h, err, msg);
+        failed = hr_not_ready_text(h, err, msg);
+    /* "loading" while starting; "unavailable" when a lost device left no plan */
+    const char *what = draining ? "shutting down" : failed ? "unavailable" : "loading";
     json_t *j = ok ? json_pack("{s:s}", "status", "ok")
-                   : json_pack("{s:s,s:o}", "status", draining ? "shutting down" : "loading",
-                               "error", hr_jstr(msg, strlen(msg)));
+                   : json_pack("{s:s,s:o}", "status", what, "error", hr_jstr(msg, strlen(msg)));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return hr_send_json(c, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, s);

@@ -196,6 +196,7 @@ static void test_loss(void) {
     CHECK_EQ(st, 503);
     CHECK(t_health < 3.0);
     CHECK(s && strstr(s, "lostworker"));
+    CHECK(s && strstr(s, "\"status\":\"unavailable\"")); /* not "loading": it failed */
     free(s);
     s = NULL;
     t0 = now_s();
