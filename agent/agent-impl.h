@@ -177,6 +177,11 @@ int hr_fetch_plan_ranges(const hr_agent *a, const hr_local_plan *np, uint64_t *o
 int hr_discover_head(hr_agent *a, char ep[HR_EP_LEN], char err[HR_ERR_LEN]);
 /* pair.c: --join: pairs with the head at a->head_ep by its join token */
 int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]);
+/* pair.c: warns (once per call site's choice) that the head at a->head_ep has not
+ * answered for secs: it is not running there or does not accept this
+ * device's key, and how to pair (--join TOKEN, or `hearth trust add` of
+ * this device's key on the head). */
+void hr_worker_warn_unpaired(const hr_agent *a, double secs);
 /* The head's side: what it served, per fetching key. */
 #define HR_FETCH_PEERS 16
 typedef struct {

@@ -27,6 +27,7 @@ const char *hr_agent_endpoint(const hr_agent *a) { return a->ctrl_ep; }
 const char *hr_agent_data_endpoint(const hr_agent *a) { return a->data_ep; }
 bool hr_agent_is_head(const hr_agent *a) { return a->is_head; }
 const char *hr_agent_join_token(const hr_agent *a) { return a->join_token; }
+const char *hr_agent_name(const hr_agent *a) { return a->name; }
 void hr_agent_stop(hr_agent *a) { atomic_store(&a->stop, 1); }
 
 int hr_agent_create(hr_agent **out, const hr_agent_params *p, char err[HR_ERR_LEN]) {

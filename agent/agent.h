@@ -114,6 +114,7 @@ const char *hr_agent_data_endpoint(const hr_agent *a); /* bound data endpoint */
 bool hr_agent_is_head(const hr_agent *a);
 /* Head: the join token new agents pair with ("" when insecure). */
 const char *hr_agent_join_token(const hr_agent *a);
+const char *hr_agent_name(const hr_agent *a); /* --name, else host:port */
 
 /* ---- head API ---- */
 

@@ -415,10 +415,15 @@ int hr_fetch_bootstrap(hr_agent *a, char err[HR_ERR_LEN]) {
         rc = hr_ring_connect(s, a->head_ep, err);
     uint64_t size = 0, hash = 0;
     uint32_t data_off = 0;
+    double t0 = hr_now_s();
+    bool said = false;
     while (rc == 0) {
         rc = hr_fetch_facts(s, &size, &hash, &data_off, &a->stop, 10000, err);
         if (rc != HR_ETIMEDOUT || atomic_load(&a->stop))
             break;
+        if (!said)
+            hr_worker_warn_unpaired(a, hr_now_s() - t0);
+        said = true;
         HR_LOG_INFO(TAG, "%s: %s; asking again", a->name, err);
         rc = 0;
     }

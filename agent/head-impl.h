@@ -246,6 +246,8 @@ struct hr_head {
     int n_adapt;             /* adaptive re-plans decided */
     int n_rescaled;          /* rate updates that kept the plan */
     double adapt_at;         /* s, monotonic: the last decision, 0 = none */
+    double adapt_recheck_at; /* s, monotonic: a re-plan waits until its cause has held
+                                HR_ADAPT_HOLD_S; 0 = none pending */
     double adapt_head_at;    /* s, monotonic: the head's own last sample */
     uint32_t adapt_from;     /* plan replaced by the last adaptive re-plan */
     uint32_t adapt_to;       /* ... and the plan that replaced it */

@@ -9,9 +9,11 @@
  * request's plan, waits for the new one and replays the token history on
  * it (gen.c, as after a lost device), so the answer stays the same. When
  * they do not change it, or the new plan is not predicted HR_ADAPT_GAIN
- * faster than the plan in use at the same rates, or the running request's
- * remaining tokens would gain less than its replay costs, only the
- * predictions are updated. Re-plans are at
+ * (15%) faster than the plan in use at the same rates, or the running
+ * request's remaining tokens would gain less than its replay costs, only
+ * the predictions are updated. A re-plan also waits until the slowdown
+ * behind it has lasted HR_ADAPT_HOLD_S (10 s): a noisy neighbour that comes
+ * and goes moves no layers. Re-plans are at
  * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
  * again (the hog stops). Never with --windows, and never on the rounds of
@@ -35,7 +37,8 @@
 #define HR_ADAPT_WARMUP_TOKENS 3 /* decode tokens under a plan before its rounds count */
 #define HR_ADAPT_STALE_S 5.0     /* no fresh round for this long ends a streak (idle) */
 #define HR_ADAPT_HOLDOFF_S 10.0  /* at least this long between two adaptive decisions */
-#define HR_ADAPT_GAIN 0.10       /* a new plan must be predicted this much faster */
+#define HR_ADAPT_GAIN 0.15       /* a new plan must be predicted this much faster */
+#define HR_ADAPT_HOLD_S 10.0     /* ... with the slowdown behind it lasting this long */
 #define HR_ADAPT_SCALE_MIN 0.02  /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0
 
@@ -177,6 +180,28 @@ static void hr_adapt_repredict(hr_head *hd, const hr_sched_plan *np, const int *
     hd->sched = *np;
 }
 
+/* np gives every candidate the layers it has now. */
+static bool hr_adapt_same(const hr_head *hd, const hr_sched_plan *np, const int *cand, int n) {
+    bool same = np->k == hd->plan_k;
+    for (int i = 0; i < n && same; i++)
+        same = np->dev[i].w == hd->devs[cand[i]].w;
+    return same;
+}
+
+/* Hysteresis: the plan in use stays when np is the same plan, is not
+ * predicted HR_ADAPT_GAIN faster than it (cur: the plan in use at the new
+ * rates), or the replay of the running request (its generated tokens, one
+ * at a time on the new plan) costs more than the tokens still to come gain. */
+static bool hr_adapt_keep(const hr_head *hd, const hr_sched_plan *np, const hr_sched_plan *cur,
+                          const int *cand, int n) {
+    int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
+    double replay_ms = done * np->latency_ms;
+    double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
+    return hr_adapt_same(hd, np, cand, n) ||
+           (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms) ||
+           (done > 0 && gain_ms < replay_ms);
+}
+
 void hr_head_adapt_check(hr_head *hd) {
     hr_agent *a = hd->a;
     double now = hr_now_s();
@@ -191,14 +216,20 @@ void hr_head_adapt_check(hr_head *hd) {
         hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
     }
     if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||
-        !hd->ready || (hd->adapt_at > 0 && now - hd->adapt_at < HR_ADAPT_HOLDOFF_S))
+        !hd->ready || (hd->adapt_at > 0 && now - hd->adapt_at < HR_ADAPT_HOLDOFF_S) ||
+        (hd->adapt_recheck_at > 0 && now < hd->adapt_recheck_at))
         return;
     /* one device off for the whole window decides; every device off in
      * enough samples by then is rescaled with it */
     bool due = false;
+    double held = 0; /* s: the longest such streak */
     for (int i = 0; i < hd->n_devs; i++)
-        due |= hr_adapt_off(hd, &hd->devs[i], HR_ADAPT_MIN_SAMPLES) &&
-               now - hd->devs[i].adapt_since >= HR_ADAPT_WINDOW_S;
+        if (hr_adapt_off(hd, &hd->devs[i], HR_ADAPT_MIN_SAMPLES) &&
+            now - hd->devs[i].adapt_since >= HR_ADAPT_WINDOW_S) {
+            due = true;
+            held = fmax(held, now - hd->devs[i].adapt_since);
+        }
+    hd->adapt_recheck_at = 0;
     if (!due)
         return;
     double scale[HR_AGENT_MAX_DEV];
@@ -222,11 +253,23 @@ void hr_head_adapt_check(hr_head *hd) {
     }
     if (!n_off)
         return;
-    hd->adapt_at = now;
     hr_sched_plan *np = malloc(2 * sizeof *np), *cur = np ? np + 1 : NULL;
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";
     int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
+    if (rc == 0 && !hr_adapt_keep(hd, np, cur, cand, n) && held < HR_ADAPT_HOLD_S) {
+        /* a better plan, but its cause is young (a noisy neighbour comes
+         * and goes): look again when it has held long enough; the samples
+         * go on, a streak that ends cancels it */
+        hd->adapt_recheck_at = now + (HR_ADAPT_HOLD_S - held);
+        HR_LOG_DEBUG(TAG,
+                     "adaptive plan: %s; a plan %.1f ms/token faster is predicted: re-plan if "
+                     "that holds for %.0f s",
+                     why, cur->latency_ms - np->latency_ms, HR_ADAPT_HOLD_S);
+        free(np);
+        return;
+    }
+    hd->adapt_at = now;
     for (int i = 0; i < hd->n_devs; i++)
         hr_adapt_reset(&hd->devs[i]);
     if (rc) { /* keep the plan and the rates in use */
@@ -237,19 +280,11 @@ void hr_head_adapt_check(hr_head *hd) {
     }
     for (int i = 0; i < hd->n_devs; i++)
         hd->devs[i].rate_scale = scale[i];
-    bool same = np->k == hd->plan_k;
-    for (int i = 0; i < n && same; i++)
-        same = np->dev[i].w == hd->devs[cand[i]].w;
-    /* hysteresis: a plan only a little faster on paper is not worth a
-     * re-plan; nor one whose replay of the running request (its generated
-     * tokens, one at a time on the new plan) costs more than the tokens
-     * still to come gain */
+    bool same = hr_adapt_same(hd, np, cand, n);
+    bool keep = hr_adapt_keep(hd, np, cur, cand, n);
     int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
     double replay_ms = done * np->latency_ms;
     double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
-    bool keep = same ||
-                (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms) ||
-                (done > 0 && gain_ms < replay_ms);
     char gain[192] = "";
     if (cur->status == 0)
         snprintf(gain, sizeof gain,

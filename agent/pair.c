@@ -9,6 +9,7 @@
 #include "ring/msg.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define TAG "agent"
 
@@ -54,4 +55,23 @@ int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
     }
     hr_ring_close(s);
     return rc;
+}
+
+/* The advice when the head has not answered a JOIN for secs: it is not
+ * running there, or it does not trust this device's key, and how to pair. */
+void hr_worker_warn_unpaired(const hr_agent *a, double secs) {
+    const char *pub = a->keys ? hr_ring_keys_public(a->keys) : NULL;
+    if (!pub) {
+        HR_LOG_WARN(TAG, "%s: the head at %s has not answered in %.0f s: is it running there?",
+                    a->name, a->head_ep, secs);
+        return;
+    }
+    bool no_head_key = strcmp(a->head_key, pub) == 0;
+    HR_LOG_WARN(TAG,
+                "%s: the head at %s has not accepted this device in %.0f s: it is not running "
+                "there, or it does not trust this device's key%s. Pair once: restart this agent "
+                "with --join TOKEN (the token the head prints when it starts), or on the head run "
+                "`hearth trust add %s '%s'` (and here `hearth trust add head HEAD_KEY`)",
+                a->name, a->head_ep, secs, no_head_key ? " (and no head key is trusted here)" : "",
+                a->name, pub);
 }

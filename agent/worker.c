@@ -157,6 +157,8 @@ typedef struct {
     bool joined;
     double next_join, join_wait; /* s, monotonic: next JOIN, then the wait after it */
     int join_tries;              /* JOINs sent without an answer */
+    double first_join;           /* s, monotonic: the first of them */
+    bool unpaired_said;          /* hr_worker_warn_unpaired said it (once per start) */
     double last_head;            /* s, monotonic */
     uint8_t *buf;                /* one control frame */
     size_t cap;
@@ -521,6 +523,10 @@ static void hr_worker_on_ctrl(void *ud) {
 
 /* ---- timers ---- */
 
+/* A worker is told after this long without an answer that the head may
+ * not accept it. */
+#define HR_UNPAIRED_WARN_S 10.0
+
 /* JOIN until the head answers: at once, then after 0.5 s doubling to 8 s,
  * saying so at each retry (the head folds repeated JOINs into one). */
 static void hr_worker_join_timer(void *ud) {
@@ -528,8 +534,15 @@ static void hr_worker_join_timer(void *ud) {
     double now = hr_now_s();
     if (!w->joined && now < w->next_join)
         hr_ring_loop_wake_at(w->loop, w->next_join); /* sleep until the next JOIN is due */
+    if (!w->joined && w->join_tries > 0 && !w->unpaired_said &&
+        now - w->first_join >= HR_UNPAIRED_WARN_S) {
+        hr_worker_warn_unpaired(w->a, now - w->first_join);
+        w->unpaired_said = true;
+    }
     if (w->joined || now < w->next_join)
         return;
+    if (w->join_tries == 0)
+        w->first_join = now;
     if (w->join_tries > 0)
         HR_LOG_INFO(TAG, "%s: no answer from head %s yet; retrying in %.1f s", w->a->name,
                     w->a->head_ep, w->join_wait);

@@ -389,9 +389,11 @@ int hr_api_parse(hr_api_req *r, hr_api_kind kind, const char *body, size_t len,
     }
     const char *mt_key =
         json_object_get(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((rc = hr_get_int(j, mt_key, 1, max_tokens_limit, &x, &given, e)))
+    /* more than fits is no error: the reply stops at the limit (the
+     * context) and finishes with "length", as llama.cpp's server does */
+    if ((rc = hr_get_int(j, mt_key, 1, INT64_MAX, &x, &given, e)))
         return rc;
-    if (given)
+    if (given && x < max_tokens_limit)
         r->max_tokens = (int)x;
     given = false;
     if ((rc = hr_get_num(j, "temperature", 0, 10, &r->sp.temperature, e)) ||

@@ -14,10 +14,55 @@
 #include "common/log.h"
 #include "common/sync.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #define TAG "http"
+
+/* a and b are the same client address (the port aside). */
+static bool hr_same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+    return false;
+}
+
+bool hr_guard_over(hr_http *h, struct MHD_Connection *c, char *addr, size_t cap) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hr_slot *s = ci ? ci->socket_context : NULL;
+    if (!s || !s->over)
+        return false;
+    const void *ip = s->addr.ss_family == AF_INET6
+                         ? (const void *)&((struct sockaddr_in6 *)&s->addr)->sin6_addr
+                         : (const void *)&((struct sockaddr_in *)&s->addr)->sin_addr;
+    if (!inet_ntop(s->addr.ss_family, ip, addr, (socklen_t)cap))
+        snprintf(addr, cap, "?");
+    double now = hr_now_s();
+    pthread_mutex_lock(&h->cmu);
+    h->n_over++;
+    unsigned long long n = h->n_over;
+    bool log = h->over_logged == 0 || now - h->over_logged >= 60.0;
+    if (log)
+        h->over_logged = now;
+    pthread_mutex_unlock(&h->cmu);
+    if (log)
+        HR_LOG_WARN(TAG,
+                    "HTTP API: more than %d connections from %s: answered 503 (%llu such "
+                    "connections so far; raise --api-max-conns-per-ip if one address serves many "
+                    "users, such as a reverse proxy; logged at most once a minute)",
+                    h->p.max_conns_per_ip, addr, n);
+    return true;
+}
 
 void hr_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                      enum MHD_ConnectionNotificationCode code) {
@@ -31,7 +76,16 @@ void hr_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         s->fd = ci ? ci->connect_fd : -1;
         s->deadline = hr_now_s() + h->p.read_timeout_s;
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr)
+            memcpy(&s->addr, ci->client_addr,
+                   ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                          : sizeof(struct sockaddr_in));
         pthread_mutex_lock(&h->cmu);
+        int same = 0; /* open connections from the same address */
+        for (hr_slot *o = h->slots; o && s->addr.ss_family; o = o->next)
+            same += hr_same_host(&o->addr, &s->addr);
+        s->over = same >= h->p.max_conns_per_ip;
         s->next = h->slots;
         if (h->slots)
             h->slots->prev = s;

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* One generation request of a client. References (srv->mu): the
  * connection's, the service's (until on_done) and, when streamed, the SSE
@@ -50,8 +51,14 @@ struct hr_slot {
     int fd;
     double deadline; /* seconds (hr_now_s) by which a request must have arrived; 0 = serving */
     bool cut;        /* the watchdog shut it down */
+    bool over;       /* past max_conns_per_ip from its address: answered 503 */
+    struct sockaddr_storage addr; /* the client's (family 0: unknown) */
     hr_slot *prev, *next;
 };
+
+/* The connection c's slot says it is one past max_conns_per_ip from its
+ * address: counts it, logs it at most once a minute; true when it is. */
+bool hr_guard_over(hr_http *h, struct MHD_Connection *c, char *addr, size_t cap);
 
 #define HR_HTTP_HEALTH_RESERVE 16 /* connections past max_conns kept for /health */
 
@@ -82,6 +89,8 @@ struct hr_http {
     pthread_cond_t wcv;
     hr_slot *slots;
     int n_conns;
+    unsigned long long n_over; /* connections answered 503 for their address's limit */
+    double over_logged;        /* s (hr_now_s): when that was last logged; 0 = never */
     bool wd_started, wd_stop;
     pthread_t wd;
 };

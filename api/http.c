@@ -20,6 +20,7 @@
 #include "model/tokenizer.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -66,7 +67,8 @@ hr_http_params hr_http_params_default(void) {
                             .queue_max = 8,
                             .max_conns = 2048,
                             .max_conns_per_ip = 256,
-                            .read_timeout_s = 10};
+                            .read_timeout_s = 10,
+                            .listen_fd = -1};
 }
 
 /* ---- jobs ---- */
@@ -179,8 +181,9 @@ static hr_status *hr_status_snap(hr_http *h) {
 }
 
 /* Why the cluster is not ready, in words: the workers still awaited (from
- * the head's status), else the head's own reason. */
-static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN]) {
+ * the head's status), else the head's own reason. True when it failed (no
+ * plan: a lost device) rather than still starting. */
+static bool hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN]) {
     hr_status *st = hr_status_snap(h);
     int joined = 0, ready = 0;
     for (int i = 0; st && i < st->n_devices; i++) {
@@ -190,7 +193,8 @@ static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN])
         joined++;
         ready += d->ready;
     }
-    if (st && st->plan.error[0]) /* a plan failed (a lost device): that, not the workers awaited */
+    bool failed = st && st->plan.error[0];
+    if (failed) /* a plan failed (a lost device): that, not the workers awaited */
         snprintf(out, HR_ERR_LEN, "cluster not ready: %.200s", st->plan.error);
     else if (h->p.expect > joined)
         snprintf(out, HR_ERR_LEN, "waiting for %d worker%s (%d joined)", h->p.expect,
@@ -200,6 +204,7 @@ static void hr_not_ready_text(hr_http *h, const char *why, char out[HR_ERR_LEN])
     else
         snprintf(out, HR_ERR_LEN, "%s", why);
     free(st);
+    return failed;
 }
 
 static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
@@ -207,14 +212,15 @@ static enum MHD_Result hr_serve_health(hr_http *h, struct MHD_Connection *c) {
     pthread_mutex_lock(&h->mu);
     bool draining = h->draining;
     pthread_mutex_unlock(&h->mu);
-    bool ok = !draining && hr_ready(h, err);
+    bool ok = !draining && hr_ready(h, err), failed = false;
     if (draining)
         snprintf(msg, sizeof msg, "the server is shutting down");
     else if (!ok)
-        hr_not_ready_text(h, err, msg);
+        failed = hr_not_ready_text(h, err, msg);
+    /* "loading" while starting; "unavailable" when a lost device left no plan */
+    const char *what = draining ? "shutting down" : failed ? "unavailable" : "loading";
     json_t *j = ok ? json_pack("{s:s}", "status", "ok")
-                   : json_pack("{s:s,s:o}", "status", draining ? "shutting down" : "loading",
-                               "error", hr_jstr(msg, strlen(msg)));
+                   : json_pack("{s:s,s:o}", "status", what, "error", hr_jstr(msg, strlen(msg)));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return hr_send_json(c, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, s);
@@ -459,6 +465,15 @@ static enum MHD_Result hr_on_request(void *cls, struct MHD_Connection *c, const 
         if (!(cc = calloc(1, sizeof *cc)))
             return MHD_NO;
         *con_cls = cc;
+        char ip[64];
+        if (hr_guard_over(h, c, ip, sizeof ip)) {
+            cc->refused = true;
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "too many connections from %s (at most %d at once); try again shortly", ip,
+                     h->p.max_conns_per_ip);
+            return hr_fail(c, 503, "server_error", "too_many_connections", msg);
+        }
         bool bad_method = false;
         cc->route = hr_route(url, method, &bad_method);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -612,6 +627,35 @@ static int hr_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t
     return 0;
 }
 
+int hr_http_listen(const char *addr, int *fd, char err[HR_ERR_LEN]) {
+    *fd = -1;
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    if (!addr || hr_parse_listen(addr, &ss, &sl))
+        return hr_seterr(err, HR_EINVAL, "bad API address '%s' (want ADDR:PORT, numeric)",
+                         addr ? addr : "");
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return hr_seterr(err, HR_ENET, "cannot listen on %s for the HTTP API: socket: %s", addr,
+                         strerror(errno));
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ss.ss_family == AF_INET6)
+        setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&ss, sl) != 0 || listen(s, SOMAXCONN) != 0) {
+        int e = errno;
+        close(s);
+        return hr_seterr(err, HR_ENET, "cannot listen on %s for the HTTP API: %s%s", addr,
+                         strerror(e),
+                         e == EADDRINUSE ? " (another program, or another hearth, has the port)"
+                         : e == EADDRNOTAVAIL ? " (no interface of this machine has the address)"
+                         : e == EACCES        ? " (ports below 1024 need privileges)"
+                                              : "");
+    }
+    *fd = s;
+    return 0;
+}
+
 static bool hr_is_loopback(const struct sockaddr_storage *ss) {
     if (ss->ss_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
@@ -674,15 +718,24 @@ static void hr_http_fit_fds(hr_http *h) {
 
 int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[HR_ERR_LEN]) {
     *out = NULL;
-    if (!a || !p || !p->listen)
-        return hr_seterr(err, HR_EINVAL, "no agent or listen address");
-    if (!hr_agent_is_head(a) || !hr_head_tokenizer(a) || !hr_head_service(a))
-        return hr_seterr(err, HR_EINVAL, "the HTTP API runs on the head only");
+    int lfd = p ? p->listen_fd : -1;
     struct sockaddr_storage ss;
     socklen_t sl = 0;
-    if (hr_parse_listen(p->listen, &ss, &sl))
-        return hr_seterr(err, HR_EINVAL, "bad API address '%s' (want ADDR:PORT, numeric)",
-                         p->listen);
+    int rc0 = 0;
+    if (!a || !p || !p->listen)
+        rc0 = hr_seterr(err, HR_EINVAL, "no agent or listen address");
+    else if (!hr_agent_is_head(a) || !hr_head_tokenizer(a) || !hr_head_service(a))
+        rc0 = hr_seterr(err, HR_EINVAL, "the HTTP API runs on the head only");
+    else if (hr_parse_listen(p->listen, &ss, &sl))
+        rc0 =
+            hr_seterr(err, HR_EINVAL, "bad API address '%s' (want ADDR:PORT, numeric)", p->listen);
+    else if (lfd < 0)
+        rc0 = hr_http_listen(p->listen, &lfd, err); /* bound here: a failure has its reason */
+    if (rc0) {
+        if (lfd >= 0)
+            close(lfd);
+        return rc0;
+    }
     /* Each connection's buffers (libmicrohttpd's per-connection pool, tens
      * of KiB) come from its own thread's malloc arena; after a flood of
      * concurrent connections those arenas stay fragmented and the process
@@ -691,8 +744,10 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
      * (process-wide; the engine's large buffers are mapped anyway). */
     mallopt(M_MMAP_THRESHOLD, 16 * 1024);
     hr_http *h = calloc(1, sizeof *h);
-    if (!h)
+    if (!h) {
+        close(lfd);
         return hr_seterr(err, HR_ENOMEM, "out of memory");
+    }
     h->a = a;
     h->svc = hr_head_service(a);
     h->n_ctx = hr_service_n_ctx(h->svc);
@@ -719,9 +774,12 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
     pthread_mutex_init(&h->cmu, NULL);
     pthread_cond_init(&h->wcv, NULL);
     int rc = hr_http_model(h, err);
-    if (rc)
+    if (rc) {
+        close(lfd);
         goto fail;
+    }
     if ((rc = hr_guard_start(h))) {
+        close(lfd);
         hr_seterr(err, rc, "cannot start the HTTP API's watchdog thread");
         goto fail;
     }
@@ -735,19 +793,23 @@ int hr_http_start(hr_http **out, hr_agent *a, const hr_http_params *p, char err[
                      MHD_USE_POLL | MHD_USE_ERROR_LOG |
                      (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, hr_on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        flags, 0, NULL, NULL, hr_on_request, h, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(h->p.max_conns + HR_HTTP_HEALTH_RESERVE),
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->p.max_conns_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, HR_HTTP_SEND_TIMEOUT_S, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)HR_HTTP_THREAD_STACK, MHD_OPTION_NOTIFY_CONNECTION, hr_guard_notify, h,
         MHD_OPTION_NOTIFY_COMPLETED, hr_on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, hr_mhd_log, h,
         MHD_OPTION_END);
     if (!h->d) {
-        rc = hr_seterr(err, HR_ENET, "cannot listen on %s for the HTTP API", p->listen);
+        close(lfd);
+        rc = hr_seterr(err, HR_ENET, "cannot serve the HTTP API on %s (microhttpd did not start)",
+                       p->listen);
         goto fail;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : 0;
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof bound;
+    if (getsockname(lfd, (struct sockaddr *)&bound, &bl) == 0)
+        h->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
     if (!hr_is_loopback(&ss) && !h->api_key)
         HR_LOG_WARN(TAG, "HTTP API on %s without an API key: anyone on the network can use it",
                     p->listen);

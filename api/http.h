@@ -48,7 +48,8 @@ typedef struct {
     const char *model_path;     /* the GGUF (for the chat template and the model id) */
     const char *chat_template;  /* template name; NULL = from the model */
     size_t max_body;            /* largest request body, bytes (default 1 MiB) */
-    int max_tokens;             /* most tokens a request may ask for (default 4096) */
+    int max_tokens;             /* most tokens a reply may have (default 4096; a request
+                                   asking more gets this many, finish "length") */
     int queue_max;              /* requests waiting behind the running one (default 8; sets
                                    the head's service queue, `hearth prompt` included) */
     int max_conns;              /* simultaneous connections (default 2048; lowered to fit
@@ -58,11 +59,20 @@ typedef struct {
     int expect;                 /* workers the head waits for (for /health's message) */
     const char *const *aliases; /* more accepted "model" names (n_aliases; borrowed) */
     int n_aliases;
+    int listen_fd; /* a socket from hr_http_listen (the server takes ownership, also when it
+                      fails to start), or -1 (default): bind listen itself */
 } hr_http_params;
 
 hr_http_params hr_http_params_default(void);
 
 typedef struct hr_http hr_http;
+
+/* Binds and listens on addr ("ADDR:PORT", as hr_http_params.listen) for the
+ * HTTP API, so that a taken port is reported before anything slow starts;
+ * *fd the listening socket (close-on-exec) for hr_http_params.listen_fd.
+ * Returns 0, HR_EINVAL (bad address) or HR_ENET with err naming the
+ * address and the reason. Thread-safe. */
+int hr_http_listen(const char *addr, int *fd, char err[HR_ERR_LEN]);
 
 /* Starts serving a (a head; borrowed, must outlive the server); the context
  * is the service's (hr_service_n_ctx). Returns 0,
@@ -98,7 +108,7 @@ typedef struct {
     hr_chat_msg msgs[HR_API_MAX_MSGS];
     int n_msgs; /* chat */
     bool stream, include_usage;
-    int max_tokens; /* 1..limit; default: the limit */
+    int max_tokens; /* 1..limit (a larger ask is cut to the limit); default: the limit */
     hr_sampler_params sp;
     bool seed_given;
     const char *stop[HR_GEN_MAX_STOP];

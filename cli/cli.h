@@ -195,6 +195,10 @@ int hr_cli_parse(hr_cli *cli, const hr_cli_cmd *cmd, int argc, char **argv);
 /* Prints cmd's usage, summary and options to f. Aborts when cmd's list
  * declares an option name twice (a broken table). */
 void hr_cli_help(const hr_cli_cmd *cmd, FILE *f);
+/* Checks values that parse but make no sense (-t 0, --top-p outside (0, 1],
+ * -p with -f), warns about doubtful ones (-t above the online cores) and
+ * resolves -t not given to 0 (every core). 0, or 1 after printing why. */
+int hr_cli_check(hr_cli *o, const hr_cli_cmd *cmd);
 
 /* Defines command x's entry function, declaring it and its option list
  * (`const hr_cli_opt hr_cmd_x_opts[]`, in the same file) on the way:

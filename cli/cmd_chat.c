@@ -13,9 +13,12 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +170,9 @@ static int hr_sess_open(hr_sess *c, const hr_cli *o, char **stops, int n_stops) 
     cp.n_threads = o->threads > 0 ? o->threads : nproc > 0 ? (int)(nproc > 64 ? 64 : nproc) : 1;
     if (hr_ctx_create(&c->ctx, c->m, &cp, err))
         return hr_cli_fail("%s", err);
+    HR_LOG_INFO(TAG, "context %d tokens (the model was trained on %d), %d thread%s%s", c->n_ctx,
+                hp->n_ctx_train, cp.n_threads, cp.n_threads == 1 ? "" : "s",
+                o->threads > 0 ? "" : " (every online core, at most 64)");
     hr_sampler_params sp = hr_cli_sampler(o);
     c->smp = hr_sampler_create(&sp, hp->n_vocab);
     c->logits = malloc((size_t)hp->n_vocab * sizeof *c->logits);
@@ -231,8 +237,18 @@ static int hr_sess_turn_ids(hr_sess *c, const hr_convo *cv, int n_done) {
     }
 }
 
+/* Ctrl-C: stops the reply being written (or drops the line being typed);
+ * the conversation stays. */
+static volatile sig_atomic_t hr_chat_intr;
+
+static void hr_chat_on_sigint(int sig) {
+    (void)sig;
+    hr_chat_intr = 1;
+}
+
 /* Reads one user message: a line, continued on the next while it ends in
- * a backslash. Returns its length, or -1 at end of input. */
+ * a backslash. Returns its length, or -1 at end of input. Ctrl-C drops
+ * what was typed and asks again. */
 static long hr_read_message(char **buf, size_t *cap, bool tty) {
     size_t len = 0;
     char *line = NULL;
@@ -242,7 +258,19 @@ static long hr_read_message(char **buf, size_t *cap, bool tty) {
         fflush(stdout);
     }
     for (;;) {
+        errno = 0;
         ssize_t got = getline(&line, &lcap, stdin);
+        if (got < 0 && errno == EINTR && hr_chat_intr) {
+            hr_chat_intr = 0;
+            clearerr(stdin);
+            len = 0;
+            fputs("\n(Ctrl-C: /exit or Ctrl-D quits)\n", stderr);
+            if (tty) {
+                fputs("> ", stdout);
+                fflush(stdout);
+            }
+            continue;
+        }
         if (got < 0) {
             free(line);
             return len > 0 ? (long)len : -1;
@@ -286,12 +314,17 @@ static int hr_sess_eval(hr_sess *c, const int32_t *ids, int n) {
 }
 
 /* One assistant reply, streamed to stdout. Returns 0 or 1 (error). */
-static int hr_sess_reply(hr_sess *c, bool *ctx_full, int *n_reply) {
+static int hr_sess_reply(hr_sess *c, bool *ctx_full, bool *interrupted, int *n_reply) {
     hr_gen_begin(c->gen);
     hr_finish fin = HR_FINISH_NONE;
     size_t nb;
     const char *d;
     while (fin == HR_FINISH_NONE) {
+        if (hr_chat_intr) { /* Ctrl-C: the reply ends here, the conversation goes on */
+            hr_gen_finish(c->gen, HR_FINISH_STOP);
+            *interrupted = true;
+            break;
+        }
         if (c->n_past >= c->n_ctx) {
             hr_gen_finish(c->gen, HR_FINISH_LENGTH);
             *ctx_full = true;
@@ -357,14 +390,28 @@ HR_CLI_COMMAND(chat) {
     int n_stops = 0, rc = 1;
     char *line = NULL;
     size_t line_cap = 0;
+    struct termios tio0; /* the terminal's settings, restored at the end */
+    bool tio_set = false;
     if (hr_cli_stop_list(o, &stops, &n_stops) || hr_sess_open(&c, o, stops, n_stops))
         goto done;
     bool tty = isatty(STDIN_FILENO) != 0;
     if (tty)
         fprintf(stderr,
-                "hearth chat (%s template, %d-token context): /reset starts over, "
-                "/exit or Ctrl-D quits; end a line with \\ to continue it\n",
+                "hearth chat (%s template, %d-token context): /help lists the commands; "
+                "Ctrl-C stops a reply, /exit or Ctrl-D quits\n",
                 hr_chat_kind_name(c.tmpl.kind), c.n_ctx);
+    /* NOFLSH: the terminal would otherwise drop what is written just after
+     * Ctrl-C (the end of the reply, its statistics) */
+    if (tty && tcgetattr(STDIN_FILENO, &tio0) == 0) {
+        struct termios t = tio0;
+        t.c_lflag |= NOFLSH;
+        tio_set = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = hr_chat_on_sigint; /* no SA_RESTART: Ctrl-C interrupts reading a line */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
     int n_base = 0; /* messages every conversation starts with */
     if (o->system && o->system[0]) {
         if (hr_convo_add(&cv, "system", o->system, strlen(o->system))) {
@@ -386,6 +433,24 @@ HR_CLI_COMMAND(chat) {
             continue;
         if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0)
             break;
+        if (strcmp(line, "/help") == 0 || strcmp(line, "/?") == 0) {
+            fprintf(stderr, "/reset   start a new conversation (the system message stays)\n"
+                            "/exit    quit (also /quit, Ctrl-D)\n"
+                            "/help    this list\n"
+                            "Ctrl-C   stop the reply being written; the conversation goes on\n"
+                            "a line ending in \\ continues on the next; //text sends /text\n");
+            continue;
+        }
+        if (line[0] == '/' && line[1] == '/') { /* an escaped slash: the message is /... */
+            memmove(line, line + 1, (size_t)len);
+            len--;
+        } else if (line[0] == '/' && strcmp(line, "/reset") != 0) {
+            fprintf(stderr,
+                    "unknown command %s (type /help; to send a message that starts with /, "
+                    "write //)\n",
+                    line);
+            continue;
+        }
         if (strcmp(line, "/reset") == 0) {
             hr_convo_truncate(&cv, n_base);
             n_done = 0;
@@ -420,8 +485,10 @@ HR_CLI_COMMAND(chat) {
             goto done;
         double t1 = hr_now_s();
         int n_reply = 0;
-        if (hr_sess_reply(&c, &ctx_full, &n_reply))
+        bool interrupted = false;
+        if (hr_sess_reply(&c, &ctx_full, &interrupted, &n_reply))
             goto done;
+        hr_chat_intr = 0;
         double t2 = hr_now_s();
         size_t rlen = 0;
         const char *reply = hr_gen_text(c.gen, &rlen);
@@ -435,12 +502,15 @@ HR_CLI_COMMAND(chat) {
                 "context %d/%d]\n",
                 n_new, n_new / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_reply,
                 n_reply / (t2 - t1 > 0 ? t2 - t1 : 1e-9),
-                hr_finish_name(hr_gen_finish_reason(c.gen)), c.n_past, c.n_ctx);
+                interrupted ? "stopped by Ctrl-C" : hr_finish_name(hr_gen_finish_reason(c.gen)),
+                c.n_past, c.n_ctx);
         if (ctx_full)
             hr_sess_full(&c, 0);
     }
     rc = 0;
 done:
+    if (tio_set)
+        tcsetattr(STDIN_FILENO, TCSANOW, &tio0);
     free(line);
     hr_convo_truncate(&cv, 0);
     free(cv.m);

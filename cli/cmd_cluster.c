@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #define TAG "agent"
 
@@ -248,12 +249,19 @@ HR_CLI_COMMAND(agent) {
                            "port is the control port + 1): pick another port",
                            api_port, api_port == ctrl_port ? "control" : "data", p.listen);
     hr_raise_fd_limit();
+    /* the API's port first: a taken one is said before profiling and the join token */
+    int api_fd = -1;
+    if (o->api_listen && hr_http_listen(o->api_listen, &api_fd, err))
+        return hr_cli_fail("%s", err);
     hr_agent *a = NULL;
-    if (hr_agent_create(&a, &p, err))
+    if (hr_agent_create(&a, &p, err)) {
+        if (api_fd >= 0)
+            close(api_fd);
         return hr_cli_fail("agent: %s", err);
+    }
     hr_sig_agent = a;
     hr_install_signals();
-    fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", o->name ? o->name : "",
+    fprintf(stderr, "hearth agent %s: listening on %s (%s)\n", hr_agent_name(a),
             hr_agent_endpoint(a), hr_agent_is_head(a) ? "head" : "worker");
     if (hr_agent_is_head(a) && hr_agent_join_token(a)[0])
         fprintf(stderr,
@@ -268,6 +276,7 @@ HR_CLI_COMMAND(agent) {
         /* --listen port 0: the ports are known once bound */
         long dport = hr_port_of(hr_agent_data_endpoint(a));
         if (api_port > 0 && (api_port == dport || api_port == hr_port_of(hr_agent_endpoint(a)))) {
+            close(api_fd);
             hr_agent_destroy(a);
             return hr_cli_fail("--api-listen port %ld is taken by the agent's own %s port: pick "
                                "another port",
@@ -275,6 +284,7 @@ HR_CLI_COMMAND(agent) {
         }
         hr_http_params hp = hr_http_params_default();
         hp.listen = o->api_listen;
+        hp.listen_fd = api_fd; /* taken over */
         hp.api_key = o->api_key ? o->api_key : getenv("HEARTH_API_KEY");
         hp.model_path = o->model;
         hp.chat_template = o->chat_template;
@@ -477,6 +487,13 @@ done:
     return rc;
 }
 
+/* A rate in Mbit/s as people write it: 1110, 94.2, 0.512. */
+static const char *hr_mbit(double bps, char *buf, size_t cap) {
+    double m = bps * 8e-6;
+    snprintf(buf, cap, m >= 100 ? "%.0f Mbit/s" : "%.3g Mbit/s", m);
+    return buf;
+}
+
 /* One device's link line: measured (to whom, when, on which plan),
  * measured the other way (the head before it probed its own next), or
  * assumed (the planner's stand-in; shown only when it planned with it). */
@@ -487,20 +504,19 @@ static void hr_print_link(json_t *d, int has_prof, int assumed, double rtt, doub
     int reverse = 0;
     json_unpack(d, "{s?s,s?F,s?I,s?I,s?b,s?s}", "link_to", &to, "link_age_s", &age, "link_plan",
                 &plan, "link_measurements", &n, "link_reverse", &reverse, "link_probe", &probe);
-    char who[80];
+    char who[80], mb[32];
     snprintf(who, sizeof who, "%s", to[0] ? to : "next");
     if (!assumed && reverse)
-        printf("      link to %s: %.3g Mbit/s, %.3g ms round trip (measured by %s the other "
-               "way)\n",
-               who, bps * 8e-6, rtt, who);
+        printf("      link to %s: %s, %.3g ms round trip (measured by %s the other way)\n", who,
+               hr_mbit(bps, mb, sizeof mb), rtt, who);
     else if (!assumed)
-        printf("      link to %s: %.3g Mbit/s, %.3g ms round trip (measured %.0f s ago, %s, "
+        printf("      link to %s: %s, %.3g ms round trip (measured %.0f s ago, %s, "
                "%lld time%s)\n",
-               who, bps * 8e-6, rtt, age, plan ? "on its plan" : "at join", (long long)n,
-               n == 1 ? "" : "s");
+               who, hr_mbit(bps, mb, sizeof mb), rtt, age, plan ? "on its plan" : "at join",
+               (long long)n, n == 1 ? "" : "s");
     else if (has_prof)
-        printf("      link to next: %.3g Mbit/s, %.3g ms round trip (assumed: not measured%s%s)\n",
-               bps * 8e-6, rtt, probe[0] ? ", probe " : "", probe);
+        printf("      link to next: %s, %.3g ms round trip (assumed: not measured%s%s)\n",
+               hr_mbit(bps, mb, sizeof mb), rtt, probe[0] ? ", probe " : "", probe);
 }
 
 /* MiB of a status number, or n/a (null / absent). */
@@ -569,11 +585,13 @@ static void hr_print_status(json_t *j) {
         json_t *info = json_object_get(d, "info");
         json_unpack(info, "{s?s,s?i,s?i,s?I,s?I,s?I,s?F}", "os", &os, "cores", &cores, "numa",
                     &numa, "mem_total", &mt, "mem_avail", &ma, "cg_limit", &cg, "disk_mbs", &disk);
-        printf("  [%d] %-14s %-22s %s%s\n", pos, name, addr,
+        char at[16];
+        snprintf(at, sizeof at, pos >= 0 ? "%d" : "-", pos);
+        printf("  [%s] %-14s %-22s %s%s%s\n", at, name, addr,
                lost  ? "LOST"
                : rdy ? "ready"
                      : "not ready",
-               over ? ", overloaded" : "");
+               pos < 0 ? ", not in the ring" : "", over ? ", overloaded" : "");
         printf("      os %s; %d cores, %d NUMA, %d threads in use; memory %.1f GiB total, %.1f GiB "
                "available, cgroup limit %s",
                os, cores, numa, threads, mt / 1073741824.0, ma / 1073741824.0,

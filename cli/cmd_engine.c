@@ -112,6 +112,9 @@ static int hr_engine_ctx_seq(hr_engine *e, const hr_cli *o, int n_ctx, int n_bat
     int rc = hr_ctx_create(&e->ctx, e->m, &cp, err);
     if (rc)
         return hr_cli_fail("%s", err);
+    HR_LOG_INFO(TAG, "context %d tokens (the model was trained on %d), %d thread%s%s", n_ctx,
+                hr_model_hparams(e->m)->n_ctx_train, cp.n_threads, cp.n_threads == 1 ? "" : "s",
+                o->threads > 0 ? "" : " (every online core, at most 64)");
     return 0;
 }
 
@@ -515,8 +518,29 @@ static void hr_info_gpus(void) {
     }
 }
 
+/* The CPU line(s) of `hearth info`: model, cores, kernels, memory. */
+static void hr_info_cpu(void) {
+    hr_prof_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        printf("cpu:         (out of memory)\n");
+        return;
+    }
+    hr_prof_device_sysinfo(d, NULL);
+    printf("cpu:         %s, ", d->os.cpu_model[0] ? d->os.cpu_model : "unknown model");
+    if (d->topo.n_cores > 0)
+        printf("%d cores, ", d->topo.n_cores);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("%ld threads online; kernels %s (%s)\n", online, hr_isa_name(hr_kernels_best()->isa),
+           hr_isa_features());
+    if (d->mem.total_bytes > 0)
+        printf("memory:      %.1f GiB, %.1f GiB available\n", d->mem.total_bytes / 1073741824.0,
+               d->mem.available_bytes / 1073741824.0);
+    free(d);
+}
+
 HR_CLI_COMMAND(info) {
     char err[HR_ERR_LEN] = "";
+    hr_info_cpu();
     hr_info_gpus();
     if (!o->model)
         return 0;
@@ -936,12 +960,17 @@ HR_CLI_COMMAND(bench) {
                "part of it may come from cache\n",
                probe / 1048576.0);
     fflush(stdout);
+    fprintf(stderr, "bench: measuring memory bandwidth (%.0f MiB read 5 times) ...\n",
+            probe / 1048576.0);
     double bw0 = hr_membw_read(nt, probe, 5);
     double pp_isa[HR_ISA_COUNT], tg_isa[HR_ISA_COUNT];
     for (int k = 0; k < n_isa; k++) {
         hr_kernels_use(isas[k]);
         double pp[20], tg[20];
         uint64_t rng = 12345;
+        fprintf(stderr,
+                "bench: %s: %d repetition%s of a %d-token prompt and %d generated tokens ...\n",
+                hr_isa_name(isas[k]), reps, reps == 1 ? "" : "s", np, ng);
         for (int r = 0; r < reps; r++) {
             for (int i = 0; i < np; i++) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 #include "kernels/quant.h"
 #include "kernels/types.h"
 #include "mmap/gguf.h"
@@ -318,10 +319,15 @@ HR_CLI_COMMAND(profile) {
         pp.row_len = doc->model.n_embd;
         pp.ffn_len = doc->model.n_ff;
     }
+    /* progress: measuring takes seconds before anything else is printed */
+    fprintf(stderr, "hearth profile: profiling this device%s ...\n", o->quick ? " (quick)" : "");
+    double t_prof = hr_now_s();
     if (hr_prof_device_measure(&doc->device, &pp, err)) {
         hr_cli_fail("device profile: %s", err);
         goto done;
     }
+    fprintf(stderr, "hearth profile: %s in %.1f s\n",
+            doc->device.from_cache ? "read from the cache" : "measured", hr_now_s() - t_prof);
     doc->has_device = true;
     if (doc->has_model) {
         /* real decode steps of the first layers calibrate the rates */

@@ -42,9 +42,9 @@
     X(discover, "list the heads beaconing on this machine's networks",                             \
       "discover [--timeout S] [--json] [--discovery-port P]")                                      \
     X(key, "this machine's public key (made on first use) / the head's join token",                \
-      "key show | key token [--key-dir DIR]")                                                      \
-    X(trust, "let the agent with that key join (or be joined); list trusted keys",                 \
-      "trust add NAME PUBKEY | trust list [--key-dir DIR]")                                        \
+      "key show | key token | key rotate-join [HOURS] [--key-dir DIR]")                            \
+    X(trust, "let the agent with that key join (or be joined); revoke it; list trusted keys",      \
+      "trust add NAME PUBKEY | trust remove NAME | trust list [--key-dir DIR]")                    \
     X(plan, "plan a ring offline from saved profiles (the first is the head)",                     \
       "plan --model MODEL PROFILE.json... [--ctx N] [--k K] [--json]")                             \
     X(profile, "device, model and link profiles and the predicted decode time per layer/token",    \
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     }
     const hr_sampler_params sp = hr_sampler_params_default();
     hr_cli cli = {.n_predict = 128,
-                  .threads = 0,
+                  .threads = -1, /* not given: 0 after the checks below */
                   .batch = 64,
                   .temp = sp.temperature,
                   .top_k = sp.top_k,
@@ -120,6 +120,8 @@ int main(int argc, char **argv) {
         hr_cli_help(cmd, stdout);
         return 0;
     }
+    if (hr_cli_check(&cli, cmd))
+        return 2;
     if (cli.verbose)
         hr_log_set_level(HR_LOG_LEVEL_INFO);
     if (cli.log_level) {

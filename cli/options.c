@@ -5,8 +5,11 @@
 #include <time.h>
 
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const hr_cli_opt hr_cli_opts_common[] = {
     HR_CLI_OPT("verbose", 'v', FLAG, verbose, NULL, "log at info level"),
@@ -258,4 +261,26 @@ hr_sampler_params hr_cli_sampler(const hr_cli *o) {
     sp.frequency_penalty = o->frequency_penalty;
     sp.seed = o->seed >= 0 ? (uint64_t)o->seed : (uint64_t)time(NULL);
     return sp;
+}
+
+int hr_cli_check(hr_cli *o, const hr_cli_cmd *cmd) {
+    if (o->threads == 0)
+        return hr_cli_fail("%s: -t 0: give at least 1 thread (leave -t out to use every core)",
+                           cmd->name);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->threads > 0 && nproc > 0 && o->threads > nproc)
+        fprintf(stderr,
+                "hearth: %s: warning: -t %d is more threads than the %ld online cores; threads "
+                "then wait for each other and generation slows down\n",
+                cmd->name, o->threads, nproc);
+    if (o->threads < 0)
+        o->threads = 0;                   /* every online core */
+    if (!(o->top_p > 0 && o->top_p <= 1)) /* NaN fails too */
+        return hr_cli_fail("%s: --top-p %g: must be in (0, 1] (1 = off)", cmd->name, o->top_p);
+    if (o->prompt && o->prompt_file)
+        return hr_cli_fail("%s: give the prompt with -p TEXT or -f FILE, not both", cmd->name);
+    if (o->prompt_file && o->n_args > 0)
+        return hr_cli_fail("%s: give the prompt as the argument or with -f FILE, not both",
+                           cmd->name);
+    return 0;
 }

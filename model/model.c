@@ -402,6 +402,11 @@ static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
     if (c->p.layer_end == 0)
         c->p.layer_end = hp->n_layer;
     c->p.n_ctx = hr_hparams_ctx(hp, c->p.n_ctx);
+    if (hp->n_ctx_train > 0 && c->p.n_ctx > hp->n_ctx_train)
+        HR_LOG_WARN(TAG,
+                    "context %d is larger than the %d tokens the model was trained on: text past "
+                    "%d tokens is unreliable and the larger KV cache costs memory",
+                    c->p.n_ctx, hp->n_ctx_train, hp->n_ctx_train);
     if (c->p.n_batch <= 0)
         c->p.n_batch = 1;
     if (c->p.n_batch > c->p.n_ctx)

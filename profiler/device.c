@@ -271,7 +271,16 @@ static bool hr_mem_changed(int64_t then, int64_t now) {
 }
 
 /* Returns true when the cache at path matches cur (and fills out). */
-static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_device *out) {
+/* A profile measured while the machine was busy: over a quarter of the
+ * timed repetitions waited for a CPU, or the load average was above the
+ * PUs. Its figures are the contention's, not the machine's. */
+static bool hr_prof_busy(const hr_prof_device *d) {
+    return (d->reps_total > 0 && 4 * d->reps_contended > d->reps_total) ||
+           (d->topo.n_pus > 0 && d->load_1m > d->topo.n_pus);
+}
+
+static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_device *out,
+                          bool busy_ok) {
     size_t len = 0;
     char *text = hr_slurp(path, &len);
     if (!text)
@@ -285,6 +294,8 @@ static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_d
     }
     if (hr_prof_device_parse(text, len, c, err) != 0) {
         HR_LOG_WARN(HR_PROF_TAG, "ignoring unreadable cache %s: %s", path, err);
+    } else if (!busy_ok && hr_prof_busy(c)) {
+        HR_LOG_INFO(HR_PROF_TAG, "cache %s was measured on a busy machine: profiling again", path);
     } else if (strcmp(c->fingerprint, cur->fingerprint) != 0) {
         HR_LOG_INFO(HR_PROF_TAG, "cache %s is for another machine state", path);
     } else if (hr_mem_changed(c->mem.weights_avail_bytes, cur->mem.weights_avail_bytes)) {
@@ -395,7 +406,7 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
         snprintf(path, sizeof path, "%s/device-%s.json", dir, out->fingerprint);
         if (!p->force) {
             hr_prof_device *hit = malloc(sizeof *hit);
-            if (hit && hr_cache_read(path, out, hit)) {
+            if (hit && hr_cache_read(path, out, hit, p->cache_busy)) {
                 *out = *hit;
                 free(hit);
                 HR_LOG_INFO(HR_PROF_TAG, "device profile from cache %s (%.3f s)", path,
@@ -424,7 +435,13 @@ int hr_prof_device_measure(hr_prof_device *out, const hr_prof_params *p, char er
     }
     out->created = (double)time(NULL);
     out->duration_s = hr_now_s() - t0;
-    if (cache)
+    if (cache && !p->cache_busy && hr_prof_busy(out))
+        HR_LOG_WARN(HR_PROF_TAG,
+                    "the machine was busy while profiling (%d of %d repetitions waited for a "
+                    "CPU, load average %.2f on %d PUs): this profile is used now but not cached; "
+                    "profile again when the machine is idle",
+                    out->reps_contended, out->reps_total, out->load_1m, out->topo.n_pus);
+    else if (cache)
         hr_cache_write(dir, path, out);
     HR_LOG_INFO(HR_PROF_TAG, "device profiled in %.2f s", out->duration_s);
     return 0;

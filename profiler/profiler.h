@@ -69,11 +69,15 @@ typedef struct {
     bool quick;                       /* fewer repetitions, smaller buffers: under 2 s */
     bool use_cache;                   /* read/write the cache (default true) */
     bool force;                       /* measure even on a cache hit (and rewrite it) */
-    const char *cache_dir;            /* NULL: $HEARTH_CACHE_DIR, $XDG_CACHE_HOME/hearth,
-                                         ~/.cache/hearth */
-    const char *sysroot; /* prefix for /proc and /sys reads (tests); NULL or "" = real */
-    const char *gpu;     /* Vulkan device to measure (gpu/vk.h hr_vk_pick: N, auto, any,
-                            none); NULL = $HR_GPU, else auto (never a software device) */
+    bool cache_busy;       /* cache a profile measured on a busy machine too (default false: over a
+                              quarter of the repetitions waited for a CPU, or the load average was
+                              above the PUs; such a profile is returned, not cached, and a cached
+                              one is measured again) */
+    const char *cache_dir; /* NULL: $HEARTH_CACHE_DIR, $XDG_CACHE_HOME/hearth,
+                              ~/.cache/hearth */
+    const char *sysroot;   /* prefix for /proc and /sys reads (tests); NULL or "" = real */
+    const char *gpu;       /* Vulkan device to measure (gpu/vk.h hr_vk_pick: N, auto, any,
+                              none); NULL = $HR_GPU, else auto (never a software device) */
 } hr_prof_params;
 
 hr_prof_params hr_prof_params_default(void);

@@ -38,6 +38,8 @@ struct hr_ring_keys {
     int n_vouched;
     bool pairing; /* join token holders may PAIR on the "hearth-pair" domain */
     uint8_t pair_pub[32];
+    long long pair_expires;     /* unix s when the join token stops working; 0 = never */
+    struct timespec join_mtime; /* of dir/join when loaded (rotation by another process) */
     /* ZAP */
     void *zap;
     pthread_t th;
@@ -45,8 +47,9 @@ struct hr_ring_keys {
     atomic_int zap_stop;
     char who[64];
     atomic_ullong refused;
-    uint8_t last_key[32];
-    double last_log;
+    uint8_t logged[16][32]; /* untrusted keys already logged (a ring of 16) */
+    int n_logged;
+    double last_log; /* s: the last log of a refusal without a CURVE key */
 };
 
 int hr_ring_key_dir_default(char *out, size_t cap) {
@@ -218,8 +221,12 @@ int hr_ring_keys_lookup(hr_ring_keys *k, const char *name_or_key, char out[HR_RI
     return rc;
 }
 
-int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char err[HR_ERR_LEN]) {
+/* Rewrites dir/trusted without name's line, then with "name pub" when pub
+ * is given; *found whether name was there. */
+static int hr_trust_rewrite(const char *dir, const char *name, const char *pub, bool *found,
+                            char err[HR_ERR_LEN]) {
     char d[HR_PATH_LEN];
+    *found = false;
     if (dir && *dir)
         snprintf(d, sizeof d, "%s", dir);
     else if (hr_ring_key_dir_default(d, sizeof d))
@@ -227,9 +234,8 @@ int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char e
     if (!name || !*name || strlen(name) > 63 || strpbrk(name, " \t\n#"))
         return hr_seterr(err, HR_EINVAL, "bad peer name '%s' (1-63 characters, no spaces)",
                          name ? name : "");
-    if (!hr_ring_key_valid(pub))
-        return hr_seterr(err, HR_EINVAL, "'%s' is not a 40-character Z85 public key",
-                         pub ? pub : "");
+    if (pub && !hr_ring_key_valid(pub))
+        return hr_seterr(err, HR_EINVAL, "'%s' is not a 40-character Z85 public key", pub);
     int rc = hr_mkdirs(d, err);
     if (rc)
         return rc;
@@ -249,18 +255,37 @@ int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char e
     char line[512];
     while (in && fgets(line, sizeof line, in)) {
         char n[64];
-        if (sscanf(line, "%63s", n) == 1 && strcmp(n, name) == 0)
+        if (sscanf(line, "%63s", n) == 1 && strcmp(n, name) == 0) {
+            *found = true;
             continue;
+        }
         fputs(line, o);
     }
     if (in)
         fclose(in);
-    fprintf(o, "%s %s\n", name, pub);
+    if (pub)
+        fprintf(o, "%s %s\n", name, pub);
     if (fclose(o) != 0 || rename(tmp, path) != 0) {
         unlink(tmp);
         return hr_seterr(err, HR_EIO, "cannot write %s: %s", path, strerror(errno));
     }
     return 0;
+}
+
+int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char err[HR_ERR_LEN]) {
+    bool found;
+    if (!pub)
+        return hr_seterr(err, HR_EINVAL, "no public key given");
+    return hr_trust_rewrite(dir, name, pub, &found, err);
+}
+
+int hr_ring_trust_remove(const char *dir, const char *name, char err[HR_ERR_LEN]) {
+    bool found;
+    int rc = hr_trust_rewrite(dir, name, NULL, &found, err);
+    if (rc == 0 && !found)
+        return hr_seterr(err, HR_ENOENT, "no trusted key is named '%s' (see hearth trust list)",
+                         name);
+    return rc;
 }
 
 void hr_ring_keys_vouch(hr_ring_keys *k, const char (*keys)[HR_RING_KEY_LEN], int n) {
@@ -297,6 +322,8 @@ static bool hr_keys_admit(hr_ring_keys *k, const uint8_t key[32], char *name, si
 
 /* ---- ZAP (RFC 27) ---- */
 
+static void hr_keys_load_join(hr_ring_keys *k);
+
 static void hr_zap_reply(void *s, const char *req_id, size_t req_len, const char *code,
                          const char *text, const char *user) {
     zmq_send(s, "1.0", 3, ZMQ_SNDMORE);
@@ -331,8 +358,20 @@ static void hr_zap_handle(hr_ring_keys *k) {
         zmq_z85_encode(key, (const uint8_t *)part[6], 32);
     bool pair_domain = strcmp(part[2], "hearth-pair") == 0;
     pthread_mutex_lock(&k->mu);
+    if (pair_domain && k->pairing)
+        hr_keys_load_join(k); /* `hearth key rotate-join` may have replaced it */
     bool pairing = curve && pair_domain && k->pairing && memcmp(part[6], k->pair_pub, 32) == 0;
+    bool expired = pairing && k->pair_expires > 0 && (long long)time(NULL) >= k->pair_expires;
     pthread_mutex_unlock(&k->mu);
+    if (expired) {
+        HR_LOG_WARN(TAG,
+                    "%s: refused pairing from %s: the join token expired; `hearth key token` on "
+                    "this machine prints a new one",
+                    k->who, part[3]);
+        atomic_fetch_add(&k->refused, 1);
+        hr_zap_reply(k->zap, part[1], (size_t)len[1], "400", "join token expired", "");
+        return;
+    }
     if (pairing) {
         HR_LOG_INFO(TAG, "%s: join token holder connected from %s (may only pair)", k->who,
                     part[3]);
@@ -345,14 +384,22 @@ static void hr_zap_handle(hr_ring_keys *k) {
         return;
     }
     atomic_fetch_add(&k->refused, 1);
+    /* once per key (a peer retries every few seconds), once a minute without one */
+    bool seen = false;
+    for (int i = 0; curve && i < k->n_logged && i < 16 && !seen; i++)
+        seen = memcmp(k->logged[i], part[6], 32) == 0;
     double now = hr_now_s();
-    if (!curve || memcmp(k->last_key, part[6], 32) != 0 || now - k->last_log > 5.0) {
+    if (curve && !seen) {
         HR_LOG_WARN(TAG,
-                    "%s: refused %s peer %s with untrusted key %s (trust it with "
-                    "`hearth trust add NAME %s` if it is yours)",
-                    k->who, part[5], part[3], key, key);
-        if (curve)
-            memcpy(k->last_key, part[6], 32);
+                    "%s: refused a join attempt from %s: its key %s is not trusted here. If the "
+                    "device is yours, pair it: here `hearth trust add NAME '%s'`, or start it with "
+                    "--join TOKEN (the join token this head printed)",
+                    k->who, part[3], key, key);
+        memcpy(k->logged[k->n_logged % 16], part[6], 32);
+        k->n_logged++;
+    } else if (!curve && now - k->last_log > 60.0) {
+        HR_LOG_WARN(TAG, "%s: refused a %s peer from %s: only CURVE peers with trusted keys",
+                    k->who, part[5], part[3]);
         k->last_log = now;
     }
     hr_zap_reply(k->zap, part[1], (size_t)len[1], "400", "untrusted key", "");
@@ -422,35 +469,102 @@ int hr_ring_secure_server_pairing(void *sock, const hr_ring_keys *k, char err[HR
     return rc;
 }
 
-int hr_ring_keys_join_token(hr_ring_keys *k, char *out, size_t cap, char err[HR_ERR_LEN]) {
-    char path[HR_PATH_LEN + 8], sec[HR_RING_KEY_LEN] = "", pub[HR_RING_KEY_LEN];
-    snprintf(path, sizeof path, "%s/join", k->dir);
+/* dir/join: "SECRET [EXPIRES]" (Z85 pairing secret, unix seconds; 0 or
+ * absent = no expiry, as files written before expiries). 0 when valid. */
+static int hr_join_read(const char *dir, char sec[HR_RING_KEY_LEN], long long *expires) {
+    char path[HR_PATH_LEN + 8], line[128] = "";
+    snprintf(path, sizeof path, "%s/join", dir);
+    *expires = 0;
+    sec[0] = 0;
     FILE *f = fopen(path, "r");
-    if (f) {
-        if (!fgets(sec, sizeof sec, f))
-            sec[0] = 0;
-        fclose(f);
-    }
+    if (!f)
+        return HR_ENOENT;
+    if (!fgets(line, sizeof line, f))
+        line[0] = 0;
+    fclose(f);
+    char s[64] = "";
+    long long e = 0;
+    int n = sscanf(line, "%63s %lld", s, &e);
     uint8_t b[32];
-    if (strlen(sec) != 40 || !zmq_z85_decode(b, sec)) {
-        char tmp[HR_RING_KEY_LEN];
-        if (zmq_curve_keypair(tmp, sec) != 0)
-            return hr_seterr(err, HR_EUNSUPPORTED, "no CURVE support");
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        bool ok = fd >= 0 && write(fd, sec, 40) == 40;
-        if (fd >= 0)
-            close(fd);
-        if (!ok)
-            return hr_seterr(err, HR_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (n < 1 || strlen(s) != 40 || !zmq_z85_decode(b, s))
+        return HR_EFORMAT;
+    snprintf(sec, HR_RING_KEY_LEN, "%s", s);
+    *expires = n == 2 && e > 0 ? e : 0;
+    return 0;
+}
+
+/* A new pairing secret in dir/join, valid for ttl_s seconds (0: no expiry). */
+static int hr_join_write(const char *dir, long long ttl_s, char err[HR_ERR_LEN]) {
+    char path[HR_PATH_LEN + 8], tmp[HR_PATH_LEN + 32], pub[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN],
+        line[128];
+    snprintf(path, sizeof path, "%s/join", dir);
+    snprintf(tmp, sizeof tmp, "%s/join.%d", dir, (int)getpid());
+    if (zmq_curve_keypair(pub, sec) != 0)
+        return hr_seterr(err, HR_EUNSUPPORTED, "no CURVE support");
+    int n = snprintf(line, sizeof line, "%s %lld\n", sec,
+                     ttl_s > 0 ? (long long)time(NULL) + ttl_s : 0LL);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    bool ok = fd >= 0 && write(fd, line, (size_t)n) == n;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return hr_seterr(err, HR_EIO, "cannot write %s: %s", path, strerror(errno));
     }
-    if (zmq_curve_public(pub, sec) != 0)
-        return hr_seterr(err, HR_EFORMAT, "%s: not a valid pairing secret", path);
-    pthread_mutex_lock(&k->mu);
+    return 0;
+}
+
+/* Loads dir/join into k's pairing state when the file changed (k->mu held). */
+static void hr_keys_load_join(hr_ring_keys *k) {
+    char path[HR_PATH_LEN + 8], sec[HR_RING_KEY_LEN], pub[HR_RING_KEY_LEN];
+    snprintf(path, sizeof path, "%s/join", k->dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        k->pairing = false;
+        return;
+    }
+    if (st.st_mtim.tv_sec == k->join_mtime.tv_sec && st.st_mtim.tv_nsec == k->join_mtime.tv_nsec)
+        return;
+    k->join_mtime = st.st_mtim;
+    long long expires = 0;
+    if (hr_join_read(k->dir, sec, &expires) != 0 || zmq_curve_public(pub, sec) != 0) {
+        k->pairing = false;
+        return;
+    }
     zmq_z85_decode(k->pair_pub, pub);
+    k->pair_expires = expires;
+}
+
+int hr_ring_keys_join_token(hr_ring_keys *k, char *out, size_t cap, char err[HR_ERR_LEN]) {
+    char sec[HR_RING_KEY_LEN] = "";
+    long long expires = 0;
+    int rc = hr_join_read(k->dir, sec, &expires);
+    if (rc != 0 || (expires > 0 && expires <= (long long)time(NULL))) { /* none, or expired */
+        if ((rc = hr_join_write(k->dir, HR_RING_JOIN_TTL_S, err)))
+            return rc;
+        if (hr_join_read(k->dir, sec, &expires) != 0)
+            return hr_seterr(err, HR_EIO, "%s/join: cannot read back the pairing secret", k->dir);
+    }
+    pthread_mutex_lock(&k->mu);
+    k->join_mtime = (struct timespec){0};
+    hr_keys_load_join(k);
     k->pairing = true;
     pthread_mutex_unlock(&k->mu);
     int n = snprintf(out, cap, "HJ1%s%s", k->pub, sec);
     return n < 0 || (size_t)n >= cap ? hr_seterr(err, HR_ERANGE, "token buffer too small") : 0;
+}
+
+int hr_ring_keys_join_rotate(hr_ring_keys *k, long long ttl_s, char *out, size_t cap,
+                             char err[HR_ERR_LEN]) {
+    int rc = hr_join_write(k->dir, ttl_s, err);
+    return rc ? rc : hr_ring_keys_join_token(k, out, cap, err);
+}
+
+long long hr_ring_keys_join_expires(hr_ring_keys *k) {
+    pthread_mutex_lock(&k->mu);
+    long long e = k->pair_expires;
+    pthread_mutex_unlock(&k->mu);
+    return e;
 }
 
 int hr_ring_join_parse(const char *token, char head_pub[HR_RING_KEY_LEN],

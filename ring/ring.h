@@ -268,6 +268,9 @@ int hr_ring_keys_lookup(hr_ring_keys *k, const char *name_or_key, char out[HR_RI
 bool hr_ring_key_valid(const char *s);
 /* Adds (or replaces, by name) NAME PUBKEY in dir's trusted file. */
 int hr_ring_trust_add(const char *dir, const char *name, const char *pub, char err[HR_ERR_LEN]);
+/* Removes name from dir/trusted (a running agent re-reads the file: the
+ * key is refused from its next handshake). HR_ENOENT when not there. */
+int hr_ring_trust_remove(const char *dir, const char *name, char err[HR_ERR_LEN]);
 /* Replaces the set of keys vouched for by the head (plan members). */
 void hr_ring_keys_vouch(hr_ring_keys *k, const char (*keys)[HR_RING_KEY_LEN], int n);
 /* Starts the ZAP handler on zctx (one per context); who names this agent in
@@ -284,6 +287,17 @@ int hr_ring_secure_server_pairing(void *sock, const hr_ring_keys *k, char err[HR
  * pairing secret (83 characters, Z85); the secret is made on first use and
  * kept in dir/join (0600). Enables pairing in the ZAP handler. */
 int hr_ring_keys_join_token(hr_ring_keys *k, char *out, size_t cap, char err[HR_ERR_LEN]);
+/* A join token is valid this long from when it is made (assumed default,
+ * not measured: a day, long enough to pair a household's devices). An
+ * expired one is replaced by the next hr_ring_keys_join_token. */
+#define HR_RING_JOIN_TTL_S (24LL * 3600)
+/* Head: a new pairing secret valid for ttl_s seconds (0: no expiry); the
+ * old token stops working, also for a head already running with this key
+ * folder (its ZAP handler re-reads dir/join). The new token into out. */
+int hr_ring_keys_join_rotate(hr_ring_keys *k, long long ttl_s, char *out, size_t cap,
+                             char err[HR_ERR_LEN]);
+/* Unix seconds when the current join token expires (0: never). */
+long long hr_ring_keys_join_expires(hr_ring_keys *k);
 /* Splits a join token; HR_EINVAL when malformed. */
 int hr_ring_join_parse(const char *token, char head_pub[HR_RING_KEY_LEN],
                        char pair_sec[HR_RING_KEY_LEN]);

@@ -8,6 +8,10 @@
  * -t: `hearth status` (JSON and table) shows every online core in use. */
 #include "api_harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 /* Runs argv to the end, stdout to out, stderr to errf; the exit status (-1
  * when it did not exit), *secs the time it took. */
 static int run_wait(char *const argv[], const char *out, const char *errf, double *secs) {
@@ -40,6 +44,65 @@ static int wait_health(int want, double timeout_s, char **body) {
     }
 }
 
+/* A max_tokens above the context is no error: the reply fills the context
+ * (--ctx 512) and finishes with "length", or ends at EOS with "stop". */
+static void test_max_tokens(void) {
+    int st = 0;
+    json_t *j = http_json("POST", "/v1/completions",
+                          "{\"prompt\":\"Hi\",\"max_tokens\":100000,\"temperature\":0}", &st);
+    CHECK_EQ(st, 200);
+    json_t *u = json_object_get(j, "usage");
+    const char *fin = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "finish_reason"));
+    long long total = json_integer_value(json_object_get(u, "total_tokens"));
+    printf("max_tokens 100000: finish %s, %lld tokens in all\n", fin ? fin : "(none)", total);
+    fflush(stdout);
+    CHECK(fin && (strcmp(fin, "length") == 0 || strcmp(fin, "stop") == 0));
+    if (fin && strcmp(fin, "length") == 0)
+        CHECK_EQ(total, 512);
+    else
+        CHECK(total > 0 && total < 512);
+    json_decref(j);
+}
+
+/* Past --api-max-conns-per-ip (4) from one address: 503 with Retry-After
+ * and a reason, logged once; when they close, served again. */
+static void test_per_address(int aport, const char *hlog) {
+    int fds[4];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)aport),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        CHECK_EQ(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    sleep_ms(200); /* MHD has accepted them */
+    for (int rep = 0; rep < 2; rep++) {
+        char *s = NULL;
+        int st = http("GET", "/health", NULL, NULL, "-i", &s);
+        CHECK_EQ(st, 503);
+        CHECK(s && strcasestr(s, "\r\nRetry-After: "));
+        CHECK(s && strstr(s, "too many connections from 127.0.0.1 (at most 4 at once)"));
+        if (st != 503)
+            fprintf(stderr, "over the per-address limit: %d %s\n", st, s ? s : "");
+        free(s);
+    }
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
+    int st = 0;
+    for (int t = 0; t < 40 && st != 200; t++) {
+        sleep_ms(50);
+        st = http("GET", "/health", NULL, NULL, NULL, NULL);
+    }
+    CHECK_EQ(st, 200);
+    char *l = slurp(hlog, NULL);
+    int n = 0;
+    for (const char *q = l; q && (q = strstr(q, "more than 4 connections from 127.0.0.1")); q++)
+        n++;
+    CHECK_EQ(n, 1); /* two refused, logged once */
+    free(l);
+}
+
 static void test_loss(void) {
     if (!harness_init("small-llama-q8_0.gguf", "health after a loss"))
         return;
@@ -55,9 +118,28 @@ static void test_loss(void) {
     snprintf(wlog, sizeof wlog, "%s/worker.log", g_dir);
     snprintf(outf, sizeof outf, "%s/cmd.out", g_dir);
     snprintf(errf, sizeof errf, "%s/cmd.err", g_dir);
-    char *head[] = {g_bin,  "agent",        "-m",    g_model,     "--listen", listen, "--name",
-                    "head", "--no-profile", "--ctx", "512",       "--expect", "1",    "--windows",
-                    "2,2",  "--api-listen", api,     "--api-key", KEY,        NULL};
+    char *head[] = {g_bin,
+                    "agent",
+                    "-m",
+                    g_model,
+                    "--listen",
+                    listen,
+                    "--name",
+                    "head",
+                    "--no-profile",
+                    "--ctx",
+                    "512",
+                    "--expect",
+                    "1",
+                    "--windows",
+                    "2,2",
+                    "--api-listen",
+                    api,
+                    "--api-key",
+                    KEY,
+                    "--api-max-conns-per-ip",
+                    "4",
+                    NULL};
     char *worker[] = {g_bin,    "agent",      "-m",     g_model, "--listen",     wlisten,
                       "--name", "lostworker", "--head", g_ctrl,  "--no-profile", NULL};
     spawn(head, NULL, hlog);
@@ -96,6 +178,8 @@ static void test_loss(void) {
     st = http("POST", "/v1/completions", req, KEY, NULL, &s);
     CHECK_EQ(st, 200);
     free(s);
+    test_max_tokens();
+    test_per_address(aport, hlog);
 
     /* the worker dies: no plan fits the head alone (the windows need two) */
     kill(w, SIGKILL);
@@ -112,6 +196,7 @@ static void test_loss(void) {
     CHECK_EQ(st, 503);
     CHECK(t_health < 3.0);
     CHECK(s && strstr(s, "lostworker"));
+    CHECK(s && strstr(s, "\"status\":\"unavailable\"")); /* not "loading": it failed */
     free(s);
     s = NULL;
     t0 = now_s();
@@ -135,6 +220,9 @@ static void test_loss(void) {
     CHECK_EQ(run_wait(sa, outf, errf, NULL), 0);
     o = slurp(outf, NULL);
     CHECK(o && strstr(o, "NOT READY") && strstr(o, "lostworker"));
+    CHECK(o && !strstr(o, "[-1]")); /* a device out of the ring has no position */
+    if (o && strstr(o, "[-1]"))
+        fprintf(stderr, "status after the loss:\n%s\n", o);
     free(o);
     CHECK_EQ(run_wait(sj, outf, errf, NULL), 0);
     o = slurp(outf, NULL);

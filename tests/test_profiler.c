@@ -518,6 +518,7 @@ static void test_device_and_cache(void) {
     hr_prof_params p = hr_prof_params_default();
     p.quick = true;
     p.cache_dir = cache;
+    p.cache_busy = true; /* the cache's mechanics, however busy the test machine is */
     p.model_path = model;
     p.types[0] = HR_TYPE_Q4_0;
     p.types[1] = HR_TYPE_Q6_K;

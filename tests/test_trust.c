@@ -286,9 +286,46 @@ static void test_rogue(const char *model, const int32_t *prompt, int n_prompt, c
     CHECK_EQ(generate(h.a, prompt, n_prompt, &out, err), 0);
     CHECK(same(&out, ref)); /* worker and guest never trusted each other: the head vouches */
     agent_end(&rogue);
-    /* first pairing by the head's join token: a new agent with a new key */
-    const char *tok = hr_agent_join_token(h.a);
+    /* first pairing by the head's join token: a new agent with a new key.
+     * The token is rotated first (`hearth key rotate-join` on the head's
+     * machine, another process's handle): the old one no longer pairs with
+     * the running head, the new one does. */
+    const char *old_tok = hr_agent_join_token(h.a);
+    CHECK_EQ(strlen(old_tok), 83);
+    char tok[96] = "";
+    {
+        hr_ring_keys *rk = NULL;
+        CHECK_EQ(hr_ring_keys_open(&rk, hd, err), 0);
+        CHECK_EQ(hr_ring_keys_join_rotate(rk, 3600, tok, sizeof tok, err), 0);
+        long long exp = hr_ring_keys_join_expires(rk);
+        CHECK(exp > (long long)time(NULL) + 3500 && exp <= (long long)time(NULL) + 3600);
+        hr_ring_keys_close(rk);
+    }
     CHECK_EQ(strlen(tok), 83);
+    CHECK(strcmp(tok, old_tok) != 0);
+    CHECK(strncmp(tok, old_tok, 43) == 0); /* the same head key, a new pairing secret */
+    {
+        agent_th stale;
+        char sd[300];
+        key_dir(sd, sizeof sd, "stale");
+        memset(&stale, 0, sizeof stale);
+        hr_agent_params sp = hr_agent_params_default();
+        sp.model_path = model;
+        sp.listen = "127.0.0.1:0";
+        sp.head = hr_agent_endpoint(h.a);
+        sp.key_dir = sd;
+        sp.join = old_tok;
+        sp.name = "stale";
+        CHECK_EQ(agent_begin(&stale, &sp), 0);
+        pthread_join(stale.th, NULL); /* pairing gives up after 10 s */
+        stale.running = false;
+        printf("old join token after rotation: %s\n", stale.err);
+        CHECK(stale.rc != 0);
+        CHECK(strstr(stale.err, "no pairing answer") != NULL);
+        hr_agent_destroy(stale.a);
+        n_dev = status_n_devices(h.a, &n_ring);
+        CHECK_EQ(n_dev, 2);
+    }
     agent_th nw;
     char nd[300];
     key_dir(nd, sizeof nd, "newcomer");
