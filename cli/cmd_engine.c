@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/sync.h"
 #include "gpu/vk.h"
+#include "kernels/pool.h"
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "model/generate.h"
@@ -1021,6 +1022,11 @@ HR_CLI_COMMAND(bench) {
     printf("measured memory read bandwidth: %.2f GB/s (%.2f before, %.2f after; probe %.0f MiB)\n",
            bw, bw0, bw1, probe / 1048576.0);
     hr_bench_groups(e.ctx);
+    unsigned long long backoffs = hr_pool_backoffs(hr_ctx_pool(e.ctx));
+    if (backoffs > 0) /* the workers kept the kernels waiting: a busy machine */
+        printf("threads: the pool ran on one thread for a second %llu time%s (its workers lost "
+               "their cores to other programs)\n",
+               backoffs, backoffs == 1 ? "" : "s");
     rc = 0;
 done:
     free(logits);
