@@ -234,6 +234,8 @@ static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int 
                         "each does not fit, or is slower where it takes the room of weights)",
                         hd->plan_seq, hd->plan_ctx, a->p.n_parallel, j->ctx0);
         hd->sched = j->plan;
+        HR_LOG_INFO(TAG, "plan: %.3f ms per token, %s (%.1f ms to solve the chosen variant)",
+                    hd->sched.latency_ms, hd->sched.explanation, hd->sched.solve_ms);
         *k_out = hd->sched.k;
         for (int i = 0; i < n; i++) {
             w[i] = hd->sched.dev[i].w;

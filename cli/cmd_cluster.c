@@ -497,7 +497,8 @@ static const char *hr_mbit(double bps, char *buf, size_t cap) {
 /* One device's link line: measured (to whom, when, on which plan),
  * measured the other way (the head before it probed its own next), or
  * assumed (the planner's stand-in; shown only when it planned with it). */
-static void hr_print_link(json_t *d, int has_prof, int assumed, double rtt, double bps) {
+static void hr_print_link(json_t *devs, json_t *d, int has_prof, int assumed, double rtt,
+                          double bps) {
     const char *to = "", *probe = "";
     double age = -1;
     json_int_t plan = 0, n = 0;
@@ -506,6 +507,17 @@ static void hr_print_link(json_t *d, int has_prof, int assumed, double rtt, doub
                 &plan, "link_measurements", &n, "link_reverse", &reverse, "link_probe", &probe);
     char who[80], mb[32];
     snprintf(who, sizeof who, "%s", to[0] ? to : "next");
+    size_t i;
+    json_t *o;
+    json_array_foreach(devs, i, o) { /* a link to a device that is lost is no link */
+        const char *on = "";
+        int ol = 0;
+        json_unpack(o, "{s?s,s?b}", "name", &on, "lost", &ol);
+        if (to[0] && ol && strcmp(on, to) == 0) {
+            printf("      link to %s: gone (%s is lost)\n", who, who);
+            return;
+        }
+    }
     if (!assumed && reverse)
         printf("      link to %s: %s, %.3g ms round trip (measured by %s the other way)\n", who,
                hr_mbit(bps, mb, sizeof mb), rtt, who);
@@ -621,11 +633,14 @@ static void hr_print_status(json_t *j) {
             snprintf(gbuf, sizeof gbuf, ", %d on its GPU", gl);
         if (left[0])
             printf("      no layers (left out: %s)\n", left);
+        else if (w == 0 && pos >= 0) /* the head with no window: it embeds and samples */
+            printf("      no layers (embedding and output head only); tokens %lld\n",
+                   (long long)tok);
         else
             printf("      layers %s (w %d%s); ms/round predicted %s, measured %s; resident %.0f%%; "
                    "tokens %lld\n",
                    layers, w, gbuf, pbuf, mbuf, res * 100.0, (long long)tok);
-        hr_print_link(d, has_prof, lassumed, rtt, lbps);
+        hr_print_link(devs, d, has_prof, lassumed, rtt, lbps);
         if (!left[0] && w > 0)
             hr_print_disk(d);
         double fd = json_number_value(json_object_get(d, "fetch_done_bytes")),

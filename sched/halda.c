@@ -401,8 +401,10 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
     memcpy(out->k_latency_ms, k_lat, sizeof k_lat[0] * (size_t)c->n_k);
     out->solve_ms = hr_sched_now_ms() - t0;
     hr_sched_explain(out);
-    HR_LOG_INFO(TAG, "plan: %.3f ms per token, %s (%.1f ms to solve)", out->latency_ms,
-                out->explanation, out->solve_ms);
+    /* debug: a caller may solve several variants (KV slot sizes) and says
+     * which plan it took */
+    HR_LOG_DEBUG(TAG, "plan: %.3f ms per token, %s (%.1f ms to solve)", out->latency_ms,
+                 out->explanation, out->solve_ms);
     free(c);
     return 0;
 fail:
