@@ -303,7 +303,8 @@ int main(void) {
                         "--cluster", cluster, "--discovery-port", disc,    "--key-dir", kw,
                         NULL};
     double t_w = now_s();
-    CHECK(spawn(wa, f_w, cw) > 0);
+    pid_t wpid = spawn(wa, f_w, cw);
+    CHECK(wpid > 0);
 
     /* the head plans the two by itself: wait for a ready plan with both */
     ring_view v = {0};
@@ -366,6 +367,30 @@ int main(void) {
     printf("plan after the answer: %s\n  %s\n", after.source, after.split);
     CHECK_EQ(after.n_ring, 2);
     CHECK(after.worker_w > 0);
+
+    /* the worker is lost: `hearth status` marks it LOST and the head's link
+     * to it as gone, not as a measured link */
+    for (int i = 0; wpid > 0 && i < g_npids; i++)
+        if (g_pids[i] == wpid) {
+            kill(wpid, SIGKILL);
+            waitpid(wpid, NULL, 0);
+            g_pids[i] = g_pids[--g_npids];
+            break;
+        }
+    char f_st[256];
+    snprintf(f_st, sizeof f_st, "%s/status.txt", g_dir);
+    const char *sa[] = {bin, "status", "--head", head, "--key-dir", kh, "--timeout", "5", NULL};
+    bool gone = false;
+    for (double t2 = now_s(); !gone && now_s() - t2 < 30; sleep_ms(500)) {
+        if (run_cmd(sa, f_st, f_err, 30) != 0)
+            continue;
+        char *st = slurp(f_st, NULL);
+        gone = st && strstr(st, "LOST") && strstr(st, ": gone (") && strstr(st, " is lost)");
+        free(st);
+    }
+    CHECK(gone);
+    if (!gone)
+        show_tail(f_st, 3000);
     cleanup();
     printf("default path: %.1f s in all\n", now_s() - t_start);
     return hr_check_finish("default_path");
