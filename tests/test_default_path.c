@@ -391,6 +391,20 @@ int main(void) {
     CHECK(gone);
     if (!gone)
         show_tail(f_st, 3000);
+
+    /* each plan the scheduler made is logged once, as the one chosen (the
+     * scheduler's line per KV-slot variant tried is debug) */
+    char *hl = slurp(f_h, NULL);
+    int chosen = 0, variants = 0;
+    for (const char *q = hl; q && (q = strstr(q, "to solve the chosen variant")); q++)
+        chosen++;
+    for (const char *q = hl; q && (q = strstr(q, "[sched] plan:")); q++)
+        variants++;
+    printf("head log: %d chosen plan line%s, %d per-variant lines\n", chosen,
+           chosen == 1 ? "" : "s", variants);
+    CHECK(chosen >= 1);
+    CHECK_EQ(variants, 0);
+    free(hl);
     cleanup();
     printf("default path: %.1f s in all\n", now_s() - t_start);
     return hr_check_finish("default_path");
