@@ -699,7 +699,7 @@ void hr_head_cache_forget(hr_head *hd, int slot) {
             hd->cache[s].n_exact = 0;
 }
 
-/* The cache holds the plan in use's KV; its token lists hold n_ctx. */
+/* The cache's token lists hold n_ctx (hr_bs_restart matches the cache to the plan in use). */
 static int hr_bs_cache_check(hr_bsess *b, char err[HR_ERR_LEN]) {
     hr_head *hd = b->a->head;
     const hr_local_plan *lp = &b->a->lp;
@@ -714,10 +714,7 @@ static int hr_bs_cache_check(hr_bsess *b, char err[HR_ERR_LEN]) {
                 return hr_seterr(err, HR_ENOMEM, "out of memory for the prompt cache");
         hd->cache_ctx = lp->n_ctx;
     }
-    if (hd->cache_plan != lp->plan_id) /* a new plan: fresh KV everywhere */
-        hr_head_cache_forget(hd, -1);
-    hd->cache_plan = lp->plan_id;
-    return 0;
+    return 0; /* a new plan's KV is forgotten by hr_bs_restart, which every session runs */
 }
 
 /* ---- plans: a lost device, an adaptive re-plan ---- */

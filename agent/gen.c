@@ -6,12 +6,8 @@
 #include "common/sync.h"
 
 #include "common/log.h"
-#include "common/progress.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #define TAG "head"
 
