@@ -562,6 +562,10 @@ HR_CLI_COMMAND(info) {
         printf("shape:       embd %d, layers %d, heads %d (kv %d, dim %d), ffn %d, vocab %d\n",
                hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
                hp->n_vocab);
+        if (hp->n_expert > 0)
+            printf("experts:     %d per layer, %d used per token, %d rows each%s\n", hp->n_expert,
+                   hp->n_expert_used, hp->n_ff_exp,
+                   hp->n_ff_shexp > 0 && (hp->sets & HR_LT_SHEXP) ? " + a shared expert" : "");
         printf("rope:        %s, base %g, %d dims; rms eps %g; train ctx %d; output %s\n",
                hp->rope_neox ? "neox" : "normal", hp->rope_base, hp->n_rot, hp->rms_eps,
                hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
@@ -570,6 +574,14 @@ HR_CLI_COMMAND(info) {
             lb += hr_model_layer_bytes(m, il);
         printf("weights:     %.1f MiB in layers (%.2f MiB per layer avg), %.1f MiB output head\n",
                lb / 1048576.0, lb / 1048576.0 / hp->n_layer, hr_model_output_bytes(m) / 1048576.0);
+        if (hp->n_expert > 0) {
+            uint64_t eb = 0;
+            for (int il = 0; il < hp->n_layer; il++)
+                eb += hr_model_layer_expert_bytes(m, il);
+            printf("per token:   %.1f MiB of layers read (%.1f MiB always, %d of %d experts)\n",
+                   (lb - eb + eb * (double)hp->n_expert_used / hp->n_expert) / 1048576.0,
+                   (lb - eb) / 1048576.0, hp->n_expert_used, hp->n_expert);
+        }
         hr_model_free(m);
     } else {
         printf("model:       not loadable: %s\n", err);
@@ -614,15 +626,22 @@ static void hr_mk_progress(int done, int total, void *ud) {
 
 const hr_cli_opt hr_cmd_mkmodel_opts[] = {
     HR_CLI_OPT("out", 'o', STR, out, "FILE", "the model file to write"),
-    HR_CLI_OPT("shape", 0, STR, shape, "NAME", "tinyllama, small, tiny, llama7b"),
+    HR_CLI_OPT("shape", 0, STR, shape, "NAME",
+               "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
+               "mixtral-tiny"),
     HR_CLI_OPT("type", 0, STR, type, "TYPE", "weight type, e.g. q4_0, q4_k_m, f16"),
-    HR_CLI_OPT("arch", 0, STR, arch, "NAME", "llama, qwen2 or qwen3 (default llama)"),
+    HR_CLI_OPT("arch", 0, STR, arch, "NAME",
+               "llama, qwen2, qwen3, qwen3moe or qwen2moe (default llama; a shape may set it)"),
     HR_CLI_OPT("vocab", 0, STR, vocab, "FILE", "copy the tokenizer from this GGUF"),
     HR_CLI_OPT("embd", 0, COUNT, embd, "N", "embedding width"),
     HR_CLI_OPT("layers", 0, COUNT, layers, "N", "layer count"),
     HR_CLI_OPT("heads", 0, COUNT, heads, "N", "attention heads"),
     HR_CLI_OPT("heads-kv", 0, COUNT, heads_kv, "N", "KV heads"),
     HR_CLI_OPT("ffn", 0, COUNT, ffn, "N", "feed-forward width"),
+    HR_CLI_OPT("experts", 0, COUNT, experts, "N", "routed experts per layer (0: dense)"),
+    HR_CLI_OPT("experts-used", 0, COUNT, experts_used, "K", "experts each token is routed to"),
+    HR_CLI_OPT("expert-ffn", 0, COUNT, expert_ffn, "N", "rows of each expert"),
+    HR_CLI_OPT("shared-ffn", 0, COUNT, shared_ffn, "N", "rows of the shared expert (qwen2moe)"),
     HR_CLI_OPT("vocab-size", 0, COUNT, vocab_size, "N", "vocabulary size"),
     HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "training context length written to the model"),
     HR_CLI_OPT("seed", 's', I64, seed, "S", "weight RNG seed"),
@@ -635,7 +654,7 @@ HR_CLI_COMMAND(mkmodel) {
         return hr_cli_fail("mkmodel needs -o OUT.gguf");
     hr_mkmodel_params p = hr_mkmodel_params_default();
     if (o->shape && hr_mkmodel_shape(&p, o->shape))
-        return hr_cli_fail("unknown shape '%s' (tinyllama, small, tiny, llama7b)", o->shape);
+        return hr_cli_fail("unknown shape '%s' (%s)", o->shape, hr_mkmodel_shape_names());
     if (o->arch)
         p.arch = o->arch;
     if (o->type)
@@ -650,6 +669,14 @@ HR_CLI_COMMAND(mkmodel) {
         p.n_head_kv = o->heads_kv;
     if (o->ffn > 0)
         p.n_ff = o->ffn;
+    if (o->experts > 0)
+        p.n_expert = o->experts;
+    if (o->experts_used > 0)
+        p.n_expert_used = o->experts_used;
+    if (o->expert_ffn > 0)
+        p.n_ff_exp = o->expert_ffn;
+    if (o->shared_ffn > 0)
+        p.n_ff_shexp = o->shared_ffn;
     if (o->vocab_size > 0)
         p.n_vocab = o->vocab_size;
     if (o->ctx > 0)

@@ -120,6 +120,14 @@ HR_PI __m512 gather_h(__mmask16 m, __m512i off, const uint8_t *base) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
+/* fp16 in the last 2 bytes before base + off[lane] + 2, as floats (lanes
+ * outside m: 0): a field at the very end of a block, read without touching
+ * the bytes after it (the block may end a mapping at a page's end) */
+HR_PI __m512 gather_h_end(__mmask16 m, __m512i off, const uint8_t *base) {
+    const __m512i v = _mm512_srli_epi32(gather32(m, off, base - 2), 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
 /* each 32-bit lane's value x (which fits int16) as an (x, x) int16 pair */
 HR_PI __m512i pair16(__m512i v) {
     const __m512i x = _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
@@ -496,7 +504,7 @@ static void pack_q6_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, u
         for (int k = 0; k < 8; k++)
             _mm512_store_si512(o + 5120 + 64 * k,
                                _mm512_sub_epi32(z, _mm512_slli_epi32(acc[k], 7)));
-        _mm512_store_ps(o + 5632, gather_h(m, off, base + offsetof(hr_block_q6_k, d)));
+        _mm512_store_ps(o + 5632, gather_h_end(m, off, base + offsetof(hr_block_q6_k, d)));
     }
 }
 

@@ -198,6 +198,101 @@ void hr_matmul_runs(hr_pool *pool, int n_w, const hr_weight *const *w, float *co
     hr_matmul_job(pool, n_w, w, y, x, n_tok, run_len, n_runs, wbuf);
 }
 
+/* ---- groups of products (experts) ---- */
+
+typedef struct {
+    hr_mm_group *g;
+    int n_g;
+    long total_rows, total_tok, chunk;
+    const hr_kernels *k;
+    _Atomic long next_row;
+} hr_mmg_job;
+
+static void hr_mmg_quant_worker(void *ctx, int ith, int nth) {
+    hr_mmg_job *j = ctx;
+    for (int gi = 0; gi < j->n_g; gi++) {
+        hr_mm_group *g = &j->g[gi];
+        int act_type = hr_type_get(g->w[0].type)->vec_dot_type;
+        if (act_type == HR_TYPE_F32)
+            continue;
+        hr_quant_fn q = j->k->quant[act_type];
+        int64_t n_in = g->w[0].n_in;
+        for (int t = 0; t < g->n_tok; t++)
+            if ((g->tok0 + t) % nth == ith)
+                q(g->x + (size_t)t * n_in, (char *)g->act + (size_t)t * g->act_row_bytes, n_in);
+    }
+}
+
+/* Rows [b, e) of the groups' weights (concatenated) as hr_matmul's worker
+ * computes them for each group alone. */
+static void hr_mmg_rows(hr_mmg_job *j, long b, long e) {
+    int lo = 0, hi = j->n_g - 1; /* the group holding row b */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (j->g[mid].row0 <= b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    for (int gi = lo; gi < j->n_g && j->g[gi].row0 < e; gi++) {
+        hr_mm_group *g = &j->g[gi];
+        const hr_weight *w[2] = {&g->w[0], &g->w[1]};
+        hr_mm_job sub = {.n_w = g->n_w,
+                         .w = w,
+                         .y = g->y,
+                         .act = (void *)g->act,
+                         .act_row_bytes = g->act_row_bytes,
+                         .n_tok = g->n_tok,
+                         .k = j->k};
+        long rows = g->w[0].n_out + (g->n_w > 1 ? g->w[1].n_out : 0);
+        long gb = b > g->row0 ? b - g->row0 : 0, ge = e - g->row0 < rows ? e - g->row0 : rows;
+        if (gb < ge)
+            hr_mm_dot_rows(&sub, gb, ge);
+    }
+}
+
+static void hr_mmg_dot_worker(void *ctx, int ith, int nth) {
+    hr_mmg_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        long b = atomic_fetch_add_explicit(&j->next_row, j->chunk, memory_order_relaxed);
+        if (b >= j->total_rows)
+            break;
+        hr_mmg_rows(j, b, b + j->chunk < j->total_rows ? b + j->chunk : j->total_rows);
+    }
+}
+
+void hr_matmul_groups(hr_pool *pool, hr_mm_group *g, int n_g, void *wbuf) {
+    hr_mmg_job j = {.g = g, .n_g = n_g, .k = hr_kernels_best()};
+    char *act = wbuf;
+    for (int gi = 0; gi < n_g; gi++) {
+        hr_mm_group *x = &g[gi];
+        int act_type = hr_type_get(x->w[0].type)->vec_dot_type;
+        x->row0 = j.total_rows;
+        x->tok0 = j.total_tok;
+        j.total_rows += x->w[0].n_out + (x->n_w > 1 ? x->w[1].n_out : 0);
+        j.total_tok += x->n_tok;
+        if (act_type == HR_TYPE_F32) {
+            x->act = x->x;
+            x->act_row_bytes = (size_t)x->w[0].n_in * sizeof(float);
+        } else {
+            x->act = act;
+            x->act_row_bytes = hr_type_row_bytes(act_type, x->w[0].n_in);
+            act += x->act_row_bytes * (size_t)x->n_tok;
+        }
+    }
+    if (j.total_rows == 0)
+        return;
+    hr_pool_run(pool, hr_mmg_quant_worker, &j);
+    long nth = hr_pool_size(pool);
+    j.chunk = (j.total_rows / (nth * 8) + HR_MM_TILE_ROWS - 1) / HR_MM_TILE_ROWS * HR_MM_TILE_ROWS;
+    if (j.chunk < HR_MM_TILE_ROWS)
+        j.chunk = HR_MM_TILE_ROWS;
+    atomic_init(&j.next_row, 0);
+    hr_pool_run(pool, hr_mmg_dot_worker, &j);
+}
+
 /* ---- element-wise ---- */
 
 /* As ggml's rms_norm: float squares summed in double, the mean rounded to

@@ -43,6 +43,32 @@ void hr_matmul(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *
 void hr_matmul_runs(hr_pool *pool, int n_w, const hr_weight *const *w, float *const *y,
                     const float *x, int n_tok, const int *run_len, int n_runs, void *wbuf);
 
+/* One matrix product of several (hr_matmul_groups): n_w weights (1 or 2,
+ * same n_in and activation format) over their own input rows. */
+typedef struct {
+    int n_w;
+    hr_weight w[2];
+    float *y[2];    /* [n_tok][w[i].n_out] */
+    const float *x; /* [n_tok][n_in] f32 */
+    int n_tok;
+    /* filled by hr_matmul_groups */
+    const void *act;
+    size_t act_row_bytes;
+    long row0, tok0;
+} hr_mm_group;
+
+/* Bytes of work buffer hr_matmul_groups needs for groups of n_in inputs
+ * against weights of this type carrying n_tok rows in all. */
+#define hr_matmul_groups_wbuf_size hr_matmul_wbuf_size
+
+/* Each group's product, as hr_matmul computes it for that group alone
+ * (bit for bit: every row's values are those of a single-row product), in
+ * one pass of the pool over all groups' weight rows: the experts a step's
+ * rows are routed to, each read once for the rows routed to it. wbuf:
+ * scratch for every group's converted input (the sum of
+ * hr_matmul_wbuf_size over groups). */
+void hr_matmul_groups(hr_pool *pool, hr_mm_group *g, int n_g, void *wbuf);
+
 /* out[i] = x[i] / rms(x) * g[i]  (g may be NULL) ; n elements. */
 void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps);
 /* x[i] += b[i] */

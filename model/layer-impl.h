@@ -18,10 +18,11 @@ typedef struct {
      * its n_ff rows, Wo/Wdown by its output rows (or input columns); norms
      * whole */
     hr_layer_weights w;
-    int n_kv;     /* KV heads in w; query heads: n_kv * n_head / n_head_kv */
-    int n_ff;     /* n_ff rows of Wgate/Wup in w */
-    uint16_t *k;  /* [n_seq][n_ctx][n_kv*head_dim] f16 cache, one slot per sequence */
-    uint16_t *vt; /* [n_seq][n_kv*head_dim][n_ctx] f16 cache, transposed */
+    int n_kv;       /* KV heads in w; query heads: n_kv * n_head / n_head_kv */
+    int n_ff;       /* n_ff rows of Wgate/Wup in w */
+    uint16_t *k;    /* [n_seq][n_ctx][n_kv*head_dim] f16 cache, one slot per sequence */
+    uint16_t *vt;   /* [n_seq][n_kv*head_dim][n_ctx] f16 cache, transposed */
+    uint64_t *hits; /* [n_expert] rows routed to each expert (HR_LT_MOE), or NULL */
 } hr_layer_part;
 
 /* Where the rows of a step over several sequences belong: row t is at
@@ -48,6 +49,19 @@ typedef struct {
     float *gate, *up; /* [B][f]; gate ends as the SwiGLU output */
     float *scratch;   /* attention: hr_attn_scratch_floats() */
     void *wbuf;       /* hr_matmul scratch */
+    /* mixture of experts (hp->n_expert > 0; K = n_expert_used): router
+     * probabilities [B][n_expert], each row's experts and weights [B][K],
+     * the routed rows grouped by expert ([B*K]: row * K + slot, and where
+     * each landed), per expert its first grouped row [n_expert + 1] (+ [n_expert] scratch), the
+     * grouped inputs [B*K][n_embd], gate / up [B*K][n_ff_exp] and outputs
+     * [B*K][n_embd], one product group per expert and their scratch */
+    float *moe_prob;
+    int *moe_sel;
+    float *moe_wt;
+    int *moe_rows, *moe_at, *moe_first;
+    float *moe_x, *moe_g, *moe_u, *moe_y;
+    hr_mm_group *moe_groups;
+    void *moe_wbuf;
 } hr_layer_env;
 
 /* Allocates env's buffers through alloc(ud, bytes) (NULL on failure; the
@@ -74,6 +88,13 @@ void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hi
  * over gate). x: [n][w.n_in], y: [n][w.n_out] f32. */
 void hr_layer_matmul(const hr_layer_env *e, const hr_weight *w, const float *x, float *y, int n,
                      const hr_layer_rows *R);
+/* Mixture-of-experts feed-forward (HR_LT_MOE): xb = rmsnorm(hidden), the
+ * router's top n_expert_used experts per row, each expert run once over
+ * the rows routed to it, their outputs weighted and summed per row in the
+ * router's order (+ the gated shared expert), added to hidden. y: [n][n_embd]
+ * scratch. A row's result does not depend on the other rows. */
+void hr_layer_moe(const hr_layer_env *e, const hr_layer_part *P, float *hidden, float *y, int n,
+                  const hr_layer_rows *R);
 /* hidden[t] += y[t] for t < n; both [n][n_embd] f32. */
 void hr_layer_residual(float *hidden, const float *y, int n, int n_embd);
 
@@ -101,8 +122,15 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
 
 /* Table-driven (layer_table.c): */
 hr_weight *hr_layer_weight_mut(hr_layer_weights *L, const hr_layer_tensor *t);
-/* Whether a file of architecture a must have t. */
-bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_arch_info *a);
+/* Whether a file of these hyper-parameters must have t. */
+bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_hparams *hp);
+/* The HR_LT_* sets the layers of a file of architecture a with n_expert
+ * experts carry (*sets) and must carry (*needs): the dense feed-forward
+ * without experts, the routed experts (and a shared one where a has it)
+ * with them. */
+void hr_arch_layer_sets(const hr_arch_info *a, int n_expert, unsigned *sets, unsigned *needs);
+/* Bytes of L's routed experts. */
+uint64_t hr_layer_expert_bytes(const hr_layer_weights *L);
 /* Bytes of L's tensors (matrices; vectors too when asked). */
 uint64_t hr_layer_bytes(const hr_layer_weights *L, bool vectors);
 /* max(cur, hr_matmul work buffer any matrix of L needs for n_batch tokens). */

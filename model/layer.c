@@ -7,10 +7,40 @@
 
 #include "kernels/quant.h"
 
+#include <math.h>
+#include <string.h>
+
+/* The experts' buffers of e (a plain layer of a model with experts). */
+static bool hr_layer_env_moe(hr_layer_env *e, size_t B, hr_layer_alloc_fn alloc, void *ud) {
+    const hr_hparams *hp = e->hp;
+    size_t NE = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, E = (size_t)hp->n_embd;
+    size_t F = (size_t)hp->n_ff_exp, BK = B * K, big = E > F ? E : F;
+    e->moe_prob = alloc(ud, B * NE * sizeof(float));
+    e->moe_sel = alloc(ud, BK * sizeof(int));
+    e->moe_wt = alloc(ud, BK * sizeof(float));
+    e->moe_rows = alloc(ud, BK * sizeof(int));
+    e->moe_at = alloc(ud, BK * sizeof(int));
+    e->moe_first = alloc(ud, (2 * NE + 1) * sizeof(int));
+    e->moe_x = alloc(ud, BK * E * sizeof(float));
+    e->moe_g = alloc(ud, BK * F * sizeof(float));
+    e->moe_u = alloc(ud, BK * F * sizeof(float));
+    e->moe_y = alloc(ud, BK * E * sizeof(float));
+    e->moe_groups = alloc(ud, NE * sizeof(hr_mm_group));
+    /* converted inputs: at most 2 bytes per value (f16), K rows per row */
+    e->moe_wbuf = alloc(ud, BK * big * 2 + 64 * NE);
+    return e->moe_prob && e->moe_sel && e->moe_wt && e->moe_rows && e->moe_at && e->moe_first &&
+           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_wbuf;
+}
+
 int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,
                        hr_layer_alloc_fn alloc, void *ud) {
     const hr_hparams *hp = e->hp;
     size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, D = (size_t)hp->head_dim;
+    if (hp->n_expert > 0 && n_ff > 0) {
+        if (!hr_layer_env_moe(e, B, alloc, ud))
+            return HR_ENOMEM;
+        n_ff = hp->n_ff_shexp > n_ff ? hp->n_ff_shexp : n_ff; /* the shared expert's gate/up */
+    }
     size_t KD = (size_t)n_kv * D, QD = KD * (size_t)(hp->n_head / hp->n_head_kv);
     e->xb = alloc(ud, B * E * sizeof(float));
     e->q = alloc(ud, B * QD * sizeof(float));
@@ -142,6 +172,132 @@ void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hi
         hr_swiglu(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
 }
 
+/* Each row's top K experts by router probability (ties: the lower index)
+ * and their weights, divided by their sum where the architecture says so;
+ * the rows grouped by expert. */
+static void hr_moe_route(const hr_layer_env *e, const hr_layer_part *P, int n) {
+    const hr_hparams *hp = e->hp;
+    int NE = hp->n_expert, K = hp->n_expert_used;
+    int *first = e->moe_first;
+    memset(first, 0, (size_t)(NE + 1) * sizeof(int));
+    for (int t = 0; t < n; t++) {
+        float *p = e->moe_prob + (size_t)t * NE;
+        hr_softmax(p, NE);
+        int *sel = e->moe_sel + (size_t)t * K;
+        float *wt = e->moe_wt + (size_t)t * K, sum = 0.0f;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int x = 0; x < NE; x++) {
+                bool taken = false;
+                for (int i = 0; i < j && !taken; i++)
+                    taken = sel[i] == x;
+                if (!taken && (best < 0 || p[x] > p[best]))
+                    best = x;
+            }
+            sel[j] = best;
+            wt[j] = p[best];
+            sum += p[best];
+            first[best + 1]++;
+            if (P->hits)
+                P->hits[best]++;
+        }
+        if (hp->arch->moe_norm_w) {
+            sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f; /* as llama.cpp clamps */
+            for (int j = 0; j < K; j++)
+                wt[j] /= sum;
+        }
+    }
+    for (int x = 0; x < NE; x++)
+        first[x + 1] += first[x];
+    int *fill = first + NE + 1; /* each expert's next free place */
+    memcpy(fill, first, (size_t)NE * sizeof(int));
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < K; j++) {
+            int x = e->moe_sel[t * K + j], at = fill[x]++;
+            e->moe_rows[at] = t * K + j;
+        }
+    for (int g = 0; g < n * K; g++)
+        e->moe_at[e->moe_rows[g]] = g;
+}
+
+/* One product group per expert with rows: its stack's matrix (two for
+ * gate/up) over x's grouped rows (stride floats each) into y0 / y1. */
+static int hr_moe_groups(const hr_layer_env *e, const hr_weight *w0, const hr_weight *w1,
+                         const float *x, size_t stride, float *y0, float *y1, size_t ystride) {
+    const hr_hparams *hp = e->hp;
+    int ng = 0;
+    for (int x_ = 0; x_ < hp->n_expert; x_++) {
+        int f = e->moe_first[x_], m = e->moe_first[x_ + 1] - f;
+        if (m == 0)
+            continue;
+        hr_mm_group *g = &e->moe_groups[ng++];
+        *g = (hr_mm_group){.n_w = w1 ? 2 : 1, .x = x + (size_t)f * stride, .n_tok = m};
+        g->w[0] = hr_expert_view(w0, hp->n_expert, x_);
+        g->y[0] = y0 + (size_t)f * ystride;
+        if (w1) {
+            g->w[1] = hr_expert_view(w1, hp->n_expert, x_);
+            g->y[1] = y1 + (size_t)f * ystride;
+        }
+    }
+    return ng;
+}
+
+/* The shared expert, gated by sigmoid(w . xb), added to y. */
+static void hr_moe_shared(const hr_layer_env *e, const hr_layer_weights *W, float *y, int n,
+                          const hr_layer_rows *R) {
+    size_t E = (size_t)e->hp->n_embd, F = (size_t)e->hp->n_ff_shexp;
+    const hr_weight *wgu[2] = {&W->gate_shexp, &W->up_shexp};
+    float *ygu[2] = {e->gate, e->up};
+    hr_layer_mm(e, 2, wgu, ygu, e->xb, n, R);
+    for (int t = 0; t < n; t++)
+        hr_swiglu(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
+    float *s = e->moe_x; /* [n][E], free again */
+    hr_layer_matmul(e, &W->down_shexp, e->gate, s, n, R);
+    const float *gw = W->gate_inp_shexp.data;
+    for (int t = 0; t < n; t++) {
+        const float *xb = e->xb + t * E;
+        float d = 0.0f;
+        for (size_t i = 0; i < E; i++)
+            d += gw[i] * xb[i];
+        float gate = 1.0f / (1.0f + expf(-d));
+        for (size_t i = 0; i < E; i++)
+            y[t * E + i] += s[t * E + i] * gate;
+    }
+}
+
+void hr_layer_moe(const hr_layer_env *e, const hr_layer_part *P, float *hidden, float *y, int n,
+                  const hr_layer_rows *R) {
+    const hr_hparams *hp = e->hp;
+    const hr_layer_weights *W = &P->w;
+    int K = hp->n_expert_used;
+    size_t E = (size_t)hp->n_embd, F = (size_t)hp->n_ff_exp;
+    hr_layer_norm(e, hidden, &W->ffn_norm, n);                  /* xb: [n][E] */
+    hr_layer_matmul(e, &W->gate_inp, e->xb, e->moe_prob, n, R); /* [n][n_expert] logits */
+    hr_moe_route(e, P, n);
+    for (int g = 0; g < n * K; g++) /* grouped inputs */
+        memcpy(e->moe_x + (size_t)g * E, e->xb + (size_t)(e->moe_rows[g] / K) * E,
+               E * sizeof(float));
+    int ng = hr_moe_groups(e, &W->gate_exps, &W->up_exps, e->moe_x, E, e->moe_g, e->moe_u, F);
+    hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
+    for (int g = 0; g < n * K; g++)
+        hr_swiglu(e->moe_g + (size_t)g * F, e->moe_g + (size_t)g * F, e->moe_u + (size_t)g * F,
+                  (int)F);
+    ng = hr_moe_groups(e, &W->down_exps, NULL, e->moe_g, F, e->moe_y, NULL, E);
+    hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
+    for (int t = 0; t < n; t++) { /* weighted sum in the router's order */
+        float *yt = y + (size_t)t * E;
+        for (int j = 0; j < K; j++) {
+            const float *d = e->moe_y + (size_t)e->moe_at[t * K + j] * E;
+            float w = e->moe_wt[t * K + j];
+            for (size_t i = 0; i < E; i++)
+                yt[i] = j == 0 ? d[i] * w : yt[i] + d[i] * w;
+        }
+    }
+    if (W->gate_shexp.data)
+        hr_moe_shared(e, W, y, n, R);
+    hr_layer_residual(hidden, y, n, (int)E);
+}
+
 /* The output projection of a block (Wo over att, Wdown over gate) added to
  * the hidden state: what a whole layer does with its block's output. */
 static void hr_layer_project(const hr_layer_env *e, const hr_weight *w, const float *x,
@@ -161,12 +317,17 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
             j->attn(j->ud, P, hidden, li);
         else
             hr_layer_project(e, &P->w.wo, e->att, hidden, y, n, R);
+        if (P->w.gate_inp.data) {
+            hr_layer_moe(e, P, hidden, y, n, R);
+            goto next;
+        }
         if (P->n_ff > 0)
             hr_layer_ffn(e, P, hidden, n, R); /* gate: [n][n_ff] */
         if (j && j->ffn)
             j->ffn(j->ud, P, hidden, li);
         else
             hr_layer_project(e, &P->w.w_down, e->gate, hidden, y, n, R);
+    next:
         if (j && j->on_layer)
             j->on_layer(j->ud, li);
     }

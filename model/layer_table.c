@@ -11,8 +11,12 @@
 
 /* clang-format off */
 #define HR_ROW(name, field, n_in, n_out, set, split, mm)                              \
-    {name, offsetof(hr_layer_weights, field), HR_DIM_##n_in, HR_DIM_##n_out, set,    \
+    {name, offsetof(hr_layer_weights, field), HR_DIM_##n_in, HR_DIM_##n_out, false, set, \
      HR_SPLIT_##split, mm}
+/* a stack of one matrix per expert (ne[2] = n_expert) */
+#define HR_EXP(name, field, n_in, n_out, set, mm)                                        \
+    {name, offsetof(hr_layer_weights, field), HR_DIM_##n_in, HR_DIM_##n_out, true, set,  \
+     HR_SPLIT_NONE, mm}
 
 /* Rows in GGUF writing order (mkmodel's, llama.cpp's). */
 static const hr_layer_tensor hr_layer_tensors[] = {
@@ -28,22 +32,34 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_ROW("attn_q_norm.weight", q_norm,    HEAD, 1,    HR_LT_QK_NORM,  NONE,  0),
     HR_ROW("attn_k_norm.weight", k_norm,    HEAD, 1,    HR_LT_QK_NORM,  NONE,  0),
     HR_ROW("ffn_norm.weight",    ffn_norm,  EMBD, 1,    0,              NONE,  0),
-    HR_ROW("ffn_gate.weight",    w_gate,    EMBD, FF,   0,              ROWS,  3),
-    HR_ROW("ffn_up.weight",      w_up,      EMBD, FF,   0,              ROWS,  3),
-    HR_ROW("ffn_down.weight",    w_down,    FF,   EMBD, 0,              OUT,   4),
+    HR_ROW("ffn_gate.weight",    w_gate,    EMBD, FF,   HR_LT_FFN,      ROWS,  3),
+    HR_ROW("ffn_up.weight",      w_up,      EMBD, FF,   HR_LT_FFN,      ROWS,  3),
+    HR_ROW("ffn_down.weight",    w_down,    FF,   EMBD, HR_LT_FFN,      OUT,   4),
+    HR_ROW("ffn_gate_inp.weight", gate_inp, EMBD, NEXP, HR_LT_MOE,      NONE,  5),
+    HR_EXP("ffn_gate_exps.weight", gate_exps, EMBD, FFE, HR_LT_MOE,            6),
+    HR_EXP("ffn_up_exps.weight",   up_exps,   EMBD, FFE, HR_LT_MOE,            6),
+    HR_EXP("ffn_down_exps.weight", down_exps, FFE,  EMBD, HR_LT_MOE,           7),
+    HR_ROW("ffn_gate_inp_shexp.weight", gate_inp_shexp, EMBD, 1, HR_LT_SHEXP, NONE, 0),
+    HR_ROW("ffn_gate_shexp.weight", gate_shexp, EMBD, FFS, HR_LT_SHEXP, NONE,  8),
+    HR_ROW("ffn_up_shexp.weight",   up_shexp,   EMBD, FFS, HR_LT_SHEXP, NONE,  8),
+    HR_ROW("ffn_down_shexp.weight", down_shexp, FFS,  EMBD, HR_LT_SHEXP, NONE, 9),
 };
 /* clang-format on */
 
 #define HR_N_LAYER_TENSORS ((int)(sizeof hr_layer_tensors / sizeof hr_layer_tensors[0]))
 
 /* One row per architecture. qwen2 files carry biases, but a file without
- * them is accepted (as it always was); qwen3 needs its q/k norms. */
+ * them is accepted (as it always was); qwen3 needs its q/k norms. A llama
+ * file with experts (Mixtral) routes its feed-forward through them; the
+ * *moe rows always do. */
 /* clang-format off */
 static const hr_arch_info hr_archs[] = {
-    /* name    rms_eps  rope_base   rope_neox sets            needs */
-    {"llama", 1e-5f,   10000.0f,   false,    0,              0},
-    {"qwen2", 1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS, 0},
-    {"qwen3", 1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM},
+    /* name       rms_eps  rope_base   rope_neox sets            needs          moe norm_w */
+    {"llama",    1e-5f,   10000.0f,   false,    0,              0,             0,  true},
+    {"qwen2",    1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS, 0,             0,  false},
+    {"qwen3",    1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM, 0,  false},
+    {"qwen3moe", 1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM, 1,  true},
+    {"qwen2moe", 1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS | HR_LT_SHEXP, HR_LT_SHEXP, 1, false},
 };
 /* clang-format on */
 
@@ -77,12 +93,42 @@ int64_t hr_dim_size(const hr_hparams *hp, hr_dim d) {
         return (int64_t)hp->n_head_kv * hp->head_dim;
     case HR_DIM_FF:
         return hp->n_ff;
+    case HR_DIM_NEXP:
+        return hp->n_expert;
+    case HR_DIM_FFE:
+        return hp->n_ff_exp;
+    case HR_DIM_FFS:
+        return hp->n_ff_shexp;
     }
     abort(); /* not a hr_dim */
 }
 
-bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_arch_info *a) {
-    return t->set == 0 || (a->needs & t->set) != 0;
+void hr_arch_layer_sets(const hr_arch_info *a, int n_expert, unsigned *sets, unsigned *needs) {
+    unsigned ffn = n_expert > 0 ? HR_LT_MOE : HR_LT_FFN;
+    *sets = (a->sets | ffn) & (n_expert > 0 ? ~0u : ~(unsigned)HR_LT_SHEXP);
+    *needs = (a->needs | ffn) & *sets;
+}
+
+bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_hparams *hp) {
+    return t->set == 0 || (hp->needs & t->set) != 0;
+}
+
+hr_weight hr_expert_view(const hr_weight *w, int n_expert, int e) {
+    hr_weight v = *w;
+    v.n_out = w->n_out / n_expert;
+    v.data = (const char *)w->data + (size_t)e * (size_t)v.n_out * w->row_bytes;
+    return v;
+}
+
+uint64_t hr_layer_expert_bytes(const hr_layer_weights *L) {
+    uint64_t s = 0;
+    for (int i = 0; i < HR_N_LAYER_TENSORS; i++) {
+        const hr_layer_tensor *t = &hr_layer_tensors[i];
+        const hr_weight *w = hr_layer_weight(L, t);
+        if (w->data && t->experts)
+            s += (uint64_t)w->row_bytes * (uint64_t)w->n_out;
+    }
+    return s;
 }
 
 uint64_t hr_layer_bytes(const hr_layer_weights *L, bool vectors) {

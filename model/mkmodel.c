@@ -4,6 +4,7 @@
 
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
+#include "model/layer-impl.h"
 #include "model/model.h"
 
 #include <ctype.h>
@@ -19,24 +20,41 @@ hr_mkmodel_params hr_mkmodel_params_default(void) {
     return p;
 }
 
+static const struct {
+    const char *name, *arch;
+    int e, l, h, kv, ff, v;
+    int ne, nu, ffe, ffs; /* experts, used, expert rows, shared rows */
+} hr_mk_shapes[] = {
+    {"tinyllama", NULL, 2048, 22, 32, 4, 5632, 32000, 0, 0, 0, 0},
+    {"small", NULL, 256, 4, 8, 4, 768, 32000, 0, 0, 0, 0},
+    {"tiny", NULL, 64, 2, 4, 2, 160, 32000, 0, 0, 0, 0},
+    {"llama7b", NULL, 4096, 32, 32, 32, 11008, 32000, 0, 0, 0, 0},
+    {"qwen3moe-small", "qwen3moe", 1024, 12, 16, 4, 6144, 32000, 128, 8, 768, 0},
+    {"qwen3moe-tiny", "qwen3moe", 256, 2, 8, 4, 768, 32000, 16, 4, 256, 0},
+    {"qwen2moe-tiny", "qwen2moe", 256, 2, 8, 4, 768, 32000, 8, 4, 256, 512},
+    {"mixtral-tiny", "llama", 256, 2, 8, 4, 512, 32000, 8, 2, 512, 0},
+};
+
+const char *hr_mkmodel_shape_names(void) {
+    return "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
+           "mixtral-tiny";
+}
+
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
-    static const struct {
-        const char *name;
-        int e, l, h, kv, ff, v;
-    } shapes[] = {
-        {"tinyllama", 2048, 22, 32, 4, 5632, 32000},
-        {"small", 256, 4, 8, 4, 768, 32000},
-        {"tiny", 64, 2, 4, 2, 160, 32000},
-        {"llama7b", 4096, 32, 32, 32, 11008, 32000},
-    };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        if (strcmp(shapes[i].name, name) == 0) {
-            p->n_embd = shapes[i].e;
-            p->n_layer = shapes[i].l;
-            p->n_head = shapes[i].h;
-            p->n_head_kv = shapes[i].kv;
-            p->n_ff = shapes[i].ff;
-            p->n_vocab = shapes[i].v;
+    for (size_t i = 0; i < sizeof hr_mk_shapes / sizeof hr_mk_shapes[0]; i++) {
+        if (strcmp(hr_mk_shapes[i].name, name) == 0) {
+            p->n_embd = hr_mk_shapes[i].e;
+            p->n_layer = hr_mk_shapes[i].l;
+            p->n_head = hr_mk_shapes[i].h;
+            p->n_head_kv = hr_mk_shapes[i].kv;
+            p->n_ff = hr_mk_shapes[i].ff;
+            p->n_vocab = hr_mk_shapes[i].v;
+            p->n_expert = hr_mk_shapes[i].ne;
+            p->n_expert_used = hr_mk_shapes[i].nu;
+            p->n_ff_exp = hr_mk_shapes[i].ffe;
+            p->n_ff_shexp = hr_mk_shapes[i].ffs;
+            if (hr_mk_shapes[i].arch)
+                p->arch = hr_mk_shapes[i].arch;
             return 0;
         }
     }
@@ -119,8 +137,11 @@ static void hr_mk_fill(float *x, int64_t n, float std, uint64_t *s) {
     }
 }
 
-static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n_in, int64_t n_out,
-                        float std, float constant, uint64_t *rng, char *err) {
+/* A tensor of n_mat matrices of n_out rows (n_mat 1: a matrix, or a
+ * vector when n_out is 1). */
+static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n_in, int64_t rows,
+                        int64_t n_mat, float std, float constant, uint64_t *rng, char *err) {
+    int64_t n_out = rows * n_mat;
     size_t rb = hr_type_row_bytes(type, n_in);
     if (rb == 0 && hr_type_get(type) && hr_type_get(type)->block_elems == 256) {
         /* rows shorter than a K-quant super-block: fall back as the usual
@@ -161,9 +182,12 @@ static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n
         free(buf);
         return hr_seterr(err, HR_ENOMEM, "out of memory for tensor %s", name);
     }
-    int64_t ne[2] = {n_in, n_out};
-    int rc =
-        hr_gguf_writer_add_tensor(w, name, type, n_out == 1 ? 1 : 2, ne, buf, rb * (size_t)n_out);
+    int64_t ne[3] = {n_in, rows, n_mat};
+    int rc = hr_gguf_writer_add_tensor(w, name, type,
+                                       n_mat > 1    ? 3
+                                       : n_out == 1 ? 1
+                                                    : 2,
+                                       ne, buf, rb * (size_t)n_out);
     free(buf);
     if (rc)
         return hr_seterr(err, rc, "cannot add tensor %s", name);
@@ -235,19 +259,27 @@ static void hr_mk_layer_fill(const hr_layer_tensor *t, const hr_ftype *ft, int i
                              int64_t n_in, int *type, float *std, float *c) {
     if (t->n_out == HR_DIM_1) {
         bool bias = strstr(t->name, ".bias") != NULL;
+        bool gate = strstr(t->name, "gate_inp") != NULL; /* the shared expert's gate */
         *type = HR_TYPE_F32;
-        *std = bias ? 0.02f : 0.0f;
-        *c = bias ? 0.0f : 1.0f;
+        *std = bias ? 0.02f : gate ? 1.0f / sqrtf((float)n_in) : 0.0f;
+        *c = bias || gate ? 0.0f : 1.0f;
         return;
     }
-    bool mixed = strcmp(t->name, "attn_v.weight") == 0 || strcmp(t->name, "ffn_down.weight") == 0;
+    if (strcmp(t->name, "ffn_gate_inp.weight") ==
+        0) { /* routers stay f32, as converters keep them */
+        *type = HR_TYPE_F32;
+        *std = 1.0f / sqrtf((float)n_in);
+        *c = 0.0f;
+        return;
+    }
+    bool mixed = strcmp(t->name, "attn_v.weight") == 0 || strncmp(t->name, "ffn_down", 8) == 0;
     *type = mixed && hr_use_more_bits(il, n_layer) ? ft->more_bits : ft->base;
     *std = 1.0f / sqrtf((float)n_in);
     *c = 0.0f;
 }
 
-static bool hr_mk_has(const hr_arch_info *a, const hr_layer_tensor *t) {
-    return t->set == 0 || (a->sets & t->set) != 0;
+static bool hr_mk_has(unsigned sets, const hr_layer_tensor *t) {
+    return t->set == 0 || (sets & t->set) != 0;
 }
 
 int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_progress cb, void *ud,
@@ -265,6 +297,14 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
         hr_arch_names(names, sizeof names);
         return hr_seterr(err, HR_EUNSUPPORTED, "mkmodel writes %s, not '%s'", names, p->arch);
     }
+    if (arch->moe && p->n_expert <= 0)
+        return hr_seterr(err, HR_EINVAL, "%s needs experts (--experts N --experts-used K)",
+                         p->arch);
+    if (p->n_expert > 0 &&
+        (p->n_expert_used < 1 || p->n_expert_used > p->n_expert ||
+         (arch->moe && p->n_ff_exp <= 0) || ((arch->sets & HR_LT_SHEXP) && p->n_ff_shexp <= 0)))
+        return hr_seterr(err, HR_EINVAL, "invalid experts: %d, %d used, expert ffn %d, shared %d",
+                         p->n_expert, p->n_expert_used, p->n_ff_exp, p->n_ff_shexp);
     if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 || p->n_ff <= 0 ||
         p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
         return hr_seterr(err, HR_EINVAL,
@@ -283,7 +323,18 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     hr_gguf_writer_set_u32(w, HR_KEY("context_length"), (uint32_t)(p->n_ctx > 0 ? p->n_ctx : 2048));
     hr_gguf_writer_set_u32(w, HR_KEY("embedding_length"), (uint32_t)E);
     hr_gguf_writer_set_u32(w, HR_KEY("block_count"), (uint32_t)p->n_layer);
+    /* llama's experts are feed_forward_length rows each */
+    int n_ff_exp = p->n_expert > 0 && !arch->moe ? p->n_ff : p->n_ff_exp;
     hr_gguf_writer_set_u32(w, HR_KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    if (p->n_expert > 0) {
+        hr_gguf_writer_set_u32(w, HR_KEY("expert_count"), (uint32_t)p->n_expert);
+        hr_gguf_writer_set_u32(w, HR_KEY("expert_used_count"), (uint32_t)p->n_expert_used);
+        if (arch->moe)
+            hr_gguf_writer_set_u32(w, HR_KEY("expert_feed_forward_length"), (uint32_t)n_ff_exp);
+        if (arch->sets & HR_LT_SHEXP)
+            hr_gguf_writer_set_u32(w, HR_KEY("expert_shared_feed_forward_length"),
+                                   (uint32_t)p->n_ff_shexp);
+    }
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count"), (uint32_t)p->n_head);
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
     hr_gguf_writer_set_u32(w, HR_KEY("rope.dimension_count"), (uint32_t)D);
@@ -318,36 +369,43 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
                      .n_head = p->n_head,
                      .n_head_kv = p->n_head_kv,
                      .head_dim = D,
-                     .n_ff = p->n_ff};
+                     .n_ff = p->n_ff,
+                     .n_expert = p->n_expert,
+                     .n_expert_used = p->n_expert_used,
+                     .n_ff_exp = n_ff_exp,
+                     .n_ff_shexp = p->n_ff_shexp};
+    unsigned sets, needs;
+    hr_arch_layer_sets(arch, p->n_expert, &sets, &needs);
     int per_layer = 0;
     for (int i = 0; i < hr_layer_tensor_count(); i++)
-        per_layer += hr_mk_has(arch, hr_layer_tensor_get(i));
+        per_layer += hr_mk_has(sets, hr_layer_tensor_get(i));
     int total = 3 + p->n_layer * per_layer, done_n = 0;
-#define HR_T(name, type, nin, nout, std, c)                                                        \
+#define HR_T(name, type, nin, nout, nmat, std, c)                                                  \
     do {                                                                                           \
-        if ((rc = hr_mk_tensor(w, name, type, nin, nout, std, c, &rng, err)))                      \
+        if ((rc = hr_mk_tensor(w, name, type, nin, nout, nmat, std, c, &rng, err)))                \
             goto done;                                                                             \
         if (cb)                                                                                    \
             cb(++done_n, total, ud);                                                               \
     } while (0)
-    HR_T("token_embd.weight", ft->embd, E, p->n_vocab, 1.0f, 0.0f);
+    HR_T("token_embd.weight", ft->embd, E, p->n_vocab, 1, 1.0f, 0.0f);
     for (int il = 0; il < p->n_layer; il++) {
         for (int i = 0; i < hr_layer_tensor_count(); i++) {
             const hr_layer_tensor *t = hr_layer_tensor_get(i);
-            if (!hr_mk_has(arch, t))
+            if (!hr_mk_has(sets, t))
                 continue;
             int64_t n_in = hr_dim_size(&hp, t->n_in), n_out = hr_dim_size(&hp, t->n_out);
+            int64_t n_mat = t->experts ? p->n_expert : 1;
             int type;
             float std, c;
             hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, &type, &std, &c);
             char nm[96];
             snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
-            HR_T(nm, type, n_in, n_out, std, c);
+            HR_T(nm, type, n_in, n_out, n_mat, std, c);
         }
     }
     float s_in = 1.0f / sqrtf((float)E);
-    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 0.0f, 1.0f);
-    HR_T("output.weight", ft->output, E, p->n_vocab, s_in, 0.0f);
+    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 1, 0.0f, 1.0f);
+    HR_T("output.weight", ft->output, E, p->n_vocab, 1, s_in, 0.0f);
 #undef HR_T
     rc = hr_gguf_writer_write(w, path, err);
 done:

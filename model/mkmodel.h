@@ -14,8 +14,11 @@
 #include "common/error.h"
 
 typedef struct {
-    const char *arch; /* "llama", "qwen2" or "qwen3" */
+    const char *arch; /* an architecture of model.h's table */
     int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    /* experts (0: dense): routed experts, used per token, rows of each
+     * (llama's experts use n_ff), rows of the shared expert (qwen2moe) */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     const char *ftype;      /* "q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", ... */
     const char *vocab_from; /* GGUF to copy tokenizer.* keys from, or NULL */
     float rope_base;        /* 0 = architecture default */
@@ -27,8 +30,15 @@ hr_mkmodel_params hr_mkmodel_params_default(void);
 
 /* Named shapes: "tinyllama" (2048x22, 32/4 heads, ffn 5632, vocab 32000),
  * "small" (256x4, 8/4, 768), "tiny" (64x2, 4/2, 160), "llama7b"
- * (4096x32, 32/32, 11008). Returns HR_ENOENT for an unknown name. */
+ * (4096x32, 32/32, 11008), and with experts (setting the architecture
+ * too): "qwen3moe-small" (Qwen3-30B-A3B's 128 experts, 8 used, of 768
+ * rows, at 1024x12, 16/4 heads: about 2 GiB at q4_k_m), "qwen3moe-tiny"
+ * (256x2, 16 experts, 4 used, 256 rows), "qwen2moe-tiny" (256x2, 8/4
+ * used, 256 rows, shared 512), "mixtral-tiny" (llama 256x2, 8 experts,
+ * 2 used, 512 rows). Returns HR_ENOENT for an unknown name. */
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name);
+/* "tinyllama, small, ...": the names hr_mkmodel_shape knows. */
+const char *hr_mkmodel_shape_names(void);
 
 /* Progress callback (done, total tensors) or NULL. */
 typedef void (*hr_mkmodel_progress)(int done, int total, void *ud);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define TAG "model"
+#define HR_LT_FFN_SETS (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP)
 #define HR_MAX_CTX_DEFAULT 4096
 
 int hr_hparams_ctx(const hr_hparams *hp, int requested) {
@@ -59,6 +60,46 @@ static int hr_get_f32_arch(const hr_gguf *g, const char *arch, const char *suffi
     }
     if (rc != 0)
         return hr_seterr(err, rc, "metadata %s: wrong type", key);
+    return 0;
+}
+
+/* The experts' hyper-parameters, and the tensor sets that follow from them. */
+static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, char *err) {
+    uint32_t v;
+    int rc = hr_get_u32_arch(g, arch, "expert_count", &v, false, err);
+    if (rc != 0 && rc != HR_ENOENT)
+        return rc;
+    hp->n_expert = rc == 0 ? (int)v : 0;
+    if (hp->n_expert > 0) {
+        if ((rc = hr_get_u32_arch(g, arch, "expert_used_count", &v, true, err)))
+            return rc;
+        hp->n_expert_used = (int)v;
+        /* llama.cpp's defaults: the dense length (Mixtral), or that length
+         * shared among the used experts (qwen3moe without the key) */
+        hp->n_ff_exp =
+            hp->arch->moe ? hp->n_ff / (hp->n_expert_used > 0 ? hp->n_expert_used : 1) : hp->n_ff;
+        rc = hr_get_u32_arch(g, arch, "expert_feed_forward_length", &v, false, err);
+        if (rc == 0)
+            hp->n_ff_exp = (int)v;
+        else if (rc != HR_ENOENT)
+            return rc;
+        hp->n_ff_shexp = hp->n_ff;
+        rc = hr_get_u32_arch(g, arch, "expert_shared_feed_forward_length", &v, false, err);
+        if (rc == 0)
+            hp->n_ff_shexp = (int)v;
+        else if (rc != HR_ENOENT)
+            return rc;
+        if (hp->n_expert > 1024 || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert ||
+            hp->n_ff_exp <= 0 || hp->n_ff_exp > (1 << 22) || hp->n_ff_shexp <= 0 ||
+            hp->n_ff_shexp > (1 << 22))
+            return hr_seterr(err, HR_EFORMAT,
+                             "implausible experts: %d experts, %d used, expert ffn %d, shared %d",
+                             hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_ff_shexp);
+    } else if (hp->arch->moe) {
+        return hr_seterr(err, HR_EFORMAT, "metadata %s.expert_count missing: %s needs experts",
+                         arch, arch);
+    }
+    hr_arch_layer_sets(hp->arch, hp->n_expert, &hp->sets, &hp->needs);
     return 0;
 }
 
@@ -136,7 +177,7 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
         return hr_seterr(err, HR_EFORMAT, "implausible rms_eps %g or rope.freq_base %g",
                          hp->rms_eps, hp->rope_base);
     hp->rope_neox = hp->arch->rope_neox;
-    return 0;
+    return hr_read_experts(g, arch, hp, err);
 }
 
 static float *hr_arena_take(hr_model *m, size_t n) {
@@ -147,9 +188,10 @@ static float *hr_arena_take(hr_model *m, size_t n) {
     return p;
 }
 
-/* Resolves a matrix (n_in x n_out) of a supported type. */
-static int hr_bind_matrix(const hr_gguf *g, const char *name, int64_t n_in, int64_t n_out,
-                          hr_weight *w, bool optional, char *err) {
+/* Resolves a matrix (n_in x n_out), or a stack of n_mat of them (ne[2];
+ * w->n_out then counts every matrix's rows), of a supported type. */
+static int hr_bind_stack(const hr_gguf *g, const char *name, int64_t n_in, int64_t n_out,
+                         int64_t n_mat, hr_weight *w, bool optional, char *err) {
     const hr_gguf_tensor *t = hr_gguf_find_tensor(g, name);
     if (!t) {
         if (optional)
@@ -160,17 +202,23 @@ static int hr_bind_matrix(const hr_gguf *g, const char *name, int64_t n_in, int6
     if (!tt || !tt->supported)
         return hr_seterr(err, HR_EUNSUPPORTED, "tensor '%s' has unsupported type %s (%d)", name,
                          hr_type_name(t->type), t->type);
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_mat || t->ne[3] != 1)
         return hr_seterr(err, HR_EFORMAT,
-                         "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                         "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, "
+                         "%lld]",
                          name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                         (long long)t->ne[3], (long long)n_in, (long long)n_out);
+                         (long long)t->ne[3], (long long)n_in, (long long)n_out, (long long)n_mat);
     w->type = t->type;
     w->n_in = n_in;
-    w->n_out = n_out;
+    w->n_out = n_out * n_mat;
     w->row_bytes = hr_type_row_bytes(t->type, n_in);
     w->data = t->data;
     return 0;
+}
+
+static int hr_bind_matrix(const hr_gguf *g, const char *name, int64_t n_in, int64_t n_out,
+                          hr_weight *w, bool optional, char *err) {
+    return hr_bind_stack(g, name, n_in, n_out, 1, w, optional, err);
 }
 
 /* Resolves a vector of n values, converted to f32 in the model's arena. */
@@ -196,13 +244,17 @@ static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64
 static int hr_bind_layer(hr_model *m, const hr_gguf *g, int il, char *err) {
     for (int i = 0; i < hr_layer_tensor_count(); i++) {
         const hr_layer_tensor *t = hr_layer_tensor_get(i);
-        bool optional = !hr_layer_tensor_needed(t, m->hp.arch);
+        if ((t->set & HR_LT_FFN_SETS) && !(t->set & m->hp.sets))
+            continue; /* a feed-forward this file does not have (dense, routed or shared) */
+        bool optional = !hr_layer_tensor_needed(t, &m->hp);
         int64_t n_in = hr_dim_size(&m->hp, t->n_in), n_out = hr_dim_size(&m->hp, t->n_out);
         hr_weight *w = hr_layer_weight_mut(&m->layers[il], t);
         char nm[96];
         snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
-        int rc = t->n_out == HR_DIM_1 ? hr_bind_vector(m, g, nm, n_in, w, optional, err)
-                                      : hr_bind_matrix(g, nm, n_in, n_out, w, optional, err);
+        int rc = t->n_out == HR_DIM_1
+                     ? hr_bind_vector(m, g, nm, n_in, w, optional, err)
+                     : hr_bind_stack(g, nm, n_in, n_out, t->experts ? m->hp.n_expert : 1, w,
+                                     optional, err);
         if (rc && !(optional && rc == HR_ENOENT))
             return rc;
     }
@@ -309,6 +361,10 @@ uint64_t hr_model_layer_bytes(const hr_model *m, int il) {
     return hr_layer_bytes(&m->layers[il], true);
 }
 
+uint64_t hr_model_layer_expert_bytes(const hr_model *m, int il) {
+    return hr_layer_expert_bytes(&m->layers[il]);
+}
+
 uint64_t hr_model_output_bytes(const hr_model *m) {
     return hr_weight_bytes(&m->output) + hr_weight_bytes(&m->output_norm);
 }
@@ -328,7 +384,7 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
 
 /* ---- context ---- */
 
-#define HR_CTX_MAX_BUFS 24
+#define HR_CTX_MAX_BUFS 40
 
 struct hr_ctx {
     const hr_model *m;
@@ -425,6 +481,14 @@ static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
 /* The thread pool: group 0's of the executor, the caller's, or our own. */
 static int hr_ctx_pool_setup(hr_ctx *c, const hr_ctx_params *p, char *err) {
     const hr_model *m = c->m;
+    if (m->hp.n_expert > 0 && (c->p.n_groups < 0 || c->p.n_groups >= 2)) {
+        if (c->p.n_groups >= 2)
+            HR_LOG_WARN(TAG,
+                        "thread groups do not split experts yet: the window runs plain "
+                        "(one pool of %d threads)",
+                        c->p.n_threads);
+        c->p.n_groups = 0;
+    }
     if (c->p.n_groups < 0 || c->p.n_groups >= 2) {
         hr_tp_model tm = {.hp = &m->hp,
                           .layers = m->layers,
@@ -464,6 +528,10 @@ static int hr_ctx_gpu_setup(hr_ctx *c, char *err) {
     if (c->tp)
         return hr_seterr(err, HR_EUNSUPPORTED,
                          "GPU layers need plain execution (no thread groups)");
+    if (c->m->hp.n_expert > 0)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "GPU layers of a model with experts are not supported: run its layers "
+                         "on the CPU (--gpu-layers 0)");
     int rc =
         hr_gpu_win_create(&c->gpu, c->p.vk, &c->m->hp, c->m->layers, c->p.layer_begin, c->p.n_gpu,
                           c->m->rope_freqs, c->p.n_ctx, c->p.n_batch, c->p.n_seq, err);
@@ -493,6 +561,12 @@ static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
                              2 * kv_bytes >> 20);
         memset(P->k, 0, kv_bytes);
         memset(P->vt, 0, kv_bytes);
+        if (hp->n_expert > 0) {
+            P->hits = hr_ctx_alloc(c, (size_t)hp->n_expert * sizeof *P->hits);
+            if (!P->hits)
+                return hr_seterr(err, HR_ENOMEM, "out of memory");
+            memset(P->hits, 0, (size_t)hp->n_expert * sizeof *P->hits);
+        }
     }
     return 0;
 }
@@ -573,6 +647,7 @@ void hr_ctx_destroy(hr_ctx *c) {
     for (int i = 0; i < c->n_parts; i++) {
         free(c->parts[i].k);
         free(c->parts[i].vt);
+        free(c->parts[i].hits);
     }
     free(c->parts);
     for (int i = 0; i < c->n_bufs; i++)
@@ -600,6 +675,14 @@ void hr_ctx_tp_stats_reset(hr_ctx *c) {
         hr_tp_reset_stats(c->tp);
 }
 size_t hr_ctx_memory(const hr_ctx *c) { return c->mem; }
+
+int hr_ctx_expert_hits(const hr_ctx *c, int il, uint64_t *out) {
+    int i = il - c->p.layer_begin - c->n_gpu;
+    if (i < 0 || i >= c->n_parts || !c->parts[i].hits)
+        return HR_EINVAL;
+    memcpy(out, c->parts[i].hits, (size_t)c->m->hp.n_expert * sizeof *out);
+    return 0;
+}
 size_t hr_ctx_gpu_memory(const hr_ctx *c) { return c->gpu ? hr_gpu_win_bytes(c->gpu) : 0; }
 
 /* hr_ctx_alloc's size for a request of bytes. */
@@ -641,6 +724,8 @@ int hr_ctx_memory_predict(const hr_model *m, const hr_ctx_params *p, size_t *kv,
     w += hr_ctx_rounded(S * sizeof *c.seq_used) + hr_ctx_rounded(S * sizeof *c.seq_len) +
          hr_ctx_rounded(S * sizeof *c.seq_run) + hr_ctx_rounded(Bz * 6 * sizeof(int)) +
          hr_ctx_rounded(Bz * sizeof *c.row_attn);
+    if (hp->n_expert > 0) /* each layer's routing counts */
+        w += (size_t)nl * hr_ctx_rounded((size_t)hp->n_expert * sizeof(uint64_t));
     if (kv)
         *kv = (size_t)nl * 2 * hr_ctx_rounded(kv_bytes);
     if (work)

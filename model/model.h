@@ -9,9 +9,11 @@
  * allocates nothing.
  *
  * Supported architectures (the table in model/layer_table.c): llama
- * (Llama 2/3, Mistral, TinyLlama, SmolLM), qwen2 (q/k/v bias, NEOX RoPE,
- * tied embeddings), qwen3 (per-head q/k RMSNorm). Anything else is refused
- * with a clear message. */
+ * (Llama 2/3, Mistral, TinyLlama, SmolLM; Mixtral when the file has
+ * experts), qwen2 (q/k/v bias, NEOX RoPE, tied embeddings), qwen3
+ * (per-head q/k RMSNorm), qwen3moe (qwen3 with routed experts) and
+ * qwen2moe (qwen2 with routed experts and a gated shared expert).
+ * Anything else is refused with a clear message. */
 #ifndef HR_MODEL_MODEL_H
 #define HR_MODEL_MODEL_H
 
@@ -28,6 +30,9 @@
 enum {
     HR_LT_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias */
     HR_LT_QK_NORM = 1u << 1,  /* per-head attn_{q,k}_norm.weight */
+    HR_LT_FFN = 1u << 2,   /* the dense SwiGLU ffn_{gate,up,down} (every layer of a dense model) */
+    HR_LT_MOE = 1u << 3,   /* mixture of experts: router ffn_gate_inp + ffn_{gate,up,down}_exps */
+    HR_LT_SHEXP = 1u << 4, /* a shared expert beside the routed ones, with its sigmoid gate */
 };
 
 /* One row of the architecture table (model/layer_table.c). */
@@ -36,8 +41,12 @@ typedef struct {
     float rms_eps;    /* default when the GGUF has no attention.layer_norm_rms_epsilon */
     float rope_base;  /* default when the GGUF has no rope.freq_base */
     bool rope_neox;   /* RoPE on (i, i + n_rot/2) pairs, else on adjacent pairs */
-    unsigned sets;    /* HR_LT_* sets its layers carry (mkmodel writes them) */
+    unsigned sets;    /* HR_LT_* sets its layers carry (mkmodel writes them); HR_LT_FFN or
+                         HR_LT_MOE follow the file's expert_count (hr_hparams.sets) */
     unsigned needs;   /* those of sets a file must have (the others bind when present) */
+    int moe;          /* experts: 0 = by expert_count (dense without), 1 = always (refused
+                         without experts) */
+    bool moe_norm_w;  /* the top-k routing weights are divided by their sum */
 } hr_arch_info;
 
 /* The architecture called name, or NULL. Thread-safe (static table). */
@@ -61,6 +70,13 @@ typedef struct {
     float rope_base;
     bool rope_neox;
     bool tied_output; /* output head reuses token_embd */
+    /* mixture of experts (n_expert 0: a dense model) */
+    int n_expert;      /* routed experts per layer */
+    int n_expert_used; /* experts each token is routed to (top-k) */
+    int n_ff_exp;      /* rows of each expert's gate/up */
+    int n_ff_shexp;    /* rows of the shared expert's gate/up (HR_LT_SHEXP) */
+    unsigned sets;     /* HR_LT_* sets this file's layers carry (arch's, with FFN or MOE) */
+    unsigned needs;    /* those it must have */
 } hr_hparams;
 
 /* One layer's tensors; the per-layer tensor table below says which GGUF
@@ -68,9 +84,15 @@ typedef struct {
  * model with n_in elements and n_out = 1; absent optional ones have data
  * NULL. */
 typedef struct {
-    hr_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    hr_weight bq, bk, bv;     /* HR_LT_QKV_BIAS */
-    hr_weight q_norm, k_norm; /* HR_LT_QK_NORM */
+    hr_weight attn_norm, wq, wk, wv, wo, ffn_norm;
+    hr_weight w_gate, w_up, w_down; /* HR_LT_FFN */
+    hr_weight bq, bk, bv;           /* HR_LT_QKV_BIAS */
+    hr_weight q_norm, k_norm;       /* HR_LT_QK_NORM */
+    /* HR_LT_MOE: the router [n_embd -> n_expert] and the experts, each a
+     * stack of n_expert matrices (n_out counts all experts' rows; expert
+     * e's rows are [e * n_out / n_expert, (e + 1) * n_out / n_expert)) */
+    hr_weight gate_inp, gate_exps, up_exps, down_exps;
+    hr_weight gate_inp_shexp, gate_shexp, up_shexp, down_shexp; /* HR_LT_SHEXP */
 } hr_layer_weights;
 
 /* A tensor dimension in terms of the hyper-parameters. */
@@ -81,6 +103,9 @@ typedef enum {
     HR_DIM_Q,    /* n_head * head_dim */
     HR_DIM_KV,   /* n_head_kv * head_dim */
     HR_DIM_FF,   /* n_ff */
+    HR_DIM_NEXP, /* n_expert */
+    HR_DIM_FFE,  /* n_ff_exp */
+    HR_DIM_FFS,  /* n_ff_shexp */
 } hr_dim;
 
 /* How a tensor splits over tensor-parallel thread groups (model/tp.h). */
@@ -96,6 +121,7 @@ typedef struct {
     const char *name;   /* GGUF name after "blk.N.", e.g. "attn_q.weight" */
     size_t offset;      /* of its hr_weight in hr_layer_weights */
     hr_dim n_in, n_out; /* ne[0], ne[1]; n_out HR_DIM_1 for a vector */
+    bool experts;       /* ne[2] = n_expert: a stack of one matrix per expert */
     unsigned set;       /* 0 = every layer of every architecture has it; else its HR_LT_* set */
     hr_split split;
     int mm; /* hr_matmul batch in layer.c: matrices with the same mm share their input and run
@@ -128,9 +154,14 @@ int hr_hparams_ctx(const hr_hparams *hp, int requested);
 const hr_layer_weights *hr_model_layer(const hr_model *m, int il);
 const hr_weight *hr_model_tok_embd(const hr_model *m);
 const hr_weight *hr_model_output(const hr_model *m);
-/* Weight bytes layer il reads per token: every tensor of the table it has
- * (matrices as stored, vectors as f32). */
+/* Weight bytes of layer il: every tensor of the table it has (matrices as
+ * stored, vectors as f32), all experts included. */
 uint64_t hr_model_layer_bytes(const hr_model *m, int il);
+/* Of those, the bytes of the routed experts (0 for a dense layer): a token
+ * reads n_expert_used / n_expert of them. */
+uint64_t hr_model_layer_expert_bytes(const hr_model *m, int il);
+/* Expert e's matrix of a stack w (HR_LT_MOE): a view of its rows. */
+hr_weight hr_expert_view(const hr_weight *w, int n_expert, int e);
 /* LM head + output norm bytes read per output row. */
 uint64_t hr_model_output_bytes(const hr_model *m);
 
@@ -203,6 +234,10 @@ hr_pool *hr_ctx_pool(hr_ctx *c);
 int hr_ctx_n_groups(const hr_ctx *c);
 /* Bytes of KV cache + work buffers this context allocated (host memory). */
 size_t hr_ctx_memory(const hr_ctx *c);
+/* Routing counts of model layer il (a CPU layer of the window, of a model
+ * with experts): how many rows each expert was routed to since the
+ * context was made; out: [n_expert]. HR_EINVAL otherwise. */
+int hr_ctx_expert_hits(const hr_ctx *c, int il, uint64_t *out);
 /* Bytes of device memory its GPU layers hold (weights, KV, work); 0 without. */
 size_t hr_ctx_gpu_memory(const hr_ctx *c);
 /* What hr_ctx_create would allocate for p (plain execution, n_groups 0 or

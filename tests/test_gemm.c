@@ -7,6 +7,7 @@
  * for bit against the same table's vec_dot;
  * hr_matmul_runs against hr_matmul of each run alone, bit for bit. */
 #include "tests/check.h"
+
 #include "tests/tables.h"
 
 #include "kernels/ops.h"
@@ -17,6 +18,9 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 
@@ -226,6 +230,54 @@ static void make_rows(int type, int64_t n, int nr, int nt, uint8_t **w, uint8_t 
     free(xf);
 }
 
+/* Weights that end exactly where a mapping ends (the last tensor of a file
+ * whose size is a page multiple): every table's tiles and multi-column
+ * kernels read nothing past the last row (the page after it is
+ * inaccessible), and give the scalar values. */
+static void check_page_end(int type, int64_t n) {
+    const int nr = 19, nt = 5;
+    const size_t wrb = hr_type_row_bytes(type, n), bytes = wrb * (size_t)nr;
+    const long pg = sysconf(_SC_PAGESIZE);
+    const size_t span = (bytes + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+    uint8_t *map =
+        mmap(NULL, span + (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(map != MAP_FAILED);
+    if (map == MAP_FAILED)
+        return;
+    CHECK_EQ(mprotect(map + span, (size_t)pg, PROT_NONE), 0);
+    uint8_t *w, *a;
+    make_rows(type, n, nr, nt, &w, &a);
+    uint8_t *wm = map + span - bytes; /* the rows end at the guard page */
+    memcpy(wm, w, bytes);
+    const size_t arb = hr_type_row_bytes(hr_type_get(type)->vec_dot_type, n);
+    const hr_kernels *ks = hr_kernels_for_isa(HR_ISA_SCALAR);
+    float ref[19 * 5], y[19 * 5];
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++)
+            ref[t * nr + r] = ks->vec_dot[type](n, wm + (size_t)r * wrb, a + (size_t)t * arb);
+    for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT; isa++) {
+        const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+        if (!k)
+            continue;
+        hr_gemm_tile(k, type, n, nr, nt, wm, wrb, a, arb, y, (size_t)nr);
+        int same = 0;
+        for (int i = 0; i < nr * nt; i++)
+            same += same_bits(y[i], ref[i]);
+        CHECK_EQ(same, nr * nt);
+        const void *cols[5];
+        for (int t = 0; t < nt; t++)
+            cols[t] = a + (size_t)t * arb;
+        hr_vec_dot_n(k, type, n, nr, wm, wrb, cols, nt, y, (size_t)nr);
+        same = 0;
+        for (int i = 0; i < nr * nt; i++)
+            same += same_bits(y[i], ref[i]);
+        CHECK_EQ(same, nr * nt);
+    }
+    free(w);
+    free(a);
+    munmap(map, span + (size_t)pg);
+}
+
 /* hr_vec_dot_n of every table equals that table's vec_dot bit for bit, for
  * 1..HR_DOT_N_MAX columns (in scrambled order) and row counts around the
  * kernels' row pairs. */
@@ -375,6 +427,7 @@ int main(void) {
             check_dotn_rows(type, 32 * (4 * 37 + 3), 71);
         }
         check_matmul_runs(type, 2048);
+        check_page_end(type, base * (be == 256 ? 2 : 8));
         check_type_batch(type, be == 256 ? 256 * 5 : be == 1 ? 96 : 32 * (32 + 5));
         if (be != 1)
             check_type_batch(type, be);

@@ -7,6 +7,7 @@
 
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
+#include "model/layer-impl.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -61,8 +62,21 @@ static void test_arch_table(void) {
     CHECK_EQ(qwen3->needs, HR_LT_QK_NORM);
     CHECK_EQ(qwen2->sets, HR_LT_QKV_BIAS);
     char names[128];
-    CHECK_EQ(hr_arch_names(names, sizeof names), strlen("llama, qwen2, qwen3"));
-    CHECK_STR(names, "llama, qwen2, qwen3");
+    const char *all = "llama, qwen2, qwen3, qwen3moe, qwen2moe";
+    CHECK_EQ(hr_arch_names(names, sizeof names), strlen(all));
+    CHECK_STR(names, all);
+    /* experts: the *moe rows always, llama by the file; qwen2moe's shared
+     * expert; dense files keep the dense feed-forward */
+    const hr_arch_info *q3m = hr_arch_find("qwen3moe"), *q2m = hr_arch_find("qwen2moe");
+    CHECK(q3m && q2m && q3m->moe && q2m->moe && !llama->moe && llama->moe_norm_w &&
+          q3m->moe_norm_w && !q2m->moe_norm_w);
+    unsigned sets, needs;
+    hr_arch_layer_sets(llama, 0, &sets, &needs);
+    CHECK_EQ(needs & (HR_LT_FFN | HR_LT_MOE), HR_LT_FFN);
+    hr_arch_layer_sets(llama, 8, &sets, &needs);
+    CHECK_EQ(needs & (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP), HR_LT_MOE);
+    hr_arch_layer_sets(q2m, 60, &sets, &needs);
+    CHECK_EQ(needs & (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP), HR_LT_MOE | HR_LT_SHEXP);
     /* every table row names a distinct field inside hr_layer_weights */
     for (int i = 0; i < hr_layer_tensor_count(); i++) {
         const hr_layer_tensor *t = hr_layer_tensor_get(i);
