@@ -1,9 +1,9 @@
 /* api_harness.h - what the HTTP API's cluster tests share (test_api_cluster.c,
- * test_api_health.c): hearth agents started from HR_BIN as child processes
- * (killed with the test), free loopback ports, files, and curl requests
- * against the head's API with OpenAI error bodies checked (time helpers
- * from harness.h). One test executable includes it once; everything is
- * static. */
+ * test_api_health.c, test_api_serve.c): hearth agents started from HR_BIN
+ * as child processes (killed with the test), free loopback ports, files,
+ * curl requests against the head's API with OpenAI error bodies checked,
+ * and the status page in headless Chromium (time helpers from harness.h). One test executable
+ * includes it once; everything is static. */
 #ifndef HR_TESTS_API_HARNESS_H
 #define HR_TESTS_API_HARNESS_H
 
@@ -26,6 +26,8 @@ static pid_t g_pids[8];
 static int g_npids;
 
 static inline pid_t spawn(char *const argv[], const char *out, const char *errf) {
+    fflush(stdout); /* nothing buffered is written twice (a child's freopen flushes) */
+    fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
@@ -54,10 +56,15 @@ static inline void stop_pid(pid_t pid) {
     waitpid(pid, NULL, 0);
 }
 
-static inline void teardown(void) {
+/* Stops every agent started (the last first). */
+static inline void stop_all(void) {
     for (int i = g_npids - 1; i >= 0; i--)
         stop_pid(g_pids[i]);
     g_npids = 0;
+}
+
+static inline void teardown(void) {
+    stop_all();
     if (g_dir[0]) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
@@ -161,6 +168,51 @@ static inline void expect_error(int status, int want, const char *s, const char 
         fprintf(stderr, "  not an error body: %.300s\n", s ? s : "(none)");
     }
     json_decref(j);
+}
+
+/* The status page at g_url (the API key in its #key=) in headless Chromium,
+ * with nothing but the head reachable (every other host fails to resolve):
+ * arg is "--dump-dom" (the DOM once its scripts ran, into out) or
+ * "--screenshot=PATH". Chromium's exit status; -1 when there is no browser
+ * (a failure: deploy/install-deps.sh installs Debian's chromium). */
+static inline int chromium_page(const char *arg, const char *out) {
+    const char *chromium = NULL;
+    static const char *const cands[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                                        "/usr/bin/google-chrome"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (access(cands[i], X_OK) == 0)
+            chromium = cands[i];
+    if (!chromium) {
+        fprintf(stderr, "no chromium found: run deploy/install-deps.sh\n");
+        return -1;
+    }
+    char url[256], prof[300], errf[300];
+    snprintf(url, sizeof url, "%s/#key=%s", g_url, KEY);
+    snprintf(prof, sizeof prof, "--user-data-dir=%s/chromium", g_dir);
+    snprintf(errf, sizeof errf, "%s/chromium.err", g_dir);
+    const char *argv[] = {chromium,
+                          "--headless",
+                          "--no-sandbox",
+                          "--disable-gpu",
+                          "--disable-dev-shm-usage",
+                          "--disable-quic",
+                          "--no-first-run",
+                          "--disable-background-networking",
+                          "--disable-component-update",
+                          "--disable-sync",
+                          "--disable-extensions",
+                          "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                          "--window-size=1280,760",
+                          "--virtual-time-budget=4000",
+                          prof,
+                          arg,
+                          url,
+                          NULL};
+    pid_t pid = spawn((char *const *)argv, out, errf);
+    int st = -1;
+    waitpid(pid, &st, 0);
+    g_npids--;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* The test's folder, HR_BIN and the shared model (models/NAME); registers

@@ -608,56 +608,13 @@ static void test_status_page(json_t *cluster) {
     CHECK_EQ(st, 200);
     CHECK(s && strstr(s, "<title>hearth cluster</title>"));
     free(s);
-    const char *chromium = NULL;
-    static const char *const cands[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
-                                        "/usr/bin/google-chrome"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
-        if (access(cands[i], X_OK) == 0)
-            chromium = cands[i];
-    /* The browser check is part of the acceptance: a missing browser fails
-     * the test (deploy/install-deps.sh installs Debian's chromium). */
-    CHECK(chromium != NULL);
-    if (!chromium) {
-        fprintf(stderr, "no chromium found: run deploy/install-deps.sh\n");
-        return;
-    }
-    char url[256], prof[300], dom[300], shot[300], cwd[256], errf[300];
-    snprintf(url, sizeof url, "%s/#key=%s", g_url, KEY);
-    snprintf(prof, sizeof prof, "--user-data-dir=%s/chromium", g_dir);
+    char dom[300], shot[300], cwd[256];
     snprintf(dom, sizeof dom, "%s/dom.html", g_dir);
-    snprintf(errf, sizeof errf, "%s/chromium.err", g_dir);
     if (!getcwd(cwd, sizeof cwd))
         snprintf(cwd, sizeof cwd, ".");
     snprintf(shot, sizeof shot, "--screenshot=%s/status.png", cwd);
-    /* nothing but the head can be reached: every other host fails to resolve */
-    const char *common[] = {"--headless",
-                            "--no-sandbox",
-                            "--disable-gpu",
-                            "--disable-dev-shm-usage",
-                            "--disable-quic",
-                            "--no-first-run",
-                            "--disable-background-networking",
-                            "--disable-component-update",
-                            "--disable-sync",
-                            "--disable-extensions",
-                            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                            "--window-size=1280,760",
-                            "--virtual-time-budget=4000"};
-    enum { NC = sizeof common / sizeof common[0] };
-    char *argv[NC + 5];
-    int n = 0;
-    argv[n++] = (char *)chromium;
-    for (int i = 0; i < NC; i++)
-        argv[n++] = (char *)common[i];
-    argv[n++] = prof;
-    argv[n++] = "--dump-dom";
-    argv[n++] = url;
-    argv[n] = NULL;
-    pid_t pid = spawn(argv, dom, errf);
-    int wst = -1;
-    waitpid(pid, &wst, 0);
-    g_npids--;
-    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    /* the browser check is part of the acceptance: a missing browser fails */
+    CHECK_EQ(chromium_page("--dump-dom", dom), 0);
     char *d = slurp(dom, NULL);
     CHECK(d && strstr(d, "data-loaded=\"1\""));
     size_t i;
@@ -702,12 +659,7 @@ static void test_status_page(json_t *cluster) {
     json_decref(now);
     free(d);
     /* the screenshot */
-    argv[NC + 2] = shot;
-    argv[NC + 3] = url;
-    argv[NC + 4] = NULL;
-    pid = spawn(argv, NULL, errf);
-    waitpid(pid, &wst, 0);
-    g_npids--;
+    CHECK_EQ(chromium_page(shot, NULL), 0);
     char png[300];
     snprintf(png, sizeof png, "%s/status.png", cwd);
     struct stat sb;

@@ -5,7 +5,12 @@
  * `hearth prompt` fail at once (< 1 s) naming it, `hearth status` (table
  * and JSON) says not ready; the worker comes back: /health is 200 again and
  * requests succeed, with no restart of the head. Both agents start without
- * -t: `hearth status` (JSON and table) shows every online core in use. */
+ * -t: `hearth status` (JSON and table) shows every online core in use.
+ * Then a head that runs no layers (--windows 0,4) and a worker, each with a
+ * saved profile: `hearth status` says the head embeds and samples, with
+ * its tokens, and the status page (headless Chromium) shows each device's
+ * OS, cores, threads in use, disk rate and GPU with its measured rate, the
+ * values /v1/cluster has from the profiles. */
 #include "api_harness.h"
 
 #include <arpa/inet.h>
@@ -104,8 +109,6 @@ static void test_per_address(int aport, const char *hlog) {
 }
 
 static void test_loss(void) {
-    if (!harness_init("small-llama-q8_0.gguf", "health after a loss"))
-        return;
     int cport = free_port(), wport = free_port(), aport = free_port();
     CHECK(cport > 0 && wport > 0 && aport > 0);
     char listen[64], wlisten[64], api[64], hlog[300], wlog[300], outf[300], errf[300];
@@ -249,7 +252,214 @@ static void test_loss(void) {
     free(s);
 }
 
+/* A saved profile for an agent (--profile-file DIR/NAME.json, its path into
+ * file): its OS, cores, disk rate and a GPU with its measured matvec rate,
+ * figures no machine measures, so that what the head shows of them can only
+ * come from this profile. */
+static int profile_file(const char *name, int cores, double disk_mbs, double gpu_gbs, char *file,
+                        size_t cap) {
+    hr_prof_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return -1;
+    fake_device(d, name, 1.0, disk_mbs, 4ll << 30);
+    snprintf(d->os.name, sizeof d->os.name, "OS of %s", name);
+    d->topo.n_cores = d->topo.n_pus = cores;
+    d->topo.n_numa = 1;
+    d->n_vk = 1;
+    d->vk_chosen = 0;
+    hr_prof_gpu *g = &d->vk[0];
+    snprintf(g->name, sizeof g->name, "GPU of %s", name);
+    snprintf(g->kind, sizeof g->kind, "discrete");
+    g->vram_bytes = 1ll << 30;
+    g->h2d_gbs = g->d2h_gbs = 10.0;
+    g->submit_us = 1.0;
+    for (int i = 0; i < d->n_rates && i < HR_PROF_MAX_TYPES; i++)
+        g->rates[g->n_rates++] = (hr_prof_gpu_rate){.type = d->rates[i].type,
+                                                    .matvec_gbs = gpu_gbs,
+                                                    .matvec_call_us = 0.01,
+                                                    .matmat_gflops = 1e3};
+    snprintf(file, cap, "%s/%s.json", g_dir, name);
+    int rc = write_profile(d, file);
+    free(d);
+    return rc;
+}
+
+/* The device row named name in a dumped status page (its <tr> to its
+ * </tr>), into row; false when the page has no such row. */
+static bool page_row(const char *dom, const char *name, char *row, size_t cap) {
+    char mark[160];
+    snprintf(mark, sizeof mark, "data-device=\"%s\"", name);
+    const char *r = dom ? strstr(dom, mark) : NULL;
+    if (!r)
+        return false;
+    const char *end = strstr(r, "</tr>");
+    size_t n = end ? (size_t)(end - r) : strlen(r);
+    snprintf(row, cap, "%.*s", (int)(n < cap ? n : cap - 1), r);
+    return true;
+}
+
+/* A head that runs no layers (--windows 0,4: it embeds and samples) and a
+ * worker, each with a saved profile and its own -t:
+ *  - after a completion, `hearth status` says the head embeds and samples
+ *    with the tokens it counted (not "measured n/a (no token yet)");
+ *  - /v1/cluster carries each device's profile as the agents sent it, and
+ *    the status page (headless Chromium) shows it in the device's row:
+ *    OS, cores, threads in use, disk rate, GPU with its measured rate. */
+static void test_profiles(void) {
+    int cport = free_port(), wport = free_port(), aport = free_port();
+    CHECK(cport > 0 && wport > 0 && aport > 0);
+    char listen[64], wlisten[64], api[64], hlog[300], wlog[300], outf[300], errf[300];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", cport);
+    snprintf(g_ctrl, sizeof g_ctrl, "127.0.0.1:%d", cport);
+    snprintf(wlisten, sizeof wlisten, "127.0.0.1:%d", wport);
+    snprintf(api, sizeof api, "127.0.0.1:%d", aport);
+    snprintf(g_url, sizeof g_url, "http://127.0.0.1:%d", aport);
+    snprintf(hlog, sizeof hlog, "%s/head-profiles.log", g_dir);
+    snprintf(wlog, sizeof wlog, "%s/worker-profiles.log", g_dir);
+    snprintf(outf, sizeof outf, "%s/cmd.out", g_dir);
+    snprintf(errf, sizeof errf, "%s/cmd.err", g_dir);
+    /* name, cores, -t, disk MB/s, GPU GB/s: whole numbers, as the page
+     * rounds them */
+    static const struct {
+        const char *name;
+        int cores, threads;
+        double disk_mbs, gpu_gbs;
+    } devs[2] = {{"head", 3, 1, 456, 123}, {"profiled", 5, 2, 789, 321}};
+    char files[2][300], threads[2][8];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(profile_file(devs[i].name, devs[i].cores, devs[i].disk_mbs, devs[i].gpu_gbs,
+                              files[i], sizeof files[i]),
+                 0);
+        snprintf(threads[i], sizeof threads[i], "%d", devs[i].threads);
+    }
+    char *head[] = {g_bin,
+                    "agent",
+                    "-m",
+                    g_model,
+                    "--listen",
+                    listen,
+                    "--name",
+                    "head",
+                    "--ctx",
+                    "512",
+                    "--expect",
+                    "1",
+                    "--gpu",
+                    "none",
+                    "-t",
+                    threads[0],
+                    "--profile-file",
+                    files[0],
+                    "--api-listen",
+                    api,
+                    "--api-key",
+                    KEY,
+                    "--windows",
+                    "0,4",
+                    NULL};
+    char *worker[] = {g_bin,    "agent",  "-m",       g_model,    "--listen",
+                      wlisten,  "--name", "profiled", "--head",   g_ctrl,
+                      "--gpu",  "none",   "-t",       threads[1], "--profile-file",
+                      files[1], NULL};
+    spawn(head, NULL, hlog);
+    spawn(worker, NULL, wlog);
+    int st = wait_health(200, 60, NULL);
+    CHECK_EQ(st, 200);
+    if (st != 200) {
+        char *l = slurp(hlog, NULL);
+        fprintf(stderr, "head log:\n%s\n", l ? l : "");
+        free(l);
+        return;
+    }
+    json_t *j = http_json("POST", "/v1/completions",
+                          "{\"prompt\":\"Hi\",\"max_tokens\":8,\"temperature\":0}", &st);
+    CHECK_EQ(st, 200);
+    CHECK_EQ(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")),
+             8);
+    json_decref(j);
+
+    /* the head with no layers: it embeds and samples, with its tokens */
+    char *sa[] = {g_bin, "status", "--head", g_ctrl, NULL};
+    CHECK_EQ(run_wait(sa, outf, errf, NULL), 0);
+    char *o = slurp(outf, NULL);
+    /* the head's block: from its line to the next device's */
+    const char *hb = o ? strstr(o, "] head ") : NULL;
+    while (hb && hb > o && hb[-1] != '\n')
+        hb--;
+    const char *he = hb ? strstr(hb, "\n  [") : NULL;
+    char block[2048] = "";
+    if (hb)
+        snprintf(block, sizeof block, "%.*s", (int)(he ? he - hb : (long)strlen(hb)), hb);
+    static const char embeds[] = "no layers (embedding and output head only); tokens ";
+    const char *line = strstr(block, embeds);
+    long long tokens = line ? atoll(line + strlen(embeds)) : 0;
+    printf("status of a head with no layers:\n%s\n", block);
+    fflush(stdout);
+    CHECK(line != NULL);
+    CHECK_INT(tokens, >=, 8); /* the 8 it sampled, at least */
+    CHECK(!strstr(block, "no token yet"));
+    CHECK(!strstr(block, "measured n/a"));
+    if (!line)
+        fprintf(stderr, "hearth status:\n%s\n", o ? o : "(none)");
+    free(o);
+
+    /* each device's profile: in /v1/cluster as sent, and on the page */
+    json_t *cl = http_json("GET", "/v1/cluster", NULL, &st);
+    CHECK_EQ(st, 200);
+    CHECK_EQ(json_array_size(json_object_get(cl, "devices")), 2);
+    char dom[300];
+    snprintf(dom, sizeof dom, "%s/dom-profiles.html", g_dir);
+    CHECK_EQ(chromium_page("--dump-dom", dom), 0);
+    char *page = slurp(dom, NULL);
+    CHECK(page && strstr(page, "data-loaded=\"1\""));
+    for (int i = 0; i < 2; i++) {
+        json_t *d = NULL, *x;
+        size_t k;
+        json_array_foreach(json_object_get(cl, "devices"), k, x) {
+            const char *nm = json_string_value(json_object_get(x, "name"));
+            if (nm && strcmp(nm, devs[i].name) == 0)
+                d = x;
+        }
+        CHECK(d != NULL);
+        json_t *info = json_object_get(d, "info"), *gpu = json_object_get(d, "gpu");
+        const char *os = json_string_value(json_object_get(info, "os"));
+        const char *gname = json_string_value(json_object_get(gpu, "name"));
+        long long cores = json_integer_value(json_object_get(info, "cores"));
+        long long thr = json_integer_value(json_object_get(d, "threads"));
+        double disk = json_number_value(json_object_get(info, "disk_mbs"));
+        double gbs = json_number_value(json_object_get(gpu, "matvec_gbs"));
+        char want_os[160], want_gpu[160];
+        snprintf(want_os, sizeof want_os, "OS of %s", devs[i].name);
+        snprintf(want_gpu, sizeof want_gpu, "GPU of %s", devs[i].name);
+        CHECK_STR(os, want_os);
+        CHECK_STR(gname, want_gpu);
+        CHECK_EQ(cores, devs[i].cores);
+        CHECK_EQ(thr, devs[i].threads);
+        CHECK_NEAR(disk, devs[i].disk_mbs, 0.5);
+        CHECK_NEAR(gbs, devs[i].gpu_gbs, 0.5);
+        /* the row shows those figures (the page's words, the status' values) */
+        char row[8192] = "", cpu[300], gtxt[300];
+        CHECK(page_row(page, devs[i].name, row, sizeof row));
+        snprintf(cpu, sizeof cpu, "%s, %lld cores, 1 NUMA, %lld threads in use, disk %.0f MB/s",
+                 os ? os : "?", cores, thr, disk);
+        snprintf(gtxt, sizeof gtxt, "GPU %s, %.0f GB/s measured", gname ? gname : "?", gbs);
+        printf("page, %s: '%s' %s; '%s' %s\n", devs[i].name, cpu,
+               strstr(row, cpu) ? "shown" : "MISSING", gtxt,
+               strstr(row, gtxt) ? "shown" : "MISSING");
+        CHECK(strstr(row, cpu) != NULL);
+        CHECK(strstr(row, gtxt) != NULL);
+        if (!strstr(row, cpu) || !strstr(row, gtxt))
+            fprintf(stderr, "  row of %s: %.2000s\n", devs[i].name, row);
+    }
+    free(page);
+    json_decref(cl);
+}
+
 int main(void) {
+    if (!harness_init("small-llama-q8_0.gguf", "health and status"))
+        return hr_check_finish("test_api_health");
     test_loss();
+    stop_all(); /* the next part starts its own agents */
+    test_profiles();
     return hr_check_finish("test_api_health");
 }
