@@ -961,9 +961,14 @@ HR_CLI_COMMAND(bench) {
         goto done;
     }
     hr_prof_device_sysinfo(dev, NULL);
+    /* what a decode token reads: of routed experts, the share it is routed to */
     uint64_t wbytes = hr_model_output_bytes(e.m) + hr_model_tok_embd(e.m)->row_bytes;
-    for (int il = 0; il < hp->n_layer; il++)
-        wbytes += hr_model_layer_bytes(e.m, il);
+    for (int il = 0; il < hp->n_layer; il++) {
+        uint64_t ex = hr_model_layer_expert_bytes(e.m, il);
+        wbytes += hr_model_layer_bytes(e.m, il) - ex;
+        if (hp->n_expert > 0)
+            wbytes += ex * (uint64_t)hp->n_expert_used / (uint64_t)hp->n_expert;
+    }
     int64_t l3 = -1;
     size_t probe = hr_bench_probe_bytes(dev, &l3);
     printf("cpu: %s (%s)", dev->os.cpu_model[0] ? dev->os.cpu_model : "unknown model",
@@ -973,8 +978,9 @@ HR_CLI_COMMAND(bench) {
     else
         printf(", last-level cache unknown");
     printf("\n");
-    printf("model: %s, %s, %d layers, %.1f MiB of weights read per token, %d threads\n", o->model,
-           hp->arch_name, hp->n_layer, wbytes / 1048576.0, nt);
+    printf("model: %s, %s, %d layers, %.1f MiB of weights read per token%s, %d threads\n", o->model,
+           hp->arch_name, hp->n_layer, wbytes / 1048576.0,
+           hp->n_expert > 0 ? " (the routed experts' share)" : "", nt);
     if (e.vk) {
         const hr_vk_device_info *gi = hr_vk_info(e.vk);
         int gl = o->gpu_layers < hp->n_layer ? o->gpu_layers : hp->n_layer;

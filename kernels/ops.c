@@ -293,6 +293,93 @@ void hr_matmul_groups(hr_pool *pool, hr_mm_group *g, int n_g, void *wbuf) {
     hr_pool_run(pool, hr_mmg_dot_worker, &j);
 }
 
+/* ---- groups of SwiGLU feed-forwards (experts of a decode step) ---- */
+
+/* The n rows of x in w's activation format: into buf (returned pointers in
+ * a[]), or x itself for float activations. Returns the bytes used. */
+static size_t hr_ffg_convert(const hr_kernels *k, const hr_weight *w, const float *x, int n,
+                             char *buf, const void **a) {
+    int at = hr_type_get(w->type)->vec_dot_type;
+    if (at == HR_TYPE_F32) {
+        for (int t = 0; t < n; t++)
+            a[t] = x + (size_t)t * w->n_in;
+        return 0;
+    }
+    size_t rb = hr_type_row_bytes(at, w->n_in);
+    for (int t = 0; t < n; t++) {
+        k->quant[at](x + (size_t)t * w->n_in, buf + (size_t)t * rb, w->n_in);
+        a[t] = buf + (size_t)t * rb;
+    }
+    return (rb * (size_t)n + 63) & ~(size_t)63;
+}
+
+/* y[t][r] = W[r] . a[t] for every row of w, n columns (<= HR_DOT_N_MAX). */
+static void hr_ffg_product(const hr_kernels *k, const hr_weight *w, const void *const *a, int n,
+                           float *y) {
+    const char *wd = w->data;
+    size_t yn = (size_t)w->n_out;
+    if (n == 1 && !k->dotn_one[w->type]) {
+        hr_vec_dot_fn dot = k->vec_dot[w->type];
+        for (int64_t r = 0; r < w->n_out; r++)
+            y[r] = dot(w->n_in, wd + (size_t)r * w->row_bytes, a[0]);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < w->n_out; r0 += HR_MM_DOTN_ROWS) {
+        int nr = (int)(w->n_out - r0 < HR_MM_DOTN_ROWS ? w->n_out - r0 : HR_MM_DOTN_ROWS);
+        hr_vec_dot_n(k, w->type, w->n_in, nr, wd + (size_t)r0 * w->row_bytes, w->row_bytes, a, n,
+                     y + r0, yn);
+    }
+}
+
+static size_t hr_ffg_act_bytes(const hr_weight *w, int n) {
+    return (hr_matmul_wbuf_size(w->type, w->n_in, n) + 63) & ~(size_t)63;
+}
+
+size_t hr_swiglu_group_wbuf_size(const hr_ffn_group *g) {
+    return hr_ffg_act_bytes(&g->gate, g->n_tok) + hr_ffg_act_bytes(&g->up, g->n_tok) +
+           hr_ffg_act_bytes(&g->down, g->n_tok);
+}
+
+typedef struct {
+    hr_ffn_group *g;
+    int n_g;
+    const hr_kernels *k;
+    _Atomic int next;
+} hr_ffg_job;
+
+static void hr_ffg_one(const hr_kernels *k, hr_ffn_group *g) {
+    const void *a[HR_DOT_N_MAX], *b[HR_DOT_N_MAX];
+    char *buf = g->act;
+    int n = g->n_tok, ga = hr_type_get(g->gate.type)->vec_dot_type;
+    size_t F = (size_t)g->gate.n_out;
+    buf += hr_ffg_convert(k, &g->gate, g->x, n, buf, a);
+    if ((int)hr_type_get(g->up.type)->vec_dot_type == ga)
+        memcpy(b, a, sizeof a);
+    else
+        buf += hr_ffg_convert(k, &g->up, g->x, n, buf, b);
+    hr_ffg_product(k, &g->gate, a, n, g->h);
+    hr_ffg_product(k, &g->up, b, n, g->u);
+    for (int t = 0; t < n; t++)
+        hr_swiglu(g->h + t * F, g->h + t * F, g->u + t * F, (int)F);
+    hr_ffg_convert(k, &g->down, g->h, n, buf, a);
+    hr_ffg_product(k, &g->down, a, n, g->y);
+}
+
+static void hr_ffg_worker(void *ctx, int ith, int nth) {
+    hr_ffg_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_g;)
+        hr_ffg_one(j->k, &j->g[i]);
+}
+
+void hr_swiglu_groups(hr_pool *pool, hr_ffn_group *g, int n_g) {
+    hr_ffg_job j = {.g = g, .n_g = n_g, .k = hr_kernels_best()};
+    atomic_init(&j.next, 0);
+    if (n_g > 0)
+        hr_pool_run(pool, hr_ffg_worker, &j);
+}
+
 /* ---- element-wise ---- */
 
 /* As ggml's rms_norm: float squares summed in double, the mean rounded to

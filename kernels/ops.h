@@ -69,6 +69,26 @@ typedef struct {
  * hr_matmul_wbuf_size over groups). */
 void hr_matmul_groups(hr_pool *pool, hr_mm_group *g, int n_g, void *wbuf);
 
+/* A SwiGLU feed-forward over its own rows (hr_swiglu_groups): y = down .
+ * swiglu(gate x, up x) for n_tok <= HR_DOT_N_MAX rows. */
+typedef struct {
+    hr_weight gate, up, down; /* gate, up: n_in -> F; down: F -> n_out */
+    const float *x;           /* [n_tok][n_in] f32 */
+    int n_tok;
+    float *h, *u;             /* [n_tok][F] scratch (h ends as the SwiGLU values) */
+    float *y;                 /* [n_tok][n_out] */
+    void *act;                /* scratch: hr_swiglu_group_wbuf_size() bytes */
+} hr_ffn_group;
+
+/* Bytes of g's act scratch. */
+size_t hr_swiglu_group_wbuf_size(const hr_ffn_group *g);
+
+/* Each group's feed-forward in one pass of the pool (a group at a time
+ * per thread, no barrier between its products): the few rows of a decode
+ * step routed to each expert. Every value equals what hr_matmul, hr_swiglu
+ * and hr_matmul compute for that group alone, bit for bit. */
+void hr_swiglu_groups(hr_pool *pool, hr_ffn_group *g, int n_g);
+
 /* out[i] = x[i] / rms(x) * g[i]  (g may be NULL) ; n elements. */
 void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps);
 /* x[i] += b[i] */

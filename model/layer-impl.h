@@ -61,6 +61,7 @@ typedef struct {
     int *moe_rows, *moe_at, *moe_first;
     float *moe_x, *moe_g, *moe_u, *moe_y;
     hr_mm_group *moe_groups;
+    hr_ffn_group *moe_ffn; /* [n_expert]: one feed-forward per expert (decode steps) */
     void *moe_wbuf;
 } hr_layer_env;
 

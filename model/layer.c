@@ -14,7 +14,7 @@
 static bool hr_layer_env_moe(hr_layer_env *e, size_t B, hr_layer_alloc_fn alloc, void *ud) {
     const hr_hparams *hp = e->hp;
     size_t NE = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, E = (size_t)hp->n_embd;
-    size_t F = (size_t)hp->n_ff_exp, BK = B * K, big = E > F ? E : F;
+    size_t F = (size_t)hp->n_ff_exp, BK = B * K;
     e->moe_prob = alloc(ud, B * NE * sizeof(float));
     e->moe_sel = alloc(ud, BK * sizeof(int));
     e->moe_wt = alloc(ud, BK * sizeof(float));
@@ -26,10 +26,13 @@ static bool hr_layer_env_moe(hr_layer_env *e, size_t B, hr_layer_alloc_fn alloc,
     e->moe_u = alloc(ud, BK * F * sizeof(float));
     e->moe_y = alloc(ud, BK * E * sizeof(float));
     e->moe_groups = alloc(ud, NE * sizeof(hr_mm_group));
-    /* converted inputs: at most 2 bytes per value (f16), K rows per row */
-    e->moe_wbuf = alloc(ud, BK * big * 2 + 64 * NE);
+    e->moe_ffn = alloc(ud, NE * sizeof(hr_ffn_group));
+    /* converted inputs: at most 2 bytes per value (f16), K rows per row,
+     * for the gate/up and the down products of a group at once, each
+     * group's start aligned to 64 bytes */
+    e->moe_wbuf = alloc(ud, BK * (2 * E + F) * 2 + 3 * 64 * (NE + BK));
     return e->moe_prob && e->moe_sel && e->moe_wt && e->moe_rows && e->moe_at && e->moe_first &&
-           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_wbuf;
+           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_ffn && e->moe_wbuf;
 }
 
 int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,
@@ -242,6 +245,52 @@ static int hr_moe_groups(const hr_layer_env *e, const hr_weight *w0, const hr_we
     return ng;
 }
 
+/* The experts' feed-forwards as products over all of them: gate/up of
+ * every expert in one pass, SwiGLU, down in another (prefill: many rows
+ * per expert, the tiles' work). */
+static void hr_moe_ffn_grouped(const hr_layer_env *e, const hr_layer_weights *W, int n) {
+    size_t E = (size_t)e->hp->n_embd, F = (size_t)e->hp->n_ff_exp;
+    int K = e->hp->n_expert_used;
+    int ng = hr_moe_groups(e, &W->gate_exps, &W->up_exps, e->moe_x, E, e->moe_g, e->moe_u, F);
+    hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
+    for (int g = 0; g < n * K; g++)
+        hr_swiglu(e->moe_g + (size_t)g * F, e->moe_g + (size_t)g * F, e->moe_u + (size_t)g * F,
+                  (int)F);
+    ng = hr_moe_groups(e, &W->down_exps, NULL, e->moe_g, F, e->moe_y, NULL, E);
+    hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
+}
+
+/* The experts' feed-forwards one expert at a time per thread, when each
+ * has at most HR_DOT_N_MAX rows (decode steps): one pass of the pool.
+ * The same values as hr_moe_ffn_grouped. false when a group is larger. */
+static bool hr_moe_ffn_fused(const hr_layer_env *e, const hr_layer_weights *W) {
+    const hr_hparams *hp = e->hp;
+    size_t E = (size_t)hp->n_embd, F = (size_t)hp->n_ff_exp;
+    for (int x = 0; x < hp->n_expert; x++)
+        if (e->moe_first[x + 1] - e->moe_first[x] > HR_DOT_N_MAX)
+            return false;
+    int ng = 0;
+    char *act = e->moe_wbuf;
+    for (int x = 0; x < hp->n_expert; x++) {
+        int f = e->moe_first[x], m = e->moe_first[x + 1] - f;
+        if (m == 0)
+            continue;
+        hr_ffn_group *g = &e->moe_ffn[ng++];
+        *g = (hr_ffn_group){.gate = hr_expert_view(&W->gate_exps, hp->n_expert, x),
+                            .up = hr_expert_view(&W->up_exps, hp->n_expert, x),
+                            .down = hr_expert_view(&W->down_exps, hp->n_expert, x),
+                            .x = e->moe_x + (size_t)f * E,
+                            .n_tok = m,
+                            .h = e->moe_g + (size_t)f * F,
+                            .u = e->moe_u + (size_t)f * F,
+                            .y = e->moe_y + (size_t)f * E,
+                            .act = act};
+        act += (hr_swiglu_group_wbuf_size(g) + 63) & ~(size_t)63;
+    }
+    hr_swiglu_groups(e->pool, e->moe_ffn, ng);
+    return true;
+}
+
 /* The shared expert, gated by sigmoid(w . xb), added to y. */
 static void hr_moe_shared(const hr_layer_env *e, const hr_layer_weights *W, float *y, int n,
                           const hr_layer_rows *R) {
@@ -270,20 +319,15 @@ void hr_layer_moe(const hr_layer_env *e, const hr_layer_part *P, float *hidden, 
     const hr_hparams *hp = e->hp;
     const hr_layer_weights *W = &P->w;
     int K = hp->n_expert_used;
-    size_t E = (size_t)hp->n_embd, F = (size_t)hp->n_ff_exp;
+    size_t E = (size_t)hp->n_embd;
     hr_layer_norm(e, hidden, &W->ffn_norm, n);                  /* xb: [n][E] */
     hr_layer_matmul(e, &W->gate_inp, e->xb, e->moe_prob, n, R); /* [n][n_expert] logits */
     hr_moe_route(e, P, n);
     for (int g = 0; g < n * K; g++) /* grouped inputs */
         memcpy(e->moe_x + (size_t)g * E, e->xb + (size_t)(e->moe_rows[g] / K) * E,
                E * sizeof(float));
-    int ng = hr_moe_groups(e, &W->gate_exps, &W->up_exps, e->moe_x, E, e->moe_g, e->moe_u, F);
-    hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
-    for (int g = 0; g < n * K; g++)
-        hr_swiglu(e->moe_g + (size_t)g * F, e->moe_g + (size_t)g * F, e->moe_u + (size_t)g * F,
-                  (int)F);
-    ng = hr_moe_groups(e, &W->down_exps, NULL, e->moe_g, F, e->moe_y, NULL, E);
-    hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
+    if (!hr_moe_ffn_fused(e, W))
+        hr_moe_ffn_grouped(e, W, n);
     for (int t = 0; t < n; t++) { /* weighted sum in the router's order */
         float *yt = y + (size_t)t * E;
         for (int j = 0; j < K; j++) {

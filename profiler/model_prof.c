@@ -10,12 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w) {
+/* Adds w to L; of a stack of experts a token reads share (n_expert_used /
+ * n_expert; 1 for the rest). */
+static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w, double share) {
     if (!w->data)
         return;
-    uint64_t bytes = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
-    uint64_t params = (uint64_t)w->n_in * (uint64_t)w->n_out;
-    L->bytes += bytes;
+    L->bytes += (uint64_t)w->row_bytes * (uint64_t)w->n_out;
+    uint64_t n_out = (uint64_t)((double)w->n_out * share + 0.5);
+    uint64_t bytes = (uint64_t)w->row_bytes * n_out;
+    uint64_t params = (uint64_t)w->n_in * n_out;
     if (w->n_out <= 1)
         return; /* norm and bias vectors: read, but no matmul */
     L->flops += 2.0 * (double)params;
@@ -23,7 +26,7 @@ static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w) {
         if (L->types[i].type == w->type) {
             L->types[i].bytes += bytes;
             L->types[i].params += params;
-            L->types[i].rows += (uint64_t)w->n_out;
+            L->types[i].rows += n_out;
             L->types[i].n_mats++;
             return;
         }
@@ -32,7 +35,7 @@ static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w) {
         L->types[L->n_types++] = (hr_prof_tbytes){.type = w->type,
                                                   .bytes = bytes,
                                                   .params = params,
-                                                  .rows = (uint64_t)w->n_out,
+                                                  .rows = n_out,
                                                   .n_mats = 1};
 }
 
@@ -97,7 +100,7 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     out->embd_row_bytes = te->row_bytes;
     out->embd_bytes = (uint64_t)te->row_bytes * (uint64_t)te->n_out;
     /* output: norm (f32 vector in the model's arena) + LM head */
-    hr_prof_layer_add(&out->output, hr_model_output(m));
+    hr_prof_layer_add(&out->output, hr_model_output(m), 1.0);
     out->output.bytes += (uint64_t)hp->n_embd * sizeof(float);
     out->output.n_calls = 1;
     int64_t E = hp->n_embd, QD = (int64_t)hp->n_head * hp->head_dim;
@@ -111,15 +114,20 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     for (int il = 0; il < hp->n_layer; il++) {
         const hr_layer_weights *L = hr_model_layer(m, il);
         hr_prof_layer *pl = &out->layers[il];
-        for (int i = 0; i < hr_layer_tensor_count(); i++)
-            hr_prof_layer_add(pl, hr_layer_weight(L, hr_layer_tensor_get(i)));
+        double share = hp->n_expert > 0 ? (double)hp->n_expert_used / hp->n_expert : 1.0;
+        for (int i = 0; i < hr_layer_tensor_count(); i++) {
+            const hr_layer_tensor *t = hr_layer_tensor_get(i);
+            hr_prof_layer_add(pl, hr_layer_weight(L, t), t->experts ? share : 1.0);
+        }
         pl->n_calls = hr_prof_layer_calls(L);
         if (il == 0) {
             hr_prof_elems *el = &out->elems;
             el->norm = 2 * E + (L->q_norm.data ? QD + KD : 0);
             el->add = 2 * E + (L->bq.data ? QD + 2 * KD : 0);
             el->rope = QD + KD;
-            el->swiglu = hp->n_ff;
+            el->swiglu = hp->n_expert > 0 ? (int64_t)hp->n_ff_exp * hp->n_expert_used +
+                                                 (L->gate_shexp.data ? hp->n_ff_shexp : 0)
+                                           : hp->n_ff;
             el->f16 = 2 * KD;
         }
     }

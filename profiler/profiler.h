@@ -298,15 +298,17 @@ int hr_prof_cache_dir(const hr_prof_params *p, char *buf, size_t cap);
 
 typedef struct {
     int type;        /* hr_type */
-    uint64_t bytes;  /* weight bytes read per decode token */
-    uint64_t params; /* weights (one FLOP pair per token each) */
+    uint64_t bytes;  /* weight bytes read per decode token (routed experts: the share a token's
+                        n_expert_used of n_expert read) */
+    uint64_t params; /* weights a token multiplies (one FLOP pair each) */
     uint64_t rows;   /* output rows (dot products per token) */
     int n_mats;      /* matrices */
 } hr_prof_tbytes;
 
 typedef struct {
-    uint64_t bytes; /* weight bytes per decode token (matrices + norms) */
-    double flops;   /* matmul FLOPs per token: 2 x params */
+    uint64_t bytes; /* weight bytes of the layer (matrices + norms, every expert): what
+                       holding or streaming it takes; a dense layer's token reads them all */
+    double flops;   /* matmul FLOPs per token: 2 x params (experts: the routed share) */
     int n_calls;    /* hr_matmul calls per token (weights grouped by activation format) */
     int n_types;
     hr_prof_tbytes types[HR_PROF_MAX_TYPES];
