@@ -82,6 +82,10 @@ typedef struct {
     double stream_round; /* bytes the split streams per round (mean over the k windows) */
     double pinned;       /* bytes of the windows kept resident */
     int locked;          /* 1 mlock'ed, 0 kept by advice, -1 not yet known */
+    /* streaming by expert (mmap/experts.h): experts kept per layer (-1: the
+     * plan does not stream by expert), routed experts and of them resident */
+    int ex_keep;
+    uint64_t ex_routed, ex_hits;
 } hr_stream_stats;
 
 typedef struct {
@@ -313,6 +317,10 @@ double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, do
  * the agent): posts the finished layer to the streamer when a tail slides
  * through its buffer. Cheap, on the computing thread. */
 void hr_node_on_layer(void *ud, int layer);
+/* stream.c: hr_ctx_params.on_route of this device's window contexts (ud =
+ * the agent): the experts a layer's router chose, for the expert cache
+ * when the plan streams by expert. */
+void hr_node_on_route(void *ud, int layer, const int *experts, int n);
 /* stream.c: the measured bytes per round, the split (any thread) */
 void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out);
 /* stream.c: one measurement tick (one thread: the control loop's timer) */

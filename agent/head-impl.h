@@ -115,6 +115,8 @@ typedef struct {
     double meas_read_round;      /* bytes per window computed, measured; -1 unknown */
     double stream_round, pinned; /* the runtime's split: bytes per round, bytes kept */
     int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
+    int ex_keep;                 /* streaming by expert: experts kept per layer, -1: not */
+    uint64_t ex_routed, ex_hits; /* ... experts routed to, and of them resident */
     /* model bytes it fetches from us (no model file there; heartbeat): verified of
      * wanted, received in all; -1 unknown / has the file */
     double fetch_done, fetch_total, fetch_wire;

@@ -134,6 +134,7 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     d->ring_pos = -1;
     snprintf(d->echo_ep, sizeof d->echo_ep, "%s", jm.echo);
     d->pred_read_token = d->meas_read_round = d->stream_round = d->pinned = -1;
+    d->ex_keep = -1;
     d->fetch_done = d->fetch_total = d->fetch_wire = -1;
     d->locked = -1;
     hr_head_keep_join(hd, d, &jm, false);
@@ -167,6 +168,9 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->fetch_done = hb.fetch_done;
     d->fetch_total = hb.fetch_total;
     d->fetch_wire = hb.fetch_wire;
+    d->ex_keep = hb.ex_keep;
+    d->ex_routed = hb.ex_routed;
+    d->ex_hits = hb.ex_hits;
     hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);
 }
 

@@ -56,6 +56,10 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->disk.stream_bytes_token = d->stream_round >= 0 ? d->stream_round * k : NAN;
     o->disk.pinned_bytes = hr_known(d->pinned);
     o->disk.locked = d->locked > 0 ? 1 : d->locked == 0 ? 0 : -1;
+    o->disk.ex_keep = d->ex_keep;
+    o->disk.ex_of = hr_model_hparams(hd->a->m)->n_expert;
+    o->disk.ex_routed = d->ex_routed;
+    o->disk.ex_hits = d->ex_hits;
     o->fetch_done_bytes = hr_known(d->fetch_done);
     o->fetch_total_bytes = hr_known(d->fetch_total);
     o->fetch_wire_bytes = hr_known(d->fetch_wire);
@@ -110,6 +114,9 @@ int hr_head_status(hr_agent *a, hr_status *st) {
             d.stream_round = ss.stream_round;
             d.pinned = ss.pinned;
             d.locked = ss.locked;
+            d.ex_keep = ss.ex_keep;
+            d.ex_routed = ss.ex_routed;
+            d.ex_hits = ss.ex_hits;
         }
         hr_head_dev_status(hd, &d, i == 0, k, now, &st->devices[st->n_devices++]);
     }

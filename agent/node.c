@@ -409,7 +409,7 @@ static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_m
     *budget = avail < 0 || total <= 0
                   ? -1
                   : hr_prof_mem_budget((double)avail, a->p.mem_limit_gib * 1073741824.0,
-                                       sm->layer_bytes, hr_node_reserve(a, lp));
+                                       hr_prof_layer_slack(sm), hr_node_reserve(a, lp));
     return rc;
 }
 
@@ -518,6 +518,7 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     cp.pool = a->pool;
     cp.on_layer = hr_node_on_layer; /* the streamer follows the layers computed */
     cp.on_layer_ud = a;
+    cp.on_route = hr_node_on_route; /* experts a layer reads, for streaming by expert */
     cp.vk = lp->n_gpu > 0 ? a->vk : NULL;
     cp.n_gpu = lp->n_gpu;
     for (int r = 0; lp->w > 0 && r < lp->k; r++) {

@@ -49,6 +49,7 @@ hr_status_dev hr_status_dev_default(void) {
     d.disk.pred_read_bytes_token = d.disk.meas_read_bytes_token = NAN;
     d.disk.stream_bytes_token = d.disk.pinned_bytes = NAN;
     d.disk.locked = -1;
+    d.disk.ex_keep = -1;
     d.fetch_done_bytes = d.fetch_total_bytes = d.fetch_wire_bytes = NAN;
     d.rate_scale = 1;
     return d;
@@ -134,6 +135,10 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_fig(o, "stream_bytes_token", dk->stream_bytes_token);
     hr_put_fig(o, "pinned_bytes", dk->pinned_bytes);
     hr_put_str(o, "pinned_by", dk->locked > 0 ? "mlock" : dk->locked == 0 ? "advice" : "unknown");
+    if (dk->ex_keep >= 0)
+        hr_put(o, "experts",
+               json_pack("{s:i,s:i,s:I,s:I}", "keep", dk->ex_keep, "of", dk->ex_of, "routed",
+                         (json_int_t)dk->ex_routed, "hits", (json_int_t)dk->ex_hits));
     hr_put_fig(o, "fetch_done_bytes", d->fetch_done_bytes);
     hr_put_fig(o, "fetch_total_bytes", d->fetch_total_bytes);
     hr_put_fig(o, "fetch_wire_bytes", d->fetch_wire_bytes);

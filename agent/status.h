@@ -57,6 +57,8 @@ typedef struct {
     double stream_bytes_token;    /* what its runtime's split streams, NAN: unknown */
     double pinned_bytes;          /* bytes kept resident, NAN: unknown */
     int locked;                   /* pinned by mlock (1), by advice (0), -1 unknown */
+    int ex_keep, ex_of;           /* streams by expert: experts kept per layer of ex_of; -1: not */
+    uint64_t ex_routed, ex_hits;  /* experts routed to, and of them resident (kept) */
 } hr_status_disk;
 
 typedef struct {

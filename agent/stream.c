@@ -28,7 +28,9 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "mmap/experts.h"
 #include "mmap/stream.h"
+#include "sched/sched.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +42,13 @@ _Static_assert(HR_AGENT_MAX_K <= HR_STREAM_MAX_WINDOWS, "the pump takes every wi
 
 struct hr_streamer {
     const hr_gguf *g;
-    hr_stream_pump *pump; /* NULL in legacy mode */
-    bool legacy;          /* HEARTH_STREAM=legacy */
-    bool try_mlock;       /* HEARTH_MLOCK != 0 */
-    atomic_bool windows;  /* post window events: some window has a tail */
-    atomic_bool layers;   /* post layer events: some tail is larger than the buffer */
+    hr_stream_pump *pump;  /* NULL in legacy mode */
+    hr_expert_cache *ex;   /* a model with experts (not HEARTH_EXPERTS=whole), else NULL */
+    atomic_bool by_expert; /* the plan streams by expert: post routes and layers to ex */
+    bool legacy;           /* HEARTH_STREAM=legacy */
+    bool try_mlock;        /* HEARTH_MLOCK != 0 */
+    atomic_bool windows;   /* post window events: some window has a tail */
+    atomic_bool layers;    /* post layer events: some tail is larger than the buffer */
     pthread_mutex_t mu;
     /* ---- mu ---- */
     hr_stream_stats st;
@@ -97,6 +101,37 @@ void hr_node_on_layer(void *ud, int layer) {
     hr_streamer *s = ((const hr_agent *)ud)->streamer;
     if (s && s->pump && atomic_load_explicit(&s->layers, memory_order_relaxed))
         hr_stream_pump_layer_done(s->pump, layer);
+    if (s && s->ex && atomic_load_explicit(&s->by_expert, memory_order_relaxed))
+        hr_expert_cache_layer_done(s->ex, layer);
+}
+
+void hr_node_on_route(void *ud, int layer, const int *experts, int n) {
+    hr_streamer *s = ((const hr_agent *)ud)->streamer;
+    if (s && s->ex && atomic_load_explicit(&s->by_expert, memory_order_relaxed))
+        hr_expert_cache_route(s->ex, layer, experts, n);
+}
+
+/* The expert cache of a model with experts: each layer's stacks in the file. */
+static int hr_node_experts_start(hr_streamer *s, const hr_agent *a, char *err) {
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    const char *mode = getenv("HEARTH_EXPERTS");
+    if (hp->n_expert == 0 || (mode && strcmp(mode, "whole") == 0))
+        return 0;
+    hr_expert_layer *L = calloc((size_t)hp->n_layer, sizeof *L);
+    if (!L)
+        return hr_seterr(err, HR_ENOMEM, "out of memory for the expert cache");
+    const char *base = hr_gguf_base(a->g);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hr_layer_weights *W = hr_model_layer(a->m, il);
+        const hr_weight *st[3] = {&W->gate_exps, &W->up_exps, &W->down_exps};
+        for (int p = 0; p < 3; p++) {
+            L[il].off[p] = (uint64_t)((const char *)st[p]->data - base);
+            L[il].stride[p] = st[p]->row_bytes * (uint64_t)(st[p]->n_out / hp->n_expert);
+        }
+    }
+    int rc = hr_expert_cache_create(&s->ex, a->g, hp->n_layer, hp->n_expert, L, err);
+    free(L);
+    return rc;
 }
 
 double hr_node_resident(const hr_agent *a, const hr_local_plan *lp) {
@@ -118,6 +153,8 @@ int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]) {
     s->last_io = -1;
     pthread_mutex_init(&s->mu, NULL);
     int rc = s->legacy ? 0 : hr_stream_pump_create(&s->pump, a->g, err);
+    if (rc == 0 && !s->legacy && (rc = hr_node_experts_start(s, a, err)))
+        hr_stream_pump_destroy(s->pump);
     if (rc) {
         pthread_mutex_destroy(&s->mu);
         free(s);
@@ -132,6 +169,7 @@ void hr_node_streamer_stop(hr_agent *a) {
     if (!s)
         return;
     hr_stream_pump_destroy(s->pump);
+    hr_expert_cache_destroy(s->ex);
     pthread_mutex_destroy(&s->mu);
     free(s);
     a->streamer = NULL;
@@ -150,10 +188,84 @@ static int hr_node_parts(const hr_local_plan *lp, hr_stream_part *part) {
     return n;
 }
 
+/* A model with experts whose windows do not fit: the always-read part and
+ * as many experts as fit stay, the routed others are read as chosen
+ * (mmap/experts.h), by the scheduler's expert scheme
+ * (hr_sched_stream_split_experts). Returns the bytes it reads per round
+ * (predicted), or -1 when the plan is not streamed by expert (the windows
+ * fit, or no expert cache): then the dense scheme applies. */
+static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, double room,
+                                  double layer_bytes) {
+    hr_streamer *s = a->streamer;
+    if (!s || !s->ex)
+        return -1;
+    const hr_hparams *hp = hr_model_hparams(a->m);
+    double all = 0, ex = 0, win = 0;
+    for (int r = 0; r < n; r++)
+        for (int il = part[r].layer_begin; il < part[r].layer_begin + part[r].n_layers; il++) {
+            all += (double)hr_model_layer_bytes(a->m, il);
+            ex += (double)hr_model_layer_expert_bytes(a->m, il);
+        }
+    for (int r = 0; r < n; r++)
+        win += (double)part[r].len;
+    hr_sched_stream sc = {0};
+    double frac = all > 0 ? ex / all : 0, share = (double)hp->n_expert_used / hp->n_expert;
+    int rc = n > 0 && all > 0
+                 ? hr_sched_stream_split_experts(win / n, n, room, layer_bytes, frac, share, &sc)
+                 : 0;
+    bool split = n > 0 && sc.streams && a->p.release != 0;
+    atomic_store(&s->by_expert, split);
+    if (!split) {
+        hr_expert_cache_plan(s->ex, NULL, NULL, NULL, NULL, 0, 0, 0, false);
+        return -1;
+    }
+    if (rc == HR_ERANGE)
+        HR_LOG_WARN(TAG,
+                    "%s: %.1f MiB of room is less than one layer's always-read part and "
+                    "routed experts (%.1f MiB per layer)",
+                    a->name, room / 1048576.0, layer_bytes / 1048576.0);
+    double always = all - ex, per_expert = ex / hp->n_expert; /* one expert of each layer */
+    int n_layers = 0;
+    uint64_t off[HR_AGENT_MAX_K], len[HR_AGENT_MAX_K];
+    int lb[HR_AGENT_MAX_K], nl[HR_AGENT_MAX_K];
+    for (int r = 0; r < n; r++) {
+        off[r] = part[r].off;
+        len[r] = part[r].len;
+        lb[r] = part[r].layer_begin;
+        nl[r] = part[r].n_layers;
+        n_layers += part[r].n_layers;
+    }
+    /* keep: experts per layer beside the always-read part */
+    double spare = sc.resident - always;
+    int keep = spare > 0 && per_expert > 0 ? (int)(spare / per_expert) : 0;
+    keep = keep > hp->n_expert ? hp->n_expert : keep;
+    hr_expert_cache_plan(s->ex, off, len, lb, nl, n, keep, 64, s->try_mlock);
+    if (s->pump) /* nothing for the dense pump: it lets go of an earlier plan */
+        hr_stream_pump_plan(s->pump, part, 0, 0, 0);
+    atomic_store(&s->windows, false);
+    atomic_store(&s->layers, false);
+    HR_LOG_INFO(TAG,
+                "%s: streams by expert: %.1f MiB always read and %d of %d experts per layer "
+                "kept of %d layers, %.1f MiB read per round predicted (room %.1f MiB)",
+                a->name, always / 1048576.0, keep, hp->n_expert, n_layers,
+                sc.read_round / 1048576.0, room / 1048576.0);
+    hr_lock(&s->mu, HR_RANK_STREAM);
+    s->st.stream_round = sc.read_round;
+    s->st.pinned = sc.resident;
+    s->st.locked = -1;
+    s->st.read_round = -1;
+    s->rebase = true;
+    hr_unlock(&s->mu, HR_RANK_STREAM);
+    return sc.read_round;
+}
+
 double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, double layer_bytes) {
     hr_streamer *s = a->streamer;
     hr_stream_part part[HR_AGENT_MAX_K];
     int n = hr_node_parts(lp, part);
+    double by_expert = hr_node_expert_plan(a, part, n, room, layer_bytes);
+    if (by_expert >= 0)
+        return by_expert;
     hr_sched_stream sc = {0};
     int rc = n > 0 ? hr_prof_stream_parts(part, n, room, layer_bytes, &sc) : 0;
     double total = 0, kept = 0, all = 0, max_tail = 0;
@@ -218,12 +330,20 @@ double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, do
 
 void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
     hr_streamer *s = a->streamer;
-    *out = (hr_stream_stats){.read_round = -1, .locked = -1};
+    *out = (hr_stream_stats){.read_round = -1, .locked = -1, .ex_keep = -1};
     if (!s)
         return;
     hr_lock(&s->mu, HR_RANK_STREAM);
     *out = s->st;
     hr_unlock(&s->mu, HR_RANK_STREAM);
+    out->ex_keep = -1;
+    if (s->ex && atomic_load(&s->by_expert)) {
+        hr_expert_cache_stats es;
+        hr_expert_cache_get_stats(s->ex, &es);
+        out->ex_keep = es.keep;
+        out->ex_routed = es.routed;
+        out->ex_hits = es.hits;
+    }
     if (s->pump && out->stream_round > 0) {
         hr_stream_pump_stats ps;
         hr_stream_pump_get_stats(s->pump, &ps);

@@ -257,7 +257,10 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .ms_total = ms_total,
                            .fetch_done = -1,
                            .fetch_total = -1,
-                           .fetch_wire = -1};
+                           .fetch_wire = -1,
+                           .ex_keep = ss.ex_keep,
+                           .ex_routed = ss.ex_routed,
+                           .ex_hits = ss.ex_hits};
     if (a->cache && a->fetch.want_bytes) {
         hb.fetch_done = (double)a->fetch.done_bytes;
         hb.fetch_total = (double)a->fetch.want_bytes;

@@ -23,6 +23,7 @@ typedef struct {
     uint16_t *k;    /* [n_seq][n_ctx][n_kv*head_dim] f16 cache, one slot per sequence */
     uint16_t *vt;   /* [n_seq][n_kv*head_dim][n_ctx] f16 cache, transposed */
     uint64_t *hits; /* [n_expert] rows routed to each expert (HR_LT_MOE), or NULL */
+    int layer;      /* its model layer index (hr_ctx_params.on_route) */
 } hr_layer_part;
 
 /* Where the rows of a step over several sequences belong: row t is at
@@ -62,6 +63,9 @@ typedef struct {
     float *moe_x, *moe_g, *moe_u, *moe_y;
     hr_mm_group *moe_groups;
     hr_ffn_group *moe_ffn; /* [n_expert]: one feed-forward per expert (decode steps) */
+    int *moe_list;         /* [n_expert]: the experts a step uses (on_route) */
+    void (*on_route)(void *ud, int layer, const int *experts, int n);
+    void *route_ud;
     void *moe_wbuf;
 } hr_layer_env;
 

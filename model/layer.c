@@ -27,12 +27,14 @@ static bool hr_layer_env_moe(hr_layer_env *e, size_t B, hr_layer_alloc_fn alloc,
     e->moe_y = alloc(ud, BK * E * sizeof(float));
     e->moe_groups = alloc(ud, NE * sizeof(hr_mm_group));
     e->moe_ffn = alloc(ud, NE * sizeof(hr_ffn_group));
+    e->moe_list = alloc(ud, NE * sizeof(int));
     /* converted inputs: at most 2 bytes per value (f16), K rows per row,
      * for the gate/up and the down products of a group at once, each
      * group's start aligned to 64 bytes */
     e->moe_wbuf = alloc(ud, BK * (2 * E + F) * 2 + 3 * 64 * (NE + BK));
     return e->moe_prob && e->moe_sel && e->moe_wt && e->moe_rows && e->moe_at && e->moe_first &&
-           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_ffn && e->moe_wbuf;
+           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_ffn &&
+           e->moe_list && e->moe_wbuf;
 }
 
 int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,
@@ -323,6 +325,13 @@ void hr_layer_moe(const hr_layer_env *e, const hr_layer_part *P, float *hidden, 
     hr_layer_norm(e, hidden, &W->ffn_norm, n);                  /* xb: [n][E] */
     hr_layer_matmul(e, &W->gate_inp, e->xb, e->moe_prob, n, R); /* [n][n_expert] logits */
     hr_moe_route(e, P, n);
+    if (e->on_route) { /* the experts about to be read, for a streamer */
+        int nu = 0;
+        for (int x = 0; x < hp->n_expert; x++)
+            if (e->moe_first[x + 1] > e->moe_first[x])
+                e->moe_list[nu++] = x;
+        e->on_route(e->route_ud, P->layer, e->moe_list, nu);
+    }
     for (int g = 0; g < n * K; g++) /* grouped inputs */
         memcpy(e->moe_x + (size_t)g * E, e->xb + (size_t)(e->moe_rows[g] / K) * E,
                E * sizeof(float));

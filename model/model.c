@@ -552,6 +552,7 @@ static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
     for (int i = 0; i < nl; i++) {
         hr_layer_part *P = &c->parts[c->n_parts++];
         P->w = c->m->layers[c->p.layer_begin + c->n_gpu + i];
+        P->layer = c->p.layer_begin + c->n_gpu + i;
         P->n_kv = hp->n_head_kv;
         P->n_ff = hp->n_ff;
         P->k = hr_ctx_alloc(c, kv_bytes);
@@ -602,6 +603,8 @@ static int hr_ctx_buffers(hr_ctx *c, char *err) {
             return hr_seterr(err, HR_ENOMEM, "cannot allocate work buffers for batch %d", B);
         c->wbuf_bytes = wb;
     }
+    c->env.on_route = c->p.on_route;
+    c->env.route_ud = c->p.on_layer_ud;
     size_t S = (size_t)c->p.n_seq, Bz = (size_t)B;
     c->seq_used = hr_ctx_buf(c, S * sizeof *c->seq_used);
     c->seq_len = hr_ctx_buf(c, S * sizeof *c->seq_len);

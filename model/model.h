@@ -202,7 +202,12 @@ typedef struct {
      * thread groups: for each layer once the window is done). It must be
      * cheap (a streamer's signal, never disk or allocation). NULL = none. */
     void (*on_layer)(void *ud, int layer);
-    void *on_layer_ud; /* borrowed, passed to on_layer */
+    void *on_layer_ud; /* borrowed, passed to on_layer and on_route */
+    /* Experts: called on the calling thread once a CPU layer's router has
+     * chosen, before the experts are read: the model layer index and the
+     * distinct experts the step's rows go to (ascending, n of them). Cheap,
+     * as on_layer (a streamer's signal). NULL = none. */
+    void (*on_route)(void *ud, int layer, const int *experts, int n);
     /* Work buffers of another context to use instead of allocating them
      * (borrowed; it must outlive this one, and the two must be used by one
      * thread at a time): a device's windows run one after another. Taken

@@ -253,6 +253,11 @@ static json_t *hr_model_json(hr_jw *w, const hr_prof_model *m) {
     jset(w, o, "output", hr_layer_json(w, &m->output));
     jset(w, o, "kv_bytes_per_token_layer", ju64(m->kv_bytes_per_token));
     jset(w, o, "hidden_bytes_per_hop", ju64(m->hidden_bytes));
+    if (m->n_expert > 0) {
+        jset(w, o, "n_expert", json_integer(m->n_expert));
+        jset(w, o, "n_expert_used", json_integer(m->n_expert_used));
+        jset(w, o, "expert_bytes", ju64(m->expert_bytes));
+    }
     json_t *el = json_object();
     jset(w, el, "rmsnorm", json_integer(m->elems.norm));
     jset(w, el, "add", json_integer(m->elems.add));
@@ -611,6 +616,11 @@ static int hr_model_read(const json_t *o, hr_prof_model *m, char *err) {
     hr_layer_read(json_object_get(o, "output"), &m->output);
     m->kv_bytes_per_token = gu64(o, "kv_bytes_per_token_layer", 0);
     m->hidden_bytes = gu64(o, "hidden_bytes_per_hop", 0);
+    m->n_expert = gint(o, "n_expert") > 0 ? gint(o, "n_expert") : 0;
+    m->n_expert_used = gint(o, "n_expert_used") > 0 ? gint(o, "n_expert_used") : 0;
+    m->expert_bytes = gu64(o, "expert_bytes", 0);
+    if (m->n_expert_used > m->n_expert)
+        m->n_expert = m->n_expert_used = 0;
     const json_t *el = json_object_get(o, "eltwise_elems");
     m->elems.norm = gint(el, "rmsnorm") < 0 ? 0 : gint(el, "rmsnorm");
     m->elems.add = gint(el, "add") < 0 ? 0 : gint(el, "add");

@@ -32,11 +32,8 @@ static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w, double share
         }
     }
     if (L->n_types < HR_PROF_MAX_TYPES)
-        L->types[L->n_types++] = (hr_prof_tbytes){.type = w->type,
-                                                  .bytes = bytes,
-                                                  .params = params,
-                                                  .rows = n_out,
-                                                  .n_mats = 1};
+        L->types[L->n_types++] = (hr_prof_tbytes){
+            .type = w->type, .bytes = bytes, .params = params, .rows = n_out, .n_mats = 1};
 }
 
 /* hr_matmul calls for weights run together when they share the activation
@@ -107,6 +104,10 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     int64_t KD = (int64_t)hp->n_head_kv * hp->head_dim;
     out->kv_bytes_per_token = 2u * (uint64_t)KD * 2u; /* K and V, f16 */
     out->hidden_bytes = (uint64_t)E * 2u;             /* f16 on the wire */
+    out->n_expert = hp->n_expert;
+    out->n_expert_used = hp->n_expert_used;
+    for (int il = 0; il < hp->n_layer; il++)
+        out->expert_bytes += hr_model_layer_expert_bytes(m, il);
     out->layers = calloc((size_t)hp->n_layer, sizeof *out->layers);
     if (!out->layers)
         return hr_seterr(err, HR_ENOMEM, "out of memory for %d layer profiles", hp->n_layer);
@@ -126,8 +127,8 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
             el->add = 2 * E + (L->bq.data ? QD + 2 * KD : 0);
             el->rope = QD + KD;
             el->swiglu = hp->n_expert > 0 ? (int64_t)hp->n_ff_exp * hp->n_expert_used +
-                                                 (L->gate_shexp.data ? hp->n_ff_shexp : 0)
-                                           : hp->n_ff;
+                                                (L->gate_shexp.data ? hp->n_ff_shexp : 0)
+                                          : hp->n_ff;
             el->f16 = 2 * KD;
         }
     }

@@ -325,6 +325,8 @@ typedef struct {
     hr_prof_layer output;        /* output norm + LM head, one call */
     uint64_t kv_bytes_per_token; /* per layer: K + V, F16 */
     uint64_t hidden_bytes;       /* one hidden state on the wire (n_embd x f16) */
+    int n_expert, n_expert_used; /* routed experts per layer and per token (0: dense) */
+    uint64_t expert_bytes;       /* of all layers' bytes, those of routed experts */
     hr_prof_elems elems;         /* element-wise work per layer and token */
     int n_layers_listed;         /* entries in layers (= n_layer after a successful build) */
     hr_prof_layer *layers;       /* [n_layer], owned: release with hr_prof_model_clear */
@@ -479,7 +481,13 @@ hr_prof_sched_params hr_prof_sched_params_default(void);
  * t_head_ms from the input + output layers and sampling (head only), the OS
  * from sysname, and for a chosen GPU with rates for every weight type of the
  * model vram_bytes (4/5 of its largest device-local heap) and t_layer_gpu_ms
- * (hr_prof_gpu_window_ms per layer, each charged a submission). Reentrant. */
+ * (hr_prof_gpu_window_ms per layer, each charged a submission). Reentrant.
+ *
+ * hr_prof_to_sched_model: a model with experts gives the scheduler their
+ * share of the layers' bytes and of the experts a token reads (even
+ * routing), so streamed windows cost what reading by expert reads;
+ * HEARTH_EXPERTS=whole in the environment plans them as dense layers
+ * (whole windows streamed: the comparison the labs make). */
 int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
                             const hr_prof_link *next, const hr_prof_sched_params *p,
                             hr_sched_device *out, char err[HR_ERR_LEN]);
@@ -531,10 +539,14 @@ double hr_prof_mem_reserve(const hr_model *m, int n_ctx, int n_batch, int n_thre
  * >= 0: hr_prof_mem_reserve; < 0, with no model at hand: one layer_bytes +
  * 64 MiB); never negative. Reentrant. */
 double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double reserve_bytes);
+/* Bytes one layer of streaming takes: a mean layer, of which with experts
+ * only the always-read part and the routed share a token reads (the least
+ * buffer of hr_sched_stream_split / _experts). Reentrant. */
+double hr_prof_layer_slack(const hr_sched_model *m);
 /* Bytes a device's part of a plan needs resident: the KV cache of all its
- * k x w layers, one mean layer of weights (the least buffer the streaming
- * scheme works with, hr_sched_stream_split: the rest may stream) and, on
- * the head with layers, the output head; 0 when w = 0. Reentrant. */
+ * k x w layers, one layer of streaming (hr_prof_layer_slack: the rest may
+ * stream) and, on the head with layers, the output head; 0 when w = 0.
+ * Reentrant. */
 double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
 /* Bytes of a device's k windows of w layers that may stay resident with
  * budget bytes (hr_prof_mem_budget) for its part of a plan: the budget

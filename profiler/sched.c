@@ -6,6 +6,7 @@
 #include "common/log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 hr_prof_sched_params hr_prof_sched_params_default(void) {
@@ -39,11 +40,15 @@ double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double
     return a > r ? a - r : 0;
 }
 
+double hr_prof_layer_slack(const hr_sched_model *m) {
+    return m->layer_bytes * (1.0 - m->expert_frac + m->expert_frac * m->expert_read);
+}
+
 double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head) {
     if (!m || w <= 0 || k <= 0)
         return 0;
     double kv = (double)k * w * m->kv_bytes_per_layer; /* all k windows' KV stays */
-    double buf = m->layer_bytes; /* the streaming buffer's least (hr_sched_stream_split) */
+    double buf = hr_prof_layer_slack(m);               /* the streaming buffer's least */
     return kv + buf + (is_head ? m->output_bytes : 0);
 }
 
@@ -79,7 +84,8 @@ double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_
         return 0;
     hr_sched_stream sc;
     double room = hr_prof_stream_room(m, k, w, is_head, budget);
-    int rc = hr_sched_stream_split(w * m->layer_bytes, k, room, m->layer_bytes, &sc);
+    int rc = hr_sched_stream_split_experts(w * m->layer_bytes, k, room, m->layer_bytes,
+                                           m->expert_frac, m->expert_read, &sc);
     if (rc == HR_ERANGE)
         return w * m->layer_bytes; /* whole windows (as hr_prof_stream_parts) */
     return rc == 0 ? sc.read_round : 0;
@@ -96,6 +102,13 @@ int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *ou
     out->hidden_bytes = (double)m->hidden_bytes;                     /* bytes per hop */
     out->kv_bytes_per_layer = (double)m->kv_bytes_per_token * n_ctx; /* bytes */
     out->output_bytes = (double)m->output.bytes;                     /* bytes */
+    uint64_t all = hr_prof_model_window_bytes(m, 0, m->n_layer, false, false);
+    const char *mode = getenv("HEARTH_EXPERTS"); /* whole: experts stream as dense layers do */
+    bool whole = mode && strcmp(mode, "whole") == 0;
+    if (m->n_expert > 0 && all > 0 && m->expert_bytes <= all && !whole) {
+        out->expert_frac = (double)m->expert_bytes / (double)all;
+        out->expert_read = (double)m->n_expert_used / m->n_expert; /* even routing */
+    }
     return 0;
 }
 
@@ -139,8 +152,11 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         return hr_seterr(err, HR_EINVAL, "device profile has no CPU rates");
     out->t_layer_ms = 0; /* the planner reads decode_ms[] at its thread choice */
     /* memory for weights + KV (bytes) */
+    hr_sched_model sm;
     double mean_layer =
-        (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) / m->n_layer;
+        hr_prof_to_sched_model(m, 1, &sm, err) == 0
+            ? hr_prof_layer_slack(&sm)
+            : (double)hr_prof_model_window_bytes(m, 0, m->n_layer, false, false) / m->n_layer;
     if (d->mem.weights_avail_bytes < 0)
         HR_LOG_WARN(HR_PROF_TAG, "%s: available memory unknown: mem_bytes = 0", out->name);
     out->mem_bytes = hr_prof_mem_budget((double)d->mem.weights_avail_bytes, 0, mean_layer,

@@ -148,6 +148,10 @@ typedef struct {
     /* model bytes fetched from the head (worker without the model file; -1 absent):
      * verified bytes of the windows wanted, of fetch_total, and bytes received in all */
     double fetch_done, fetch_total, fetch_wire;
+    /* streaming by expert (-1 / absent: the plan does not): experts kept per
+     * layer, experts routed to so far and of them resident */
+    int ex_keep;
+    uint64_t ex_routed, ex_hits;
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,

@@ -103,6 +103,36 @@ int hr_sched_stream_split(double window_bytes, int k, double room, double min_bu
     return buf + 1e-9 * T < need ? HR_ERANGE : 0;
 }
 
+int hr_sched_stream_split_experts(double window_bytes, int k, double room, double min_buffer,
+                                  double expert_frac, double expert_read, hr_sched_stream *out) {
+    if (expert_frac == 0.0)
+        return hr_sched_stream_split(window_bytes, k, room, min_buffer, out);
+    if (!out)
+        return HR_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (k < 1 || !finite_ge0(window_bytes) || !isfinite(room) || !finite_ge0(min_buffer) ||
+        !(expert_frac > 0.0 && expert_frac <= 1.0) || !finite_ge0(expert_read) || expert_read > 1.0)
+        return HR_EINVAL;
+    if (room < 0.0)
+        room = 0.0;
+    double T = k * window_bytes;
+    if (T <= room) {
+        out->resident = T;
+        return 0;
+    }
+    out->streams = true;
+    double A = T * (1.0 - expert_frac), X = T * expert_frac;
+    /* the buffer holds one layer's always-read part and its routed experts */
+    double need = min_buffer * (1.0 - expert_frac) + min_buffer * expert_frac * expert_read;
+    double buf = need < room ? need : room;
+    out->buffer = buf;
+    out->resident = room - buf;
+    double a_read = A > out->resident ? A - out->resident : 0.0;
+    double x_kept = out->resident > A ? out->resident - A : 0.0;
+    out->read_round = (a_read + (X - x_kept) * expert_read) / k;
+    return buf + 1e-9 * T < need ? HR_ERANGE : 0;
+}
+
 static int check_rates(const double *r, int n, const char *what, const char *who, char *err) {
     for (int t = 0; t < n; t++)
         if (!finite_ge0(r[t]))
@@ -212,6 +242,8 @@ int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_d
     c->overlap = o->overlap;
     c->use_gpu = o->use_gpu;
     c->b = m->layer_bytes;
+    c->ef = m->expert_frac > 0.0 && m->expert_frac <= 1.0 ? m->expert_frac : 0.0;
+    c->er = m->expert_read > 0.0 && m->expert_read <= 1.0 ? m->expert_read : 1.0;
     c->kv = m->kv_bytes_per_layer;
     c->out = m->output_bytes;
     c->head = -1;
@@ -286,8 +318,8 @@ void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc) {
             } else {
                 hr_sched_stream st;
                 while (s < kc->W &&
-                       hr_sched_stream_split((s + 1) * c->b, k, me - kk * (s + 1) * c->kv, c->b,
-                                             &st) == 0)
+                       hr_sched_stream_split_experts((s + 1) * c->b, k, me - kk * (s + 1) * c->kv,
+                                                     c->b, c->ef, c->er, &st) == 0)
                     s++;
             }
             if (s > cap)
@@ -324,11 +356,15 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
         return;
     }
     hr_sched_stream st;
-    hr_sched_stream_split(wc * c->b, kc->k, me - kk * wc * c->kv, c->b, &st);
+    hr_sched_stream_split_experts(wc * c->b, kc->k, me - kk * wc * c->kv, c->b, c->ef, c->er, &st);
     out->read_round = st.read_round;
     out->resident = st.resident;
     out->buffer = st.buffer;
     out->load = 1e3 * st.read_round / c->d[i].disk;
+    if (c->ef > 0.0) { /* routed experts are read once the router chose them: no reading ahead */
+        out->stall = out->load;
+        return;
+    }
     /* the buffer is filled while the rest of the ring computes; what it
      * cannot hold is read while this device computes the window */
     double pre = 1e3 * st.buffer / c->d[i].disk;

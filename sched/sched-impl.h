@@ -13,6 +13,7 @@ typedef struct {
     hr_sched_overlap overlap;
     bool use_gpu;
     double b;          /* bytes per layer */
+    double ef, er;     /* experts: fraction of b, share of the streamed ones a token reads */
     double kv;         /* KV bytes per layer */
     double out;        /* output head bytes, on the head */
     double out_stream; /* of which the head streams per token (short of memory), bytes */

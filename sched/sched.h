@@ -153,6 +153,12 @@ typedef struct {
     double hidden_bytes;       /* bytes sent per hop per token (n_embd * 2 for f16) */
     double kv_bytes_per_layer; /* bytes of one layer's KV cache at the planned context */
     double output_bytes;       /* bytes of output norm + LM head, resident on the head */
+    /* mixture of experts (0 for a dense model): the fraction of layer_bytes in
+     * routed experts, and the fraction of a window's experts not kept resident
+     * that a token reads (n_expert_used / n_expert when routing is even; a
+     * measured miss share where there is one) */
+    double expert_frac;
+    double expert_read;
 } hr_sched_model;
 
 typedef struct {
@@ -290,6 +296,21 @@ typedef struct {
  * for k < 1 or negative / non-finite sizes. Reentrant. */
 int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
                           hr_sched_stream *out);
+
+/* The same for windows of which expert_frac are routed experts (mixture of
+ * experts) that stream by expert: what is always read (attention, router,
+ * norms, shared experts) stays resident first, then as many experts as fit
+ * beside a buffer of one layer (min_buffer) as a token reads it: its
+ * always-read part and its routed experts; a token reads, of the experts
+ * left out, the share expert_read, right after the router chose them:
+ *
+ *   A = k * window_bytes * (1 - expert_frac), X = k * window_bytes * expert_frac
+ *   resident = room - buffer
+ *   read_round = ((A - resident)+ + (X - (resident - A)+) * expert_read) / k
+ *
+ * expert_frac 0 is hr_sched_stream_split. Same returns. */
+int hr_sched_stream_split_experts(double window_bytes, int k, double room, double min_buffer,
+                                  double expert_frac, double expert_read, hr_sched_stream *out);
 
 /* Smallest thread count t (1-based) with ms[t-1] <= (1 + tol) * min ms, over
  * the entries > 0 among the first n; 0 when none is measured. Reentrant. */

@@ -8,7 +8,9 @@
 #include "tests/check.h"
 #include "tests/fixtures.h"
 
+#include "mmap/experts.h"
 #include "mmap/gguf.h"
+#include "mmap/stream.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -343,6 +345,103 @@ static void test_batch_invariance(void) {
     hr_gguf_close(g);
 }
 
+/* Bytes of expert e's gate slice of layer il that this process has mapped. */
+static int64_t mapped_gate(const hr_gguf *g, const hr_expert_layer *L, int e) {
+    uint64_t off = L->off[0] + (uint64_t)e * L->stride[0], len = L->stride[0];
+    uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t b = (off + pg - 1) / pg * pg, end = (off + len) / pg * pg; /* its own pages */
+    return end > b ? hr_stream_mapped(g, &b, &(uint64_t){end - b}, 1) : 0;
+}
+
+/* Streaming by expert (mmap/experts.h) on a 2-layer file of 16 experts:
+ * after the plan the kept experts are mapped and the others are not; a
+ * routed expert that is not kept is read, counted as fetched, and dropped
+ * once its layer is done; experts routed often enough become the kept
+ * ones (rerank). */
+static void test_expert_cache(void) {
+    char gguf[512], err[HR_ERR_LEN];
+    hr_mkmodel_params mp = hr_mkmodel_params_default();
+    CHECK_EQ(hr_mkmodel_shape(&mp, "qwen3moe-tiny"), 0);
+    mp.ftype = "q8_0";
+    mp.n_vocab = 512;
+    snprintf(gguf, sizeof gguf, "%s/cache.gguf", tmpdir);
+    CHECK_EQ(hr_mkmodel_write(&mp, gguf, NULL, NULL, err), 0);
+    hr_gguf *g = NULL;
+    hr_model *m = NULL;
+    CHECK_EQ(hr_gguf_open(&g, gguf, err), 0);
+    CHECK_EQ(g ? hr_model_load(&m, g, err) : -1, 0);
+    if (!m) {
+        hr_gguf_close(g);
+        return;
+    }
+    const hr_hparams *hp = hr_model_hparams(m);
+    hr_expert_layer L[2];
+    const char *base = hr_gguf_base(g);
+    for (int il = 0; il < 2; il++) {
+        const hr_layer_weights *W = hr_model_layer(m, il);
+        const hr_weight *st[3] = {&W->gate_exps, &W->up_exps, &W->down_exps};
+        for (int p = 0; p < 3; p++) {
+            L[il].off[p] = (uint64_t)((const char *)st[p]->data - base);
+            L[il].stride[p] = st[p]->row_bytes * (uint64_t)(st[p]->n_out / hp->n_expert);
+        }
+    }
+    uint64_t one = L[0].stride[0] + L[0].stride[1] + L[0].stride[2];
+    hr_expert_cache *c = NULL;
+    CHECK_EQ(hr_expert_cache_create(&c, g, 2, hp->n_expert, L, err), 0);
+    if (!c) {
+        hr_model_free(m);
+        hr_gguf_close(g);
+        return;
+    }
+    uint64_t off, len;
+    CHECK_EQ(hr_stream_window_range(g, 0, 2, &off, &len), 0);
+    int lb = 0, nl = 2;
+    /* touch everything first: the plan must drop what it does not keep */
+    CHECK_EQ(hr_stream_fetch(g, off, len), 0);
+    CHECK_EQ(hr_expert_cache_plan(c, &off, &len, &lb, &nl, 1, 4, 3, false), 0);
+    CHECK_EQ(hr_expert_cache_wait(c, 5000), 0);
+    int kept = 0, dropped = 0;
+    for (int e = 0; e < hp->n_expert; e++) {
+        int64_t mb = mapped_gate(g, &L[0], e);
+        kept += e < 4 && mb > 0;
+        dropped += e >= 4 && mb == 0;
+    }
+    CHECK_EQ(kept, 4); /* no counts yet: the lowest indices */
+    CHECK_EQ(dropped, hp->n_expert - 4);
+    /* route layer 0 to a kept and a dropped expert */
+    int ex[2] = {1, 9};
+    hr_expert_cache_route(c, 0, ex, 2);
+    CHECK_EQ(hr_expert_cache_wait(c, 5000), 0);
+    CHECK(mapped_gate(g, &L[0], 9) > 0);
+    hr_expert_cache_layer_done(c, 0);
+    CHECK_EQ(hr_expert_cache_wait(c, 5000), 0);
+    CHECK_EQ(mapped_gate(g, &L[0], 9), 0); /* read for the step, dropped after it */
+    CHECK(mapped_gate(g, &L[0], 1) > 0);
+    hr_expert_cache_stats st;
+    hr_expert_cache_get_stats(c, &st);
+    CHECK_EQ(st.routed, 2);
+    CHECK_EQ(st.hits, 1);
+    CHECK_EQ(st.fetched, one);
+    CHECK_EQ(st.keep, 4);
+    /* expert 9 routed in three steps: the rerank (every 3 routes) keeps it */
+    for (int r = 0; r < 2; r++) {
+        hr_expert_cache_route(c, 0, &ex[1], 1);
+        hr_expert_cache_layer_done(c, 0);
+    }
+    CHECK_EQ(hr_expert_cache_wait(c, 5000), 0);
+    hr_expert_cache_get_stats(c, &st);
+    CHECK(st.reranks >= 1);
+    CHECK(mapped_gate(g, &L[0], 9) > 0);
+    hr_expert_cache_route(c, 0, &ex[1], 1);
+    hr_expert_cache_get_stats(c, &st);
+    CHECK_EQ(st.hits, 2); /* now a kept expert */
+    /* layer 1 untouched by layer 0's routes: its dropped experts stay dropped */
+    CHECK_EQ(mapped_gate(g, &L[1], 9), 0);
+    hr_expert_cache_destroy(c);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
 /* What a file with experts must have, and what is refused. */
 static void test_refusals(void) {
     char gguf[512], err[HR_ERR_LEN];
@@ -367,6 +466,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof fixture_names / sizeof fixture_names[0]; i++)
         test_fixture(fixture_names[i]);
     test_batch_invariance();
+    test_expert_cache();
     test_refusals();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

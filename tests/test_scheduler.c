@@ -678,8 +678,46 @@ static void test_wild_values(void) {
     CHECK(ok >= 30);
 }
 
+/* Streaming by expert (hr_sched_stream_split_experts), figures by hand:
+ * one window of 100 bytes, 90% of them experts of which a token reads a
+ * quarter, 50 bytes of room and one layer of 10: the buffer holds a
+ * layer's always-read 1 byte and its routed 2.25; of the 46.75 resident,
+ * 10 are the always-read part, 36.75 experts; a token reads a quarter of
+ * the 53.25 left out. A dense model (fraction 0) is the dense split. */
+static void test_stream_experts(void) {
+    hr_sched_stream a, b;
+    CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, 0.9, 0.25, &a), 0);
+    CHECK(a.streams);
+    CHECK_NEAR(a.buffer, 3.25, 1e-9);
+    CHECK_NEAR(a.resident, 46.75, 1e-9);
+    CHECK_NEAR(a.read_round, 53.25 * 0.25, 1e-9);
+    /* two windows: the always-read 20 do not all fit 15 of room; the 5 left
+     * stream whole and every expert is left out: (5 + 180 * 0.25) / 2 */
+    CHECK_EQ(hr_sched_stream_split_experts(100, 2, 18.25, 10, 0.9, 0.25, &a), 0);
+    CHECK_NEAR(a.resident, 15.0, 1e-9);
+    CHECK_NEAR(a.read_round, (5.0 + 180.0 * 0.25) / 2, 1e-9);
+    /* fits: nothing streams */
+    CHECK_EQ(hr_sched_stream_split_experts(100, 2, 250, 10, 0.9, 0.25, &a), 0);
+    CHECK(!a.streams);
+    CHECK_NEAR(a.resident, 200.0, 1e-9);
+    /* no room for a layer's reads */
+    CHECK_EQ(hr_sched_stream_split_experts(100, 1, 2, 10, 0.9, 0.25, &a), HR_ERANGE);
+    /* dense */
+    CHECK_EQ(hr_sched_stream_split_experts(100, 3, 120, 10, 0.0, 0.25, &a), 0);
+    CHECK_EQ(hr_sched_stream_split(100, 3, 120, 10, &b), 0);
+    CHECK_NEAR(a.read_round, b.read_round, 0.0);
+    CHECK_NEAR(a.resident, b.resident, 0.0);
+    CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, 0.9, 1.5, &a), HR_EINVAL);
+    CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, NAN, 0.25, &a), HR_EINVAL);
+    /* reading by expert reads less than streaming the windows whole */
+    CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, 0.9, 0.25, &a), 0);
+    CHECK_EQ(hr_sched_stream_split(100, 1, 50, 10, &b), 0);
+    CHECK(a.read_round < b.read_round);
+}
+
 int main(void) {
     double t0 = now_s();
+    test_stream_experts();
     test_hand_costs();
     test_properties();
     test_threads();
