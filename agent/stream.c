@@ -343,8 +343,9 @@ void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
         out->ex_keep = es.keep;
         out->ex_routed = es.routed;
         out->ex_hits = es.hits;
+        out->locked = es.locked;
     }
-    if (s->pump && out->stream_round > 0) {
+    if (s->pump && out->stream_round > 0 && out->ex_keep < 0) {
         hr_stream_pump_stats ps;
         hr_stream_pump_get_stats(s->pump, &ps);
         out->locked = ps.locked;

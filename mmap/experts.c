@@ -28,7 +28,8 @@ struct hr_expert_cache {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* ---- mu ---- */
-    bool stop, busy; /* busy: the thread works on what it took */
+    bool stop, busy;  /* busy: the thread works on what it took */
+    bool lock_failed; /* the thread: a pin of this plan fell back to advice */
     hr_exe q[HR_EXQ_CAP];
     int q_head, q_len;
     bool plan_new;           /* a plan waits for the thread */
@@ -67,6 +68,7 @@ static void hr_ex_pin(hr_expert_cache *c, uint64_t off, uint64_t len) {
         c->locked[c->n_locked++][1] = len;
         return;
     }
+    c->lock_failed = true;
     hr_stream_fetch(c->g, off, len);
 }
 
@@ -110,6 +112,7 @@ static void hr_ex_top(const hr_expert_cache *c, const uint64_t *counts, int keep
 static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint64_t *len,
                              const int *lb, const int *nl, int n_win) {
     hr_ex_unpin_all(c);
+    c->lock_failed = false;
     memset(c->active, 0, (size_t)c->n_layer);
     memset(c->used, 0, (size_t)c->n_layer * (size_t)c->n_expert);
     uint64_t pinned = 0;
@@ -153,6 +156,7 @@ static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint
     free(want);
     pthread_mutex_lock(&c->mu);
     c->st.pinned = pinned;
+    c->st.locked = n_win > 0 ? !c->lock_failed : -1;
     c->st.keep = c->keep;
     pthread_mutex_unlock(&c->mu);
 }
@@ -279,6 +283,7 @@ int hr_expert_cache_create(hr_expert_cache **out, const hr_gguf *g, int n_layer,
     c->g = g;
     c->n_layer = n_layer;
     c->n_expert = n_expert;
+    c->st.locked = -1;
     long pg = sysconf(_SC_PAGESIZE);
     c->page = pg > 0 ? (uint64_t)pg : 4096;
     pthread_mutex_init(&c->mu, NULL);

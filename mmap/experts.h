@@ -68,6 +68,7 @@ int hr_expert_cache_wait(hr_expert_cache *c, int timeout_ms);
 typedef struct {
     int keep;                /* resident experts per layer of the plan */
     uint64_t pinned;         /* bytes pinned: the always-read part and the resident experts */
+    int locked;              /* 1: all of them mlock'ed, 0: some kept by advice, -1 no plan */
     uint64_t routed, hits;   /* experts routed to, and of them resident ones */
     uint64_t fetched;        /* bytes of experts read on demand */
     uint64_t reranks;        /* resident experts replaced by more routed ones */
