@@ -96,7 +96,7 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
                              "implausible experts: %d experts, %d used, expert ffn %d, shared %d",
                              hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_ff_shexp);
     } else if (hp->arch->moe) {
-        return hr_seterr(err, HR_EFORMAT, "metadata %s.expert_count missing: %s needs experts",
+        return hr_seterr(err, HR_EFORMAT, "metadata %s.expert_count missing or 0: %s needs experts",
                          arch, arch);
     }
     hr_arch_layer_sets(hp->arch, hp->n_expert, &hp->sets, &hp->needs);

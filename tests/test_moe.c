@@ -448,6 +448,68 @@ static void test_expert_cache(void) {
     hr_gguf_close(g);
 }
 
+/* src rewritten to dst with key set to v (a uint32), every tensor kept:
+ * a file whose metadata and tensors disagree. */
+static int rewrite_u32(const char *src, const char *dst, const char *key, uint32_t v) {
+    char err[HR_ERR_LEN];
+    hr_gguf *g = NULL;
+    if (hr_gguf_open(&g, src, err))
+        return -1;
+    hr_gguf_writer *w = hr_gguf_writer_create();
+    int rc = w ? hr_gguf_writer_copy_kv(w, g, NULL) : -1;
+    if (rc == 0)
+        rc = hr_gguf_writer_set_u32(w, key, v);
+    for (int64_t i = 0; rc == 0 && i < hr_gguf_n_tensors(g); i++) {
+        const hr_gguf_tensor *t = hr_gguf_tensor_at(g, i);
+        rc = hr_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
+    }
+    if (rc == 0)
+        rc = hr_gguf_writer_write(w, dst, err);
+    hr_gguf_writer_destroy(w);
+    hr_gguf_close(g);
+    return rc;
+}
+
+/* Files whose experts' metadata contradict their tensors, or are out of
+ * any plausible range, are refused with a message naming the problem (no
+ * crash, no model). */
+static void test_bad_files(void) {
+    char good[512], bad[512], err[HR_ERR_LEN];
+    hr_mkmodel_params mp = hr_mkmodel_params_default();
+    CHECK_EQ(hr_mkmodel_shape(&mp, "qwen3moe-tiny"), 0);
+    mp.ftype = "q4_k_m";
+    mp.n_vocab = 512;
+    snprintf(good, sizeof good, "%s/good.gguf", tmpdir);
+    snprintf(bad, sizeof bad, "%s/bad.gguf", tmpdir);
+    CHECK_EQ(hr_mkmodel_write(&mp, good, NULL, NULL, err), 0);
+    static const struct {
+        const char *key;
+        uint32_t v;
+        const char *says;
+    } cases[] = {
+        {"qwen3moe.expert_count", 0, "expert_count"},          /* qwen3moe without experts */
+        {"qwen3moe.expert_count", 32, "shape"},                /* 16 experts in the file */
+        {"qwen3moe.expert_count", 100000, "implausible"},      /* out of range */
+        {"qwen3moe.expert_used_count", 0, "implausible"},      /* routes to none */
+        {"qwen3moe.expert_used_count", 17, "implausible"},     /* more than there are */
+        {"qwen3moe.expert_feed_forward_length", 128, "shape"}, /* 256 rows in the file */
+        {"qwen3moe.expert_feed_forward_length", 1u << 30, "implausible"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_EQ(rewrite_u32(good, bad, cases[i].key, cases[i].v), 0);
+        hr_gguf *g = NULL;
+        hr_model *m = NULL;
+        err[0] = '\0';
+        CHECK_EQ(hr_gguf_open(&g, bad, err), 0);
+        int rc = g ? hr_model_load(&m, g, err) : -1;
+        CHECK(rc != 0 && m == NULL);
+        CHECK(strstr(err, cases[i].says) != NULL);
+        printf("%s = %u: %s\n", cases[i].key, cases[i].v, err);
+        hr_model_free(m);
+        hr_gguf_close(g);
+    }
+}
+
 /* What a file with experts must have, and what is refused. */
 static void test_refusals(void) {
     char gguf[512], err[HR_ERR_LEN];
@@ -474,6 +536,7 @@ int main(void) {
     test_batch_invariance();
     test_expert_cache();
     test_refusals();
+    test_bad_files();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)
