@@ -32,6 +32,7 @@ typedef enum {
     HR_PRE_QWEN2,
     HR_PRE_DEEPSEEK_LLM,
     HR_PRE_FALCON,
+    HR_PRE_GPT4O, /* o200k (gpt-oss, GPT-4o) */
 } hr_tok_pre;
 
 #define HR_TOK_MAX_REGEX 8

