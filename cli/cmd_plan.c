@@ -120,6 +120,11 @@ HR_CLI_COMMAND(plan) {
     } else {
         printf("model: %s (%d layers, %.1f MiB per layer, context %d)\n", o->model, sm.n_layer,
                sm.layer_bytes / 1048576.0, n_ctx);
+        if (sm.expert_frac > 0)
+            printf("experts: %.1f%% of each layer's bytes; a window that does not fit keeps what "
+                   "every token reads and the experts that fit, and a token reads %.1f%% of the "
+                   "experts left out (%d of %d per layer, even routing assumed)\n",
+                   100.0 * sm.expert_frac, 100.0 * sm.expert_read, pm.n_expert_used, pm.n_expert);
         hr_sched_plan_print(&plan, stdout);
     }
     rc = 0;
