@@ -73,45 +73,14 @@ static const char *dev_label(const hr_sched_device *d, int i, char *buf, size_t 
 
 static bool finite_ge0(double v) { return isfinite(v) && v >= 0.0; }
 
-int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
-                          hr_sched_stream *out) {
-    if (!out)
-        return HR_EINVAL;
-    memset(out, 0, sizeof *out);
-    if (k < 1 || !finite_ge0(window_bytes) || !isfinite(room) || !finite_ge0(min_buffer))
-        return HR_EINVAL;
-    if (room < 0.0)
-        room = 0.0;
-    double T = k * window_bytes;
-    if (T <= room) {
-        out->resident = T;
-        return 0;
-    }
-    out->streams = true;
-    /* k >= 2: one whole streamed part when it fits, else all the room
-     * (nothing resident); k = 1: the smallest buffer, as every byte beyond
-     * the room is read while the window is computed whatever the buffer */
-    double buf = k >= 2 ? (T - room) / (k - 1) : min_buffer;
-    if (buf > room)
-        buf = room;
-    out->buffer = buf;
-    out->resident = room - buf;
-    out->read_round = (T - out->resident) / k;
-    /* a buffer smaller than a window's streamed part slides over it, and
-     * must hold the layer being computed */
-    double part = out->read_round, need = part < min_buffer ? part : min_buffer;
-    return buf + 1e-9 * T < need ? HR_ERANGE : 0;
-}
-
-int hr_sched_stream_split_experts(double window_bytes, int k, double room, double min_buffer,
-                                  double expert_frac, double expert_read, hr_sched_stream *out) {
-    if (expert_frac == 0.0)
-        return hr_sched_stream_split(window_bytes, k, room, min_buffer, out);
+/* Both schemes: whole windows (expert_frac 0) and by expert (sched.h). */
+static int stream_split(double window_bytes, int k, double room, double min_buffer, double ef,
+                        double er, hr_sched_stream *out) {
     if (!out)
         return HR_EINVAL;
     memset(out, 0, sizeof *out);
     if (k < 1 || !finite_ge0(window_bytes) || !isfinite(room) || !finite_ge0(min_buffer) ||
-        !(expert_frac > 0.0 && expert_frac <= 1.0) || !finite_ge0(expert_read) || expert_read > 1.0)
+        !(ef >= 0.0 && ef <= 1.0) || !finite_ge0(er) || er > 1.0)
         return HR_EINVAL;
     if (room < 0.0)
         room = 0.0;
@@ -121,16 +90,43 @@ int hr_sched_stream_split_experts(double window_bytes, int k, double room, doubl
         return 0;
     }
     out->streams = true;
-    double A = T * (1.0 - expert_frac), X = T * expert_frac;
-    /* the buffer holds one layer's always-read part and its routed experts */
-    double need = min_buffer * (1.0 - expert_frac) + min_buffer * expert_frac * expert_read;
-    double buf = need < room ? need : room;
+    double buf, need;
+    if (ef > 0.0) {
+        /* the buffer holds one layer's always-read part and its routed
+         * experts; the always-read part stays first, then experts */
+        need = min_buffer * (1.0 - ef) + min_buffer * ef * er;
+        buf = need < room ? need : room;
+        out->resident = room - buf;
+        double A = T * (1.0 - ef), X = T * ef;
+        double a_read = A > out->resident ? A - out->resident : 0.0;
+        double x_kept = out->resident > A ? out->resident - A : 0.0;
+        out->read_round = (a_read + (X - x_kept) * er) / k;
+    } else {
+        /* k >= 2: one whole streamed part when it fits, else all the room
+         * (nothing resident); k = 1: the smallest buffer, as every byte
+         * beyond the room is read while the window is computed whatever
+         * the buffer */
+        buf = k >= 2 ? (T - room) / (k - 1) : min_buffer;
+        if (buf > room)
+            buf = room;
+        out->resident = room - buf;
+        out->read_round = (T - out->resident) / k;
+        /* a buffer smaller than a window's streamed part slides over it,
+         * and must hold the layer being computed */
+        need = out->read_round < min_buffer ? out->read_round : min_buffer;
+    }
     out->buffer = buf;
-    out->resident = room - buf;
-    double a_read = A > out->resident ? A - out->resident : 0.0;
-    double x_kept = out->resident > A ? out->resident - A : 0.0;
-    out->read_round = (a_read + (X - x_kept) * expert_read) / k;
     return buf + 1e-9 * T < need ? HR_ERANGE : 0;
+}
+
+int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
+                          hr_sched_stream *out) {
+    return stream_split(window_bytes, k, room, min_buffer, 0.0, 1.0, out);
+}
+
+int hr_sched_stream_split_experts(double window_bytes, int k, double room, double min_buffer,
+                                  double expert_frac, double expert_read, hr_sched_stream *out) {
+    return stream_split(window_bytes, k, room, min_buffer, expert_frac, expert_read, out);
 }
 
 static int check_rates(const double *r, int n, const char *what, const char *who, char *err) {

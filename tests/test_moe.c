@@ -250,25 +250,38 @@ static void test_fixture(const char *name) {
     hr_gguf_close(g);
 }
 
+/* A qwen3moe-tiny model of weight type ftype with a 512-token vocabulary,
+ * written to tmpdir/name.gguf (its path in path) and loaded: 0, or -1 with
+ * *g and *m left NULL. */
+static int tiny_model(const char *name, const char *ftype, char path[512], hr_gguf **g,
+                      hr_model **m) {
+    char err[HR_ERR_LEN];
+    hr_mkmodel_params mp = hr_mkmodel_params_default();
+    CHECK_EQ(hr_mkmodel_shape(&mp, "qwen3moe-tiny"), 0);
+    mp.ftype = ftype;
+    mp.n_vocab = 512;
+    snprintf(path, 512, "%s/%s.gguf", tmpdir, name);
+    *g = NULL;
+    *m = NULL;
+    CHECK_EQ(hr_mkmodel_write(&mp, path, NULL, NULL, err), 0);
+    CHECK_EQ(hr_gguf_open(g, path, err), 0);
+    CHECK_EQ(*g ? hr_model_load(m, *g, err) : -1, 0);
+    if (*m)
+        return 0;
+    hr_gguf_close(*g);
+    *g = NULL;
+    return -1;
+}
+
 /* Two sequences in one step (prompts of 7 and 5 rows, then one decode row
  * each): each gets the bits it gets alone, although their rows share the
  * experts' products; the routing counts of the step are the sum of theirs. */
 static void test_batch_invariance(void) {
     char gguf[512], err[HR_ERR_LEN];
-    hr_mkmodel_params mp = hr_mkmodel_params_default();
-    CHECK_EQ(hr_mkmodel_shape(&mp, "qwen3moe-tiny"), 0);
-    mp.ftype = "q4_k_m";
-    mp.n_vocab = 512;
-    snprintf(gguf, sizeof gguf, "%s/batch.gguf", tmpdir);
-    CHECK_EQ(hr_mkmodel_write(&mp, gguf, NULL, NULL, err), 0);
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    CHECK_EQ(hr_gguf_open(&g, gguf, err), 0);
-    CHECK_EQ(g ? hr_model_load(&m, g, err) : -1, 0);
-    if (!m) {
-        hr_gguf_close(g);
+    hr_gguf *g;
+    hr_model *m;
+    if (tiny_model("batch", "q4_k_m", gguf, &g, &m))
         return;
-    }
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab, NE = hp->n_expert;
     int32_t a[7] = {1, 40, 300, 12, 9, 77, 401}, b[5] = {1, 5, 200, 3, 99};
@@ -360,20 +373,10 @@ static int64_t mapped_gate(const hr_gguf *g, const hr_expert_layer *L, int e) {
  * ones (rerank). */
 static void test_expert_cache(void) {
     char gguf[512], err[HR_ERR_LEN];
-    hr_mkmodel_params mp = hr_mkmodel_params_default();
-    CHECK_EQ(hr_mkmodel_shape(&mp, "qwen3moe-tiny"), 0);
-    mp.ftype = "q8_0";
-    mp.n_vocab = 512;
-    snprintf(gguf, sizeof gguf, "%s/cache.gguf", tmpdir);
-    CHECK_EQ(hr_mkmodel_write(&mp, gguf, NULL, NULL, err), 0);
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    CHECK_EQ(hr_gguf_open(&g, gguf, err), 0);
-    CHECK_EQ(g ? hr_model_load(&m, g, err) : -1, 0);
-    if (!m) {
-        hr_gguf_close(g);
+    hr_gguf *g;
+    hr_model *m;
+    if (tiny_model("cache", "q8_0", gguf, &g, &m))
         return;
-    }
     const hr_hparams *hp = hr_model_hparams(m);
     hr_expert_layer L[2];
     const char *base = hr_gguf_base(g);
