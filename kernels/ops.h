@@ -75,9 +75,9 @@ typedef struct {
     hr_weight gate, up, down; /* gate, up: n_in -> F; down: F -> n_out */
     const float *x;           /* [n_tok][n_in] f32 */
     int n_tok;
-    float *h, *u;             /* [n_tok][F] scratch (h ends as the SwiGLU values) */
-    float *y;                 /* [n_tok][n_out] */
-    void *act;                /* scratch: hr_swiglu_group_wbuf_size() bytes */
+    float *h, *u; /* [n_tok][F] scratch (h ends as the SwiGLU values) */
+    float *y;     /* [n_tok][n_out] */
+    void *act;    /* scratch: hr_swiglu_group_wbuf_size() bytes */
 } hr_ffn_group;
 
 /* Bytes of g's act scratch. */

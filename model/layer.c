@@ -32,7 +32,8 @@ static bool hr_layer_env_moe(hr_layer_env *e, size_t B, hr_layer_alloc_fn alloc,
      * group's start aligned to 64 bytes */
     e->moe_wbuf = alloc(ud, BK * (2 * E + F) * 2 + 3 * 64 * (NE + BK));
     return e->moe_prob && e->moe_sel && e->moe_wt && e->moe_rows && e->moe_at && e->moe_first &&
-           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_ffn && e->moe_wbuf;
+           e->moe_x && e->moe_g && e->moe_u && e->moe_y && e->moe_groups && e->moe_ffn &&
+           e->moe_wbuf;
 }
 
 int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_threads, size_t wbuf,

@@ -32,11 +32,8 @@ static void hr_prof_layer_add(hr_prof_layer *L, const hr_weight *w, double share
         }
     }
     if (L->n_types < HR_PROF_MAX_TYPES)
-        L->types[L->n_types++] = (hr_prof_tbytes){.type = w->type,
-                                                  .bytes = bytes,
-                                                  .params = params,
-                                                  .rows = n_out,
-                                                  .n_mats = 1};
+        L->types[L->n_types++] = (hr_prof_tbytes){
+            .type = w->type, .bytes = bytes, .params = params, .rows = n_out, .n_mats = 1};
 }
 
 /* hr_matmul calls for weights run together when they share the activation
@@ -126,8 +123,8 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
             el->add = 2 * E + (L->bq.data ? QD + 2 * KD : 0);
             el->rope = QD + KD;
             el->swiglu = hp->n_expert > 0 ? (int64_t)hp->n_ff_exp * hp->n_expert_used +
-                                                 (L->gate_shexp.data ? hp->n_ff_shexp : 0)
-                                           : hp->n_ff;
+                                                (L->gate_shexp.data ? hp->n_ff_shexp : 0)
+                                          : hp->n_ff;
             el->f16 = 2 * KD;
         }
     }
