@@ -628,10 +628,11 @@ const hr_cli_opt hr_cmd_mkmodel_opts[] = {
     HR_CLI_OPT("out", 'o', STR, out, "FILE", "the model file to write"),
     HR_CLI_OPT("shape", 0, STR, shape, "NAME",
                "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
-               "mixtral-tiny"),
+               "mixtral-tiny, phi3-mini, phi3-small, phi3-tiny"),
     HR_CLI_OPT("type", 0, STR, type, "TYPE", "weight type, e.g. q4_0, q4_k_m, f16"),
     HR_CLI_OPT("arch", 0, STR, arch, "NAME",
-               "llama, qwen2, qwen3, qwen3moe or qwen2moe (default llama; a shape may set it)"),
+               "llama, qwen2, qwen3, qwen3moe, qwen2moe or phi3 (default llama; a shape may set "
+               "it)"),
     HR_CLI_OPT("vocab", 0, STR, vocab, "FILE", "copy the tokenizer from this GGUF"),
     HR_CLI_OPT("embd", 0, COUNT, embd, "N", "embedding width"),
     HR_CLI_OPT("layers", 0, COUNT, layers, "N", "layer count"),

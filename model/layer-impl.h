@@ -121,7 +121,30 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
                      float *hidden, float *y, int n, const hr_layer_rows *R,
                      const hr_layer_join *j);
 
+/* A fused tensor (layer_table.c's second table): one GGUF tensor of
+ * n_in columns whose rows are those of its parts stacked in order. A file
+ * with it binds the parts as views of its rows (hr_layer_fused_split), so
+ * the blocks, byte counts, tensor-parallel slices and GPU uploads only ever
+ * see the parts; mkmodel writes it in place of its first part. */
+typedef struct {
+    const char *name; /* after "blk.N.", e.g. "attn_qkv.weight" */
+    unsigned set;     /* its HR_LT_* set */
+    int n_parts;
+    size_t part[3]; /* offsets of the parts' fields in hr_layer_weights, in row order */
+} hr_layer_fused;
+
 /* Table-driven (layer_table.c): */
+int hr_layer_fused_count(void);
+const hr_layer_fused *hr_layer_fused_get(int i);
+/* The fused tensor of sets that holds row t (*part: which of its parts), or
+ * NULL (t is a tensor of its own). */
+const hr_layer_fused *hr_layer_fused_of(const hr_layer_tensor *t, unsigned sets, int *part);
+/* f's columns (its parts'), and its rows (theirs summed) for hp. */
+hr_dim hr_layer_fused_in(const hr_layer_fused *f);
+int64_t hr_layer_fused_rows(const hr_layer_fused *f, const hr_hparams *hp);
+/* L's parts of f as views of w, f's bound matrix. */
+void hr_layer_fused_split(const hr_layer_fused *f, const hr_hparams *hp, const hr_weight *w,
+                          hr_layer_weights *L);
 hr_weight *hr_layer_weight_mut(hr_layer_weights *L, const hr_layer_tensor *t);
 /* Whether a file of these hyper-parameters must have t. */
 bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_hparams *hp);

@@ -33,11 +33,25 @@ static const struct {
     {"qwen3moe-tiny", "qwen3moe", 256, 2, 8, 4, 768, 32000, 16, 4, 256, 0},
     {"qwen2moe-tiny", "qwen2moe", 256, 2, 8, 4, 768, 32000, 8, 4, 256, 512},
     {"mixtral-tiny", "llama", 256, 2, 8, 4, 512, 32000, 8, 2, 512, 0},
+    {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 0, 0, 0, 0},
+    {"phi3-small", "phi3", 1024, 8, 16, 16, 2816, 32064, 0, 0, 0, 0},
+    {"phi3-tiny", "phi3", 256, 2, 8, 4, 512, 32000, 0, 0, 0, 0},
+};
+
+/* What the dense neighbours' shapes add: training context, RoPE base. */
+static const struct {
+    const char *name;
+    float rope_base;
+    int ctx;
+} hr_mk_extras[] = {
+    {"phi3-mini", 10000.0f, 4096},
+    {"phi3-small", 10000.0f, 4096},
+    {"phi3-tiny", 10000.0f, 4096},
 };
 
 const char *hr_mkmodel_shape_names(void) {
     return "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
-           "mixtral-tiny";
+           "mixtral-tiny, phi3-mini, phi3-small, phi3-tiny";
 }
 
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
@@ -55,6 +69,13 @@ int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
             p->n_ff_shexp = hr_mk_shapes[i].ffs;
             if (hr_mk_shapes[i].arch)
                 p->arch = hr_mk_shapes[i].arch;
+            for (size_t j = 0; j < sizeof hr_mk_extras / sizeof hr_mk_extras[0]; j++) {
+                if (strcmp(hr_mk_extras[j].name, name) != 0)
+                    continue;
+                p->rope_base = hr_mk_extras[j].rope_base;
+                p->n_ctx = hr_mk_extras[j].ctx;
+                p->norm_std = 0.1f;
+            }
             return 0;
         }
     }
@@ -171,9 +192,8 @@ static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n
             uint64_t st = base ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
             if (std > 0.0f)
                 hr_mk_fill(row, n_in, std, &st);
-            else
-                for (int64_t i = 0; i < n_in; i++)
-                    row[i] = constant;
+            for (int64_t i = 0; (std <= 0.0f || constant != 0.0f) && i < n_in; i++)
+                row[i] = std > 0.0f ? row[i] + constant : constant;
             hr_quantize_row(type, row, (char *)buf + (size_t)r * rb, n_in);
         }
         free(row);
@@ -253,15 +273,16 @@ done:
 }
 
 /* How layer il's tensor t (n_in columns) is made: vectors are f32, norms
- * around 1 and biases small; matrices ~ N(0, 1/n_in) in the file type, with
- * attn_v / ffn_down on the "more bits" layers as llama.cpp's K_M mixes. */
+ * 1 (1 + N(0, norm_std)) and biases small; matrices ~ N(0, 1/n_in) in the
+ * file type, with attn_v / ffn_down on the "more bits" layers as
+ * llama.cpp's K_M mixes. */
 static void hr_mk_layer_fill(const hr_layer_tensor *t, const hr_ftype *ft, int il, int n_layer,
-                             int64_t n_in, int *type, float *std, float *c) {
+                             int64_t n_in, float norm_std, int *type, float *std, float *c) {
     if (t->n_out == HR_DIM_1) {
         bool bias = strstr(t->name, ".bias") != NULL;
         bool gate = strstr(t->name, "gate_inp") != NULL; /* the shared expert's gate */
         *type = HR_TYPE_F32;
-        *std = bias ? 0.02f : gate ? 1.0f / sqrtf((float)n_in) : 0.0f;
+        *std = bias ? 0.02f : gate ? 1.0f / sqrtf((float)n_in) : norm_std;
         *c = bias || gate ? 0.0f : 1.0f;
         return;
     }
@@ -300,6 +321,8 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     if (arch->moe && p->n_expert <= 0)
         return hr_seterr(err, HR_EINVAL, "%s needs experts (--experts N --experts-used K)",
                          p->arch);
+    if ((arch->flags & HR_ARCH_DENSE) && p->n_expert > 0)
+        return hr_seterr(err, HR_EINVAL, "%s has no experts", p->arch);
     if (p->n_expert > 0 &&
         (p->n_expert_used < 1 || p->n_expert_used > p->n_expert ||
          (arch->moe && p->n_ff_exp <= 0) || ((arch->sets & HR_LT_SHEXP) && p->n_ff_shexp <= 0)))
@@ -376,9 +399,11 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
                      .n_ff_shexp = p->n_ff_shexp};
     unsigned sets, needs;
     hr_arch_layer_sets(arch, p->n_expert, &sets, &needs);
-    int per_layer = 0;
-    for (int i = 0; i < hr_layer_tensor_count(); i++)
-        per_layer += hr_mk_has(sets, hr_layer_tensor_get(i));
+    int per_layer = 0, part;
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        per_layer += hr_mk_has(sets, t) && (!hr_layer_fused_of(t, sets, &part) || part == 0);
+    }
     int total = 3 + p->n_layer * per_layer, done_n = 0;
 #define HR_T(name, type, nin, nout, nmat, std, c)                                                  \
     do {                                                                                           \
@@ -391,20 +416,23 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     for (int il = 0; il < p->n_layer; il++) {
         for (int i = 0; i < hr_layer_tensor_count(); i++) {
             const hr_layer_tensor *t = hr_layer_tensor_get(i);
-            if (!hr_mk_has(sets, t))
+            /* a fused tensor in place of its first part */
+            const hr_layer_fused *f = hr_layer_fused_of(t, sets, &part);
+            if (!hr_mk_has(sets, t) || (f && part > 0))
                 continue;
-            int64_t n_in = hr_dim_size(&hp, t->n_in), n_out = hr_dim_size(&hp, t->n_out);
+            int64_t n_in = hr_dim_size(&hp, t->n_in);
+            int64_t n_out = f ? hr_layer_fused_rows(f, &hp) : hr_dim_size(&hp, t->n_out);
             int64_t n_mat = t->experts ? p->n_expert : 1;
             int type;
             float std, c;
-            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, &type, &std, &c);
+            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, p->norm_std, &type, &std, &c);
             char nm[96];
-            snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, f ? f->name : t->name);
             HR_T(nm, type, n_in, n_out, n_mat, std, c);
         }
     }
     float s_in = 1.0f / sqrtf((float)E);
-    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 1, 0.0f, 1.0f);
+    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 1, p->norm_std, 1.0f);
     HR_T("output.weight", ft->output, E, p->n_vocab, 1, s_in, 0.0f);
 #undef HR_T
     rc = hr_gguf_writer_write(w, path, err);

@@ -70,6 +70,10 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
     if (rc != 0 && rc != HR_ENOENT)
         return rc;
     hp->n_expert = rc == 0 ? (int)v : 0;
+    if (hp->n_expert > 0 && (hp->arch->flags & HR_ARCH_DENSE))
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "%s with experts (%s.expert_count %d) is not supported", arch, arch,
+                         hp->n_expert);
     if (hp->n_expert > 0) {
         if ((rc = hr_get_u32_arch(g, arch, "expert_used_count", &v, true, err)))
             return rc;
@@ -101,6 +105,23 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
     }
     hr_arch_layer_sets(hp->arch, hp->n_expert, &hp->sets, &hp->needs);
     return 0;
+}
+
+/* Whether the file takes an optional fused tensor (phi3's attn_qkv): when
+ * its first layer has it, every layer must; otherwise its parts are
+ * tensors of their own. */
+static void hr_read_fused(const hr_gguf *g, hr_hparams *hp) {
+    for (int i = 0; i < hr_layer_fused_count(); i++) {
+        const hr_layer_fused *f = hr_layer_fused_get(i);
+        if (!(hp->sets & f->set) || (hp->needs & f->set))
+            continue;
+        char nm[96];
+        snprintf(nm, sizeof nm, "blk.0.%s", f->name);
+        if (hr_gguf_find_tensor(g, nm))
+            hp->needs |= f->set;
+        else
+            hp->sets &= ~f->set;
+    }
 }
 
 static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
@@ -177,7 +198,10 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
         return hr_seterr(err, HR_EFORMAT, "implausible rms_eps %g or rope.freq_base %g",
                          hp->rms_eps, hp->rope_base);
     hp->rope_neox = hp->arch->rope_neox;
-    return hr_read_experts(g, arch, hp, err);
+    if ((rc = hr_read_experts(g, arch, hp, err)))
+        return rc;
+    hr_read_fused(g, hp);
+    return 0;
 }
 
 static float *hr_arena_take(hr_model *m, size_t n) {
@@ -240,12 +264,27 @@ static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64
     return 0;
 }
 
-/* Binds layer il's tensors as the tensor table lists them. */
+/* Binds layer il's tensors as the tensor table lists them; a fused tensor
+ * of the file in place of its first part, the parts as its views. */
 static int hr_bind_layer(hr_model *m, const hr_gguf *g, int il, char *err) {
     for (int i = 0; i < hr_layer_tensor_count(); i++) {
         const hr_layer_tensor *t = hr_layer_tensor_get(i);
         if ((t->set & HR_LT_FFN_SETS) && !(t->set & m->hp.sets))
             continue; /* a feed-forward this file does not have (dense, routed or shared) */
+        int part;
+        const hr_layer_fused *f = hr_layer_fused_of(t, m->hp.sets, &part);
+        if (f && part == 0) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, f->name);
+            hr_weight w;
+            int rc = hr_bind_matrix(g, nm, hr_dim_size(&m->hp, hr_layer_fused_in(f)),
+                                    hr_layer_fused_rows(f, &m->hp), &w, false, err);
+            if (rc)
+                return rc;
+            hr_layer_fused_split(f, &m->hp, &w, &m->layers[il]);
+        }
+        if (f)
+            continue;
         bool optional = !hr_layer_tensor_needed(t, &m->hp);
         int64_t n_in = hr_dim_size(&m->hp, t->n_in), n_out = hr_dim_size(&m->hp, t->n_out);
         hr_weight *w = hr_layer_weight_mut(&m->layers[il], t);
@@ -303,6 +342,13 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
         m->output = m->tok_embd;
         hp->tied_output = true;
     } else if (rc) {
+        goto fail;
+    }
+    if (hr_gguf_find_tensor(g, "rope_factors_long.weight") ||
+        hr_gguf_find_tensor(g, "rope_factors_short.weight")) {
+        rc = hr_seterr(err, HR_EUNSUPPORTED,
+                       "LongRoPE (rope_factors_long/short, as in Phi-3's 128k variants) is not "
+                       "supported: use a 4k variant");
         goto fail;
     }
     const hr_gguf_tensor *rf = hr_gguf_find_tensor(g, "rope_freqs.weight");

@@ -11,9 +11,10 @@
  * Supported architectures (the table in model/layer_table.c): llama
  * (Llama 2/3, Mistral, TinyLlama, SmolLM; Mixtral when the file has
  * experts), qwen2 (q/k/v bias, NEOX RoPE, tied embeddings), qwen3
- * (per-head q/k RMSNorm), qwen3moe (qwen3 with routed experts) and
- * qwen2moe (qwen2 with routed experts and a gated shared expert).
- * Anything else is refused with a clear message. */
+ * (per-head q/k RMSNorm), qwen3moe (qwen3 with routed experts), qwen2moe
+ * (qwen2 with routed experts and a gated shared expert) and phi3 (Phi-3
+ * mini and medium: fused q/k/v and gate/up tensors; the 128k variants'
+ * LongRoPE is refused). Anything else is refused with a clear message. */
 #ifndef HR_MODEL_MODEL_H
 #define HR_MODEL_MODEL_H
 
@@ -33,6 +34,13 @@ enum {
     HR_LT_FFN = 1u << 2,   /* the dense SwiGLU ffn_{gate,up,down} (every layer of a dense model) */
     HR_LT_MOE = 1u << 3,   /* mixture of experts: router ffn_gate_inp + ffn_{gate,up,down}_exps */
     HR_LT_SHEXP = 1u << 4, /* a shared expert beside the routed ones, with its sigmoid gate */
+    HR_LT_QKV_FUSED = 1u << 5, /* attn_qkv.weight: the rows of Wq, Wk, Wv in one tensor */
+    HR_LT_UP_FUSED = 1u << 6,  /* ffn_up.weight of 2 n_ff rows: Wgate's, then Wup's */
+};
+
+/* What an architecture computes differently (hr_arch_info.flags). */
+enum {
+    HR_ARCH_DENSE = 1u << 0, /* experts refused */
 };
 
 /* One row of the architecture table (model/layer_table.c). */
@@ -47,6 +55,7 @@ typedef struct {
     int moe;          /* experts: 0 = by expert_count (dense without), 1 = always (refused
                          without experts) */
     bool moe_norm_w;  /* the top-k routing weights are divided by their sum */
+    unsigned flags;   /* HR_ARCH_* */
 } hr_arch_info;
 
 /* The architecture called name, or NULL. Thread-safe (static table). */
@@ -82,7 +91,8 @@ typedef struct {
 /* One layer's tensors; the per-layer tensor table below says which GGUF
  * tensor each field holds. Vectors (norms, biases) are f32 copies in the
  * model with n_in elements and n_out = 1; absent optional ones have data
- * NULL. */
+ * NULL. A fused tensor of the file (HR_LT_QKV_FUSED, HR_LT_UP_FUSED) has
+ * no field: its parts (wq/wk/wv, w_gate/w_up) are views of its rows. */
 typedef struct {
     hr_weight attn_norm, wq, wk, wv, wo, ffn_norm;
     hr_weight w_gate, w_up, w_down; /* HR_LT_FFN */
