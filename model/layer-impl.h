@@ -20,6 +20,7 @@ typedef struct {
     hr_layer_weights w;
     int n_kv;       /* KV heads in w; query heads: n_kv * n_head / n_head_kv */
     int n_ff;       /* n_ff rows of Wgate/Wup in w */
+    bool swa;       /* a sliding-window (local) layer: hr_hparams_layer_swa */
     uint16_t *k;    /* [n_seq][n_ctx][n_kv*head_dim] f16 cache, one slot per sequence */
     uint16_t *vt;   /* [n_seq][n_kv*head_dim][n_ctx] f16 cache, transposed */
     uint64_t *hits; /* [n_expert] rows routed to each expert (HR_LT_MOE), or NULL */
@@ -75,14 +76,14 @@ int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_t
 
 /* Attention block up to the output projection, for the n rows R places
  * (one run: one sequence at consecutive positions): xb = rmsnorm(hidden),
- * q/k/v = its projections (+ bias, per-head norm, RoPE), K/V stored in
- * P's cache slots, att = attention over each row's slot. hidden:
- * [n][n_embd] f32, read only. Each row's values are what a step of its
- * run alone computes. */
+ * q/k/v = its projections (+ bias, per-head norm, RoPE: a local layer's
+ * base), K/V stored in P's cache slots, att = attention over each row's
+ * slot (a local layer's window of it). hidden: [n][n_embd] f32, read only.
+ * Each row's values are what a step of its run alone computes. */
 void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
                         const hr_layer_rows *R);
 /* Feed-forward block up to the down projection: xb = rmsnorm(hidden),
- * gate = SwiGLU(Wgate xb, Wup xb). */
+ * gate = SwiGLU(Wgate xb, Wup xb) (GeGLU where the architecture says). */
 void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
                   const hr_layer_rows *R);
 /* y = W x over the rows of R: the output projections (Wo over att, Wdown

@@ -26,6 +26,7 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_ROW("attn_k.weight",      wk,        EMBD, KV,   0,              HEADS, 1),
     HR_ROW("attn_v.weight",      wv,        EMBD, KV,   0,              HEADS, 1),
     HR_ROW("attn_output.weight", wo,        Q,    EMBD, 0,              OUT,   2),
+    HR_ROW("post_attention_norm.weight", attn_post_norm, EMBD, 1, HR_LT_POST_NORM, NONE, 0),
     HR_ROW("attn_q.bias",        bq,        Q,    1,    HR_LT_QKV_BIAS, HEADS, 0),
     HR_ROW("attn_k.bias",        bk,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
     HR_ROW("attn_v.bias",        bv,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
@@ -35,6 +36,7 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_ROW("ffn_gate.weight",    w_gate,    EMBD, FF,   HR_LT_FFN,      ROWS,  3),
     HR_ROW("ffn_up.weight",      w_up,      EMBD, FF,   HR_LT_FFN,      ROWS,  3),
     HR_ROW("ffn_down.weight",    w_down,    FF,   EMBD, HR_LT_FFN,      OUT,   4),
+    HR_ROW("post_ffw_norm.weight", ffn_post_norm, EMBD, 1, HR_LT_POST_NORM, NONE, 0),
     HR_ROW("ffn_gate_inp.weight", gate_inp, EMBD, NEXP, HR_LT_MOE,      NONE,  5),
     HR_EXP("ffn_gate_exps.weight", gate_exps, EMBD, FFE, HR_LT_MOE,            6),
     HR_EXP("ffn_up_exps.weight",   up_exps,   EMBD, FFE, HR_LT_MOE,            6),
@@ -72,6 +74,9 @@ static const hr_arch_info hr_archs[] = {
     {"qwen2moe", 1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS | HR_LT_SHEXP, HR_LT_SHEXP, 1, false, 0},
     {"phi3",     1e-5f,   10000.0f,   true,     HR_LT_QKV_FUSED | HR_LT_UP_FUSED, HR_LT_UP_FUSED, 0, false,
      HR_ARCH_DENSE},
+    {"gemma3",   1e-6f,   10000.0f,   true,     HR_LT_QK_NORM | HR_LT_POST_NORM,
+     HR_LT_QK_NORM | HR_LT_POST_NORM, 0, false, HR_ARCH_DENSE | HR_ARCH_GEGLU | HR_ARCH_EMBD_SCALE |
+     HR_ARCH_SWA},
 };
 /* clang-format on */
 
@@ -113,6 +118,10 @@ int64_t hr_dim_size(const hr_hparams *hp, hr_dim d) {
         return hp->n_ff_shexp;
     }
     abort(); /* not a hr_dim */
+}
+
+bool hr_hparams_layer_swa(const hr_hparams *hp, int il) {
+    return hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
 }
 
 int hr_layer_fused_count(void) { return HR_N_FUSED; }

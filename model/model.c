@@ -107,6 +107,73 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
     return 0;
 }
 
+/* Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the
+ * older rope.scale_linear) when rope.scaling.type is linear or absent.
+ * Other scaling types are not applied. */
+static int hr_read_rope_scaling(const hr_gguf *g, const char *arch, hr_hparams *hp, char *err) {
+    char key[128];
+    const char *type = "linear";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    int rc = hr_gguf_get_str(g, key, &type);
+    if (rc != 0 && rc != HR_ENOENT)
+        return hr_seterr(err, rc, "metadata %s: wrong type", key);
+    float factor = 0.0f;
+    if ((rc = hr_get_f32_arch(g, arch, "rope.scaling.factor", &factor, 0.0f, err)))
+        return rc;
+    if (factor == 0.0f && (rc = hr_get_f32_arch(g, arch, "rope.scale_linear", &factor, 0.0f, err)))
+        return rc;
+    hp->rope_scale = 1.0f;
+    if (strcmp(type, "linear") != 0 || factor == 0.0f)
+        return 0;
+    if (!(factor > 0.0f && factor <= 1024.0f))
+        return hr_seterr(err, HR_EFORMAT, "implausible rope.scaling.factor %g", factor);
+    hp->rope_scale = 1.0f / factor;
+    return 0;
+}
+
+/* The scales and sliding windows an architecture's flags ask for. */
+static int hr_read_arch_extras(const hr_gguf *g, const char *arch, hr_hparams *hp, char *err) {
+    unsigned flags = hp->arch->flags;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* Gemma 3 27B scales by query_pre_attn_scalar = n_embd / n_head, not
+     * head_dim; the GGUF does not carry it, and llama.cpp knows the model
+     * by its 62 layers, as we do */
+    if (strcmp(arch, "gemma3") == 0 && hp->n_layer == 62)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->embd_scale = flags & HR_ARCH_EMBD_SCALE ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->n_swa = 0;
+    hp->swa_pattern = 6;
+    hp->rope_base_swa = 10000.0f;
+    uint32_t v;
+    int rc;
+    if (flags & HR_ARCH_SWA) {
+        rc = hr_get_u32_arch(g, arch, "attention.sliding_window", &v, false, err);
+        if (rc == 0)
+            hp->n_swa = v > (1u << 24) ? (1 << 24) : (int)v;
+        else if (rc != HR_ENOENT)
+            return rc;
+        rc = hr_get_u32_arch(g, arch, "attention.sliding_window_pattern", &v, false, err);
+        if (rc == 0)
+            hp->swa_pattern = v > 4096 ? 4096 : (int)v;
+        else if (rc != HR_ENOENT)
+            return rc;
+        if ((rc =
+                 hr_get_f32_arch(g, arch, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f, err)))
+            return rc;
+        if (!(hp->rope_base_swa > 1.0f))
+            return hr_seterr(err, HR_EFORMAT, "implausible rope.freq_base_swa %g",
+                             hp->rope_base_swa);
+    }
+    float cap = 0.0f;
+    if ((rc = hr_get_f32_arch(g, arch, "final_logit_softcapping", &cap, 0.0f, err)))
+        return rc;
+    if (cap != 0.0f)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "%s.final_logit_softcapping %g: soft-capped logits are not supported",
+                         arch, cap);
+    return 0;
+}
+
 /* Whether the file takes an optional fused tensor (phi3's attn_qkv): when
  * its first layer has it, every layer must; otherwise its parts are
  * tensors of their own. */
@@ -198,7 +265,8 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
         return hr_seterr(err, HR_EFORMAT, "implausible rms_eps %g or rope.freq_base %g",
                          hp->rms_eps, hp->rope_base);
     hp->rope_neox = hp->arch->rope_neox;
-    if ((rc = hr_read_experts(g, arch, hp, err)))
+    if ((rc = hr_read_rope_scaling(g, arch, hp, err)) ||
+        (rc = hr_read_arch_extras(g, arch, hp, err)) || (rc = hr_read_experts(g, arch, hp, err)))
         return rc;
     hr_read_fused(g, hp);
     return 0;
@@ -422,8 +490,11 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
         if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
             return hr_seterr(err, HR_ERANGE, "token id %d out of range [0, %d)", ids[i],
                              m->hp.n_vocab);
-        hr_dequantize_row(w->type, (const char *)w->data + (size_t)ids[i] * w->row_bytes,
-                          hidden + (size_t)i * m->hp.n_embd, m->hp.n_embd);
+        float *h = hidden + (size_t)i * m->hp.n_embd;
+        hr_dequantize_row(w->type, (const char *)w->data + (size_t)ids[i] * w->row_bytes, h,
+                          m->hp.n_embd);
+        for (int j = 0; m->hp.embd_scale != 1.0f && j < m->hp.n_embd; j++)
+            h[j] *= m->hp.embd_scale;
     }
     return 0;
 }
@@ -524,15 +595,30 @@ static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
     return 0;
 }
 
+const char *hr_hparams_cpu_only(const hr_hparams *hp, bool gpu) {
+    if (hp->n_expert > 0)
+        return "experts";
+    if (hp->sets & HR_LT_POST_NORM)
+        return "norms after attention and feed-forward";
+    if (hp->n_swa > 0)
+        return "sliding-window layers";
+    if (gpu && (hp->arch->flags & HR_ARCH_GEGLU))
+        return "a GeGLU feed-forward";
+    if (gpu && (hp->rope_scale != 1.0f || hp->attn_scale != 1.0f / sqrtf((float)hp->head_dim)))
+        return "scaled RoPE or attention scores";
+    return NULL;
+}
+
 /* The thread pool: group 0's of the executor, the caller's, or our own. */
 static int hr_ctx_pool_setup(hr_ctx *c, const hr_ctx_params *p, char *err) {
     const hr_model *m = c->m;
-    if (m->hp.n_expert > 0 && (c->p.n_groups < 0 || c->p.n_groups >= 2)) {
+    const char *plain = hr_hparams_cpu_only(&m->hp, false);
+    if (plain && (c->p.n_groups < 0 || c->p.n_groups >= 2)) {
         if (c->p.n_groups >= 2)
             HR_LOG_WARN(TAG,
-                        "thread groups do not split experts yet: the window runs plain "
+                        "thread groups do not split a model with %s yet: the window runs plain "
                         "(one pool of %d threads)",
-                        c->p.n_threads);
+                        plain, c->p.n_threads);
         c->p.n_groups = 0;
     }
     if (c->p.n_groups < 0 || c->p.n_groups >= 2) {
@@ -574,10 +660,12 @@ static int hr_ctx_gpu_setup(hr_ctx *c, char *err) {
     if (c->tp)
         return hr_seterr(err, HR_EUNSUPPORTED,
                          "GPU layers need plain execution (no thread groups)");
-    if (c->m->hp.n_expert > 0)
+    const char *plain = hr_hparams_cpu_only(&c->m->hp, true);
+    if (plain)
         return hr_seterr(err, HR_EUNSUPPORTED,
-                         "GPU layers of a model with experts are not supported: run its layers "
-                         "on the CPU (--gpu-layers 0)");
+                         "GPU layers of a model with %s are not supported: run its layers "
+                         "on the CPU (--gpu-layers 0)",
+                         plain);
     int rc =
         hr_gpu_win_create(&c->gpu, c->p.vk, &c->m->hp, c->m->layers, c->p.layer_begin, c->p.n_gpu,
                           c->m->rope_freqs, c->p.n_ctx, c->p.n_batch, c->p.n_seq, err);
@@ -600,6 +688,7 @@ static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
         P->w = c->m->layers[c->p.layer_begin + c->n_gpu + i];
         P->n_kv = hp->n_head_kv;
         P->n_ff = hp->n_ff;
+        P->swa = hr_hparams_layer_swa(hp, c->p.layer_begin + c->n_gpu + i);
         P->k = hr_ctx_alloc(c, kv_bytes);
         P->vt = hr_ctx_alloc(c, kv_bytes);
         if (!P->k || !P->vt)

@@ -36,8 +36,14 @@ static inline bool parse_mkmodel(json_t *args, hr_mkmodel_params *p) {
             p->n_head = n;
         } else if (strcmp(k, "--heads-kv") == 0) {
             p->n_head_kv = n;
+        } else if (strcmp(k, "--head-dim") == 0) {
+            p->head_dim = n;
         } else if (strcmp(k, "--ffn") == 0) {
             p->n_ff = n;
+        } else if (strcmp(k, "--window") == 0) {
+            p->n_swa = n;
+        } else if (strcmp(k, "--window-pattern") == 0) {
+            p->swa_pattern = n;
         } else if (strcmp(k, "--experts") == 0) {
             p->n_expert = n;
         } else if (strcmp(k, "--experts-used") == 0) {

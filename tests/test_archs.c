@@ -1,10 +1,11 @@
-/* test_archs.c - the dense neighbours of llama (phi3) against llama.cpp on
+/* test_archs.c - the dense neighbours (phi3, gemma3) against llama.cpp on
  * the fixtures of tests/fixtures/archs: each GGUF is rebuilt with mkmodel
  * exactly as mkref.sh made it (its sha256 must match), then every
  * position's logits and the greedy continuation are compared with what
  * llama.cpp computed. Also: a step of several sequences gives each the
- * bits it gets alone, layer windows chain to the whole model's bits, phi3
- * splits over thread groups, and what is refused. */
+ * bits it gets alone (sliding windows over each row's own positions),
+ * layer windows chain to the whole model's bits, phi3 splits over thread
+ * groups while gemma3 runs plain, and what is refused. */
 #include "tests/check.h"
 #include "tests/fixtures.h"
 #include "tests/mkfixture.h"
@@ -20,7 +21,7 @@
 
 #define MAX_POS 64
 
-static const char *fixture_names[] = {"phi3-f32", "phi3-q4_k_m"};
+static const char *fixture_names[] = {"phi3-f32", "phi3-q4_k_m", "gemma3-f32", "gemma3-q4_k_m"};
 
 static char tmpdir[] = "/tmp/hr_archs_XXXXXX";
 
@@ -156,7 +157,7 @@ static void test_hparams(void) {
         const hr_gguf_tensor *up = hr_gguf_find_tensor(g, "blk.1.ffn_up.weight");
         CHECK(qkv && up && !hr_gguf_find_tensor(g, "blk.1.attn_q.weight") &&
               !hr_gguf_find_tensor(g, "blk.1.ffn_gate.weight"));
-        CHECK(hp->rope_neox && !hp->tied_output);
+        CHECK(hp->rope_neox && !hp->tied_output && hp->n_swa == 0);
         CHECK_EQ(hp->sets & (HR_LT_QKV_FUSED | HR_LT_UP_FUSED), HR_LT_QKV_FUSED | HR_LT_UP_FUSED);
         if (qkv && up) { /* the parts: rows of the fused tensors, in order */
             size_t rb = L->wq.row_bytes;
@@ -176,10 +177,40 @@ static void test_hparams(void) {
         hr_model_free(m);
         hr_gguf_close(g);
     }
+    if (open_shape("gemma3-tiny", "q8_0", &g, &m)) {
+        const hr_hparams *hp = hr_model_hparams(m);
+        const hr_layer_weights *L = hr_model_layer(m, 0);
+        CHECK(hp->tied_output && hp->rope_neox);
+        CHECK_EQ(hp->head_dim, 128);
+        CHECK_EQ(hp->n_swa, 8);
+        CHECK_EQ(hp->swa_pattern, 3);
+        CHECK(hp->rope_base == 1e6f && hp->rope_base_swa == 10000.0f);
+        CHECK(hp->rope_scale == 0.125f);
+        CHECK(hp->attn_scale == 1.0f / sqrtf(128.0f));
+        CHECK(hp->embd_scale == 16.0f);
+        CHECK(L->attn_post_norm.data && L->ffn_post_norm.data && L->q_norm.data);
+        /* layers 0, 1 local, 2 global, 3 local */
+        CHECK(hr_hparams_layer_swa(hp, 0) && hr_hparams_layer_swa(hp, 1));
+        CHECK(!hr_hparams_layer_swa(hp, 2) && hr_hparams_layer_swa(hp, 3));
+        /* embeddings scaled by sqrt(n_embd) */
+        float h[256], raw[256];
+        int32_t id = 77;
+        char err[HR_ERR_LEN];
+        CHECK_EQ(hr_model_embed(m, &id, 1, h, err), 0);
+        const hr_weight *te = hr_model_tok_embd(m);
+        hr_dequantize_row(te->type, (const char *)te->data + 77 * te->row_bytes, raw, 256);
+        int same = 0;
+        for (int i = 0; i < 256; i++)
+            same += h[i] == raw[i] * 16.0f;
+        CHECK_EQ(same, 256);
+        hr_model_free(m);
+        hr_gguf_close(g);
+    }
 }
 
-/* Two sequences in one step (prompts of 11 and 9 rows, then one decode
- * row each): each gets the bits it gets alone. */
+/* Two sequences in one step (prompts of 11 and 9 rows, longer than
+ * gemma3-tiny's window of 8, then one decode row each): each gets the bits
+ * it gets alone. */
 static void test_batch_invariance(const char *shape) {
     char err[HR_ERR_LEN];
     hr_gguf *g = NULL;
@@ -248,7 +279,8 @@ static void test_batch_invariance(const char *shape) {
 }
 
 /* Layer windows [0, k) and [k, n_layer) chained through the hidden state
- * compute the whole model's bits. */
+ * compute the whole model's bits (a window knows which of its layers are
+ * local by their model index). */
 static void test_windows(const char *shape, int k) {
     char err[HR_ERR_LEN];
     hr_gguf *g = NULL;
@@ -296,7 +328,7 @@ static void test_windows(const char *shape, int k) {
 
 /* Thread groups on a synthetic two-node machine: phi3 splits (its fused
  * tensors' views slice by heads and rows like separate tensors), computing
- * plain execution's values. */
+ * plain execution's values; gemma3 runs plain. */
 static void test_groups(const char *shape, int want) {
     char err[HR_ERR_LEN];
     hr_gguf *g = NULL;
@@ -377,7 +409,7 @@ static void check_refused(const hr_gguf *src, const char *key, bool f32, bool ar
     hr_gguf_close(g);
 }
 
-/* What phi3 files may not have. */
+/* What phi3 and gemma3 files may not have. */
 static void test_refusals(void) {
     char err[HR_ERR_LEN];
     hr_gguf *g = NULL;
@@ -388,6 +420,14 @@ static void test_refusals(void) {
                       hr_model_hparams(m)->n_rot / 2, HR_EUNSUPPORTED, "LongRoPE");
         check_refused(g, "phi3.expert_count", false, false, NULL, 0, HR_EUNSUPPORTED,
                       "with experts");
+        hr_model_free(m);
+        hr_gguf_close(g);
+    }
+    if (open_shape("gemma3-tiny", "q8_0", &g, &m)) {
+        check_refused(g, "gemma3.final_logit_softcapping", true, false, NULL, 0, HR_EUNSUPPORTED,
+                      "soft-capped");
+        check_refused(g, "gemma3.attention.sliding_window_pattern", false, true, NULL, 0,
+                      HR_EFORMAT, "sliding_window_pattern");
         hr_model_free(m);
         hr_gguf_close(g);
     }
@@ -412,8 +452,12 @@ int main(void) {
         test_fixture(fixture_names[i]);
     test_hparams();
     test_batch_invariance("phi3-tiny");
+    test_batch_invariance("gemma3-tiny");
     test_windows("phi3-tiny", 1);
+    test_windows("gemma3-tiny", 1);
+    test_windows("gemma3-tiny", 3);
     test_groups("phi3-tiny", 2);
+    test_groups("gemma3-tiny", 1);
     test_refusals();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

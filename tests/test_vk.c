@@ -1037,6 +1037,7 @@ int main(void) {
     test_batch(e.vk, "tiny-llama-f32", 2);
     test_batch(e.vk, "small-qwen2-f16", 1);
     test_dense_neighbour(e.vk, "phi3-tiny", false);
+    test_dense_neighbour(e.vk, "gemma3-tiny", true);
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         test_fixture(e.vk, &fixtures[i]);
     test_planner(idx);
