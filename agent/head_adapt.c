@@ -153,7 +153,7 @@ static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_ou
     hr_sched_model sm;
     hr_sched_opts so = hr_sched_opts_default();
     so.k_fixed = a->p.k;
-    so.use_gpu = hr_model_hparams(a->m)->n_expert == 0; /* experts run on CPUs */
+    so.use_gpu = !hr_hparams_cpu_only(hr_model_hparams(a->m), true); /* experts, gemma3 */
     int rc = hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx),
                                     &sm, err);
     if (rc || (rc = hr_sched_solve(&sm, sd, n, &so, out, err)))

@@ -209,7 +209,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         memcpy(j->sd, sd, (size_t)n * sizeof *sd);
         j->so = hr_sched_opts_default();
         j->so.k_fixed = a->p.k;
-        j->so.use_gpu = hr_model_hparams(a->m)->n_expert == 0; /* experts run on CPUs */
+        j->so.use_gpu = !hr_hparams_cpu_only(hr_model_hparams(a->m), true); /* experts, gemma3 */
         j->n_parallel = a->p.n_parallel;
         j->parallel_auto = hd->parallel_auto;
         j->ctx0 = ctx0;

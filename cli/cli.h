@@ -72,6 +72,7 @@ typedef struct {
     int prefill_depth; /* agent (head): prompt chunks of a request on the ring at once */
     int embd, layers, heads, heads_kv, ffn, vocab_size;
     int experts, experts_used, expert_ffn, shared_ffn;
+    int head_dim, window, window_pattern; /* mkmodel */
     float temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int top_k;
     int64_t seed;

@@ -569,6 +569,17 @@ HR_CLI_COMMAND(info) {
         printf("rope:        %s, base %g, %d dims; rms eps %g; train ctx %d; output %s\n",
                hp->rope_neox ? "neox" : "normal", hp->rope_base, hp->n_rot, hp->rms_eps,
                hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
+        if (hp->rope_scale != 1.0f)
+            printf("rope scale:  linear, factor %g%s\n", 1.0 / hp->rope_scale,
+                   hp->n_swa > 0 ? " (global layers)" : "");
+        if (hp->n_swa > 0) {
+            int local = 0;
+            for (int il = 0; il < hp->n_layer; il++)
+                local += hr_hparams_layer_swa(hp, il);
+            printf("window:      %d positions on %d of %d layers (rope base %g), the others "
+                   "global\n",
+                   hp->n_swa, local, hp->n_layer, hp->rope_base_swa);
+        }
         uint64_t lb = 0;
         for (int il = 0; il < hp->n_layer; il++)
             lb += hr_model_layer_bytes(m, il);
@@ -628,16 +639,22 @@ const hr_cli_opt hr_cmd_mkmodel_opts[] = {
     HR_CLI_OPT("out", 'o', STR, out, "FILE", "the model file to write"),
     HR_CLI_OPT("shape", 0, STR, shape, "NAME",
                "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
-               "mixtral-tiny"),
+               "mixtral-tiny, phi3-mini, phi3-small, phi3-tiny, gemma3-1b, gemma3-270m, "
+               "gemma3-tiny"),
     HR_CLI_OPT("type", 0, STR, type, "TYPE", "weight type, e.g. q4_0, q4_k_m, f16"),
     HR_CLI_OPT("arch", 0, STR, arch, "NAME",
-               "llama, qwen2, qwen3, qwen3moe or qwen2moe (default llama; a shape may set it)"),
+               "llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3 or gemma3 (default llama; a shape "
+               "may set it)"),
     HR_CLI_OPT("vocab", 0, STR, vocab, "FILE", "copy the tokenizer from this GGUF"),
     HR_CLI_OPT("embd", 0, COUNT, embd, "N", "embedding width"),
     HR_CLI_OPT("layers", 0, COUNT, layers, "N", "layer count"),
     HR_CLI_OPT("heads", 0, COUNT, heads, "N", "attention heads"),
     HR_CLI_OPT("heads-kv", 0, COUNT, heads_kv, "N", "KV heads"),
     HR_CLI_OPT("ffn", 0, COUNT, ffn, "N", "feed-forward width"),
+    HR_CLI_OPT("head-dim", 0, COUNT, head_dim, "N", "width of an attention head (embd / heads)"),
+    HR_CLI_OPT("window", 0, COUNT, window, "N", "sliding window of the local layers (gemma3)"),
+    HR_CLI_OPT("window-pattern", 0, COUNT, window_pattern, "N",
+               "every N-th layer is global, the others local (gemma3; default 6)"),
     HR_CLI_OPT("experts", 0, COUNT, experts, "N", "routed experts per layer (0: dense)"),
     HR_CLI_OPT("experts-used", 0, COUNT, experts_used, "K", "experts each token is routed to"),
     HR_CLI_OPT("expert-ffn", 0, COUNT, expert_ffn, "N", "rows of each expert"),
@@ -669,6 +686,12 @@ HR_CLI_COMMAND(mkmodel) {
         p.n_head_kv = o->heads_kv;
     if (o->ffn > 0)
         p.n_ff = o->ffn;
+    if (o->head_dim > 0)
+        p.head_dim = o->head_dim;
+    if (o->window > 0)
+        p.n_swa = o->window;
+    if (o->window_pattern > 0)
+        p.swa_pattern = o->window_pattern;
     if (o->experts > 0)
         p.n_expert = o->experts;
     if (o->experts_used > 0)

@@ -445,16 +445,35 @@ void hr_swiglu(float *out, const float *gate, const float *up, int n) {
     }
 }
 
+void hr_geglu(float *out, const float *gate, const float *up, int n) {
+    /* gelu(x) = 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)),
+     * z = sqrt(2/pi) (x + 0.044715 x^3) */
+    const hr_kernels *k = hr_kernels_best();
+    float e[256];
+    for (int i0 = 0; i0 < n; i0 += 256) {
+        const int m = n - i0 < 256 ? n - i0 : 256;
+        for (int j = 0; j < m; j++) {
+            const float x = gate[i0 + j];
+            e[j] = -2.0f * 0.7978845608f * x * (1.0f + 0.044715f * x * x);
+        }
+        k->expf_n(e, e, m);
+        for (int j = 0; j < m; j++)
+            out[i0 + j] = gate[i0 + j] / (1.0f + e[j]) * up[i0 + j];
+    }
+}
+
 void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params *rp) {
     int half = rp->n_rot / 2;
     /* theta_i = pos * base^(-2i/n_rot), built by repeated multiplication in
      * f32 as llama.cpp does, so both engines rotate by identical angles. */
     const float theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
+    const float scale = rp->freq_scale > 0.0f ? rp->freq_scale : 1.0f;
     float theta_base = (float)pos;
     for (int i = 0; i < half; i++, theta_base *= theta_scale) {
         float theta = theta_base;
         if (rp->freq_factors)
             theta /= rp->freq_factors[i];
+        theta *= scale;
         float c = cosf(theta), s = sinf(theta);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)h * head_dim;
@@ -492,7 +511,7 @@ size_t hr_attn_scratch_floats(int n_threads, int n_head, int n_kv, int head_dim,
 }
 
 /* Query heads h0 .. h0 + nh - 1 (nh <= HR_DOT_N_MAX, all of one KV head) of
- * one token at position pos over the cache k/vt: q and o point at the
+ * one token at position pos over the cache k/vt (its window of it): q and o point at the
  * token's [n_head * hd] query and output. The keys are read once for all
  * nh heads (one vec_dot_n with nh columns), and so are the value rows.
  * sc: nh * (n_ctx + hd) floats of scratch. */
@@ -501,8 +520,8 @@ static void hr_attn_heads(const hr_attn_job *j, const uint16_t *k, const uint16_
     const hr_attn_args *a = j->a;
     int hd = a->head_dim, kvh = h0 / (a->n_head / a->n_kv);
     int kv_stride = a->n_kv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    int n_pos = pos + 1;
+    float scale = a->scale > 0.0f ? a->scale : 1.0f / sqrtf((float)hd);
+    int p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0, n_pos = pos + 1 - p0;
     float *qh = sc + (size_t)nh * a->n_ctx;
     const void *col[HR_DOT_N_MAX] = {0};
     for (int g = 0; g < nh; g++) {
@@ -521,8 +540,8 @@ static void hr_attn_heads(const hr_attn_job *j, const uint16_t *k, const uint16_
     /* the cached keys and value rows as rows of an f16 matrix: the table's
      * vec_dot_n keeps several rows' chains in flight, each row's value
      * bit for bit its vec_dot */
-    hr_vec_dot_n(j->k, HR_TYPE_F16, hd, n_pos, k + (size_t)kvh * hd, (size_t)kv_stride * 2, col, nh,
-                 sc, (size_t)a->n_ctx);
+    hr_vec_dot_n(j->k, HR_TYPE_F16, hd, n_pos, k + (size_t)p0 * kv_stride + (size_t)kvh * hd,
+                 (size_t)kv_stride * 2, col, nh, sc, (size_t)a->n_ctx);
     for (int g = 0; g < nh; g++) {
         float *s = sc + (size_t)g * a->n_ctx;
         for (int p = 0; p < n_pos; p++)
@@ -530,7 +549,7 @@ static void hr_attn_heads(const hr_attn_job *j, const uint16_t *k, const uint16_
         hr_softmax(s, n_pos);
         col[g] = s;
     }
-    hr_vec_dot_n(j->k, HR_TYPE_F16, n_pos, hd, vt + (size_t)kvh * hd * a->n_ctx,
+    hr_vec_dot_n(j->k, HR_TYPE_F16, n_pos, hd, vt + (size_t)kvh * hd * a->n_ctx + p0,
                  (size_t)a->n_ctx * 2, col, nh, o + (size_t)h0 * hd, (size_t)hd);
 }
 

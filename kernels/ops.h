@@ -97,12 +97,15 @@ void hr_add(float *x, const float *b, int n);
 void hr_softmax(float *x, int n);
 /* out[i] = silu(gate[i]) * up[i] */
 void hr_swiglu(float *out, const float *gate, const float *up, int n);
+/* out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (GeGLU) */
+void hr_geglu(float *out, const float *gate, const float *up, int n);
 
 typedef struct {
     int n_rot;                 /* rotated dims per head (<= head_dim) */
     float freq_base;           /* rope.freq_base */
     bool neox;                 /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
     const float *freq_factors; /* [n_rot/2] divisors (Llama-3 rope_freqs) or NULL */
+    float freq_scale;          /* angles times this (linear scaling: 1 / factor); 0 = 1 */
 } hr_rope_params;
 
 /* Rotates n_heads heads of head_dim values at position pos, in place. */
@@ -111,13 +114,15 @@ void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params 
 /* Causal GQA attention over an F16 KV cache.
  * q: [n_tok][n_head*hd]; k: [n_ctx][n_kv*hd] f16; vt: [n_kv*hd][n_ctx] f16
  * (transposed); token t sits at position pos0+t and sees positions
- * 0..pos0+t. out: [n_tok][n_head*hd]. scratch: hr_attn_scratch_floats()
- * floats. */
+ * 0..pos0+t (the last window of them with a sliding window). out:
+ * [n_tok][n_head*hd]. scratch: hr_attn_scratch_floats() floats. */
 typedef struct {
     int n_head, n_kv, head_dim, n_ctx;
     const uint16_t *k;
     const uint16_t *vt;
     float *scratch;
+    float scale; /* of the scores q.k; 0 = 1/sqrt(head_dim) */
+    int window;  /* > 0: a token at pos sees positions pos-window+1..pos only; 0: all */
 } hr_attn_args;
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out);

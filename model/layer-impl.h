@@ -20,6 +20,7 @@ typedef struct {
     hr_layer_weights w;
     int n_kv;       /* KV heads in w; query heads: n_kv * n_head / n_head_kv */
     int n_ff;       /* n_ff rows of Wgate/Wup in w */
+    bool swa;       /* a sliding-window (local) layer: hr_hparams_layer_swa */
     uint16_t *k;    /* [n_seq][n_ctx][n_kv*head_dim] f16 cache, one slot per sequence */
     uint16_t *vt;   /* [n_seq][n_kv*head_dim][n_ctx] f16 cache, transposed */
     uint64_t *hits; /* [n_expert] rows routed to each expert (HR_LT_MOE), or NULL */
@@ -79,14 +80,14 @@ int hr_layer_env_alloc(hr_layer_env *e, int n_batch, int n_kv, int n_ff, int n_t
 
 /* Attention block up to the output projection, for the n rows R places
  * (one run: one sequence at consecutive positions): xb = rmsnorm(hidden),
- * q/k/v = its projections (+ bias, per-head norm, RoPE), K/V stored in
- * P's cache slots, att = attention over each row's slot. hidden:
- * [n][n_embd] f32, read only. Each row's values are what a step of its
- * run alone computes. */
+ * q/k/v = its projections (+ bias, per-head norm, RoPE: a local layer's
+ * base), K/V stored in P's cache slots, att = attention over each row's
+ * slot (a local layer's window of it). hidden: [n][n_embd] f32, read only.
+ * Each row's values are what a step of its run alone computes. */
 void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
                         const hr_layer_rows *R);
 /* Feed-forward block up to the down projection: xb = rmsnorm(hidden),
- * gate = SwiGLU(Wgate xb, Wup xb). */
+ * gate = SwiGLU(Wgate xb, Wup xb) (GeGLU where the architecture says). */
 void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hidden, int n,
                   const hr_layer_rows *R);
 /* y = W x over the rows of R: the output projections (Wo over att, Wdown
@@ -125,7 +126,30 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
                      float *hidden, float *y, int n, const hr_layer_rows *R,
                      const hr_layer_join *j);
 
+/* A fused tensor (layer_table.c's second table): one GGUF tensor of
+ * n_in columns whose rows are those of its parts stacked in order. A file
+ * with it binds the parts as views of its rows (hr_layer_fused_split), so
+ * the blocks, byte counts, tensor-parallel slices and GPU uploads only ever
+ * see the parts; mkmodel writes it in place of its first part. */
+typedef struct {
+    const char *name; /* after "blk.N.", e.g. "attn_qkv.weight" */
+    unsigned set;     /* its HR_LT_* set */
+    int n_parts;
+    size_t part[3]; /* offsets of the parts' fields in hr_layer_weights, in row order */
+} hr_layer_fused;
+
 /* Table-driven (layer_table.c): */
+int hr_layer_fused_count(void);
+const hr_layer_fused *hr_layer_fused_get(int i);
+/* The fused tensor of sets that holds row t (*part: which of its parts), or
+ * NULL (t is a tensor of its own). */
+const hr_layer_fused *hr_layer_fused_of(const hr_layer_tensor *t, unsigned sets, int *part);
+/* f's columns (its parts'), and its rows (theirs summed) for hp. */
+hr_dim hr_layer_fused_in(const hr_layer_fused *f);
+int64_t hr_layer_fused_rows(const hr_layer_fused *f, const hr_hparams *hp);
+/* L's parts of f as views of w, f's bound matrix. */
+void hr_layer_fused_split(const hr_layer_fused *f, const hr_hparams *hp, const hr_weight *w,
+                          hr_layer_weights *L);
 hr_weight *hr_layer_weight_mut(hr_layer_weights *L, const hr_layer_tensor *t);
 /* Whether a file of these hyper-parameters must have t. */
 bool hr_layer_tensor_needed(const hr_layer_tensor *t, const hr_hparams *hp);

@@ -1,4 +1,4 @@
-/* layer.c - the transformer layer's two blocks (attention, SwiGLU
+/* layer.c - the transformer layer's two blocks (attention, SwiGLU or GeGLU
  * feed-forward) over one thread group's part of a layer: the whole layer in
  * plain execution, a slice of its heads and rows under tensor parallelism.
  * Every value is computed by the same kernels in the same order either way,
@@ -120,9 +120,10 @@ static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, fl
             hr_rmsnorm(k + (size_t)h * D, k + (size_t)h * D, W->k_norm.data, D, hp->rms_eps);
     }
     hr_rope_params rp = {.n_rot = hp->n_rot,
-                         .freq_base = hp->rope_base,
+                         .freq_base = P->swa ? hp->rope_base_swa : hp->rope_base,
                          .neox = hp->rope_neox,
-                         .freq_factors = e->rope_freqs};
+                         .freq_factors = e->rope_freqs,
+                         .freq_scale = P->swa ? 1.0f : hp->rope_scale};
     hr_rope(q, qh, D, pos, &rp);
     hr_rope(k, kvh, D, pos, &rp);
     size_t slot = (size_t)seq * (size_t)e->n_ctx * (size_t)KD;
@@ -153,7 +154,9 @@ void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const flo
                        .n_ctx = e->n_ctx,
                        .k = P->k + (size_t)R->seq[0] * slot,
                        .vt = P->vt + (size_t)R->seq[0] * slot,
-                       .scratch = e->scratch};
+                       .scratch = e->scratch,
+                       .scale = hp->attn_scale,
+                       .window = P->swa ? hp->n_swa : 0};
     if (R->n_runs == 1) { /* one sequence: its slot, positions pos[0]..pos[0]+n-1 */
         hr_attention(e->pool, &aa, e->q, n, R->pos[0], e->att); /* att: [n][QD] */
         return;
@@ -173,8 +176,9 @@ void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hi
     const hr_weight *wgu[2] = {&W->w_gate, &W->w_up};
     float *ygu[2] = {e->gate, e->up}; /* [n][F] each */
     hr_layer_mm(e, 2, wgu, ygu, e->xb, n, R);
+    bool geglu = e->hp->arch->flags & HR_ARCH_GEGLU;
     for (int t = 0; t < n; t++)
-        hr_swiglu(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
+        (geglu ? hr_geglu : hr_swiglu)(e->gate + t * F, e->gate + t * F, e->up + t * F, (int)F);
 }
 
 /* Each row's top K experts by router probability (ties: the lower index)
@@ -351,12 +355,17 @@ void hr_layer_moe(const hr_layer_env *e, const hr_layer_part *P, float *hidden, 
     hr_layer_residual(hidden, y, n, (int)E);
 }
 
-/* The output projection of a block (Wo over att, Wdown over gate) added to
- * the hidden state: what a whole layer does with its block's output. */
-static void hr_layer_project(const hr_layer_env *e, const hr_weight *w, const float *x,
-                             float *hidden, float *y, int n, const hr_layer_rows *R) {
+/* The output projection of a block (Wo over att, Wdown over gate), through
+ * the block's post-norm where it has one (HR_LT_POST_NORM), added to the
+ * hidden state: what a whole layer does with its block's output. */
+static void hr_layer_project(const hr_layer_env *e, const hr_weight *w, const hr_weight *post,
+                             const float *x, float *hidden, float *y, int n,
+                             const hr_layer_rows *R) {
+    int E = e->hp->n_embd;
     hr_layer_matmul(e, w, x, y, n, R);
-    hr_layer_residual(hidden, y, n, e->hp->n_embd);
+    for (int t = 0; post->data && t < n; t++)
+        hr_rmsnorm(y + (size_t)t * E, y + (size_t)t * E, post->data, E, e->hp->rms_eps);
+    hr_layer_residual(hidden, y, n, E);
 }
 
 void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t stride, int nl,
@@ -369,7 +378,7 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
         if (j && j->attn)
             j->attn(j->ud, P, hidden, li);
         else
-            hr_layer_project(e, &P->w.wo, e->att, hidden, y, n, R);
+            hr_layer_project(e, &P->w.wo, &P->w.attn_post_norm, e->att, hidden, y, n, R);
         if (P->w.gate_inp.data) {
             hr_layer_moe(e, P, hidden, y, n, R);
             goto next;
@@ -379,7 +388,7 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
         if (j && j->ffn)
             j->ffn(j->ud, P, hidden, li);
         else
-            hr_layer_project(e, &P->w.w_down, e->gate, hidden, y, n, R);
+            hr_layer_project(e, &P->w.w_down, &P->w.ffn_post_norm, e->gate, hidden, y, n, R);
     next:
         if (j && j->on_layer)
             j->on_layer(j->ud, li);

@@ -26,6 +26,7 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_ROW("attn_k.weight",      wk,        EMBD, KV,   0,              HEADS, 1),
     HR_ROW("attn_v.weight",      wv,        EMBD, KV,   0,              HEADS, 1),
     HR_ROW("attn_output.weight", wo,        Q,    EMBD, 0,              OUT,   2),
+    HR_ROW("post_attention_norm.weight", attn_post_norm, EMBD, 1, HR_LT_POST_NORM, NONE, 0),
     HR_ROW("attn_q.bias",        bq,        Q,    1,    HR_LT_QKV_BIAS, HEADS, 0),
     HR_ROW("attn_k.bias",        bk,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
     HR_ROW("attn_v.bias",        bv,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
@@ -35,6 +36,7 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_ROW("ffn_gate.weight",    w_gate,    EMBD, FF,   HR_LT_FFN,      ROWS,  3),
     HR_ROW("ffn_up.weight",      w_up,      EMBD, FF,   HR_LT_FFN,      ROWS,  3),
     HR_ROW("ffn_down.weight",    w_down,    FF,   EMBD, HR_LT_FFN,      OUT,   4),
+    HR_ROW("post_ffw_norm.weight", ffn_post_norm, EMBD, 1, HR_LT_POST_NORM, NONE, 0),
     HR_ROW("ffn_gate_inp.weight", gate_inp, EMBD, NEXP, HR_LT_MOE,      NONE,  5),
     HR_EXP("ffn_gate_exps.weight", gate_exps, EMBD, FFE, HR_LT_MOE,            6),
     HR_EXP("ffn_up_exps.weight",   up_exps,   EMBD, FFE, HR_LT_MOE,            6),
@@ -48,18 +50,33 @@ static const hr_layer_tensor hr_layer_tensors[] = {
 
 #define HR_N_LAYER_TENSORS ((int)(sizeof hr_layer_tensors / sizeof hr_layer_tensors[0]))
 
+/* Fused tensors: one GGUF tensor holding the rows of several table rows
+ * (its parts: their fields, in row order). */
+#define HR_PART(field) offsetof(hr_layer_weights, field)
+static const hr_layer_fused hr_layer_fused_tensors[] = {
+    {"attn_qkv.weight", HR_LT_QKV_FUSED, 3, {HR_PART(wq), HR_PART(wk), HR_PART(wv)}},
+    {"ffn_up.weight", HR_LT_UP_FUSED, 2, {HR_PART(w_gate), HR_PART(w_up)}}, /* gate rows first */
+};
+#define HR_N_FUSED ((int)(sizeof hr_layer_fused_tensors / sizeof hr_layer_fused_tensors[0]))
+
 /* One row per architecture. qwen2 files carry biases, but a file without
  * them is accepted (as it always was); qwen3 needs its q/k norms. A llama
  * file with experts (Mixtral) routes its feed-forward through them; the
- * *moe rows always do. */
+ * *moe rows always do. phi3 fuses gate/up always and q/k/v in the files
+ * that have attn_qkv (all converted ones). */
 /* clang-format off */
 static const hr_arch_info hr_archs[] = {
-    /* name       rms_eps  rope_base   rope_neox sets            needs          moe norm_w */
-    {"llama",    1e-5f,   10000.0f,   false,    0,              0,             0,  true},
-    {"qwen2",    1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS, 0,             0,  false},
-    {"qwen3",    1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM, 0,  false},
-    {"qwen3moe", 1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM, 1,  true},
-    {"qwen2moe", 1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS | HR_LT_SHEXP, HR_LT_SHEXP, 1, false},
+    /* name       rms_eps  rope_base   rope_neox sets            needs          moe norm_w flags */
+    {"llama",    1e-5f,   10000.0f,   false,    0,              0,             0,  true,  0},
+    {"qwen2",    1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS, 0,             0,  false, 0},
+    {"qwen3",    1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM, 0,  false, 0},
+    {"qwen3moe", 1e-6f,   1000000.0f, true,     HR_LT_QK_NORM,  HR_LT_QK_NORM, 1,  true,  0},
+    {"qwen2moe", 1e-6f,   1000000.0f, true,     HR_LT_QKV_BIAS | HR_LT_SHEXP, HR_LT_SHEXP, 1, false, 0},
+    {"phi3",     1e-5f,   10000.0f,   true,     HR_LT_QKV_FUSED | HR_LT_UP_FUSED, HR_LT_UP_FUSED, 0, false,
+     HR_ARCH_DENSE},
+    {"gemma3",   1e-6f,   10000.0f,   true,     HR_LT_QK_NORM | HR_LT_POST_NORM,
+     HR_LT_QK_NORM | HR_LT_POST_NORM, 0, false, HR_ARCH_DENSE | HR_ARCH_GEGLU | HR_ARCH_EMBD_SCALE |
+     HR_ARCH_SWA},
 };
 /* clang-format on */
 
@@ -101,6 +118,57 @@ int64_t hr_dim_size(const hr_hparams *hp, hr_dim d) {
         return hp->n_ff_shexp;
     }
     abort(); /* not a hr_dim */
+}
+
+bool hr_hparams_layer_swa(const hr_hparams *hp, int il) {
+    return hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
+}
+
+int hr_layer_fused_count(void) { return HR_N_FUSED; }
+
+const hr_layer_fused *hr_layer_fused_get(int i) {
+    return i >= 0 && i < HR_N_FUSED ? &hr_layer_fused_tensors[i] : NULL;
+}
+
+/* The table row of the field at offset off. */
+static const hr_layer_tensor *hr_layer_row_at(size_t off) {
+    for (int i = 0; i < HR_N_LAYER_TENSORS; i++)
+        if (hr_layer_tensors[i].offset == off)
+            return &hr_layer_tensors[i];
+    abort(); /* a fused part names no field of the table */
+}
+
+const hr_layer_fused *hr_layer_fused_of(const hr_layer_tensor *t, unsigned sets, int *part) {
+    for (int i = 0; i < HR_N_FUSED; i++) {
+        const hr_layer_fused *f = &hr_layer_fused_tensors[i];
+        for (int k = 0; (sets & f->set) && k < f->n_parts; k++)
+            if (f->part[k] == t->offset) {
+                *part = k;
+                return f;
+            }
+    }
+    return NULL;
+}
+
+hr_dim hr_layer_fused_in(const hr_layer_fused *f) { return hr_layer_row_at(f->part[0])->n_in; }
+
+int64_t hr_layer_fused_rows(const hr_layer_fused *f, const hr_hparams *hp) {
+    int64_t rows = 0;
+    for (int k = 0; k < f->n_parts; k++)
+        rows += hr_dim_size(hp, hr_layer_row_at(f->part[k])->n_out);
+    return rows;
+}
+
+void hr_layer_fused_split(const hr_layer_fused *f, const hr_hparams *hp, const hr_weight *w,
+                          hr_layer_weights *L) {
+    int64_t r0 = 0;
+    for (int k = 0; k < f->n_parts; k++) {
+        hr_weight *p = (hr_weight *)((char *)L + f->part[k]);
+        *p = *w;
+        p->n_out = hr_dim_size(hp, hr_layer_row_at(f->part[k])->n_out);
+        p->data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+        r0 += p->n_out;
+    }
 }
 
 void hr_arch_layer_sets(const hr_arch_info *a, int n_expert, unsigned *sets, unsigned *needs) {

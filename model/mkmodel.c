@@ -33,11 +33,34 @@ static const struct {
     {"qwen3moe-tiny", "qwen3moe", 256, 2, 8, 4, 768, 32000, 16, 4, 256, 0},
     {"qwen2moe-tiny", "qwen2moe", 256, 2, 8, 4, 768, 32000, 8, 4, 256, 512},
     {"mixtral-tiny", "llama", 256, 2, 8, 4, 512, 32000, 8, 2, 512, 0},
+    {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 0, 0, 0, 0},
+    {"phi3-small", "phi3", 1024, 8, 16, 16, 2816, 32064, 0, 0, 0, 0},
+    {"phi3-tiny", "phi3", 256, 2, 8, 4, 512, 32000, 0, 0, 0, 0},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 0, 0, 0, 0},
+    {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 0, 0, 0, 0},
+    {"gemma3-tiny", "gemma3", 256, 4, 4, 2, 512, 32000, 0, 0, 0, 0},
+};
+
+/* What the dense neighbours' shapes add: head width, window and pattern,
+ * RoPE base and linear scaling, training context, tied output. */
+static const struct {
+    const char *name;
+    int hd, swa, pattern;
+    float rope_base, rope_factor;
+    int ctx;
+    bool tied;
+} hr_mk_extras[] = {
+    {"phi3-mini", 0, 0, 0, 10000.0f, 0.0f, 4096, false},
+    {"phi3-small", 0, 0, 0, 10000.0f, 0.0f, 4096, false},
+    {"phi3-tiny", 0, 0, 0, 10000.0f, 0.0f, 4096, false},
+    {"gemma3-1b", 256, 512, 0, 1000000.0f, 0.0f, 32768, true},
+    {"gemma3-270m", 256, 512, 0, 1000000.0f, 0.0f, 32768, true},
+    {"gemma3-tiny", 128, 8, 3, 1000000.0f, 8.0f, 4096, true},
 };
 
 const char *hr_mkmodel_shape_names(void) {
     return "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
-           "mixtral-tiny";
+           "mixtral-tiny, phi3-mini, phi3-small, phi3-tiny, gemma3-1b, gemma3-270m, gemma3-tiny";
 }
 
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
@@ -55,6 +78,18 @@ int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
             p->n_ff_shexp = hr_mk_shapes[i].ffs;
             if (hr_mk_shapes[i].arch)
                 p->arch = hr_mk_shapes[i].arch;
+            for (size_t j = 0; j < sizeof hr_mk_extras / sizeof hr_mk_extras[0]; j++) {
+                if (strcmp(hr_mk_extras[j].name, name) != 0)
+                    continue;
+                p->head_dim = hr_mk_extras[j].hd;
+                p->n_swa = hr_mk_extras[j].swa;
+                p->swa_pattern = hr_mk_extras[j].pattern;
+                p->rope_base = hr_mk_extras[j].rope_base;
+                p->rope_factor = hr_mk_extras[j].rope_factor;
+                p->n_ctx = hr_mk_extras[j].ctx;
+                p->tied = hr_mk_extras[j].tied;
+                p->norm_std = 0.1f;
+            }
             return 0;
         }
     }
@@ -171,9 +206,8 @@ static int hr_mk_tensor(hr_gguf_writer *w, const char *name, int type, int64_t n
             uint64_t st = base ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
             if (std > 0.0f)
                 hr_mk_fill(row, n_in, std, &st);
-            else
-                for (int64_t i = 0; i < n_in; i++)
-                    row[i] = constant;
+            for (int64_t i = 0; (std <= 0.0f || constant != 0.0f) && i < n_in; i++)
+                row[i] = std > 0.0f ? row[i] + constant : constant;
             hr_quantize_row(type, row, (char *)buf + (size_t)r * rb, n_in);
         }
         free(row);
@@ -253,15 +287,16 @@ done:
 }
 
 /* How layer il's tensor t (n_in columns) is made: vectors are f32, norms
- * around 1 and biases small; matrices ~ N(0, 1/n_in) in the file type, with
- * attn_v / ffn_down on the "more bits" layers as llama.cpp's K_M mixes. */
+ * 1 (1 + N(0, norm_std)) and biases small; matrices ~ N(0, 1/n_in) in the
+ * file type, with attn_v / ffn_down on the "more bits" layers as
+ * llama.cpp's K_M mixes. */
 static void hr_mk_layer_fill(const hr_layer_tensor *t, const hr_ftype *ft, int il, int n_layer,
-                             int64_t n_in, int *type, float *std, float *c) {
+                             int64_t n_in, float norm_std, int *type, float *std, float *c) {
     if (t->n_out == HR_DIM_1) {
         bool bias = strstr(t->name, ".bias") != NULL;
         bool gate = strstr(t->name, "gate_inp") != NULL; /* the shared expert's gate */
         *type = HR_TYPE_F32;
-        *std = bias ? 0.02f : gate ? 1.0f / sqrtf((float)n_in) : 0.0f;
+        *std = bias ? 0.02f : gate ? 1.0f / sqrtf((float)n_in) : norm_std;
         *c = bias || gate ? 0.0f : 1.0f;
         return;
     }
@@ -300,18 +335,24 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     if (arch->moe && p->n_expert <= 0)
         return hr_seterr(err, HR_EINVAL, "%s needs experts (--experts N --experts-used K)",
                          p->arch);
+    if ((arch->flags & HR_ARCH_DENSE) && p->n_expert > 0)
+        return hr_seterr(err, HR_EINVAL, "%s has no experts", p->arch);
     if (p->n_expert > 0 &&
         (p->n_expert_used < 1 || p->n_expert_used > p->n_expert ||
          (arch->moe && p->n_ff_exp <= 0) || ((arch->sets & HR_LT_SHEXP) && p->n_ff_shexp <= 0)))
         return hr_seterr(err, HR_EINVAL, "invalid experts: %d, %d used, expert ffn %d, shared %d",
                          p->n_expert, p->n_expert_used, p->n_ff_exp, p->n_ff_shexp);
     if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 || p->n_ff <= 0 ||
-        p->n_vocab <= 0 || p->n_embd % p->n_head || p->n_head % p->n_head_kv)
+        p->n_vocab <= 0 || (p->head_dim <= 0 && p->n_embd % p->n_head) ||
+        p->n_head % p->n_head_kv || p->head_dim < 0 || p->head_dim % 2 || p->n_swa < 0 ||
+        p->swa_pattern < 0)
         return hr_seterr(err, HR_EINVAL,
-                         "invalid shape: embd %d layers %d heads %d/%d ffn %d vocab %d", p->n_embd,
-                         p->n_layer, p->n_head, p->n_head_kv, p->n_ff, p->n_vocab);
+                         "invalid shape: embd %d layers %d heads %d/%d of %d ffn %d vocab %d "
+                         "window %d pattern %d",
+                         p->n_embd, p->n_layer, p->n_head, p->n_head_kv, p->head_dim, p->n_ff,
+                         p->n_vocab, p->n_swa, p->swa_pattern);
     const char *A = p->arch;
-    int E = p->n_embd, D = E / p->n_head;
+    int E = p->n_embd, D = p->head_dim > 0 ? p->head_dim : E / p->n_head;
     hr_gguf_writer *w = hr_gguf_writer_create();
     if (!w)
         return hr_seterr(err, HR_ENOMEM, "out of memory");
@@ -337,10 +378,24 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     }
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count"), (uint32_t)p->n_head);
     hr_gguf_writer_set_u32(w, HR_KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    if (D * p->n_head != E) {
+        hr_gguf_writer_set_u32(w, HR_KEY("attention.key_length"), (uint32_t)D);
+        hr_gguf_writer_set_u32(w, HR_KEY("attention.value_length"), (uint32_t)D);
+    }
     hr_gguf_writer_set_u32(w, HR_KEY("rope.dimension_count"), (uint32_t)D);
     hr_gguf_writer_set_f32(w, HR_KEY("attention.layer_norm_rms_epsilon"), arch->rms_eps);
     hr_gguf_writer_set_f32(w, HR_KEY("rope.freq_base"),
                            p->rope_base > 0 ? p->rope_base : arch->rope_base);
+    if (p->rope_factor > 0) {
+        hr_gguf_writer_set_str(w, HR_KEY("rope.scaling.type"), "linear");
+        hr_gguf_writer_set_f32(w, HR_KEY("rope.scaling.factor"), p->rope_factor);
+    }
+    if ((arch->flags & HR_ARCH_SWA) && p->n_swa > 0) {
+        hr_gguf_writer_set_u32(w, HR_KEY("attention.sliding_window"), (uint32_t)p->n_swa);
+        if (p->swa_pattern > 0)
+            hr_gguf_writer_set_u32(w, HR_KEY("attention.sliding_window_pattern"),
+                                   (uint32_t)p->swa_pattern);
+    }
 #undef HR_KEY
     if (p->vocab_from) {
         hr_gguf *src = NULL;
@@ -376,10 +431,12 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
                      .n_ff_shexp = p->n_ff_shexp};
     unsigned sets, needs;
     hr_arch_layer_sets(arch, p->n_expert, &sets, &needs);
-    int per_layer = 0;
-    for (int i = 0; i < hr_layer_tensor_count(); i++)
-        per_layer += hr_mk_has(sets, hr_layer_tensor_get(i));
-    int total = 3 + p->n_layer * per_layer, done_n = 0;
+    int per_layer = 0, part;
+    for (int i = 0; i < hr_layer_tensor_count(); i++) {
+        const hr_layer_tensor *t = hr_layer_tensor_get(i);
+        per_layer += hr_mk_has(sets, t) && (!hr_layer_fused_of(t, sets, &part) || part == 0);
+    }
+    int total = (p->tied ? 2 : 3) + p->n_layer * per_layer, done_n = 0;
 #define HR_T(name, type, nin, nout, nmat, std, c)                                                  \
     do {                                                                                           \
         if ((rc = hr_mk_tensor(w, name, type, nin, nout, nmat, std, c, &rng, err)))                \
@@ -391,21 +448,25 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     for (int il = 0; il < p->n_layer; il++) {
         for (int i = 0; i < hr_layer_tensor_count(); i++) {
             const hr_layer_tensor *t = hr_layer_tensor_get(i);
-            if (!hr_mk_has(sets, t))
+            /* a fused tensor in place of its first part */
+            const hr_layer_fused *f = hr_layer_fused_of(t, sets, &part);
+            if (!hr_mk_has(sets, t) || (f && part > 0))
                 continue;
-            int64_t n_in = hr_dim_size(&hp, t->n_in), n_out = hr_dim_size(&hp, t->n_out);
+            int64_t n_in = hr_dim_size(&hp, t->n_in);
+            int64_t n_out = f ? hr_layer_fused_rows(f, &hp) : hr_dim_size(&hp, t->n_out);
             int64_t n_mat = t->experts ? p->n_expert : 1;
             int type;
             float std, c;
-            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, &type, &std, &c);
+            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, p->norm_std, &type, &std, &c);
             char nm[96];
-            snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, f ? f->name : t->name);
             HR_T(nm, type, n_in, n_out, n_mat, std, c);
         }
     }
     float s_in = 1.0f / sqrtf((float)E);
-    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 1, 0.0f, 1.0f);
-    HR_T("output.weight", ft->output, E, p->n_vocab, 1, s_in, 0.0f);
+    HR_T("output_norm.weight", HR_TYPE_F32, E, 1, 1, p->norm_std, 1.0f);
+    if (!p->tied)
+        HR_T("output.weight", ft->output, E, p->n_vocab, 1, s_in, 0.0f);
 #undef HR_T
     rc = hr_gguf_writer_write(w, path, err);
 done:

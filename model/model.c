@@ -70,6 +70,10 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
     if (rc != 0 && rc != HR_ENOENT)
         return rc;
     hp->n_expert = rc == 0 ? (int)v : 0;
+    if (hp->n_expert > 0 && (hp->arch->flags & HR_ARCH_DENSE))
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "%s with experts (%s.expert_count %d) is not supported", arch, arch,
+                         hp->n_expert);
     if (hp->n_expert > 0) {
         if ((rc = hr_get_u32_arch(g, arch, "expert_used_count", &v, true, err)))
             return rc;
@@ -101,6 +105,90 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
     }
     hr_arch_layer_sets(hp->arch, hp->n_expert, &hp->sets, &hp->needs);
     return 0;
+}
+
+/* Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the
+ * older rope.scale_linear) when rope.scaling.type is linear or absent.
+ * Other scaling types are not applied. */
+static int hr_read_rope_scaling(const hr_gguf *g, const char *arch, hr_hparams *hp, char *err) {
+    char key[128];
+    const char *type = "linear";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    int rc = hr_gguf_get_str(g, key, &type);
+    if (rc != 0 && rc != HR_ENOENT)
+        return hr_seterr(err, rc, "metadata %s: wrong type", key);
+    float factor = 0.0f;
+    if ((rc = hr_get_f32_arch(g, arch, "rope.scaling.factor", &factor, 0.0f, err)))
+        return rc;
+    if (factor == 0.0f && (rc = hr_get_f32_arch(g, arch, "rope.scale_linear", &factor, 0.0f, err)))
+        return rc;
+    hp->rope_scale = 1.0f;
+    if (strcmp(type, "linear") != 0 || factor == 0.0f)
+        return 0;
+    if (!(factor > 0.0f && factor <= 1024.0f))
+        return hr_seterr(err, HR_EFORMAT, "implausible rope.scaling.factor %g", factor);
+    hp->rope_scale = 1.0f / factor;
+    return 0;
+}
+
+/* The scales and sliding windows an architecture's flags ask for. */
+static int hr_read_arch_extras(const hr_gguf *g, const char *arch, hr_hparams *hp, char *err) {
+    unsigned flags = hp->arch->flags;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* Gemma 3 27B scales by query_pre_attn_scalar = n_embd / n_head, not
+     * head_dim; the GGUF does not carry it, and llama.cpp knows the model
+     * by its 62 layers, as we do */
+    if (strcmp(arch, "gemma3") == 0 && hp->n_layer == 62)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->embd_scale = flags & HR_ARCH_EMBD_SCALE ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->n_swa = 0;
+    hp->swa_pattern = 6;
+    hp->rope_base_swa = 10000.0f;
+    uint32_t v;
+    int rc;
+    if (flags & HR_ARCH_SWA) {
+        rc = hr_get_u32_arch(g, arch, "attention.sliding_window", &v, false, err);
+        if (rc == 0)
+            hp->n_swa = v > (1u << 24) ? (1 << 24) : (int)v;
+        else if (rc != HR_ENOENT)
+            return rc;
+        rc = hr_get_u32_arch(g, arch, "attention.sliding_window_pattern", &v, false, err);
+        if (rc == 0)
+            hp->swa_pattern = v > 4096 ? 4096 : (int)v;
+        else if (rc != HR_ENOENT)
+            return rc;
+        if ((rc =
+                 hr_get_f32_arch(g, arch, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f, err)))
+            return rc;
+        if (!(hp->rope_base_swa > 1.0f))
+            return hr_seterr(err, HR_EFORMAT, "implausible rope.freq_base_swa %g",
+                             hp->rope_base_swa);
+    }
+    float cap = 0.0f;
+    if ((rc = hr_get_f32_arch(g, arch, "final_logit_softcapping", &cap, 0.0f, err)))
+        return rc;
+    if (cap != 0.0f)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "%s.final_logit_softcapping %g: soft-capped logits are not supported",
+                         arch, cap);
+    return 0;
+}
+
+/* Whether the file takes an optional fused tensor (phi3's attn_qkv): when
+ * its first layer has it, every layer must; otherwise its parts are
+ * tensors of their own. */
+static void hr_read_fused(const hr_gguf *g, hr_hparams *hp) {
+    for (int i = 0; i < hr_layer_fused_count(); i++) {
+        const hr_layer_fused *f = hr_layer_fused_get(i);
+        if (!(hp->sets & f->set) || (hp->needs & f->set))
+            continue;
+        char nm[96];
+        snprintf(nm, sizeof nm, "blk.0.%s", f->name);
+        if (hr_gguf_find_tensor(g, nm))
+            hp->needs |= f->set;
+        else
+            hp->sets &= ~f->set;
+    }
 }
 
 static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
@@ -177,7 +265,11 @@ static int hr_read_hparams(const hr_gguf *g, hr_hparams *hp, char *err) {
         return hr_seterr(err, HR_EFORMAT, "implausible rms_eps %g or rope.freq_base %g",
                          hp->rms_eps, hp->rope_base);
     hp->rope_neox = hp->arch->rope_neox;
-    return hr_read_experts(g, arch, hp, err);
+    if ((rc = hr_read_rope_scaling(g, arch, hp, err)) ||
+        (rc = hr_read_arch_extras(g, arch, hp, err)) || (rc = hr_read_experts(g, arch, hp, err)))
+        return rc;
+    hr_read_fused(g, hp);
+    return 0;
 }
 
 static float *hr_arena_take(hr_model *m, size_t n) {
@@ -240,12 +332,27 @@ static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64
     return 0;
 }
 
-/* Binds layer il's tensors as the tensor table lists them. */
+/* Binds layer il's tensors as the tensor table lists them; a fused tensor
+ * of the file in place of its first part, the parts as its views. */
 static int hr_bind_layer(hr_model *m, const hr_gguf *g, int il, char *err) {
     for (int i = 0; i < hr_layer_tensor_count(); i++) {
         const hr_layer_tensor *t = hr_layer_tensor_get(i);
         if ((t->set & HR_LT_FFN_SETS) && !(t->set & m->hp.sets))
             continue; /* a feed-forward this file does not have (dense, routed or shared) */
+        int part;
+        const hr_layer_fused *f = hr_layer_fused_of(t, m->hp.sets, &part);
+        if (f && part == 0) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, f->name);
+            hr_weight w;
+            int rc = hr_bind_matrix(g, nm, hr_dim_size(&m->hp, hr_layer_fused_in(f)),
+                                    hr_layer_fused_rows(f, &m->hp), &w, false, err);
+            if (rc)
+                return rc;
+            hr_layer_fused_split(f, &m->hp, &w, &m->layers[il]);
+        }
+        if (f)
+            continue;
         bool optional = !hr_layer_tensor_needed(t, &m->hp);
         int64_t n_in = hr_dim_size(&m->hp, t->n_in), n_out = hr_dim_size(&m->hp, t->n_out);
         hr_weight *w = hr_layer_weight_mut(&m->layers[il], t);
@@ -303,6 +410,13 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
         m->output = m->tok_embd;
         hp->tied_output = true;
     } else if (rc) {
+        goto fail;
+    }
+    if (hr_gguf_find_tensor(g, "rope_factors_long.weight") ||
+        hr_gguf_find_tensor(g, "rope_factors_short.weight")) {
+        rc = hr_seterr(err, HR_EUNSUPPORTED,
+                       "LongRoPE (rope_factors_long/short, as in Phi-3's 128k variants) is not "
+                       "supported: use a 4k variant");
         goto fail;
     }
     const hr_gguf_tensor *rf = hr_gguf_find_tensor(g, "rope_freqs.weight");
@@ -376,8 +490,11 @@ int hr_model_embed(const hr_model *m, const int32_t *ids, int n, float *hidden,
         if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
             return hr_seterr(err, HR_ERANGE, "token id %d out of range [0, %d)", ids[i],
                              m->hp.n_vocab);
-        hr_dequantize_row(w->type, (const char *)w->data + (size_t)ids[i] * w->row_bytes,
-                          hidden + (size_t)i * m->hp.n_embd, m->hp.n_embd);
+        float *h = hidden + (size_t)i * m->hp.n_embd;
+        hr_dequantize_row(w->type, (const char *)w->data + (size_t)ids[i] * w->row_bytes, h,
+                          m->hp.n_embd);
+        for (int j = 0; m->hp.embd_scale != 1.0f && j < m->hp.n_embd; j++)
+            h[j] *= m->hp.embd_scale;
     }
     return 0;
 }
@@ -478,15 +595,30 @@ static int hr_ctx_resolve(hr_ctx *c, const hr_hparams *hp, char *err) {
     return 0;
 }
 
+const char *hr_hparams_cpu_only(const hr_hparams *hp, bool gpu) {
+    if (hp->n_expert > 0)
+        return "experts";
+    if (hp->sets & HR_LT_POST_NORM)
+        return "norms after attention and feed-forward";
+    if (hp->n_swa > 0)
+        return "sliding-window layers";
+    if (gpu && (hp->arch->flags & HR_ARCH_GEGLU))
+        return "a GeGLU feed-forward";
+    if (gpu && (hp->rope_scale != 1.0f || hp->attn_scale != 1.0f / sqrtf((float)hp->head_dim)))
+        return "scaled RoPE or attention scores";
+    return NULL;
+}
+
 /* The thread pool: group 0's of the executor, the caller's, or our own. */
 static int hr_ctx_pool_setup(hr_ctx *c, const hr_ctx_params *p, char *err) {
     const hr_model *m = c->m;
-    if (m->hp.n_expert > 0 && (c->p.n_groups < 0 || c->p.n_groups >= 2)) {
+    const char *plain = hr_hparams_cpu_only(&m->hp, false);
+    if (plain && (c->p.n_groups < 0 || c->p.n_groups >= 2)) {
         if (c->p.n_groups >= 2)
             HR_LOG_WARN(TAG,
-                        "thread groups do not split experts yet: the window runs plain "
+                        "thread groups do not split a model with %s yet: the window runs plain "
                         "(one pool of %d threads)",
-                        c->p.n_threads);
+                        plain, c->p.n_threads);
         c->p.n_groups = 0;
     }
     if (c->p.n_groups < 0 || c->p.n_groups >= 2) {
@@ -528,10 +660,12 @@ static int hr_ctx_gpu_setup(hr_ctx *c, char *err) {
     if (c->tp)
         return hr_seterr(err, HR_EUNSUPPORTED,
                          "GPU layers need plain execution (no thread groups)");
-    if (c->m->hp.n_expert > 0)
+    const char *plain = hr_hparams_cpu_only(&c->m->hp, true);
+    if (plain)
         return hr_seterr(err, HR_EUNSUPPORTED,
-                         "GPU layers of a model with experts are not supported: run its layers "
-                         "on the CPU (--gpu-layers 0)");
+                         "GPU layers of a model with %s are not supported: run its layers "
+                         "on the CPU (--gpu-layers 0)",
+                         plain);
     int rc =
         hr_gpu_win_create(&c->gpu, c->p.vk, &c->m->hp, c->m->layers, c->p.layer_begin, c->p.n_gpu,
                           c->m->rope_freqs, c->p.n_ctx, c->p.n_batch, c->p.n_seq, err);
@@ -555,6 +689,7 @@ static int hr_ctx_parts_setup(hr_ctx *c, char *err) {
         P->layer = c->p.layer_begin + c->n_gpu + i;
         P->n_kv = hp->n_head_kv;
         P->n_ff = hp->n_ff;
+        P->swa = hr_hparams_layer_swa(hp, c->p.layer_begin + c->n_gpu + i);
         P->k = hr_ctx_alloc(c, kv_bytes);
         P->vt = hr_ctx_alloc(c, kv_bytes);
         if (!P->k || !P->vt)

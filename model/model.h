@@ -11,9 +11,12 @@
  * Supported architectures (the table in model/layer_table.c): llama
  * (Llama 2/3, Mistral, TinyLlama, SmolLM; Mixtral when the file has
  * experts), qwen2 (q/k/v bias, NEOX RoPE, tied embeddings), qwen3
- * (per-head q/k RMSNorm), qwen3moe (qwen3 with routed experts) and
- * qwen2moe (qwen2 with routed experts and a gated shared expert).
- * Anything else is refused with a clear message. */
+ * (per-head q/k RMSNorm), qwen3moe (qwen3 with routed experts), qwen2moe
+ * (qwen2 with routed experts and a gated shared expert), phi3 (Phi-3 mini
+ * and medium: fused q/k/v and gate/up tensors; the 128k variants' LongRoPE
+ * is refused) and gemma3 (sliding-window local layers between global
+ * ones, GeGLU, norms after attention and feed-forward, per-head q/k norms,
+ * scaled embeddings). Anything else is refused with a clear message. */
 #ifndef HR_MODEL_MODEL_H
 #define HR_MODEL_MODEL_H
 
@@ -33,6 +36,20 @@ enum {
     HR_LT_FFN = 1u << 2,   /* the dense SwiGLU ffn_{gate,up,down} (every layer of a dense model) */
     HR_LT_MOE = 1u << 3,   /* mixture of experts: router ffn_gate_inp + ffn_{gate,up,down}_exps */
     HR_LT_SHEXP = 1u << 4, /* a shared expert beside the routed ones, with its sigmoid gate */
+    HR_LT_QKV_FUSED = 1u << 5, /* attn_qkv.weight: the rows of Wq, Wk, Wv in one tensor */
+    HR_LT_UP_FUSED = 1u << 6,  /* ffn_up.weight of 2 n_ff rows: Wgate's, then Wup's */
+    HR_LT_POST_NORM = 1u << 7, /* post_attention_norm, post_ffw_norm: each block's output normed */
+};
+
+/* What an architecture computes differently (hr_arch_info.flags). */
+enum {
+    HR_ARCH_DENSE = 1u << 0,      /* experts refused */
+    HR_ARCH_GEGLU = 1u << 1,      /* feed-forward gate through the tanh GELU, not SiLU */
+    HR_ARCH_EMBD_SCALE = 1u << 2, /* embeddings times sqrt(n_embd) */
+    /* local and global layers: attention.sliding_window positions on all but
+     * every attention.sliding_window_pattern-th layer (6 by default), RoPE
+     * base rope.freq_base_swa (10000) there */
+    HR_ARCH_SWA = 1u << 3,
 };
 
 /* One row of the architecture table (model/layer_table.c). */
@@ -47,6 +64,7 @@ typedef struct {
     int moe;          /* experts: 0 = by expert_count (dense without), 1 = always (refused
                          without experts) */
     bool moe_norm_w;  /* the top-k routing weights are divided by their sum */
+    unsigned flags;   /* HR_ARCH_* */
 } hr_arch_info;
 
 /* The architecture called name, or NULL. Thread-safe (static table). */
@@ -68,8 +86,18 @@ typedef struct {
     int n_rot;
     float rms_eps;
     float rope_base;
+    float rope_scale; /* linear RoPE scaling: angles times 1 / rope.scaling.factor (1: none) */
     bool rope_neox;
     bool tied_output; /* output head reuses token_embd */
+    float attn_scale; /* of the attention scores: 1/sqrt(head_dim), or the architecture's */
+    float embd_scale; /* embeddings times this (1: as stored) */
+    /* sliding-window attention (HR_ARCH_SWA; n_swa 0: every layer sees every
+     * earlier position): layer il is local unless il % swa_pattern ==
+     * swa_pattern - 1; a local layer sees its last n_swa positions (itself
+     * included) and rotates with base rope_base_swa, unscaled */
+    int n_swa;
+    int swa_pattern;
+    float rope_base_swa;
     /* mixture of experts (n_expert 0: a dense model) */
     int n_expert;      /* routed experts per layer */
     int n_expert_used; /* experts each token is routed to (top-k) */
@@ -82,12 +110,14 @@ typedef struct {
 /* One layer's tensors; the per-layer tensor table below says which GGUF
  * tensor each field holds. Vectors (norms, biases) are f32 copies in the
  * model with n_in elements and n_out = 1; absent optional ones have data
- * NULL. */
+ * NULL. A fused tensor of the file (HR_LT_QKV_FUSED, HR_LT_UP_FUSED) has
+ * no field: its parts (wq/wk/wv, w_gate/w_up) are views of its rows. */
 typedef struct {
     hr_weight attn_norm, wq, wk, wv, wo, ffn_norm;
-    hr_weight w_gate, w_up, w_down; /* HR_LT_FFN */
-    hr_weight bq, bk, bv;           /* HR_LT_QKV_BIAS */
-    hr_weight q_norm, k_norm;       /* HR_LT_QK_NORM */
+    hr_weight w_gate, w_up, w_down;          /* HR_LT_FFN */
+    hr_weight bq, bk, bv;                    /* HR_LT_QKV_BIAS */
+    hr_weight q_norm, k_norm;                /* HR_LT_QK_NORM */
+    hr_weight attn_post_norm, ffn_post_norm; /* HR_LT_POST_NORM */
     /* HR_LT_MOE: the router [n_embd -> n_expert] and the experts, each a
      * stack of n_expert matrices (n_out counts all experts' rows; expert
      * e's rows are [e * n_out / n_expert, (e + 1) * n_out / n_expert)) */
@@ -135,6 +165,13 @@ const hr_layer_tensor *hr_layer_tensor_get(int i);
 const hr_weight *hr_layer_weight(const hr_layer_weights *L, const hr_layer_tensor *t);
 /* Size of d for these hyper-parameters. */
 int64_t hr_dim_size(const hr_hparams *hp, hr_dim d);
+/* Whether layer il is a sliding-window (local) layer. Thread-safe. */
+bool hr_hparams_layer_swa(const hr_hparams *hp, int il);
+/* What layers of this model compute that only plain CPU execution does
+ * ("experts", "sliding-window layers", ...): tensor-parallel thread groups
+ * run such a window plain; GPU layers (gpu true: the GPU's longer list)
+ * are refused. NULL: nothing. Thread-safe. */
+const char *hr_hparams_cpu_only(const hr_hparams *hp, bool gpu);
 
 typedef struct hr_model hr_model;
 

@@ -285,6 +285,7 @@ static int hr_tp_layer_init(hr_tp *tp, int g, int li, const hr_tp_slice *s) {
     S->s = *s;
     S->part.n_kv = s->kv_end - s->kv_begin;
     S->part.n_ff = s->ff_end - s->ff_begin;
+    S->part.swa = hr_hparams_layer_swa(hp, tp->layer_begin + li);
     for (int i = 0; i < hr_layer_tensor_count(); i++) {
         int rc = hr_tp_cut(tp, g, hr_layer_tensor_get(i), &tp->m.layers[tp->layer_begin + li], s,
                            &S->part.w);

@@ -123,7 +123,8 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
         pl->n_calls = hr_prof_layer_calls(L);
         if (il == 0) {
             hr_prof_elems *el = &out->elems;
-            el->norm = 2 * E + (L->q_norm.data ? QD + KD : 0);
+            el->norm =
+                2 * E + (L->q_norm.data ? QD + KD : 0) + (L->attn_post_norm.data ? 2 * E : 0);
             el->add = 2 * E + (L->bq.data ? QD + 2 * KD : 0);
             el->rope = QD + KD;
             el->swiglu = hp->n_expert > 0 ? (int64_t)hp->n_ff_exp * hp->n_expert_used +

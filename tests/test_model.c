@@ -36,6 +36,9 @@ static void check_layer_tensors(const char *name, const hr_gguf *g, const hr_mod
         }
         for (int i = 0; i < hr_layer_tensor_count(); i++)
             n_bound += hr_layer_weight(hr_model_layer(m, il), hr_layer_tensor_get(i))->data != NULL;
+        for (int i = 0; i < hr_layer_fused_count(); i++) /* one tensor, several views */
+            if (hp->sets & hr_layer_fused_get(i)->set)
+                n_bound -= hr_layer_fused_get(i)->n_parts - 1;
         CHECK(file > 0);
         CHECK_EQ(hr_model_layer_bytes(m, il), file);
         CHECK_EQ(n_bound, n_file);
@@ -62,7 +65,7 @@ static void test_arch_table(void) {
     CHECK_EQ(qwen3->needs, HR_LT_QK_NORM);
     CHECK_EQ(qwen2->sets, HR_LT_QKV_BIAS);
     char names[128];
-    const char *all = "llama, qwen2, qwen3, qwen3moe, qwen2moe";
+    const char *all = "llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3, gemma3";
     CHECK_EQ(hr_arch_names(names, sizeof names), strlen(all));
     CHECK_STR(names, all);
     /* experts: the *moe rows always, llama by the file; qwen2moe's shared
@@ -85,6 +88,23 @@ static void test_arch_table(void) {
             CHECK(hr_layer_tensor_get(j)->offset != t->offset);
     }
     CHECK(hr_layer_tensor_get(hr_layer_tensor_count()) == NULL);
+    /* a fused tensor's parts are rows of the table of one width, each in
+     * one fused tensor at most */
+    for (int i = 0; i < hr_layer_fused_count(); i++) {
+        const hr_layer_fused *f = hr_layer_fused_get(i);
+        int found = 0, part = -1;
+        for (int r = 0; r < hr_layer_tensor_count(); r++) {
+            const hr_layer_tensor *t = hr_layer_tensor_get(r);
+            const hr_layer_fused *g = hr_layer_fused_of(t, ~0u, &part);
+            if (g == f) {
+                CHECK_EQ(t->offset, f->part[part]);
+                CHECK(t->n_in == hr_layer_fused_in(f) && t->n_out != HR_DIM_1);
+                found++;
+            }
+        }
+        CHECK_EQ(found, f->n_parts);
+    }
+    CHECK(hr_layer_fused_get(hr_layer_fused_count()) == NULL);
 }
 
 static void test_fixture(const hr_fixture *fx, int n_threads) {

@@ -7,6 +7,7 @@
  * alone (experts grouped across sequences), and routing counts add up. */
 #include "tests/check.h"
 #include "tests/fixtures.h"
+#include "tests/mkfixture.h"
 
 #include "mmap/experts.h"
 #include "mmap/gguf.h"
@@ -15,8 +16,6 @@
 #include "model/model.h"
 #include "model/sampler.h"
 
-#include <jansson.h>
-#include <sodium.h>
 #include <unistd.h>
 
 #define MAX_POS 64
@@ -32,56 +31,6 @@ static const char *fixture_path(const char *name, const char *ext, char *buf, si
     const char *dir = getenv("HR_FIXTURES");
     snprintf(buf, cap, "%s/moe/%s%s", dir ? dir : "tests/fixtures", name, ext);
     return buf;
-}
-
-/* mkmodel's options as mkref.sh passed them to `hearth mkmodel`. */
-static bool parse_mkmodel(json_t *args, hr_mkmodel_params *p) {
-    *p = hr_mkmodel_params_default();
-    for (size_t i = 0; i + 1 < json_array_size(args); i += 2) {
-        const char *k = json_string_value(json_array_get(args, i));
-        const char *v = json_string_value(json_array_get(args, i + 1));
-        if (!k || !v)
-            return false;
-        int n = atoi(v);
-        if (strcmp(k, "--shape") == 0) {
-            if (hr_mkmodel_shape(p, v) != 0)
-                return false;
-        } else if (strcmp(k, "--type") == 0) {
-            p->ftype = json_string_value(json_array_get(args, i + 1));
-        } else if (strcmp(k, "--embd") == 0) {
-            p->n_embd = n;
-        } else if (strcmp(k, "--heads") == 0) {
-            p->n_head = n;
-        } else if (strcmp(k, "--heads-kv") == 0) {
-            p->n_head_kv = n;
-        } else if (strcmp(k, "--ffn") == 0) {
-            p->n_ff = n;
-        } else if (strcmp(k, "--experts") == 0) {
-            p->n_expert = n;
-        } else if (strcmp(k, "--experts-used") == 0) {
-            p->n_expert_used = n;
-        } else if (strcmp(k, "--expert-ffn") == 0) {
-            p->n_ff_exp = n;
-        } else if (strcmp(k, "--shared-ffn") == 0) {
-            p->n_ff_shexp = n;
-        } else if (strcmp(k, "--vocab-size") == 0) {
-            p->n_vocab = n;
-        } else {
-            fprintf(stderr, "unknown mkmodel option %s\n", k);
-            return false;
-        }
-    }
-    return true;
-}
-
-static void sha256_hex(const char *path, char out[65]) {
-    size_t len = 0;
-    char *data = slurp(path, &len);
-    unsigned char h[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256(h, (const unsigned char *)data, data ? len : 0);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", h[i]);
-    free(data);
 }
 
 /* The experts each layer chose at each prompt position, token by token

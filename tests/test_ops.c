@@ -144,6 +144,14 @@ static void test_elementwise(void) {
     CHECK_NEAR(out[0], 0.0, 1e-7);
     CHECK_NEAR(out[1], 2.0 / (1 + exp(-1.0)), 1e-6);
     CHECK_NEAR(out[2], 3.0 * -2.0 / (1 + exp(2.0)), 1e-6);
+    /* GeGLU: the tanh GELU, large inputs of either sign included */
+    float gg[6] = {0, 1, -2, 0.3f, 12, -40}, ug[6] = {5, 2, 3, -1, 0.5f, 2}, og[6];
+    hr_geglu(og, gg, ug, 6);
+    for (int i = 0; i < 6; i++) {
+        double v = gg[i],
+               gl = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        CHECK_NEAR(og[i], gl * ug[i], 2e-6 * (1 + fabs(gl * ug[i])));
+    }
 }
 
 /* bits equal, any NaN equal to any NaN */
@@ -257,17 +265,19 @@ static void test_rope(void) {
     for (int i = 0; i < HD / 2; i++)
         ff[i] = 1.0f + i * 0.5f;
     for (int neox = 0; neox < 2; neox++) {
-        for (int use_ff = 0; use_ff < 2; use_ff++) {
+        for (int use_ff = 0; use_ff < 3; use_ff++) { /* 2: linear scaling by 1/8 */
             memcpy(y, x, sizeof x);
             hr_rope_params rp = {.n_rot = HD,
                                  .freq_base = 10000.0f,
                                  .neox = neox,
-                                 .freq_factors = use_ff ? ff : NULL};
+                                 .freq_factors = use_ff == 1 ? ff : NULL,
+                                 .freq_scale = use_ff == 2 ? 0.125f : 0.0f};
             int pos = 7;
             hr_rope(y, NH, HD, pos, &rp);
             for (int h = 0; h < NH; h++) {
                 for (int i = 0; i < HD / 2; i++) {
-                    double th = pos * pow(10000.0, -2.0 * i / HD) / (use_ff ? ff[i] : 1.0);
+                    double th = pos * pow(10000.0, -2.0 * i / HD) / (use_ff == 1 ? ff[i] : 1.0) *
+                                (use_ff == 2 ? 0.125 : 1.0);
                     int i0 = neox ? i : 2 * i, i1 = neox ? i + HD / 2 : 2 * i + 1;
                     double a = x[h * HD + i0], b = x[h * HD + i1];
                     CHECK_NEAR(y[h * HD + i0], a * cos(th) - b * sin(th), 1e-4);
@@ -300,28 +310,39 @@ static void test_attention(void) {
     hr_pool *pool = hr_pool_create(2);
     float *scratch = malloc(hr_attn_scratch_floats(2, H, KV, D, CTX) * sizeof(float));
     CHECK(scratch);
-    hr_attn_args a = {
-        .n_head = H, .n_kv = KV, .head_dim = D, .n_ctx = CTX, .k = k, .vt = vt, .scratch = scratch};
-    hr_attention(pool, &a, q, NT, POS0, out);
-    for (int t = 0; t < NT; t++) {
-        for (int h = 0; h < H; h++) {
-            int kvh = h / (H / KV), np = POS0 + t + 1;
-            double sc[CTX], mx = -1e30, sum = 0;
-            for (int p = 0; p < np; p++) {
-                double d = 0;
-                for (int i = 0; i < D; i++)
-                    d += hr_fp16_to_fp32(hr_fp32_to_fp16(q[(t * H + h) * D + i])) *
-                         kf[p][kvh * D + i];
-                sc[p] = d / sqrt((double)D);
-                mx = fmax(mx, sc[p]);
-            }
-            for (int p = 0; p < np; p++)
-                sum += (sc[p] = exp(sc[p] - mx));
-            for (int i = 0; i < D; i++) {
-                double o = 0;
-                for (int p = 0; p < np; p++)
-                    o += sc[p] / sum * vf[p][kvh * D + i];
-                CHECK_NEAR(out[(t * H + h) * D + i], o, 1e-5);
+    /* every earlier position, then a sliding window of 3 (token t sees
+     * POS0+t-2..POS0+t) with a score scale of its own */
+    for (int win = 0; win <= 3; win += 3) {
+        hr_attn_args a = {.n_head = H,
+                          .n_kv = KV,
+                          .head_dim = D,
+                          .n_ctx = CTX,
+                          .k = k,
+                          .vt = vt,
+                          .scratch = scratch,
+                          .scale = win ? 0.3f : 0.0f,
+                          .window = win};
+        hr_attention(pool, &a, q, NT, POS0, out);
+        for (int t = 0; t < NT; t++) {
+            for (int h = 0; h < H; h++) {
+                int kvh = h / (H / KV), p1 = POS0 + t + 1, p0 = win ? p1 - win : 0;
+                double sc[CTX], mx = -1e30, sum = 0;
+                for (int p = p0; p < p1; p++) {
+                    double d = 0;
+                    for (int i = 0; i < D; i++)
+                        d += hr_fp16_to_fp32(hr_fp32_to_fp16(q[(t * H + h) * D + i])) *
+                             kf[p][kvh * D + i];
+                    sc[p] = d * (win ? 0.3 : 1.0 / sqrt((double)D));
+                    mx = fmax(mx, sc[p]);
+                }
+                for (int p = p0; p < p1; p++)
+                    sum += (sc[p] = exp(sc[p] - mx));
+                for (int i = 0; i < D; i++) {
+                    double o = 0;
+                    for (int p = p0; p < p1; p++)
+                        o += sc[p] / sum * vf[p][kvh * D + i];
+                    CHECK_NEAR(out[(t * H + h) * D + i], o, 1e-5);
+                }
             }
         }
     }
