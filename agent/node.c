@@ -395,6 +395,7 @@ static double hr_node_reserve(const hr_agent *a, const hr_local_plan *lp) {
 static int hr_node_budget(const hr_agent *a, const hr_local_plan *lp, hr_sched_model *sm,
                           double *budget, char err[HR_ERR_LEN]) {
     int64_t avail, total;
+    memset(sm, 0, sizeof *sm);
     hr_node_mem_room(&avail, &total);
     /* a plan checked while another is applied here (the head checks its own
      * part when it plans): the one in use frees its contexts and buffers

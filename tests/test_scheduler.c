@@ -53,6 +53,7 @@ static int plan_sum_layers(const hr_sched_plan *p) {
 /* Scenario 0: anything; 1: memory short, fast disks; 2: no disks; 3: one
  * strong device among weak ones with slow links. */
 static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int scenario) {
+    memset(m, 0, sizeof *m); /* a dense model: no experts */
     int n = irand(2, 5);
     int L = irand(8, 40);
     double b = urand(0.2, 1.0) * GIB;
