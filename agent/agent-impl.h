@@ -186,6 +186,13 @@ int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]);
  * device's key, and how to pair (--join TOKEN, or `hearth trust add` of
  * this device's key on the head). */
 void hr_worker_warn_unpaired(const hr_agent *a, double secs);
+/* pair.c: knocks at the head's control port (ring/knock.h) with this
+ * device's name and key and the fingerprint of the head key trusted here,
+ * so that a head this device cannot reach over CURVE logs how to pair it.
+ * Does nothing when insecure; best effort otherwise. */
+void hr_worker_knock(hr_agent *a);
+/* Whether this device trusts no head key (it then stands in its own). */
+bool hr_worker_no_head_key(const hr_agent *a);
 /* The head's side: what it served, per fetching key. */
 #define HR_FETCH_PEERS 16
 typedef struct {
@@ -244,6 +251,9 @@ struct hr_agent {
     hr_cache *cache;
     hr_fetch fetch;
     bool paired;                     /* --join done at start */
+    struct hr_knock_sender *knock;   /* worker: to the head's control port (pair.c); NULL until
+                                        the first knock, or when it cannot be made */
+    bool knock_failed;               /* it could not: no more tries */
     uint64_t rope_off, rope_len;     /* bytes of rope_freqs (0: none), kept like the header */
     uint64_t *layer_off, *layer_len; /* [n_layer] exact bytes of each layer (fetch.c); NULL:
                                         the file is fetched in a plain grid of chunks */

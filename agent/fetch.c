@@ -418,6 +418,8 @@ int hr_fetch_bootstrap(hr_agent *a, char err[HR_ERR_LEN]) {
     double t0 = hr_now_s();
     bool said = false;
     while (rc == 0) {
+        if (said || hr_worker_no_head_key(a)) /* as a JOIN does (worker.c) */
+            hr_worker_knock(a);
         rc = hr_fetch_facts(s, &size, &hash, &data_off, &a->stop, 10000, err);
         if (rc != HR_ETIMEDOUT || atomic_load(&a->stop))
             break;

@@ -259,6 +259,9 @@ struct hr_head {
     hr_fetch_served served;
     /* control thread: beacons on the LAN (discovery), NULL with --no-discovery */
     struct hr_beacon_sender *beacon;
+    /* control thread: knocks of devices that cannot reach us over CURVE
+     * (UDP on the control port's number); NULL when insecure or not bound */
+    struct hr_knock_listener *knock;
 
     /* ---- the solver thread (head_solve.c) ---- */
     /* control thread: a job is out, its number, the candidates it was made for */

@@ -13,6 +13,7 @@
 #include "kernels/quant.h"
 #include "kernels/types.h"
 #include "ring/beacon.h"
+#include "ring/knock.h"
 #include "ring/msg.h"
 
 #include <stdio.h>
@@ -528,6 +529,31 @@ static void hr_head_beacon_open(hr_agent *a) {
                 a->p.discovery_port > 0 ? a->p.discovery_port : HR_BEACON_PORT, fp);
 }
 
+/* Knocks (ring/knock.h): a device that trusts no head key, or another
+ * one, cannot complete a CURVE handshake, so it says who it is in a UDP
+ * datagram to our control port's number; the keys' log says how to pair
+ * it. Nothing is answered and nothing is granted. */
+static void hr_head_knock_open(hr_agent *a) {
+    char e2[HR_ERR_LEN];
+    if (!a->keys)
+        return;
+    if (hr_knock_listen(&a->head->knock, a->ctrl_ep, e2) != 0) {
+        HR_LOG_INFO(TAG, "%s: %s: devices that cannot reach this head over CURVE go unheard",
+                    a->name, e2);
+        return;
+    }
+    HR_LOG_DEBUG(TAG, "%s: knocks of unpaired devices heard on UDP %s", a->name, a->ctrl_ep);
+}
+
+static void hr_head_on_knock(void *ud) {
+    hr_head_loop *hl = ud;
+    hr_agent *a = hl->a;
+    hr_knock k;
+    char from[64];
+    for (int i = 0; i < 64 && hr_knock_recv(a->head->knock, &k, from) > 0; i++)
+        hr_ring_keys_knock(a->keys, k.name, k.key, k.head_fp, k.proto, from);
+}
+
 /* --peers: invites every agent each second until enough have joined. */
 static void hr_head_invite_timer(void *ud) {
     hr_head_loop *hl = ud;
@@ -822,6 +848,9 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_ring_loop_timer(hl.loop, HR_NODE_TRIM_MS, hr_node_trim_timer, NULL);
         hr_ring_loop_socket(hl.loop, hd->ev_pull, hr_head_on_events, &hl);
         hr_ring_loop_socket(hl.loop, a->ctrl, hr_head_on_ctrl, &hl);
+        hr_head_knock_open(a);
+        if (hd->knock)
+            hr_ring_loop_fd(hl.loop, hr_knock_fd(hd->knock), hr_head_on_knock, &hl);
         rc = hr_ring_loop_run(hl.loop, err);
         if (rc == 0)
             rc = hl.rc;
@@ -832,6 +861,8 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
         hr_ring_close(hl.inv[i]);
     hr_beacon_sender_close(hd->beacon);
     hd->beacon = NULL;
+    hr_knock_listener_close(hd->knock);
+    hd->knock = NULL;
     hr_head_solve_stop(hd); /* a plan being solved is dropped with the loop */
     hr_ring_loop_destroy(hl.loop);
     free(hl.buf);

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/sync.h"
+#include "ring/knock.h"
 #include "ring/msg.h"
 
 #include <malloc.h>
@@ -328,6 +329,7 @@ void hr_node_fini(hr_agent *a) {
     free(a->info_json);
     hr_ring_close(a->ctrl);
     hr_ring_close(a->up);
+    hr_knock_sender_close(a->knock);
     hr_ring_close(a->pull);
     hr_ring_close(a->push);
     hr_ring_keys_close(a->keys); /* its ZAP socket lives in zctx */

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "ring/knock.h"
 #include "ring/msg.h"
 
 #include <stdio.h>
@@ -57,6 +58,10 @@ int hr_worker_pair(hr_agent *a, char err[HR_ERR_LEN]) {
     return rc;
 }
 
+bool hr_worker_no_head_key(const hr_agent *a) {
+    return a->keys && strcmp(a->head_key, hr_ring_keys_public(a->keys)) == 0;
+}
+
 /* The advice when the head has not answered a JOIN for secs: it is not
  * running there, or it does not trust this device's key, and how to pair. */
 void hr_worker_warn_unpaired(const hr_agent *a, double secs) {
@@ -66,12 +71,35 @@ void hr_worker_warn_unpaired(const hr_agent *a, double secs) {
                     a->name, a->head_ep, secs);
         return;
     }
-    bool no_head_key = strcmp(a->head_key, pub) == 0;
+    uint8_t fp[HR_BEACON_FP_LEN];
+    char fph[2 * HR_BEACON_FP_LEN + 1];
+    hr_beacon_fingerprint(pub, fp);
+    hr_beacon_fp_hex(fp, fph);
     HR_LOG_WARN(TAG,
                 "%s: the head at %s has not accepted this device in %.0f s: it is not running "
-                "there, or it does not trust this device's key%s. Pair once: restart this agent "
-                "with --join TOKEN (the token the head prints when it starts), or on the head run "
-                "`hearth trust add %s '%s'` (and here `hearth trust add head HEAD_KEY`)",
-                a->name, a->head_ep, secs, no_head_key ? " (and no head key is trusted here)" : "",
-                a->name, pub);
+                "there, or it does not trust this device's key (fingerprint %s%s). Pair once: "
+                "restart this agent with --join TOKEN (the token the head prints when it starts), "
+                "or on the head run `hearth trust add %s '%s'` (and here `hearth trust add head "
+                "HEAD_KEY`)",
+                a->name, a->head_ep, secs, fph,
+                hr_worker_no_head_key(a) ? "; and no head key is trusted here" : "", a->name, pub);
+}
+
+void hr_worker_knock(hr_agent *a) {
+    char e2[HR_ERR_LEN];
+    if (!a->keys || a->knock_failed)
+        return;
+    if (!a->knock && hr_knock_sender_open(&a->knock, a->head_ep, e2) != 0) {
+        HR_LOG_DEBUG(TAG, "%s: no knock: %s", a->name, e2);
+        a->knock_failed = true;
+        return;
+    }
+    hr_knock k = {.proto = HR_RING_VERSION};
+    hr_beacon_fingerprint(a->head_key, k.head_fp); /* our own key's when we trust no head's */
+    memcpy(k.key, hr_ring_keys_public(a->keys), HR_RING_KEY_LEN);
+    size_t nl = strnlen(a->name, HR_KNOCK_NAME_MAX);
+    memcpy(k.name, a->name, nl);
+    k.name[nl] = 0;
+    if (hr_knock_send(a->knock, &k) != 0)
+        HR_LOG_DEBUG(TAG, "%s: knock to %s not sent", a->name, a->head_ep);
 }

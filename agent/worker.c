@@ -553,6 +553,10 @@ static void hr_worker_join_timer(void *ud) {
     m.h.len = (uint32_t)strlen(w->a->info_json);
     if ((m.data = strdup(w->a->info_json)))
         hr_worker_send(w->a, &m);
+    /* a head we cannot reach over CURVE (no head key here, or a stale one)
+     * never sees the JOIN: a knock lets it log how to pair us */
+    if (w->join_tries > 0 || hr_worker_no_head_key(w->a))
+        hr_worker_knock(w->a);
     w->join_tries++;
     w->next_join = now + w->join_wait;
     w->join_wait = w->join_wait * 2 < 8.0 ? w->join_wait * 2 : 8.0;

@@ -1,5 +1,6 @@
 /* keys.c - CURVE key pairs, the trusted-key list and the ZAP handler that
  * admits only trusted peers to an agent's sockets (see ring.h). */
+#include "ring/knock.h"
 #include "ring/ring.h"
 
 #include "common/log.h"
@@ -19,6 +20,10 @@
 
 #define TAG "trust"
 #define HR_PATH_LEN 1024
+#define HR_KEYS_LOG_SEEN 64 /* refused keys remembered as logged */
+/* New refused keys logged a minute: a household pairs a few devices at a
+ * time (assumed, not measured); a flood of made-up keys gets one line. */
+#define HR_KEYS_LOG_PER_MIN 8
 
 typedef struct {
     char name[64];
@@ -47,9 +52,13 @@ struct hr_ring_keys {
     atomic_int zap_stop;
     char who[64];
     atomic_ullong refused;
-    uint8_t logged[16][32]; /* untrusted keys already logged (a ring of 16) */
-    int n_logged;
     double last_log; /* s: the last log of a refusal without a CURVE key */
+    /* refusals and knocks logged (mu): once per key, a few new keys a minute */
+    uint8_t logged[HR_KEYS_LOG_SEEN][32]; /* keys already logged (a ring) */
+    unsigned long long n_logged;          /* keys logged so far */
+    double win_s;                         /* s, monotonic: start of the minute being counted */
+    int win_n;                            /* keys logged in it */
+    unsigned long long win_over;          /* refusals and knocks past the cap in it */
 };
 
 int hr_ring_key_dir_default(char *out, size_t cap) {
@@ -188,6 +197,7 @@ int hr_ring_keys_open(hr_ring_keys **out, const char *dir, char err[HR_ERR_LEN])
         return hr_seterr(err, rc, "key folder path too long");
     }
     pthread_mutex_init(&k->mu, NULL);
+    k->win_s = -1e9;
     if ((rc = hr_keys_load_pair(k, err))) {
         pthread_mutex_destroy(&k->mu);
         free(k);
@@ -320,6 +330,107 @@ static bool hr_keys_admit(hr_ring_keys *k, const uint8_t key[32], char *name, si
     return ok;
 }
 
+/* ---- what is logged of refused keys ---- */
+
+/* Whether a line about refusing key may be written now: once per key (of
+ * the last HR_KEYS_LOG_SEEN logged), for at most HR_KEYS_LOG_PER_MIN new
+ * keys a minute. The first key past that says so in one line, and the next
+ * minute's first line says how many went unlogged. Thread-safe. */
+static bool hr_keys_log_gate(hr_ring_keys *k, const uint8_t key[32]) {
+    double now = hr_now_s();
+    bool log = false, cap = false;
+    unsigned long long over = 0;
+    pthread_mutex_lock(&k->mu);
+    bool seen = false;
+    unsigned n = k->n_logged < HR_KEYS_LOG_SEEN ? (unsigned)k->n_logged : HR_KEYS_LOG_SEEN;
+    for (unsigned i = 0; i < n && !seen; i++)
+        seen = memcmp(k->logged[i], key, 32) == 0;
+    if (!seen && now - k->win_s >= 60.0) {
+        over = k->win_over;
+        k->win_s = now;
+        k->win_n = 0;
+        k->win_over = 0;
+    }
+    if (!seen && k->win_n < HR_KEYS_LOG_PER_MIN) {
+        memcpy(k->logged[k->n_logged++ % HR_KEYS_LOG_SEEN], key, 32);
+        k->win_n++;
+        log = true;
+    } else if (!seen) {
+        cap = k->win_over++ == 0;
+    }
+    pthread_mutex_unlock(&k->mu);
+    if (over)
+        HR_LOG_WARN(TAG,
+                    "%s: %llu more attempts of untrusted keys in the minute before were "
+                    "refused without a line each",
+                    k->who, over);
+    if (cap)
+        HR_LOG_WARN(TAG,
+                    "%s: more than %d untrusted keys tried to join within a minute: the "
+                    "others are still refused, without a line each, until the minute is "
+                    "over",
+                    k->who, HR_KEYS_LOG_PER_MIN);
+    return log;
+}
+
+/* A knock's name as hr_knock_parse leaves it: 1..63 of [A-Za-z0-9._:-], no
+ * leading '-' (it goes into a command line). */
+static bool hr_keys_knock_name_ok(const char *name) {
+    size_t n = strnlen(name, HR_KNOCK_NAME_MAX + 1);
+    if (n < 1 || n > HR_KNOCK_NAME_MAX || name[0] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-", name[i]))
+            return false;
+    return true;
+}
+
+void hr_ring_keys_knock(hr_ring_keys *k, const char *name, const char *pub, const uint8_t *head_fp,
+                        int proto, const char *from) {
+    uint8_t bin[32], own_fp[HR_BEACON_FP_LEN], dev_fp[HR_BEACON_FP_LEN];
+    if (!hr_ring_key_valid(pub) || !hr_keys_knock_name_ok(name))
+        return;
+    zmq_z85_decode(bin, pub);
+    hr_beacon_fingerprint(k->pub, own_fp);
+    hr_beacon_fingerprint(pub, dev_fp);
+    /* a device that trusts this head's key reaches the ZAP handler, which
+     * logs its refusal; the knock speaks only for the others */
+    if (memcmp(head_fp, own_fp, HR_BEACON_FP_LEN) == 0)
+        return;
+    char tn[80];
+    bool trusted = hr_keys_admit(k, bin, tn, sizeof tn);
+    if (!hr_keys_log_gate(k, bin))
+        return;
+    char dfp[2 * HR_BEACON_FP_LEN + 1], hfp[sizeof dfp], ofp[sizeof dfp];
+    char trusts[160], def[HR_PATH_LEN], kd[HR_PATH_LEN + 16] = "", pv[96] = "";
+    hr_beacon_fp_hex(dev_fp, dfp);
+    hr_beacon_fp_hex(head_fp, hfp);
+    hr_beacon_fp_hex(own_fp, ofp);
+    if (memcmp(head_fp, dev_fp, HR_BEACON_FP_LEN) == 0) /* its own: it trusts none */
+        snprintf(trusts, sizeof trusts, "no head key");
+    else
+        snprintf(trusts, sizeof trusts, "another head key (fingerprint %s; this head's is %s)", hfp,
+                 ofp);
+    if (hr_ring_key_dir_default(def, sizeof def) != 0 || strcmp(def, k->dir) != 0)
+        snprintf(kd, sizeof kd, " --key-dir '%s'", k->dir);
+    if (proto != HR_RING_VERSION)
+        snprintf(pv, sizeof pv, " It speaks protocol %d, this head %d: update the older one.",
+                 proto, HR_RING_VERSION);
+    if (trusted)
+        HR_LOG_WARN(TAG,
+                    "%s: device '%s' at %s (key %s, fingerprint %s, trusted here as '%s') cannot "
+                    "reach this head: it trusts %s. On it run `hearth trust add head '%s'`, or "
+                    "restart it with --join TOKEN (`hearth key token%s` here prints it).%s",
+                    k->who, name, from, pub, dfp, tn, trusts, k->pub, kd, pv);
+    else
+        HR_LOG_WARN(TAG,
+                    "%s: device '%s' at %s asks to join: its key %s (fingerprint %s) is not "
+                    "trusted here, and it trusts %s. If the device is yours, pair it: restart it "
+                    "with --join TOKEN (`hearth key token%s` here prints it), or run here "
+                    "`hearth trust add %s '%s'%s` and on it `hearth trust add head '%s'`.%s",
+                    k->who, name, from, pub, dfp, trusts, kd, name, pub, kd, k->pub, pv);
+}
+
 /* ---- ZAP (RFC 27) ---- */
 
 static void hr_keys_load_join(hr_ring_keys *k);
@@ -385,18 +496,13 @@ static void hr_zap_handle(hr_ring_keys *k) {
     }
     atomic_fetch_add(&k->refused, 1);
     /* once per key (a peer retries every few seconds), once a minute without one */
-    bool seen = false;
-    for (int i = 0; curve && i < k->n_logged && i < 16 && !seen; i++)
-        seen = memcmp(k->logged[i], part[6], 32) == 0;
     double now = hr_now_s();
-    if (curve && !seen) {
+    if (curve && hr_keys_log_gate(k, (const uint8_t *)part[6])) {
         HR_LOG_WARN(TAG,
                     "%s: refused a join attempt from %s: its key %s is not trusted here. If the "
                     "device is yours, pair it: here `hearth trust add NAME '%s'`, or start it with "
                     "--join TOKEN (the join token this head printed)",
                     k->who, part[3], key, key);
-        memcpy(k->logged[k->n_logged % 16], part[6], 32);
-        k->n_logged++;
     } else if (!curve && now - k->last_log > 60.0) {
         HR_LOG_WARN(TAG, "%s: refused a %s peer from %s: only CURVE peers with trusted keys",
                     k->who, part[5], part[3]);

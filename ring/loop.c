@@ -43,6 +43,15 @@ int hr_ring_loop_socket(hr_ring_loop *l, void *sock, hr_ring_loop_fn fn, void *u
     return 0;
 }
 
+int hr_ring_loop_fd(hr_ring_loop *l, int fd, hr_ring_loop_fn fn, void *ud) {
+    if (l->n_socks >= HR_RING_LOOP_MAX)
+        return HR_ERANGE;
+    l->items[l->n_socks] = (zmq_pollitem_t){.socket = NULL, .fd = fd, .events = ZMQ_POLLIN};
+    l->sock_fn[l->n_socks] = fn;
+    l->sock_ud[l->n_socks++] = ud;
+    return 0;
+}
+
 int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void *ud) {
     if (l->n_timers >= HR_RING_LOOP_MAX)
         return HR_ERANGE;

@@ -171,14 +171,14 @@ long hr_ring_recv_user(void *sock, void *id, size_t *id_len, void *buf, size_t c
 
 /* ---- event loop (loop.c) ----
  *
- * A small loop over zmq_poll for one thread's sockets: each socket has a
- * callback run when a message is waiting (it receives what it wants; the
- * loop polls again), each timer a callback run every period_ms (0: on every
- * turn). Between turns the loop sleeps until a message arrives, the next
- * periodic timer is due, or a callback's hr_ring_loop_wake_at, and at most
- * HR_RING_LOOP_IDLE_MS (so the stop flag and every-turn timers are seen
- * that often on an idle loop). Not thread-safe: one loop per thread, and
- * its sockets belong to that thread. */
+ * A small loop over zmq_poll for one thread's sockets (and plain file
+ * descriptors): each socket has a callback run when a message is waiting
+ * (it receives what it wants; the loop polls again), each timer a callback
+ * run every period_ms (0: on every turn). Between turns the loop sleeps
+ * until a message arrives, the next periodic timer is due, or a callback's
+ * hr_ring_loop_wake_at, and at most HR_RING_LOOP_IDLE_MS (so the stop flag
+ * and every-turn timers are seen that often on an idle loop). Not
+ * thread-safe: one loop per thread, and its sockets belong to that thread. */
 #define HR_RING_LOOP_MAX 8
 #define HR_RING_LOOP_IDLE_MS 200
 
@@ -190,6 +190,9 @@ hr_ring_loop *hr_ring_loop_create(const atomic_int *stop);
 void hr_ring_loop_destroy(hr_ring_loop *l); /* NULL is a no-op; closes no socket */
 /* HR_ERANGE past HR_RING_LOOP_MAX sockets or timers. */
 int hr_ring_loop_socket(hr_ring_loop *l, void *sock, hr_ring_loop_fn fn, void *ud);
+/* Like hr_ring_loop_socket for a plain file descriptor (a UDP socket):
+ * fn runs when it is readable and must read what is there. */
+int hr_ring_loop_fd(hr_ring_loop *l, int fd, hr_ring_loop_fn fn, void *ud);
 int hr_ring_loop_timer(hr_ring_loop *l, int period_ms, hr_ring_loop_fn fn, void *ud);
 /* Turns until *stop or hr_ring_loop_break(); returns 0, or HR_ENET when
  * polling fails. Timers run first on each turn, then ready sockets. */
@@ -243,10 +246,11 @@ uint64_t hr_ring_hash(const void *data, size_t n, uint64_t seed);
  * `trusted` holds one "NAME PUBKEY" line per trusted peer. Servers (ROUTER,
  * PULL) run CURVE with a ZAP handler that accepts only this agent's own key,
  * the trusted keys (re-read when the file changes) and keys vouched for by
- * the head's plan; every refusal is logged with the peer's address and key
- * and counted. Clients (DEALER, PUSH) must know the server's public key.
- * Keys are Z85 text of 40 characters (HR_RING_KEY_LEN with the NUL).
- * Thread-safe: every function may be called from any thread. */
+ * the head's plan; every refusal is counted and logged with the peer's
+ * address and key (once per key, a few new keys a minute). Clients
+ * (DEALER, PUSH) must know the server's public key. Keys are Z85 text of
+ * 40 characters (HR_RING_KEY_LEN with the NUL). Thread-safe: every
+ * function may be called from any thread. */
 #define HR_RING_KEY_LEN 41
 #define HR_RING_MAX_TRUST 64
 
@@ -278,6 +282,16 @@ void hr_ring_keys_vouch(hr_ring_keys *k, const char (*keys)[HR_RING_KEY_LEN], in
 int hr_ring_keys_zap_start(hr_ring_keys *k, void *zctx, const char *who, char err[HR_ERR_LEN]);
 /* Handshakes refused so far. */
 uint64_t hr_ring_keys_refused(const hr_ring_keys *k);
+/* Head: a knock (ring/knock.h) from a device at from (IPv4 text) that
+ * cannot reach this head over CURVE: name (as hr_knock_parse leaves it),
+ * its public key, head_fp (HR_BEACON_FP_LEN bytes) the fingerprint of the
+ * head key it trusts, proto its HR_RING_VERSION. Logs, under the same
+ * limits as refused handshakes (once per key, a few new keys a minute),
+ * the device, its key and fingerprint and the commands that pair it;
+ * nothing when it trusts this head's key (its handshake is then refused
+ * and logged by the ZAP handler). Grants nothing. */
+void hr_ring_keys_knock(hr_ring_keys *k, const char *name, const char *pub, const uint8_t *head_fp,
+                        int proto, const char *from);
 /* Makes sock a CURVE server with this key pair (before bind). */
 int hr_ring_secure_server(void *sock, const hr_ring_keys *k, char err[HR_ERR_LEN]);
 /* Head: like hr_ring_secure_server, and the control socket also admits the

@@ -1,5 +1,8 @@
 /* test_trust.c - security and recovery of a local cluster:
  *  - keys: made on first use with mode 0600, stable, trust add / lookup;
+ *  - a worker that trusts no head key knocks: the head logs its name, key
+ *    fingerprint and the commands that pair it once, never admits it, and
+ *    limits what made-up and malformed knocks get logged;
  *  - a rogue with an untrusted key (knowing the head's public key) cannot
  *    join, gets no answer on the control port, and its forged hidden states
  *    on the data ports are never processed; plaintext peers neither; the
@@ -13,10 +16,12 @@
 #include "common/log.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
+#include "ring/knock.h"
 #include "ring/ring.h"
 
 #include "harness.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -105,6 +110,145 @@ static void test_keys(void) {
     CHECK_EQ(hr_ring_trust_add(dir, "bad", "not-a-key", err), HR_EINVAL);
     CHECK_EQ(hr_ring_trust_add(dir, "has space", opub, err), HR_EINVAL);
     hr_ring_keys_close(k);
+}
+
+/* ---- a worker that trusts no head key (knock) ---- */
+
+/* Bytes of path (up to cap - 1, NUL-terminated). */
+static size_t read_text(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = 0;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static int count_of(const char *s, const char *what) {
+    int n = 0;
+    for (const char *q = s; (q = strstr(q, what)); q++)
+        n++;
+    return n;
+}
+
+/* Sends one knock to 127.0.0.1:port: a made-up key when key is NULL. */
+static void knock_send(int fd, int port, const char *name, const char *key) {
+    hr_knock k = {.proto = HR_RING_VERSION};
+    char pub[HR_RING_KEY_LEN], sec[HR_RING_KEY_LEN];
+    if (!key && zmq_curve_keypair(pub, sec) == 0)
+        key = pub;
+    snprintf(k.key, sizeof k.key, "%s", key ? key : "");
+    snprintf(k.name, sizeof k.name, "%s", name);
+    hr_beacon_fingerprint(k.key, k.head_fp); /* it trusts no head key */
+    uint8_t buf[HR_KNOCK_MAX];
+    int n = hr_knock_encode(&k, buf, sizeof buf);
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(n > 0);
+    if (n > 0)
+        CHECK_EQ(sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&to, sizeof to), n);
+}
+
+/* A worker started with the head's address but no head key cannot finish a
+ * CURVE handshake, so the head never saw its key: it knocks, and the head
+ * logs its name, key fingerprint and the commands that pair it once, while
+ * the worker says after 10 s that the head did not accept it; it is never
+ * admitted. Made-up knocks get a few lines a minute and one that says so;
+ * malformed ones are counted; a name is cleaned before it is logged. */
+static void test_knock(const char *model) {
+    int failed = hr_check_failed_;
+    char hd[300], wd[300], wpub[HR_RING_KEY_LEN], log[400];
+    key_dir(hd, sizeof hd, "knock-head");
+    key_dir(wd, sizeof wd, "knock-worker");
+    pubkey_of(wd, wpub);
+    uint8_t fp[HR_BEACON_FP_LEN];
+    char fph[2 * HR_BEACON_FP_LEN + 1], want_cmd[400], want_dev[64] = "device 'kn-w1' at ";
+    hr_beacon_fingerprint(wpub, fp);
+    hr_beacon_fp_hex(fp, fph);
+    snprintf(want_cmd, sizeof want_cmd, "hearth trust add kn-w1 '%s' --key-dir '%s'", wpub, hd);
+    /* the agents' log lines go to a file for the time of this test */
+    snprintf(log, sizeof log, "%s/knock.log", g_tmp);
+    fflush(stderr);
+    int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && lf >= 0);
+    dup2(lf, 2);
+    close(lf);
+    hr_log_set_level(HR_LOG_LEVEL_WARN);
+    agent_th h = {0}, w = {0};
+    hr_agent_params hp = agent_params(model, "kn-head", NULL, N_CTX, 0);
+    hp.key_dir = hd;
+    hp.no_discovery = true;
+    int rc = agent_begin(&h, &hp);
+    if (rc == 0)
+        rc = head_ready(h.a, 0, 20000);
+    const char *hep = rc == 0 ? hr_agent_endpoint(h.a) : NULL;
+    hr_agent_params wp = agent_params(model, "kn-w1", hep, N_CTX, 0);
+    wp.key_dir = wd;
+    double t0 = now_s();
+    if (rc == 0)
+        rc = agent_begin(&w, &wp);
+    /* the head's line comes with the first JOIN's knock */
+    static char text[1 << 16];
+    double t_line = -1;
+    while (rc == 0 && now_s() - t0 < 5.0 && t_line < 0) {
+        read_text(log, text, sizeof text);
+        if (strstr(text, want_dev) && strstr(text, want_cmd))
+            t_line = now_s() - t0;
+        sleep_ms(50);
+    }
+    /* the worker's 10 s message, after four more JOINs and knocks */
+    while (rc == 0 && now_s() - t0 < 20.0 &&
+           !strstr(read_text(log, text, sizeof text) ? text : "", "has not accepted this device"))
+        sleep_ms(100);
+    json_t *st = rc == 0 ? head_status(h.a) : NULL;
+    bool admitted = dev_named(st, "kn-w1") != NULL;
+    json_decref(st);
+    /* made-up knocks: a name with a terminal escape and a newline, twenty
+     * random keys, and malformed datagrams */
+    int fd = socket(AF_INET, SOCK_DGRAM, 0), port = 0;
+    const char *colon = hep ? strrchr(hep, ':') : NULL;
+    if (colon)
+        port = atoi(colon + 1);
+    CHECK(fd >= 0 && port > 0);
+    knock_send(fd, port, "\x1b[31mevil\nname", NULL);
+    for (int i = 0; i < 20; i++)
+        knock_send(fd, port, "flood", NULL);
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const char *junk[] = {"HRKN", "HRKN\x01\x00\x01\x00garbage\x1b[2J", "not a knock at all"};
+    for (int i = 0; i < 3; i++)
+        sendto(fd, junk[i], strlen(junk[i]), 0, (struct sockaddr *)&to, sizeof to);
+    close(fd);
+    sleep_ms(1000);
+    st = rc == 0 ? head_status(h.a) : NULL;
+    admitted |= dev_named(st, "kn-w1") != NULL;
+    json_decref(st);
+    agent_end(&w);
+    agent_end(&h);
+    hr_log_set_level(HR_LOG_LEVEL_ERROR);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    read_text(log, text, sizeof text);
+    printf("knock: head line after %.2f s\n", t_line);
+    CHECK_EQ(rc, 0);
+    CHECK(t_line >= 0 && t_line < 5.0);
+    CHECK_EQ(count_of(text, want_dev), 1); /* once, though it knocked with each of 5 JOINs */
+    CHECK(strstr(text, fph) != NULL);
+    CHECK(strstr(text, "it trusts no head key") != NULL);
+    CHECK(strstr(text, "--join TOKEN") != NULL);
+    CHECK(strstr(text, "has not accepted this device in 1") != NULL);
+    CHECK(!admitted);
+    /* the escape and the newline are gone; 8 keys a minute get their line */
+    CHECK(strstr(text, "device '__31mevil_name' at ") != NULL);
+    CHECK(strchr(text, '\x1b') == NULL);
+    CHECK_EQ(count_of(text, "asks to join"), 8);
+    CHECK_EQ(count_of(text, "more than 8 untrusted keys tried to join within a minute"), 1);
+    CHECK(strstr(text, "malformed knocks") != NULL);
+    if (hr_check_failed_ > failed)
+        fprintf(stderr, "knock log:\n%s\n", text);
 }
 
 /* ---- generation helpers ---- */
@@ -417,6 +561,7 @@ int main(void) {
     test_keys();
     char model[512];
     hr_shared_path("models/small-llama-q4_0.gguf", model, sizeof model);
+    test_knock(model);
     hr_gguf *g = NULL;
     hr_tokenizer *tok = NULL;
     char err[HR_ERR_LEN];
