@@ -9,6 +9,7 @@
 #include "tests/fixtures.h"
 #include "tests/mkfixture.h"
 
+#include "kernels/quant.h"
 #include "mmap/experts.h"
 #include "mmap/gguf.h"
 #include "mmap/stream.h"
@@ -462,6 +463,54 @@ static void test_bad_files(void) {
     }
 }
 
+/* Every kernel table this CPU runs gives a model with experts the same
+ * bits (the canonical float order carries through the grouped products). */
+static void test_tables(void) {
+    char gguf[512], err[HR_ERR_LEN];
+    hr_gguf *g;
+    hr_model *m;
+    if (tiny_model("tables", "q4_k_m", gguf, &g, &m))
+        return;
+    const hr_hparams *hp = hr_model_hparams(m);
+    enum { N = 40 }; /* one step of 40 rows: ~10 rows per expert, the grouped products */
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 97 + 13) % hp->n_vocab);
+    size_t nv = (size_t)hp->n_vocab;
+    float *ref = malloc(N * nv * sizeof(float)), *lg = malloc(N * nv * sizeof(float));
+    const hr_kernels *best = hr_kernels_best();
+    int tables = 0, same = 0;
+    uint64_t most = 0;
+    for (int isa = HR_ISA_SCALAR; isa < HR_ISA_COUNT && ref && lg; isa++) {
+        if (hr_kernels_use((hr_isa)isa) != 0)
+            continue;
+        hr_ctx_params cp = hr_ctx_params_default();
+        cp.n_ctx = 64;
+        cp.n_batch = N;
+        cp.n_threads = 2;
+        hr_ctx *c = NULL;
+        CHECK_EQ(hr_ctx_create(&c, m, &cp, err), 0);
+        CHECK_EQ(c ? hr_ctx_eval(c, ids, N, 0, tables ? lg : ref, true, err) : -1, 0);
+        uint64_t h[64];
+        for (int x = 0; c && hr_ctx_expert_hits(c, 0, h) == 0 && x < hp->n_expert; x++)
+            most = h[x] > most ? h[x] : most;
+        hr_ctx_destroy(c);
+        same += tables > 0 && memcmp(ref, lg, N * nv * sizeof(float)) == 0;
+        tables++;
+    }
+    hr_kernels_use(best->isa);
+    printf("kernel tables: %d run, %d of the %d after the first give the first's bits (up to %llu "
+           "rows of the step on one expert)\n",
+           tables, same, tables - 1, (unsigned long long)most);
+    CHECK(tables >= 1);
+    CHECK(most > HR_DOT_N_MAX); /* an expert's rows went through the tiles */
+    CHECK_EQ(same, tables - 1);
+    free(ref);
+    free(lg);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
 /* What a file with experts must have, and what is refused. */
 static void test_refusals(void) {
     char gguf[512], err[HR_ERR_LEN];
@@ -487,6 +536,7 @@ int main(void) {
         test_fixture(fixture_names[i]);
     test_batch_invariance();
     test_expert_cache();
+    test_tables();
     test_refusals();
     test_bad_files();
     char cmd[600];
