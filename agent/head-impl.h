@@ -117,6 +117,8 @@ typedef struct {
     int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
     int ex_keep;                 /* streaming by expert: experts kept per layer, -1: not */
     uint64_t ex_routed, ex_hits; /* ... experts routed to, and of them resident */
+    double ex_miss;              /* measured misses over even routing's (sched expert_miss); 0:
+                                    too few routes yet */
     /* model bytes it fetches from us (no model file there; heartbeat): verified of
      * wanted, received in all; -1 unknown / has the file */
     double fetch_done, fetch_total, fetch_wire;
@@ -383,6 +385,13 @@ void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *s
 void hr_head_link_status(const hr_dev *d, bool is_head, double now, hr_status_link *out);
 /* ---- head_adapt.c: adaptive plans (control thread, dev_mu held) ---- */
 
+/* head_adapt.c: a device's measured misses of routed experts (1 - hits / routed)
+ * over those even routing gives its `keep` of n_expert kept experts,
+ * clamped to [0.25, 4]; 0 below 512 routes or when it does not stream by
+ * expert. The planner's hr_sched_device.expert_miss. */
+double hr_head_expert_miss(const hr_hparams *hp, int keep, uint64_t routed, uint64_t hits);
+/* head_adapt.c: the head's own measured routing into devs[0].ex_miss (dev_mu held). */
+void hr_head_own_experts(hr_head *hd);
 /* The scheduler's view of d at its current rate_scale (what plans use). */
 void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
 /* A measurement of device di: rounds decode rounds of plan plan_id took

@@ -47,6 +47,7 @@ static double hr_dev_scale(const hr_dev *d) { return d->rate_scale > 0 ? d->rate
 /* d's profile rates with its CPU times multiplied by scale. */
 static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out) {
     *out = d->sd;
+    out->expert_miss = d->ex_miss; /* its measured routing, where it streams by expert */
     if (scale == 1.0)
         return;
     out->t_layer_ms *= scale; /* 0 (take decode_ms) stays 0 */
@@ -55,6 +56,23 @@ static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out)
         out->decode_ms[t] *= scale;
         out->prefill_ms[t] *= scale;
     }
+}
+
+double hr_head_expert_miss(const hr_hparams *hp, int keep, uint64_t routed, uint64_t hits) {
+    if (hp->n_expert <= 0 || keep < 0 || routed < 512 || hits > routed)
+        return 0; /* not streamed by expert, or too few routes to judge */
+    double even = 1.0 - (double)keep / hp->n_expert, miss = 1.0 - (double)hits / routed;
+    if (even < 0.01)
+        return 0;
+    double r = miss / even;
+    return r < 0.25 ? 0.25 : r > 4.0 ? 4.0 : r;
+}
+
+void hr_head_own_experts(hr_head *hd) {
+    hr_stream_stats ss;
+    hr_node_stream_stats(hd->a, &ss);
+    hd->devs[0].ex_miss =
+        hr_head_expert_miss(hr_model_hparams(hd->a->m), ss.ex_keep, ss.ex_routed, ss.ex_hits);
 }
 
 void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out) {

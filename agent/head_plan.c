@@ -196,6 +196,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         snprintf(why, sizeof why, "no profile from '%.64s'", no_prof);
     } else {
         hr_sched_device sd[HR_AGENT_MAX_DEV];
+        hr_head_own_experts(hd);
         for (int i = 0; i < n; i++) {
             hr_head_dev_rates(&hd->devs[cand[i]], &sd[i]); /* profile x measured scale */
             sd[i].is_head = i == 0;
@@ -269,6 +270,7 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
     const hr_agent *a = hd->a;
     bool all_sched = hd->have_pm;
     hr_sched_device sd[HR_AGENT_MAX_DEV];
+    hr_head_own_experts(hd);
     for (int i = 0; i < n; i++) {
         all_sched &= hd->devs[cand[i]].has_sched;
         hr_head_dev_rates(&hd->devs[cand[i]], &sd[i]);
@@ -315,10 +317,15 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
         if (have_sm && d->has_sched && w[i] > 0 &&
             (d->sd.os == HR_SCHED_OS_LINUX || d->sd.os == HR_SCHED_OS_ANDROID))
-            /* what its runtime streams: the same hr_sched_stream_split, on the budget the
-             * device is planned with (the PLAN's mem_budget) */
+        /* what its runtime streams: the same hr_sched_stream_split, on the budget the
+         * device is planned with (the PLAN's mem_budget) */
+        {
+            hr_sched_model dm = sm; /* its measured routing, where it has one */
+            if (d->ex_miss > 0 && dm.expert_read * d->ex_miss <= 1.0)
+                dm.expert_read *= d->ex_miss;
             d->pred_read_token =
-                k * hr_prof_stream_read_round(&sm, k, w[i], i == 0, d->sd.mem_bytes);
+                k * hr_prof_stream_read_round(&dm, k, w[i], i == 0, d->sd.mem_bytes);
+        }
         d->left_out[0] = 0;
         if (i > 0 && w[i] == 0)
             snprintf(d->left_out, sizeof d->left_out, "%s",

@@ -191,6 +191,8 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].mem_eff = d->mem_bytes;
     c->d[i].disk = d->disk_bps;
     c->d[i].lru = d->os != HR_SCHED_OS_LINUX && d->os != HR_SCHED_OS_ANDROID;
+    double miss = isfinite(d->expert_miss) && d->expert_miss > 0.0 ? d->expert_miss : 1.0;
+    c->d[i].er = c->er * miss < 1.0 ? c->er * miss : 1.0;
     c->d[i].th = i == c->head ? d->t_head_ms : 0.0;
     c->d[i].link_assumed = d->link_assumed;
     c->d[i].rtt_ms = d->rtt_ms;
@@ -315,7 +317,7 @@ void hr_sched_kctx_init(const hr_sched_ctx *c, int k, hr_sched_kctx *kc) {
                 hr_sched_stream st;
                 while (s < kc->W &&
                        hr_sched_stream_split_experts((s + 1) * c->b, k, me - kk * (s + 1) * c->kv,
-                                                     c->b, c->ef, c->er, &st) == 0)
+                                                     c->b, c->ef, c->d[i].er, &st) == 0)
                     s++;
             }
             if (s > cap)
@@ -352,7 +354,8 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
         return;
     }
     hr_sched_stream st;
-    hr_sched_stream_split_experts(wc * c->b, kc->k, me - kk * wc * c->kv, c->b, c->ef, c->er, &st);
+    hr_sched_stream_split_experts(wc * c->b, kc->k, me - kk * wc * c->kv, c->b, c->ef, c->d[i].er,
+                                  &st);
     out->read_round = st.read_round;
     out->resident = st.resident;
     out->buffer = st.buffer;

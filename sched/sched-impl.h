@@ -26,6 +26,7 @@ typedef struct {
         double vram;    /* bytes */
         double th;      /* ms per token of embedding + output head (head only, else 0) */
         bool lru;       /* lru reclaim (else pinned) */
+        double er;      /* experts: the share of its streamed experts a token reads */
         bool link_assumed;
         double rtt_ms, link_bps;
         int prefill_threads, decode_threads;

@@ -138,6 +138,11 @@ typedef struct {
     double vram_bytes;     /* accelerator memory for layers; 0 = none */
     double t_layer_gpu_ms; /* ms per layer on the accelerator (> 0 when vram is used) */
     bool link_assumed;     /* rtt_ms / link_bps are assumed, not measured (reported) */
+    /* experts (hr_sched_model.expert_frac > 0): the share of routed experts
+     * this device measured not resident, over the share even routing gives
+     * for the experts it kept; its streamed experts cost expert_read times
+     * this. 0 = not measured (taken as 1). */
+    double expert_miss;
     /* Thread plans (Sandwich): ms per layer with t = 1..n_thread_rates threads,
      * lower is better, 0 = not measured. Prefill: one prompt batch; decode: one
      * token. The plan takes the smallest t within opts.thread_tol of the best. */

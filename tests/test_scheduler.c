@@ -710,6 +710,31 @@ static void test_stream_experts(void) {
     CHECK_NEAR(a.resident, b.resident, 0.0);
     CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, 0.9, 1.5, &a), HR_EINVAL);
     CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, NAN, 0.25, &a), HR_EINVAL);
+    /* a device's measured routing: with half the misses even routing gives
+     * it reads 0.125 of the experts it leaves out instead of 0.25, and its
+     * buffer holds a layer's always-read 10 MB and 11.25 MB of experts: of
+     * 150 MB, 128.75 stay, 40 of them always-read, so it reads 0.125 x
+     * (360 - 88.75) MB instead of 0.25 x (360 - 77.5) */
+    hr_sched_model m = {.n_layer = 4,
+                        .layer_bytes = 100e6,
+                        .hidden_bytes = 4096,
+                        .expert_frac = 0.9,
+                        .expert_read = 0.25};
+    hr_sched_device d = {.name = "one",
+                         .is_head = true,
+                         .os = HR_SCHED_OS_LINUX,
+                         .t_layer_ms = 1.0,
+                         .mem_bytes = 150e6,
+                         .disk_bps = 1e9};
+    hr_sched_opts o = hr_sched_opts_default();
+    o.k_fixed = 1;
+    hr_sched_plan p1, p2;
+    char err[HR_ERR_LEN];
+    CHECK_EQ(hr_sched_solve(&m, &d, 1, &o, &p1, err), 0);
+    d.expert_miss = 0.5;
+    CHECK_EQ(hr_sched_solve(&m, &d, 1, &o, &p2, err), 0);
+    CHECK_NEAR(p1.dev[0].read_bytes, 0.25 * (360e6 - 77.5e6), 1.0);
+    CHECK_NEAR(p2.dev[0].read_bytes, 0.125 * (360e6 - 88.75e6), 1.0);
     /* reading by expert reads less than streaming the windows whole */
     CHECK_EQ(hr_sched_stream_split_experts(100, 1, 50, 10, 0.9, 0.25, &a), 0);
     CHECK_EQ(hr_sched_stream_split(100, 1, 50, 10, &b), 0);
