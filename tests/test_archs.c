@@ -19,7 +19,6 @@
 
 #include <unistd.h>
 
-#define MAX_POS 64
 
 static const char *fixture_names[] = {"phi3-f32", "phi3-q4_k_m", "gemma3-f32", "gemma3-q4_k_m"};
 
@@ -31,22 +30,11 @@ static const char *fixture_path(const char *name, const char *ext, char *buf, si
     return buf;
 }
 
-/* Writes the model of params mp as dir/name.gguf and opens it. */
+/* Writes the model of params mp as tmpdir/name.gguf and opens it. */
 static bool open_generated(const hr_mkmodel_params *mp, const char *name, hr_gguf **g, hr_model **m,
                            char *path, size_t cap) {
-    char err[HR_ERR_LEN];
     snprintf(path, cap, "%s/%s.gguf", tmpdir, name);
-    *g = NULL;
-    *m = NULL;
-    CHECK_EQ(hr_mkmodel_write(mp, path, NULL, NULL, err), 0);
-    CHECK_EQ(hr_gguf_open(g, path, err), 0);
-    CHECK_EQ(*g ? hr_model_load(m, *g, err) : -1, 0);
-    if (!*m) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        hr_gguf_close(*g);
-        *g = NULL;
-    }
-    return *m != NULL;
+    return mkfix_generate(mp, path, g, m);
 }
 
 /* A shape of mkmodel in type ftype with the synthetic vocabulary of 512. */
@@ -61,35 +49,19 @@ static bool open_shape(const char *shape, const char *ftype, hr_gguf **g, hr_mod
 }
 
 static void test_fixture(const char *name) {
-    char path[512], gguf[512], err[HR_ERR_LEN];
-    json_error_t jerr;
-    json_t *root = json_load_file(fixture_path(name, ".json", path, sizeof path), 0, &jerr);
-    CHECK(root != NULL);
-    if (!root)
+    char js[512], lf[512], gguf[512], err[HR_ERR_LEN];
+    snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmpdir, name);
+    mkfix f;
+    bool ok = mkfix_open(&f, fixture_path(name, ".json", js, sizeof js),
+                         fixture_path(name, ".logits", lf, sizeof lf), gguf);
+    if (!ok) {
+        mkfix_close(&f);
         return;
-    hr_mkmodel_params mp;
-    CHECK(parse_mkmodel(json_object_get(root, "mkmodel"), &mp));
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    bool ok = open_generated(&mp, name, &g, &m, gguf, sizeof gguf);
-    char sum[65];
-    sha256_hex(gguf, sum);
-    const char *want = json_string_value(json_object_get(root, "sha256"));
-    CHECK(want && strcmp(sum, want) == 0); /* else mkmodel changed: run mkref.sh again */
-    double bound = json_real_value(json_object_get(root, "bound"));
-    double share = json_real_value(json_object_get(root, "argmax_share"));
-    bool quantized = bound > 1e-3;
-    int32_t ids[MAX_POS], greedy[32];
-    int n = read_ids(root, "prompt_ids", ids, MAX_POS);
-    int n_greedy = read_ids(root, "greedy_ids", greedy, 32);
-    json_decref(root);
-    if (!ok)
-        return;
-    const hr_hparams *hp = hr_model_hparams(m);
-    int nv = hp->n_vocab;
-    size_t n_ref = 0;
-    float *ref = read_floats(fixture_path(name, ".logits", path, sizeof path), &n_ref);
-    CHECK_EQ(n_ref, (size_t)n * nv);
+    }
+    const hr_model *m = f.m;
+    const int32_t *ids = f.ids;
+    const float *ref = f.ref;
+    int n = f.n, nv = hr_model_hparams(m)->n_vocab;
 
     /* the prompt in chunks of 8 (each chunk's rows see their own windows) */
     hr_ctx_params cp = hr_ctx_params_default();
@@ -106,44 +78,19 @@ static void test_fixture(const char *name) {
     hr_ctx_destroy(c1);
     hr_logits_cmp lc = hr_compare_logits(lg, ref, n, nv);
     printf("%-14s max rel err %.3e, argmax %d/%d\n", name, lc.rel, lc.agree, n);
-    CHECK(lc.agree >= share * n);
-    CHECK(lc.rel <= bound);
+    CHECK(lc.agree >= f.share * n);
+    CHECK(lc.rel <= f.bound);
     hr_logits_cmp l1 = hr_compare_logits(lg1, lg, n, nv);
     CHECK(l1.rel <= 1e-5);
 
-    /* greedy: float fixtures equal llama.cpp's 16 ids, or where they part,
-     * hearth's top two logits lie within the bound */
     float *last = malloc((size_t)nv * sizeof(float));
     memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));
-    int match = 0, parted = -1;
-    double gap = 0.0;
-    for (int i = 0; i < n_greedy && c; i++) {
-        int32_t id = hr_argmax(last, nv);
-        if (parted < 0 && id == greedy[i]) {
-            match++;
-        } else if (parted < 0) {
-            double mx = 0.0;
-            for (int v = 0; v < nv; v++)
-                mx = fmax(mx, fabs((double)last[v]));
-            parted = i;
-            gap = ((double)last[id] - last[greedy[i]]) / (mx > 0 ? mx : 1.0);
-        }
-        CHECK_EQ(hr_ctx_eval(c, &id, 1, n + i, last, false, err), 0);
-    }
-    printf("%-14s greedy: %d/%d ids match", name, match, n_greedy);
-    if (parted >= 0)
-        printf(", parted at a top-2 gap of %.2e", gap);
-    printf("\n");
-    CHECK_EQ(n_greedy, 16);
-    if (!quantized)
-        CHECK(parted < 0 || gap <= bound);
+    mkfix_greedy(&f, c, last, name);
     free(last);
     free(lg);
     free(lg1);
-    free(ref);
     hr_ctx_destroy(c);
-    hr_model_free(m);
-    hr_gguf_close(g);
+    mkfix_close(&f);
 }
 
 /* The hyper-parameters and tensors each architecture's file brings. */

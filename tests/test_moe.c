@@ -19,7 +19,7 @@
 
 #include <unistd.h>
 
-#define MAX_POS 64
+#define MAX_POS MKFIX_MAX_POS
 #define MAX_LAYERS 8
 #define MAX_K 16
 
@@ -70,28 +70,15 @@ static void route_by_token(const hr_model *m, const int32_t *ids, int n, float *
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
 static void test_fixture(const char *name) {
-    char path[512], gguf[512], err[HR_ERR_LEN];
-    json_error_t jerr;
-    json_t *root = json_load_file(fixture_path(name, ".json", path, sizeof path), 0, &jerr);
-    CHECK(root != NULL);
-    if (!root)
-        return;
-    hr_mkmodel_params mp;
-    CHECK(parse_mkmodel(json_object_get(root, "mkmodel"), &mp));
+    char js[512], lf[512], gguf[512], err[HR_ERR_LEN];
     snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmpdir, name);
-    CHECK_EQ(hr_mkmodel_write(&mp, gguf, NULL, NULL, err), 0);
-    char sum[65];
-    sha256_hex(gguf, sum);
-    const char *want = json_string_value(json_object_get(root, "sha256"));
-    CHECK(want && strcmp(sum, want) == 0); /* else mkmodel changed: run mkref.sh again */
-    double bound = json_real_value(json_object_get(root, "bound"));
-    double share = json_real_value(json_object_get(root, "argmax_share"));
-    bool quantized = bound > 1e-3;
-    int32_t ids[MAX_POS], greedy[32];
-    int n = read_ids(root, "prompt_ids", ids, MAX_POS);
-    int n_greedy = read_ids(root, "greedy_ids", greedy, 32);
+    mkfix f;
+    bool ok = mkfix_open(&f, fixture_path(name, ".json", js, sizeof js),
+                         fixture_path(name, ".logits", lf, sizeof lf), gguf);
+    int n = f.n;
+    /* llama.cpp's routing: per layer and position, the chosen experts */
     static int ref_route[MAX_LAYERS][MAX_POS][MAX_K], route[MAX_LAYERS][MAX_POS][MAX_K];
-    json_t *jr = json_object_get(root, "route");
+    json_t *jr = json_object_get(f.root, "route");
     int n_rl = (int)json_array_size(jr);
     for (int il = 0; il < n_rl && il < MAX_LAYERS; il++)
         for (int p = 0; p < n; p++) {
@@ -100,24 +87,18 @@ static void test_fixture(const char *name) {
                 ref_route[il][p][j] = (int)json_integer_value(json_array_get(sel, j));
             qsort(ref_route[il][p], json_array_size(sel), sizeof(int), cmp_int);
         }
-    json_decref(root);
-
-    hr_gguf *g = NULL;
-    hr_model *m = NULL;
-    CHECK_EQ(hr_gguf_open(&g, gguf, err), 0);
-    CHECK_EQ(g ? hr_model_load(&m, g, err) : -1, 0);
-    if (!m) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        hr_gguf_close(g);
+    if (!ok) {
+        mkfix_close(&f);
         return;
     }
+    const hr_model *m = f.m;
+    const int32_t *ids = f.ids;
+    const float *ref = f.ref;
+    double bound = f.bound;
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab;
     CHECK(hp->n_expert > 0);
     CHECK_EQ(n_rl, hp->n_layer);
-    size_t n_ref = 0;
-    float *ref = read_floats(fixture_path(name, ".logits", path, sizeof path), &n_ref);
-    CHECK_EQ(n_ref, (size_t)n * nv);
 
     /* the prompt in chunks of 8 (prefill: experts over several rows) */
     hr_ctx_params cp = hr_ctx_params_default();
@@ -153,8 +134,8 @@ static void test_fixture(const char *name) {
     for (int i = 0; i < differ; i++)
         printf("%s%d", i ? "," : " (", differ_pos[i]);
     printf("%s\n", differ ? ")" : "");
-    CHECK(agree >= share * n);
-    if (!quantized) { /* float: the same experts everywhere, within the bound */
+    CHECK(agree >= f.share * n);
+    if (!f.quantized) { /* float: the same experts everywhere, within the bound */
         CHECK_EQ(differ, 0);
         CHECK(worst_all <= bound);
     } else { /* quantized: a near-tie may route one position differently */
@@ -165,39 +146,14 @@ static void test_fixture(const char *name) {
     hr_logits_cmp l1 = hr_compare_logits(lg1, lg, n, nv);
     CHECK(l1.rel <= 1e-5);
 
-    /* greedy: float fixtures equal llama.cpp's 16 ids, or where they part,
-     * hearth's top two logits lie within the bound */
     float *last = malloc((size_t)nv * sizeof(float));
     memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));
-    int match = 0, parted = -1;
-    double gap = 0.0;
-    for (int i = 0; i < n_greedy && c; i++) {
-        int32_t id = hr_argmax(last, nv);
-        if (parted < 0 && id == greedy[i]) {
-            match++;
-        } else if (parted < 0) {
-            double mx = 0.0;
-            for (int v = 0; v < nv; v++)
-                mx = fmax(mx, fabs((double)last[v]));
-            parted = i;
-            gap = ((double)last[id] - last[greedy[i]]) / (mx > 0 ? mx : 1.0);
-        }
-        CHECK_EQ(hr_ctx_eval(c, &id, 1, n + i, last, false, err), 0);
-    }
-    printf("%-16s greedy: %d/%d ids match", name, match, n_greedy);
-    if (parted >= 0)
-        printf(", parted at a top-2 gap of %.2e", gap);
-    printf("\n");
-    CHECK_EQ(n_greedy, 16);
-    if (!quantized)
-        CHECK(parted < 0 || gap <= bound);
+    mkfix_greedy(&f, c, last, name);
     free(last);
     free(lg);
     free(lg1);
-    free(ref);
     hr_ctx_destroy(c);
-    hr_model_free(m);
-    hr_gguf_close(g);
+    mkfix_close(&f);
 }
 
 /* A qwen3moe-tiny model of weight type ftype with a 512-token vocabulary,
@@ -205,22 +161,12 @@ static void test_fixture(const char *name) {
  * *g and *m left NULL. */
 static int tiny_model(const char *name, const char *ftype, char path[512], hr_gguf **g,
                       hr_model **m) {
-    char err[HR_ERR_LEN];
     hr_mkmodel_params mp = hr_mkmodel_params_default();
     CHECK_EQ(hr_mkmodel_shape(&mp, "qwen3moe-tiny"), 0);
     mp.ftype = ftype;
     mp.n_vocab = 512;
     snprintf(path, 512, "%s/%s.gguf", tmpdir, name);
-    *g = NULL;
-    *m = NULL;
-    CHECK_EQ(hr_mkmodel_write(&mp, path, NULL, NULL, err), 0);
-    CHECK_EQ(hr_gguf_open(g, path, err), 0);
-    CHECK_EQ(*g ? hr_model_load(m, *g, err) : -1, 0);
-    if (*m)
-        return 0;
-    hr_gguf_close(*g);
-    *g = NULL;
-    return -1;
+    return mkfix_generate(&mp, path, g, m) ? 0 : -1;
 }
 
 /* Two sequences in one step (prompts of 7 and 5 rows, then one decode row
