@@ -59,8 +59,12 @@ static const struct {
 };
 
 const char *hr_mkmodel_shape_names(void) {
-    return "tinyllama, small, tiny, llama7b, qwen3moe-small, qwen3moe-tiny, qwen2moe-tiny, "
-           "mixtral-tiny, phi3-mini, phi3-small, phi3-tiny, gemma3-1b, gemma3-270m, gemma3-tiny";
+    static char names[512]; /* the table's names, written the same on every call */
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof hr_mk_shapes / sizeof hr_mk_shapes[0] && len < sizeof names; i++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                                hr_mk_shapes[i].name);
+    return names;
 }
 
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {

@@ -55,7 +55,8 @@ hr_mkmodel_params hr_mkmodel_params_default(void);
  * have). The phi3 and gemma3 shapes draw their norm weights around 1.
  * Returns HR_ENOENT for an unknown name. */
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name);
-/* "tinyllama, small, ...": the names hr_mkmodel_shape knows. */
+/* "tinyllama, small, ...": the names hr_mkmodel_shape knows, made from its
+ * table (a static buffer: not for several threads at once). */
 const char *hr_mkmodel_shape_names(void);
 
 /* Progress callback (done, total tensors) or NULL. */
