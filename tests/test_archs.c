@@ -19,7 +19,6 @@
 
 #include <unistd.h>
 
-
 static const char *fixture_names[] = {"phi3-f32", "phi3-q4_k_m", "gemma3-f32", "gemma3-q4_k_m"};
 
 static char tmpdir[] = "/tmp/hr_archs_XXXXXX";
