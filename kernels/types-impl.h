@@ -19,6 +19,7 @@
 #define HR_QK8_0 32
 #define HR_QK8_1 32
 #define HR_QK_K 256
+#define HR_QK_MXFP4 32
 #define HR_K_SCALE_SIZE 12
 
 /* Half-precision values are kept as raw uint16_t bits. Element order inside a
@@ -29,6 +30,25 @@ typedef struct {
     uint16_t d;
     uint8_t qs[HR_QK4_0 / 2];
 } hr_block_q4_0;
+
+/* OCP microscaling FP4: x[j] = 2^(e-128) * kv[qs[j] & 15], x[j+16] = 2^(e-128)
+ * * kv[qs[j] >> 4], j < 16, with kv the E2M1 values doubled
+ * (hr_mxfp4_values) and e an E8M0 exponent (2^(e-127) halved, so the
+ * doubled values come out right; e < 2 as the OCP subnormal patterns) */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[HR_QK_MXFP4 / 2];
+} hr_block_mxfp4;
+
+static const int8_t hr_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 2^(e-128): the block scale of hr_block_mxfp4 (half its E8M0 value) */
+static inline float hr_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* as q4_0 without the -8, plus m */
 typedef struct {

@@ -96,6 +96,17 @@ static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     }
 }
 
+static void dequant_mxfp4(const void *src, float *dst, int64_t n) {
+    const hr_block_mxfp4 *x = src;
+    for (int64_t i = 0; i < n / HR_QK_MXFP4; i++, dst += HR_QK_MXFP4) {
+        const float d = hr_e8m0_half(x[i].e);
+        for (int j = 0; j < 16; j++) {
+            dst[j] = (float)hr_mxfp4_values[x[i].qs[j] & 15] * d;
+            dst[j + 16] = (float)hr_mxfp4_values[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 static void dequant_q8_1(const void *src, float *dst, int64_t n) {
     const hr_block_q8_1 *x = src;
     for (int64_t i = 0; i < n / HR_QK8_1; i++, dst += HR_QK8_1) {
@@ -188,6 +199,59 @@ static void quant_bf16(const float *src, void *dst, int64_t n) {
     uint16_t *d = dst;
     for (int64_t i = 0; i < n; i++)
         d[i] = hr_fp32_to_bf16(src[i]);
+}
+
+/* The code of hr_mxfp4_values nearest to v (in units of the block scale). */
+static int mxfp4_nearest(float v) {
+    int best = 0;
+    float err = fabsf(v);
+    for (int c = 1; c < 16; c++) {
+        const float e = fabsf(v - (float)hr_mxfp4_values[c]);
+        if (e < err) {
+            err = e;
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* Squared error of block x coded with exponent e (codes into q when not NULL). */
+static float mxfp4_code(const float *x, uint8_t e, uint8_t *q) {
+    const float d = hr_e8m0_half(e), id = 1.0f / d;
+    float err = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        const int c0 = mxfp4_nearest(x[j] * id), c1 = mxfp4_nearest(x[j + 16] * id);
+        const float e0 = x[j] - (float)hr_mxfp4_values[c0] * d;
+        const float e1 = x[j + 16] - (float)hr_mxfp4_values[c1] * d;
+        err += e0 * e0 + e1 * e1;
+        if (q)
+            q[j] = (uint8_t)(c0 | (c1 << 4));
+    }
+    return err;
+}
+
+/* The shared exponent puts the block's largest magnitude near the top code
+ * (12 half-scales: E2M1's 6); of that exponent and the next one up the one
+ * with the smaller squared error is kept. */
+static void quant_mxfp4(const float *src, void *dst, int64_t n) {
+    hr_block_mxfp4 *y = dst;
+    for (int64_t i = 0; i < n / HR_QK_MXFP4; i++, src += HR_QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < HR_QK_MXFP4; j++)
+            amax = fmaxf(amax, fabsf(src[j]));
+        if (!(amax > 0.0f) || !isfinite(amax)) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int ex;
+        frexpf(amax / 12.0f, &ex); /* amax / 12 in [2^(ex-1), 2^ex) */
+        int e = ex + 127;          /* hr_e8m0_half(e) = 2^(ex-1) */
+        e = e < 2 ? 2 : e > 253 ? 253 : e;
+        const float lo = mxfp4_code(src, (uint8_t)e, NULL);
+        const float hi = mxfp4_code(src, (uint8_t)(e + 1), NULL);
+        y[i].e = (uint8_t)(hi < lo ? e + 1 : e);
+        mxfp4_code(src, y[i].e, y[i].qs);
+    }
 }
 
 /* d = amax/127, q = roundf(x/d) (ties away from zero), as ggml's reference */
@@ -590,6 +654,23 @@ static float dot_q4_0(int64_t n, const void *w, const void *a) {
     return hr_canon_hsum8(acc);
 }
 
+/* mxfp4: the lanes of q4_0, the codes' doubled E2M1 values as the weights'
+ * integers, d = 2^(e-128) times the activation block's scale */
+static float dot_mxfp4(int64_t n, const void *w, const void *a) {
+    const hr_block_mxfp4 *x = w;
+    const hr_block_q8_0 *y = a;
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n / HR_QK_MXFP4; i++) {
+        int32_t isum[8] = {0};
+        for (int j = 0; j < 16; j++) {
+            isum[j / 4] += hr_mxfp4_values[x[i].qs[j] & 15] * y[i].qs[j];
+            isum[4 + j / 4] += hr_mxfp4_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        }
+        hr_canon_acc8(acc, hr_e8m0_half(x[i].e) * FP16(y[i].d), isum);
+    }
+    return hr_canon_hsum8(acc);
+}
+
 /* q4_1 / q5_1: the lanes as q4_0, the min term m * s in one scalar by fmaf
  * (ggml's `summs += m * s`, contracted), added after hsum8 */
 static float dot_q4_1(int64_t n, const void *w, const void *a) {
@@ -775,6 +856,8 @@ static const hr_type_traits g_traits[HR_TYPE_COUNT] = {
     [HR_TYPE_Q8_K] = {"q8_K", HR_QK_K, sizeof(hr_block_q8_k), false, HR_TYPE_Q8_K, dequant_q8_k,
                       quant_q8_k, NULL},
     [HR_TYPE_BF16] = {"bf16", 1, 2, true, HR_TYPE_F32, dequant_bf16, quant_bf16, dot_bf16},
+    [HR_TYPE_MXFP4] = {"mxfp4", HR_QK_MXFP4, sizeof(hr_block_mxfp4), true, HR_TYPE_Q8_0,
+                       dequant_mxfp4, quant_mxfp4, dot_mxfp4},
 };
 
 const hr_type_traits *hr_type_get(int type) {

@@ -8,7 +8,7 @@
  * file. Block layouts are the standard GGUF ones (kernels/types-impl.h).
  *
  * Dot products pair a weight row of type T with an activation row already
- * converted to hr_type_get(T)->vec_dot_type (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1
+ * converted to hr_type_get(T)->vec_dot_type (Q8_0 for Q4_0/Q5_0/Q8_0/MXFP4, Q8_1
  * for Q4_1/Q5_1, Q8_K for the K-quants, F32 for F32/F16/BF16), the way
  * llama.cpp quantizes activations, so results land close to its logits.
  * The scalar kernels of a row define the semantics every SIMD kernel is
@@ -54,7 +54,8 @@ typedef enum {
     HR_TYPE_BF16 = 30,
     HR_TYPE_TQ1_0 = 34,
     HR_TYPE_TQ2_0 = 35,
-    HR_TYPE_COUNT = 39, /* one past the largest id the table can hold */
+    HR_TYPE_MXFP4 = 39, /* OCP MXFP4: 32 E2M1 values and one E8M0 exponent (gpt-oss experts) */
+    HR_TYPE_COUNT = 40, /* one past the largest id the table can hold */
 } hr_type;
 
 /* Row kernels. n is the element count (a multiple of the block size). */

@@ -431,6 +431,38 @@ static void test_activation_semantics(void) {
     CHECK_EQ(qk[0].bsums[3], 0);
 }
 
+/* MXFP4 blocks decode to the OCP E2M1 values times 2^(e-127): codes 0-7
+ * are 0, 0.5, 1, 1.5, 2, 3, 4, 6 and codes 8-15 their negatives, the low
+ * nibble of byte j element j and the high one element j + 16. */
+static void test_mxfp4_layout(void) {
+    static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
+    uint8_t blk[17];
+    float y[32];
+    const int exps[4] = {127, 130, 120, 1};
+    for (int k = 0; k < 4; k++) {
+        blk[0] = (uint8_t)exps[k];
+        for (int j = 0; j < 16; j++)
+            blk[1 + j] = (uint8_t)(j | ((15 - j) << 4));
+        s->dequant[HR_TYPE_MXFP4](blk, y, 32);
+        const float scale = ldexpf(1.0f, exps[k] - 127);
+        for (int j = 0; j < 16; j++) {
+            const int hi = 15 - j;
+            CHECK_EQ(y[j], (j < 8 ? e2m1[j] : -e2m1[j - 8]) * scale);
+            CHECK_EQ(y[16 + j], (hi < 8 ? e2m1[hi] : -e2m1[hi - 8]) * scale);
+        }
+    }
+    /* a block of exact E2M1 multiples of 2^3 comes back exactly */
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (j % 2 ? -1.0f : 1.0f) * e2m1[j % 8] * 8.0f;
+    s->quant[HR_TYPE_MXFP4](x, blk, 32);
+    s->dequant[HR_TYPE_MXFP4](blk, y, 32);
+    for (int j = 0; j < 32; j++)
+        CHECK_EQ(y[j], x[j]);
+    CHECK_EQ(blk[0], 130);
+}
+
 /* ---- weight quantizer round trip ---------------------------------------- */
 
 static void test_roundtrip(void) {
@@ -440,7 +472,7 @@ static void test_roundtrip(void) {
     } lim[] = {
         {HR_TYPE_F32, 0.0},   {HR_TYPE_F16, 3e-4},   {HR_TYPE_BF16, 2.5e-3}, {HR_TYPE_Q8_0, 0.008},
         {HR_TYPE_Q4_0, 0.11}, {HR_TYPE_Q4_1, 0.10},  {HR_TYPE_Q5_0, 0.055},  {HR_TYPE_Q5_1, 0.05},
-        {HR_TYPE_Q4_K, 0.09}, {HR_TYPE_Q5_K, 0.045}, {HR_TYPE_Q6_K, 0.023},
+        {HR_TYPE_Q4_K, 0.09}, {HR_TYPE_Q5_K, 0.045}, {HR_TYPE_Q6_K, 0.023},  {HR_TYPE_MXFP4, 0.125},
     };
     const hr_kernels *s = hr_kernels_for_isa(HR_ISA_SCALAR);
     enum { N = 8192 };
@@ -703,6 +735,7 @@ int main(void) {
     test_fp16();
     test_scale_packing();
     test_activation_semantics();
+    test_mxfp4_layout();
     test_roundtrip();
     test_wrappers();
     test_simd();
