@@ -359,10 +359,21 @@ static void hr_ffg_one(const hr_kernels *k, hr_ffn_group *g) {
         buf += hr_ffg_convert(k, &g->up, g->x, n, buf, b);
     hr_ffg_product(k, &g->gate, a, n, g->h);
     hr_ffg_product(k, &g->up, b, n, g->u);
-    for (int t = 0; t < n; t++)
-        hr_swiglu(g->h + t * F, g->h + t * F, g->u + t * F, (int)F);
+    for (int t = 0; t < n; t++) {
+        float *h = g->h + t * F, *u = g->u + t * F;
+        if (g->b_gate)
+            hr_add(h, g->b_gate, (int)F);
+        if (g->b_up)
+            hr_add(u, g->b_up, (int)F);
+        if (g->oai)
+            hr_swiglu_oai(h, h, u, (int)F, 1.702f, 7.0f);
+        else
+            hr_swiglu(h, h, u, (int)F);
+    }
     hr_ffg_convert(k, &g->down, g->h, n, buf, a);
     hr_ffg_product(k, &g->down, a, n, g->y);
+    for (int t = 0; g->b_down && t < n; t++)
+        hr_add(g->y + (size_t)t * g->down.n_out, g->b_down, (int)g->down.n_out);
 }
 
 static void hr_ffg_worker(void *ctx, int ith, int nth) {
@@ -405,7 +416,9 @@ void hr_add(float *x, const float *b, int n) {
         x[i] += b[i];
 }
 
-void hr_softmax(float *x, int n) {
+/* In-place softmax of n values with the extra value sink (-INFINITY: none)
+ * in the maximum and the sum. */
+static void hr_softmax_with(float *x, int n, float sink) {
     /* eight partial maxima (the maximum does not depend on the order) */
     float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
@@ -418,6 +431,7 @@ void hr_softmax(float *x, int n) {
         mx = x[i8] > mx ? x[i8] : mx;
     for (int l = 0; l < 8; l++)
         mx = m8[l] > mx ? m8[l] : mx;
+    mx = sink > mx ? sink : mx;
     const hr_kernels *k = hr_kernels_best();
     for (int i = 0; i < n; i++)
         x[i] -= mx;
@@ -425,10 +439,16 @@ void hr_softmax(float *x, int n) {
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += x[i];
+    if (sink > -INFINITY)
+        sum += expf(sink - mx);
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++)
         x[i] *= inv;
 }
+
+void hr_softmax(float *x, int n) { hr_softmax_with(x, n, -INFINITY); }
+
+void hr_softmax_sink(float *x, int n, float sink) { hr_softmax_with(x, n, sink); }
 
 void hr_swiglu(float *out, const float *gate, const float *up, int n) {
     const hr_kernels *k = hr_kernels_best();
@@ -441,6 +461,25 @@ void hr_swiglu(float *out, const float *gate, const float *up, int n) {
         for (int j = 0; j < m; j++) {
             const float g = gate[i0 + j];
             out[i0 + j] = g / (1.0f + e[j]) * up[i0 + j];
+        }
+    }
+}
+
+void hr_swiglu_oai(float *out, const float *gate, const float *up, int n, float alpha,
+                   float limit) {
+    const hr_kernels *k = hr_kernels_best();
+    float e[256];
+    for (int i0 = 0; i0 < n; i0 += 256) {
+        const int m = n - i0 < 256 ? n - i0 : 256;
+        for (int j = 0; j < m; j++) {
+            const float g = gate[i0 + j] < limit ? gate[i0 + j] : limit;
+            e[j] = alpha * -g;
+        }
+        k->expf_n(e, e, m);
+        for (int j = 0; j < m; j++) {
+            const float g = gate[i0 + j] < limit ? gate[i0 + j] : limit;
+            const float u = up[i0 + j] < -limit ? -limit : up[i0 + j] > limit ? limit : up[i0 + j];
+            out[i0 + j] = g / (1.0f + e[j]) * (u + 1.0f);
         }
     }
 }
@@ -468,13 +507,21 @@ void hr_rope(float *x, int n_heads, int head_dim, int pos, const hr_rope_params 
      * f32 as llama.cpp does, so both engines rotate by identical angles. */
     const float theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
     const float scale = rp->freq_scale > 0.0f ? rp->freq_scale : 1.0f;
+    const float mscale = rp->mscale > 0.0f ? rp->mscale : 1.0f;
     float theta_base = (float)pos;
     for (int i = 0; i < half; i++, theta_base *= theta_scale) {
-        float theta = theta_base;
+        float theta_x = theta_base; /* unscaled (extrapolated) */
         if (rp->freq_factors)
-            theta /= rp->freq_factors[i];
-        theta *= scale;
-        float c = cosf(theta), s = sinf(theta);
+            theta_x /= rp->freq_factors[i];
+        float theta = theta_x * scale;
+        if (rp->ext_factor != 0.0f) { /* YaRN's ramp over the pair index */
+            float y = ((float)i - rp->corr[0]) /
+                      (rp->corr[1] - rp->corr[0] > 0.001f ? rp->corr[1] - rp->corr[0] : 0.001f);
+            float ramp = 1.0f - (y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y);
+            float mix = ramp * rp->ext_factor;
+            theta = theta * (1.0f - mix) + theta_x * mix;
+        }
+        float c = cosf(theta) * mscale, s = sinf(theta) * mscale;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)h * head_dim;
             int i0 = rp->neox ? i : 2 * i;
@@ -546,7 +593,10 @@ static void hr_attn_heads(const hr_attn_job *j, const uint16_t *k, const uint16_
         float *s = sc + (size_t)g * a->n_ctx;
         for (int p = 0; p < n_pos; p++)
             s[p] *= scale;
-        hr_softmax(s, n_pos);
+        if (a->sinks)
+            hr_softmax_sink(s, n_pos, a->sinks[h0 + g]);
+        else
+            hr_softmax(s, n_pos);
         col[g] = s;
     }
     hr_vec_dot_n(j->k, HR_TYPE_F16, n_pos, hd, vt + (size_t)kvh * hd * a->n_ctx + p0,

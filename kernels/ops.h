@@ -70,9 +70,12 @@ typedef struct {
 void hr_matmul_groups(hr_pool *pool, hr_mm_group *g, int n_g, void *wbuf);
 
 /* A SwiGLU feed-forward over its own rows (hr_swiglu_groups): y = down .
- * swiglu(gate x, up x) for n_tok <= HR_DOT_N_MAX rows. */
+ * swiglu(gate x, up x) for n_tok <= HR_DOT_N_MAX rows; with biases and
+ * gpt-oss's clamped SwiGLU where set. */
 typedef struct {
     hr_weight gate, up, down; /* gate, up: n_in -> F; down: F -> n_out */
+    const float *b_gate, *b_up, *b_down; /* added after each product, or NULL */
+    bool oai;                            /* hr_swiglu_oai (1.702, 7) instead of hr_swiglu */
     const float *x;           /* [n_tok][n_in] f32 */
     int n_tok;
     float *h, *u; /* [n_tok][F] scratch (h ends as the SwiGLU values) */
@@ -95,8 +98,15 @@ void hr_rmsnorm(float *out, const float *x, const float *g, int n, float eps);
 void hr_add(float *x, const float *b, int n);
 /* In-place softmax over n values. */
 void hr_softmax(float *x, int n);
+/* As hr_softmax with one more value, sink, in the maximum and the sum
+ * (an attention sink: its share of the weight is dropped). */
+void hr_softmax_sink(float *x, int n, float sink);
 /* out[i] = silu(gate[i]) * up[i] */
 void hr_swiglu(float *out, const float *gate, const float *up, int n);
+/* gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i],
+ * -limit, limit), out[i] = g * sigmoid(alpha g) * (u + 1) */
+void hr_swiglu_oai(float *out, const float *gate, const float *up, int n, float alpha,
+                   float limit);
 /* out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (GeGLU) */
 void hr_geglu(float *out, const float *gate, const float *up, int n);
 
@@ -106,6 +116,10 @@ typedef struct {
     bool neox;                 /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
     const float *freq_factors; /* [n_rot/2] divisors (Llama-3 rope_freqs) or NULL */
     float freq_scale;          /* angles times this (linear scaling: 1 / factor); 0 = 1 */
+    /* YaRN (ext_factor 0: off): pair i's angle mixes the unscaled and the
+     * scaled one by ramp(i) * ext_factor, ramp 1 below corr[0] falling to 0
+     * at corr[1]; cos and sin times mscale (0 = 1) */
+    float ext_factor, mscale, corr[2];
 } hr_rope_params;
 
 /* Rotates n_heads heads of head_dim values at position pos, in place. */
@@ -123,6 +137,8 @@ typedef struct {
     float *scratch;
     float scale; /* of the scores q.k; 0 = 1/sqrt(head_dim) */
     int window;  /* > 0: a token at pos sees positions pos-window+1..pos only; 0: all */
+    const float *sinks; /* [n_head] or NULL: head h's softmax has one more logit, sinks[h],
+                           whose weight goes nowhere */
 } hr_attn_args;
 void hr_attention(hr_pool *pool, const hr_attn_args *a, const float *q, int n_tok, int pos0,
                   float *out);

@@ -119,11 +119,15 @@ static void hr_layer_qkv_token(const hr_layer_env *e, const hr_layer_part *P, fl
         for (int h = 0; h < kvh; h++)
             hr_rmsnorm(k + (size_t)h * D, k + (size_t)h * D, W->k_norm.data, D, hp->rms_eps);
     }
+    bool global = !P->swa || hp->rope_swa_global; /* scaled as the global layers */
     hr_rope_params rp = {.n_rot = hp->n_rot,
                          .freq_base = P->swa ? hp->rope_base_swa : hp->rope_base,
                          .neox = hp->rope_neox,
                          .freq_factors = e->rope_freqs,
-                         .freq_scale = P->swa ? 1.0f : hp->rope_scale};
+                         .freq_scale = global ? hp->rope_scale : 1.0f,
+                         .ext_factor = global ? hp->yarn_ext : 0.0f,
+                         .mscale = global ? hp->yarn_mscale : 1.0f,
+                         .corr = {hp->yarn_corr[0], hp->yarn_corr[1]}};
     hr_rope(q, qh, D, pos, &rp);
     hr_rope(k, kvh, D, pos, &rp);
     size_t slot = (size_t)seq * (size_t)e->n_ctx * (size_t)KD;
@@ -156,7 +160,8 @@ void hr_layer_attention(const hr_layer_env *e, const hr_layer_part *P, const flo
                        .vt = P->vt + (size_t)R->seq[0] * slot,
                        .scratch = e->scratch,
                        .scale = hp->attn_scale,
-                       .window = P->swa ? hp->n_swa : 0};
+                       .window = P->swa ? hp->n_swa : 0,
+                       .sinks = W->sinks.data};
     if (R->n_runs == 1) { /* one sequence: its slot, positions pos[0]..pos[0]+n-1 */
         hr_attention(e->pool, &aa, e->q, n, R->pos[0], e->att); /* att: [n][QD] */
         return;
@@ -182,16 +187,21 @@ void hr_layer_ffn(const hr_layer_env *e, const hr_layer_part *P, const float *hi
 }
 
 /* Each row's top K experts by router probability (ties: the lower index)
- * and their weights, divided by their sum where the architecture says so;
- * the rows grouped by expert. */
+ * and their weights, divided by their sum where the architecture says so
+ * (gpt-oss: by biased logit, weights a softmax over the K); the rows
+ * grouped by expert. */
 static void hr_moe_route(const hr_layer_env *e, const hr_layer_part *P, int n) {
     const hr_hparams *hp = e->hp;
     int NE = hp->n_expert, K = hp->n_expert_used;
     int *first = e->moe_first;
+    bool oai = hp->arch->flags & HR_ARCH_OAI; /* top-k of the logits, softmax over those */
     memset(first, 0, (size_t)(NE + 1) * sizeof(int));
     for (int t = 0; t < n; t++) {
         float *p = e->moe_prob + (size_t)t * NE;
-        hr_softmax(p, NE);
+        if (P->w.gate_inp_b.data)
+            hr_add(p, P->w.gate_inp_b.data, NE);
+        if (!oai)
+            hr_softmax(p, NE);
         int *sel = e->moe_sel + (size_t)t * K;
         float *wt = e->moe_wt + (size_t)t * K, sum = 0.0f;
         for (int j = 0; j < K; j++) {
@@ -210,6 +220,8 @@ static void hr_moe_route(const hr_layer_env *e, const hr_layer_part *P, int n) {
             if (P->hits)
                 P->hits[best]++;
         }
+        if (oai)
+            hr_softmax(wt, K);
         if (hp->arch->moe_norm_w) {
             sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f; /* as llama.cpp clamps */
             for (int j = 0; j < K; j++)
@@ -251,19 +263,37 @@ static int hr_moe_groups(const hr_layer_env *e, const hr_weight *w0, const hr_we
     return ng;
 }
 
+/* Expert x's row of an experts' bias (HR_LT_MOE_BIAS), or NULL without one. */
+static const float *hr_moe_bias(const hr_weight *b, int x) {
+    return b->data ? (const float *)((const char *)b->data + (size_t)x * b->row_bytes) : NULL;
+}
+
 /* The experts' feed-forwards as products over all of them: gate/up of
  * every expert in one pass, SwiGLU, down in another (prefill: many rows
  * per expert, the tiles' work). */
 static void hr_moe_ffn_grouped(const hr_layer_env *e, const hr_layer_weights *W, int n) {
     size_t E = (size_t)e->hp->n_embd, F = (size_t)e->hp->n_ff_exp;
     int K = e->hp->n_expert_used;
+    bool oai = e->hp->arch->flags & HR_ARCH_OAI;
     int ng = hr_moe_groups(e, &W->gate_exps, &W->up_exps, e->moe_x, E, e->moe_g, e->moe_u, F);
     hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
-    for (int g = 0; g < n * K; g++)
-        hr_swiglu(e->moe_g + (size_t)g * F, e->moe_g + (size_t)g * F, e->moe_u + (size_t)g * F,
-                  (int)F);
+    for (int g = 0; g < n * K; g++) {
+        float *h = e->moe_g + (size_t)g * F, *u = e->moe_u + (size_t)g * F;
+        int x = e->moe_sel[e->moe_rows[g]]; /* the expert of grouped row g */
+        if (W->gate_exps_b.data) {
+            hr_add(h, hr_moe_bias(&W->gate_exps_b, x), (int)F);
+            hr_add(u, hr_moe_bias(&W->up_exps_b, x), (int)F);
+        }
+        if (oai)
+            hr_swiglu_oai(h, h, u, (int)F, 1.702f, 7.0f);
+        else
+            hr_swiglu(h, h, u, (int)F);
+    }
     ng = hr_moe_groups(e, &W->down_exps, NULL, e->moe_g, F, e->moe_y, NULL, E);
     hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
+    for (int g = 0; W->down_exps_b.data && g < n * K; g++)
+        hr_add(e->moe_y + (size_t)g * E, hr_moe_bias(&W->down_exps_b, e->moe_sel[e->moe_rows[g]]),
+               (int)E);
 }
 
 /* The experts' feed-forwards one expert at a time per thread, when each
@@ -290,7 +320,11 @@ static bool hr_moe_ffn_fused(const hr_layer_env *e, const hr_layer_weights *W) {
                             .h = e->moe_g + (size_t)f * F,
                             .u = e->moe_u + (size_t)f * F,
                             .y = e->moe_y + (size_t)f * E,
-                            .act = act};
+                            .act = act,
+                            .b_gate = hr_moe_bias(&W->gate_exps_b, x),
+                            .b_up = hr_moe_bias(&W->up_exps_b, x),
+                            .b_down = hr_moe_bias(&W->down_exps_b, x),
+                            .oai = (hp->arch->flags & HR_ARCH_OAI) != 0};
         act += (hr_swiglu_group_wbuf_size(g) + 63) & ~(size_t)63;
     }
     hr_swiglu_groups(e->pool, e->moe_ffn, ng);
@@ -355,14 +389,17 @@ void hr_layer_moe(const hr_layer_env *e, const hr_layer_part *P, float *hidden, 
     hr_layer_residual(hidden, y, n, (int)E);
 }
 
-/* The output projection of a block (Wo over att, Wdown over gate), through
- * the block's post-norm where it has one (HR_LT_POST_NORM), added to the
- * hidden state: what a whole layer does with its block's output. */
-static void hr_layer_project(const hr_layer_env *e, const hr_weight *w, const hr_weight *post,
-                             const float *x, float *hidden, float *y, int n,
+/* The output projection of a block (Wo over att, Wdown over gate), plus
+ * its bias where it has one (HR_LT_OUT_BIAS), through the block's
+ * post-norm where it has one (HR_LT_POST_NORM), added to the hidden state:
+ * what a whole layer does with its block's output. */
+static void hr_layer_project(const hr_layer_env *e, const hr_weight *w, const hr_weight *bias,
+                             const hr_weight *post, const float *x, float *hidden, float *y, int n,
                              const hr_layer_rows *R) {
     int E = e->hp->n_embd;
     hr_layer_matmul(e, w, x, y, n, R);
+    for (int t = 0; bias && bias->data && t < n; t++)
+        hr_add(y + (size_t)t * E, bias->data, E);
     for (int t = 0; post->data && t < n; t++)
         hr_rmsnorm(y + (size_t)t * E, y + (size_t)t * E, post->data, E, e->hp->rms_eps);
     hr_layer_residual(hidden, y, n, E);
@@ -378,7 +415,8 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
         if (j && j->attn)
             j->attn(j->ud, P, hidden, li);
         else
-            hr_layer_project(e, &P->w.wo, &P->w.attn_post_norm, e->att, hidden, y, n, R);
+            hr_layer_project(e, &P->w.wo, &P->w.bo, &P->w.attn_post_norm, e->att, hidden, y, n,
+                             R);
         if (P->w.gate_inp.data) {
             hr_layer_moe(e, P, hidden, y, n, R);
             goto next;
@@ -388,7 +426,7 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
         if (j && j->ffn)
             j->ffn(j->ud, P, hidden, li);
         else
-            hr_layer_project(e, &P->w.w_down, &P->w.ffn_post_norm, e->gate, hidden, y, n, R);
+            hr_layer_project(e, &P->w.w_down, NULL, &P->w.ffn_post_norm, e->gate, hidden, y, n, R);
     next:
         if (j && j->on_layer)
             j->on_layer(j->ud, li);

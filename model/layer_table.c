@@ -26,6 +26,8 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_ROW("attn_k.weight",      wk,        EMBD, KV,   0,              HEADS, 1),
     HR_ROW("attn_v.weight",      wv,        EMBD, KV,   0,              HEADS, 1),
     HR_ROW("attn_output.weight", wo,        Q,    EMBD, 0,              OUT,   2),
+    HR_ROW("attn_output.bias",   bo,        EMBD, 1,    HR_LT_OUT_BIAS, NONE,  0),
+    HR_ROW("attn_sinks.weight",  sinks,     HEADS, 1,   HR_LT_SINKS,    NONE,  0),
     HR_ROW("post_attention_norm.weight", attn_post_norm, EMBD, 1, HR_LT_POST_NORM, NONE, 0),
     HR_ROW("attn_q.bias",        bq,        Q,    1,    HR_LT_QKV_BIAS, HEADS, 0),
     HR_ROW("attn_k.bias",        bk,        KV,   1,    HR_LT_QKV_BIAS, HEADS, 0),
@@ -41,6 +43,10 @@ static const hr_layer_tensor hr_layer_tensors[] = {
     HR_EXP("ffn_gate_exps.weight", gate_exps, EMBD, FFE, HR_LT_MOE,            6),
     HR_EXP("ffn_up_exps.weight",   up_exps,   EMBD, FFE, HR_LT_MOE,            6),
     HR_EXP("ffn_down_exps.weight", down_exps, FFE,  EMBD, HR_LT_MOE,           7),
+    HR_ROW("ffn_gate_inp.bias",  gate_inp_b,  NEXP, 1,    HR_LT_MOE_BIAS, NONE, 0),
+    HR_ROW("ffn_gate_exps.bias", gate_exps_b, FFE,  NEXP, HR_LT_MOE_BIAS, NONE, 0),
+    HR_ROW("ffn_up_exps.bias",   up_exps_b,   FFE,  NEXP, HR_LT_MOE_BIAS, NONE, 0),
+    HR_ROW("ffn_down_exps.bias", down_exps_b, EMBD, NEXP, HR_LT_MOE_BIAS, NONE, 0),
     HR_ROW("ffn_gate_inp_shexp.weight", gate_inp_shexp, EMBD, 1, HR_LT_SHEXP, NONE, 0),
     HR_ROW("ffn_gate_shexp.weight", gate_shexp, EMBD, FFS, HR_LT_SHEXP, NONE,  8),
     HR_ROW("ffn_up_shexp.weight",   up_shexp,   EMBD, FFS, HR_LT_SHEXP, NONE,  8),
@@ -63,7 +69,8 @@ static const hr_layer_fused hr_layer_fused_tensors[] = {
  * them is accepted (as it always was); qwen3 needs its q/k norms. A llama
  * file with experts (Mixtral) routes its feed-forward through them; the
  * *moe rows always do. phi3 fuses gate/up always and q/k/v in the files
- * that have attn_qkv (all converted ones). */
+ * that have attn_qkv (all converted ones). gpt-oss has biases on every
+ * projection, the router and the experts. */
 /* clang-format off */
 static const hr_arch_info hr_archs[] = {
     /* name       rms_eps  rope_base   rope_neox sets            needs          moe norm_w flags */
@@ -77,6 +84,8 @@ static const hr_arch_info hr_archs[] = {
     {"gemma3",   1e-6f,   10000.0f,   true,     HR_LT_QK_NORM | HR_LT_POST_NORM,
      HR_LT_QK_NORM | HR_LT_POST_NORM, 0, false, HR_ARCH_DENSE | HR_ARCH_GEGLU | HR_ARCH_EMBD_SCALE |
      HR_ARCH_SWA},
+    {"gpt-oss",  1e-5f,   150000.0f,  true,     HR_LT_QKV_BIAS | HR_LT_OUT_BIAS | HR_LT_SINKS | HR_LT_MOE_BIAS,
+     HR_LT_QKV_BIAS | HR_LT_OUT_BIAS | HR_LT_SINKS | HR_LT_MOE_BIAS, 1, false, HR_ARCH_OAI | HR_ARCH_SWA},
 };
 /* clang-format on */
 
@@ -86,6 +95,13 @@ int hr_layer_tensor_count(void) { return HR_N_LAYER_TENSORS; }
 
 const hr_layer_tensor *hr_layer_tensor_get(int i) {
     return i >= 0 && i < HR_N_LAYER_TENSORS ? &hr_layer_tensors[i] : NULL;
+}
+
+const char *hr_layer_tensor_name(const hr_layer_tensor *t, const hr_hparams *hp) {
+    if (hp->arch && (hp->arch->flags & HR_ARCH_OAI) &&
+        t->offset == offsetof(hr_layer_weights, ffn_norm))
+        return "post_attention_norm.weight";
+    return t->name;
 }
 
 const hr_weight *hr_layer_weight(const hr_layer_weights *L, const hr_layer_tensor *t) {
@@ -102,6 +118,8 @@ int64_t hr_dim_size(const hr_hparams *hp, hr_dim d) {
         return 1;
     case HR_DIM_HEAD:
         return hp->head_dim;
+    case HR_DIM_HEADS:
+        return hp->n_head;
     case HR_DIM_EMBD:
         return hp->n_embd;
     case HR_DIM_Q:

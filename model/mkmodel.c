@@ -39,23 +39,30 @@ static const struct {
     {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 0, 0, 0, 0},
     {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 0, 0, 0, 0},
     {"gemma3-tiny", "gemma3", 256, 4, 4, 2, 512, 32000, 0, 0, 0, 0},
+    {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 2880, 201088, 32, 4, 2880, 0},
+    {"gpt-oss-small", "gpt-oss", 1024, 12, 16, 4, 1024, 32000, 32, 4, 1024, 0},
+    {"gpt-oss-tiny", "gpt-oss", 256, 2, 8, 4, 256, 32000, 8, 2, 256, 0},
 };
 
-/* What the dense neighbours' shapes add: head width, window and pattern,
- * RoPE base and linear scaling, training context, tied output. */
+/* What the other architectures' shapes add: head width, window and
+ * pattern, RoPE base and scaling (linear, or YaRN over yarn_ctx), training
+ * context, tied output. */
 static const struct {
     const char *name;
     int hd, swa, pattern;
     float rope_base, rope_factor;
-    int ctx;
+    int yarn_ctx, ctx;
     bool tied;
 } hr_mk_extras[] = {
-    {"phi3-mini", 0, 0, 0, 10000.0f, 0.0f, 4096, false},
-    {"phi3-small", 0, 0, 0, 10000.0f, 0.0f, 4096, false},
-    {"phi3-tiny", 0, 0, 0, 10000.0f, 0.0f, 4096, false},
-    {"gemma3-1b", 256, 512, 0, 1000000.0f, 0.0f, 32768, true},
-    {"gemma3-270m", 256, 512, 0, 1000000.0f, 0.0f, 32768, true},
-    {"gemma3-tiny", 128, 8, 3, 1000000.0f, 8.0f, 4096, true},
+    {"phi3-mini", 0, 0, 0, 10000.0f, 0.0f, 0, 4096, false},
+    {"phi3-small", 0, 0, 0, 10000.0f, 0.0f, 0, 4096, false},
+    {"phi3-tiny", 0, 0, 0, 10000.0f, 0.0f, 0, 4096, false},
+    {"gemma3-1b", 256, 512, 0, 1000000.0f, 0.0f, 0, 32768, true},
+    {"gemma3-270m", 256, 512, 0, 1000000.0f, 0.0f, 0, 32768, true},
+    {"gemma3-tiny", 128, 8, 3, 1000000.0f, 8.0f, 0, 4096, true},
+    {"gpt-oss-20b", 64, 128, 0, 150000.0f, 32.0f, 4096, 131072, false},
+    {"gpt-oss-small", 64, 128, 0, 150000.0f, 32.0f, 4096, 131072, false},
+    {"gpt-oss-tiny", 64, 8, 0, 150000.0f, 32.0f, 4096, 131072, false},
 };
 
 const char *hr_mkmodel_shape_names(void) {
@@ -90,6 +97,7 @@ int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name) {
                 p->swa_pattern = hr_mk_extras[j].pattern;
                 p->rope_base = hr_mk_extras[j].rope_base;
                 p->rope_factor = hr_mk_extras[j].rope_factor;
+                p->yarn_ctx = hr_mk_extras[j].yarn_ctx;
                 p->n_ctx = hr_mk_extras[j].ctx;
                 p->tied = hr_mk_extras[j].tied;
                 p->norm_std = 0.1f;
@@ -107,13 +115,16 @@ typedef struct {
     int more_bits; /* attn_v / ffn_down on "more bits" layers (K_M mixes) */
     int output;    /* output.weight */
     int embd;      /* token_embd.weight */
+    int experts;   /* the routed experts' stacks (0: as the other matrices) */
 } hr_ftype;
 
 /* The mixes; every supported type of the traits table is also a file type
  * of its own (hr_ftype_find). */
 static const hr_ftype hr_ftype_mixes[] = {
-    {"q4_k_m", HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q4_K},
-    {"q5_k_m", HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q5_K},
+    {"q4_k_m", HR_TYPE_Q4_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q4_K, 0},
+    {"q5_k_m", HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_Q6_K, HR_TYPE_Q5_K, 0},
+    /* as gpt-oss ships: MXFP4 experts, everything else q8_0 */
+    {"mxfp4_moe", HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_Q8_0, HR_TYPE_MXFP4},
 };
 
 static double hr_bits_per_weight(int type) {
@@ -135,7 +146,7 @@ static bool hr_ftype_find(const char *name, hr_ftype *out) {
     if (t < 0 || !hr_type_get(t)->supported)
         return false;
     const bool small = hr_bits_per_weight(t) < hr_bits_per_weight(HR_TYPE_Q6_K);
-    *out = (hr_ftype){name, t, t, small ? HR_TYPE_Q6_K : t, t};
+    *out = (hr_ftype){name, t, t, small ? HR_TYPE_Q6_K : t, t, 0};
     return true;
 }
 
@@ -295,9 +306,18 @@ done:
  * file type, with attn_v / ffn_down on the "more bits" layers as
  * llama.cpp's K_M mixes. */
 static void hr_mk_layer_fill(const hr_layer_tensor *t, const hr_ftype *ft, int il, int n_layer,
-                             int64_t n_in, float norm_std, int *type, float *std, float *c) {
+                             int64_t n_in, float norm_std, bool oai, int *type, float *std,
+                             float *c) {
+    bool bias = strstr(t->name, ".bias") != NULL;
+    if (t->set & (HR_LT_OUT_BIAS | HR_LT_MOE_BIAS | HR_LT_SINKS)) {
+        /* gpt-oss's biases and sinks: large enough to move routes and
+         * attention (the experts' biases are a matrix of one row each) */
+        *type = HR_TYPE_F32;
+        *std = bias ? 0.2f : 1.0f;
+        *c = 0.0f;
+        return;
+    }
     if (t->n_out == HR_DIM_1) {
-        bool bias = strstr(t->name, ".bias") != NULL;
         bool gate = strstr(t->name, "gate_inp") != NULL; /* the shared expert's gate */
         *type = HR_TYPE_F32;
         *std = bias ? 0.02f : gate ? 1.0f / sqrtf((float)n_in) : norm_std;
@@ -313,7 +333,12 @@ static void hr_mk_layer_fill(const hr_layer_tensor *t, const hr_ftype *ft, int i
     }
     bool mixed = strcmp(t->name, "attn_v.weight") == 0 || strncmp(t->name, "ffn_down", 8) == 0;
     *type = mixed && hr_use_more_bits(il, n_layer) ? ft->more_bits : ft->base;
+    if (t->experts && ft->experts)
+        *type = ft->experts;
     *std = 1.0f / sqrtf((float)n_in);
+    /* gpt-oss's experts: gate and up wide enough that its clamp at 7 acts */
+    if (oai && t->experts && t->n_in == HR_DIM_EMBD)
+        *std *= 3.0f;
     *c = 0.0f;
 }
 
@@ -391,8 +416,11 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
     hr_gguf_writer_set_f32(w, HR_KEY("rope.freq_base"),
                            p->rope_base > 0 ? p->rope_base : arch->rope_base);
     if (p->rope_factor > 0) {
-        hr_gguf_writer_set_str(w, HR_KEY("rope.scaling.type"), "linear");
+        hr_gguf_writer_set_str(w, HR_KEY("rope.scaling.type"), p->yarn_ctx > 0 ? "yarn" : "linear");
         hr_gguf_writer_set_f32(w, HR_KEY("rope.scaling.factor"), p->rope_factor);
+        if (p->yarn_ctx > 0)
+            hr_gguf_writer_set_u32(w, HR_KEY("rope.scaling.original_context_length"),
+                                   (uint32_t)p->yarn_ctx);
     }
     if ((arch->flags & HR_ARCH_SWA) && p->n_swa > 0) {
         hr_gguf_writer_set_u32(w, HR_KEY("attention.sliding_window"), (uint32_t)p->n_swa);
@@ -424,7 +452,8 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
         goto done;
     }
     uint64_t rng = p->seed * 0x2545F4914F6CDD1Dull + 1;
-    hr_hparams hp = {.n_embd = E,
+    hr_hparams hp = {.arch = arch,
+                     .n_embd = E,
                      .n_head = p->n_head,
                      .n_head_kv = p->n_head_kv,
                      .head_dim = D,
@@ -461,9 +490,10 @@ int hr_mkmodel_write(const hr_mkmodel_params *p, const char *path, hr_mkmodel_pr
             int64_t n_mat = t->experts ? p->n_expert : 1;
             int type;
             float std, c;
-            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, p->norm_std, &type, &std, &c);
+            hr_mk_layer_fill(t, ft, il, p->n_layer, n_in, p->norm_std,
+                             (arch->flags & HR_ARCH_OAI) != 0, &type, &std, &c);
             char nm[96];
-            snprintf(nm, sizeof nm, "blk.%d.%s", il, f ? f->name : t->name);
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, f ? f->name : hr_layer_tensor_name(t, &hp));
             HR_T(nm, type, n_in, n_out, n_mat, std, c);
         }
     }

@@ -27,10 +27,12 @@ typedef struct {
     int n_swa, swa_pattern;
     bool tied;              /* no output.weight: the output head is token_embd */
     float norm_std;         /* norm weights 1 + N(0, norm_std); 0 = all 1 */
-    const char *ftype;      /* "q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", ... */
+    const char *ftype;      /* "q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", "mxfp4",
+                               "mxfp4_moe" (experts mxfp4, the rest q8_0), ... */
     const char *vocab_from; /* GGUF to copy tokenizer.* keys from, or NULL */
     float rope_base;        /* 0 = architecture default */
-    float rope_factor;      /* linear RoPE scaling factor written (0 = none) */
+    float rope_factor;      /* RoPE scaling factor written (0 = none): linear, or YaRN's */
+    int yarn_ctx;           /* > 0: rope_factor is YaRN's, over this original context */
     uint64_t seed;
 } hr_mkmodel_params;
 
@@ -52,7 +54,13 @@ hr_mkmodel_params hr_mkmodel_params_default(void);
  * tied output), "gemma3-270m" (Gemma 3 270M: 640x18, the same heads, ffn
  * 2048) and "gemma3-tiny" (256x4, 4/2 heads of 128, ffn 512, a window of
  * 8 on 2 of 3 layers, linear RoPE scaling by 8 as Gemma 3 4B and larger
- * have). The phi3 and gemma3 shapes draw their norm weights around 1.
+ * have); "gpt-oss-20b" (gpt-oss-20b: 2880x24, 64/8 heads of 64, 32
+ * experts, 4 used, of 2880 rows, vocab 201088, a window of 128 on every
+ * other layer, YaRN by 32 over 4096; about 12 GiB at mxfp4_moe),
+ * "gpt-oss-small" (1024x12, 16/4 heads of 64, 32 experts, 4 used, of
+ * 1024 rows: about 0.7 GiB at mxfp4_moe) and "gpt-oss-tiny" (256x2, 8/4
+ * heads of 64, 8 experts, 2 used, of 256 rows, a window of 8). The phi3,
+ * gemma3 and gpt-oss shapes draw their norm weights around 1.
  * Returns HR_ENOENT for an unknown name. */
 int hr_mkmodel_shape(hr_mkmodel_params *p, const char *name);
 /* "tinyllama, small, ...": the names hr_mkmodel_shape knows, made from its

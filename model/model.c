@@ -16,7 +16,11 @@
 #include <string.h>
 
 #define TAG "model"
-#define HR_LT_FFN_SETS (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP)
+/* sets whose tensors bind only in files whose architecture has them (the
+ * others, such as q/k/v biases, bind when present) */
+#define HR_LT_ONLY_SETS                                                                            \
+    (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP | HR_LT_POST_NORM | HR_LT_OUT_BIAS | HR_LT_SINKS |         \
+     HR_LT_MOE_BIAS)
 #define HR_MAX_CTX_DEFAULT 4096
 
 int hr_hparams_ctx(const hr_hparams *hp, int requested) {
@@ -107,9 +111,17 @@ static int hr_read_experts(const hr_gguf *g, const char *arch, hr_hparams *hp, c
     return 0;
 }
 
-/* Linear RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the
- * older rope.scale_linear) when rope.scaling.type is linear or absent.
- * Other scaling types are not applied. */
+/* llama.cpp's YaRN correction dimension: where n_rot dims of base b turn
+ * `rot` times over n_ctx_orig positions */
+static float hr_yarn_corr_dim(int n_rot, int n_ctx_orig, float rot, float base) {
+    return (float)n_rot * logf((float)n_ctx_orig / (rot * 2.0f * 3.14159265358979323846f)) /
+           (2.0f * logf(base));
+}
+
+/* RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the older
+ * rope.scale_linear) when rope.scaling.type is linear or absent, or yarn
+ * with its original context and beta_fast / beta_slow (32 / 1 unless the
+ * file says). Other scaling types are not applied. */
 static int hr_read_rope_scaling(const hr_gguf *g, const char *arch, hr_hparams *hp, char *err) {
     char key[128];
     const char *type = "linear";
@@ -123,11 +135,48 @@ static int hr_read_rope_scaling(const hr_gguf *g, const char *arch, hr_hparams *
     if (factor == 0.0f && (rc = hr_get_f32_arch(g, arch, "rope.scale_linear", &factor, 0.0f, err)))
         return rc;
     hp->rope_scale = 1.0f;
-    if (strcmp(type, "linear") != 0 || factor == 0.0f)
+    hp->yarn_ext = 0.0f;
+    hp->yarn_mscale = 1.0f;
+    bool yarn = strcmp(type, "yarn") == 0;
+    if ((!yarn && strcmp(type, "linear") != 0) || factor == 0.0f)
         return 0;
     if (!(factor > 0.0f && factor <= 1024.0f))
         return hr_seterr(err, HR_EFORMAT, "implausible rope.scaling.factor %g", factor);
     hp->rope_scale = 1.0f / factor;
+    if (!yarn)
+        return 0;
+    float fast, slow, log_mul, attn;
+    uint32_t orig = (uint32_t)hp->n_ctx_train;
+    if ((rc = hr_get_f32_arch(g, arch, "rope.scaling.yarn_beta_fast", &fast, 32.0f, err)) ||
+        (rc = hr_get_f32_arch(g, arch, "rope.scaling.yarn_beta_slow", &slow, 1.0f, err)) ||
+        (rc = hr_get_f32_arch(g, arch, "rope.scaling.yarn_ext_factor", &hp->yarn_ext, 1.0f, err)) ||
+        (rc = hr_get_f32_arch(g, arch, "rope.scaling.yarn_log_multiplier", &log_mul, 0.0f, err)) ||
+        (rc = hr_get_f32_arch(g, arch, "rope.scaling.attn_factor", &attn, 1.0f, err)))
+        return rc;
+    rc = hr_get_u32_arch(g, arch, "rope.scaling.original_context_length", &orig, false, err);
+    if (rc != 0 && rc != HR_ENOENT)
+        return rc;
+    if (log_mul != 0.0f)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "%s.rope.scaling.yarn_log_multiplier %g: YaRN with a log multiplier (as "
+                         "in DeepSeek) is not supported",
+                         arch, log_mul);
+    if (!(fast > slow && slow > 0.0f && fast < 1e4f) || orig < 16 || orig > (1u << 24) ||
+        !(hp->yarn_ext >= 0.0f && hp->yarn_ext <= 1.0f) || !(attn > 0.0f && attn < 100.0f))
+        return hr_seterr(err, HR_EFORMAT,
+                         "implausible YaRN parameters: beta_fast %g, beta_slow %g, original "
+                         "context %u, ext_factor %g, attn_factor %g",
+                         fast, slow, orig, hp->yarn_ext, attn);
+    /* llama.cpp's attention factor (1 + 0.1 ln f), divided out again by the
+     * context and multiplied back in by the rotation: the same float steps */
+    const float m = 0.1f * logf(factor) + 1.0f;
+    hp->yarn_mscale = m * (1.0f / (1.0f + 0.1f * logf(factor))) * attn;
+    if (hp->yarn_ext != 0.0f)
+        hp->yarn_mscale *= 1.0f + 0.1f * logf(1.0f / hp->rope_scale);
+    float lo = floorf(hr_yarn_corr_dim(hp->n_rot, (int)orig, fast, hp->rope_base));
+    float hi = ceilf(hr_yarn_corr_dim(hp->n_rot, (int)orig, slow, hp->rope_base));
+    hp->yarn_corr[0] = lo > 0.0f ? lo : 0.0f;
+    hp->yarn_corr[1] = hi < (float)(hp->n_rot - 1) ? hi : (float)(hp->n_rot - 1);
     return 0;
 }
 
@@ -141,9 +190,11 @@ static int hr_read_arch_extras(const hr_gguf *g, const char *arch, hr_hparams *h
     if (strcmp(arch, "gemma3") == 0 && hp->n_layer == 62)
         hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     hp->embd_scale = flags & HR_ARCH_EMBD_SCALE ? sqrtf((float)hp->n_embd) : 1.0f;
+    bool oai = flags & HR_ARCH_OAI;
     hp->n_swa = 0;
-    hp->swa_pattern = 6;
-    hp->rope_base_swa = 10000.0f;
+    hp->swa_pattern = oai ? 2 : 6;
+    hp->rope_base_swa = oai ? hp->rope_base : 10000.0f;
+    hp->rope_swa_global = oai;
     uint32_t v;
     int rc;
     if (flags & HR_ARCH_SWA) {
@@ -157,8 +208,8 @@ static int hr_read_arch_extras(const hr_gguf *g, const char *arch, hr_hparams *h
             hp->swa_pattern = v > 4096 ? 4096 : (int)v;
         else if (rc != HR_ENOENT)
             return rc;
-        if ((rc =
-                 hr_get_f32_arch(g, arch, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f, err)))
+        if ((rc = hr_get_f32_arch(g, arch, "rope.freq_base_swa", &hp->rope_base_swa,
+                                  hp->rope_base_swa, err)))
             return rc;
         if (!(hp->rope_base_swa > 1.0f))
             return hr_seterr(err, HR_EFORMAT, "implausible rope.freq_base_swa %g",
@@ -337,8 +388,8 @@ static int hr_bind_vector(hr_model *m, const hr_gguf *g, const char *name, int64
 static int hr_bind_layer(hr_model *m, const hr_gguf *g, int il, char *err) {
     for (int i = 0; i < hr_layer_tensor_count(); i++) {
         const hr_layer_tensor *t = hr_layer_tensor_get(i);
-        if ((t->set & HR_LT_FFN_SETS) && !(t->set & m->hp.sets))
-            continue; /* a feed-forward this file does not have (dense, routed or shared) */
+        if ((t->set & HR_LT_ONLY_SETS) && !(t->set & m->hp.sets))
+            continue; /* e.g. a feed-forward this file does not have (dense, routed or shared) */
         int part;
         const hr_layer_fused *f = hr_layer_fused_of(t, m->hp.sets, &part);
         if (f && part == 0) {
@@ -357,7 +408,7 @@ static int hr_bind_layer(hr_model *m, const hr_gguf *g, int il, char *err) {
         int64_t n_in = hr_dim_size(&m->hp, t->n_in), n_out = hr_dim_size(&m->hp, t->n_out);
         hr_weight *w = hr_layer_weight_mut(&m->layers[il], t);
         char nm[96];
-        snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, hr_layer_tensor_name(t, &m->hp));
         int rc = t->n_out == HR_DIM_1
                      ? hr_bind_vector(m, g, nm, n_in, w, optional, err)
                      : hr_bind_stack(g, nm, n_in, n_out, t->experts ? m->hp.n_expert : 1, w,
@@ -444,7 +495,7 @@ int hr_model_refresh_layers(hr_model *m, const hr_gguf *g, int il0, int il1, cha
             if (t->n_out != HR_DIM_1 || !w->data)
                 continue;
             char nm[96];
-            snprintf(nm, sizeof nm, "blk.%d.%s", il, t->name);
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, hr_layer_tensor_name(t, &m->hp));
             hr_weight raw;
             int rc = hr_bind_matrix(g, nm, w->n_in, 1, &raw, false, err);
             if (rc)

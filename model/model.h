@@ -16,7 +16,10 @@
  * and medium: fused q/k/v and gate/up tensors; the 128k variants' LongRoPE
  * is refused) and gemma3 (sliding-window local layers between global
  * ones, GeGLU, norms after attention and feed-forward, per-head q/k norms,
- * scaled embeddings). Anything else is refused with a clear message. */
+ * scaled embeddings) and gpt-oss (biases everywhere, attention sinks,
+ * local layers every other layer, YaRN RoPE, routed experts with a
+ * clamped SwiGLU, usually in MXFP4). Anything else is refused with a
+ * clear message. */
 #ifndef HR_MODEL_MODEL_H
 #define HR_MODEL_MODEL_H
 
@@ -39,6 +42,9 @@ enum {
     HR_LT_QKV_FUSED = 1u << 5, /* attn_qkv.weight: the rows of Wq, Wk, Wv in one tensor */
     HR_LT_UP_FUSED = 1u << 6,  /* ffn_up.weight of 2 n_ff rows: Wgate's, then Wup's */
     HR_LT_POST_NORM = 1u << 7, /* post_attention_norm, post_ffw_norm: each block's output normed */
+    HR_LT_OUT_BIAS = 1u << 8,  /* attn_output.bias */
+    HR_LT_SINKS = 1u << 9,     /* attn_sinks.weight: one learned logit per head in each softmax */
+    HR_LT_MOE_BIAS = 1u << 10, /* ffn_gate_inp.bias and the experts' ffn_{gate,up,down}_exps.bias */
 };
 
 /* What an architecture computes differently (hr_arch_info.flags). */
@@ -50,6 +56,12 @@ enum {
      * every attention.sliding_window_pattern-th layer (6 by default), RoPE
      * base rope.freq_base_swa (10000) there */
     HR_ARCH_SWA = 1u << 3,
+    /* gpt-oss: the feed-forward's input norm is stored as post_attention_norm;
+     * the router picks the top-k logits and weighs them by a softmax over
+     * those k; the experts' SwiGLU is clamped (gate <= 7, |up| <= 7, gate
+     * through x * sigmoid(1.702 x), times up + 1) after their biases; every
+     * other layer is local (pattern 2) with the global layers' RoPE */
+    HR_ARCH_OAI = 1u << 4,
 };
 
 /* One row of the architecture table (model/layer_table.c). */
@@ -86,7 +98,14 @@ typedef struct {
     int n_rot;
     float rms_eps;
     float rope_base;
-    float rope_scale; /* linear RoPE scaling: angles times 1 / rope.scaling.factor (1: none) */
+    float rope_scale; /* RoPE scaling (linear or YaRN): angles times 1 / rope.scaling.factor
+                         (1: none) */
+    /* YaRN (rope.scaling.type yarn; yarn_ext 0 otherwise): dimensions below
+     * yarn_corr[0] keep their unscaled angle, those above yarn_corr[1] take
+     * the scaled one, a linear ramp between (times yarn_ext); cos and sin are
+     * multiplied by yarn_mscale (1 + 0.1 ln factor, as llama.cpp's graph
+     * ends up with) */
+    float yarn_ext, yarn_mscale, yarn_corr[2];
     bool rope_neox;
     bool tied_output; /* output head reuses token_embd */
     float attn_scale; /* of the attention scores: 1/sqrt(head_dim), or the architecture's */
@@ -98,6 +117,7 @@ typedef struct {
     int n_swa;
     int swa_pattern;
     float rope_base_swa;
+    bool rope_swa_global; /* local layers rotate as the global ones (scaling, YaRN) too */
     /* mixture of experts (n_expert 0: a dense model) */
     int n_expert;      /* routed experts per layer */
     int n_expert_used; /* experts each token is routed to (top-k) */
@@ -114,6 +134,8 @@ typedef struct {
  * no field: its parts (wq/wk/wv, w_gate/w_up) are views of its rows. */
 typedef struct {
     hr_weight attn_norm, wq, wk, wv, wo, ffn_norm;
+    hr_weight bo;    /* HR_LT_OUT_BIAS */
+    hr_weight sinks; /* HR_LT_SINKS: [n_head] */
     hr_weight w_gate, w_up, w_down;          /* HR_LT_FFN */
     hr_weight bq, bk, bv;                    /* HR_LT_QKV_BIAS */
     hr_weight q_norm, k_norm;                /* HR_LT_QK_NORM */
@@ -123,12 +145,17 @@ typedef struct {
      * e's rows are [e * n_out / n_expert, (e + 1) * n_out / n_expert)) */
     hr_weight gate_inp, gate_exps, up_exps, down_exps;
     hr_weight gate_inp_shexp, gate_shexp, up_shexp, down_shexp; /* HR_LT_SHEXP */
+    /* HR_LT_MOE_BIAS: the router's bias [n_expert] and the experts' biases,
+     * f32 matrices of one row per expert ([n_ff_exp] for gate and up,
+     * [n_embd] for down) */
+    hr_weight gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 } hr_layer_weights;
 
 /* A tensor dimension in terms of the hyper-parameters. */
 typedef enum {
     HR_DIM_1,    /* 1: the tensor is a vector */
     HR_DIM_HEAD, /* head_dim */
+    HR_DIM_HEADS, /* n_head */
     HR_DIM_EMBD, /* n_embd */
     HR_DIM_Q,    /* n_head * head_dim */
     HR_DIM_KV,   /* n_head_kv * head_dim */
@@ -161,6 +188,10 @@ typedef struct {
 /* The table: rows 0 .. hr_layer_tensor_count() - 1. Thread-safe. */
 int hr_layer_tensor_count(void);
 const hr_layer_tensor *hr_layer_tensor_get(int i);
+/* The GGUF name of row t (after "blk.N.") in a file of these
+ * hyper-parameters: gpt-oss stores the feed-forward's input norm as
+ * "post_attention_norm.weight". */
+const char *hr_layer_tensor_name(const hr_layer_tensor *t, const hr_hparams *hp);
 /* The weight a row names in L. */
 const hr_weight *hr_layer_weight(const hr_layer_weights *L, const hr_layer_tensor *t);
 /* Size of d for these hyper-parameters. */

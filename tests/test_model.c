@@ -65,7 +65,7 @@ static void test_arch_table(void) {
     CHECK_EQ(qwen3->needs, HR_LT_QK_NORM);
     CHECK_EQ(qwen2->sets, HR_LT_QKV_BIAS);
     char names[128];
-    const char *all = "llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3, gemma3";
+    const char *all = "llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3, gemma3, gpt-oss";
     CHECK_EQ(hr_arch_names(names, sizeof names), strlen(all));
     CHECK_STR(names, all);
     /* experts: the *moe rows always, llama by the file; qwen2moe's shared

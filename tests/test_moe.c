@@ -24,7 +24,8 @@
 #define MAX_K 16
 
 static const char *fixture_names[] = {"qwen3moe-f32",    "qwen3moe-q4_k_m", "qwen2moe-f32",
-                                      "qwen2moe-q4_k_m", "mixtral-f32",     "mixtral-q4_k_m"};
+                                      "qwen2moe-q4_k_m", "mixtral-f32",     "mixtral-q4_k_m",
+                                      "gpt-oss-f32",     "gpt-oss-mxfp4"};
 
 static char tmpdir[] = "/tmp/hr_moe_XXXXXX";
 

@@ -9,8 +9,8 @@
  * file's theta, causal GQA attention, SwiGLU, output head.
  *
  * Q4_1, Q5_0, Q5_1 and BF16 appear in no shared fixture: this is their only
- * model-level check. Quantized types are held to a looser bound because
- * hearth quantizes activations (Q8_0 / Q8_1 / Q8_K) before each quantized
+ * model-level check (MXFP4's other one is the gpt-oss fixture). Quantized types are held to a
+ * looser bound because hearth quantizes activations (Q8_0 / Q8_1 / Q8_K) before each quantized
  * matmul and keeps its KV cache in F16; float types only see the F16 KV
  * cache and float32 accumulation. */
 #include "tests/check.h"
@@ -190,6 +190,25 @@ static void deq_q6_k(const uint8_t *b, double *y) {
     }
 }
 
+/* mxfp4, 17 bytes / 32 (OCP microscaling): an E8M0 exponent byte e
+ * (scale 2^(e-127)), then 16 bytes of two E2M1 codes, element j in the low
+ * nibble of byte j and element j + 16 in the high one. E2M1: sign bit 3,
+ * exponent bits 2-1 (bias 1), mantissa bit 0; exponent 0 is subnormal
+ * (m * 0.5). */
+static double ref_e2m1(unsigned c) {
+    const unsigned ex = (c >> 1) & 3, m = c & 1;
+    const double v = ex == 0 ? 0.5 * m : ldexp(1.0 + 0.5 * m, (int)ex - 1);
+    return c & 8 ? -v : v;
+}
+
+static void deq_mxfp4(const uint8_t *b, double *y) {
+    const double d = ldexp(1.0, (int)b[0] - 127);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * ref_e2m1(b[1 + j] & 15);
+        y[j + 16] = d * ref_e2m1(b[1 + j] >> 4);
+    }
+}
+
 typedef struct {
     int type;
     int block_elems;
@@ -203,7 +222,7 @@ static const ref_layout ref_layouts[] = {
     {HR_TYPE_Q4_1, 32, 20, deq_q4_1},   {HR_TYPE_Q5_0, 32, 22, deq_q5_0},
     {HR_TYPE_Q5_1, 32, 24, deq_q5_1},   {HR_TYPE_Q8_0, 32, 34, deq_q8_0},
     {HR_TYPE_Q4_K, 256, 144, deq_q4_k}, {HR_TYPE_Q5_K, 256, 176, deq_q5_k},
-    {HR_TYPE_Q6_K, 256, 210, deq_q6_k},
+    {HR_TYPE_Q6_K, 256, 210, deq_q6_k}, {HR_TYPE_MXFP4, 32, 17, deq_mxfp4},
 };
 #define REF_N_LAYOUTS ((int)(sizeof ref_layouts / sizeof ref_layouts[0]))
 
@@ -454,7 +473,7 @@ static const ref_case ref_cases[] = {
     {"f32", HR_TYPE_F32, false},  {"f16", HR_TYPE_F16, false},  {"bf16", HR_TYPE_BF16, false},
     {"q8_0", HR_TYPE_Q8_0, true}, {"q4_0", HR_TYPE_Q4_0, true}, {"q4_1", HR_TYPE_Q4_1, true},
     {"q5_0", HR_TYPE_Q5_0, true}, {"q5_1", HR_TYPE_Q5_1, true}, {"q4_k", HR_TYPE_Q4_K, true},
-    {"q5_k", HR_TYPE_Q5_K, true}, {"q6_k", HR_TYPE_Q6_K, true},
+    {"q5_k", HR_TYPE_Q5_K, true}, {"q6_k", HR_TYPE_Q6_K, true}, {"mxfp4", HR_TYPE_MXFP4, true},
 };
 #define REF_N_CASES ((int)(sizeof ref_cases / sizeof ref_cases[0]))
 
