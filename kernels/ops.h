@@ -73,10 +73,10 @@ void hr_matmul_groups(hr_pool *pool, hr_mm_group *g, int n_g, void *wbuf);
  * swiglu(gate x, up x) for n_tok <= HR_DOT_N_MAX rows; with biases and
  * gpt-oss's clamped SwiGLU where set. */
 typedef struct {
-    hr_weight gate, up, down; /* gate, up: n_in -> F; down: F -> n_out */
+    hr_weight gate, up, down;            /* gate, up: n_in -> F; down: F -> n_out */
     const float *b_gate, *b_up, *b_down; /* added after each product, or NULL */
     bool oai;                            /* hr_swiglu_oai (1.702, 7) instead of hr_swiglu */
-    const float *x;           /* [n_tok][n_in] f32 */
+    const float *x;                      /* [n_tok][n_in] f32 */
     int n_tok;
     float *h, *u; /* [n_tok][F] scratch (h ends as the SwiGLU values) */
     float *y;     /* [n_tok][n_out] */
@@ -105,8 +105,7 @@ void hr_softmax_sink(float *x, int n, float sink);
 void hr_swiglu(float *out, const float *gate, const float *up, int n);
 /* gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i],
  * -limit, limit), out[i] = g * sigmoid(alpha g) * (u + 1) */
-void hr_swiglu_oai(float *out, const float *gate, const float *up, int n, float alpha,
-                   float limit);
+void hr_swiglu_oai(float *out, const float *gate, const float *up, int n, float alpha, float limit);
 /* out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (GeGLU) */
 void hr_geglu(float *out, const float *gate, const float *up, int n);
 
@@ -135,8 +134,8 @@ typedef struct {
     const uint16_t *k;
     const uint16_t *vt;
     float *scratch;
-    float scale; /* of the scores q.k; 0 = 1/sqrt(head_dim) */
-    int window;  /* > 0: a token at pos sees positions pos-window+1..pos only; 0: all */
+    float scale;        /* of the scores q.k; 0 = 1/sqrt(head_dim) */
+    int window;         /* > 0: a token at pos sees positions pos-window+1..pos only; 0: all */
     const float *sinks; /* [n_head] or NULL: head h's softmax has one more logit, sinks[h],
                            whose weight goes nowhere */
 } hr_attn_args;

@@ -415,8 +415,7 @@ void hr_layer_window(const hr_layer_env *e, const hr_layer_part *parts, size_t s
         if (j && j->attn)
             j->attn(j->ud, P, hidden, li);
         else
-            hr_layer_project(e, &P->w.wo, &P->w.bo, &P->w.attn_post_norm, e->att, hidden, y, n,
-                             R);
+            hr_layer_project(e, &P->w.wo, &P->w.bo, &P->w.attn_post_norm, e->att, hidden, y, n, R);
         if (P->w.gate_inp.data) {
             hr_layer_moe(e, P, hidden, y, n, R);
             goto next;

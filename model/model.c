@@ -19,7 +19,7 @@
 /* sets whose tensors bind only in files whose architecture has them (the
  * others, such as q/k/v biases, bind when present) */
 #define HR_LT_ONLY_SETS                                                                            \
-    (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP | HR_LT_POST_NORM | HR_LT_OUT_BIAS | HR_LT_SINKS |         \
+    (HR_LT_FFN | HR_LT_MOE | HR_LT_SHEXP | HR_LT_POST_NORM | HR_LT_OUT_BIAS | HR_LT_SINKS |        \
      HR_LT_MOE_BIAS)
 #define HR_MAX_CTX_DEFAULT 4096
 

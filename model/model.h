@@ -134,8 +134,8 @@ typedef struct {
  * no field: its parts (wq/wk/wv, w_gate/w_up) are views of its rows. */
 typedef struct {
     hr_weight attn_norm, wq, wk, wv, wo, ffn_norm;
-    hr_weight bo;    /* HR_LT_OUT_BIAS */
-    hr_weight sinks; /* HR_LT_SINKS: [n_head] */
+    hr_weight bo;                            /* HR_LT_OUT_BIAS */
+    hr_weight sinks;                         /* HR_LT_SINKS: [n_head] */
     hr_weight w_gate, w_up, w_down;          /* HR_LT_FFN */
     hr_weight bq, bk, bv;                    /* HR_LT_QKV_BIAS */
     hr_weight q_norm, k_norm;                /* HR_LT_QK_NORM */
@@ -153,16 +153,16 @@ typedef struct {
 
 /* A tensor dimension in terms of the hyper-parameters. */
 typedef enum {
-    HR_DIM_1,    /* 1: the tensor is a vector */
-    HR_DIM_HEAD, /* head_dim */
+    HR_DIM_1,     /* 1: the tensor is a vector */
+    HR_DIM_HEAD,  /* head_dim */
     HR_DIM_HEADS, /* n_head */
-    HR_DIM_EMBD, /* n_embd */
-    HR_DIM_Q,    /* n_head * head_dim */
-    HR_DIM_KV,   /* n_head_kv * head_dim */
-    HR_DIM_FF,   /* n_ff */
-    HR_DIM_NEXP, /* n_expert */
-    HR_DIM_FFE,  /* n_ff_exp */
-    HR_DIM_FFS,  /* n_ff_shexp */
+    HR_DIM_EMBD,  /* n_embd */
+    HR_DIM_Q,     /* n_head * head_dim */
+    HR_DIM_KV,    /* n_head_kv * head_dim */
+    HR_DIM_FF,    /* n_ff */
+    HR_DIM_NEXP,  /* n_expert */
+    HR_DIM_FFE,   /* n_ff_exp */
+    HR_DIM_FFS,   /* n_ff_shexp */
 } hr_dim;
 
 /* How a tensor splits over tensor-parallel thread groups (model/tp.h). */
