@@ -174,6 +174,28 @@ DOT_BLOCKS32(dot_q4_0, hr_block_q4_0, hr_block_q8_0, sum_q4_0)
 DOT_BLOCKS32(dot_q5_0, hr_block_q5_0, hr_block_q8_0, sum_q5_0)
 DOT_BLOCKS32(dot_q8_0, hr_block_q8_0, hr_block_q8_0, sum_q8_0)
 #undef MIN_TERM
+/* MXFP4: the codes looked up as signed bytes (their doubled E2M1 values,
+ * |v| <= 12), low nibbles then high ones as q4_0's lanes; scale 2^(e-128)
+ * times dy, one block at a time in block order */
+static inline __m256i sum_mxfp4(const hr_block_mxfp4 *x, const hr_block_q8_0 *y) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)hr_mxfp4_values);
+    const __m128i q = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+    return dot_s8(_mm256_set_m128i(hi, lo), loadu256(y->qs));
+}
+
+static float dot_mxfp4(int64_t n, const void *w, const void *a) {
+    const hr_block_mxfp4 *x = w;
+    const hr_block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HR_QK_MXFP4; i++) {
+        const __m256 d = _mm256_set1_ps(hr_e8m0_half(x[i].e) * h2f(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum_mxfp4(x + i, y + i)), acc);
+    }
+    return hsum_ps(acc);
+}
+
 #define MIN_TERM MIN_TERM_M
 DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, sum_q4_1)
 DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, sum_q5_1)
@@ -864,6 +886,7 @@ void hr_quant_fill_avx2(hr_kernels *k) {
     k->vec_dot[HR_TYPE_Q4_K] = dot_q4_k;
     k->vec_dot[HR_TYPE_Q5_K] = dot_q5_k;
     k->vec_dot[HR_TYPE_Q6_K] = dot_q6_k;
+    k->vec_dot[HR_TYPE_MXFP4] = dot_mxfp4;
 
     /* several rows at once: faster than vec_dot per row even for one column */
     k->vec_dot_n[HR_TYPE_F32] = dotn_f32;

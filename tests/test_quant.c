@@ -78,6 +78,9 @@ static void random_blocks(int type, void *buf, int64_t n) {
         case HR_TYPE_Q4_0:
             ((hr_block_q4_0 *)buf)[i].d = rnd_half(-0.05f, 0.05f);
             break;
+        case HR_TYPE_MXFP4: /* scales 2^-8 .. 2^6 */
+            ((hr_block_mxfp4 *)buf)[i].e = (uint8_t)(120 + ((hr_block_mxfp4 *)buf)[i].e % 15);
+            break;
         case HR_TYPE_Q4_1: {
             hr_block_q4_1 *b = (hr_block_q4_1 *)buf + i;
             b->d = rnd_half(0.0f, 0.02f);
