@@ -1,4 +1,5 @@
-/* chat.c - built-in chat templates (ChatML, Llama 3, Llama 2, Mistral),
+/* chat.c - built-in chat templates (ChatML, Llama 3, Llama 2, Mistral,
+ * Gemma, Phi-3, harmony),
  * their recognition from tokenizer.chat_template, and rendering of whole
  * conversations or of the tail a KV cache still lacks. */
 #include "model/chat.h"
@@ -12,7 +13,8 @@
 
 #define TAG "chat"
 
-static const char *const k_names[HR_CHAT_COUNT] = {"chatml", "llama3", "llama2", "mistral"};
+static const char *const k_names[HR_CHAT_COUNT] = {"chatml", "llama3", "llama2", "mistral",
+                                                   "gemma",  "phi3",   "harmony"};
 
 const char *hr_chat_kind_name(hr_chat_kind k) {
     return (int)k >= 0 && k < HR_CHAT_COUNT ? k_names[k] : "?";
@@ -23,9 +25,11 @@ int hr_chat_kind_parse(const char *name, hr_chat_kind *out, char err[HR_ERR_LEN]
         const char *name;
         hr_chat_kind kind;
     } alias[] = {
-        {"chatml", HR_CHAT_CHATML},  {"qwen", HR_CHAT_CHATML},     {"qwen2", HR_CHAT_CHATML},
-        {"llama3", HR_CHAT_LLAMA3},  {"llama-3", HR_CHAT_LLAMA3},  {"llama2", HR_CHAT_LLAMA2},
-        {"llama-2", HR_CHAT_LLAMA2}, {"mistral", HR_CHAT_MISTRAL},
+        {"chatml", HR_CHAT_CHATML},   {"qwen", HR_CHAT_CHATML},     {"qwen2", HR_CHAT_CHATML},
+        {"llama3", HR_CHAT_LLAMA3},   {"llama-3", HR_CHAT_LLAMA3},  {"llama2", HR_CHAT_LLAMA2},
+        {"llama-2", HR_CHAT_LLAMA2},  {"mistral", HR_CHAT_MISTRAL}, {"gemma", HR_CHAT_GEMMA},
+        {"gemma3", HR_CHAT_GEMMA},    {"phi3", HR_CHAT_PHI3},       {"phi-3", HR_CHAT_PHI3},
+        {"harmony", HR_CHAT_HARMONY}, {"gpt-oss", HR_CHAT_HARMONY},
     };
     for (size_t i = 0; name && i < sizeof alias / sizeof alias[0]; i++) {
         if (strcasecmp(name, alias[i].name) == 0) {
@@ -34,7 +38,8 @@ int hr_chat_kind_parse(const char *name, hr_chat_kind *out, char err[HR_ERR_LEN]
         }
     }
     return hr_seterr(err, HR_EINVAL,
-                     "unknown chat template '%s' (known: chatml, llama3, llama2, mistral)",
+                     "unknown chat template '%s' (known: chatml, llama3, llama2, mistral, gemma, "
+                     "phi3, harmony)",
                      name ? name : "(null)");
 }
 
@@ -48,6 +53,8 @@ hr_chat_template hr_chat_template_init(hr_chat_kind k) {
     t.kind = (int)k >= 0 && k < HR_CHAT_COUNT ? k : HR_CHAT_CHATML;
     if (t.kind == HR_CHAT_LLAMA3) {
         hr_copy_token(t.bos, "<|begin_of_text|>");
+    } else if (t.kind == HR_CHAT_GEMMA) {
+        hr_copy_token(t.bos, "<bos>");
     } else if (t.kind == HR_CHAT_LLAMA2 || t.kind == HR_CHAT_MISTRAL) {
         hr_copy_token(t.bos, "<s>");
         hr_copy_token(t.eos, "</s>");
@@ -64,6 +71,12 @@ int hr_chat_detect(const char *jinja, hr_chat_kind *out) {
         *out = HR_CHAT_LLAMA3;
     else if (strstr(jinja, "[INST]"))
         *out = strstr(jinja, "<<SYS>>") ? HR_CHAT_LLAMA2 : HR_CHAT_MISTRAL;
+    else if (strstr(jinja, "<start_of_turn>"))
+        *out = HR_CHAT_GEMMA;
+    else if (strstr(jinja, "<|channel|>"))
+        *out = HR_CHAT_HARMONY;
+    else if (strstr(jinja, "<|assistant|>"))
+        *out = HR_CHAT_PHI3;
     else
         return HR_ENOENT;
     return 0;
@@ -93,7 +106,8 @@ int hr_chat_template_pick(hr_chat_template *out, const hr_gguf *g, const hr_toke
         }
     }
     *out = hr_chat_template_init(k);
-    if (tok && k != HR_CHAT_CHATML) {
+    if (tok && (k == HR_CHAT_LLAMA3 || k == HR_CHAT_LLAMA2 || k == HR_CHAT_MISTRAL ||
+                k == HR_CHAT_GEMMA)) {
         int32_t bos = hr_tokenizer_bos(tok), eos = hr_tokenizer_eos(tok);
         const char *bt = bos >= 0 ? hr_tokenizer_token_text(tok, bos) : NULL;
         const char *et = eos >= 0 ? hr_tokenizer_token_text(tok, eos) : NULL;
@@ -152,6 +166,12 @@ static size_t hr_close_len(const hr_chat_template *t) {
         return strlen("<|im_end|>\n");
     case HR_CHAT_LLAMA3:
         return strlen("<|eot_id|>");
+    case HR_CHAT_GEMMA:
+        return strlen("<end_of_turn>\n");
+    case HR_CHAT_PHI3:
+        return strlen("<|end|>\n");
+    case HR_CHAT_HARMONY:
+        return strlen("<|end|>");
     default:
         return strlen(t->eos);
     }
@@ -167,7 +187,7 @@ static int hr_check_msgs(const hr_chat_template *t, const hr_chat_msg *msgs, int
         const char *r = msgs[i].role;
         if (!r || !*r || !msgs[i].content)
             return hr_seterr(err, HR_EINVAL, "chat: message %d has no role or no content", i);
-        if (t->kind == HR_CHAT_LLAMA2 || t->kind == HR_CHAT_MISTRAL) {
+        if (t->kind == HR_CHAT_LLAMA2 || t->kind == HR_CHAT_MISTRAL || t->kind == HR_CHAT_GEMMA) {
             if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
                 return hr_seterr(err, HR_EINVAL,
                                  "chat: the %s template has no role '%s' (message %d)",
@@ -207,9 +227,76 @@ static void hr_put_inst(hr_sink *w, const hr_chat_template *t, const hr_chat_msg
     }
 }
 
+/* gpt-oss's system preamble (its template's, without the optional date) */
+#define HR_HARMONY_SYSTEM                                                                          \
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"       \
+    "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, "   \
+    "final. Channel must be included for every message.<|end|>"
+
+static void hr_render_harmony(const hr_chat_msg *msgs, int n, bool add_gen, hr_sink *w) {
+    hr_puts(w, HR_HARMONY_SYSTEM);
+    for (int i = 0; i < n; i++) {
+        if (hr_role_is(&msgs[i], "system")) {
+            hr_puts(w, "<|start|>developer<|message|># Instructions\n\n");
+            hr_puts(w, msgs[i].content);
+        } else if (hr_role_is(&msgs[i], "assistant")) {
+            hr_puts(w, "<|start|>assistant<|channel|>final<|message|>");
+            hr_puts(w, msgs[i].content);
+        } else {
+            hr_puts(w, "<|start|>");
+            hr_puts(w, msgs[i].role);
+            hr_puts(w, "<|message|>");
+            hr_puts(w, msgs[i].content);
+        }
+        hr_puts(w, "<|end|>");
+    }
+    if (add_gen)
+        hr_puts(w, "<|start|>assistant");
+}
+
+/* Gemma: system text folded into the first user turn, the assistant is
+ * "model", every turn trimmed. */
+static void hr_render_gemma(const hr_chat_template *t, const hr_chat_msg *msgs, int n, bool add_gen,
+                            hr_sink *w) {
+    hr_puts(w, t->bos);
+    int sys_begin = 0;
+    for (int i = 0; i < n; i++) {
+        if (hr_role_is(&msgs[i], "system"))
+            continue;
+        bool user = hr_role_is(&msgs[i], "user");
+        hr_puts(w, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
+        for (int j = sys_begin; user && j < i; j++) {
+            hr_put_trimmed(w, msgs[j].content);
+            hr_puts(w, "\n\n");
+        }
+        hr_put_trimmed(w, msgs[i].content);
+        hr_puts(w, "<end_of_turn>\n");
+        sys_begin = i + 1;
+    }
+    if (add_gen)
+        hr_puts(w, "<start_of_turn>model\n");
+}
+
 static void hr_render(const hr_chat_template *t, const hr_chat_msg *msgs, int n, bool add_gen,
                       hr_sink *w) {
     switch (t->kind) {
+    case HR_CHAT_HARMONY:
+        hr_render_harmony(msgs, n, add_gen, w);
+        return;
+    case HR_CHAT_GEMMA:
+        hr_render_gemma(t, msgs, n, add_gen, w);
+        return;
+    case HR_CHAT_PHI3:
+        for (int i = 0; i < n; i++) {
+            hr_puts(w, "<|");
+            hr_puts(w, msgs[i].role);
+            hr_puts(w, "|>\n");
+            hr_puts(w, msgs[i].content);
+            hr_puts(w, "<|end|>\n");
+        }
+        if (add_gen)
+            hr_puts(w, "<|assistant|>\n");
+        return;
     case HR_CHAT_CHATML:
         for (int i = 0; i < n; i++) {
             hr_puts(w, "<|im_start|>");

@@ -2,9 +2,13 @@
  * prompt text a chat model was trained on.
  *
  * Built in (no Jinja interpreter): ChatML (Qwen and many others), Llama 3,
- * Llama 2 ([INST] with <<SYS>>) and Mistral ([INST], system text folded
- * into the first user turn). The format of a model is recognized from
- * markers in its tokenizer.chat_template string, or chosen by name.
+ * Llama 2 ([INST] with <<SYS>>), Mistral ([INST], system text folded
+ * into the first user turn), Gemma (system text folded into the first user
+ * turn, the assistant called "model"), Phi-3 and gpt-oss's harmony format
+ * (its fixed system preamble first, a system message as the developer's
+ * instructions, earlier replies in the final channel; a reply is
+ * generated from "<|start|>assistant", analysis channel included). The format of a model is
+ * recognized from markers in its tokenizer.chat_template string, or chosen by name.
  *
  * The rendered text holds control tokens as text ("<|im_start|>", "<s>");
  * encode it with parse_special = true and add_bos = false, then prepend BOS
@@ -30,6 +34,9 @@ typedef enum {
     HR_CHAT_LLAMA3 = 1,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
     HR_CHAT_LLAMA2 = 2,  /* <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] reply </s> */
     HR_CHAT_MISTRAL = 3, /* <s>[INST] user [/INST]reply</s> */
+    HR_CHAT_GEMMA = 4,   /* <start_of_turn>user\ncontent<end_of_turn>\n, "model" replies */
+    HR_CHAT_PHI3 = 5,    /* <|user|>\ncontent<|end|>\n */
+    HR_CHAT_HARMONY = 6, /* gpt-oss: <|start|>user<|message|>content<|end|> */
     HR_CHAT_COUNT
 } hr_chat_kind;
 
@@ -50,7 +57,8 @@ typedef struct {
     const char *content;
 } hr_chat_msg;
 
-/* "chatml", "llama3", "llama2", "mistral"; "?" for a bad kind. */
+/* "chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "harmony"; "?"
+ * for a bad kind. */
 const char *hr_chat_kind_name(hr_chat_kind k);
 /* Parses a template name (also "qwen", "llama-3", "llama-2", case
  * insensitive). Returns 0 or HR_EINVAL (err lists the names). */
@@ -60,7 +68,9 @@ hr_chat_template hr_chat_template_init(hr_chat_kind k);
 
 /* Recognizes a Jinja chat template by its markers: "<|im_start|>" ->
  * ChatML, "<|start_header_id|>" -> Llama 3, "[INST]" with "<<SYS>>" ->
- * Llama 2, "[INST]" alone -> Mistral. Returns 0, or HR_ENOENT when jinja is
+ * Llama 2, "[INST]" alone -> Mistral, "<start_of_turn>" -> Gemma,
+ * "<|assistant|>" -> Phi-3, "<|channel|>" -> harmony. Returns 0, or
+ * HR_ENOENT when jinja is
  * NULL or holds none of them. */
 int hr_chat_detect(const char *jinja, hr_chat_kind *out);
 

@@ -320,6 +320,11 @@ static void setup_eog(hr_tokenizer *t) {
         t->tok[t->eot].flags |= HR_TOKF_EOG;
     if (t->eom >= 0)
         t->tok[t->eom].flags |= HR_TOKF_EOG;
+    /* gpt-oss (harmony): <|end|> closes the analysis channel in the middle
+     * of a reply, which ends at <|return|> (or <|call|> for a tool) */
+    int32_t end = hr_tok_lookup(t, "<|end|>", 7);
+    if (end >= 0 && hr_tok_lookup(t, "<|return|>", 10) >= 0 && hr_tok_lookup(t, "<|call|>", 8) >= 0)
+        t->tok[end].flags &= ~HR_TOKF_EOG;
 }
 
 static bool is_special_type(int type) {

@@ -24,6 +24,12 @@ static const hr_chat_msg k_conv[] = {
     {"user", "Tell me a joke."},
 };
 
+/* gpt-oss's system message as its published template writes it (no date) */
+#define HARMONY_SYS                                                                                \
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"       \
+    "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, "   \
+    "final. Channel must be included for every message.<|end|>"
+
 static const struct {
     hr_chat_kind kind;
     const char *full;   /* k_conv with the generation prompt */
@@ -66,6 +72,33 @@ static const struct {
      "joke. [/INST]",
      "</s>[INST] Tell me a joke. [/INST]", "<s>[INST] You are helpful.\n\nHi! [/INST]",
      "<s>[INST] Hi! [/INST]Hello! How can I help?</s>[INST] Tell me a joke. [/INST]"},
+    {HR_CHAT_GEMMA,
+     "<bos><start_of_turn>user\nYou are helpful.\n\nHi!<end_of_turn>\n<start_of_turn>model\nHello! "
+     "How can I help?<end_of_turn>\n<start_of_turn>user\nTell me a joke.<end_of_turn>\n"
+     "<start_of_turn>model\n",
+     "<end_of_turn>\n<start_of_turn>user\nTell me a joke.<end_of_turn>\n<start_of_turn>model\n",
+     "<bos><start_of_turn>user\nYou are helpful.\n\nHi!<end_of_turn>\n<start_of_turn>model\n",
+     "<bos><start_of_turn>user\nHi!<end_of_turn>\n<start_of_turn>model\nHello! How can I "
+     "help?<end_of_turn>\n<start_of_turn>user\nTell me a joke.<end_of_turn>\n"
+     "<start_of_turn>model\n"},
+    {HR_CHAT_PHI3,
+     "<|system|>\nYou are helpful.<|end|>\n<|user|>\nHi!<|end|>\n<|assistant|>\nHello! How can I "
+     "help?<|end|>\n<|user|>\nTell me a joke.<|end|>\n<|assistant|>\n",
+     "<|end|>\n<|user|>\nTell me a joke.<|end|>\n<|assistant|>\n",
+     "<|system|>\nYou are helpful.<|end|>\n<|user|>\nHi!<|end|>\n<|assistant|>\n",
+     "<|user|>\nHi!<|end|>\n<|assistant|>\nHello! How can I help?<|end|>\n<|user|>\nTell me a "
+     "joke.<|end|>\n<|assistant|>\n"},
+    {HR_CHAT_HARMONY,
+     HARMONY_SYS "<|start|>developer<|message|># Instructions\n\nYou are helpful.<|end|>"
+                 "<|start|>user<|message|>Hi!<|end|><|start|>assistant<|channel|>final<|message|>"
+                 "Hello! How can I help?<|end|><|start|>user<|message|>Tell me a joke.<|end|>"
+                 "<|start|>assistant",
+     "<|end|><|start|>user<|message|>Tell me a joke.<|end|><|start|>assistant",
+     HARMONY_SYS "<|start|>developer<|message|># Instructions\n\nYou are helpful.<|end|>"
+                 "<|start|>user<|message|>Hi!<|end|><|start|>assistant",
+     HARMONY_SYS "<|start|>user<|message|>Hi!<|end|><|start|>assistant<|channel|>final<|message|>"
+                 "Hello! How can I help?<|end|><|start|>user<|message|>Tell me a joke.<|end|>"
+                 "<|start|>assistant"},
 };
 
 static char *render(const hr_chat_template *t, const hr_chat_msg *m, int n_done, int n, bool gen) {
@@ -99,6 +132,9 @@ static void test_render(void) {
         if (k_want[i].kind == HR_CHAT_LLAMA2) /* " reply " around the content */
             snprintf(joined, sizeof joined, "%s %s %s", turn1 ? turn1 : "", k_conv[2].content,
                      k_want[i].cont);
+        if (k_want[i].kind == HR_CHAT_HARMONY) /* the reply names its channel */
+            snprintf(joined, sizeof joined, "%s<|channel|>final<|message|>%s%s", turn1 ? turn1 : "",
+                     k_conv[2].content, k_want[i].cont);
         CHECK_STR(joined, k_want[i].full);
         /* prefix-stable without the generation prompt */
         const char *a = render(&t, k_conv, 0, 2, false), *b = render(&t, k_conv, 0, 4, false);
@@ -204,7 +240,13 @@ static void test_detect(void) {
     CHECK_EQ(k, HR_CHAT_LLAMA2);
     CHECK_EQ(hr_chat_detect(k_mistral, &k), 0);
     CHECK_EQ(k, HR_CHAT_MISTRAL);
-    CHECK_EQ(hr_chat_detect(k_gemma, &k), HR_ENOENT);
+    CHECK_EQ(hr_chat_detect(k_gemma, &k), 0);
+    CHECK_EQ(k, HR_CHAT_GEMMA);
+    CHECK_EQ(hr_chat_detect("{{'<|start|>assistant<|channel|>final<|message|>'}}", &k), 0);
+    CHECK_EQ(k, HR_CHAT_HARMONY);
+    CHECK_EQ(hr_chat_detect("{{'<|user|>\n' + m + '<|end|>\n<|assistant|>\n'}}", &k), 0);
+    CHECK_EQ(k, HR_CHAT_PHI3);
+    CHECK_EQ(hr_chat_detect("{{ messages }}", &k), HR_ENOENT);
     CHECK_EQ(hr_chat_detect(NULL, &k), HR_ENOENT);
     CHECK_EQ(hr_chat_detect("", &k), HR_ENOENT);
 
@@ -240,7 +282,7 @@ static void test_detect(void) {
         0);
     const char *jinja[] = {k_qwen2, k_llama3, k_llama2, k_mistral, k_gemma, NULL};
     const hr_chat_kind want[] = {HR_CHAT_CHATML,  HR_CHAT_LLAMA3, HR_CHAT_LLAMA2,
-                                 HR_CHAT_MISTRAL, HR_CHAT_CHATML, HR_CHAT_CHATML};
+                                 HR_CHAT_MISTRAL, HR_CHAT_GEMMA,  HR_CHAT_CHATML};
     for (size_t i = 0; src && i < sizeof jinja / sizeof jinja[0]; i++) {
         hr_gguf_writer *w = hr_gguf_writer_create();
         CHECK_EQ(hr_gguf_writer_copy_kv(w, src, "tokenizer."), 0);
@@ -268,14 +310,14 @@ static void test_detect(void) {
     hr_gguf_close(src);
     unlink(tmpl_path);
 
-    /* the Phi-3 vocabulary carries its own (unknown) template: ChatML */
+    /* the Phi-3 vocabulary carries its own template */
     hr_gguf *g = NULL;
     CHECK_EQ(hr_gguf_open(
                  &g, hr_shared_path("tokenizer/ggml-vocab-phi-3.gguf", vpath, sizeof vpath), err),
              0);
     hr_chat_template t;
     CHECK_EQ(hr_chat_template_pick(&t, g, NULL, NULL, err), 0);
-    CHECK_EQ(t.kind, HR_CHAT_CHATML);
+    CHECK_EQ(t.kind, HR_CHAT_PHI3);
     hr_gguf_close(g);
     CHECK_EQ(hr_chat_template_pick(&t, NULL, NULL, NULL, err), 0);
     CHECK_EQ(t.kind, HR_CHAT_CHATML);

@@ -203,6 +203,21 @@ static void test_vocab_fixture(const char *name, const char *label, bool spm) {
     snprintf(i, sizeof(i), "%s/vocab/%s.gguf.inp", dir ? dir : "tests/fixtures", name);
     snprintf(o, sizeof(o), "%s/vocab/%s.gguf.out", dir ? dir : "tests/fixtures", name);
     test_vocab_files(label, g, i, o, spm, 51);
+    if (strcmp(name, "gpt-oss") == 0) { /* harmony: replies end at <|return|>, not <|end|> */
+        hr_gguf *gg = NULL;
+        hr_tokenizer *tok = NULL;
+        char err[HR_ERR_LEN];
+        CHECK_EQ(hr_gguf_open(&gg, g, err), 0);
+        CHECK_EQ(hr_tokenizer_create(&tok, gg, err), 0);
+        int32_t end = hr_tokenizer_find(tok, "<|end|>"), ret = hr_tokenizer_find(tok, "<|return|>");
+        int32_t call = hr_tokenizer_find(tok, "<|call|>");
+        CHECK(end >= 0 && ret >= 0 && call >= 0);
+        CHECK(!hr_tokenizer_is_eog(tok, end));
+        CHECK(hr_tokenizer_is_eog(tok, ret) && hr_tokenizer_is_eog(tok, call));
+        CHECK_EQ(hr_tokenizer_token_type(tok, end), HR_TOKEN_CONTROL);
+        hr_tokenizer_destroy(tok);
+        hr_gguf_close(gg);
+    }
     unlink(g);
 }
 
