@@ -338,6 +338,16 @@ void hr_gemm_tile(const hr_kernels *k, int type, int64_t n, int nr, int nt, cons
         return;
     }
     const char *wb = w, *ab = a;
+    if (k->vec_dot_n[type]) { /* several tokens per pass over the rows (equal to vec_dot) */
+        for (int t0 = 0; t0 < nt; t0 += HR_DOT_N_MAX) {
+            const int tn = nt - t0 < HR_DOT_N_MAX ? nt - t0 : HR_DOT_N_MAX;
+            const void *col[HR_DOT_N_MAX];
+            for (int t = 0; t < tn; t++)
+                col[t] = ab + (size_t)(t0 + t) * a_stride;
+            k->vec_dot_n[type](n, nr, w, w_stride, col, tn, y + (size_t)t0 * y_stride, y_stride);
+        }
+        return;
+    }
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++)
             y[(size_t)t * y_stride + (size_t)r] =

@@ -162,6 +162,8 @@ static void check_tables(void) {
                            HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_F16};
         for (size_t i = 0; i < sizeof(hot) / sizeof(hot[0]); i++)
             CHECK(k2->gemm[hot[i]] != NULL);
+        /* MXFP4: several columns per pass (tiles fall back to it) */
+        CHECK(k2->vec_dot_n[HR_TYPE_MXFP4] != NULL);
     }
     /* the AVX-512 VNNI table decodes several Q4_0 columns in one pass */
     const hr_kernels *k5 = hr_kernels_for_isa(HR_ISA_AVX512);
