@@ -371,7 +371,7 @@ static void hr_sess_full(const hr_sess *c, int need) {
 const hr_cli_opt hr_cmd_chat_opts[] = {
     HR_CLI_OPTS(hr_cli_opts_model),
     HR_CLI_OPT("template", 0, STR, chat_template, "NAME",
-               "chatml, llama3, llama2 or mistral (default: from the model)"),
+               "chatml, llama3, llama2, mistral, gemma, phi3 or harmony (default: from the model)"),
     HR_CLI_OPT("system", 0, STR, system, "TEXT", "system message"),
     HR_CLI_OPT("ctx", 'c', COUNT, ctx, "N", "context size in tokens (default min(train, 4096))"),
     HR_CLI_OPT("batch", 'b', COUNT, batch, "N", "prompt batch size (default 64)"),

@@ -569,9 +569,13 @@ HR_CLI_COMMAND(info) {
         printf("rope:        %s, base %g, %d dims; rms eps %g; train ctx %d; output %s\n",
                hp->rope_neox ? "neox" : "normal", hp->rope_base, hp->n_rot, hp->rms_eps,
                hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
-        if (hp->rope_scale != 1.0f)
+        if (hp->rope_scale != 1.0f && hp->yarn_ext != 0.0f)
+            printf("rope scale:  YaRN, factor %g, dims %g-%g ramped, magnitude x%.4f%s\n",
+                   1.0 / hp->rope_scale, hp->yarn_corr[0], hp->yarn_corr[1], hp->yarn_mscale,
+                   hp->n_swa > 0 && !hp->rope_swa_global ? " (global layers)" : "");
+        else if (hp->rope_scale != 1.0f)
             printf("rope scale:  linear, factor %g%s\n", 1.0 / hp->rope_scale,
-                   hp->n_swa > 0 ? " (global layers)" : "");
+                   hp->n_swa > 0 && !hp->rope_swa_global ? " (global layers)" : "");
         if (hp->n_swa > 0) {
             int local = 0;
             for (int il = 0; il < hp->n_layer; il++)
