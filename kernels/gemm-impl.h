@@ -183,6 +183,62 @@ HR_GI void tile_b32(const bool q8, int64_t n, const int R, const int T, const ui
     g_store(y, ys, acc, R, T);
 }
 
+/* ---- MXFP4 x Q8_0 ------------------------------------------------------- */
+
+/* R E8M0 block scales at p, p + stride, ... as floats 2^(e-128) (lanes >= R are 0) */
+HR_GI __m128 g_e8m0s(const uint8_t *p, size_t stride, const int R) {
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    HR_UNROLL
+    for (int k = 0; k < R; k++)
+        v[k] = hr_e8m0_half(p[(size_t)k * stride]);
+    return _mm_loadu_ps(v);
+}
+
+/* 32-element blocks as Q4_0's: u = the codes' doubled E2M1 values + 12
+ * (0..24, looked up [low nibbles | high nibbles]), pair sum = dot(u, y) -
+ * 12 * sum(y), the offset seeding the integer sum per token; the scale is
+ * 2^(e-128) * dy. */
+HR_GI void tile_mxfp4(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
+                      const uint8_t *a, size_t as, float *y, size_t ys) {
+    const size_t xb = sizeof(hr_block_mxfp4), yb = sizeof(hr_block_q8_0);
+    const int64_t nb = n / HR_QK_MXFP4;
+    const __m128i lut =
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i off = _mm256_set1_epi8(12), z = _mm256_setzero_si256();
+    __m256 acc[HR_GEMM_RM][HR_GEMM_TM];
+    G_ZERO_ACC(acc, R, T);
+    float dd[HR_GEMM_CB][HR_GEMM_RM][4];
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *wi = w + (size_t)i * xb, *ai = a + (size_t)i * yb;
+        const int ci = (int)(i % HR_GEMM_CB);
+        if (ci == 0) /* scales of the next chunk of blocks */
+            for (int64_t k = i; k < nb && k < i + HR_GEMM_CB; k++)
+                g_outer(dd[k - i], g_e8m0s(w + (size_t)k * xb, ws, R),
+                        g_halves(a + (size_t)k * yb, as, T), R);
+        __m256i yq[HR_GEMM_TM], yo[HR_GEMM_TM];
+        HR_UNROLL
+        for (int t = 0; t < T; t++) {
+            yq[t] = g_load256(ai + (size_t)t * as + 2);
+            yo[t] = _mm256_sub_epi32(z, g_dpbusd(z, off, yq[t]));
+        }
+        HR_UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m128i q = g_load128(wi + (size_t)r * ws + 1);
+            const __m256i u = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4))),
+                _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), 1);
+            HR_UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m256i s = g_dpbusd(yo[t], u, yq[t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+                                            _mm256_broadcast_ss(&dd[ci][r][t]), acc[r][t]);
+            }
+        }
+    }
+    g_store(y, ys, acc, R, T);
+}
+
 /* ---- Q4_K / Q5_K x Q8_K -------------------------------------------------- */
 
 /* Per 256-element super-block: integer sums sc[j] * dot(q, y) per pair over
@@ -459,6 +515,7 @@ HR_GEMM_DRIVER(gemm_q4_k, kern_q4_k)
 HR_GEMM_DRIVER(gemm_q5_k, kern_q5_k)
 HR_GEMM_DRIVER(gemm_q6_k, tile_q6_k)
 HR_GEMM_DRIVER(gemm_f16, tile_f16)
+HR_GEMM_DRIVER(gemm_mxfp4, tile_mxfp4)
 
 /* the gemm entries this build specialises */
 HR_GI void hr_gemm_fill_common(hr_kernels *k) {
@@ -468,6 +525,7 @@ HR_GI void hr_gemm_fill_common(hr_kernels *k) {
     k->gemm[HR_TYPE_Q5_K] = gemm_q5_k;
     k->gemm[HR_TYPE_Q6_K] = gemm_q6_k;
     k->gemm[HR_TYPE_F16] = gemm_f16;
+    k->gemm[HR_TYPE_MXFP4] = gemm_mxfp4;
 }
 
 #endif

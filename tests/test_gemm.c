@@ -158,8 +158,8 @@ static void check_tables(void) {
         CHECK(ks->gemm[i] == NULL);
     const hr_kernels *k2 = hr_kernels_for_isa(HR_ISA_AVX2);
     if (k2) {
-        const int hot[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K,
-                           HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_F16};
+        const int hot[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K,
+                           HR_TYPE_Q6_K, HR_TYPE_F16,  HR_TYPE_MXFP4};
         for (size_t i = 0; i < sizeof(hot) / sizeof(hot[0]); i++)
             CHECK(k2->gemm[hot[i]] != NULL);
         /* MXFP4: several columns per pass (tiles fall back to it) */
