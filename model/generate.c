@@ -52,6 +52,12 @@ struct hr_gen {
     int n_tokens;
     hr_finish finish;
     int stop_idx;
+    /* harmony channels (hm_channel -1: not a harmony vocabulary, or all
+     * channels wanted) */
+    int32_t hm_channel, hm_message, hm_start, hm_end;
+    enum { HM_TEXT, HM_HEADER, HM_NAME, HM_HIDDEN } hm;
+    char hm_name[16];
+    size_t hm_len;
 };
 
 const char *hr_finish_name(hr_finish f) {
@@ -87,6 +93,15 @@ int hr_gen_create(hr_gen **out, const hr_tokenizer *tok, const hr_gen_params *p,
     g->tok = tok;
     g->max_tokens = p->max_tokens;
     g->strip = p->strip_leading_space;
+    g->hm_channel = -1;
+    if (tok && !p->all_channels) {
+        g->hm_message = hr_tokenizer_find(tok, "<|message|>");
+        g->hm_start = hr_tokenizer_find(tok, "<|start|>");
+        g->hm_end = hr_tokenizer_find(tok, "<|end|>");
+        int32_t ch = hr_tokenizer_find(tok, "<|channel|>");
+        if (g->hm_message >= 0 && g->hm_start >= 0 && g->hm_end >= 0)
+            g->hm_channel = ch;
+    }
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0])
             continue;
@@ -128,6 +143,34 @@ void hr_gen_begin(hr_gen *g) {
     g->n_tokens = 0;
     g->finish = HR_FINISH_NONE;
     g->stop_idx = -1;
+    g->hm = HM_TEXT;
+    g->hm_len = 0;
+}
+
+/* Harmony: whether id belongs to what the reply leaves out (a control
+ * token of the message structure, a header, a channel's name, a message
+ * outside the final channel), moving the channel state along. */
+static bool hr_gen_hidden(hr_gen *g, int32_t id) {
+    if (id == g->hm_channel) {
+        g->hm = HM_NAME;
+        g->hm_len = 0;
+        return true;
+    }
+    if (id == g->hm_message) {
+        bool final = g->hm != HM_NAME || (g->hm_len >= 5 && memcmp(g->hm_name, "final", 5) == 0);
+        g->hm = final ? HM_TEXT : HM_HIDDEN;
+        return true;
+    }
+    if (id == g->hm_start || id == g->hm_end) {
+        g->hm = HM_HEADER;
+        return true;
+    }
+    if (g->hm == HM_NAME) {
+        const char *t = hr_tokenizer_token_text(g->tok, id);
+        for (; t && *t && g->hm_len < sizeof g->hm_name; t++)
+            g->hm_name[g->hm_len++] = *t;
+    }
+    return g->hm != HM_TEXT;
 }
 
 /* Moves hold[0..n) to the released text. */
@@ -212,6 +255,8 @@ int hr_gen_push(hr_gen *g, int32_t id, hr_finish *finish) {
             *finish = g->finish;
         return rc;
     }
+    if (g->hm_channel >= 0 && hr_gen_hidden(g, id))
+        return hr_after_token(g, 0, finish);
     int nb;
     for (;;) {
         nb = hr_detok_push(&g->dt, g->tok, id, g->scratch.p, g->scratch.cap);

@@ -51,6 +51,11 @@ typedef struct {
     int n_stop;               /* at most HR_GEN_MAX_STOP */
     int max_tokens;           /* <= 0 = no limit */
     bool strip_leading_space; /* drop SPM's space before the first word (see hr_detok) */
+    /* harmony vocabularies (gpt-oss: <|channel|>, <|message|>, <|start|>,
+     * <|end|>): the reply is the text of the "final" channel (and of a
+     * message that names none); the analysis and commentary channels and
+     * the message headers are dropped unless all_channels is set */
+    bool all_channels;
 } hr_gen_params;
 
 hr_gen_params hr_gen_params_default(void);

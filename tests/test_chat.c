@@ -651,6 +651,61 @@ static void test_gen_tokens(void) {
     hr_gguf_close(gg);
 }
 
+/* gpt-oss (harmony): the reply is the final channel's text; the analysis
+ * channel, the headers and <|end|> (not an end of generation there) stay
+ * out of it, unless all channels are asked for */
+static void test_harmony_channels(void) {
+    const char *dir = getenv("HR_FIXTURES");
+    char cmd[1024], path[] = "/tmp/hearth-harmony-XXXXXX", err[HR_ERR_LEN];
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    snprintf(cmd, sizeof cmd, "gzip -dc '%s/vocab/gpt-oss.gguf.gz' > '%s'",
+             dir ? dir : "tests/fixtures", path);
+    CHECK_EQ(system(cmd), 0);
+    hr_gguf *g = NULL;
+    hr_tokenizer *tok = NULL;
+    CHECK_EQ(hr_gguf_open(&g, path, err), 0);
+    CHECK_EQ(hr_tokenizer_create(&tok, g, err), 0);
+    unlink(path);
+    if (!tok)
+        return;
+    const char *reply =
+        "<|channel|>analysis<|message|>User greets. Answer briefly.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Hello! How are you?<|return|>";
+    int32_t ids[128];
+    int n = encode(tok, reply, true, ids, 128);
+    for (int all = 0; all < 2; all++) {
+        hr_gen_params p = hr_gen_params_default();
+        p.all_channels = all;
+        hr_gen *gen = NULL;
+        CHECK_EQ(hr_gen_create(&gen, tok, &p, err), 0);
+        hr_finish f = HR_FINISH_NONE;
+        int pushed = 0;
+        for (int i = 0; i < n && f == HR_FINISH_NONE; i++, pushed++)
+            CHECK_EQ(hr_gen_push(gen, ids[i], &f), 0);
+        CHECK_EQ(f, HR_FINISH_EOS); /* at <|return|>, not at the first <|end|> */
+        CHECK_EQ(pushed, n);
+        const char *text = hr_gen_text(gen, NULL);
+        if (all)
+            CHECK(strstr(text, "User greets.") && strstr(text, "Hello! How are you?"));
+        else
+            CHECK_STR(text, "Hello! How are you?");
+        /* a message that names no channel is the reply */
+        hr_gen_begin(gen);
+        n = encode(tok, "<|message|>Plain.<|return|>", true, ids, 128);
+        for (int i = 0; i < n; i++)
+            CHECK_EQ(hr_gen_push(gen, ids[i], &f), 0);
+        CHECK_STR(hr_gen_text(gen, NULL), "Plain.");
+        n = encode(tok, reply, true, ids, 128);
+        hr_gen_destroy(gen);
+    }
+    hr_tokenizer_destroy(tok);
+    hr_gguf_close(g);
+}
+
 /* --stop parsing: repeatable, comma lists, escapes */
 static void test_stop_option(void) {
     hr_cli o;
@@ -879,6 +934,7 @@ int main(void) {
     test_control_tokens();
     test_stop_strings();
     test_gen_tokens();
+    test_harmony_channels();
     test_stop_option();
     test_cli_chat();
     return hr_check_finish("chat");
