@@ -15,7 +15,7 @@
  *      HR_CLI_OPT_END. A new value gets a field in hr_cli (defaults are set
  *      in main.c).
  *   2. One row in HR_CLI_COMMANDS (main.c): name, summary, usage.
- * -v/--verbose, --log LEVEL and -h/--help are accepted by every command
+ * -v/--verbose, --log LEVEL, --exact and -h/--help are accepted by every command
  * without being listed. `hearth x --help` prints the usage and the options
  * from the list; the help of every command also checks that no option name
  * is declared twice in its list. Re-run cmake after adding the file. */
@@ -118,6 +118,7 @@ typedef struct {
     const char *join;       /* agent: the head's join token (first pairing) */
     bool insecure;          /* agent, prompt, status: no CURVE (benchmarks only) */
     bool verbose;
+    bool exact; /* every command: hr_kernels_set_exact */
     bool help;
     int n_args;
     const char *args[16]; /* positional arguments */

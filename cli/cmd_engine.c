@@ -531,7 +531,8 @@ static void hr_info_cpu(void) {
     if (d->topo.n_cores > 0)
         printf("%d cores, ", d->topo.n_cores);
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("%ld threads online; kernels %s (%s)\n", online, hr_isa_name(hr_kernels_best()->isa),
+    printf("%ld threads online; kernels %s, %s (%s)\n", online, hr_isa_name(hr_kernels_best()->isa),
+           hr_kernels_best()->canonical ? "canonical order" : "free order (--exact: canonical)",
            hr_isa_features());
     if (d->mem.total_bytes > 0)
         printf("memory:      %.1f GiB, %.1f GiB available\n", d->mem.total_bytes / 1073741824.0,
@@ -841,9 +842,9 @@ static int hr_bench_parallel(hr_engine *e, const hr_cli *o, int np, int ng, int 
         free(tps);
         return hr_cli_fail("out of memory");
     }
-    printf("model: %s, %s, %d threads, isa %s; %d prompt tokens, %d generated per stream\n",
-           o->model, hp->arch_name, hr_default_threads(o), hr_isa_name(hr_kernels_best()->isa), np,
-           ng);
+    printf("model: %s, %s, %d threads, isa %s%s; %d prompt tokens, %d generated per stream\n",
+           o->model, hp->arch_name, hr_default_threads(o), hr_isa_name(hr_kernels_best()->isa),
+           hr_kernels_best()->canonical ? "" : " (free order)", np, ng);
     uint64_t rng = 12345;
     int rc = 0;
     for (int r = 0; r < reps && rc == 0; r++)

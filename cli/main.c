@@ -2,6 +2,7 @@
  * and the dispatch to the command's entry function after its options are
  * parsed. */
 #include "cli/cli.h"
+#include "kernels/quant.h"
 
 #include "common/log.h"
 #include "model/sampler.h"
@@ -124,6 +125,8 @@ int main(int argc, char **argv) {
         return 2;
     if (cli.verbose)
         hr_log_set_level(HR_LOG_LEVEL_INFO);
+    if (cli.exact)
+        hr_kernels_set_exact(true);
     if (cli.log_level) {
         hr_log_level lv;
         if (hr_log_parse_level(cli.log_level, &lv)) {

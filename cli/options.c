@@ -14,6 +14,8 @@
 const hr_cli_opt hr_cli_opts_common[] = {
     HR_CLI_OPT("verbose", 'v', FLAG, verbose, NULL, "log at info level"),
     HR_CLI_OPT("log", 0, STR, log_level, "LEVEL", "log level: debug info warn error"),
+    HR_CLI_OPT("exact", 0, FLAG, exact, NULL,
+               "canonical-order kernels: the same bits on every CPU (or $HEARTH_EXACT=1)"),
     HR_CLI_OPT("help", 'h', FLAG, help, NULL, "show this help"),
     HR_CLI_OPT_END,
 };

@@ -70,6 +70,18 @@ void hr_gemmp_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
                    float *y, size_t ys);
 void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                    float *y, size_t ys);
+/* The free-order packed panels (gemmp_fast_avx512.c): the same calls,
+ * values equal to vec_dot up to float summation order. */
+void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                    float *y, size_t ys);
+void hr_gemmpf_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                    float *y, size_t ys);
+void hr_gemmpf_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                    float *y, size_t ys);
+/* The fast (default) AVX-512 table's entries over the canonical one in k:
+ * the free-order panels where VNNI runs them. Returns whether it changed
+ * anything. */
+bool hr_gemm_fill_avx512_fast(hr_kernels *k, unsigned flags);
 /* Canonical-order decode kernels (dotc_avx512.c): Q4_0 and Q8_0 vec_dot_n
  * (also for one column) on 512-bit VNNI, with vec_dot taken from the
  * canonical AVX2 table avx2, whose values they equal bit for bit. */

@@ -52,9 +52,12 @@
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-static hr_kernels g_tables[HR_ISA_COUNT];
+static hr_kernels g_tables[HR_ISA_COUNT]; /* canonical (--exact) */
+static hr_kernels g_fast[HR_ISA_COUNT];   /* default: g_tables[i] with free-order kernels */
 static bool g_have[HR_ISA_COUNT];
 static const hr_kernels *g_best;
+static hr_isa g_best_isa;
+static bool g_exact;
 static char g_features[96] = "unknown";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -216,6 +219,17 @@ static void init_tables(void) {
     }
 #endif
     (void)avx2, (void)avx512, (void)neon, (void)dotprod, (void)i8mm;
+    /* the fast tables: each canonical one, with free-order kernels where
+     * this build has them */
+    for (int i = 0; i < HR_ISA_COUNT; i++)
+        g_fast[i] = g_tables[i];
+#if HR_X86
+    if (avx512 && hr_gemm_fill_avx512_fast(&g_fast[HR_ISA_AVX512], g_flags512))
+        g_fast[HR_ISA_AVX512].canonical = false;
+#endif
+    const char *ex = getenv("HEARTH_EXACT");
+    g_exact = ex && *ex && strcmp(ex, "0") != 0 && strcasecmp(ex, "no") != 0 &&
+              strcasecmp(ex, "off") != 0 && strcasecmp(ex, "false") != 0;
     const char *want = getenv("HR_ISA"); /* debugging / benchmarking / tests */
     if (want && *want) {
         const int found = hr_isa_by_name(want);
@@ -226,9 +240,11 @@ static void init_tables(void) {
                         found < 0 ? "no such kernel table" : "this CPU cannot run it",
                         hr_isa_name(g_best->isa));
     }
-    HR_LOG_DEBUG(TAG, "kernels: %s%s (cpu: %s)", hr_isa_name(g_best->isa),
+    g_best_isa = g_best->isa;
+    g_best = g_exact ? &g_tables[g_best_isa] : &g_fast[g_best_isa];
+    HR_LOG_DEBUG(TAG, "kernels: %s%s%s (cpu: %s)", hr_isa_name(g_best->isa),
                  g_best->isa == HR_ISA_AVX512 && (g_flags512 & HR_AVX512_VNNI) ? " vnni" : "",
-                 g_features);
+                 g_best->canonical ? "" : ", free order", g_features);
 }
 
 const char *hr_isa_features(void) {
@@ -269,8 +285,27 @@ int hr_isa_by_name(const char *name) {
 int hr_kernels_use(hr_isa isa) {
     if (!hr_kernels_for_isa(isa))
         return -1;
-    g_best = &g_tables[isa];
+    g_best_isa = isa;
+    g_best = g_exact ? &g_tables[isa] : &g_fast[isa];
     return 0;
+}
+
+void hr_kernels_set_exact(bool exact) {
+    pthread_once(&g_once, init_tables);
+    g_exact = exact;
+    g_best = g_exact ? &g_tables[g_best_isa] : &g_fast[g_best_isa];
+}
+
+bool hr_kernels_exact(void) {
+    pthread_once(&g_once, init_tables);
+    return g_exact;
+}
+
+const hr_kernels *hr_kernels_fast_for_isa(hr_isa isa) {
+    pthread_once(&g_once, init_tables);
+    if ((int)isa < 0 || isa >= HR_ISA_COUNT || !g_have[isa])
+        return NULL;
+    return &g_fast[isa];
 }
 
 const hr_kernels *hr_kernels_for_isa(hr_isa isa) {

@@ -72,8 +72,9 @@ typedef struct {
      * single-token decode use it there too; false: one column loops vec_dot */
     bool dotn_one[HR_TYPE_COUNT];
     /* true: vec_dot, gemm and vec_dot_n follow kernels/canon-impl.h and
-     * equal the scalar table's bit for bit (every table today; test_gemm
-     * and test_isa require it) */
+     * equal the scalar table's bit for bit (every hr_kernels_for_isa table;
+     * test_gemm and test_isa require it); false for a fast table with
+     * free-order kernels */
     bool canonical;
     int gemm_rows; /* weight rows per gemm call the tiles are best fed (0: the caller's choice) */
     /* y[i] = expf(x[i]) for i < n (x == y allowed), equal to the C
@@ -81,8 +82,22 @@ typedef struct {
     void (*expf_n)(const float *x, float *y, int n);
 } hr_kernels;
 
-/* The best table this CPU can run (detected once, cached). Thread-safe. */
+/* The best table this CPU can run (detected once, cached). Thread-safe.
+ *
+ * Exactness is a mode. By default a table may sum in the fastest order it
+ * has (today: the AVX-512 VNNI prompt panels, whose blocks sum their lanes
+ * in integers; canonical false), within stated bounds of the canonical
+ * result. In exact mode (--exact, or HEARTH_EXACT=1 in the environment)
+ * every table is its canonical one, bit-identical to the scalar path on
+ * every ISA. */
 const hr_kernels *hr_kernels_best(void);
+/* Switches exact mode (HEARTH_EXACT's value at start); hr_kernels_best()
+ * follows. Call it only while no kernel runs (at start-up). */
+void hr_kernels_set_exact(bool exact);
+bool hr_kernels_exact(void);
+/* The default-mode table of isa (hr_kernels_for_isa's where it has no
+ * faster kernels), or NULL if this CPU cannot run it. */
+const hr_kernels *hr_kernels_fast_for_isa(hr_isa isa);
 /* A specific table, or NULL if this CPU cannot run it. Entries a SIMD table
  * does not specialise fall back to those of the next narrower table (AVX-512
  * to AVX2 to scalar). */

@@ -209,16 +209,16 @@ static void dotn_mxfp4(int64_t n, int nr, const void *w, size_t w_stride, const 
             acc[t] = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             const __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
-            const __m256i v = _mm256_set_m128i(
-                _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
+            const __m256i v =
+                _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
+                                 _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
             const __m256i av = _mm256_sign_epi8(v, v);
             const float dx = hr_e8m0_half(x[i].e);
             for (int t = 0; t < nt; t++) {
                 const hr_block_q8_0 *y = (const hr_block_q8_0 *)a[t] + i;
                 const __m256i p = dot_u8(av, _mm256_sign_epi8(loadu256(y->qs), v));
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), _mm256_cvtepi32_ps(p),
-                                         acc[t]);
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), _mm256_cvtepi32_ps(p), acc[t]);
             }
         }
         for (int t = 0; t < nt; t++)

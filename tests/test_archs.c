@@ -79,8 +79,10 @@ static void test_fixture(const char *name) {
     printf("%-14s max rel err %.3e, argmax %d/%d\n", name, lc.rel, lc.agree, n);
     CHECK(lc.agree >= f.share * n);
     CHECK(lc.rel <= f.bound);
+    /* one token at a time: within float noise in exact mode, within the
+     * fixture's bound where prompts sum in a free order (AVX-512 default) */
     hr_logits_cmp l1 = hr_compare_logits(lg1, lg, n, nv);
-    CHECK(l1.rel <= 1e-5);
+    CHECK(l1.rel <= (hr_kernels_best()->canonical ? 1e-5 : f.bound));
 
     float *last = malloc((size_t)nv * sizeof(float));
     memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));

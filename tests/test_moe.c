@@ -143,9 +143,11 @@ static void test_fixture(const char *name) {
         CHECK(differ * 10 <= n);
         CHECK(worst_same <= bound);
     }
-    /* one token at a time computes what the chunks did, within float noise */
+    /* one token at a time computes what the chunks did, within float noise
+     * (exact mode), or within the fixture's bound where the prompt kernels
+     * sum in a free order (the default on AVX-512) */
     hr_logits_cmp l1 = hr_compare_logits(lg1, lg, n, nv);
-    CHECK(l1.rel <= 1e-5);
+    CHECK(l1.rel <= (hr_kernels_best()->canonical ? 1e-5 : bound));
 
     float *last = malloc((size_t)nv * sizeof(float));
     memcpy(last, lg + (size_t)(n - 1) * nv, (size_t)nv * sizeof(float));
@@ -411,13 +413,16 @@ static void test_bad_files(void) {
 }
 
 /* Every kernel table this CPU runs gives a model with experts the same
- * bits (the canonical float order carries through the grouped products). */
+ * bits in exact mode (the canonical float order carries through the
+ * grouped products). */
 static void test_tables(void) {
     char gguf[512], err[HR_ERR_LEN];
     hr_gguf *g;
     hr_model *m;
     if (tiny_model("tables", "q4_k_m", gguf, &g, &m))
         return;
+    const bool was_exact = hr_kernels_exact();
+    hr_kernels_set_exact(true);
     const hr_hparams *hp = hr_model_hparams(m);
     enum { N = 40 }; /* one step of 40 rows: ~10 rows per expert, the grouped products */
     int32_t ids[N];
@@ -446,7 +451,9 @@ static void test_tables(void) {
         tables++;
     }
     hr_kernels_use(best->isa);
-    printf("kernel tables: %d run, %d of the %d after the first give the first's bits (up to %llu "
+    hr_kernels_set_exact(was_exact);
+    printf("kernel tables (exact mode): %d run, %d of the %d after the first give the first's bits "
+           "(up to %llu "
            "rows of the step on one expert)\n",
            tables, same, tables - 1, (unsigned long long)most);
     CHECK(tables >= 1);
