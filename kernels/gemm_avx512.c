@@ -21,6 +21,7 @@ HR_GEMMP_ENTRY(gemmx_q4_0, hr_gemmp_q4_0, gemm_q4_0)
 HR_GEMMP_ENTRY(gemmx_q4_k, hr_gemmp_q4_k, gemm_q4_k)
 HR_GEMMP_ENTRY(gemmx_q6_k, hr_gemmp_q6_k, gemm_q6_k)
 HR_GEMMP_ENTRY(gemmf_q4_0, hr_gemmpf_q4_0, gemm_q4_0)
+HR_GEMMP_ENTRY(gemmf_q8_0, hr_gemmpf_q8_0, gemm_q8_0)
 HR_GEMMP_ENTRY(gemmf_q4_k, hr_gemmpf_q4_k, gemm_q4_k)
 HR_GEMMP_ENTRY(gemmf_q6_k, hr_gemmpf_q6_k, gemm_q6_k)
 
@@ -38,6 +39,7 @@ bool hr_gemm_fill_avx512_fast(hr_kernels *k, unsigned flags) {
     if (!(flags & HR_AVX512_VNNI))
         return false;
     k->gemm[HR_TYPE_Q4_0] = gemmf_q4_0;
+    k->gemm[HR_TYPE_Q8_0] = gemmf_q8_0;
     k->gemm[HR_TYPE_Q4_K] = gemmf_q4_k;
     k->gemm[HR_TYPE_Q6_K] = gemmf_q6_k;
     return true;

@@ -1,6 +1,6 @@
 /* gemmp_fast_avx512.c - the fast (free-order) prompt-processing GEMM over
- * packed weight panels on AVX-512 VNNI (zmm vpdpbusd), for Q4_0, Q4_K and
- * Q6_K weights and batches of two or more tokens: the kernels of the
+ * packed weight panels on AVX-512 VNNI (zmm vpdpbusd), for Q4_0, Q8_0, Q4_K
+ * and Q6_K weights and batches of two or more tokens: the kernels of the
  * default AVX-512 table (kernels/quant.h, "Exactness is a mode"); the
  * canonical ones of gemmp_avx512.c run under --exact.
  *
@@ -19,7 +19,8 @@
  * canonical panels' speed on a core with one 512-bit FMA port.
  *
  * Offsets: Q4_0 values are kept as 0..15 and the -8 enters as -8 * sum(y)
- * per (token, block), computed once per call for all panels; Q4_K mins as
+ * per (token, block), computed once per call for all panels (Q8_0: x + 128
+ * and -128 * sum(y)); Q4_K mins as
  * dmin * m_j * (sum of sub-block j of y) from the activation's bsums
  * (vpdpwssd with (m_j, m_j) pairs against bsums pairs); Q6_K's -32 as
  * -32 * d * sum_g sc_g * bsums_g the same way. Results equal vec_dot up to
@@ -142,8 +143,30 @@ static void pack_q4_0(const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, u
     }
 }
 
-/* Per token t and block b of the chunk: -8 * sum(y) and dy. */
-static void aux_q4_0(const uint8_t *a, size_t as, int tn, int64_t b0, int kn, int32_t *corr,
+/* Q8_0's panel: as Q4_0's, the values x + 128 (u8) in the same groups,
+ * elements 0-15 in groups 0-3 and 16-31 in groups 4-7 */
+static void pack_q8_0(const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, uint8_t *P) {
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    const __m512i off = row_offsets(ws), flip = _mm512_set1_epi8((char)0x80);
+    const uint8_t *rp[16];
+    row_ptrs(w, ws, nr, rp);
+    for (int b = 0; b < kn; b++) {
+        const size_t bo = (size_t)(b0 + b) * sizeof(hr_block_q8_0);
+        uint8_t *o = P + (size_t)b * PB_Q4_0;
+        for (int h = 0; h < 2; h++) {
+            __m512i V[4];
+            tr16x4(rp, bo + 2 + 16 * (size_t)h, V);
+            HR_UNROLL
+            for (int g = 0; g < 4; g++)
+                _mm512_store_si512(o + 64 * (g + 4 * h), _mm512_xor_si512(V[g], flip));
+        }
+        _mm512_store_ps(o + 512, gather_h(m, off, w + bo));
+    }
+}
+
+/* Per token t and block b of the chunk: -k * sum(y) (k the weights'
+ * offset: 8 for Q4_0, 128 for Q8_0) and dy. */
+static void aux_q4_0(const uint8_t *a, size_t as, int tn, int64_t b0, int kn, int k, int32_t *corr,
                      float *dy) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int t = 0; t < tn; t++) {
@@ -159,7 +182,7 @@ static void aux_q4_0(const uint8_t *a, size_t as, int tn, int64_t b0, int kn, in
             const int sum = (int)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
             uint16_t d;
             memcpy(&d, yb, 2);
-            corr[t * KB_Q4_0 + b] = -8 * sum;
+            corr[t * KB_Q4_0 + b] = -k * sum;
             dy[t * KB_Q4_0 + b] = _cvtsh_ss(d);
         }
     }
@@ -415,8 +438,10 @@ HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, int64_t s0, const u
 
 _Static_assert(HR_GEMMP_TT == 8, "HR_BY_COUNT8 covers 1..8 tokens");
 
-void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                    float *y, size_t ys) {
+/* Q4_0 and Q8_0: the same panels and micro-kernel, their own packing and
+ * offset */
+static void gemmpf_b32(bool q8, int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,
+                       size_t as, float *y, size_t ys) {
     const int64_t nb = n / HR_QK4_0;
     const uint8_t *wb = w, *ab = a;
     _Alignas(64) uint8_t P[KB_Q4_0 * PB_Q4_0];
@@ -426,11 +451,14 @@ void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const v
         const int kn = (int)(nb - b0 < KB_Q4_0 ? nb - b0 : KB_Q4_0);
         for (int tg = 0; tg < nt; tg += HR_GEMMP_TG) {
             const int tn = nt - tg < HR_GEMMP_TG ? nt - tg : HR_GEMMP_TG;
-            aux_q4_0(ab + (size_t)tg * as, as, tn, b0, kn, corr, dy);
+            aux_q4_0(ab + (size_t)tg * as, as, tn, b0, kn, q8 ? 128 : 8, corr, dy);
             for (int r0 = 0; r0 < nr; r0 += 16) {
                 const int pn = nr - r0 < 16 ? nr - r0 : 16;
                 const __mmask16 m = (__mmask16)((1u << pn) - 1u);
-                pack_q4_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
+                if (q8)
+                    pack_q8_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
+                else
+                    pack_q4_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
                 for (int t0 = 0; t0 < tn; t0 += HR_GEMMP_TT) {
                     const int tt = tn - t0;
                     const uint8_t *at = ab + (size_t)(tg + t0) * as;
@@ -444,6 +472,16 @@ void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const v
             }
         }
     }
+}
+
+void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                    float *y, size_t ys) {
+    gemmpf_b32(false, n, nr, nt, w, ws, a, as, y, ys);
+}
+
+void hr_gemmpf_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                    float *y, size_t ys) {
+    gemmpf_b32(true, n, nr, nt, w, ws, a, as, y, ys);
 }
 
 void hr_gemmpf_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,

@@ -74,6 +74,8 @@ void hr_gemmp_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const vo
  * values equal to vec_dot up to float summation order. */
 void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys);
+void hr_gemmpf_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                    float *y, size_t ys);
 void hr_gemmpf_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys);
 void hr_gemmpf_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
