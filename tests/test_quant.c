@@ -78,9 +78,11 @@ static void random_blocks(int type, void *buf, int64_t n) {
         case HR_TYPE_Q4_0:
             ((hr_block_q4_0 *)buf)[i].d = rnd_half(-0.05f, 0.05f);
             break;
-        case HR_TYPE_MXFP4: /* scales 2^-8 .. 2^6 */
-            ((hr_block_mxfp4 *)buf)[i].e = (uint8_t)(120 + ((hr_block_mxfp4 *)buf)[i].e % 15);
+        case HR_TYPE_MXFP4: { /* scales 2^-8 .. 2^6, and now and then the subnormal 0-2 */
+            hr_block_mxfp4 *b = (hr_block_mxfp4 *)buf + i;
+            b->e = (uint8_t)(b->e % 16 == 0 ? b->e % 3 : 120 + b->e % 15);
             break;
+        }
         case HR_TYPE_Q4_1: {
             hr_block_q4_1 *b = (hr_block_q4_1 *)buf + i;
             b->d = rnd_half(0.0f, 0.02f);
@@ -453,6 +455,30 @@ static void test_mxfp4_layout(void) {
             const int hi = 15 - j;
             CHECK_EQ(y[j], (j < 8 ? e2m1[j] : -e2m1[j - 8]) * scale);
             CHECK_EQ(y[16 + j], (hi < 8 ? e2m1[hi] : -e2m1[hi - 8]) * scale);
+        }
+    }
+    /* the subnormal scales (e 0 and 1) and the smallest normal one in
+     * every table's dot product: the same bits as scalar (the kernels build
+     * several blocks' scales at once) */
+    {
+        uint8_t row[8 * 17];
+        float act[256];
+        uint8_t q8[8 * 34];
+        const uint8_t es[8] = {0, 1, 2, 1, 0, 2, 1, 0};
+        for (int b = 0; b < 8; b++) {
+            row[17 * b] = es[b];
+            for (int j = 0; j < 16; j++)
+                row[17 * b + 1 + j] = (uint8_t)((b * 37 + j * 11) & 0xff);
+        }
+        for (int i = 0; i < 256; i++)
+            act[i] = (float)((i * 29) % 17 - 8) * 0.25f;
+        s->quant[HR_TYPE_Q8_0](act, q8, 256);
+        const float want = s->vec_dot[HR_TYPE_MXFP4](256, row, q8);
+        CHECK(want != 0.0f && fabsf(want) < 1e-30f);
+        for (int isa = HR_ISA_SCALAR + 1; isa < HR_ISA_COUNT; isa++) {
+            const hr_kernels *k = hr_kernels_for_isa((hr_isa)isa);
+            if (k)
+                CHECK_EQ(hr_f32_bits(k->vec_dot[HR_TYPE_MXFP4](256, row, q8)), hr_f32_bits(want));
         }
     }
     /* a block of exact E2M1 multiples of 2^3 comes back exactly */
