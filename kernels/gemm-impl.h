@@ -119,20 +119,40 @@ HR_GI void g_store(float *y, size_t ys, __m256 acc[HR_GEMM_RM][HR_GEMM_TM], cons
     for (int t_ = 0; t_ < (T); t_++)                                                               \
     (acc)[r_][t_] = _mm256_setzero_ps()
 
-/* ---- Q4_0 / Q8_0 x Q8_0 -------------------------------------------------- */
+/* ---- Q4_0 / Q8_0 / MXFP4 x Q8_0 ------------------------------------------ */
+
+/* R E8M0 block scales at p, p + stride, ... as floats 2^(e-128) (lanes >= R are 0) */
+HR_GI __m128 g_e8m0s(const uint8_t *p, size_t stride, const int R) {
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    HR_UNROLL
+    for (int k = 0; k < R; k++)
+        v[k] = hr_e8m0_half(p[(size_t)k * stride]);
+    return _mm_loadu_ps(v);
+}
+
+enum { G_B32_Q4_0, G_B32_Q8_0, G_B32_MXFP4 };
 
 /* 32-element blocks. Q4_0: u = [low nibbles | high nibbles] (0..15), pair
  * sum = dot(u, y) - 8 * sum(y). Q8_0 with VNNI: u = x + 128 (unsigned),
  * pair sum = dot(u, y) - 128 * sum(y); the offset term is per token and
  * seeds the integer sum. Q8_0 without VNNI (vpmaddubsw saturates on
- * u > 127) uses the sign trick per pair instead. */
-HR_GI void tile_b32(const bool q8, int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
-                    const uint8_t *a, size_t as, float *y, size_t ys) {
-    const size_t xb = q8 ? sizeof(hr_block_q8_0) : sizeof(hr_block_q4_0);
+ * u > 127) uses the sign trick per pair instead. MXFP4: u = the codes'
+ * doubled E2M1 values + 12 (0..24, looked up as Q4_0's nibbles), pair sum
+ * = dot(u, y) - 12 * sum(y), the scale 2^(e-128) * dy. */
+HR_GI void tile_b32(const int kind, int64_t n, const int R, const int T, const uint8_t *w,
+                    size_t ws, const uint8_t *a, size_t as, float *y, size_t ys) {
+    const bool q8 = kind == G_B32_Q8_0, fp4 = kind == G_B32_MXFP4;
+    const size_t xb = q8    ? sizeof(hr_block_q8_0)
+                      : fp4 ? sizeof(hr_block_mxfp4)
+                            : sizeof(hr_block_q4_0);
+    const size_t qo = fp4 ? 1 : 2; /* where the values start in a block */
     const size_t yb = sizeof(hr_block_q8_0);
     const int64_t nb = n / HR_QK8_0;
     const bool use_off = !q8 || HR_GEMM_VNNI;
-    const __m256i off = _mm256_set1_epi8(q8 ? (char)0x80 : 8);
+    const __m256i off = _mm256_set1_epi8(q8 ? (char)0x80 : fp4 ? 12 : 8);
+    const __m128i lut =
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
+    const __m128i m4h = _mm_set1_epi8(0x0f);
     const __m256i m4 = _mm256_set1_epi8(0x0f), z = _mm256_setzero_si256();
     __m256 acc[HR_GEMM_RM][HR_GEMM_TM];
     G_ZERO_ACC(acc, R, T);
@@ -142,7 +162,9 @@ HR_GI void tile_b32(const bool q8, int64_t n, const int R, const int T, const ui
         const int ci = (int)(i % HR_GEMM_CB);
         if (ci == 0) /* scales of the next chunk of blocks */
             for (int64_t k = i; k < nb && k < i + HR_GEMM_CB; k++)
-                g_outer(dd[k - i], g_halves(w + (size_t)k * xb, ws, R),
+                g_outer(dd[k - i],
+                        fp4 ? g_e8m0s(w + (size_t)k * xb, ws, R)
+                            : g_halves(w + (size_t)k * xb, ws, R),
                         g_halves(a + (size_t)k * yb, as, T), R);
         __m256i yq[HR_GEMM_TM], yo[HR_GEMM_TM];
         HR_UNROLL
@@ -153,10 +175,15 @@ HR_GI void tile_b32(const bool q8, int64_t n, const int R, const int T, const ui
         }
         HR_UNROLL
         for (int r = 0; r < R; r++) {
-            const uint8_t *qs = wi + (size_t)r * ws + 2;
+            const uint8_t *qs = wi + (size_t)r * ws + qo;
             __m256i u;
             if (q8) {
                 u = g_load256(qs);
+            } else if (fp4) {
+                const __m128i q = g_load128(qs);
+                u = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4h))),
+                    _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4h)), 1);
             } else {
                 const __m128i t4 = g_load128(qs);
                 u = _mm256_and_si256(
@@ -175,62 +202,6 @@ HR_GI void tile_b32(const bool q8, int64_t n, const int R, const int T, const ui
                     s = g_dpbusd(yo[t], ux, yq[t]);
                 else
                     s = g_dpbusd(z, ux, _mm256_sign_epi8(yq[t], u));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-                                            _mm256_broadcast_ss(&dd[ci][r][t]), acc[r][t]);
-            }
-        }
-    }
-    g_store(y, ys, acc, R, T);
-}
-
-/* ---- MXFP4 x Q8_0 ------------------------------------------------------- */
-
-/* R E8M0 block scales at p, p + stride, ... as floats 2^(e-128) (lanes >= R are 0) */
-HR_GI __m128 g_e8m0s(const uint8_t *p, size_t stride, const int R) {
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    HR_UNROLL
-    for (int k = 0; k < R; k++)
-        v[k] = hr_e8m0_half(p[(size_t)k * stride]);
-    return _mm_loadu_ps(v);
-}
-
-/* 32-element blocks as Q4_0's: u = the codes' doubled E2M1 values + 12
- * (0..24, looked up [low nibbles | high nibbles]), pair sum = dot(u, y) -
- * 12 * sum(y), the offset seeding the integer sum per token; the scale is
- * 2^(e-128) * dy. */
-HR_GI void tile_mxfp4(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
-                      const uint8_t *a, size_t as, float *y, size_t ys) {
-    const size_t xb = sizeof(hr_block_mxfp4), yb = sizeof(hr_block_q8_0);
-    const int64_t nb = n / HR_QK_MXFP4;
-    const __m128i lut =
-        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m256i off = _mm256_set1_epi8(12), z = _mm256_setzero_si256();
-    __m256 acc[HR_GEMM_RM][HR_GEMM_TM];
-    G_ZERO_ACC(acc, R, T);
-    float dd[HR_GEMM_CB][HR_GEMM_RM][4];
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *wi = w + (size_t)i * xb, *ai = a + (size_t)i * yb;
-        const int ci = (int)(i % HR_GEMM_CB);
-        if (ci == 0) /* scales of the next chunk of blocks */
-            for (int64_t k = i; k < nb && k < i + HR_GEMM_CB; k++)
-                g_outer(dd[k - i], g_e8m0s(w + (size_t)k * xb, ws, R),
-                        g_halves(a + (size_t)k * yb, as, T), R);
-        __m256i yq[HR_GEMM_TM], yo[HR_GEMM_TM];
-        HR_UNROLL
-        for (int t = 0; t < T; t++) {
-            yq[t] = g_load256(ai + (size_t)t * as + 2);
-            yo[t] = _mm256_sub_epi32(z, g_dpbusd(z, off, yq[t]));
-        }
-        HR_UNROLL
-        for (int r = 0; r < R; r++) {
-            const __m128i q = g_load128(wi + (size_t)r * ws + 1);
-            const __m256i u = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4))),
-                _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), 1);
-            HR_UNROLL
-            for (int t = 0; t < T; t++) {
-                const __m256i s = g_dpbusd(yo[t], u, yq[t]);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
                                             _mm256_broadcast_ss(&dd[ci][r][t]), acc[r][t]);
             }
@@ -494,11 +465,11 @@ HR_GI void tile_f16(int64_t n, const int R, const int T, const uint8_t *w, size_
 
 HR_GI void kern_q4_0(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
                      const uint8_t *a, size_t as, float *y, size_t ys) {
-    tile_b32(false, n, R, T, w, ws, a, as, y, ys);
+    tile_b32(G_B32_Q4_0, n, R, T, w, ws, a, as, y, ys);
 }
 HR_GI void kern_q8_0(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
                      const uint8_t *a, size_t as, float *y, size_t ys) {
-    tile_b32(true, n, R, T, w, ws, a, as, y, ys);
+    tile_b32(G_B32_Q8_0, n, R, T, w, ws, a, as, y, ys);
 }
 HR_GI void kern_q4_k(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
                      const uint8_t *a, size_t as, float *y, size_t ys) {
@@ -515,7 +486,11 @@ HR_GEMM_DRIVER(gemm_q4_k, kern_q4_k)
 HR_GEMM_DRIVER(gemm_q5_k, kern_q5_k)
 HR_GEMM_DRIVER(gemm_q6_k, tile_q6_k)
 HR_GEMM_DRIVER(gemm_f16, tile_f16)
-HR_GEMM_DRIVER(gemm_mxfp4, tile_mxfp4)
+HR_GI void kern_mxfp4(int64_t n, const int R, const int T, const uint8_t *w, size_t ws,
+                      const uint8_t *a, size_t as, float *y, size_t ys) {
+    tile_b32(G_B32_MXFP4, n, R, T, w, ws, a, as, y, ys);
+}
+HR_GEMM_DRIVER(gemm_mxfp4, kern_mxfp4)
 
 /* the gemm entries this build specialises */
 HR_GI void hr_gemm_fill_common(hr_kernels *k) {
