@@ -79,4 +79,35 @@ HR_PI __m512 gather_h_end(__mmask16 m, __m512i off, const uint8_t *base) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
+/* A Q6_K super-block at byte bo of the panel's rows, its 256 values
+ * (0..63, low 4 bits from ql, high 2 from qh) as 64 groups of 4 (element
+ * order) of the 16 rows at o + 64 * G */
+HR_PI void q6k_values(const uint8_t *const *rp, size_t bo, uint8_t *o) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++)
+        for (int l0 = 0; l0 < 32; l0 += 16) {
+            __m512i VA[4], VB[4], VH[4];
+            tr16x4(rp, bo + 64 * h + l0, VA);
+            tr16x4(rp, bo + 64 * h + 32 + l0, VB);
+            tr16x4(rp, bo + 128 + 32 * h + l0, VH);
+            HR_UNROLL
+            for (int g = 0; g < 4; g++) {
+                const __m512i A = VA[g], B = VB[g], H = VH[g];
+                const int e = 128 * h + l0 + 4 * g; /* first element of quarter 0 */
+                _mm512_store_si512(o + 16 * e,
+                                   _mm512_or_si512(_mm512_and_si512(A, m4),
+                                                   _mm512_and_si512(_mm512_slli_epi32(H, 4), m30)));
+                _mm512_store_si512(o + 16 * (e + 32),
+                                   _mm512_or_si512(_mm512_and_si512(B, m4),
+                                                   _mm512_and_si512(_mm512_slli_epi32(H, 2), m30)));
+                _mm512_store_si512(o + 16 * (e + 64),
+                                   _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(A, 4), m4),
+                                                   _mm512_and_si512(H, m30)));
+                _mm512_store_si512(o + 16 * (e + 96),
+                                   _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B, 4), m4),
+                                                   _mm512_and_si512(_mm512_srli_epi32(H, 2), m30)));
+            }
+        }
+}
+
 #endif

@@ -253,42 +253,14 @@ HR_PI void micro_q4_k(const int T, const uint8_t *P, int kn, int64_t s0, const u
 
 static void pack_q6_k(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, uint8_t *P) {
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
-    const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
-    const __m512i m30 = _mm512_set1_epi8(0x30);
+    const __m512i off = row_offsets(ws);
     const uint8_t *rp[16];
     row_ptrs(w, ws, nr, rp);
     for (int s = 0; s < kn; s++) {
         const size_t bo = (size_t)(s0 + s) * sizeof(hr_block_q6_k);
         const uint8_t *base = w + bo;
         uint8_t *o = P + (size_t)s * PB_Q6_K;
-        for (int h = 0; h < 2; h++)
-            for (int l0 = 0; l0 < 32; l0 += 16) {
-                __m512i VA[4], VB[4], VH[4];
-                tr16x4(rp, bo + 64 * h + l0, VA);
-                tr16x4(rp, bo + 64 * h + 32 + l0, VB);
-                tr16x4(rp, bo + 128 + 32 * h + l0, VH);
-                HR_UNROLL
-                for (int g = 0; g < 4; g++) {
-                    const __m512i A = VA[g], B = VB[g], H = VH[g];
-                    const int e = 128 * h + l0 + 4 * g; /* first element of quarter 0 */
-                    _mm512_store_si512(
-                        o + 16 * e,
-                        _mm512_or_si512(_mm512_and_si512(A, m4),
-                                        _mm512_and_si512(_mm512_slli_epi32(H, 4), m30)));
-                    _mm512_store_si512(
-                        o + 16 * (e + 32),
-                        _mm512_or_si512(_mm512_and_si512(B, m4),
-                                        _mm512_and_si512(_mm512_slli_epi32(H, 2), m30)));
-                    _mm512_store_si512(
-                        o + 16 * (e + 64),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(A, 4), m4),
-                                        _mm512_and_si512(H, m30)));
-                    _mm512_store_si512(
-                        o + 16 * (e + 96),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B, 4), m4),
-                                        _mm512_and_si512(_mm512_srli_epi32(H, 2), m30)));
-                }
-            }
+        q6k_values(rp, bo, o);
         const __m512 d = gather_h_end(m, off, base + offsetof(hr_block_q6_k, d));
         float dsc[16][16];
         int16_t sp[8][32]; /* [pair i][2 * row + k]: sc_2i+k */
