@@ -25,7 +25,7 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->head = is_head;
     o->lost = d->lost;
     o->ready = d->ready && d->ready_plan == hd->plan_id;
-    o->overloaded = d->overloaded;
+    o->pred_overloaded = d->overloaded;
     o->has_info = d->has_join;
     if (d->has_join) {
         o->info = d->join;

@@ -55,6 +55,11 @@ hr_status_dev hr_status_dev_default(void) {
     return d;
 }
 
+bool hr_status_overloaded(const hr_status_dev *d) {
+    double rd = d->disk.meas_read_bytes_token;
+    return d->w > 0 && d->tokens > 0 && isfinite(rd) && rd >= HR_STATUS_OVERLOAD_BYTES;
+}
+
 /* The layers of a device's windows, one range per round ("0-3,8-11"), "-"
  * when it has none. */
 static void hr_layers_str(char *out, size_t cap, int k, int W, int off, int w) {
@@ -115,7 +120,9 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_fig(o, "meas_ms_round", d->meas_ms_round);
     hr_put_fig(o, "resident", d->resident);
     hr_put_int(o, "tokens", (int64_t)d->tokens);
-    hr_put_bool(o, "overloaded", d->overloaded);
+    /* measured (hr_status_overloaded), and what the plan predicted */
+    hr_put_bool(o, "overloaded", hr_status_overloaded(d));
+    hr_put_bool(o, "pred_overloaded", d->pred_overloaded);
     /* its JOIN as it sent it, less the profile (ring/msg.c writes the keys) */
     hr_put(o, "info", d->has_info ? hr_msg_join_info_json(&d->info) : json_object());
     hr_put_int(o, "threads", d->has_info ? d->info.threads : 0); /* compute threads in use */

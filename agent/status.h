@@ -64,7 +64,8 @@ typedef struct {
 typedef struct {
     char name[HR_MSG_NAME_LEN];
     char address[HR_MSG_EP_LEN], data[HR_MSG_EP_LEN]; /* control, data endpoints */
-    bool head, lost, overloaded;
+    bool head, lost;
+    bool pred_overloaded; /* the plan's cost model has it stream weights every token */
     bool ready;           /* ready on the plan in use */
     bool has_info;        /* info holds its JOIN */
     hr_msg_join info;     /* its JOIN (profile NULL): os, cores, memory, threads, ... */
@@ -136,6 +137,18 @@ typedef struct {
 
 /* A device row with every figure unknown (NAN), not in the ring. */
 hr_status_dev hr_status_dev_default(void);
+
+/* Storage reads per token, measured, from which a device counts as streaming
+ * its weights every token: a layer of the smallest models served is larger,
+ * the pages of other files touched per token far smaller. */
+#define HR_STATUS_OVERLOAD_BYTES (1024.0 * 1024.0)
+
+/* Whether device row d is overloaded on measured evidence: it has windows,
+ * has computed tokens, and its measured storage reads per token on the plan
+ * in use are at least HR_STATUS_OVERLOAD_BYTES. The plan's prediction
+ * (pred_overloaded) is not evidence: before its first token a device is
+ * never overloaded. This is the document's "overloaded". Reentrant. */
+bool hr_status_overloaded(const hr_status_dev *d);
 
 /* Fills *out from head a's state under its locks (dev_mu, the statistics'
  * lock): a snapshot. api is left absent. HR_EINVAL when a is not a head.

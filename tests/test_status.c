@@ -135,6 +135,7 @@ static void test_document(void) {
     CHECK_EQ(json_real_value(get(h, "pred_ms_round")), 3.0);
     CHECK_EQ(json_real_value(get(h, "meas_ms_round")), 3.5);
     CHECK_EQ(json_integer_value(get(h, "tokens")), 42);
+    CHECK(json_is_false(get(h, "overloaded"))); /* 2 KiB read per token */
     CHECK_EQ(json_integer_value(get(h, "threads")), 6);
     CHECK_EQ(json_integer_value(get(h, "gpu_layers")), 1);
     CHECK_STR(json_string_value(get(get(h, "gpu"), "type")), "integrated");
@@ -210,7 +211,56 @@ static void test_document(void) {
     free(st);
 }
 
+/* "overloaded" needs measured evidence (a device that has computed tokens
+ * and read at least HR_STATUS_OVERLOAD_BYTES per token); the plan's
+ * prediction is "pred_overloaded". */
+static void test_overloaded(void) {
+    hr_status *st = malloc(sizeof *st);
+    build(st);
+    hr_status_dev *h = &st->devices[0], *w = &st->devices[1];
+    w->pred_overloaded = true; /* the plan says it streams; no token yet */
+    CHECK(!hr_status_overloaded(w));
+    CHECK(!hr_status_overloaded(h)); /* 42 tokens, 2 KiB read per token */
+    w->tokens = 3;
+    w->disk.meas_read_bytes_token = 64 * 1024.0; /* other files' pages */
+    CHECK(!hr_status_overloaded(w));
+    w->disk.meas_read_bytes_token = HR_STATUS_OVERLOAD_BYTES;
+    CHECK(hr_status_overloaded(w));
+    w->tokens = 0; /* reads but no token on record: not evidence */
+    CHECK(!hr_status_overloaded(w));
+    w->tokens = 3;
+    w->w = 0; /* out of the ring */
+    CHECK(!hr_status_overloaded(w));
+    w->w = 2;
+    h->disk.meas_read_bytes_token = 30.0 * 1048576; /* not predicted, measured */
+    char *s = hr_status_json(st);
+    json_error_t je;
+    json_t *j = s ? json_loads(s, 0, &je) : NULL;
+    CHECK(j != NULL);
+    json_t *dh = json_array_get(get(j, "devices"), 0), *dw = json_array_get(get(j, "devices"), 1);
+    CHECK(json_is_true(get(dh, "overloaded")));
+    CHECK(json_is_false(get(dh, "pred_overloaded")));
+    CHECK(json_is_true(get(dw, "overloaded")));
+    CHECK(json_is_true(get(dw, "pred_overloaded")));
+    json_decref(j);
+    free(s);
+
+    /* before the first token: predicted, not overloaded */
+    w->tokens = 0;
+    w->disk.meas_read_bytes_token = NAN;
+    s = hr_status_json(st);
+    j = s ? json_loads(s, 0, &je) : NULL;
+    CHECK(j != NULL);
+    dw = json_array_get(get(j, "devices"), 1);
+    CHECK(json_is_false(get(dw, "overloaded")));
+    CHECK(json_is_true(get(dw, "pred_overloaded")));
+    json_decref(j);
+    free(s);
+    free(st);
+}
+
 int main(void) {
     test_document();
+    test_overloaded();
     return hr_check_finish("test_status");
 }
