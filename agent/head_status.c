@@ -100,6 +100,7 @@ int hr_head_status(hr_agent *a, hr_status *st) {
     p->pred_ms_token = pred ? hd->sched.latency_ms : NAN;
     p->pred_compute_ms_token = pred ? hd->sched.compute_ms : NAN;
     p->pred_disk_exposed_ms_token = pred ? hd->sched.disk_exposed_ms : NAN;
+    p->pred_evaluated = pred && !hd->plan_chosen;
     for (int i = 0; i < hd->n_devs && i < HR_AGENT_MAX_DEV; i++) {
         hr_dev d = hd->devs[i];
         if (i == 0) { /* the head's own figures */

@@ -101,6 +101,9 @@ typedef struct {
     int kv_slots, kv_slot_ctx; /* requests at once; positions each */
     int pred_n_past;           /* positions attended in the decode prediction */
     double pred_ms_token, pred_compute_ms_token, pred_disk_exposed_ms_token; /* NAN: none */
+    /* pred_*: the cost model's figures for a plan it did not choose (windows
+     * forced by --windows, an even split), not the scheduler's own choice */
+    bool pred_evaluated;
 } hr_status_plan;
 
 /* Adaptive re-plans (measured against predicted rounds). */

@@ -575,6 +575,16 @@ static void hr_print_status(json_t *j) {
     json_unpack(j, "{s?s,s?s}", "plan_source", &src, "plan_error", &perr);
     if (src[0])
         printf("plan: %s\n", src);
+    double pms = 0, pcomp = 0, pdisk = 0;
+    int peval = 0;
+    json_unpack(j, "{s?F,s?F,s?F,s?b}", "pred_ms_token", &pms, "pred_compute_ms_token", &pcomp,
+                "pred_disk_exposed_ms_token", &pdisk, "pred_evaluated", &peval);
+    /* the cost model's figure: the scheduler's own, or its evaluation of a forced plan */
+    if (pms > 0)
+        printf("predicted: %.1f ms/token (compute %.1f, disk exposed %.1f), %s\n", pms, pcomp,
+               pdisk > 0 ? pdisk : 0.0,
+               peval ? "the cost model's figure for windows it did not choose"
+                     : "the scheduler's figure for the plan it chose");
     int slots = 0, slot_ctx = 0;
     json_unpack(j, "{s?i,s?i}", "kv_slots", &slots, "kv_slot_ctx", &slot_ctx);
     if (slots > 0 && slot_ctx > 0)

@@ -162,6 +162,7 @@ static void test_live_plan(const char *model) {
             streaming += ov;
         }
         CHECK(streaming >= 1);
+        CHECK(json_is_false(json_object_get(st, "pred_evaluated"))); /* the scheduler's choice */
         if (want.k * N_DEV != sm.n_layer) /* an even split would give every device W / 3 */
             CHECK(!even);
         CHECK(strncmp(json_string_value(json_object_get(st, "plan_source")), "scheduler", 9) == 0);

@@ -116,6 +116,7 @@ static void test_document(void) {
     CHECK_EQ(json_real_value(get(j, "pred_ms_token")), 12.5);
     CHECK_EQ(json_real_value(get(j, "pred_compute_ms_token")), 10.0);
     CHECK(json_is_null(get(j, "pred_disk_exposed_ms_token"))); /* NAN: null */
+    CHECK(json_is_false(get(j, "pred_evaluated")));            /* the scheduler's own plan */
     CHECK_EQ(json_integer_value(get(j, "kv_slots")), 4);
     CHECK_EQ(json_integer_value(get(j, "kv_slot_ctx")), 1024);
     json_t *ad = get(j, "adapt");
@@ -213,7 +214,8 @@ static void test_document(void) {
 
 /* "overloaded" needs measured evidence (a device that has computed tokens
  * and read at least HR_STATUS_OVERLOAD_BYTES per token); the plan's
- * prediction is "pred_overloaded". */
+ * prediction is "pred_overloaded". The prediction of a forced plan is
+ * labelled pred_evaluated. */
 static void test_overloaded(void) {
     hr_status *st = malloc(sizeof *st);
     build(st);
@@ -233,6 +235,7 @@ static void test_overloaded(void) {
     CHECK(!hr_status_overloaded(w));
     w->w = 2;
     h->disk.meas_read_bytes_token = 30.0 * 1048576; /* not predicted, measured */
+    st->plan.pred_evaluated = true;
     char *s = hr_status_json(st);
     json_error_t je;
     json_t *j = s ? json_loads(s, 0, &je) : NULL;
@@ -242,18 +245,21 @@ static void test_overloaded(void) {
     CHECK(json_is_false(get(dh, "pred_overloaded")));
     CHECK(json_is_true(get(dw, "overloaded")));
     CHECK(json_is_true(get(dw, "pred_overloaded")));
+    CHECK(json_is_true(get(j, "pred_evaluated")));
     json_decref(j);
     free(s);
 
-    /* before the first token: predicted, not overloaded */
+    /* before the first token: predicted, not overloaded; no prediction, not evaluated */
     w->tokens = 0;
     w->disk.meas_read_bytes_token = NAN;
+    st->plan.pred_ms_token = NAN;
     s = hr_status_json(st);
     j = s ? json_loads(s, 0, &je) : NULL;
     CHECK(j != NULL);
     dw = json_array_get(get(j, "devices"), 1);
     CHECK(json_is_false(get(dw, "overloaded")));
     CHECK(json_is_true(get(dw, "pred_overloaded")));
+    CHECK(json_is_false(get(j, "pred_evaluated")));
     json_decref(j);
     free(s);
     free(st);
