@@ -55,9 +55,15 @@ hr_status_dev hr_status_dev_default(void) {
     return d;
 }
 
-bool hr_status_overloaded(const hr_status_dev *d) {
+double hr_status_overload_bytes(const hr_status_plan *p) {
+    double b = isfinite(p->layer_read_bytes) && p->layer_read_bytes > 0 ? p->layer_read_bytes / 4
+                                                                        : 1024.0 * 1024.0;
+    return b > HR_STATUS_OVERLOAD_MIN_BYTES ? b : HR_STATUS_OVERLOAD_MIN_BYTES;
+}
+
+bool hr_status_overloaded(const hr_status_plan *p, const hr_status_dev *d) {
     double rd = d->disk.meas_read_bytes_token;
-    return d->w > 0 && d->tokens > 0 && isfinite(rd) && rd >= HR_STATUS_OVERLOAD_BYTES;
+    return d->w > 0 && d->tokens > 0 && isfinite(rd) && rd >= hr_status_overload_bytes(p);
 }
 
 /* The layers of a device's windows, one range per round ("0-3,8-11"), "-"
@@ -121,7 +127,7 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_fig(o, "resident", d->resident);
     hr_put_int(o, "tokens", (int64_t)d->tokens);
     /* measured (hr_status_overloaded), and what the plan predicted */
-    hr_put_bool(o, "overloaded", hr_status_overloaded(d));
+    hr_put_bool(o, "overloaded", hr_status_overloaded(&st->plan, d));
     hr_put_bool(o, "pred_overloaded", d->pred_overloaded);
     /* its JOIN as it sent it, less the profile (ring/msg.c writes the keys) */
     hr_put(o, "info", d->has_info ? hr_msg_join_info_json(&d->info) : json_object());

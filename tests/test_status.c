@@ -213,26 +213,33 @@ static void test_document(void) {
 }
 
 /* "overloaded" needs measured evidence (a device that has computed tokens
- * and read at least HR_STATUS_OVERLOAD_BYTES per token); the plan's
+ * and read at least a quarter of a layer's bytes per token); the plan's
  * prediction is "pred_overloaded". The prediction of a forced plan is
  * labelled pred_evaluated. */
 static void test_overloaded(void) {
     hr_status *st = malloc(sizeof *st);
     build(st);
     hr_status_dev *h = &st->devices[0], *w = &st->devices[1];
+    hr_status_plan *p = &st->plan;
+    p->layer_read_bytes = NAN; /* no model profile: 1 MiB */
+    CHECK_EQ(hr_status_overload_bytes(p), 1048576.0);
+    p->layer_read_bytes = 1024; /* a tiny model: never under the floor */
+    CHECK_EQ(hr_status_overload_bytes(p), HR_STATUS_OVERLOAD_MIN_BYTES);
+    p->layer_read_bytes = 26.0 * 1048576; /* the 1.1B q4_0 model's layers */
+    CHECK_EQ(hr_status_overload_bytes(p), 6.5 * 1048576);
     w->pred_overloaded = true; /* the plan says it streams; no token yet */
-    CHECK(!hr_status_overloaded(w));
-    CHECK(!hr_status_overloaded(h)); /* 42 tokens, 2 KiB read per token */
+    CHECK(!hr_status_overloaded(p, w));
+    CHECK(!hr_status_overloaded(p, h)); /* 42 tokens, 2 KiB read per token */
     w->tokens = 3;
-    w->disk.meas_read_bytes_token = 64 * 1024.0; /* other files' pages */
-    CHECK(!hr_status_overloaded(w));
-    w->disk.meas_read_bytes_token = HR_STATUS_OVERLOAD_BYTES;
-    CHECK(hr_status_overloaded(w));
+    w->disk.meas_read_bytes_token = 1.5 * 1048576; /* a resident device's residue */
+    CHECK(!hr_status_overloaded(p, w));
+    w->disk.meas_read_bytes_token = 6.5 * 1048576;
+    CHECK(hr_status_overloaded(p, w));
     w->tokens = 0; /* reads but no token on record: not evidence */
-    CHECK(!hr_status_overloaded(w));
+    CHECK(!hr_status_overloaded(p, w));
     w->tokens = 3;
     w->w = 0; /* out of the ring */
-    CHECK(!hr_status_overloaded(w));
+    CHECK(!hr_status_overloaded(p, w));
     w->w = 2;
     h->disk.meas_read_bytes_token = 30.0 * 1048576; /* not predicted, measured */
     st->plan.pred_evaluated = true;
