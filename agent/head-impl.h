@@ -206,6 +206,8 @@ struct hr_head {
     char lost_msg[HR_ERR_LEN];
     hr_sched_plan sched;
     bool have_sched;
+    bool plan_chosen; /* the scheduler chose the windows in use (not --windows, not an even
+                       * split): sched is its own prediction, not only its evaluation */
     /* how the current plan was made (head_plan.c) */
     char plan_src[256];
     hr_local_plan own; /* the head's part of plan_id (parameters and windows) */

@@ -156,6 +156,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
                           char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     int L = hr_model_hparams(a->m)->n_layer;
+    hd->plan_chosen = false;
     for (int i = 0; i < n; i++)
         ng[i] = 0;                  /* GPU layers only where the scheduler puts them */
     hd->plan_seq = a->p.n_parallel; /* KV slots: --parallel, fewer below if they do not fit */
@@ -229,6 +230,7 @@ static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int 
     const hr_agent *a = hd->a;
     hd->plan_seq = j->plan_seq;
     hd->plan_ctx = j->plan_ctx;
+    hd->plan_chosen = j->rc == 0;
     if (j->rc == 0) {
         if (hd->plan_seq < a->p.n_parallel || hd->plan_ctx < j->ctx0)
             HR_LOG_WARN(TAG,

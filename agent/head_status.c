@@ -15,6 +15,19 @@
 /* A figure that is < 0 when unknown, as NAN. */
 static double hr_known(double v) { return v >= 0 ? v : NAN; }
 
+/* Weight bytes a decode token reads per layer, the mean over the model
+ * profile's layers (routed experts: their share); NAN without a profile. */
+static double hr_layer_read_bytes(const hr_head *hd) {
+    const hr_prof_model *pm = &hd->pm;
+    if (!hd->have_pm || pm->n_layers_listed <= 0 || !pm->layers)
+        return NAN;
+    double sum = 0;
+    for (int l = 0; l < pm->n_layers_listed; l++)
+        for (int t = 0; t < pm->layers[l].n_types; t++)
+            sum += (double)pm->layers[l].types[t].bytes;
+    return sum / pm->n_layers_listed;
+}
+
 /* Device d's row (dev_mu held); k: the plan's rounds. */
 static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head, int k, double now,
                                hr_status_dev *o) {
@@ -25,7 +38,7 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->head = is_head;
     o->lost = d->lost;
     o->ready = d->ready && d->ready_plan == hd->plan_id;
-    o->overloaded = d->overloaded;
+    o->pred_overloaded = d->overloaded;
     o->has_info = d->has_join;
     if (d->has_join) {
         o->info = d->join;
@@ -100,6 +113,8 @@ int hr_head_status(hr_agent *a, hr_status *st) {
     p->pred_ms_token = pred ? hd->sched.latency_ms : NAN;
     p->pred_compute_ms_token = pred ? hd->sched.compute_ms : NAN;
     p->pred_disk_exposed_ms_token = pred ? hd->sched.disk_exposed_ms : NAN;
+    p->pred_evaluated = pred && !hd->plan_chosen;
+    p->layer_read_bytes = hr_layer_read_bytes(hd);
     for (int i = 0; i < hd->n_devs && i < HR_AGENT_MAX_DEV; i++) {
         hr_dev d = hd->devs[i];
         if (i == 0) { /* the head's own figures */

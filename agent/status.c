@@ -55,6 +55,17 @@ hr_status_dev hr_status_dev_default(void) {
     return d;
 }
 
+double hr_status_overload_bytes(const hr_status_plan *p) {
+    double b = isfinite(p->layer_read_bytes) && p->layer_read_bytes > 0 ? p->layer_read_bytes / 4
+                                                                        : 1024.0 * 1024.0;
+    return b > HR_STATUS_OVERLOAD_MIN_BYTES ? b : HR_STATUS_OVERLOAD_MIN_BYTES;
+}
+
+bool hr_status_overloaded(const hr_status_plan *p, const hr_status_dev *d) {
+    double rd = d->disk.meas_read_bytes_token;
+    return d->w > 0 && d->tokens > 0 && isfinite(rd) && rd >= hr_status_overload_bytes(p);
+}
+
 /* The layers of a device's windows, one range per round ("0-3,8-11"), "-"
  * when it has none. */
 static void hr_layers_str(char *out, size_t cap, int k, int W, int off, int w) {
@@ -115,7 +126,9 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_fig(o, "meas_ms_round", d->meas_ms_round);
     hr_put_fig(o, "resident", d->resident);
     hr_put_int(o, "tokens", (int64_t)d->tokens);
-    hr_put_bool(o, "overloaded", d->overloaded);
+    /* measured (hr_status_overloaded), and what the plan predicted */
+    hr_put_bool(o, "overloaded", hr_status_overloaded(&st->plan, d));
+    hr_put_bool(o, "pred_overloaded", d->pred_overloaded);
     /* its JOIN as it sent it, less the profile (ring/msg.c writes the keys) */
     hr_put(o, "info", d->has_info ? hr_msg_join_info_json(&d->info) : json_object());
     hr_put_int(o, "threads", d->has_info ? d->info.threads : 0); /* compute threads in use */
@@ -231,6 +244,7 @@ char *hr_status_json(const hr_status *st) {
     hr_put_int(j, "pred_n_past", p->pred_n_past);
     hr_put_fig(j, "pred_compute_ms_token", p->pred_compute_ms_token);
     hr_put_fig(j, "pred_disk_exposed_ms_token", p->pred_disk_exposed_ms_token);
+    hr_put_bool(j, "pred_evaluated", isfinite(p->pred_ms_token) && p->pred_evaluated);
     hr_put_int(j, "kv_slots", p->kv_slots);
     hr_put_int(j, "kv_slot_ctx", p->kv_slot_ctx);
     hr_put(j, "adapt", hr_adapt_json(&st->adapt, &ok));

@@ -64,7 +64,8 @@ typedef struct {
 typedef struct {
     char name[HR_MSG_NAME_LEN];
     char address[HR_MSG_EP_LEN], data[HR_MSG_EP_LEN]; /* control, data endpoints */
-    bool head, lost, overloaded;
+    bool head, lost;
+    bool pred_overloaded; /* the plan's cost model has it stream weights every token */
     bool ready;           /* ready on the plan in use */
     bool has_info;        /* info holds its JOIN */
     hr_msg_join info;     /* its JOIN (profile NULL): os, cores, memory, threads, ... */
@@ -100,6 +101,10 @@ typedef struct {
     int kv_slots, kv_slot_ctx; /* requests at once; positions each */
     int pred_n_past;           /* positions attended in the decode prediction */
     double pred_ms_token, pred_compute_ms_token, pred_disk_exposed_ms_token; /* NAN: none */
+    /* pred_*: the cost model's figures for a plan it did not choose (windows
+     * forced by --windows, an even split), not the scheduler's own choice */
+    bool pred_evaluated;
+    double layer_read_bytes; /* weight bytes a token reads per layer (mean); NAN: unknown */
 } hr_status_plan;
 
 /* Adaptive re-plans (measured against predicted rounds). */
@@ -136,6 +141,23 @@ typedef struct {
 
 /* A device row with every figure unknown (NAN), not in the ring. */
 hr_status_dev hr_status_dev_default(void);
+
+/* Storage reads per token, measured, from which a device counts as streaming
+ * its weights every token: a quarter of the weight bytes a token reads per
+ * layer (the plan's layer_read_bytes; 1 MiB when unknown), and never less
+ * than HR_STATUS_OVERLOAD_MIN_BYTES. Fully resident devices read less: the
+ * pages of other files, and what faulted in after the warm-up, spread over
+ * the tokens since (~1.5 MiB per token on the 1.1B model's 26 MiB layers). */
+#define HR_STATUS_OVERLOAD_MIN_BYTES (64.0 * 1024.0)
+double hr_status_overload_bytes(const hr_status_plan *p);
+
+/* Whether device row d of plan p is overloaded on measured evidence: it has
+ * windows, has computed tokens, and its measured storage reads per token on
+ * the plan in use are at least hr_status_overload_bytes(p). The plan's
+ * prediction (pred_overloaded) is not evidence: before its first token a
+ * device is never overloaded. This is the document's "overloaded".
+ * Reentrant. */
+bool hr_status_overloaded(const hr_status_plan *p, const hr_status_dev *d);
 
 /* Fills *out from head a's state under its locks (dev_mu, the statistics'
  * lock): a snapshot. api is left absent. HR_EINVAL when a is not a head.

@@ -575,6 +575,16 @@ static void hr_print_status(json_t *j) {
     json_unpack(j, "{s?s,s?s}", "plan_source", &src, "plan_error", &perr);
     if (src[0])
         printf("plan: %s\n", src);
+    double pms = 0, pcomp = 0, pdisk = 0;
+    int peval = 0;
+    json_unpack(j, "{s?F,s?F,s?F,s?b}", "pred_ms_token", &pms, "pred_compute_ms_token", &pcomp,
+                "pred_disk_exposed_ms_token", &pdisk, "pred_evaluated", &peval);
+    /* the cost model's figure: the scheduler's own, or its evaluation of a forced plan */
+    if (pms > 0)
+        printf("predicted: %.1f ms/token (compute %.1f, disk exposed %.1f), %s\n", pms, pcomp,
+               pdisk > 0 ? pdisk : 0.0,
+               peval ? "the cost model's figure for windows it did not choose"
+                     : "the scheduler's figure for the plan it chose");
     int slots = 0, slot_ctx = 0;
     json_unpack(j, "{s?i,s?i}", "kv_slots", &slots, "kv_slot_ctx", &slot_ctx);
     if (slots > 0 && slot_ctx > 0)
@@ -599,10 +609,12 @@ static void hr_print_status(json_t *j) {
         int pos = -1, w = 0, lost = 0, rdy = 0, cores = 0, numa = 0, over = 0, threads = 0;
         double pred = 0, meas = 0, res = 0, disk = 0;
         json_int_t tok = 0, mt = 0, ma = 0, cg = -1;
-        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b,s?i}", "name", &name,
+        int pover = 0; /* over: measured evidence; pover: the plan's prediction */
+        json_unpack(d, "{s?s,s?s,s?s,s?i,s?i,s?b,s?b,s?F,s?F,s?F,s?I,s?b,s?b,s?i}", "name", &name,
                     "address", &addr, "layers", &layers, "ring_pos", &pos, "w", &w, "lost", &lost,
                     "ready", &rdy, "pred_ms_round", &pred, "meas_ms_round", &meas, "resident", &res,
-                    "tokens", &tok, "overloaded", &over, "threads", &threads);
+                    "tokens", &tok, "overloaded", &over, "pred_overloaded", &pover, "threads",
+                    &threads);
         json_t *info = json_object_get(d, "info");
         json_unpack(info, "{s?s,s?i,s?i,s?I,s?I,s?I,s?F}", "os", &os, "cores", &cores, "numa",
                     &numa, "mem_total", &mt, "mem_avail", &ma, "cg_limit", &cg, "disk_mbs", &disk);
@@ -612,7 +624,10 @@ static void hr_print_status(json_t *j) {
                lost  ? "LOST"
                : rdy ? "ready"
                      : "not ready",
-               pos < 0 ? ", not in the ring" : "", over ? ", overloaded" : "");
+               pos < 0 ? ", not in the ring" : "",
+               over    ? ", overloaded (streams weights every token, measured)"
+               : pover ? ", predicted to stream weights every token"
+                       : "");
         printf("      os %s; %d cores, %d NUMA, %d threads in use; memory %.1f GiB total, %.1f GiB "
                "available, cgroup limit %s",
                os, cores, numa, threads, mt / 1073741824.0, ma / 1073741824.0,

@@ -8,6 +8,8 @@
 #   lab selftest       the emulated home lab (deploy/lab.sh; needs root,
 #                      network namespaces and cgroup v1: prints SKIPPED
 #                      otherwise, and fails under CI=true)
+#   sweep selftest     deploy/plan-sweep.sh's statistics, verdict and a
+#                      whole sweep against a stand-in lab (no root)
 #   aarch64            cross build and tests under qemu (deploy/test-arm.sh;
 #                      HR_NO_ARM64=1 leaves it out, and says so)
 #   sanitizer build    one clang build with AddressSanitizer +
@@ -141,6 +143,7 @@ stage "dependencies" bash deploy/install-deps.sh
 stage "release build" bash deploy/build.sh
 stage "release tests" release_tests
 stage "lab selftest" bash deploy/lab.sh selftest
+stage "sweep selftest" bash deploy/plan-sweep.sh selftest
 stage "aarch64" aarch64
 stage "sanitizer build" san_build
 stage "sanitizer tests" san_tests

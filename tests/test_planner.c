@@ -151,14 +151,18 @@ static void test_live_plan(const char *model) {
         }
         CHECK_EQ(active, N_DEV);
         /* memory is a cost: 12 layers on room for ~7.5, so devices stream, and the
-         * head's status says which, as the scheduler planned */
+         * head's status says which, as the scheduler planned; before the first
+         * token none is overloaded on measured evidence */
         int streaming = 0;
         for (int i = 0; i < N_DEV && i < (int)json_array_size(devs); i++) {
-            bool ov = json_is_true(json_object_get(json_array_get(devs, i), "overloaded"));
+            json_t *d = json_array_get(devs, i);
+            bool ov = json_is_true(json_object_get(d, "pred_overloaded"));
             CHECK_EQ(ov, want.dev[i].overloaded);
+            CHECK(json_is_false(json_object_get(d, "overloaded")));
             streaming += ov;
         }
         CHECK(streaming >= 1);
+        CHECK(json_is_false(json_object_get(st, "pred_evaluated"))); /* the scheduler's choice */
         if (want.k * N_DEV != sm.n_layer) /* an even split would give every device W / 3 */
             CHECK(!even);
         CHECK(strncmp(json_string_value(json_object_get(st, "plan_source")), "scheduler", 9) == 0);

@@ -116,6 +116,7 @@ static void test_document(void) {
     CHECK_EQ(json_real_value(get(j, "pred_ms_token")), 12.5);
     CHECK_EQ(json_real_value(get(j, "pred_compute_ms_token")), 10.0);
     CHECK(json_is_null(get(j, "pred_disk_exposed_ms_token"))); /* NAN: null */
+    CHECK(json_is_false(get(j, "pred_evaluated")));            /* the scheduler's own plan */
     CHECK_EQ(json_integer_value(get(j, "kv_slots")), 4);
     CHECK_EQ(json_integer_value(get(j, "kv_slot_ctx")), 1024);
     json_t *ad = get(j, "adapt");
@@ -135,6 +136,7 @@ static void test_document(void) {
     CHECK_EQ(json_real_value(get(h, "pred_ms_round")), 3.0);
     CHECK_EQ(json_real_value(get(h, "meas_ms_round")), 3.5);
     CHECK_EQ(json_integer_value(get(h, "tokens")), 42);
+    CHECK(json_is_false(get(h, "overloaded"))); /* 2 KiB read per token */
     CHECK_EQ(json_integer_value(get(h, "threads")), 6);
     CHECK_EQ(json_integer_value(get(h, "gpu_layers")), 1);
     CHECK_STR(json_string_value(get(get(h, "gpu"), "type")), "integrated");
@@ -210,7 +212,68 @@ static void test_document(void) {
     free(st);
 }
 
+/* "overloaded" needs measured evidence (a device that has computed tokens
+ * and read at least a quarter of a layer's bytes per token); the plan's
+ * prediction is "pred_overloaded". The prediction of a forced plan is
+ * labelled pred_evaluated. */
+static void test_overloaded(void) {
+    hr_status *st = malloc(sizeof *st);
+    build(st);
+    hr_status_dev *h = &st->devices[0], *w = &st->devices[1];
+    hr_status_plan *p = &st->plan;
+    p->layer_read_bytes = NAN; /* no model profile: 1 MiB */
+    CHECK_EQ(hr_status_overload_bytes(p), 1048576.0);
+    p->layer_read_bytes = 1024; /* a tiny model: never under the floor */
+    CHECK_EQ(hr_status_overload_bytes(p), HR_STATUS_OVERLOAD_MIN_BYTES);
+    p->layer_read_bytes = 26.0 * 1048576; /* the 1.1B q4_0 model's layers */
+    CHECK_EQ(hr_status_overload_bytes(p), 6.5 * 1048576);
+    w->pred_overloaded = true; /* the plan says it streams; no token yet */
+    CHECK(!hr_status_overloaded(p, w));
+    CHECK(!hr_status_overloaded(p, h)); /* 42 tokens, 2 KiB read per token */
+    w->tokens = 3;
+    w->disk.meas_read_bytes_token = 1.5 * 1048576; /* a resident device's residue */
+    CHECK(!hr_status_overloaded(p, w));
+    w->disk.meas_read_bytes_token = 6.5 * 1048576;
+    CHECK(hr_status_overloaded(p, w));
+    w->tokens = 0; /* reads but no token on record: not evidence */
+    CHECK(!hr_status_overloaded(p, w));
+    w->tokens = 3;
+    w->w = 0; /* out of the ring */
+    CHECK(!hr_status_overloaded(p, w));
+    w->w = 2;
+    h->disk.meas_read_bytes_token = 30.0 * 1048576; /* not predicted, measured */
+    st->plan.pred_evaluated = true;
+    char *s = hr_status_json(st);
+    json_error_t je;
+    json_t *j = s ? json_loads(s, 0, &je) : NULL;
+    CHECK(j != NULL);
+    json_t *dh = json_array_get(get(j, "devices"), 0), *dw = json_array_get(get(j, "devices"), 1);
+    CHECK(json_is_true(get(dh, "overloaded")));
+    CHECK(json_is_false(get(dh, "pred_overloaded")));
+    CHECK(json_is_true(get(dw, "overloaded")));
+    CHECK(json_is_true(get(dw, "pred_overloaded")));
+    CHECK(json_is_true(get(j, "pred_evaluated")));
+    json_decref(j);
+    free(s);
+
+    /* before the first token: predicted, not overloaded; no prediction, not evaluated */
+    w->tokens = 0;
+    w->disk.meas_read_bytes_token = NAN;
+    st->plan.pred_ms_token = NAN;
+    s = hr_status_json(st);
+    j = s ? json_loads(s, 0, &je) : NULL;
+    CHECK(j != NULL);
+    dw = json_array_get(get(j, "devices"), 1);
+    CHECK(json_is_false(get(dw, "overloaded")));
+    CHECK(json_is_true(get(dw, "pred_overloaded")));
+    CHECK(json_is_false(get(j, "pred_evaluated")));
+    json_decref(j);
+    free(s);
+    free(st);
+}
+
 int main(void) {
     test_document();
+    test_overloaded();
     return hr_check_finish("test_status");
 }
