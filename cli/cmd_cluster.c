@@ -577,8 +577,10 @@ static void hr_print_status(json_t *j) {
         printf("plan: %s\n", src);
     double pms = 0, pcomp = 0, pdisk = 0;
     int peval = 0;
-    json_unpack(j, "{s?F,s?F,s?F,s?b}", "pred_ms_token", &pms, "pred_compute_ms_token", &pcomp,
-                "pred_disk_exposed_ms_token", &pdisk, "pred_evaluated", &peval);
+    json_unpack(j, "{s?b}", "pred_evaluated", &peval); /* apart: a null figure ends an unpack */
+    json_unpack(j, "{s?F}", "pred_ms_token", &pms);
+    json_unpack(j, "{s?F,s?F}", "pred_compute_ms_token", &pcomp, "pred_disk_exposed_ms_token",
+                &pdisk);
     /* the cost model's figure: the scheduler's own, or its evaluation of a forced plan */
     if (pms > 0)
         printf("predicted: %.1f ms/token (compute %.1f, disk exposed %.1f), %s\n", pms, pcomp,
