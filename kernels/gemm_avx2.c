@@ -1,8 +1,29 @@
 /* gemm_avx2.c - the tile kernels of gemm-impl.h on AVX2 (VNNI emulated with
  * vpmaddubsw / vpmaddwd; 16 registers: 2 rows x 4 tokens), in the canonical
- * float order (kernels/canon-impl.h): bit-identical to the scalar vec_dot. */
+ * float order (kernels/canon-impl.h): bit-identical to the scalar vec_dot;
+ * and the default (free-order) table's entries. */
 #define HR_GEMM_RM 2
 #define HR_GEMM_TM 4
 #include "kernels/gemm-impl.h"
 
 void hr_gemm_fill_avx2(hr_kernels *k) { hr_gemm_fill_common(k); }
+
+/* the default (free-order) table: the panels of gemmp_fast_avx2.c from two
+ * tokens on, the canonical tiles for one */
+#define HR_GEMMP2_ENTRY(NAME, PACKED, TILES)                                                       \
+    static void NAME(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,           \
+                     size_t as, float *y, size_t ys) {                                             \
+        if (nt >= 2)                                                                               \
+            PACKED(n, nr, nt, w, ws, a, as, y, ys);                                                \
+        else                                                                                       \
+            TILES(n, nr, nt, w, ws, a, as, y, ys);                                                 \
+    }
+
+HR_GEMMP2_ENTRY(gemmf2_q4_0, hr_gemmp2f_q4_0, gemm_q4_0)
+HR_GEMMP2_ENTRY(gemmf2_q8_0, hr_gemmp2f_q8_0, gemm_q8_0)
+
+bool hr_gemm_fill_avx2_fast(hr_kernels *k) {
+    k->gemm[HR_TYPE_Q4_0] = gemmf2_q4_0;
+    k->gemm[HR_TYPE_Q8_0] = gemmf2_q8_0;
+    return true;
+}

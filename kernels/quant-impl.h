@@ -80,6 +80,15 @@ void hr_gemmpf_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const v
                     float *y, size_t ys);
 void hr_gemmpf_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys);
+/* The free-order AVX2 panels (gemmp_fast_avx2.c): hr_gemm_fn semantics for
+ * two or more tokens. */
+void hr_gemmp2f_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2f_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+/* The fast (default) AVX2 table's entries over the canonical one in k: the
+ * free-order panels. Returns whether it changed anything. */
+bool hr_gemm_fill_avx2_fast(hr_kernels *k);
 /* The fast (default) AVX-512 table's entries over the canonical one in k:
  * the free-order panels where VNNI runs them. Returns whether it changed
  * anything. */

@@ -224,8 +224,18 @@ static void init_tables(void) {
     for (int i = 0; i < HR_ISA_COUNT; i++)
         g_fast[i] = g_tables[i];
 #if HR_X86
-    if (avx512 && hr_gemm_fill_avx512_fast(&g_fast[HR_ISA_AVX512], g_flags512))
-        g_fast[HR_ISA_AVX512].canonical = false;
+    if (avx2 && hr_gemm_fill_avx2_fast(&g_fast[HR_ISA_AVX2]))
+        g_fast[HR_ISA_AVX2].canonical = false;
+    if (avx512) { /* the AVX2 panels where AVX-512 kept AVX2's tiles (no VNNI), then its own */
+        for (int t = 0; avx2 && t < HR_TYPE_COUNT; t++)
+            if (g_tables[HR_ISA_AVX512].gemm[t] == g_tables[HR_ISA_AVX2].gemm[t] &&
+                g_fast[HR_ISA_AVX2].gemm[t] != g_tables[HR_ISA_AVX2].gemm[t]) {
+                g_fast[HR_ISA_AVX512].gemm[t] = g_fast[HR_ISA_AVX2].gemm[t];
+                g_fast[HR_ISA_AVX512].canonical = false;
+            }
+        if (hr_gemm_fill_avx512_fast(&g_fast[HR_ISA_AVX512], g_flags512))
+            g_fast[HR_ISA_AVX512].canonical = false;
+    }
 #endif
     const char *ex = getenv("HEARTH_EXACT");
     g_exact = ex && *ex && strcmp(ex, "0") != 0 && strcasecmp(ex, "no") != 0 &&
