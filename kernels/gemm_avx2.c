@@ -25,5 +25,7 @@ HR_GEMMP2_ENTRY(gemmf2_q8_0, hr_gemmp2f_q8_0, gemm_q8_0)
 bool hr_gemm_fill_avx2_fast(hr_kernels *k) {
     k->gemm[HR_TYPE_Q4_0] = gemmf2_q4_0;
     k->gemm[HR_TYPE_Q8_0] = gemmf2_q8_0;
+    if (k->gemm_rows < 128)
+        k->gemm_rows = 128; /* a call's per-token block sums serve 16 panels */
     return true;
 }
