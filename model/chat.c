@@ -277,6 +277,24 @@ static void hr_render_gemma(const hr_chat_template *t, const hr_chat_msg *msgs, 
         hr_puts(w, "<start_of_turn>model\n");
 }
 
+/* Formats that write every message as open + role + mid + content + close,
+ * untrimmed, the reply's header as open + "assistant" + mid (ChatML, Phi-3) */
+static void hr_render_tagged(const hr_chat_msg *msgs, int n, bool add_gen, const char *open,
+                             const char *mid, const char *close, hr_sink *w) {
+    for (int i = 0; i < n; i++) {
+        hr_puts(w, open);
+        hr_puts(w, msgs[i].role);
+        hr_puts(w, mid);
+        hr_puts(w, msgs[i].content);
+        hr_puts(w, close);
+    }
+    if (add_gen) {
+        hr_puts(w, open);
+        hr_puts(w, "assistant");
+        hr_puts(w, mid);
+    }
+}
+
 static void hr_render(const hr_chat_template *t, const hr_chat_msg *msgs, int n, bool add_gen,
                       hr_sink *w) {
     switch (t->kind) {
@@ -287,26 +305,10 @@ static void hr_render(const hr_chat_template *t, const hr_chat_msg *msgs, int n,
         hr_render_gemma(t, msgs, n, add_gen, w);
         return;
     case HR_CHAT_PHI3:
-        for (int i = 0; i < n; i++) {
-            hr_puts(w, "<|");
-            hr_puts(w, msgs[i].role);
-            hr_puts(w, "|>\n");
-            hr_puts(w, msgs[i].content);
-            hr_puts(w, "<|end|>\n");
-        }
-        if (add_gen)
-            hr_puts(w, "<|assistant|>\n");
+        hr_render_tagged(msgs, n, add_gen, "<|", "|>\n", "<|end|>\n", w);
         return;
     case HR_CHAT_CHATML:
-        for (int i = 0; i < n; i++) {
-            hr_puts(w, "<|im_start|>");
-            hr_puts(w, msgs[i].role);
-            hr_puts(w, "\n");
-            hr_puts(w, msgs[i].content);
-            hr_puts(w, "<|im_end|>\n");
-        }
-        if (add_gen)
-            hr_puts(w, "<|im_start|>assistant\n");
+        hr_render_tagged(msgs, n, add_gen, "<|im_start|>", "\n", "<|im_end|>\n", w);
         return;
     case HR_CHAT_LLAMA3:
         for (int i = 0; i < n; i++) {
