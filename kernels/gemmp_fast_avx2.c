@@ -1,7 +1,8 @@
 /* gemmp_fast_avx2.c - the free-order prompt-processing GEMM of the default
- * AVX2 table (kernels/quant.h, "Exactness is a mode") for Q4_0 and Q8_0
- * weights and calls of two or more tokens: packed panels of 8 weight rows,
- * one row per 32-bit lane of a ymm register.
+ * AVX2 table (kernels/quant.h, "Exactness is a mode") for Q4_0, Q8_0, Q4_K,
+ * Q5_K and Q6_K weights and calls of two or more tokens: packed panels of 8
+ * weight rows, one row per 32-bit lane of a ymm register. The K-quants are
+ * described at their section below.
  *
  * For a chunk of a row (HR_GEMMP2_CHUNK elements) the panel is unpacked
  * once into a stack buffer: per 32-element block, 8 vectors of 32 bytes,
@@ -19,7 +20,8 @@
  * pair sums, so Q8_0 keeps them signed and multiplies |x| by y signed as
  * x (vpsignb), each group's pair sums widened to int32 on their own. Results equal
  * vec_dot up to float summation order; test_gemm holds them to 2e-5 of the
- * sum of the products' magnitudes. Stack use: about 60 KiB. */
+ * sum of the products' magnitudes. Panels are built from in-order row loads
+ * and an in-lane dword transpose. Stack use: about 60 KiB. */
 #include "kernels/quant-impl.h"
 
 #include <immintrin.h>
@@ -45,30 +47,66 @@ HR_P2 __m256i bcast4(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* The panel of rows [0, nr) (nr <= 8; missing rows repeat the last) for
- * blocks [b0, b0 + kn). */
+/* The panel's row pointers: rows past nr repeat the last one (their lanes
+ * are computed but never stored), so every load stays inside the matrix. */
+HR_P2 void row_ptrs8(const uint8_t *w, size_t ws, int nr, const uint8_t *rp[8]) {
+    for (int r = 0; r < 8; r++)
+        rp[r] = w + (size_t)(r < nr ? r : nr - 1) * ws;
+}
+
+/* V[g] lane r = the 4 bytes at rp[r] + off + 4g (g < 4): 8 row loads of 16
+ * bytes (each row read in order) and a 4 x 4 dword transpose inside each
+ * 128-bit lane (lane k holds rows 4k..4k+3). */
+HR_P2 void tr8x4(const uint8_t *const *rp, size_t off, __m256i V[4]) {
+    __m256i B[4];
+    HR_UNROLL2
+    for (int j = 0; j < 4; j++)
+        B[j] = _mm256_setr_m128i(_mm_loadu_si128((const __m128i *)(rp[j] + off)),
+                                 _mm_loadu_si128((const __m128i *)(rp[4 + j] + off)));
+    const __m256i t0 = _mm256_unpacklo_epi32(B[0], B[1]), t1 = _mm256_unpackhi_epi32(B[0], B[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(B[2], B[3]), t3 = _mm256_unpackhi_epi32(B[2], B[3]);
+    V[0] = _mm256_unpacklo_epi64(t0, t2);
+    V[1] = _mm256_unpackhi_epi64(t0, t2);
+    V[2] = _mm256_unpacklo_epi64(t1, t3);
+    V[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* the fp16 at rp[r] + off of the 8 rows, as floats */
+HR_P2 __m256 rows_h(const uint8_t *const *rp, size_t off) {
+    uint16_t h[8];
+    for (int r = 0; r < 8; r++)
+        memcpy(&h[r], rp[r] + off, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* The panel of rows [0, nr) (nr <= 8) for blocks [b0, b0 + kn). */
 static void pack2(bool q8, const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, uint8_t *P) {
     const size_t xb = q8 ? sizeof(hr_block_q8_0) : sizeof(hr_block_q4_0);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const uint8_t *rp[8];
+    row_ptrs8(w, ws, nr, rp);
     for (int b = 0; b < kn; b++) {
+        const size_t bo = (size_t)(b0 + b) * xb;
         uint8_t *o = P + (size_t)b * PB2;
-        float *dx = (float *)(o + 256);
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *blk = w + (size_t)(r < nr ? r : nr - 1) * ws + (size_t)(b0 + b) * xb;
-            uint16_t d;
-            memcpy(&d, blk, 2);
-            dx[r] = _cvtsh_ss(d);
-            uint8_t v[32];
+        __m256i V[4];
+        tr8x4(rp, bo + 2, V);
+        HR_UNROLL2
+        for (int g = 0; g < 4; g++) {
             if (q8) {
-                memcpy(v, blk + 2, 32);
+                _mm256_store_si256((__m256i *)(o + 32 * g), V[g]);
             } else {
-                for (int j = 0; j < 16; j++) {
-                    v[j] = blk[2 + j] & 15;
-                    v[16 + j] = blk[2 + j] >> 4;
-                }
+                _mm256_store_si256((__m256i *)(o + 32 * g), _mm256_and_si256(V[g], m4));
+                _mm256_store_si256((__m256i *)(o + 32 * (g + 4)),
+                                   _mm256_and_si256(_mm256_srli_epi32(V[g], 4), m4));
             }
-            for (int g = 0; g < 8; g++)
-                memcpy(o + 32 * g + 4 * r, v + 4 * g, 4);
         }
+        if (q8) {
+            tr8x4(rp, bo + 18, V);
+            HR_UNROLL2
+            for (int g = 0; g < 4; g++)
+                _mm256_store_si256((__m256i *)(o + 32 * (g + 4)), V[g]);
+        }
+        _mm256_store_ps((float *)(o + 256), rows_h(rp, bo));
     }
 }
 
@@ -209,4 +247,291 @@ void hr_gemmp2f_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const 
 void hr_gemmp2f_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys) {
     gemmp2(true, n, nr, nt, w, ws, a, as, y, ys);
+}
+
+/* ---- K-quants ------------------------------------------------------------- */
+
+/* Q4_K and Q6_K: 8-row panels per 256-element super-block, the values as
+ * above (one vector per 4 elements of the 8 rows, element order), and the
+ * scales as int16 pairs (s, s) per lane so that vpmaddwd applies them to
+ * the int16 pair sums while widening: a super-block's integer sum is exact
+ * in int32 (Q4_K: 8 x 63 x 32 x 15 x 127; Q6_K: 16 x 128 x 16 x 63 x 127,
+ * plus the -32 term) and costs one convert and one or two FMAs per
+ * (8 rows, token). The mins (Q4_K) and the -32 (Q6_K) enter through the
+ * activation's bsums. */
+#define PBK_Q4 (2048 + 256 + 256 + 64) /* values, (sc,sc), (m,m), d, -dmin */
+#define PBK_Q6 (2048 + 512 + 256 + 32) /* values, (sc,sc), (sc2i,sc2i+1), d */
+#define KBK (HR_GEMMP2_CHUNK / HR_QK_K)
+/* tokens per K-quant micro-kernel call */
+#ifndef HR_GEMMK2_TT
+#define HR_GEMMK2_TT 3
+#endif
+#define YQ offsetof(hr_block_q8_k, qs)
+#define YBS offsetof(hr_block_q8_k, bsums)
+
+/* Q4_K / Q5_K: the scale and min pairs, d and -dmin of the super-block at
+ * byte bo of the 8 rows, after the values */
+HR_P2 void kq_scales2(const uint8_t *const *rp, size_t bo, uint8_t *o) {
+    int16_t(*sp)[8][2] = (int16_t(*)[8][2])(o + 2048); /* [j][row][2] */
+    for (int r = 0; r < 8; r++) {
+        uint8_t sc[8], mn[8];
+        hr_kq_unpack_scales(rp[r] + bo + 4, sc, mn);
+        for (int j = 0; j < 8; j++) {
+            sp[j][r][0] = sp[j][r][1] = (int16_t)sc[j];
+            sp[8 + j][r][0] = sp[8 + j][r][1] = (int16_t)mn[j];
+        }
+    }
+    _mm256_store_ps((float *)(o + 2560), rows_h(rp, bo));
+    _mm256_store_ps((float *)(o + 2592), _mm256_sub_ps(_mm256_setzero_ps(), rows_h(rp, bo + 2)));
+}
+
+static void pack_q4_k2(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, uint8_t *P) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const uint8_t *rp[8];
+    row_ptrs8(w, ws, nr, rp);
+    for (int s = 0; s < kn; s++) {
+        const size_t bo = (size_t)(s0 + s) * sizeof(hr_block_q4_k);
+        uint8_t *o = P + (size_t)s * PBK_Q4;
+        for (int c = 0; c < 4; c++) /* qs[32c + l]: sub-block 2c low, 2c + 1 high */
+            for (int q = 0; q < 2; q++) {
+                __m256i V[4];
+                tr8x4(rp, bo + 16 + 32 * c + 16 * q, V);
+                HR_UNROLL2
+                for (int g = 0; g < 4; g++) {
+                    _mm256_store_si256((__m256i *)(o + 32 * (16 * c + 4 * q + g)),
+                                       _mm256_and_si256(V[g], m4));
+                    _mm256_store_si256((__m256i *)(o + 32 * (16 * c + 8 + 4 * q + g)),
+                                       _mm256_and_si256(_mm256_srli_epi32(V[g], 4), m4));
+                }
+            }
+        kq_scales2(rp, bo, o);
+    }
+}
+
+/* Q5_K: Q4_K's panel, the values with their fifth bit from qh */
+static void pack_q5_k2(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, uint8_t *P) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const uint8_t *rp[8];
+    row_ptrs8(w, ws, nr, rp);
+    for (int s = 0; s < kn; s++) {
+        const size_t bo = (size_t)(s0 + s) * sizeof(hr_block_q5_k);
+        uint8_t *o = P + (size_t)s * PBK_Q4;
+        for (int q = 0; q < 2; q++) {
+            __m256i H[4];
+            tr8x4(rp, bo + offsetof(hr_block_q5_k, qh) + 16 * q, H);
+            for (int c = 0; c < 4;
+                 c++) { /* element 64c + l: bit 2c of qh[l], 64c + 32 + l: 2c + 1 */
+                __m256i V[4];
+                tr8x4(rp, bo + offsetof(hr_block_q5_k, qs) + 32 * c + 16 * q, V);
+                HR_UNROLL2
+                for (int g = 0; g < 4; g++) {
+                    const __m256i lo =
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(H[g], 2 * c), one), 4);
+                    const __m256i hi = _mm256_slli_epi32(
+                        _mm256_and_si256(_mm256_srli_epi32(H[g], 2 * c + 1), one), 4);
+                    _mm256_store_si256((__m256i *)(o + 32 * (16 * c + 4 * q + g)),
+                                       _mm256_or_si256(_mm256_and_si256(V[g], m4), lo));
+                    _mm256_store_si256(
+                        (__m256i *)(o + 32 * (16 * c + 8 + 4 * q + g)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(V[g], 4), m4), hi));
+                }
+            }
+        }
+        kq_scales2(rp, bo, o);
+    }
+}
+
+static void pack_q6_k2(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, uint8_t *P) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const uint8_t *rp[8];
+    row_ptrs8(w, ws, nr, rp);
+    for (int s = 0; s < kn; s++) {
+        const size_t bo = (size_t)(s0 + s) * sizeof(hr_block_q6_k);
+        uint8_t *o = P + (size_t)s * PBK_Q6;
+        for (int h = 0; h < 2; h++) /* hr_block_q6_k's element map */
+            for (int l0 = 0; l0 < 32; l0 += 16) {
+                __m256i VA[4], VB[4], VH[4];
+                tr8x4(rp, bo + 64 * h + l0, VA);
+                tr8x4(rp, bo + 64 * h + 32 + l0, VB);
+                tr8x4(rp, bo + 128 + 32 * h + l0, VH);
+                HR_UNROLL2
+                for (int g = 0; g < 4; g++) {
+                    const __m256i A = VA[g], B = VB[g], H = VH[g];
+                    const int e = 128 * h + l0 + 4 * g;
+                    _mm256_store_si256(
+                        (__m256i *)(o + 8 * e),
+                        _mm256_or_si256(_mm256_and_si256(A, m4),
+                                        _mm256_and_si256(_mm256_slli_epi32(H, 4), m30)));
+                    _mm256_store_si256(
+                        (__m256i *)(o + 8 * (e + 32)),
+                        _mm256_or_si256(_mm256_and_si256(B, m4),
+                                        _mm256_and_si256(_mm256_slli_epi32(H, 2), m30)));
+                    _mm256_store_si256(
+                        (__m256i *)(o + 8 * (e + 64)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(A, 4), m4),
+                                        _mm256_and_si256(H, m30)));
+                    _mm256_store_si256(
+                        (__m256i *)(o + 8 * (e + 96)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(B, 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi32(H, 2), m30)));
+                }
+            }
+        int16_t(*sp)[8][2] = (int16_t(*)[8][2])(o + 2048); /* [g][row][2], then [i][row][2] */
+        for (int r = 0; r < 8; r++) {
+            const int8_t *sc = (const int8_t *)(rp[r] + bo + offsetof(hr_block_q6_k, scales));
+            for (int g = 0; g < 16; g++) {
+                sp[g][r][0] = sp[g][r][1] = sc[g];
+                sp[16 + g / 2][r][g & 1] = sc[g];
+            }
+        }
+        _mm256_store_ps((float *)(o + 2816), rows_h(rp, bo + offsetof(hr_block_q6_k, d)));
+    }
+}
+
+/* y[t * ys + r] (r < nr) = or += v */
+HR_P2 void put_row8(float *yt, int nr, __m256 v, bool first) {
+    const __m256i m =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!first)
+        v = _mm256_add_ps(v, _mm256_maskload_ps(yt, m));
+    _mm256_maskstore_ps(yt, m, v);
+}
+
+/* T tokens (Q8_K activation rows a, a + as, ...) x a Q4_K (q6 false) or
+ * Q6_K panel over kn super-blocks from s0. */
+HR_P2 void micro_k2(const bool q6, const int T, const uint8_t *P, int kn, int64_t s0,
+                    const uint8_t *a, size_t as, float *y, size_t ys, int nr, bool first) {
+    __m256 F[HR_GEMMK2_TT];
+    HR_UNROLL2
+    for (int t = 0; t < T; t++)
+        F[t] = _mm256_setzero_ps();
+    for (int s = 0; s < kn; s++) {
+        const uint8_t *W = P + (size_t)s * (q6 ? PBK_Q6 : PBK_Q4);
+        const uint8_t *yb = a + (size_t)(s0 + s) * sizeof(hr_block_q8_k);
+        __m256i acc[HR_GEMMK2_TT], p[HR_GEMMK2_TT];
+        HR_UNROLL2
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_setzero_si256();
+        /* scale c covers 8 groups (Q4_K: a sub-block of 32) or 4 (Q6_K: 16
+         * elements); its groups' pair sums are added in int16 two or four
+         * at a time (Q6_K: 2 x 2 x 63 x 127, Q4_K: 4 x 2 x 15 x 127 fit),
+         * then vpmaddwd with (sc, sc) widens and scales them */
+        const int GC = q6 ? 4 : 8, GH = GC / 2;
+        for (int c = 0; c < 256 / 4 / GC; c++) {
+            const __m256i sc = _mm256_load_si256((const __m256i *)(W + 2048 + 32 * c));
+            HR_UNROLL2
+            for (int h = 0; h < 2; h++) {
+                const int g0 = GC * c + GH * h; /* first group of the half */
+                HR_UNROLL2
+                for (int g = 0; g < GH; g++) {
+                    const __m256i wv = _mm256_load_si256((const __m256i *)(W + 32 * (g0 + g)));
+                    HR_UNROLL2
+                    for (int t = 0; t < T; t++) {
+                        const __m256i q = _mm256_maddubs_epi16(
+                            wv, bcast4(yb + (size_t)t * as + YQ + 4 * (g0 + g)));
+                        p[t] = g == 0 ? q : _mm256_add_epi16(p[t], q);
+                    }
+                }
+                HR_UNROLL2
+                for (int t = 0; t < T; t++)
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p[t], sc));
+            }
+        }
+        /* Q4_K: sum_j m_j (bsums 2j + 2j + 1); Q6_K: sum_g sc_g bsums_g */
+        HR_UNROLL2
+        for (int t = 0; t < T; t++)
+            p[t] = _mm256_setzero_si256();
+        HR_UNROLL2
+        for (int i = 0; i < 8; i++) {
+            const __m256i mv =
+                _mm256_load_si256((const __m256i *)(W + 2304 + 32 * i + (q6 ? 256 : 0)));
+            HR_UNROLL2
+            for (int t = 0; t < T; t++)
+                p[t] = _mm256_add_epi32(
+                    p[t], _mm256_madd_epi16(mv, bcast4(yb + (size_t)t * as + YBS + 4 * i)));
+        }
+        if (q6) {
+            const __m256 d = _mm256_load_ps((const float *)(W + 2816));
+            HR_UNROLL2
+            for (int t = 0; t < T; t++) {
+                float dy;
+                memcpy(&dy, yb + (size_t)t * as, 4);
+                const __m256i v = _mm256_sub_epi32(acc[t], _mm256_slli_epi32(p[t], 5));
+                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, _mm256_set1_ps(dy)),
+                                       F[t]);
+            }
+        } else {
+            const __m256 d = _mm256_load_ps((const float *)(W + 2560));
+            const __m256 ndmin = _mm256_load_ps((const float *)(W + 2592));
+            HR_UNROLL2
+            for (int t = 0; t < T; t++) {
+                float dy;
+                memcpy(&dy, yb + (size_t)t * as, 4);
+                const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), d,
+                                                 _mm256_mul_ps(_mm256_cvtepi32_ps(p[t]), ndmin));
+                F[t] = _mm256_fmadd_ps(v, _mm256_set1_ps(dy), F[t]);
+            }
+        }
+    }
+    HR_UNROLL2
+    for (int t = 0; t < T; t++)
+        put_row8(y + (size_t)t * ys, nr, F[t], first);
+}
+
+enum { K2_Q4, K2_Q5, K2_Q6 };
+
+static void gemmp2k(int kind, int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,
+                    size_t as, float *y, size_t ys) {
+    const int64_t nb = n / HR_QK_K;
+    const uint8_t *wb = w, *ab = a;
+    _Alignas(32) uint8_t P[KBK * PBK_Q6];
+    _Static_assert(PBK_Q4 <= PBK_Q6, "one buffer for both panels");
+    for (int64_t s0 = 0; s0 < nb; s0 += KBK) {
+        const int kn = (int)(nb - s0 < KBK ? nb - s0 : KBK);
+        for (int r0 = 0; r0 < nr; r0 += 8) {
+            const int pn = nr - r0 < 8 ? nr - r0 : 8;
+            const bool q6 = kind == K2_Q6;
+            if (q6)
+                pack_q6_k2(wb + (size_t)r0 * ws, ws, pn, s0, kn, P);
+            else if (kind == K2_Q5)
+                pack_q5_k2(wb + (size_t)r0 * ws, ws, pn, s0, kn, P);
+            else
+                pack_q4_k2(wb + (size_t)r0 * ws, ws, pn, s0, kn, P);
+            for (int t0 = 0; t0 < nt; t0 += HR_GEMMK2_TT) {
+                const uint8_t *at = ab + (size_t)t0 * as;
+                float *yt = y + (size_t)t0 * ys + r0;
+                switch (nt - t0 < HR_GEMMK2_TT ? nt - t0 : HR_GEMMK2_TT) {
+#define K2_CALL(T)                                                                                 \
+    case T:                                                                                        \
+        if (q6)                                                                                    \
+            micro_k2(true, T, P, kn, s0, at, as, yt, ys, pn, s0 == 0);                             \
+        else                                                                                       \
+            micro_k2(false, T, P, kn, s0, at, as, yt, ys, pn, s0 == 0);                            \
+        break;
+                    K2_CALL(1)
+                    K2_CALL(2)
+                    K2_CALL(3)
+#if HR_GEMMK2_TT == 4
+                    K2_CALL(4)
+#endif
+#undef K2_CALL
+                }
+            }
+        }
+    }
+}
+
+void hr_gemmp2f_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys) {
+    gemmp2k(K2_Q4, n, nr, nt, w, ws, a, as, y, ys);
+}
+
+void hr_gemmp2f_q5_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys) {
+    gemmp2k(K2_Q5, n, nr, nt, w, ws, a, as, y, ys);
+}
+
+void hr_gemmp2f_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys) {
+    gemmp2k(K2_Q6, n, nr, nt, w, ws, a, as, y, ys);
 }

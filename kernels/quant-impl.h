@@ -86,6 +86,12 @@ void hr_gemmp2f_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const 
                      float *y, size_t ys);
 void hr_gemmp2f_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys);
+void hr_gemmp2f_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2f_q5_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2f_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
 /* The fast (default) AVX2 table's entries over the canonical one in k: the
  * free-order panels. Returns whether it changed anything. */
 bool hr_gemm_fill_avx2_fast(hr_kernels *k);
