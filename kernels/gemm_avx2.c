@@ -21,6 +21,7 @@ void hr_gemm_fill_avx2(hr_kernels *k) { hr_gemm_fill_common(k); }
 
 HR_GEMMP2_ENTRY(gemmf2_q4_0, hr_gemmp2f_q4_0, gemm_q4_0)
 HR_GEMMP2_ENTRY(gemmf2_q8_0, hr_gemmp2f_q8_0, gemm_q8_0)
+HR_GEMMP2_ENTRY(gemmf2_mxfp4, hr_gemmp2f_mxfp4, gemm_mxfp4)
 HR_GEMMP2_ENTRY(gemmf2_q4_k, hr_gemmp2f_q4_k, gemm_q4_k)
 HR_GEMMP2_ENTRY(gemmf2_q5_k, hr_gemmp2f_q5_k, gemm_q5_k)
 HR_GEMMP2_ENTRY(gemmf2_q6_k, hr_gemmp2f_q6_k, gemm_q6_k)
@@ -28,6 +29,7 @@ HR_GEMMP2_ENTRY(gemmf2_q6_k, hr_gemmp2f_q6_k, gemm_q6_k)
 bool hr_gemm_fill_avx2_fast(hr_kernels *k) {
     k->gemm[HR_TYPE_Q4_0] = gemmf2_q4_0;
     k->gemm[HR_TYPE_Q8_0] = gemmf2_q8_0;
+    k->gemm[HR_TYPE_MXFP4] = gemmf2_mxfp4;
     k->gemm[HR_TYPE_Q4_K] = gemmf2_q4_k;
     k->gemm[HR_TYPE_Q5_K] = gemmf2_q5_k;
     k->gemm[HR_TYPE_Q6_K] = gemmf2_q6_k;

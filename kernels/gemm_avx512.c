@@ -24,6 +24,7 @@ HR_GEMMP_ENTRY(gemmf_q4_0, hr_gemmpf_q4_0, gemm_q4_0)
 HR_GEMMP_ENTRY(gemmf_q8_0, hr_gemmpf_q8_0, gemm_q8_0)
 HR_GEMMP_ENTRY(gemmf_q4_k, hr_gemmpf_q4_k, gemm_q4_k)
 HR_GEMMP_ENTRY(gemmf_q6_k, hr_gemmpf_q6_k, gemm_q6_k)
+HR_GEMMP_ENTRY(gemmf_mxfp4, hr_gemmpf_mxfp4, gemm_mxfp4)
 
 void hr_gemm_fill_avx512(hr_kernels *k, unsigned flags) {
     if (!(flags & HR_AVX512_VNNI))
@@ -42,5 +43,6 @@ bool hr_gemm_fill_avx512_fast(hr_kernels *k, unsigned flags) {
     k->gemm[HR_TYPE_Q8_0] = gemmf_q8_0;
     k->gemm[HR_TYPE_Q4_K] = gemmf_q4_k;
     k->gemm[HR_TYPE_Q6_K] = gemmf_q6_k;
+    k->gemm[HR_TYPE_MXFP4] = gemmf_mxfp4;
     return true;
 }

@@ -79,26 +79,40 @@ HR_P2 __m256 rows_h(const uint8_t *const *rp, size_t off) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-/* The panel of rows [0, nr) (nr <= 8) for blocks [b0, b0 + kn). */
-static void pack2(bool q8, const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, uint8_t *P) {
-    const size_t xb = q8 ? sizeof(hr_block_q8_0) : sizeof(hr_block_q4_0);
+enum { B2_Q4_0, B2_Q8_0, B2_MXFP4 };
+
+/* The panel of rows [0, nr) (nr <= 8) for blocks [b0, b0 + kn). MXFP4's
+ * codes become their doubled E2M1 values + 12 (0..24), its scale
+ * 2^(e-128). */
+static void pack2(int kind, const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, uint8_t *P) {
+    const bool q8 = kind == B2_Q8_0, fp4 = kind == B2_MXFP4;
+    const size_t xb = q8    ? sizeof(hr_block_q8_0)
+                      : fp4 ? sizeof(hr_block_mxfp4)
+                            : sizeof(hr_block_q4_0);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12)));
     const uint8_t *rp[8];
     row_ptrs8(w, ws, nr, rp);
     for (int b = 0; b < kn; b++) {
         const size_t bo = (size_t)(b0 + b) * xb;
         uint8_t *o = P + (size_t)b * PB2;
         __m256i V[4];
-        tr8x4(rp, bo + 2, V);
+        tr8x4(rp, bo + (fp4 ? 1 : 2), V);
         HR_UNROLL2
         for (int g = 0; g < 4; g++) {
             if (q8) {
                 _mm256_store_si256((__m256i *)(o + 32 * g), V[g]);
-            } else {
-                _mm256_store_si256((__m256i *)(o + 32 * g), _mm256_and_si256(V[g], m4));
-                _mm256_store_si256((__m256i *)(o + 32 * (g + 4)),
-                                   _mm256_and_si256(_mm256_srli_epi32(V[g], 4), m4));
+                continue;
             }
+            __m256i lo = _mm256_and_si256(V[g], m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi32(V[g], 4), m4);
+            if (fp4) {
+                lo = _mm256_shuffle_epi8(lut, lo);
+                hi = _mm256_shuffle_epi8(lut, hi);
+            }
+            _mm256_store_si256((__m256i *)(o + 32 * g), lo);
+            _mm256_store_si256((__m256i *)(o + 32 * (g + 4)), hi);
         }
         if (q8) {
             tr8x4(rp, bo + 18, V);
@@ -106,13 +120,19 @@ static void pack2(bool q8, const uint8_t *w, size_t ws, int nr, int64_t b0, int 
             for (int g = 0; g < 4; g++)
                 _mm256_store_si256((__m256i *)(o + 32 * (g + 4)), V[g]);
         }
-        _mm256_store_ps((float *)(o + 256), rows_h(rp, bo));
+        if (fp4) {
+            float *dx = (float *)(o + 256);
+            for (int r = 0; r < 8; r++)
+                dx[r] = hr_e8m0_half(rp[r][bo]);
+        } else {
+            _mm256_store_ps((float *)(o + 256), rows_h(rp, bo));
+        }
     }
 }
 
-/* Per token t and block b of the chunk: -8 * sum(y) (Q4_0; 0 for Q8_0)
- * and dy. */
-static void aux2(bool q8, const uint8_t *a, size_t as, int tn, int64_t b0, int kn, int32_t *corr,
+/* Per token t and block b of the chunk: -k * sum(y) (k the values' offset:
+ * 8 for Q4_0, 12 for MXFP4, 0 for Q8_0) and dy. */
+static void aux2(int k, const uint8_t *a, size_t as, int tn, int64_t b0, int kn, int32_t *corr,
                  float *dy) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int t = 0; t < tn; t++) {
@@ -120,7 +140,7 @@ static void aux2(bool q8, const uint8_t *a, size_t as, int tn, int64_t b0, int k
         for (int b = 0; b < kn; b++) {
             const uint8_t *yb = yr + (size_t)b * sizeof(hr_block_q8_0);
             int sum = 0;
-            if (!q8) { /* sum of (y + 128) per 8 bytes, less 32 * 128 */
+            if (k) { /* sum of (y + 128) per 8 bytes, less 32 * 128 */
                 const __m256i s = _mm256_sad_epu8(
                     _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(yb + 2)), flip),
                     _mm256_setzero_si256());
@@ -130,15 +150,24 @@ static void aux2(bool q8, const uint8_t *a, size_t as, int tn, int64_t b0, int k
             }
             uint16_t d;
             memcpy(&d, yb, 2);
-            corr[t * KB2 + b] = -8 * sum;
+            corr[t * KB2 + b] = -k * sum;
             dy[t * KB2 + b] = _cvtsh_ss(d);
         }
     }
 }
 
+/* y[t * ys + r] (r < nr) = or += v */
+HR_P2 void put_row8(float *yt, int nr, __m256 v, bool first) {
+    const __m256i m =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!first)
+        v = _mm256_add_ps(v, _mm256_maskload_ps(yt, m));
+    _mm256_maskstore_ps(yt, m, v);
+}
+
 /* T tokens (activation rows a, a + as, ...; their aux at corr / dy) x the
  * panel over kn blocks from b0; y[t * ys + r] for the panel's nr rows. */
-HR_P2 void micro2(const bool q8, const int T, const uint8_t *P, int kn, int64_t b0,
+HR_P2 void micro2(const int kind, const int T, const uint8_t *P, int kn, int64_t b0,
                   const uint8_t *a, size_t as, const int32_t *corr, const float *dy, float *y,
                   size_t ys, int nr, bool first) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -154,7 +183,7 @@ HR_P2 void micro2(const bool q8, const int T, const uint8_t *P, int kn, int64_t 
         HR_UNROLL2
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_set1_epi32(corr[t * KB2 + b]);
-        if (q8) { /* |x| . sign(y, x), each group to int32 (2 x 127^2 fills int16) */
+        if (kind == B2_Q8_0) { /* |x| . sign(y, x), each group to int32 (2 x 127^2 fills int16) */
             HR_UNROLL2
             for (int g = 0; g < 8; g++) {
                 const __m256i wv = _mm256_load_si256((const __m256i *)(W + 32 * g));
@@ -166,7 +195,9 @@ HR_P2 void micro2(const bool q8, const int T, const uint8_t *P, int kn, int64_t 
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(q, ones));
                 }
             }
-        } else { /* 0..15 x y: all 8 groups' int16 pair sums fit int16 */
+        } else { /* Q4_0 0..15 x y: all 8 groups' int16 pair sums fit int16;
+                    MXFP4 0..24: 4 at a time */
+            const int GH = kind == B2_MXFP4 ? 4 : 8;
             __m256i p[HR_GEMMP2_TT];
             HR_UNROLL2
             for (int g = 0; g < 8; g++) {
@@ -174,12 +205,14 @@ HR_P2 void micro2(const bool q8, const int T, const uint8_t *P, int kn, int64_t 
                 HR_UNROLL2
                 for (int t = 0; t < T; t++) {
                     const __m256i q = _mm256_maddubs_epi16(wv, bcast4(yb + (size_t)t * as + 4 * g));
-                    p[t] = g == 0 ? q : _mm256_add_epi16(p[t], q);
+                    p[t] = g % GH == 0 ? q : _mm256_add_epi16(p[t], q);
+                }
+                if (g % GH == GH - 1) {
+                    HR_UNROLL2
+                    for (int t = 0; t < T; t++)
+                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p[t], ones));
                 }
             }
-            HR_UNROLL2
-            for (int t = 0; t < T; t++)
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p[t], ones));
         }
         const __m256 dx = _mm256_load_ps((const float *)(W + 256));
         HR_UNROLL2
@@ -187,22 +220,16 @@ HR_P2 void micro2(const bool q8, const int T, const uint8_t *P, int kn, int64_t 
             F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
                                    _mm256_mul_ps(dx, _mm256_set1_ps(dy[t * KB2 + b])), F[t]);
     }
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane);
     HR_UNROLL2
-    for (int t = 0; t < T; t++) {
-        float *yt = y + (size_t)t * ys;
-        __m256 v = F[t];
-        if (!first)
-            v = _mm256_add_ps(v, _mm256_maskload_ps(yt, m));
-        _mm256_maskstore_ps(yt, m, v);
-    }
+    for (int t = 0; t < T; t++)
+        put_row8(y + (size_t)t * ys, nr, F[t], first);
 }
 
-static void gemmp2(bool q8, int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,
+static void gemmp2(int kind, int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,
                    size_t as, float *y, size_t ys) {
     const int64_t nb = n / HR_QK4_0;
     const uint8_t *wb = w, *ab = a;
+    const int k = kind == B2_Q4_0 ? 8 : kind == B2_MXFP4 ? 12 : 0;
     _Alignas(32) uint8_t P[KB2 * PB2];
     _Alignas(32) int32_t corr[HR_GEMMP2_TG * KB2];
     _Alignas(32) float dy[HR_GEMMP2_TG * KB2];
@@ -210,10 +237,10 @@ static void gemmp2(bool q8, int64_t n, int nr, int nt, const void *w, size_t ws,
         const int kn = (int)(nb - b0 < KB2 ? nb - b0 : KB2);
         for (int tg = 0; tg < nt; tg += HR_GEMMP2_TG) {
             const int tn = nt - tg < HR_GEMMP2_TG ? nt - tg : HR_GEMMP2_TG;
-            aux2(q8, ab + (size_t)tg * as, as, tn, b0, kn, corr, dy);
+            aux2(k, ab + (size_t)tg * as, as, tn, b0, kn, corr, dy);
             for (int r0 = 0; r0 < nr; r0 += 8) {
                 const int pn = nr - r0 < 8 ? nr - r0 : 8;
-                pack2(q8, wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
+                pack2(kind, wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
                 for (int t0 = 0; t0 < tn; t0 += HR_GEMMP2_TT) {
                     const uint8_t *at = ab + (size_t)(tg + t0) * as;
                     float *yt = y + (size_t)(tg + t0) * ys + r0;
@@ -222,10 +249,12 @@ static void gemmp2(bool q8, int64_t n, int nr, int nt, const void *w, size_t ws,
                     switch (tn - t0 < HR_GEMMP2_TT ? tn - t0 : HR_GEMMP2_TT) {
 #define P2_CALL(T)                                                                                 \
     case T:                                                                                        \
-        if (q8)                                                                                    \
-            micro2(true, T, P, kn, b0, at, as, ct, dt, yt, ys, pn, b0 == 0);                       \
+        if (kind == B2_Q8_0)                                                                       \
+            micro2(B2_Q8_0, T, P, kn, b0, at, as, ct, dt, yt, ys, pn, b0 == 0);                    \
+        else if (kind == B2_MXFP4)                                                                 \
+            micro2(B2_MXFP4, T, P, kn, b0, at, as, ct, dt, yt, ys, pn, b0 == 0);                   \
         else                                                                                       \
-            micro2(false, T, P, kn, b0, at, as, ct, dt, yt, ys, pn, b0 == 0);                      \
+            micro2(B2_Q4_0, T, P, kn, b0, at, as, ct, dt, yt, ys, pn, b0 == 0);                    \
         break;
                         P2_CALL(1)
                         P2_CALL(2)
@@ -241,12 +270,17 @@ static void gemmp2(bool q8, int64_t n, int nr, int nt, const void *w, size_t ws,
 
 void hr_gemmp2f_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys) {
-    gemmp2(false, n, nr, nt, w, ws, a, as, y, ys);
+    gemmp2(B2_Q4_0, n, nr, nt, w, ws, a, as, y, ys);
+}
+
+void hr_gemmp2f_mxfp4(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                      float *y, size_t ys) {
+    gemmp2(B2_MXFP4, n, nr, nt, w, ws, a, as, y, ys);
 }
 
 void hr_gemmp2f_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys) {
-    gemmp2(true, n, nr, nt, w, ws, a, as, y, ys);
+    gemmp2(B2_Q8_0, n, nr, nt, w, ws, a, as, y, ys);
 }
 
 /* ---- K-quants ------------------------------------------------------------- */
@@ -386,15 +420,6 @@ static void pack_q6_k2(const uint8_t *w, size_t ws, int nr, int64_t s0, int kn, 
         }
         _mm256_store_ps((float *)(o + 2816), rows_h(rp, bo + offsetof(hr_block_q6_k, d)));
     }
-}
-
-/* y[t * ys + r] (r < nr) = or += v */
-HR_P2 void put_row8(float *yt, int nr, __m256 v, bool first) {
-    const __m256i m =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    if (!first)
-        v = _mm256_add_ps(v, _mm256_maskload_ps(yt, m));
-    _mm256_maskstore_ps(yt, m, v);
 }
 
 /* T tokens (Q8_K activation rows a, a + as, ...) x a Q4_K (q6 false) or

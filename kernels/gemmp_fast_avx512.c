@@ -1,6 +1,6 @@
 /* gemmp_fast_avx512.c - the fast (free-order) prompt-processing GEMM over
- * packed weight panels on AVX-512 VNNI (zmm vpdpbusd), for Q4_0, Q8_0, Q4_K
- * and Q6_K weights and batches of two or more tokens: the kernels of the
+ * packed weight panels on AVX-512 VNNI (zmm vpdpbusd), for Q4_0, Q8_0, Q4_K,
+ * Q6_K and MXFP4 weights and batches of two or more tokens: the kernels of the
  * default AVX-512 table (kernels/quant.h, "Exactness is a mode"); the
  * canonical ones of gemmp_avx512.c run under --exact.
  *
@@ -20,7 +20,8 @@
  *
  * Offsets: Q4_0 values are kept as 0..15 and the -8 enters as -8 * sum(y)
  * per (token, block), computed once per call for all panels (Q8_0: x + 128
- * and -128 * sum(y)); Q4_K mins as
+ * and -128 * sum(y); MXFP4: its doubled E2M1 values + 12, looked up from the
+ * codes, and -12 * sum(y)); Q4_K mins as
  * dmin * m_j * (sum of sub-block j of y) from the activation's bsums
  * (vpdpwssd with (m_j, m_j) pairs against bsums pairs); Q6_K's -32 as
  * -32 * d * sum_g sc_g * bsums_g the same way. Results equal vec_dot up to
@@ -52,23 +53,43 @@ HR_PI void put_row16(float *y, __mmask16 m, __m512 v, bool first) {
 
 /* ---- Q4_0 ------------------------------------------------------------------ */
 
-/* Panel of rows [0, nr) for blocks [b0, b0 + kn). */
-static void pack_q4_0(const uint8_t *w, size_t ws, int nr, int64_t b0, int kn, uint8_t *P) {
+/* 2^(e-128) (hr_e8m0_half) of the E8M0 bytes at base + off[lane] */
+HR_PI __m512 gather_e8m0(__mmask16 m, __m512i off, const uint8_t *base) {
+    const __m512i e = _mm512_and_si512(gather32(m, off, base), _mm512_set1_epi32(0xff));
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
+}
+
+/* Panel of rows [0, nr) for blocks [b0, b0 + kn): Q4_0's nibbles, or
+ * MXFP4's codes as their doubled E2M1 values + 12 (0..24) */
+static void pack_q4_0(bool fp4, const uint8_t *w, size_t ws, int nr, int64_t b0, int kn,
+                      uint8_t *P) {
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12)));
+    const size_t xb = fp4 ? sizeof(hr_block_mxfp4) : sizeof(hr_block_q4_0);
     const uint8_t *rp[16];
     row_ptrs(w, ws, nr, rp);
     for (int b = 0; b < kn; b++) {
-        const size_t bo = (size_t)(b0 + b) * sizeof(hr_block_q4_0);
+        const size_t bo = (size_t)(b0 + b) * xb;
         uint8_t *o = P + (size_t)b * PB_Q4_0;
         __m512i V[4];
-        tr16x4(rp, bo + 2, V);
+        tr16x4(rp, bo + (fp4 ? 1 : 2), V);
         HR_UNROLL
         for (int g = 0; g < 4; g++) {
-            _mm512_store_si512(o + 64 * g, _mm512_and_si512(V[g], m4));
-            _mm512_store_si512(o + 64 * (g + 4), _mm512_and_si512(_mm512_srli_epi32(V[g], 4), m4));
+            __m512i lo = _mm512_and_si512(V[g], m4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi32(V[g], 4), m4);
+            if (fp4) {
+                lo = _mm512_shuffle_epi8(lut, lo);
+                hi = _mm512_shuffle_epi8(lut, hi);
+            }
+            _mm512_store_si512(o + 64 * g, lo);
+            _mm512_store_si512(o + 64 * (g + 4), hi);
         }
-        _mm512_store_ps(o + 512, gather_h(m, off, w + bo));
+        _mm512_store_ps(o + 512, fp4 ? gather_e8m0(m, off, w + bo) : gather_h(m, off, w + bo));
     }
 }
 
@@ -339,9 +360,11 @@ HR_PI void micro_q6_k(const int T, const uint8_t *P, int kn, int64_t s0, const u
 
 _Static_assert(HR_GEMMP_TT == 8, "HR_BY_COUNT8 covers 1..8 tokens");
 
-/* Q4_0 and Q8_0: the same panels and micro-kernel, their own packing and
- * offset */
-static void gemmpf_b32(bool q8, int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,
+enum { B32_Q4_0, B32_Q8_0, B32_MXFP4 };
+
+/* Q4_0, Q8_0 and MXFP4: the same panels and micro-kernel, their own packing
+ * and offset */
+static void gemmpf_b32(int kind, int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,
                        size_t as, float *y, size_t ys) {
     const int64_t nb = n / HR_QK4_0;
     const uint8_t *wb = w, *ab = a;
@@ -352,14 +375,18 @@ static void gemmpf_b32(bool q8, int64_t n, int nr, int nt, const void *w, size_t
         const int kn = (int)(nb - b0 < KB_Q4_0 ? nb - b0 : KB_Q4_0);
         for (int tg = 0; tg < nt; tg += HR_GEMMP_TG) {
             const int tn = nt - tg < HR_GEMMP_TG ? nt - tg : HR_GEMMP_TG;
-            aux_q4_0(ab + (size_t)tg * as, as, tn, b0, kn, q8 ? 128 : 8, corr, dy);
+            aux_q4_0(ab + (size_t)tg * as, as, tn, b0, kn,
+                     kind == B32_Q8_0    ? 128
+                     : kind == B32_MXFP4 ? 12
+                                         : 8,
+                     corr, dy);
             for (int r0 = 0; r0 < nr; r0 += 16) {
                 const int pn = nr - r0 < 16 ? nr - r0 : 16;
                 const __mmask16 m = (__mmask16)((1u << pn) - 1u);
-                if (q8)
+                if (kind == B32_Q8_0)
                     pack_q8_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
                 else
-                    pack_q4_0(wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
+                    pack_q4_0(kind == B32_MXFP4, wb + (size_t)r0 * ws, ws, pn, b0, kn, P);
                 for (int t0 = 0; t0 < tn; t0 += HR_GEMMP_TT) {
                     const int tt = tn - t0;
                     const uint8_t *at = ab + (size_t)(tg + t0) * as;
@@ -377,12 +404,17 @@ static void gemmpf_b32(bool q8, int64_t n, int nr, int nt, const void *w, size_t
 
 void hr_gemmpf_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys) {
-    gemmpf_b32(false, n, nr, nt, w, ws, a, as, y, ys);
+    gemmpf_b32(B32_Q4_0, n, nr, nt, w, ws, a, as, y, ys);
+}
+
+void hr_gemmpf_mxfp4(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys) {
+    gemmpf_b32(B32_MXFP4, n, nr, nt, w, ws, a, as, y, ys);
 }
 
 void hr_gemmpf_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys) {
-    gemmpf_b32(true, n, nr, nt, w, ws, a, as, y, ys);
+    gemmpf_b32(B32_Q8_0, n, nr, nt, w, ws, a, as, y, ys);
 }
 
 void hr_gemmpf_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,

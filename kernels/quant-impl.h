@@ -78,6 +78,8 @@ void hr_gemmpf_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const v
                     float *y, size_t ys);
 void hr_gemmpf_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys);
+void hr_gemmpf_mxfp4(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
 void hr_gemmpf_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys);
 /* The free-order AVX2 panels (gemmp_fast_avx2.c): hr_gemm_fn semantics for
@@ -86,6 +88,8 @@ void hr_gemmp2f_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const 
                      float *y, size_t ys);
 void hr_gemmp2f_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys);
+void hr_gemmp2f_mxfp4(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                      float *y, size_t ys);
 void hr_gemmp2f_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys);
 void hr_gemmp2f_q5_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
