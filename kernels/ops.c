@@ -359,17 +359,8 @@ static void hr_ffg_one(const hr_kernels *k, hr_ffn_group *g) {
         buf += hr_ffg_convert(k, &g->up, g->x, n, buf, b);
     hr_ffg_product(k, &g->gate, a, n, g->h);
     hr_ffg_product(k, &g->up, b, n, g->u);
-    for (int t = 0; t < n; t++) {
-        float *h = g->h + t * F, *u = g->u + t * F;
-        if (g->b_gate)
-            hr_add(h, g->b_gate, (int)F);
-        if (g->b_up)
-            hr_add(u, g->b_up, (int)F);
-        if (g->oai)
-            hr_swiglu_oai(h, h, u, (int)F, 1.702f, 7.0f);
-        else
-            hr_swiglu(h, h, u, (int)F);
-    }
+    for (int t = 0; t < n; t++)
+        hr_expert_act(g->h + t * F, g->u + t * F, g->b_gate, g->b_up, (int)F, g->oai);
     hr_ffg_convert(k, &g->down, g->h, n, buf, a);
     hr_ffg_product(k, &g->down, a, n, g->y);
     for (int t = 0; g->b_down && t < n; t++)
@@ -463,6 +454,17 @@ void hr_swiglu(float *out, const float *gate, const float *up, int n) {
             out[i0 + j] = g / (1.0f + e[j]) * up[i0 + j];
         }
     }
+}
+
+void hr_expert_act(float *h, float *u, const float *b_gate, const float *b_up, int n, bool oai) {
+    if (b_gate)
+        hr_add(h, b_gate, n);
+    if (b_up)
+        hr_add(u, b_up, n);
+    if (oai)
+        hr_swiglu_oai(h, h, u, n, 1.702f, 7.0f);
+    else
+        hr_swiglu(h, h, u, n);
 }
 
 void hr_swiglu_oai(float *out, const float *gate, const float *up, int n, float alpha,

@@ -106,6 +106,10 @@ void hr_swiglu(float *out, const float *gate, const float *up, int n);
 /* gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i],
  * -limit, limit), out[i] = g * sigmoid(alpha g) * (u + 1) */
 void hr_swiglu_oai(float *out, const float *gate, const float *up, int n, float alpha, float limit);
+/* An expert's activation in place: the gate and up biases where given
+ * (NULL: none), then hr_swiglu_oai (1.702, 7) with oai, else hr_swiglu;
+ * the result in h. */
+void hr_expert_act(float *h, float *u, const float *b_gate, const float *b_up, int n, bool oai);
 /* out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (GeGLU) */
 void hr_geglu(float *out, const float *gate, const float *up, int n);
 

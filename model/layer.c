@@ -280,14 +280,8 @@ static void hr_moe_ffn_grouped(const hr_layer_env *e, const hr_layer_weights *W,
     for (int g = 0; g < n * K; g++) {
         float *h = e->moe_g + (size_t)g * F, *u = e->moe_u + (size_t)g * F;
         int x = e->moe_sel[e->moe_rows[g]]; /* the expert of grouped row g */
-        if (W->gate_exps_b.data) {
-            hr_add(h, hr_moe_bias(&W->gate_exps_b, x), (int)F);
-            hr_add(u, hr_moe_bias(&W->up_exps_b, x), (int)F);
-        }
-        if (oai)
-            hr_swiglu_oai(h, h, u, (int)F, 1.702f, 7.0f);
-        else
-            hr_swiglu(h, h, u, (int)F);
+        hr_expert_act(h, u, hr_moe_bias(&W->gate_exps_b, x), hr_moe_bias(&W->up_exps_b, x), (int)F,
+                      oai);
     }
     ng = hr_moe_groups(e, &W->down_exps, NULL, e->moe_g, F, e->moe_y, NULL, E);
     hr_matmul_groups(e->pool, e->moe_groups, ng, e->moe_wbuf);
