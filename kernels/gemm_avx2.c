@@ -26,13 +26,20 @@ HR_GEMMP2_ENTRY(gemmf2_q4_k, hr_gemmp2f_q4_k, gemm_q4_k)
 HR_GEMMP2_ENTRY(gemmf2_q5_k, hr_gemmp2f_q5_k, gemm_q5_k)
 HR_GEMMP2_ENTRY(gemmf2_q6_k, hr_gemmp2f_q6_k, gemm_q6_k)
 
-bool hr_gemm_fill_avx2_fast(hr_kernels *k) {
-    k->gemm[HR_TYPE_Q4_0] = gemmf2_q4_0;
-    k->gemm[HR_TYPE_Q8_0] = gemmf2_q8_0;
-    k->gemm[HR_TYPE_MXFP4] = gemmf2_mxfp4;
-    k->gemm[HR_TYPE_Q4_K] = gemmf2_q4_k;
-    k->gemm[HR_TYPE_Q5_K] = gemmf2_q5_k;
-    k->gemm[HR_TYPE_Q6_K] = gemmf2_q6_k;
+HR_GEMMP2_ENTRY(gemmv2_q4_0, hr_gemmp2v_q4_0, gemm_q4_0)
+HR_GEMMP2_ENTRY(gemmv2_q8_0, hr_gemmp2v_q8_0, gemm_q8_0)
+HR_GEMMP2_ENTRY(gemmv2_mxfp4, hr_gemmp2v_mxfp4, gemm_mxfp4)
+HR_GEMMP2_ENTRY(gemmv2_q4_k, hr_gemmp2v_q4_k, gemm_q4_k)
+HR_GEMMP2_ENTRY(gemmv2_q5_k, hr_gemmp2v_q5_k, gemm_q5_k)
+HR_GEMMP2_ENTRY(gemmv2_q6_k, hr_gemmp2v_q6_k, gemm_q6_k)
+
+bool hr_gemm_fill_avx2_fast(hr_kernels *k, bool avxvnni) {
+    k->gemm[HR_TYPE_Q4_0] = avxvnni ? gemmv2_q4_0 : gemmf2_q4_0;
+    k->gemm[HR_TYPE_Q8_0] = avxvnni ? gemmv2_q8_0 : gemmf2_q8_0;
+    k->gemm[HR_TYPE_MXFP4] = avxvnni ? gemmv2_mxfp4 : gemmf2_mxfp4;
+    k->gemm[HR_TYPE_Q4_K] = avxvnni ? gemmv2_q4_k : gemmf2_q4_k;
+    k->gemm[HR_TYPE_Q5_K] = avxvnni ? gemmv2_q5_k : gemmf2_q5_k;
+    k->gemm[HR_TYPE_Q6_K] = avxvnni ? gemmv2_q6_k : gemmf2_q6_k;
     if (k->gemm_rows < 128)
         k->gemm_rows = 128; /* a call's per-token block sums serve 16 panels */
     return true;

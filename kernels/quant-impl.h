@@ -82,8 +82,9 @@ void hr_gemmpf_mxfp4(int64_t n, int nr, int nt, const void *w, size_t ws, const 
                      float *y, size_t ys);
 void hr_gemmpf_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                     float *y, size_t ys);
-/* The free-order AVX2 panels (gemmp_fast_avx2.c): hr_gemm_fn semantics for
- * two or more tokens. */
+/* The free-order AVX2 panels (gemmp2-impl.h): hr_gemm_fn semantics for two
+ * or more tokens; hr_gemmp2f_* on every AVX2 CPU (gemmp_fast_avx2.c),
+ * hr_gemmp2v_* with AVX-VNNI (gemmp_fast_avxvnni.c). */
 void hr_gemmp2f_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys);
 void hr_gemmp2f_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
@@ -96,9 +97,22 @@ void hr_gemmp2f_q5_k(int64_t n, int nr, int nt, const void *w, size_t ws, const 
                      float *y, size_t ys);
 void hr_gemmp2f_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
                      float *y, size_t ys);
+void hr_gemmp2v_q4_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2v_q8_0(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2v_mxfp4(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                      float *y, size_t ys);
+void hr_gemmp2v_q4_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2v_q5_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
+void hr_gemmp2v_q6_k(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
+                     float *y, size_t ys);
 /* The fast (default) AVX2 table's entries over the canonical one in k: the
- * free-order panels. Returns whether it changed anything. */
-bool hr_gemm_fill_avx2_fast(hr_kernels *k);
+ * free-order panels (the AVX-VNNI ones with avxvnni). Returns whether it
+ * changed anything. */
+bool hr_gemm_fill_avx2_fast(hr_kernels *k, bool avxvnni);
 /* The fast (default) AVX-512 table's entries over the canonical one in k:
  * the free-order panels where VNNI runs them. Returns whether it changed
  * anything. */

@@ -58,6 +58,7 @@ static bool g_have[HR_ISA_COUNT];
 static const hr_kernels *g_best;
 static hr_isa g_best_isa;
 static bool g_exact;
+static bool g_avxvnni; /* AVX-VNNI (vpdpbusd on ymm, VEX), and not switched off */
 static char g_features[96] = "unknown";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -129,6 +130,12 @@ static void detect_x86(bool *avx2, bool *avx512, unsigned *flags512) {
     feature(bmi2, "bmi2");
     feature(*avx512, "avx512");
     feature(*flags512 & HR_AVX512_VNNI, "vnni");
+    /* AVX-VNNI: leaf 7 sub-leaf 1, EAX bit 4; HR_NO_AVXVNNI=1 ignores it
+     * (tests, and comparing the two AVX2 panel sets) */
+    const char *no = getenv("HR_NO_AVXVNNI");
+    if (*avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)))
+        g_avxvnni = !(no && *no && strcmp(no, "0") != 0);
+    feature(g_avxvnni, "avxvnni");
 #endif
 }
 
@@ -224,7 +231,7 @@ static void init_tables(void) {
     for (int i = 0; i < HR_ISA_COUNT; i++)
         g_fast[i] = g_tables[i];
 #if HR_X86
-    if (avx2 && hr_gemm_fill_avx2_fast(&g_fast[HR_ISA_AVX2]))
+    if (avx2 && hr_gemm_fill_avx2_fast(&g_fast[HR_ISA_AVX2], g_avxvnni))
         g_fast[HR_ISA_AVX2].canonical = false;
     if (avx512) { /* the AVX2 panels where AVX-512 kept AVX2's tiles (no VNNI), then its own */
         for (int t = 0; avx2 && t < HR_TYPE_COUNT; t++)
