@@ -5,7 +5,9 @@
 #ifndef HR_TESTS_FIXTURES_H
 #define HR_TESTS_FIXTURES_H
 
+#include "model/model.h"
 #include "model/sampler.h"
+#include "tests/check.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -52,6 +54,33 @@ static inline int read_ids(json_t *root, const char *key, int32_t *ids, int cap)
     for (size_t i = 0; arr && i < json_array_size(arr) && n < cap; i++)
         ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
     return n;
+}
+
+/* Greedy continuation: from the logits in last (nv values, overwritten)
+ * the context evaluates n argmax ids from position pos, each compared with
+ * ref[i]. Returns how many leading ids match; *parted is the first step
+ * where they differ (-1: none) and *gap the top-2 gap there, relative to
+ * the row's largest magnitude. */
+static inline int hr_greedy_compare(hr_ctx *c, float *last, int nv, int pos, const int32_t *ref,
+                                    int n, int *parted, double *gap) {
+    char err[HR_ERR_LEN];
+    int match = 0;
+    *parted = -1;
+    *gap = 0.0;
+    for (int i = 0; i < n; i++) {
+        int32_t id = hr_argmax(last, nv);
+        if (*parted < 0 && id == ref[i]) {
+            match++;
+        } else if (*parted < 0) {
+            double mx = 0.0;
+            for (int v = 0; v < nv; v++)
+                mx = fmax(mx, fabs((double)last[v]));
+            *parted = i;
+            *gap = ((double)last[id] - last[ref[i]]) / (mx > 0 ? mx : 1.0);
+        }
+        CHECK_EQ(hr_ctx_eval(c, &id, 1, pos + i, last, false, err), 0);
+    }
+    return match;
 }
 
 #endif

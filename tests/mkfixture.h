@@ -155,22 +155,9 @@ static inline void mkfix_close(mkfix *f) {
  * row's logits, overwritten): 16 ids as llama.cpp's, or for float
  * fixtures, where they part, hearth's top two logits within the bound. */
 static inline void mkfix_greedy(const mkfix *f, hr_ctx *c, float *last, const char *name) {
-    char err[HR_ERR_LEN];
-    int nv = hr_model_hparams(f->m)->n_vocab, match = 0, parted = -1;
+    int nv = hr_model_hparams(f->m)->n_vocab, parted = -1;
     double gap = 0.0;
-    for (int i = 0; i < f->n_greedy && c; i++) {
-        int32_t id = hr_argmax(last, nv);
-        if (parted < 0 && id == f->greedy[i]) {
-            match++;
-        } else if (parted < 0) {
-            double mx = 0.0;
-            for (int v = 0; v < nv; v++)
-                mx = fmax(mx, fabs((double)last[v]));
-            parted = i;
-            gap = ((double)last[id] - last[f->greedy[i]]) / (mx > 0 ? mx : 1.0);
-        }
-        CHECK_EQ(hr_ctx_eval(c, &id, 1, f->n + i, last, false, err), 0);
-    }
+    int match = c ? hr_greedy_compare(c, last, nv, f->n, f->greedy, f->n_greedy, &parted, &gap) : 0;
     printf("%-16s greedy: %d/%d ids match", name, match, f->n_greedy);
     if (parted >= 0)
         printf(", parted at a top-2 gap of %.2e", gap);

@@ -204,21 +204,9 @@ static void test_fixture(const hr_fixture *fx, int n_threads) {
      * where they part, measured: 9.0e-4, 1.3e-3, 1.0e-2); after it the
      * sequences differ and are not compared. Float fixtures agree at every
      * step. */
-    int match = 0, pos = n, parted = -1;
+    int parted = -1;
     double gap_rel = 0.0;
-    for (int i = 0; i < n_greedy; i++) {
-        int32_t id = hr_argmax(last, nv);
-        if (parted < 0 && id == greedy[i]) {
-            match++;
-        } else if (parted < 0) {
-            double mx = 0.0;
-            for (int v = 0; v < nv; v++)
-                mx = fmax(mx, fabs((double)last[v]));
-            parted = i;
-            gap_rel = ((double)last[id] - last[greedy[i]]) / (mx > 0 ? mx : 1.0);
-        }
-        CHECK_EQ(hr_ctx_eval(c, &id, 1, pos++, last, false, err), 0);
-    }
+    const int match = hr_greedy_compare(c, last, nv, n, greedy, n_greedy, &parted, &gap_rel);
     printf("%-20s greedy: %d/%d leading tokens match", fx->name, match, n_greedy);
     if (parted >= 0)
         printf(" (parted at a top-2 gap of %.2e of the largest logit)", gap_rel);
