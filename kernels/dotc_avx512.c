@@ -1,4 +1,4 @@
-/* dotc_avx512.c - Q4_0, Q8_0, Q4_K, Q5_K and Q6_K decode on AVX-512 VNNI
+/* dotc_avx512.c - Q4_0, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K decode on AVX-512 VNNI
  * in the canonical float order of kernels/canon-impl.h (hr_vec_dot_n_fn, also for one
  * column): every value equals the scalar reference's vec_dot bit for bit,
  * so the AVX-512 table decodes these types exactly as the scalar, AVX2 and
@@ -21,9 +21,10 @@
  * real numbers and the FMA rounds once, with 16 s exact in float and d / 16
  * exact because d = dx * dy of two fp16 scales is far from float's
  * subnormals) or a 256-bit insert and an XOR (Q8_0: x + 128 as unsigned
- * bytes). The activation offsets (-8 * sum y per lane group for Q4_0, -128
- * * sum y for Q8_0) depend on the column alone: they are computed once per
- * call and seed vpdpbusd, so each (pair, block, column) costs one
+ * bytes; MXFP4: the codes looked up as their doubled E2M1 values + 12,
+ * the E8M0 scales made in integers). The activation offsets (-8 * sum y per
+ * lane group for Q4_0, -128 * sum y for Q8_0, -12 * sum y for MXFP4) depend on the column alone:
+ * they are computed once per call and seed vpdpbusd, so each (pair, block, column) costs one
  * vpdpbusd, one convert, one scale permute and the FMA. Scales: the fp16
  * dx of a quad of blocks of both rows come out of two loads by one word
  * permute (Q4_0) or two (Q8_0), are converted together and multiplied by
@@ -66,6 +67,15 @@
 
 DC_I float dc_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
+/* the 32-element block types of dc_dot */
+enum { DC_Q4_0, DC_Q8_0, DC_MXFP4 };
+
+DC_I size_t dc_xb(const int kind) {
+    return kind == DC_Q4_0   ? sizeof(hr_block_q4_0)
+           : kind == DC_Q8_0 ? sizeof(hr_block_q8_0)
+                             : sizeof(hr_block_mxfp4);
+}
+
 DC_I __m256i dc_load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 DC_I __m512i dc_bcast256(const void *p) { return _mm512_broadcast_i64x4(dc_load256(p)); }
@@ -79,9 +89,21 @@ DC_I float dc_hsum8(__m256 v) {
 }
 
 /* The weights of one block of rows a and b (their qs bytes) as unsigned
- * bytes in lane order: [a's 32 | b's 32]. */
-DC_I __m512i dc_unpack(const bool q4, const uint8_t *a, const uint8_t *b) {
-    if (q4) {
+ * bytes in lane order: [a's 32 | b's 32]. MXFP4: the codes' doubled E2M1
+ * values + 12, in element order (low nibbles, then high ones). */
+DC_I __m512i dc_unpack(const int kind, const uint8_t *a, const uint8_t *b) {
+    if (kind == DC_MXFP4) {
+        const __m512i q =
+            _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a)),
+                                        0xff00, _mm_loadu_si128((const __m128i *)b));
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        const __m512i v = _mm512_mask_blend_epi32(0xf0f0, _mm512_and_si512(q, m4),
+                                                  _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        const __m512i lut = _mm512_broadcast_i32x4(
+            _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12)));
+        return _mm512_shuffle_epi8(lut, v);
+    }
+    if (kind == DC_Q4_0) {
         const long long f0 = (long long)0xf0f0f0f0f0f0f0f0ull, f = 0x0f0f0f0f0f0f0f0fll;
         const __m512i q =
             _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a)),
@@ -94,9 +116,16 @@ DC_I __m512i dc_unpack(const bool q4, const uint8_t *a, const uint8_t *b) {
 
 /* The fp16 scales of blocks 0..3 of rows a and b (blocks xb bytes apart,
  * the scale first) as floats [a0 a1 a2 a3 b0 b1 b2 b3]. */
-DC_I __m256 dc_scales(const bool q4, const uint8_t *a, const uint8_t *b) {
+DC_I __m256 dc_scales(const int kind, const uint8_t *a, const uint8_t *b) {
+    if (kind == DC_MXFP4) { /* 17-byte blocks: E8M0 bytes 0, 17, 34, 51 */
+        const __m256i e = _mm256_setr_epi32(a[0], a[17], a[34], a[51], b[0], b[17], b[34], b[51]);
+        const __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e); /* e < 2 */
+        return _mm256_castsi256_ps(
+            _mm256_mask_blend_epi32(_mm256_cmplt_epi32_mask(e, _mm256_set1_epi32(2)), nrm, sub));
+    }
     __m512i h;
-    if (q4) { /* 18-byte blocks: words 0, 9, 18, 27 of one 64-byte load */
+    if (kind == DC_Q4_0) { /* 18-byte blocks: words 0, 9, 18, 27 of one 64-byte load */
         const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                              0, 0, 0, 0, 0, 0, 59, 50, 41, 32, 27, 18, 9, 0);
         h = _mm512_permutex2var_epi16(_mm512_loadu_si512(a), idx, _mm512_loadu_si512(b));
@@ -118,13 +147,15 @@ DC_I __m256 dc_scales(const bool q4, const uint8_t *a, const uint8_t *b) {
 /* Column data for blocks [b0, b0 + nbc) of the q8_0 row y: per block the
  * lane seeds (minus the offset times the lane's sum of y), per quad its 4
  * dy twice. */
-DC_I void dc_prep(const bool q4, const hr_block_q8_0 *y, int64_t b0, int nbc, uint8_t *col) {
+DC_I void dc_prep(const int kind, const hr_block_q8_0 *y, int64_t b0, int nbc, uint8_t *col) {
+    const bool q4 = kind == DC_Q4_0;
     __m256i *seed = (__m256i *)col;
     float *dy = (float *)(col + (size_t)nbc * 32);
     /* Q4_0: -8 for elements 0-15 (lanes 0-3), -8 * 16 for the in-place
-     * high nibbles (lanes 4-7); Q8_0: -128 */
+     * high nibbles (lanes 4-7); Q8_0: -128; MXFP4: -12 */
     const __m256i off = q4 ? _mm256_set_m128i(_mm_set1_epi8((char)128), _mm_set1_epi8(8))
-                           : _mm256_set1_epi8((char)128);
+                        : kind == DC_Q8_0 ? _mm256_set1_epi8((char)128)
+                                          : _mm256_set1_epi8(12);
     const __m256i z = _mm256_setzero_si256();
     for (int i = 0; i < nbc; i++) {
         const __m256i s = _mm256_dpbusd_epi32(z, off, dc_load256(y[b0 + i].qs));
@@ -137,7 +168,7 @@ DC_I void dc_prep(const bool q4, const hr_block_q8_0 *y, int64_t b0, int nbc, ui
 
 /* lane indices into the scale vector s of a pair for block j of a quad:
  * Q4_0 s = [F * dy, F * dy / 16] (16 lanes), Q8_0 s = F * dy (8 lanes) */
-DC_I __m512i dc_idx(const bool q4, int j) {
+DC_I __m512i dc_idx(const bool q4, int j) { /* q4: Q4_0 */
     if (q4)
         return _mm512_set_epi32(12 + j, 12 + j, 12 + j, 12 + j, 4 + j, 4 + j, 4 + j, 4 + j, 8 + j,
                                 8 + j, 8 + j, 8 + j, j, j, j, j);
@@ -151,11 +182,12 @@ DC_I __m512i dc_idx(const bool q4, int j) {
  * chunk's first block; col[t]: its prepared data. Accumulators start at
  * zero (first) or from spill[p][t], and end in spill (!fin) or reduced
  * into y[t * ys + out[2p]] and [out[2p + 1]] (out < 0: not stored). */
-DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const *rp, int nbc,
+DC_I void dc_group(const int kind, const int P, const int T, const uint8_t *const *rp, int nbc,
                    const hr_block_q8_0 *const *ya, uint8_t *const *col,
                    __m512 (*spill)[HR_DOT_N_MAX], bool first, bool fin, float *y, size_t ys,
                    const int *out, size_t pfd) {
-    const size_t xb = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
+    const bool q4 = kind == DC_Q4_0;
+    const size_t xb = dc_xb(kind), qo = kind == DC_MXFP4 ? 1 : 2; /* where the values start */
     const __m256 sixteenth = _mm256_set1_ps(1.0f / 16.0f);
     __m512 A[2][HR_DOT_N_MAX];
     DC_UNROLL
@@ -172,11 +204,11 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
                 _mm_prefetch((const char *)xa + pfd + l, _MM_HINT_T0);
                 _mm_prefetch((const char *)xc + pfd + l, _MM_HINT_T0);
             }
-            const __m256 F = dc_scales(q4, xa, xc);
+            const __m256 F = dc_scales(kind, xa, xc);
             __m512i X[4];
             DC_UNROLL
             for (int j = 0; j < 4; j++)
-                X[j] = dc_unpack(q4, xa + (size_t)j * xb + 2, xc + (size_t)j * xb + 2);
+                X[j] = dc_unpack(kind, xa + (size_t)j * xb + qo, xc + (size_t)j * xb + qo);
             DC_UNROLL
             for (int t = 0; t < T; t++) {
                 const uint8_t *c = col[t];
@@ -202,8 +234,9 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
             uint16_t ha, hc;
             memcpy(&ha, xa, 2);
             memcpy(&hc, xc, 2);
-            const float da = dc_h2f(ha), dc = dc_h2f(hc);
-            const __m512i X = dc_unpack(q4, xa + 2, xc + 2);
+            const float da = kind == DC_MXFP4 ? hr_e8m0_half(xa[0]) : dc_h2f(ha);
+            const float dc = kind == DC_MXFP4 ? hr_e8m0_half(xc[0]) : dc_h2f(hc);
+            const __m512i X = dc_unpack(kind, xa + qo, xc + qo);
             DC_UNROLL
             for (int t = 0; t < T; t++) {
                 const float dy = dc_h2f(ya[t][q].d), sa = da * dy, sc = dc * dy;
@@ -235,19 +268,19 @@ DC_I void dc_group(const bool q4, const int P, const int T, const uint8_t *const
 
 /* dc_group over a group of rows: two pairs when it has 3 or 4 rows (left:
  * rows from its first to the end of the block), else one pair */
-DC_I void dc_rows(const bool q4, const int T, int left, const uint8_t *const *rp, int nbc,
+DC_I void dc_rows(const int kind, const int T, int left, const uint8_t *const *rp, int nbc,
                   const hr_block_q8_0 *const *ya, uint8_t *const *col,
                   __m512 (*spill)[HR_DOT_N_MAX], bool first, bool fin, float *y, size_t ys,
                   const int *out, size_t ws) {
     if (left >= 3)
-        dc_group(q4, 2, T, rp, nbc, ya, col, spill, first, fin, y, ys, out, 4 * ws);
+        dc_group(kind, 2, T, rp, nbc, ya, col, spill, first, fin, y, ys, out, 4 * ws);
     else
-        dc_group(q4, 1, T, rp, nbc, ya, col, spill, first, fin, y, ys, out, 2 * ws);
+        dc_group(kind, 1, T, rp, nbc, ya, col, spill, first, fin, y, ys, out, 2 * ws);
 }
 
-DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, size_t ws,
+DC_I void dc_dot(const int kind, const int T, int64_t n, int nr, const void *w, size_t ws,
                  const void *const *a, float *y, size_t ys) {
-    const size_t xb = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
+    const size_t xb = dc_xb(kind);
     const int64_t nb = n / 32;
     const int cb = T <= 2 ? DC_CB_WIDE : DC_CB;
     _Alignas(64) uint8_t colbuf[2 * DC_COL_BYTES(DC_CB_WIDE)];
@@ -264,7 +297,7 @@ DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
             for (int t = 0; t < T; t++) {
                 ya[t] = (const hr_block_q8_0 *)a[t] + b0;
                 if (!one_chunk || r0 == 0)
-                    dc_prep(q4, a[t], b0, nbc, col[t]);
+                    dc_prep(kind, a[t], b0, nbc, col[t]);
             }
             const bool first = b0 == 0, fin = b0 + nbc == nb;
             for (int g = 0; g < rows; g += 4) {
@@ -280,9 +313,10 @@ DC_I void dc_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
                  * L1 by then), 4 columns and the rest, so the accumulators
                  * stay in registers */
                 const int T0 = T > 4 ? 4 : T;
-                dc_rows(q4, T0, left, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out, ws);
+                dc_rows(kind, T0, left, rp, nbc, ya, col, &spill[g / 2], first, fin, y, ys, out,
+                        ws);
                 if (T > T0)
-                    dc_rows(q4, T - T0, left, rp, nbc, ya + T0, col + T0,
+                    dc_rows(kind, T - T0, left, rp, nbc, ya + T0, col + T0,
                             (__m512(*)[HR_DOT_N_MAX]) & spill[g / 2][T0], first, fin,
                             y + (size_t)T0 * ys, ys, out, ws);
             }
@@ -494,12 +528,18 @@ DC_I void dk_dot(const int kind, const int T, int64_t n, int nr, const void *w, 
     }
 }
 
-#define DC_Q4(T) dc_dot(true, T, n, nr, w, ws, a, y, ys)
-#define DC_Q8(T) dc_dot(false, T, n, nr, w, ws, a, y, ys)
+#define DC_Q4(T) dc_dot(DC_Q4_0, T, n, nr, w, ws, a, y, ys)
+#define DC_Q8(T) dc_dot(DC_Q8_0, T, n, nr, w, ws, a, y, ys)
+#define DC_FP4(T) dc_dot(DC_MXFP4, T, n, nr, w, ws, a, y, ys)
 
 static void dotc_q4_0(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,
                       float *y, size_t ys) {
     HR_BY_COUNT8(nt, DC_Q4)
+}
+
+static void dotc_mxfp4(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,
+                       float *y, size_t ys) {
+    HR_BY_COUNT8(nt, DC_FP4)
 }
 
 #define DK_4(T) dk_dot(4, T, n, nr, w, ws, a, y, ys)
@@ -646,9 +686,11 @@ void hr_dotc_fill_avx512(hr_kernels *k, unsigned flags, const hr_kernels *avx2) 
     if (!(flags & HR_AVX512_VNNI))
         return;
     /* vec_dot is the AVX2 table's, which is canonical: the same values */
-    const int types[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
-    const hr_vec_dot_n_fn fns[] = {dotc_q4_0, dotc_q8_0, dotc_q4_k, dotc_q5_k, dotc_q6_k};
-    for (int i = 0; i < 5; i++) {
+    const int types[] = {HR_TYPE_Q4_0, HR_TYPE_Q8_0, HR_TYPE_Q4_K,
+                         HR_TYPE_Q5_K, HR_TYPE_Q6_K, HR_TYPE_MXFP4};
+    const hr_vec_dot_n_fn fns[] = {dotc_q4_0, dotc_q8_0, dotc_q4_k,
+                                   dotc_q5_k, dotc_q6_k, dotc_mxfp4};
+    for (int i = 0; i < 6; i++) {
         k->vec_dot[types[i]] = avx2->vec_dot[types[i]];
         k->vec_dot_n[types[i]] = fns[i];
         k->dotn_one[types[i]] = true;
