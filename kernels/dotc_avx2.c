@@ -1,4 +1,4 @@
-/* dotc_avx2.c - Q4_0 and Q8_0 decode on AVX2 over several rows at once
+/* dotc_avx2.c - Q4_0, Q8_0 and MXFP4 decode on AVX2 over several rows at once
  * (hr_vec_dot_n_fn, also for one column), in the canonical float order of
  * kernels/canon-impl.h: every value equals the AVX2 (and scalar) vec_dot
  * bit for bit.
@@ -27,6 +27,26 @@
 #define DV_I static inline __attribute__((always_inline))
 #define DV_UNROLL _Pragma("GCC unroll 8")
 
+/* the 32-element block types of dv_dot; MXFP4 goes as Q4_0 does, its codes
+ * looked up as their doubled E2M1 values + 12 (0..24) and the offset -12 */
+enum { DV_Q4_0, DV_Q8_0, DV_MXFP4 };
+
+DV_I size_t dv_xb(const int kind) {
+    return kind == DV_Q4_0   ? sizeof(hr_block_q4_0)
+           : kind == DV_Q8_0 ? sizeof(hr_block_q8_0)
+                             : sizeof(hr_block_mxfp4);
+}
+
+/* the scales of a row's quad of blocks at x: fp16, or MXFP4's 2^(e-128) */
+DV_I __m128 dv_scales4(const int kind, const uint8_t *x) {
+    if (kind != DV_MXFP4)
+        return hr_halves4(x, dv_xb(kind));
+    const __m128i e = _mm_setr_epi32(x[0], x[17], x[34], x[51]);
+    const __m128i nrm = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e); /* e < 2 */
+    return _mm_castsi128_ps(_mm_blendv_epi8(nrm, sub, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
+}
+
 /* blocks per chunk of prepared column data (36 bytes per block and
  * column): 256 for one or two columns, 64 for more */
 #define DV_CB_WIDE 256
@@ -46,16 +66,17 @@ DV_I float dv_hsum8(__m256 v) {
 }
 
 /* Column data for blocks [b0, b0 + nbc) of the q8_0 row y: per block the
- * lane seeds (Q4_0: -8 * the lane's sum of y; Q8_0: 0, unused), then per
- * block its dy. */
-DV_I void dv_prep(const bool q4, const hr_block_q8_0 *y, int64_t b0, int nbc, uint8_t *col) {
+ * lane seeds (Q4_0: -8 * the lane's sum of y, MXFP4: -12 *; Q8_0: none),
+ * then per block its dy. */
+DV_I void dv_prep(const int kind, const hr_block_q8_0 *y, int64_t b0, int nbc, uint8_t *col) {
     __m256i *seed = (__m256i *)col;
     float *dy = (float *)(col + (size_t)nbc * 32);
-    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i off = _mm256_set1_epi8(kind == DV_MXFP4 ? 12 : 8);
     for (int i = 0; i < nbc; i++) {
-        if (q4) {
+        if (kind != DV_Q8_0) {
             const __m256i s =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(eight, dv_load256(y[b0 + i].qs)), ones);
+                _mm256_madd_epi16(_mm256_maddubs_epi16(off, dv_load256(y[b0 + i].qs)), ones);
             _mm256_store_si256(&seed[i], _mm256_sub_epi32(_mm256_setzero_si256(), s));
         }
         dy[i] = _cvtsh_ss(y[b0 + i].d);
@@ -63,9 +84,17 @@ DV_I void dv_prep(const bool q4, const hr_block_q8_0 *y, int64_t b0, int nbc, ui
 }
 
 /* Unpacked weights of one block: Q4_0 the nibbles 0..15 (low ones, then
- * high ones), Q8_0 |x|; xs keeps Q8_0's signed bytes for the sign trick. */
-DV_I __m256i dv_unpack(const bool q4, const uint8_t *qs, __m256i *xs) {
-    if (q4) {
+ * high ones), MXFP4 its values + 12 in the same order, Q8_0 |x|; xs keeps
+ * Q8_0's signed bytes for the sign trick. */
+DV_I __m256i dv_unpack(const int kind, const uint8_t *qs, __m256i *xs) {
+    if (kind == DV_MXFP4) {
+        const __m128i lut =
+            _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
+        const __m128i q = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
+        return _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
+                                _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
+    }
+    if (kind == DV_Q4_0) {
         const __m128i t = _mm_loadu_si128((const __m128i *)qs);
         const __m256i v =
             _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
@@ -92,11 +121,12 @@ DV_I __m256i dv_isum(const bool q4, __m256i u, __m256i xs, const int8_t *yq, con
  * spill[r][t] and end in spill (!fin) or reduced into y[t * ys + out[r]]
  * (out < 0: a repeated row, not stored). pfd: bytes from a row to the row
  * the next group reads at the same block. */
-DV_I void dv_group(const bool q4, const int R, const int T, const uint8_t *const *rp, int nbc,
+DV_I void dv_group(const int kind, const int R, const int T, const uint8_t *const *rp, int nbc,
                    const hr_block_q8_0 *const *ya, uint8_t *const *col,
                    __m256 (*spill)[HR_DOT_N_MAX], bool first, bool fin, float *y, size_t ys,
                    const int *out, size_t pfd) {
-    const size_t xb = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
+    const bool q4 = kind != DV_Q8_0;                              /* unsigned values and a seed */
+    const size_t xb = dv_xb(kind), qo = kind == DV_MXFP4 ? 1 : 2; /* where the values start */
     __m256 A[4][HR_DOT_N_MAX];
     DV_UNROLL
     for (int r = 0; r < R; r++)
@@ -110,12 +140,12 @@ DV_I void dv_group(const bool q4, const int R, const int T, const uint8_t *const
             const uint8_t *x = rp[r] + (size_t)q * xb;
             for (int l = 0; l < 4 * (int)xb; l += 64)
                 _mm_prefetch((const char *)x + pfd + l, _MM_HINT_T0);
-            const __m128 f = hr_halves4(x, xb);
+            const __m128 f = dv_scales4(kind, x);
             __m256i U[4], XS[4];
             DV_UNROLL
             for (int j = 0; j < 4; j++) {
                 XS[j] = _mm256_setzero_si256();
-                U[j] = dv_unpack(q4, x + (size_t)j * xb + 2, &XS[j]);
+                U[j] = dv_unpack(kind, x + (size_t)j * xb + qo, &XS[j]);
             }
             DV_UNROLL
             for (int t = 0; t < T; t++) {
@@ -138,9 +168,9 @@ DV_I void dv_group(const bool q4, const int R, const int T, const uint8_t *const
             const uint8_t *x = rp[r] + (size_t)q * xb;
             uint16_t h;
             memcpy(&h, x, 2);
-            const float dx = _cvtsh_ss(h);
+            const float dx = kind == DV_MXFP4 ? hr_e8m0_half(x[0]) : _cvtsh_ss(h);
             __m256i xs = _mm256_setzero_si256();
-            const __m256i u = dv_unpack(q4, x + 2, &xs);
+            const __m256i u = dv_unpack(kind, x + qo, &xs);
             DV_UNROLL
             for (int t = 0; t < T; t++) {
                 const float dy = ((const float *)(col[t] + (size_t)nbc * 32))[q];
@@ -160,9 +190,9 @@ DV_I void dv_group(const bool q4, const int R, const int T, const uint8_t *const
     }
 }
 
-DV_I void dv_dot(const bool q4, const int T, int64_t n, int nr, const void *w, size_t ws,
+DV_I void dv_dot(const int kind, const int T, int64_t n, int nr, const void *w, size_t ws,
                  const void *const *a, float *y, size_t ys) {
-    const size_t xb = q4 ? sizeof(hr_block_q4_0) : sizeof(hr_block_q8_0);
+    const size_t xb = dv_xb(kind);
     const int64_t nb = n / 32;
     const int cb = T <= 2 ? DV_CB_WIDE : DV_CB;
     /* rows in flight: 16 ymm registers hold R x T accumulators */
@@ -181,7 +211,7 @@ DV_I void dv_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
             for (int t = 0; t < T; t++) {
                 ya[t] = (const hr_block_q8_0 *)a[t] + b0;
                 if (!one_chunk || r0 == 0)
-                    dv_prep(q4, a[t], b0, nbc, col[t]);
+                    dv_prep(kind, a[t], b0, nbc, col[t]);
             }
             const bool first = b0 == 0, fin = b0 + nbc == nb;
             for (int g = 0; g < rows; g += R) {
@@ -192,15 +222,16 @@ DV_I void dv_dot(const bool q4, const int T, int64_t n, int nr, const void *w, s
                     rp[i] = (const uint8_t *)w + (size_t)(r0 + r) * ws + (size_t)b0 * xb;
                     out[i] = g + i < rows ? r0 + r : -1;
                 }
-                dv_group(q4, R, T, rp, nbc, ya, col, &spill[g], first, fin, y, ys, out,
+                dv_group(kind, R, T, rp, nbc, ya, col, &spill[g], first, fin, y, ys, out,
                          (size_t)R * ws);
             }
         }
     }
 }
 
-#define DV_Q4(T) dv_dot(true, T, n, nr, w, ws, a, y, ys)
-#define DV_Q8(T) dv_dot(false, T, n, nr, w, ws, a, y, ys)
+#define DV_Q4(T) dv_dot(DV_Q4_0, T, n, nr, w, ws, a, y, ys)
+#define DV_Q8(T) dv_dot(DV_Q8_0, T, n, nr, w, ws, a, y, ys)
+#define DV_FP4(T) dv_dot(DV_MXFP4, T, n, nr, w, ws, a, y, ys)
 
 static void dotv_q4_0(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,
                       float *y, size_t ys) {
@@ -212,8 +243,14 @@ static void dotv_q8_0(int64_t n, int nr, const void *w, size_t ws, const void *c
     HR_BY_COUNT8(nt, DV_Q8)
 }
 
+static void dotv_mxfp4(int64_t n, int nr, const void *w, size_t ws, const void *const *a, int nt,
+                       float *y, size_t ys) {
+    HR_BY_COUNT8(nt, DV_FP4)
+}
+
 void hr_dotc_fill_avx2(hr_kernels *k) {
     k->vec_dot_n[HR_TYPE_Q4_0] = dotv_q4_0;
     k->vec_dot_n[HR_TYPE_Q8_0] = dotv_q8_0;
-    k->dotn_one[HR_TYPE_Q4_0] = k->dotn_one[HR_TYPE_Q8_0] = true;
+    k->vec_dot_n[HR_TYPE_MXFP4] = dotv_mxfp4;
+    k->dotn_one[HR_TYPE_Q4_0] = k->dotn_one[HR_TYPE_Q8_0] = k->dotn_one[HR_TYPE_MXFP4] = true;
 }

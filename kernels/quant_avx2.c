@@ -219,36 +219,6 @@ static float dot_mxfp4(int64_t n, const void *w, const void *a) {
     return hsum_ps(acc);
 }
 
-/* MXFP4 rows against up to HR_DOT_N_MAX columns: each weight block looked
- * up once for all columns, every column's float steps those of dot_mxfp4 */
-static void dotn_mxfp4(int64_t n, int nr, const void *w, size_t w_stride, const void *const *a,
-                       int nt, float *out, size_t y_stride) {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)hr_mxfp4_values), m4 = _mm_set1_epi8(15);
-    const int64_t nb = n / HR_QK_MXFP4;
-    for (int r = 0; r < nr; r++) {
-        const hr_block_mxfp4 *x = (const hr_block_mxfp4 *)((const char *)w + (size_t)r * w_stride);
-        __m256 acc[HR_DOT_N_MAX];
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nb; i++) {
-            const __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
-            const __m256i v =
-                _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                                 _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
-            const __m256i av = _mm256_sign_epi8(v, v);
-            const float dx = hr_e8m0_half(x[i].e);
-            for (int t = 0; t < nt; t++) {
-                const hr_block_q8_0 *y = (const hr_block_q8_0 *)a[t] + i;
-                const __m256i p = dot_u8(av, _mm256_sign_epi8(loadu256(y->qs), v));
-                acc[t] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), _mm256_cvtepi32_ps(p), acc[t]);
-            }
-        }
-        for (int t = 0; t < nt; t++)
-            out[(size_t)t * y_stride + (size_t)r] = hsum_ps(acc[t]);
-    }
-}
-
 #define MIN_TERM MIN_TERM_M
 DOT_BLOCKS32(dot_q4_1, hr_block_q4_1, hr_block_q8_1, sum_q4_1)
 DOT_BLOCKS32(dot_q5_1, hr_block_q5_1, hr_block_q8_1, sum_q5_1)
@@ -940,7 +910,6 @@ void hr_quant_fill_avx2(hr_kernels *k) {
     k->vec_dot[HR_TYPE_Q5_K] = dot_q5_k;
     k->vec_dot[HR_TYPE_Q6_K] = dot_q6_k;
     k->vec_dot[HR_TYPE_MXFP4] = dot_mxfp4;
-    k->vec_dot_n[HR_TYPE_MXFP4] = dotn_mxfp4;
 
     /* several rows at once: faster than vec_dot per row even for one column */
     k->vec_dot_n[HR_TYPE_F32] = dotn_f32;
