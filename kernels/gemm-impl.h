@@ -503,4 +503,15 @@ HR_GI void hr_gemm_fill_common(hr_kernels *k) {
     k->gemm[HR_TYPE_MXFP4] = gemm_mxfp4;
 }
 
+/* A table entry that runs the packed panels PACKED from HR_GEMMP_MIN_T
+ * tokens on and the tiles TILES below (one token: decode rows) */
+#define HR_GEMMP_ENTRY(NAME, PACKED, TILES)                                                        \
+    static void NAME(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,           \
+                     size_t as, float *y, size_t ys) {                                             \
+        if (nt >= HR_GEMMP_MIN_T)                                                                  \
+            PACKED(n, nr, nt, w, ws, a, as, y, ys);                                                \
+        else                                                                                       \
+            TILES(n, nr, nt, w, ws, a, as, y, ys);                                                 \
+    }
+
 #endif

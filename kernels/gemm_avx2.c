@@ -8,30 +8,21 @@
 
 void hr_gemm_fill_avx2(hr_kernels *k) { hr_gemm_fill_common(k); }
 
-/* the default (free-order) table: the panels of gemmp_fast_avx2.c from two
+/* the default (free-order) table: the panels of gemmp2-impl.h from two
  * tokens on, the canonical tiles for one */
-#define HR_GEMMP2_ENTRY(NAME, PACKED, TILES)                                                       \
-    static void NAME(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,           \
-                     size_t as, float *y, size_t ys) {                                             \
-        if (nt >= 2)                                                                               \
-            PACKED(n, nr, nt, w, ws, a, as, y, ys);                                                \
-        else                                                                                       \
-            TILES(n, nr, nt, w, ws, a, as, y, ys);                                                 \
-    }
+HR_GEMMP_ENTRY(gemmf2_q4_0, hr_gemmp2f_q4_0, gemm_q4_0)
+HR_GEMMP_ENTRY(gemmf2_q8_0, hr_gemmp2f_q8_0, gemm_q8_0)
+HR_GEMMP_ENTRY(gemmf2_mxfp4, hr_gemmp2f_mxfp4, gemm_mxfp4)
+HR_GEMMP_ENTRY(gemmf2_q4_k, hr_gemmp2f_q4_k, gemm_q4_k)
+HR_GEMMP_ENTRY(gemmf2_q5_k, hr_gemmp2f_q5_k, gemm_q5_k)
+HR_GEMMP_ENTRY(gemmf2_q6_k, hr_gemmp2f_q6_k, gemm_q6_k)
 
-HR_GEMMP2_ENTRY(gemmf2_q4_0, hr_gemmp2f_q4_0, gemm_q4_0)
-HR_GEMMP2_ENTRY(gemmf2_q8_0, hr_gemmp2f_q8_0, gemm_q8_0)
-HR_GEMMP2_ENTRY(gemmf2_mxfp4, hr_gemmp2f_mxfp4, gemm_mxfp4)
-HR_GEMMP2_ENTRY(gemmf2_q4_k, hr_gemmp2f_q4_k, gemm_q4_k)
-HR_GEMMP2_ENTRY(gemmf2_q5_k, hr_gemmp2f_q5_k, gemm_q5_k)
-HR_GEMMP2_ENTRY(gemmf2_q6_k, hr_gemmp2f_q6_k, gemm_q6_k)
-
-HR_GEMMP2_ENTRY(gemmv2_q4_0, hr_gemmp2v_q4_0, gemm_q4_0)
-HR_GEMMP2_ENTRY(gemmv2_q8_0, hr_gemmp2v_q8_0, gemm_q8_0)
-HR_GEMMP2_ENTRY(gemmv2_mxfp4, hr_gemmp2v_mxfp4, gemm_mxfp4)
-HR_GEMMP2_ENTRY(gemmv2_q4_k, hr_gemmp2v_q4_k, gemm_q4_k)
-HR_GEMMP2_ENTRY(gemmv2_q5_k, hr_gemmp2v_q5_k, gemm_q5_k)
-HR_GEMMP2_ENTRY(gemmv2_q6_k, hr_gemmp2v_q6_k, gemm_q6_k)
+HR_GEMMP_ENTRY(gemmv2_q4_0, hr_gemmp2v_q4_0, gemm_q4_0)
+HR_GEMMP_ENTRY(gemmv2_q8_0, hr_gemmp2v_q8_0, gemm_q8_0)
+HR_GEMMP_ENTRY(gemmv2_mxfp4, hr_gemmp2v_mxfp4, gemm_mxfp4)
+HR_GEMMP_ENTRY(gemmv2_q4_k, hr_gemmp2v_q4_k, gemm_q4_k)
+HR_GEMMP_ENTRY(gemmv2_q5_k, hr_gemmp2v_q5_k, gemm_q5_k)
+HR_GEMMP_ENTRY(gemmv2_q6_k, hr_gemmp2v_q6_k, gemm_q6_k)
 
 bool hr_gemm_fill_avx2_fast(hr_kernels *k, bool avxvnni) {
     k->gemm[HR_TYPE_Q4_0] = avxvnni ? gemmv2_q4_0 : gemmf2_q4_0;

@@ -8,15 +8,6 @@
 #define HR_GEMM_TM 4
 #include "kernels/gemm-impl.h"
 
-#define HR_GEMMP_ENTRY(NAME, PACKED, TILES)                                                        \
-    static void NAME(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,           \
-                     size_t as, float *y, size_t ys) {                                             \
-        if (nt >= HR_GEMMP_MIN_T)                                                                  \
-            PACKED(n, nr, nt, w, ws, a, as, y, ys);                                                \
-        else                                                                                       \
-            TILES(n, nr, nt, w, ws, a, as, y, ys);                                                 \
-    }
-
 HR_GEMMP_ENTRY(gemmx_q4_0, hr_gemmp_q4_0, gemm_q4_0)
 HR_GEMMP_ENTRY(gemmx_q4_k, hr_gemmp_q4_k, gemm_q4_k)
 HR_GEMMP_ENTRY(gemmx_q6_k, hr_gemmp_q6_k, gemm_q6_k)

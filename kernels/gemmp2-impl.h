@@ -49,6 +49,12 @@
 #else
 #define HR_P2_FN(name) hr_gemmp2f_##name
 #endif
+/* the exported function of a type: its driver and kind */
+#define HR_P2_ENTRY(NAME, DRIVER, KIND)                                                            \
+    void HR_P2_FN(NAME)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a,        \
+                        size_t as, float *y, size_t ys) {                                          \
+        DRIVER(KIND, n, nr, nt, w, ws, a, as, y, ys);                                              \
+    }
 #define HR_UNROLL2 _Pragma("GCC unroll 8")
 
 /* tokens per micro-kernel call (T int and T float accumulators in ymm) */
@@ -307,20 +313,11 @@ static void gemmp2(int kind, int64_t n, int nr, int nt, const void *w, size_t ws
     }
 }
 
-void HR_P2_FN(q4_0)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                    float *y, size_t ys) {
-    gemmp2(B2_Q4_0, n, nr, nt, w, ws, a, as, y, ys);
-}
+HR_P2_ENTRY(q4_0, gemmp2, B2_Q4_0)
 
-void HR_P2_FN(mxfp4)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                     float *y, size_t ys) {
-    gemmp2(B2_MXFP4, n, nr, nt, w, ws, a, as, y, ys);
-}
+HR_P2_ENTRY(mxfp4, gemmp2, B2_MXFP4)
 
-void HR_P2_FN(q8_0)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                    float *y, size_t ys) {
-    gemmp2(B2_Q8_0, n, nr, nt, w, ws, a, as, y, ys);
-}
+HR_P2_ENTRY(q8_0, gemmp2, B2_Q8_0)
 
 /* ---- K-quants ------------------------------------------------------------- */
 
@@ -639,17 +636,8 @@ static void gemmp2k(int kind, int64_t n, int nr, int nt, const void *w, size_t w
     }
 }
 
-void HR_P2_FN(q4_k)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                    float *y, size_t ys) {
-    gemmp2k(K2_Q4, n, nr, nt, w, ws, a, as, y, ys);
-}
+HR_P2_ENTRY(q4_k, gemmp2k, K2_Q4)
 
-void HR_P2_FN(q5_k)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                    float *y, size_t ys) {
-    gemmp2k(K2_Q5, n, nr, nt, w, ws, a, as, y, ys);
-}
+HR_P2_ENTRY(q5_k, gemmp2k, K2_Q5)
 
-void HR_P2_FN(q6_k)(int64_t n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as,
-                    float *y, size_t ys) {
-    gemmp2k(K2_Q6, n, nr, nt, w, ws, a, as, y, ys);
-}
+HR_P2_ENTRY(q6_k, gemmp2k, K2_Q6)
