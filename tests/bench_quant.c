@@ -14,7 +14,14 @@
  *                          threads with the best table (vec_dot per row, and
  *                          the vec_dot_n path single-token decode takes where
  *                          the table has one), next to a plain read-bandwidth
- *                          baseline */
+ *                          baseline
+ *   bench_quant --gemm [T [type]]
+ *                          prompt GEMM: 128 rows x T tokens (default 64), n =
+ *                          2048, one thread, GMAC/s of thread CPU time (best
+ *                          of 200 calls, so other programs on the core cost
+ *                          little), every table in the default (free order)
+ *                          and exact modes; HR_NO_AVXVNNI=1 for the plain
+ *                          AVX2 panels on a CPU with AVX-VNNI */
 #include "kernels/quant-impl.h"
 #include "kernels/quant.h"
 #include "kernels/types.h"
@@ -310,7 +317,68 @@ static void bench_mem(int max_threads, const char *only) {
     }
 }
 
+static double thread_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench_gemm(int nt, const char *only) {
+    const int64_t n = 2048;
+    const int nr = 128;
+    int types[HR_TYPE_COUNT];
+    const int nty = weight_types(types);
+    table_ref tabs[HR_ISA_COUNT];
+    const int ntab = tables(tabs);
+    printf("prompt GEMM, %d rows x %d tokens, n=%lld, 1 thread, GMAC/s of thread CPU time "
+           "(best of 200)\n%-8s",
+           nr, nt, (long long)n, "type");
+    for (int i = 1; i < ntab; i++)
+        printf(" %8s %8s", tabs[i].name, "exact");
+    printf("\n");
+    float *y = malloc(sizeof(float) * (size_t)nr * (size_t)nt);
+    for (int ti = 0; ti < nty; ti++) {
+        const int ty = types[ti];
+        if (only && strcmp(only, hr_type_get(ty)->name) != 0)
+            continue;
+        size_t wb;
+        uint8_t *w = make_weights(ty, n, nr, &wb);
+        const int aty = hr_type_get(ty)->vec_dot_type;
+        const size_t arb = hr_type_row_bytes(aty, n);
+        uint8_t *a = malloc(arb * (size_t)nt);
+        for (int t = 0; t < nt; t++) {
+            void *at = make_act(ty, n);
+            memcpy(a + arb * (size_t)t, at, arb);
+            free(at);
+        }
+        printf("%-8s", hr_type_get(ty)->name);
+        for (int i = 1; i < ntab; i++)
+            for (int exact = 0; exact < 2; exact++) {
+                const hr_isa isa = tabs[i].k->isa;
+                const hr_kernels *k =
+                    exact ? hr_kernels_for_isa(isa) : hr_kernels_fast_for_isa(isa);
+                double best = 1e30;
+                for (int rep = 0; rep < 200; rep++) {
+                    const double t0 = thread_s();
+                    hr_gemm_tile(k, ty, n, nr, nt, w, wb / (size_t)nr, a, arb, y, (size_t)nr);
+                    const double d = thread_s() - t0;
+                    best = d < best ? d : best;
+                }
+                printf(" %8.1f", (double)n * nr * nt / (best > 0 ? best : 1e-9) / 1e9);
+            }
+        printf("\n");
+        free(w);
+        free(a);
+    }
+    free(y);
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--gemm") == 0) {
+        int nt = argc > 2 ? atoi(argv[2]) : 64;
+        bench_gemm(nt < 1 ? 1 : nt > 512 ? 512 : nt, argc > 3 ? argv[3] : NULL);
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "--mem") == 0) {
         int th = argc > 2 ? atoi(argv[2]) : 2;
         bench_mem(th < 1 ? 1 : th > 16 ? 16 : th, argc > 3 ? argv[3] : NULL);
