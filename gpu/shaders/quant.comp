@@ -8,9 +8,15 @@
 //       f16-rounded d; Q8_K: the block's d, repeated for its 8 chunks);
 //   s:  [n_tok][n_in/32] f32: Q8_1 the f16-rounded d * sum(q), Q8_K the
 //       integer sum(q) of the chunk (two of ggml's bsums).
-// One workgroup per block and token.
+// One workgroup per block and token. With -DHR_FAST (the fast path) the
+// divisions are the device's own (fast.glsl): no 64-bit floats.
 #include "common.glsl"
+#ifdef HR_FAST
+#define WG 32u
+#include "fast.glsl"
+#else
 #include "exact.glsl"
+#endif
 layout(local_size_x = 32) in;
 layout(push_constant) uniform PC { uint n_in, n_tok, in_off, out_off; } p;
 #ifdef Q8_K
