@@ -287,6 +287,8 @@ static VkResult hr_vk_build_pipe(hr_vk *vk, int k) {
  * ones with packed dot products, the fast ones in the variant of vk's
  * reductions (_SG with subgroup arithmetic). */
 static bool hr_vk_wanted(const hr_vk *vk, int k) {
+    if (k == HR_VK_K_ADD || k == HR_VK_K_ROPE || k == HR_VK_K_KVSTORE)
+        return true; /* no 64-bit floats in them: both paths use them */
     if (k < HR_VK_K_F_RMSNORM)
         return vk->info.f64 && (k < HR_VK_K_MM_Q4_0_DOT || vk->use_dot);
     bool sg;
