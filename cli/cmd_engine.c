@@ -514,8 +514,16 @@ static void hr_info_gpus(void) {
         for (int h = 0; h < d[i].n_heaps; h++)
             printf("%s %.1f GiB%s", h ? "," : "", d[i].heap_bytes[h] / 1073741824.0,
                    d[i].heap_device_local[h] ? " (device)" : "");
-        printf("%s%s\n", d[i].f64 ? "" : "; not usable: no 64-bit floats (shaderFloat64)",
-               d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
+        printf("%s\n", d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
+        printf("      offers: subgroup size %u%s, int8 dot product %s, cooperative matrix %s, "
+               "fp16 %s, f64 %s\n",
+               d[i].subgroup_size, d[i].subgroup_arith ? " with arithmetic" : " (no arithmetic)",
+               d[i].int_dot ? "yes" : "no", d[i].coop_matrix ? "yes" : "no",
+               d[i].fp16 ? "yes" : "no", d[i].f64 ? "yes" : "no");
+        printf("      path: %s; %s reductions%s%s\n", hr_vk_path_name(&d[i]),
+               d[i].subgroup_arith ? "subgroup" : "shared-memory",
+               d[i].int_dot ? ", packed int8 dot products" : "",
+               hr_kernels_exact() && d[i].f64 ? "; --exact: the exact kernels" : "");
     }
 }
 
@@ -1012,9 +1020,13 @@ HR_CLI_COMMAND(bench) {
     if (e.vk) {
         const hr_vk_device_info *gi = hr_vk_info(e.vk);
         int gl = o->gpu_layers < hp->n_layer ? o->gpu_layers : hp->n_layer;
-        printf("gpu: %s (%s), layers 0..%d of %d on it; fma %s%s\n", gi->name,
+        printf("gpu: %s (%s), layers 0..%d of %d on it; %s path%s%s\n", gi->name,
                hr_vk_type_name(gi->type), gl - 1, hp->n_layer,
-               hr_vk_uses_native_fma(e.vk) ? "native" : "from 64-bit floats",
+               hr_kernels_exact() ? "exact" : "fast",
+               hr_kernels_exact()
+                   ? (hr_vk_uses_native_fma(e.vk) ? ", fma native" : ", fma from 64-bit floats")
+               : hr_vk_uses_subgroups(e.vk) ? ", subgroup reductions"
+                                            : ", shared-memory reductions",
                hr_vk_uses_int_dot(e.vk) ? ", packed int8 dot products" : "");
     }
     if (l3 > 0 && probe < (size_t)l3 * 2)
