@@ -1094,6 +1094,31 @@ HR_CLI_COMMAND(bench) {
     printf("weights per token: %.1f MiB\n", wbytes / 1048576.0);
     printf("measured memory read bandwidth: %.2f GB/s (%.2f before, %.2f after; probe %.0f MiB)\n",
            bw, bw0, bw1, probe / 1048576.0);
+    if (e.vk) { /* the GPU's own read bandwidth, and decode's share of it */
+        const hr_vk_device_info *gi = hr_vk_info(e.vk);
+        size_t gprobe = gi->type == HR_VK_CPU ? (size_t)256 << 20 : (size_t)1 << 30;
+        int gl = o->gpu_layers < hp->n_layer ? o->gpu_layers : hp->n_layer, greps = 20;
+        uint64_t gbytes = 0; /* the GPU layers' weights */
+        for (int il = 0; il < gl; il++)
+            gbytes += hr_model_layer_bytes(e.m, il);
+        double gbw = 0;
+        if (gprobe > gi->max_storage_range)
+            gprobe = (size_t)gi->max_storage_range;
+        if (hr_vk_membw(e.vk, gprobe, greps, &gbw, err) != 0)
+            printf("gpu memory read bandwidth: not measured (%s)\n", err);
+        else {
+            printf("gpu memory read bandwidth: %.1f GB/s (read kernel, %.0f MiB x %d)\n", gbw,
+                   gprobe / 1048576.0, greps);
+            for (int k = 0; k < n_isa; k++)
+                printf("gpu decode%s%s: %.1f GB/s of all weights per token = %.1f%% of the GPU's "
+                       "read bandwidth; the %d GPU layers' %.1f MiB: %.1f GB/s = %.1f%%\n",
+                       n_isa > 1 ? " " : "", n_isa > 1 ? hr_isa_name(isas[k]) : "",
+                       tg_isa[k] * (double)wbytes / 1e9,
+                       100.0 * tg_isa[k] * (double)wbytes / 1e9 / gbw, gl, gbytes / 1048576.0,
+                       tg_isa[k] * (double)gbytes / 1e9,
+                       100.0 * tg_isa[k] * (double)gbytes / 1e9 / gbw);
+        }
+    }
     hr_bench_groups(e.ctx);
     unsigned long long backoffs = hr_pool_backoffs(hr_ctx_pool(e.ctx));
     if (backoffs > 0) /* the workers kept the kernels waiting: a busy machine */

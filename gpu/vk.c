@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TAG "vk"
 #define HR_VK_STAGING (16u << 20) /* bytes of the staging buffer */
@@ -711,4 +712,45 @@ int hr_vk_submit(hr_vk *vk, char err[HR_ERR_LEN]) {
     if ((r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS)
         return hr_seterr(err, HR_EIO, "vkWaitForFences failed (%d): device lost?", (int)r);
     return 0;
+}
+
+/* ---- memory bandwidth ---- */
+
+int hr_vk_membw(hr_vk *vk, size_t bytes, int reps, double *gbs, char err[HR_ERR_LEN]) {
+    *gbs = 0;
+    bytes &= ~(size_t)15;
+    if (bytes == 0 || reps < 1 || bytes / 16 > UINT32_MAX)
+        return hr_seterr(err, HR_EINVAL, "bandwidth probe of %zu bytes, %d reps", bytes, reps);
+    hr_vk_buf *b = NULL, *o = NULL;
+    hr_vk_set *s = NULL;
+    int rc;
+    if ((rc = hr_vk_buf_create(vk, &b, bytes, false, err)) ||
+        (rc = hr_vk_buf_create(vk, &o, 64 * 4, false, err)) ||
+        (rc = hr_vk_fill0(vk, b, 0, bytes, err)) ||
+        (rc = hr_vk_set_create(vk, &s, b, o, NULL, err)))
+        goto done;
+    struct {
+        uint32_t n4, out_off;
+    } pc = {(uint32_t)(bytes / 16), 0};
+    uint32_t groups = pc.n4 / 256 / 16; /* ~16 steps an invocation */
+    groups = groups < 1 ? 1 : groups > 65535 ? 65535 : groups;
+    double t[2] = {0, 0};
+    for (int pass = 0; pass < 2 && rc == 0; pass++) { /* untimed, then timed */
+        if ((rc = hr_vk_begin(vk, err)))
+            break;
+        for (int r = 0; r < (pass ? reps : 1); r++)
+            hr_vk_dispatch(vk, s, HR_VK_K_BW, &pc, sizeof pc, groups, 1);
+        struct timespec a, z;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        rc = hr_vk_submit(vk, err);
+        clock_gettime(CLOCK_MONOTONIC, &z);
+        t[pass] = (double)(z.tv_sec - a.tv_sec) + (double)(z.tv_nsec - a.tv_nsec) * 1e-9;
+    }
+    if (rc == 0)
+        *gbs = (double)bytes * reps / (t[1] > 0 ? t[1] : 1e-9) / 1e9;
+done:
+    hr_vk_set_destroy(vk, s);
+    hr_vk_buf_destroy(vk, b);
+    hr_vk_buf_destroy(vk, o);
+    return rc;
 }

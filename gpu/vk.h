@@ -105,6 +105,10 @@ const hr_vk_device_info *hr_vk_info(const hr_vk *vk);
  * without shaderFloat64. */
 int hr_vk_set_exact(hr_vk *vk, bool exact);
 bool hr_vk_exact(const hr_vk *vk);
+/* The device's memory read bandwidth: a kernel reading a device buffer of
+ * bytes (rounded down to 16) reps times in one submission, after one
+ * untimed pass; *gbs in GB/s (1e9 bytes). Not while recording. */
+int hr_vk_membw(hr_vk *vk, size_t bytes, int reps, double *gbs, char err[HR_ERR_LEN]);
 /* Whether vk's fast kernels reduce with subgroup arithmetic. */
 bool hr_vk_uses_subgroups(const hr_vk *vk);
 /* The path a device's info says hearth will run on it, in words for

@@ -207,3 +207,8 @@ void hr_vk_rope_kv(hr_vk *vk, hr_vk_set *s, uint32_t n_tok, uint32_t n_kv, uint3
     (void)vk, (void)s, (void)n_tok, (void)n_kv, (void)head_dim, (void)n_rot, (void)neox;
     (void)k_src, (void)v_src, (void)stride, (void)tab, (void)pos0, (void)k_dst, (void)v_dst;
 }
+int hr_vk_membw(hr_vk *vk, size_t bytes, int reps, double *gbs, char err[HR_ERR_LEN]) {
+    (void)vk, (void)bytes, (void)reps;
+    *gbs = 0;
+    return hr_vk_none(err);
+}
