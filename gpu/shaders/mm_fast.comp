@@ -8,8 +8,9 @@
 // the invocations, dequantized in registers once and dotted with each of
 // the 8 tokens (quantized types: with quant.comp's 8-bit activations,
 // integer sums per chunk as the reference; float types: with the f32
-// activations), then each token's partial sums are reduced across the
-// workgroup (fast.glsl: subgroup arithmetic, or shared memory).
+// activations), then the tokens' partial sums are reduced across the
+// workgroup together (subgroup arithmetic with -DHR_SUBGROUP, then the
+// subgroups' sums through shared memory; else all through shared memory).
 //
 // flags: 1 = gate/up with SwiGLU: W2 (w2_off, same type and shape) is the up
 // projection and y = silu(W a) * (W2 a); 2 = accumulate: y += the result
@@ -24,6 +25,7 @@ layout(push_constant) uniform PC {
     uint n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride, w2_off, flags;
 } p;
 #define NC 8u // tokens per workgroup
+shared float part[2][NC][WG]; // [W, W2][token][invocation or subgroup]: partial sums
 #if defined(T_F32) || defined(T_F16) || defined(T_BF16)
 #define FLOAT_W
 float wload(uint rb, uint i) {
@@ -87,15 +89,34 @@ void main() {
         }
     }
 #endif
+    // every token's partial sums reduced at once: one barrier
+#ifdef HR_SUBGROUP
     for (uint t = 0u; t < nt; t++) {
-        float s = wg_add(acc[t]);
-        float s2 = glu ? wg_add(acc2[t]) : 0.0;
-        if (tid == 0u) {
-            uint yo = p.y_off + (t0 + t) * p.y_stride + r;
-            float y = glu ? s / (1.0 + exp(-s)) * s2 : s;
-            if ((p.flags & 2u) != 0u)
-                y += xf(yo);
-            xs(yo, y);
+        float s = subgroupAdd(acc[t]), s2 = glu ? subgroupAdd(acc2[t]) : 0.0;
+        if (subgroupElect()) {
+            part[0][t][gl_SubgroupID] = s;
+            part[1][t][gl_SubgroupID] = s2;
         }
+    }
+    uint np = gl_NumSubgroups;
+#else
+    for (uint t = 0u; t < nt; t++) {
+        part[0][t][tid] = acc[t];
+        part[1][t][tid] = acc2[t];
+    }
+    uint np = WG;
+#endif
+    barrier();
+    if (tid < nt) { // invocation t writes token t
+        float s = 0.0, s2 = 0.0;
+        for (uint i = 0u; i < np; i++) {
+            s += part[0][tid][i];
+            s2 += part[1][tid][i];
+        }
+        uint yo = p.y_off + (t0 + tid) * p.y_stride + r;
+        float y = glu ? s / (1.0 + exp(-s)) * s2 : s;
+        if ((p.flags & 2u) != 0u)
+            y += xf(yo);
+        xs(yo, y);
     }
 }
