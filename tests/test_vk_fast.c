@@ -442,10 +442,13 @@ static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
                fx->name, ng, L, c_ref.rel, c_cr.rel, c_cpu.rel, c_ref.agree, n, c_cr.agree, n);
         /* argmax: a position where llama.cpp's own top two lie within
          * TIE of its row's largest |logit| is a tie, and agrees when ours is
-         * either of them (random-weight fixtures have such near-ties, and
-         * any summation order may swap them: small-llama-q8_0's position 1
-         * has a margin of 2.5e-4) */
-        const double TIE = 1e-3;
+         * either of them. Random-weight fixtures have such near-ties, and a
+         * summation order other than llama.cpp's may swap them (the Q8
+         * rounding of activations amplifies a last-bit change to ~1e-2 of
+         * the logits): seen on lavapipe at small-llama-q8_0 position 1
+         * (margin 2.5e-4) and, with shared-memory reductions,
+         * small-llama-q4_k_m position 15 (1.3e-3). */
+        const double TIE = 2e-3;
         int agree = 0;
         for (int p = 0; p < n; p++) {
             const float *lr = ref + (size_t)p * nv, *lgp = gpu + (size_t)p * nv;
