@@ -1110,8 +1110,8 @@ HR_CLI_COMMAND(bench) {
             printf("gpu memory read bandwidth: %.1f GB/s (read kernel, %.0f MiB x %d)\n", gbw,
                    gprobe / 1048576.0, greps);
             for (int k = 0; k < n_isa; k++)
-                printf("gpu decode%s%s: %.1f GB/s of all weights per token = %.1f%% of the GPU's "
-                       "read bandwidth; the %d GPU layers' %.1f MiB: %.1f GB/s = %.1f%%\n",
+                printf("gpu decode%s%s: %.2f GB/s of all weights per token = %.1f%% of the GPU's "
+                       "read bandwidth; the %d GPU layers' %.1f MiB: %.2f GB/s = %.1f%%\n",
                        n_isa > 1 ? " " : "", n_isa > 1 ? hr_isa_name(isas[k]) : "",
                        tg_isa[k] * (double)wbytes / 1e9,
                        100.0 * tg_isa[k] * (double)wbytes / 1e9 / gbw, gl, gbytes / 1048576.0,
