@@ -73,7 +73,10 @@ typedef enum {
     HR_VK_K_F_Q8_0,
     HR_VK_K_F_Q8_1,
     HR_VK_K_F_Q8_K,
-    HR_VK_K_BW, /* the memory read bandwidth probe (hr_vk_membw) */
+    HR_VK_K_BW,      /* the memory read bandwidth probe (hr_vk_membw) */
+    HR_VK_K_F_RQ8_0, /* RMSNorm + quantize (quant.comp -DRMS) */
+    HR_VK_K_F_RQ8_1,
+    HR_VK_K_F_RQ8_K,
     /* mm_fast.comp: each block of 11 (8 for _DOT) in the order of the MM_ ones */
     HR_VK_K_F_MM_F32,
     HR_VK_K_F_MM_F16,

@@ -203,6 +203,14 @@ uint32_t hr_vk_act_block(int act);
 int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok, uint32_t in_off,
                    uint32_t out_off);
 
+/* The fast path's RMSNorm feeding a quantized matmul, in one kernel:
+ * hr_vk_rmsnorm of rows r < n_tok of n_in values at in_off (stride n_in)
+ * into xb_off (stride n_in; g as there), and the same values quantized to
+ * format act at act_off as hr_vk_quantize would. HR_EINVAL as
+ * hr_vk_quantize; HR_EUNSUPPORTED in exact mode. */
+int hr_vk_rmsnorm_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok,
+                           uint32_t in_off, uint32_t xb_off, uint32_t g_off, float eps,
+                           uint32_t act_off);
 /* y[t * y_stride + r] = W[r] . a[t] for r < n_out, t < n_tok: W of weight
  * type (any type kernels/types.h supports) with n_out rows of row_bytes at
  * byte w_off of W; a at act_off in X, f32 [n_tok][n_in] for F32/F16/BF16,

@@ -212,3 +212,10 @@ int hr_vk_membw(hr_vk *vk, size_t bytes, int reps, double *gbs, char err[HR_ERR_
     *gbs = 0;
     return hr_vk_none(err);
 }
+int hr_vk_rmsnorm_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok,
+                           uint32_t in_off, uint32_t xb_off, uint32_t g_off, float eps,
+                           uint32_t act_off) {
+    (void)vk, (void)s, (void)act, (void)n_in, (void)n_tok, (void)in_off, (void)xb_off;
+    (void)g_off, (void)eps, (void)act_off;
+    return HR_EUNSUPPORTED;
+}

@@ -113,6 +113,27 @@ int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_t
     return 0;
 }
 
+int hr_vk_rmsnorm_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok,
+                           uint32_t in_off, uint32_t xb_off, uint32_t g_off, float eps,
+                           uint32_t act_off) {
+    uint32_t qb = hr_vk_act_block(act);
+    if (!qb || n_in % qb || n_tok == 0)
+        return HR_EINVAL;
+    if (vk->exact)
+        return HR_EUNSUPPORTED;
+    struct {
+        uint32_t n_in, n_tok, in_off, out_off, xb_off, g_off, has_g;
+        float eps;
+    } pc = {
+        n_in, n_tok, in_off, act_off, xb_off, g_off == UINT32_MAX ? 0 : g_off, g_off != UINT32_MAX,
+        eps};
+    hr_vk_kernel k = act == HR_TYPE_Q8_0   ? HR_VK_K_F_RQ8_0
+                     : act == HR_TYPE_Q8_1 ? HR_VK_K_F_RQ8_1
+                                           : HR_VK_K_F_RQ8_K;
+    hr_vk_dispatch(vk, s, k, &pc, sizeof pc, n_tok, 1);
+    return 0;
+}
+
 void hr_vk_probe(hr_vk *vk, hr_vk_set *s, int op, uint32_t n, uint32_t off) {
     struct {
         uint32_t n, op, off;

@@ -319,6 +319,25 @@ static int hr_gpu_mm_fast(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight 
     return hr_vk_matmul_ex(g->vk, L->set, &m);
 }
 
+/* The fast path's RMSNorm of the n rows of h into xb with weight norm; when
+ * w (the first matrix to read xb) dots 8-bit activations, quantized to them
+ * in the same kernel (*st then says the activation region holds them). */
+static int hr_gpu_norm_fast(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *norm,
+                            const hr_weight *w, int n, hr_gpu_act *st) {
+    const hr_hparams *hp = g->hp;
+    uint32_t E = (uint32_t)hp->n_embd, N = (uint32_t)n, go = hr_field(L, norm) / 4;
+    int act = hr_type_get(w->type)->vec_dot_type;
+    if (act == HR_TYPE_F32 || hr_vk_act_block(act) == 0 || E % hr_vk_act_block(act)) {
+        hr_vk_rmsnorm(g->vk, L->set, E, N, g->r.h, E, g->r.xb, E, go, hp->rms_eps);
+        return 0;
+    }
+    int rc = hr_vk_rmsnorm_quantize(g->vk, L->set, act, E, N, g->r.h, g->r.xb, go, hp->rms_eps,
+                                    g->r.act);
+    if (rc == 0)
+        *st = (hr_gpu_act){g->r.xb, act};
+    return rc;
+}
+
 /* hr_gpu_layer_record on the fast path: the same steps, fused where the
  * kernels allow (RoPE of K with the KV store, gate/up with SwiGLU when
  * both have one type, the residual adds in the projections). */
@@ -335,7 +354,8 @@ static int hr_gpu_layer_record_fast(hr_gpu_win *g, const hr_gpu_layer *L, int n,
     hr_gpu_act st = {UINT32_MAX, -1};
     int rc = 0;
     /* attention block */
-    hr_vk_rmsnorm(vk, s, E, N, r->h, E, r->xb, E, hr_field(L, &W->attn_norm) / 4, hp->rms_eps);
+    if ((rc = hr_gpu_norm_fast(g, L, &W->attn_norm, &W->wq, n, &st)))
+        return rc;
     const hr_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
     if ((rc = hr_gpu_mm(g, L, 3, qkv, r->xb, (const uint32_t[]){r->q, r->k, r->v}, n, &st)))
         return rc;
@@ -382,8 +402,9 @@ static int hr_gpu_layer_record_fast(hr_gpu_win *g, const hr_gpu_layer *L, int n,
     if ((rc = hr_gpu_mm_fast(g, L, &W->wo, NULL, r->att, r->h, E, true, n, &st)))
         return rc;
     /* feed-forward block */
-    hr_vk_rmsnorm(vk, s, E, N, r->h, E, r->xb, E, hr_field(L, &W->ffn_norm) / 4, hp->rms_eps);
-    st.src = UINT32_MAX; /* xb was rewritten */
+    st.src = UINT32_MAX; /* xb is rewritten */
+    if ((rc = hr_gpu_norm_fast(g, L, &W->ffn_norm, &W->w_gate, n, &st)))
+        return rc;
     if (W->w_gate.type == W->w_up.type && W->w_gate.n_out == W->w_up.n_out) {
         if ((rc = hr_gpu_mm_fast(g, L, &W->w_gate, &W->w_up, r->xb, r->gate, F, false, n, &st)))
             return rc;

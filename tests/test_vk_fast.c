@@ -1,7 +1,8 @@
 /* test_vk_fast.c - the Vulkan fast path (the default; gpu/vk.h) against the
  * scalar CPU reference within a stated bound per kernel: matmul for every
  * weight type (odd row lengths and counts, token tails, gate/up + SwiGLU,
- * accumulation), the Q8 activation quantizers, RMSNorm, softmax, SwiGLU,
+ * accumulation), the Q8 activation quantizers (alone and fused with
+ * RMSNorm), RMSNorm, softmax, SwiGLU,
  * RoPE + KV store, one-kernel attention; then every shared fixture with all
  * layers (and half of them) on the GPU against the CPU's default mode and
  * llama.cpp's logits (float fixtures <= 1e-4 relative to the CPU path,
@@ -232,6 +233,34 @@ static void test_quantize(hr_env *e) {
         g_err_act[a] = rel_err(got_q, ref_q, N_IN * N_TOK);
         printf("fast quantize %-4s rel err %.3g (bound %g)\n", at->name, g_err_act[a], B_ACT);
         CHECK(g_err_act[a] <= B_ACT);
+        /* RMSNorm + quantize in one kernel: the normalized rows (f32) and
+         * their 8-bit activations */
+        float g[N_IN], xn[N_IN * N_TOK], got_n[N_IN * N_TOK];
+        fill(g, N_IN, 1.0f);
+        CHECK_EQ(hr_vk_write(e->vk, e->w, 64, g, sizeof g, e->err), 0);
+        begin(e);
+        CHECK_EQ(
+            hr_vk_rmsnorm_quantize(e->vk, e->set, acts[a], N_IN, N_TOK, 0, 4096, 16, 1e-5f, 8192),
+            0);
+        submit(e);
+        get(e, 4096, got_n, N_IN * N_TOK);
+        CHECK_EQ(hr_vk_read(e->vk, e->x, 8192 * 4, buf, words * 4, e->err), 0);
+        for (int t = 0; t < N_TOK; t++) {
+            hr_rmsnorm(xn + t * N_IN, x + t * N_IN, g, N_IN, 1e-5f);
+            const int8_t *qs = (const int8_t *)(buf + (size_t)t * N_IN / 4);
+            for (int i = 0; i < N_IN; i++)
+                got_q[t * N_IN + i] = dv[t * (N_IN / 32) + i / 32] * (float)qs[i];
+            at->quant(xn + (size_t)t * N_IN, cq, N_IN);
+            at->dequant(cq, ref_q + (size_t)t * N_IN, N_IN);
+        }
+        double en = rel_err(got_n, xn, N_IN * N_TOK), eq = rel_err(got_q, ref_q, N_IN * N_TOK);
+        printf("fast rmsnorm + quantize %-4s: rows rel err %.3g (bound %g), activations %.3g "
+               "(bound %g)\n",
+               at->name, en, B_NORM, eq, B_ACT);
+        CHECK(en <= B_NORM);
+        CHECK(eq <= B_ACT);
+        g_err_norm = fmax(g_err_norm, en);
+        g_err_act[a] = fmax(g_err_act[a], eq);
         free(buf);
         free(cq);
     }
