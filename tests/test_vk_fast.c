@@ -475,8 +475,7 @@ static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
          * summation order other than llama.cpp's may swap them (the Q8
          * rounding of activations amplifies a last-bit change to ~1e-2 of
          * the logits): seen on lavapipe at small-llama-q8_0 position 1
-         * (margin 2.5e-4) and, with shared-memory reductions,
-         * small-llama-q4_k_m position 15 (1.3e-3). */
+         * (margin 2.5e-4) and small-llama-q4_k_m position 15 (1.3e-3). */
         const double TIE = 2e-3;
         int agree = 0;
         for (int p = 0; p < n; p++) {
