@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/sync.h"
+#include "kernels/quant.h"
 #include "ring/knock.h"
 #include "ring/msg.h"
 
@@ -245,6 +246,14 @@ int hr_node_init(hr_agent *a, const hr_agent_params *p, char err[HR_ERR_LEN]) {
         return hr_seterr(err, HR_EINVAL, "%s", verr);
     if (vk_idx >= 0 && hr_vk_create(&a->vk, vk_idx, verr) != 0)
         HR_LOG_WARN(TAG, "GPU %d unusable (%s): every layer on the CPU", vk_idx, verr);
+    if (a->vk && hr_kernels_exact() && !hr_vk_info(a->vk)->f64) { /* no exact path there */
+        HR_LOG_WARN(TAG,
+                    "GPU %d (%s) has no 64-bit floats (shaderFloat64), which --exact needs: "
+                    "every layer on the CPU",
+                    vk_idx, hr_vk_info(a->vk)->name);
+        hr_vk_destroy(a->vk);
+        a->vk = NULL;
+    }
     if (!a->pool || !a->zctx)
         return hr_seterr(err, HR_ENOMEM, "cannot create thread pool or zmq context");
     if ((rc = hr_node_security(a, p, err)) || (rc = hr_node_sockets(a, p, err)))

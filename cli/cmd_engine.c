@@ -514,8 +514,16 @@ static void hr_info_gpus(void) {
         for (int h = 0; h < d[i].n_heaps; h++)
             printf("%s %.1f GiB%s", h ? "," : "", d[i].heap_bytes[h] / 1073741824.0,
                    d[i].heap_device_local[h] ? " (device)" : "");
-        printf("%s%s\n", d[i].f64 ? "" : "; not usable: no 64-bit floats (shaderFloat64)",
-               d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
+        printf("%s\n", d[i].type == HR_VK_CPU ? "; software, used only when named" : "");
+        printf("      offers: subgroup size %u%s, int8 dot product %s, cooperative matrix %s, "
+               "fp16 %s, f64 %s\n",
+               d[i].subgroup_size, d[i].subgroup_arith ? " with arithmetic" : " (no arithmetic)",
+               d[i].int_dot ? "yes" : "no", d[i].coop_matrix ? "yes" : "no",
+               d[i].fp16 ? "yes" : "no", d[i].f64 ? "yes" : "no");
+        printf("      path: %s; %s reductions%s%s\n", hr_vk_path_name(&d[i]),
+               d[i].subgroup_arith ? "subgroup" : "shared-memory",
+               d[i].int_dot ? ", packed int8 dot products" : "",
+               hr_kernels_exact() && d[i].f64 ? "; --exact: the exact kernels" : "");
     }
 }
 
@@ -1012,9 +1020,13 @@ HR_CLI_COMMAND(bench) {
     if (e.vk) {
         const hr_vk_device_info *gi = hr_vk_info(e.vk);
         int gl = o->gpu_layers < hp->n_layer ? o->gpu_layers : hp->n_layer;
-        printf("gpu: %s (%s), layers 0..%d of %d on it; fma %s%s\n", gi->name,
+        printf("gpu: %s (%s), layers 0..%d of %d on it; %s path%s%s\n", gi->name,
                hr_vk_type_name(gi->type), gl - 1, hp->n_layer,
-               hr_vk_uses_native_fma(e.vk) ? "native" : "from 64-bit floats",
+               hr_kernels_exact() ? "exact" : "fast",
+               hr_kernels_exact()
+                   ? (hr_vk_uses_native_fma(e.vk) ? ", fma native" : ", fma from 64-bit floats")
+               : hr_vk_uses_subgroups(e.vk) ? ", subgroup reductions"
+                                            : ", shared-memory reductions",
                hr_vk_uses_int_dot(e.vk) ? ", packed int8 dot products" : "");
     }
     if (l3 > 0 && probe < (size_t)l3 * 2)
@@ -1082,6 +1094,31 @@ HR_CLI_COMMAND(bench) {
     printf("weights per token: %.1f MiB\n", wbytes / 1048576.0);
     printf("measured memory read bandwidth: %.2f GB/s (%.2f before, %.2f after; probe %.0f MiB)\n",
            bw, bw0, bw1, probe / 1048576.0);
+    if (e.vk) { /* the GPU's own read bandwidth, and decode's share of it */
+        const hr_vk_device_info *gi = hr_vk_info(e.vk);
+        size_t gprobe = gi->type == HR_VK_CPU ? (size_t)256 << 20 : (size_t)1 << 30;
+        int gl = o->gpu_layers < hp->n_layer ? o->gpu_layers : hp->n_layer, greps = 20;
+        uint64_t gbytes = 0; /* the GPU layers' weights */
+        for (int il = 0; il < gl; il++)
+            gbytes += hr_model_layer_bytes(e.m, il);
+        double gbw = 0;
+        if (gprobe > gi->max_storage_range)
+            gprobe = (size_t)gi->max_storage_range;
+        if (hr_vk_membw(e.vk, gprobe, greps, &gbw, err) != 0)
+            printf("gpu memory read bandwidth: not measured (%s)\n", err);
+        else {
+            printf("gpu memory read bandwidth: %.1f GB/s (read kernel, %.0f MiB x %d)\n", gbw,
+                   gprobe / 1048576.0, greps);
+            for (int k = 0; k < n_isa; k++)
+                printf("gpu decode%s%s: %.2f GB/s of all weights per token = %.1f%% of the GPU's "
+                       "read bandwidth; the %d GPU layers' %.1f MiB: %.2f GB/s = %.1f%%\n",
+                       n_isa > 1 ? " " : "", n_isa > 1 ? hr_isa_name(isas[k]) : "",
+                       tg_isa[k] * (double)wbytes / 1e9,
+                       100.0 * tg_isa[k] * (double)wbytes / 1e9 / gbw, gl, gbytes / 1048576.0,
+                       tg_isa[k] * (double)gbytes / 1e9,
+                       100.0 * tg_isa[k] * (double)gbytes / 1e9 / gbw);
+        }
+    }
     hr_bench_groups(e.ctx);
     unsigned long long backoffs = hr_pool_backoffs(hr_ctx_pool(e.ctx));
     if (backoffs > 0) /* the workers kept the kernels waiting: a busy machine */

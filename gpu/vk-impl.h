@@ -36,8 +36,10 @@ struct hr_vk {
     VkDescriptorPool dpool;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
-    VkPipeline pipe[HR_VK_K_COUNT]; /* the _DOT ones only with use_dot */
+    VkPipeline pipe[HR_VK_K_COUNT]; /* those hr_vk_wanted() names */
     bool use_dot;    /* shaderIntegerDotProduct enabled: quantized matmuls use the _DOT kernels */
+    bool use_sg;     /* subgroup arithmetic: the fast kernels' _SG variants */
+    bool exact;      /* hr_vk_set_exact: the exact kernels (needs info.f64) */
     bool fma_native; /* the pipelines' FMA_NATIVE: the device's fma() rounds once */
     bool grouped;    /* hr_vk_group_begin: no barrier after each dispatch */
     hr_vk_buf *staging; /* host-visible, HR_VK_STAGING bytes */

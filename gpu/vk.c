@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TAG "vk"
 #define HR_VK_STAGING (16u << 20) /* bytes of the staging buffer */
@@ -78,16 +79,40 @@ static void hr_vk_describe(VkPhysicalDevice pd, hr_vk_device_info *d) {
     }
     VkPhysicalDeviceFeatures feat;
     vkGetPhysicalDeviceFeatures(pd, &feat);
-    d->f64 = feat.shaderFloat64 == VK_TRUE;
+    const char *no64 = getenv("HR_VK_NO_F64");
+    d->f64 = feat.shaderFloat64 == VK_TRUE && !(no64 && strcmp(no64, "1") == 0);
     uint32_t n_ext = 0;
-    bool has_ext = false;
+    bool has_ext = false, has_f16 = pp.apiVersion >= VK_API_VERSION_1_2;
     vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, NULL);
     VkExtensionProperties *ext = n_ext ? calloc(n_ext, sizeof *ext) : NULL;
-    if (ext && vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, ext) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n_ext; i++)
-            if (strcmp(ext[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0)
-                has_ext = true;
+    if (ext && vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, ext) == VK_SUCCESS) {
+        for (uint32_t i = 0; i < n_ext; i++) {
+            const char *e = ext[i].extensionName;
+            has_ext = has_ext || strcmp(e, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0;
+            d->coop_matrix = d->coop_matrix || strcmp(e, "VK_KHR_cooperative_matrix") == 0;
+            has_f16 = has_f16 || strcmp(e, "VK_KHR_shader_float16_int8") == 0;
+        }
+    }
     free(ext);
+    if (pp.apiVersion >= VK_API_VERSION_1_1) { /* subgroups: core in 1.1 */
+        VkPhysicalDeviceSubgroupProperties sg = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+        VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &sg};
+        vkGetPhysicalDeviceProperties2(pd, &p2);
+        d->subgroup_size = sg.subgroupSize;
+        d->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                            (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+                            (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    }
+    if (has_f16) {
+        VkPhysicalDeviceShaderFloat16Int8FeaturesKHR f16 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &f16};
+        vkGetPhysicalDeviceFeatures2(pd, &f2);
+        d->fp16 = f16.shaderFloat16 == VK_TRUE;
+    }
     if (has_ext) { /* the extension, and its feature switched on */
         VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
@@ -140,7 +165,7 @@ int hr_vk_pick(const char *spec, int *index, char err[HR_ERR_LEN]) {
                                            HR_VK_OTHER, HR_VK_CPU};
         for (int o = 0; o < (any ? 5 : 4) && *index < 0; o++)
             for (int i = 0; i < n && *index < 0; i++)
-                if (d[i].type == order[o] && d[i].f64)
+                if (d[i].type == order[o])
                     *index = i;
         return 0;
     }
@@ -223,8 +248,8 @@ static VkResult hr_vk_pipelines(hr_vk *vk) {
     if ((r = vkCreatePipelineLayout(vk->dev, &pl, NULL, &vk->layout)) != VK_SUCCESS)
         return r;
     /* the probe alone: which fma the others are built with is decided with
-     * it (hr_vk_create) */
-    return hr_vk_build_pipe(vk, HR_VK_K_PROBE);
+     * it (hr_vk_create); none without 64-bit floats (no exact path) */
+    return vk->info.f64 ? hr_vk_build_pipe(vk, HR_VK_K_PROBE) : VK_SUCCESS;
 }
 
 /* kernel k's pipeline, with exact.glsl's FMA_NATIVE = fma_native (again if
@@ -259,10 +284,29 @@ static VkResult hr_vk_build_pipe(hr_vk *vk, int k) {
     return r;
 }
 
-/* every kernel's pipeline not built yet (the _DOT ones only with use_dot) */
+/* Whether vk runs kernel k: the exact ones with 64-bit floats, the _DOT
+ * ones with packed dot products, the fast ones in the variant of vk's
+ * reductions (_SG with subgroup arithmetic). */
+static bool hr_vk_wanted(const hr_vk *vk, int k) {
+    if (k == HR_VK_K_ADD || k == HR_VK_K_ROPE || k == HR_VK_K_KVSTORE)
+        return true; /* no 64-bit floats in them: both paths use them */
+    if (k < HR_VK_K_F_RMSNORM)
+        return vk->info.f64 && (k < HR_VK_K_MM_Q4_0_DOT || vk->use_dot);
+    bool sg;
+    if (k <= HR_VK_K_F_ATTN_SG) /* pairs: plain, _SG */
+        sg = (k - HR_VK_K_F_RMSNORM) & 1;
+    else if (k < HR_VK_K_F_MM_F32)
+        return true; /* no reductions: one variant */
+    else
+        sg = (k >= HR_VK_K_F_MM_F32_SG && k < HR_VK_K_F_MM_Q4_0_DOT) ||
+             k >= HR_VK_K_F_MM_Q4_0_SG_DOT;
+    return sg == vk->use_sg && (k < HR_VK_K_F_MM_Q4_0_DOT || vk->use_dot);
+}
+
+/* every kernel's pipeline hr_vk_wanted names not built yet */
 static VkResult hr_vk_build_pipes(hr_vk *vk) {
     for (int k = 0; k < HR_VK_K_COUNT; k++) {
-        if (vk->pipe[k] || (k >= HR_VK_K_MM_Q4_0_DOT && !vk->use_dot))
+        if (vk->pipe[k] || !hr_vk_wanted(vk, k))
             continue;
         VkResult r = hr_vk_build_pipe(vk, k);
         if (r != VK_SUCCESS)
@@ -291,13 +335,6 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     }
     vk->pd = pd[index];
     hr_vk_describe(vk->pd, &vk->info);
-    if (!vk->info.f64) {
-        rc = hr_seterr(err, HR_EUNSUPPORTED,
-                       "%s has no 64-bit floats (shaderFloat64), which the kernels need to "
-                       "round as the CPU does",
-                       vk->info.name);
-        goto fail;
-    }
     vkGetPhysicalDeviceMemoryProperties(vk->pd, &vk->mem);
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(vk->pd, &nq, NULL);
@@ -314,6 +351,8 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     }
     const char *env = getenv("HR_VK_INT_DOT");
     vk->use_dot = vk->info.int_dot && !(env && strcmp(env, "0") == 0);
+    const char *sgenv = getenv("HR_VK_SUBGROUP");
+    vk->use_sg = vk->info.subgroup_arith && !(sgenv && strcmp(sgenv, "0") == 0);
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dotf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
         .shaderIntegerDotProduct = VK_TRUE};
@@ -323,7 +362,7 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
                                    .queueFamilyIndex = vk->qfam,
                                    .queueCount = 1,
                                    .pQueuePriorities = &prio};
-    VkPhysicalDeviceFeatures want = {.shaderFloat64 = VK_TRUE};
+    VkPhysicalDeviceFeatures want = {.shaderFloat64 = vk->info.f64 ? VK_TRUE : VK_FALSE};
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                               .pEnabledFeatures = &want,
                               .pNext = vk->use_dot ? &dotf : NULL,
@@ -363,15 +402,20 @@ int hr_vk_create(hr_vk **out, int index, char err[HR_ERR_LEN]) {
     if ((rc = hr_vk_buf_create(vk, &vk->staging, HR_VK_STAGING, true, err)))
         goto fail;
     const char *fenv = getenv("HR_VK_FMA");
-    vk->fma_native = !(fenv && strcmp(fenv, "emulate") == 0) && hr_vk_fma_rounds_once(vk);
+    vk->fma_native =
+        vk->info.f64 && !(fenv && strcmp(fenv, "emulate") == 0) && hr_vk_fma_rounds_once(vk);
     if ((vk->fma_native && (r = hr_vk_build_pipe(vk, HR_VK_K_PROBE)) != VK_SUCCESS) ||
         (r = hr_vk_build_pipes(vk)) != VK_SUCCESS) {
         rc = hr_seterr(err, HR_EIO, "Vulkan pipelines on %s failed (%d)", vk->info.name, (int)r);
         goto fail;
     }
-    HR_LOG_INFO(TAG, "device %d: %s (%s)%s, fma %s", index, vk->info.name,
-                hr_vk_type_name(vk->info.type), vk->use_dot ? ", packed int8 dot products" : "",
-                vk->fma_native ? "native (rounds once)" : "from 64-bit floats");
+    HR_LOG_INFO(TAG, "device %d: %s (%s)%s, %s reductions, %s; exact path: %s", index,
+                vk->info.name, hr_vk_type_name(vk->info.type),
+                vk->use_dot ? ", packed int8 dot products" : "",
+                vk->use_sg ? "subgroup" : "shared-memory", hr_vk_path_name(&vk->info),
+                !vk->info.f64    ? "none"
+                : vk->fma_native ? "fma native (rounds once)"
+                                 : "fma from 64-bit floats");
     *out = vk;
     return 0;
 fail:
@@ -408,6 +452,30 @@ void hr_vk_destroy(hr_vk *vk) {
 const hr_vk_device_info *hr_vk_info(const hr_vk *vk) { return &vk->info; }
 bool hr_vk_uses_int_dot(const hr_vk *vk) { return vk->use_dot; }
 bool hr_vk_uses_native_fma(const hr_vk *vk) { return vk->fma_native; }
+bool hr_vk_uses_subgroups(const hr_vk *vk) { return vk->use_sg; }
+bool hr_vk_exact(const hr_vk *vk) { return vk->exact; }
+
+int hr_vk_set_exact(hr_vk *vk, bool exact) {
+    if (exact && !vk->info.f64)
+        return HR_EUNSUPPORTED;
+    vk->exact = exact;
+    return 0;
+}
+
+const char *hr_vk_path_name(const hr_vk_device_info *d) {
+    return d->f64 ? "fast (exact with --exact)" : "fast only (no shaderFloat64: --exact refused)";
+}
+
+bool hr_vk_fast_uses_f64(void) {
+    for (int k = HR_VK_K_F_RMSNORM; k < HR_VK_K_COUNT; k++) {
+        const uint32_t *c = hr_vk_spv_table[k].code;
+        size_t n = hr_vk_spv_table[k].bytes / 4;
+        for (size_t i = 5; i < n && (c[i] >> 16) > 0; i += c[i] >> 16)
+            if ((c[i] & 0xffffu) == 17 && i + 1 < n && c[i + 1] == 10) /* Capability Float64 */
+                return true;
+    }
+    return false;
+}
 
 /* ---- buffers ---- */
 
@@ -617,6 +685,10 @@ void hr_vk_dispatch(hr_vk *vk, hr_vk_set *s, hr_vk_kernel k, const void *pc, siz
                     uint32_t n_groups, uint32_t gy) {
     if (n_groups == 0 || gy == 0)
         return;
+    if (!vk->pipe[k]) { /* a kernel this device does not run: a caller's bug */
+        HR_LOG_ERROR(TAG, "kernel %d has no pipeline on %s", (int)k, vk->info.name);
+        abort();
+    }
     uint32_t gx = n_groups < 65535 ? n_groups : 65535, gz = (n_groups + gx - 1) / gx;
     vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipe[k]);
     vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->layout, 0, 1, &s->set, 0,
@@ -640,4 +712,45 @@ int hr_vk_submit(hr_vk *vk, char err[HR_ERR_LEN]) {
     if ((r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS)
         return hr_seterr(err, HR_EIO, "vkWaitForFences failed (%d): device lost?", (int)r);
     return 0;
+}
+
+/* ---- memory bandwidth ---- */
+
+int hr_vk_membw(hr_vk *vk, size_t bytes, int reps, double *gbs, char err[HR_ERR_LEN]) {
+    *gbs = 0;
+    bytes &= ~(size_t)15;
+    if (bytes == 0 || reps < 1 || bytes / 16 > UINT32_MAX)
+        return hr_seterr(err, HR_EINVAL, "bandwidth probe of %zu bytes, %d reps", bytes, reps);
+    hr_vk_buf *b = NULL, *o = NULL;
+    hr_vk_set *s = NULL;
+    int rc;
+    if ((rc = hr_vk_buf_create(vk, &b, bytes, false, err)) ||
+        (rc = hr_vk_buf_create(vk, &o, 64 * 4, false, err)) ||
+        (rc = hr_vk_fill0(vk, b, 0, bytes, err)) ||
+        (rc = hr_vk_set_create(vk, &s, b, o, NULL, err)))
+        goto done;
+    struct {
+        uint32_t n4, out_off;
+    } pc = {(uint32_t)(bytes / 16), 0};
+    uint32_t groups = pc.n4 / 256 / 16; /* ~16 steps an invocation */
+    groups = groups < 1 ? 1 : groups > 65535 ? 65535 : groups;
+    double t[2] = {0, 0};
+    for (int pass = 0; pass < 2 && rc == 0; pass++) { /* untimed, then timed */
+        if ((rc = hr_vk_begin(vk, err)))
+            break;
+        for (int r = 0; r < (pass ? reps : 1); r++)
+            hr_vk_dispatch(vk, s, HR_VK_K_BW, &pc, sizeof pc, groups, 1);
+        struct timespec a, z;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        rc = hr_vk_submit(vk, err);
+        clock_gettime(CLOCK_MONOTONIC, &z);
+        t[pass] = (double)(z.tv_sec - a.tv_sec) + (double)(z.tv_nsec - a.tv_nsec) * 1e-9;
+    }
+    if (rc == 0)
+        *gbs = (double)bytes * reps / (t[1] > 0 ? t[1] : 1e-9) / 1e9;
+done:
+    hr_vk_set_destroy(vk, s);
+    hr_vk_buf_destroy(vk, b);
+    hr_vk_buf_destroy(vk, o);
+    return rc;
 }

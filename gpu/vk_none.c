@@ -179,3 +179,43 @@ bool hr_vk_type_supported(int type) {
     (void)type;
     return false;
 }
+
+int hr_vk_set_exact(hr_vk *vk, bool exact) {
+    (void)vk, (void)exact;
+    return HR_EUNSUPPORTED;
+}
+bool hr_vk_exact(const hr_vk *vk) {
+    (void)vk;
+    return false;
+}
+bool hr_vk_uses_subgroups(const hr_vk *vk) {
+    (void)vk;
+    return false;
+}
+const char *hr_vk_path_name(const hr_vk_device_info *d) {
+    (void)d;
+    return "none (built without Vulkan)";
+}
+bool hr_vk_fast_uses_f64(void) { return false; }
+int hr_vk_matmul_ex(hr_vk *vk, hr_vk_set *s, const hr_vk_mm *m) {
+    (void)vk, (void)s, (void)m;
+    return HR_EUNSUPPORTED;
+}
+void hr_vk_rope_kv(hr_vk *vk, hr_vk_set *s, uint32_t n_tok, uint32_t n_kv, uint32_t head_dim,
+                   uint32_t n_rot, bool neox, uint32_t k_src, uint32_t v_src, uint32_t stride,
+                   uint32_t tab, uint32_t pos0, uint32_t k_dst, uint32_t v_dst) {
+    (void)vk, (void)s, (void)n_tok, (void)n_kv, (void)head_dim, (void)n_rot, (void)neox;
+    (void)k_src, (void)v_src, (void)stride, (void)tab, (void)pos0, (void)k_dst, (void)v_dst;
+}
+int hr_vk_membw(hr_vk *vk, size_t bytes, int reps, double *gbs, char err[HR_ERR_LEN]) {
+    (void)vk, (void)bytes, (void)reps;
+    *gbs = 0;
+    return hr_vk_none(err);
+}
+int hr_vk_rmsnorm_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok,
+                           uint32_t in_off, uint32_t xb_off, uint32_t g_off, float eps,
+                           uint32_t act_off) {
+    (void)vk, (void)s, (void)act, (void)n_in, (void)n_tok, (void)in_off, (void)xb_off;
+    (void)g_off, (void)eps, (void)act_off;
+    return HR_EUNSUPPORTED;
+}

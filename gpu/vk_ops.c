@@ -1,6 +1,7 @@
 /* vk_ops.c - one recording helper per kernel of gpu/shaders/: the push
  * constants each shader declares (same field order), the workgroup counts,
- * and the checks that refuse shapes a kernel cannot run. */
+ * the checks that refuse shapes a kernel cannot run, and the choice between
+ * the exact kernel and the fast one (vk->exact). */
 #include "gpu/vk-impl.h"
 
 #include "kernels/types.h"
@@ -8,6 +9,11 @@
 #include <math.h>
 
 static uint32_t hr_div_up(uint64_t a, uint32_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* the fast kernel with a reduction: its _SG twin where vk uses subgroups */
+static hr_vk_kernel hr_fast(const hr_vk *vk, hr_vk_kernel plain) {
+    return vk->use_sg ? (hr_vk_kernel)(plain + 1) : plain;
+}
 
 void hr_vk_rmsnorm(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t rows, uint32_t in_off,
                    uint32_t in_stride, uint32_t out_off, uint32_t out_stride, uint32_t g_off,
@@ -24,7 +30,8 @@ void hr_vk_rmsnorm(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t rows, uint32_t 
             g_off == UINT32_MAX ? 0 : g_off,
             g_off != UINT32_MAX,
             eps};
-    hr_vk_dispatch(vk, s, HR_VK_K_RMSNORM, &pc, sizeof pc, rows, 1);
+    hr_vk_dispatch(vk, s, vk->exact ? HR_VK_K_RMSNORM : hr_fast(vk, HR_VK_K_F_RMSNORM), &pc,
+                   sizeof pc, rows, 1);
 }
 
 void hr_vk_add(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t dst, uint32_t src, uint32_t src_n,
@@ -39,7 +46,8 @@ void hr_vk_swiglu(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t g, uint32_t u) {
     struct {
         uint32_t n, g, u;
     } pc = {n, g, u};
-    hr_vk_dispatch(vk, s, HR_VK_K_SWIGLU, &pc, sizeof pc, hr_div_up(n, 64), 1);
+    hr_vk_dispatch(vk, s, vk->exact ? HR_VK_K_SWIGLU : HR_VK_K_F_SWIGLU, &pc, sizeof pc,
+                   hr_div_up(n, 64), 1);
 }
 
 void hr_vk_softmax(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t rows, uint32_t off,
@@ -47,7 +55,8 @@ void hr_vk_softmax(hr_vk *vk, hr_vk_set *s, uint32_t n, uint32_t rows, uint32_t 
     struct {
         uint32_t n, rows, off, stride;
     } pc = {n, rows, off, stride};
-    hr_vk_dispatch(vk, s, HR_VK_K_SOFTMAX, &pc, sizeof pc, rows, 1);
+    hr_vk_dispatch(vk, s, vk->exact ? HR_VK_K_SOFTMAX : hr_fast(vk, HR_VK_K_F_SOFTMAX), &pc,
+                   sizeof pc, rows, 1);
 }
 
 void hr_vk_rope(hr_vk *vk, hr_vk_set *s, uint32_t n_tok, uint32_t n_heads, uint32_t head_dim,
@@ -83,7 +92,8 @@ void hr_vk_attention(hr_vk *vk, hr_vk_set *s, const hr_vk_attn *a) {
             a->sc,
             a->n_ctx,
             1.0f / sqrtf((float)a->head_dim)};
-    hr_vk_dispatch(vk, s, HR_VK_K_ATTN, &pc, sizeof pc, a->n_head, a->n_tok);
+    hr_vk_dispatch(vk, s, vk->exact ? HR_VK_K_ATTN : hr_fast(vk, HR_VK_K_F_ATTN), &pc, sizeof pc,
+                   a->n_head, a->n_tok);
 }
 
 int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok, uint32_t in_off,
@@ -97,7 +107,30 @@ int hr_vk_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_t
     hr_vk_kernel k = act == HR_TYPE_Q8_0   ? HR_VK_K_Q8_0
                      : act == HR_TYPE_Q8_1 ? HR_VK_K_Q8_1
                                            : HR_VK_K_Q8_K;
+    if (!vk->exact)
+        k += HR_VK_K_F_Q8_0 - HR_VK_K_Q8_0;
     hr_vk_dispatch(vk, s, k, &pc, sizeof pc, n_in / qb, n_tok);
+    return 0;
+}
+
+int hr_vk_rmsnorm_quantize(hr_vk *vk, hr_vk_set *s, int act, uint32_t n_in, uint32_t n_tok,
+                           uint32_t in_off, uint32_t xb_off, uint32_t g_off, float eps,
+                           uint32_t act_off) {
+    uint32_t qb = hr_vk_act_block(act);
+    if (!qb || n_in % qb || n_tok == 0)
+        return HR_EINVAL;
+    if (vk->exact)
+        return HR_EUNSUPPORTED;
+    struct {
+        uint32_t n_in, n_tok, in_off, out_off, xb_off, g_off, has_g;
+        float eps;
+    } pc = {
+        n_in, n_tok, in_off, act_off, xb_off, g_off == UINT32_MAX ? 0 : g_off, g_off != UINT32_MAX,
+        eps};
+    hr_vk_kernel k = act == HR_TYPE_Q8_0   ? HR_VK_K_F_RQ8_0
+                     : act == HR_TYPE_Q8_1 ? HR_VK_K_F_RQ8_1
+                                           : HR_VK_K_F_RQ8_K;
+    hr_vk_dispatch(vk, s, k, &pc, sizeof pc, n_tok, 1);
     return 0;
 }
 
@@ -105,6 +138,8 @@ void hr_vk_probe(hr_vk *vk, hr_vk_set *s, int op, uint32_t n, uint32_t off) {
     struct {
         uint32_t n, op, off;
     } pc = {n, (uint32_t)op, off};
+    if (!vk->info.f64) /* exact.glsl's: no 64-bit floats, no probe */
+        return;
     hr_vk_dispatch(vk, s, HR_VK_K_PROBE, &pc, sizeof pc, hr_div_up(n, 64), 1);
 }
 
@@ -142,6 +177,18 @@ bool hr_vk_type_supported(int type) { return hr_vk_mm_kernel(type) >= 0; }
 int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_out,
                  uint32_t row_bytes, uint32_t w_off, uint32_t act_off, uint32_t y_off,
                  uint32_t n_tok, uint32_t y_stride) {
+    if (!vk->exact) {
+        hr_vk_mm m = {.type = type,
+                      .n_in = n_in,
+                      .n_out = n_out,
+                      .row_bytes = row_bytes,
+                      .w_off = w_off,
+                      .act_off = act_off,
+                      .y_off = y_off,
+                      .n_tok = n_tok,
+                      .y_stride = y_stride};
+        return hr_vk_matmul_ex(vk, s, &m);
+    }
     int k = hr_vk_mm_kernel(type);
     const hr_type_traits *tt = hr_type_get(type);
     bool quant = k >= HR_VK_K_MM_Q4_0;
@@ -161,4 +208,45 @@ int hr_vk_matmul(hr_vk *vk, hr_vk_set *s, int type, uint32_t n_in, uint32_t n_ou
     hr_vk_dispatch(vk, s, (hr_vk_kernel)k, &pc, sizeof pc, hr_div_up(n_out, 8),
                    hr_div_up(n_tok, 8));
     return 0;
+}
+
+int hr_vk_matmul_ex(hr_vk *vk, hr_vk_set *s, const hr_vk_mm *m) {
+    if (vk->exact) {
+        if (m->glu || m->accum)
+            return HR_EUNSUPPORTED;
+        return hr_vk_matmul(vk, s, m->type, m->n_in, m->n_out, m->row_bytes, m->w_off, m->act_off,
+                            m->y_off, m->n_tok, m->y_stride);
+    }
+    int k = hr_vk_mm_kernel(m->type);
+    const hr_type_traits *tt = hr_type_get(m->type);
+    uint32_t w2 = m->glu ? m->w2_off : m->w_off;
+    if (k < 0 || !tt || m->n_in == 0 || m->n_in % (uint32_t)tt->block_elems || m->n_tok == 0 ||
+        m->row_bytes != hr_type_row_bytes(m->type, m->n_in) ||
+        (m->type == HR_TYPE_F32 && ((m->w_off | w2) & 3)) || ((m->w_off | w2) & 1) ||
+        (m->row_bytes & 1))
+        return HR_EINVAL;
+    int ti = k - HR_VK_K_MM_F32; /* the type's place in the MM_ order */
+    bool quant = k >= HR_VK_K_MM_Q4_0;
+    hr_vk_kernel fk;
+    if (quant && vk->use_dot)
+        fk = (hr_vk_kernel)((vk->use_sg ? HR_VK_K_F_MM_Q4_0_SG_DOT : HR_VK_K_F_MM_Q4_0_DOT) +
+                            (k - HR_VK_K_MM_Q4_0));
+    else
+        fk = (hr_vk_kernel)((vk->use_sg ? HR_VK_K_F_MM_F32_SG : HR_VK_K_F_MM_F32) + ti);
+    struct {
+        uint32_t n_in, n_out, row_bytes, w_off, act_off, y_off, n_tok, y_stride, w2_off, flags;
+    } pc = {m->n_in,  m->n_out, m->row_bytes, m->w_off, m->act_off,
+            m->y_off, m->n_tok, m->y_stride,  w2,       (m->glu ? 1u : 0u) | (m->accum ? 2u : 0u)};
+    /* mm_fast.comp: one row, 8 tokens a workgroup */
+    hr_vk_dispatch(vk, s, fk, &pc, sizeof pc, m->n_out, hr_div_up(m->n_tok, 8));
+    return 0;
+}
+
+void hr_vk_rope_kv(hr_vk *vk, hr_vk_set *s, uint32_t n_tok, uint32_t n_kv, uint32_t head_dim,
+                   uint32_t n_rot, bool neox, uint32_t k_src, uint32_t v_src, uint32_t stride,
+                   uint32_t tab, uint32_t pos0, uint32_t k_dst, uint32_t v_dst) {
+    struct {
+        uint32_t n_tok, n_kv, hd, n_rot, neox, k_src, v_src, stride, tab, pos0, k_dst, v_dst;
+    } pc = {n_tok, n_kv, head_dim, n_rot, neox, k_src, v_src, stride, tab, pos0, k_dst, v_dst};
+    hr_vk_dispatch(vk, s, HR_VK_K_F_ROPEKV, &pc, sizeof pc, n_kv, n_tok);
 }

@@ -2,10 +2,14 @@
  * buffers, and the transformer layer as kernel dispatches in layer.c's
  * order (RMSNorm, Q/K/V projections, biases, per-head norms, RoPE, F16 KV
  * store, GQA attention, output projection, residual, RMSNorm, gate/up,
- * SwiGLU, down projection, residual), one command buffer per call. */
+ * SwiGLU, down projection, residual), one command buffer per call. The
+ * exact path (--exact) records one kernel per step; the fast path (the
+ * default) fuses RoPE with the KV store, gate/up with SwiGLU and the
+ * residual adds with their projections (gpu/vk.h). */
 #include "model/gpu-impl.h"
 
 #include "common/log.h"
+#include "kernels/quant.h"
 #include "kernels/types.h"
 #include "model/layer-impl.h"
 
@@ -291,9 +295,137 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, cons
     return 0;
 }
 
+/* A fast-path matmul of W (one input) with its fusions: y (word y_off,
+ * stride y_stride) = or += W x, or silu(W x) * (W2 x) with W2. */
+static int hr_gpu_mm_fast(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *w,
+                          const hr_weight *w2, uint32_t in, uint32_t y_off, uint32_t y_stride,
+                          bool accum, int n, hr_gpu_act *st) {
+    uint32_t a = in;
+    int rc = hr_gpu_act_for(g, L, w, in, n, st, &a);
+    if (rc)
+        return rc;
+    hr_vk_mm m = {.type = w->type,
+                  .n_in = (uint32_t)w->n_in,
+                  .n_out = (uint32_t)w->n_out,
+                  .row_bytes = (uint32_t)w->row_bytes,
+                  .w_off = hr_field(L, w),
+                  .w2_off = w2 ? hr_field(L, w2) : 0,
+                  .act_off = a,
+                  .y_off = y_off,
+                  .n_tok = (uint32_t)n,
+                  .y_stride = y_stride,
+                  .glu = w2 != NULL,
+                  .accum = accum};
+    return hr_vk_matmul_ex(g->vk, L->set, &m);
+}
+
+/* The fast path's RMSNorm of the n rows of h into xb with weight norm; when
+ * w (the first matrix to read xb) dots 8-bit activations, quantized to them
+ * in the same kernel (*st then says the activation region holds them). */
+static int hr_gpu_norm_fast(hr_gpu_win *g, const hr_gpu_layer *L, const hr_weight *norm,
+                            const hr_weight *w, int n, hr_gpu_act *st) {
+    const hr_hparams *hp = g->hp;
+    uint32_t E = (uint32_t)hp->n_embd, N = (uint32_t)n, go = hr_field(L, norm) / 4;
+    int act = hr_type_get(w->type)->vec_dot_type;
+    if (act == HR_TYPE_F32 || hr_vk_act_block(act) == 0 || E % hr_vk_act_block(act)) {
+        hr_vk_rmsnorm(g->vk, L->set, E, N, g->r.h, E, g->r.xb, E, go, hp->rms_eps);
+        return 0;
+    }
+    int rc = hr_vk_rmsnorm_quantize(g->vk, L->set, act, E, N, g->r.h, g->r.xb, go, hp->rms_eps,
+                                    g->r.act);
+    if (rc == 0)
+        *st = (hr_gpu_act){g->r.xb, act};
+    return rc;
+}
+
+/* hr_gpu_layer_record on the fast path: the same steps, fused where the
+ * kernels allow (RoPE of K with the KV store, gate/up with SwiGLU when
+ * both have one type, the residual adds in the projections). */
+static int hr_gpu_layer_record_fast(hr_gpu_win *g, const hr_gpu_layer *L, int n, const int *seq,
+                                    const int *pos, const int *run_len, int n_runs) {
+    const hr_hparams *hp = g->hp;
+    const hr_layer_weights *W = &L->w;
+    const hr_gpu_regions *r = &g->r;
+    hr_vk *vk = g->vk;
+    hr_vk_set *s = L->set;
+    uint32_t E = (uint32_t)hp->n_embd, D = (uint32_t)hp->head_dim, N = (uint32_t)n;
+    uint32_t qh = (uint32_t)hp->n_head, kvh = (uint32_t)hp->n_head_kv, rot = (uint32_t)hp->n_rot;
+    uint32_t QD = qh * D, KD = kvh * D, F = (uint32_t)hp->n_ff;
+    hr_gpu_act st = {UINT32_MAX, -1};
+    int rc = 0;
+    /* attention block */
+    if ((rc = hr_gpu_norm_fast(g, L, &W->attn_norm, &W->wq, n, &st)))
+        return rc;
+    const hr_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
+    if ((rc = hr_gpu_mm(g, L, 3, qkv, r->xb, (const uint32_t[]){r->q, r->k, r->v}, n, &st)))
+        return rc;
+    if (W->bq.data) {
+        hr_vk_group_begin(vk);
+        hr_vk_add(vk, s, N * QD, r->q, hr_field(L, &W->bq) / 4, QD, true);
+        hr_vk_add(vk, s, N * KD, r->k, hr_field(L, &W->bk) / 4, KD, true);
+        hr_vk_add(vk, s, N * KD, r->v, hr_field(L, &W->bv) / 4, KD, true);
+        hr_vk_group_end(vk);
+    }
+    if (W->q_norm.data) {
+        hr_vk_group_begin(vk);
+        hr_vk_rmsnorm(vk, s, D, N * qh, r->q, D, r->q, D, hr_field(L, &W->q_norm) / 4, hp->rms_eps);
+        hr_vk_rmsnorm(vk, s, D, N * kvh, r->k, D, r->k, D, hr_field(L, &W->k_norm) / 4,
+                      hp->rms_eps);
+        hr_vk_group_end(vk);
+    }
+    uint32_t slot = (uint32_t)g->n_ctx * KD / 2, vcache = slot * (uint32_t)g->n_seq;
+    hr_vk_group_begin(vk); /* q rotates while each run's K (rotated) and V are stored */
+    hr_vk_rope(vk, s, N, qh, D, rot, hp->rope_neox, r->q, QD, r->tab);
+    for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++]) {
+        uint32_t ks = (uint32_t)seq[i] * slot, t = (uint32_t)t0;
+        hr_vk_rope_kv(vk, s, (uint32_t)run_len[i], kvh, D, rot, hp->rope_neox, r->k + t * KD,
+                      r->v + t * KD, KD, r->tab + t * rot, (uint32_t)pos[i], ks, vcache + ks);
+    }
+    hr_vk_group_end(vk);
+    hr_vk_group_begin(vk); /* each run's attention */
+    for (int i = 0, t0 = 0; i < n_runs; t0 += run_len[i++]) {
+        uint32_t ks = (uint32_t)seq[i] * slot;
+        hr_vk_attn a = {.n_head = qh,
+                        .n_kv = kvh,
+                        .head_dim = D,
+                        .n_ctx = (uint32_t)g->n_ctx,
+                        .n_tok = (uint32_t)run_len[i],
+                        .pos0 = (uint32_t)pos[i],
+                        .q = r->q + (uint32_t)t0 * QD,
+                        .out = r->att + (uint32_t)t0 * QD,
+                        .sc = r->sc,
+                        .k = ks,
+                        .v = vcache + ks};
+        hr_vk_attention(vk, s, &a);
+    }
+    hr_vk_group_end(vk);
+    if ((rc = hr_gpu_mm_fast(g, L, &W->wo, NULL, r->att, r->h, E, true, n, &st)))
+        return rc;
+    /* feed-forward block */
+    st.src = UINT32_MAX; /* xb is rewritten */
+    if ((rc = hr_gpu_norm_fast(g, L, &W->ffn_norm, &W->w_gate, n, &st)))
+        return rc;
+    if (W->w_gate.type == W->w_up.type && W->w_gate.n_out == W->w_up.n_out) {
+        if ((rc = hr_gpu_mm_fast(g, L, &W->w_gate, &W->w_up, r->xb, r->gate, F, false, n, &st)))
+            return rc;
+    } else {
+        const hr_weight *gu[2] = {&W->w_gate, &W->w_up};
+        if ((rc = hr_gpu_mm(g, L, 2, gu, r->xb, (const uint32_t[]){r->gate, r->up}, n, &st)))
+            return rc;
+        hr_vk_swiglu(vk, s, N * F, r->gate, r->up);
+    }
+    return hr_gpu_mm_fast(g, L, &W->w_down, NULL, r->gate, r->h, E, true, n, &st);
+}
+
 int hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, const int *pos,
                         const int *run_len, int n_runs, char err[HR_ERR_LEN]) {
     int rows = 0;
+    bool exact = hr_kernels_exact();
+    if (hr_vk_set_exact(g->vk, exact) != 0)
+        return hr_seterr(err, HR_EUNSUPPORTED,
+                         "exact mode on the GPU needs 64-bit floats, which %s lacks "
+                         "(shaderFloat64): run without --exact, or keep these layers on the CPU",
+                         hr_vk_info(g->vk)->name);
     for (int i = 0; i < n_runs; i++) {
         if (seq[i] < 0 || seq[i] >= g->n_seq || run_len[i] < 1 || pos[i] < 0 ||
             pos[i] + run_len[i] > g->n_ctx)
@@ -320,7 +452,8 @@ int hr_gpu_win_run_runs(hr_gpu_win *g, float *hidden, int n, const int *seq, con
     hr_vk_copy(g->vk, g->io, 0, g->x, (size_t)g->r.h * 4, hb);
     hr_vk_copy(g->vk, g->io, hb, g->x, (size_t)g->r.tab * 4, tb);
     for (int i = 0; i < g->n; i++)
-        if ((rc = hr_gpu_layer_record(g, &g->L[i], n, seq, pos, run_len, n_runs))) {
+        if ((rc = (exact ? hr_gpu_layer_record : hr_gpu_layer_record_fast)(g, &g->L[i], n, seq, pos,
+                                                                           run_len, n_runs))) {
             hr_vk_submit(g->vk, err); /* close the recording; nothing of it is used */
             return hr_seterr(err, rc, "GPU layer %d: a kernel refused its shapes", i);
         }

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "kernels/quant.h"
 #include "kernels/types.h"
 
 #include <math.h>
@@ -131,6 +132,11 @@ int hr_prof_gpu_measure(hr_prof_gpu *g, const int *types, int n_types, int64_t r
     int rc = hr_vk_create(&vk, g->index, err);
     if (rc)
         return rc;
+    /* the kernels the layers will run: fast, or exact under --exact */
+    if (hr_vk_set_exact(vk, hr_kernels_exact()) != 0) {
+        hr_vk_destroy(vk);
+        return hr_seterr(err, HR_EUNSUPPORTED, "GPU %d: --exact needs shaderFloat64", g->index);
+    }
     int reps = quick ? 2 : 4;
     /* a GPU's matrices larger than its last-level cache (up to ~100 MiB on
      * current GPUs; Vulkan does not report it), so that the rate is that of

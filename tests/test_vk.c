@@ -60,6 +60,8 @@ static int env_open(hr_env *e, int idx) {
         rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
     if (rc == 0)
         rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
+    if (rc == 0) /* the exact kernels (the fast ones: test_vk_fast.c) */
+        rc = hr_vk_set_exact(e->vk, true);
     return rc;
 }
 

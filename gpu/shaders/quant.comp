@@ -8,11 +8,27 @@
 //       f16-rounded d; Q8_K: the block's d, repeated for its 8 chunks);
 //   s:  [n_tok][n_in/32] f32: Q8_1 the f16-rounded d * sum(q), Q8_K the
 //       integer sum(q) of the chunk (two of ggml's bsums).
-// One workgroup per block and token.
+// One workgroup per block and token. With -DHR_FAST (the fast path) the
+// divisions are the device's own (fast.glsl): no 64-bit floats; with
+// -DRMS as well, one workgroup per token normalizes its row (RMSNorm, also
+// written out in f32) and quantizes it: the fast path's RMSNorm feeding a
+// quantized matmul in one kernel.
 #include "common.glsl"
+#ifdef HR_FAST
+#define WG 32u
+#include "fast.glsl"
+#else
 #include "exact.glsl"
+#endif
 layout(local_size_x = 32) in;
+#ifdef RMS
+layout(push_constant) uniform PC {
+    uint n_in, n_tok, in_off, out_off, xb_off, g_off, has_g;
+    float eps;
+} p;
+#else
 layout(push_constant) uniform PC { uint n_in, n_tok, in_off, out_off; } p;
+#endif
 #ifdef Q8_K
 #define QB 256u
 #else
@@ -22,16 +38,15 @@ layout(push_constant) uniform PC { uint n_in, n_tok, in_off, out_off; } p;
 shared float amx[32];
 shared uint aix[32];
 shared int qv[QB];
-void main() {
-    uint b = wg_row(), t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
-    if (b * QB >= p.n_in)
-        return;
-    uint src = p.in_off + t * p.n_in + b * QB;
-    float v[PER];
+shared float vs[QB]; // the block's values
+
+// block b of token t's row, whose values are v[k] = element tid + 32k
+void quant_block(uint b, uint t, float v[PER]) {
+    uint tid = gl_LocalInvocationID.x;
     float am = 0.0;
     uint ai = 0u;
-    for (uint k = 0u; k < PER; k++) { // element tid + 32k
-        v[k] = xf(src + tid + 32u * k);
+    for (uint k = 0u; k < PER; k++) {
+        vs[tid + 32u * k] = v[k];
         float a = abs(v[k]);
         if (a > am) {
             am = a;
@@ -56,7 +71,7 @@ void main() {
     uint dbase = p.out_off + nq + t * chunks, sbase = dbase + p.n_tok * chunks;
 #ifdef Q8_K
     float amax = amx[0];
-    float mxv = xf(src + aix[0]);
+    float mxv = vs[aix[0]];
     float iscale = amax != 0.0 ? div_rn(-127.0, mxv) : 0.0;
     for (uint k = 0u; k < PER; k++) {
         precise float sv = iscale * v[k];
@@ -94,3 +109,45 @@ void main() {
             (uint(qv[4u * k]) & 0xffu) | ((uint(qv[4u * k + 1u]) & 0xffu) << 8) |
             ((uint(qv[4u * k + 2u]) & 0xffu) << 16) | (uint(qv[4u * k + 3u]) << 24);
 }
+
+#ifdef RMS
+// one workgroup per token: the row's RMSNorm (rmsnorm_fast.comp's math,
+// written to xb_off as well), quantized block by block
+void main() {
+    uint t = wg_row(), tid = gl_LocalInvocationID.x;
+    if (t >= p.n_tok)
+        return;
+    uint a = p.in_off + t * p.n_in, o = p.xb_off + t * p.n_in;
+    float ss = 0.0;
+    for (uint i = tid; i < p.n_in; i += 32u) {
+        float xv = xf(a + i);
+        ss = fma(xv, xv, ss);
+    }
+    ss = wg_add(ss);
+    float scale = 1.0 / sqrt(ss / float(p.n_in) + p.eps);
+    for (uint b = 0u; b < p.n_in / QB; b++) {
+        float v[PER];
+        for (uint k = 0u; k < PER; k++) {
+            uint i = b * QB + tid + 32u * k;
+            float y = xf(a + i) * scale;
+            if (p.has_g != 0u)
+                y *= uintBitsToFloat(w[p.g_off + i]);
+            v[k] = y;
+            xs(o + i, y);
+        }
+        barrier(); // the previous block's readers of the shared arrays are done
+        quant_block(b, t, v);
+    }
+}
+#else
+void main() {
+    uint b = wg_row(), t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
+    if (b * QB >= p.n_in)
+        return;
+    uint src = p.in_off + t * p.n_in + b * QB;
+    float v[PER];
+    for (uint k = 0u; k < PER; k++) // element tid + 32k
+        v[k] = xf(src + tid + 32u * k);
+    quant_block(b, t, v);
+}
+#endif

@@ -68,6 +68,9 @@ struct Unit {
     float wd, wm;         // the unit's scale; its min (q4_1 / q5_1 m, K-quants dmin)
 };
 
+// byte j (< 12) of three words
+uint sbyte(uint sw[3], uint j) { return (sw[j / 4u] >> (8u * (j % 4u))) & 0xffu; }
+
 // units in a row of n_in values
 uint unit_count() { return p.n_in / (32u * UNIT_CHUNKS); }
 
@@ -114,14 +117,15 @@ Unit unit_load(uint rb, uint b, uint k) {
 #endif
     u.wd = h2f(w_u16(o));
     u.wm = h2f(w_u16(o + 2u));
-    uint sb = o + 4u;
+    // the 12 scale bytes as three words (o is even), byte j of them by sbyte
+    uint sw[3] = uint[3](w_u32(o + 4u), w_u32(o + 8u), w_u32(o + 12u));
     for (uint m = 0u; m < 8u; m++) {
         if (m < 4u) {
-            u.sc[m] = int(w_u8(sb + m) & 63u);
-            u.mn[m] = int(w_u8(sb + m + 4u) & 63u);
+            u.sc[m] = int(sbyte(sw, m) & 63u);
+            u.mn[m] = int(sbyte(sw, m + 4u) & 63u);
         } else {
-            u.sc[m] = int((w_u8(sb + m + 4u) & 15u) | ((w_u8(sb + m - 4u) >> 6) << 4));
-            u.mn[m] = int((w_u8(sb + m + 4u) >> 4) | ((w_u8(sb + m) >> 6) << 4));
+            u.sc[m] = int((sbyte(sw, m + 4u) & 15u) | ((sbyte(sw, m - 4u) >> 6) << 4));
+            u.mn[m] = int((sbyte(sw, m + 4u) >> 4) | ((sbyte(sw, m) >> 6) << 4));
         }
         u.wp[m] = (w_u32(qs + 32u * (m / 2u) + 4u * k) >> (4u * (m & 1u))) & 0x0f0f0f0fu;
 #if defined(T_Q5_K)

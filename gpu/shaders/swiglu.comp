@@ -1,8 +1,13 @@
 #version 450
 // swiglu.comp - g[i] = silu(g[i]) * u[i] for i < n (both in the work buffer),
 // as kernels/ops.c: g / (1 + expf(-g)) * u, each step rounded as there.
+// With -DHR_FAST (the fast path): the device's own exp and division.
 #include "common.glsl"
+#ifdef HR_FAST
+#include "fast.glsl"
+#else
 #include "exact.glsl"
+#endif
 layout(local_size_x = 64) in;
 layout(push_constant) uniform PC { uint n, g, u; } p;
 void main() {
