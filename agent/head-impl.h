@@ -361,6 +361,26 @@ int hr_head_replan_solved(hr_head *hd, uint64_t gen, char err[HR_ERR_LEN]);
  * thread (before and after its loop). */
 int hr_head_solve_start(hr_head *hd, char err[HR_ERR_LEN]);
 void hr_head_solve_stop(hr_head *hd);
+/* The KV slot size a plan takes, for the scheduler's own windows and for
+ * forced ones alike, of the sizes ctx0 >> t tried (t < n_try; lat[t] the
+ * predicted ms per token with slots that long, <= 0 where they do not
+ * fit; streams[t] a device of that plan streams weights from disk): the
+ * longest at which no device streams, within HR_SOLVE_SLOT_TOL of the
+ * fastest; when every size that fits streams, the shortest (KV takes the
+ * room of weights, so on a streaming device every byte of it is read from
+ * disk again each token, or taken from the buffer that hides the reads:
+ * measured on five-small, the same windows ran at 0.37-0.45 tok/s with 4
+ * slots of 2048 positions and 0.58-0.80 with 4 of 512, where the cost
+ * model put the two within 5%); -1 when none fits. Reentrant. */
+#define HR_SOLVE_SLOT_TOL 0.05
+int hr_solve_slot_pick(const double *lat, const bool *streams, int n_try);
+/* True when an active device of plan p streams weights from disk. */
+bool hr_solve_plan_streams(const hr_sched_plan *p);
+/* True when a slot of ctx positions may be halved once more: --ctx not
+ * given, several slots, and the half not below HR_AGENT_SLOT_CTX_MIN. */
+static inline bool hr_solve_slot_shorter(bool ctx_auto, int n_seq, int ctx) {
+    return ctx_auto && n_seq > 1 && ctx / 2 >= HR_AGENT_SLOT_CTX_MIN;
+}
 /* Hands hd->solve_job (filled, with a new gen) to the solver. */
 void hr_head_solve_submit(hr_head *hd);
 /* The job of number gen once solved, else NULL. */

@@ -144,6 +144,47 @@ static int hr_head_even_split(hr_head *hd, int n, int *k_out, int *w, const char
     return 0;
 }
 
+/* The KV slots of forced windows w (k rounds) over cand[0..n): the size
+ * the scheduler would give the same windows (hr_solve_slot_pick over the
+ * cost model's figures for every size it tries), so that forced windows
+ * and the scheduler's own hold the same KV and run alike; without a
+ * profile from every device, or when no size fits by the cost model, the
+ * slots keep sharing one context (hd->plan_ctx as hr_head_assign set it). */
+static void hr_head_forced_slots(hr_head *hd, const int *cand, int n, int k, const int *w,
+                                 int ctx0) {
+    if (!hd->have_pm || !hr_solve_slot_shorter(hd->a->p.n_ctx <= 0, hd->plan_seq, ctx0))
+        return;
+    hr_sched_device sd[HR_AGENT_MAX_DEV];
+    hr_head_own_experts(hd);
+    for (int i = 0; i < n; i++) {
+        if (!hd->devs[cand[i]].has_sched)
+            return;
+        hr_head_dev_rates(&hd->devs[cand[i]], &sd[i]);
+        sd[i].is_head = i == 0;
+    }
+    hr_head_link_inputs(hd, cand, n, sd);
+    hr_sched_plan *sp = malloc(sizeof *sp);
+    if (!sp)
+        return;
+    double lat[16];
+    bool streams[16];
+    int n_try = 0;
+    for (int ctx = ctx0; n_try < 16; ctx /= 2) {
+        hr_sched_model sm;
+        char e2[HR_ERR_LEN];
+        bool ok = hr_prof_to_sched_model(&hd->pm, ctx * hd->plan_seq, &sm, e2) == 0 &&
+                  hr_sched_evaluate(&sm, sd, n, NULL, k, w, NULL, sp, e2) == 0;
+        lat[n_try] = ok ? sp->latency_ms : -1;
+        streams[n_try++] = ok && hr_solve_plan_streams(sp);
+        if (!hr_solve_slot_shorter(true, hd->plan_seq, ctx))
+            break;
+    }
+    free(sp);
+    int pick = hr_solve_slot_pick(lat, streams, n_try);
+    if (pick >= 0)
+        hd->plan_ctx = ctx0 >> pick;
+}
+
 /* Picks k and w[] for devices cand[0..n) (cand[0] = head) and says how in
  * hd->plan_src: --windows as given; else the scheduler over the devices'
  * profiles (k fixed by --k when given); a device without a profile leaves
@@ -162,10 +203,10 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
     hd->plan_seq = a->p.n_parallel; /* KV slots: --parallel, fewer below if they do not fit */
     int ctx0 = hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx);
     bool ctx_auto = a->p.n_ctx <= 0;
-    /* positions per slot: --ctx; without it, and without the scheduler's
-     * memory check (forced windows, no profiles), the slots share one
-     * context's worth of KV (at least HR_AGENT_SLOT_CTX_MIN each); the
-     * scheduler below tries longer ones */
+    /* positions per slot: --ctx; without it, and without profiles to
+     * judge longer ones by, the slots share one context's worth of KV (at
+     * least HR_AGENT_SLOT_CTX_MIN each); the scheduler below, and forced
+     * windows with profiles (hr_head_forced_slots), try longer ones */
     hd->plan_ctx = ctx0;
     if (ctx_auto && hd->plan_seq > 1) {
         int lo = ctx0 < HR_AGENT_SLOT_CTX_MIN ? ctx0 : HR_AGENT_SLOT_CTX_MIN;
@@ -183,6 +224,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
             return hr_seterr(err, HR_EINVAL, "windows sum to %d; k x sum must be %d layers", sum,
                              L);
         *k_out = k;
+        hr_head_forced_slots(hd, cand, n, k, w, ctx0);
         snprintf(hd->plan_src, sizeof hd->plan_src, "forced by --windows %s", a->p.windows);
         return 0;
     }

@@ -26,34 +26,49 @@ static int hr_solve_slots(const hr_prof_model *pm, hr_solve_job *j, char err[HR_
     return rc ? rc : hr_sched_solve(&sm, j->sd, j->n, &j->so, &j->plan, err);
 }
 
+bool hr_solve_plan_streams(const hr_sched_plan *p) {
+    for (int i = 0; i < p->n_dev; i++)
+        if (p->dev[i].active && p->dev[i].overloaded)
+            return true;
+    return false;
+}
+
+int hr_solve_slot_pick(const double *lat, const bool *streams, int n_try) {
+    double best = -1;
+    int last = -1;
+    for (int t = 0; t < n_try; t++)
+        if (lat[t] > 0) {
+            last = t;
+            if (best < 0 || lat[t] < best)
+                best = lat[t];
+        }
+    for (int t = 0; t < n_try; t++)
+        if (lat[t] > 0 && !streams[t] && lat[t] <= (1.0 + HR_SOLVE_SLOT_TOL) * best)
+            return t;
+    return last;
+}
+
 /* When the KV of that many requests at once does not fit beside the
  * weights: --ctx not given, shorter slots first (as many requests at
  * once, each with fewer positions, down to HR_AGENT_SLOT_CTX_MIN: a
  * household's requests are short chats); --parallel not given, then fewer
  * slots. One request keeps the whole context. Every slot size that fits is
- * tried, down to the least (KV takes the room of resident weights on a
- * device that streams, so a shorter slot can be faster): the longest
- * within 5% of the fastest wins. Reads only j and pm (immutable). */
+ * tried, down to the least, and hr_solve_slot_pick chooses. Reads only j and pm (immutable). */
 static void hr_solve_run(const hr_prof_model *pm, hr_solve_job *j) {
     int rc = HR_EINFEASIBLE;
     j->err[0] = 0;
     for (j->plan_seq = j->n_parallel;; j->plan_seq /= 2) {
         int n_try = 0; /* slot sizes tried: ctx0 >> t */
         double lat[16];
+        bool streams[16];
         for (j->plan_ctx = j->ctx0; n_try < 16; j->plan_ctx /= 2) {
             rc = hr_solve_slots(pm, j, j->err);
+            streams[n_try] = rc == 0 && hr_solve_plan_streams(&j->plan);
             lat[n_try++] = rc == 0 ? j->plan.latency_ms : -1;
-            if (!j->ctx_auto || j->plan_seq <= 1 || j->plan_ctx / 2 < HR_AGENT_SLOT_CTX_MIN)
+            if (!hr_solve_slot_shorter(j->ctx_auto, j->plan_seq, j->plan_ctx))
                 break;
         }
-        double best = -1;
-        for (int t = 0; t < n_try; t++)
-            if (lat[t] > 0 && (best < 0 || lat[t] < best))
-                best = lat[t];
-        int pick = -1;
-        for (int t = 0; t < n_try && pick < 0; t++)
-            if (lat[t] > 0 && lat[t] <= 1.05 * best)
-                pick = t;
+        int pick = hr_solve_slot_pick(lat, streams, n_try);
         if (pick >= 0 && (j->ctx0 >> pick) != j->plan_ctx) { /* solve the pick again */
             j->plan_ctx = j->ctx0 >> pick;
             rc = hr_solve_slots(pm, j, j->err);

@@ -392,6 +392,49 @@ static void test_slot_ctx(const char *model) {
     agents_end(&ag, 1);
 }
 
+/* --ctx and --parallel left to the head, memory for the whole model and
+ * the KV of 4 slots of the full context: the scheduler's plan holds 4
+ * slots of 2048 positions, and so does the same window forced by
+ * --windows (forced windows used to share one context, 4 x 512, so the
+ * same windows ran with other KV, and other streaming, than the head's). */
+static void test_forced_slots(const char *model) {
+    const int ctx0 = 2048;
+    hr_prof_model pm = {0};
+    hr_sched_model sm;
+    if (model_inputs(model, ctx0, &pm, &sm)) {
+        CHECK(0);
+        return;
+    }
+    hr_prof_model_clear(&pm);
+    double need = sm.n_layer * (sm.layer_bytes + 4 * sm.kv_bytes_per_layer) + sm.output_bytes;
+    int64_t avail = (int64_t)(model_reserve(model, ctx0, true) + 1.5 * need);
+    char file[128];
+    CHECK_EQ(save_profile(g_dir, "forcedslots", 4.0, 0.0, avail, file, sizeof file), 0);
+    for (int forced = 0; forced <= 1; forced++) {
+        hr_agent_params p = agent_params(model, "forcedslots", NULL, 0, 0); /* no --ctx */
+        p.wire_dtype = HR_RING_F32;
+        p.profile_file = file;
+        p.mem_limit_gib = avail / 1073741824.0;
+        p.windows = forced ? "12" : NULL;
+        agent_th ag;
+        char err[HR_ERR_LEN] = "";
+        CHECK_EQ(agent_begin(&ag, &p), 0);
+        if (!ag.a)
+            continue;
+        int rc = hr_head_wait_ready(ag.a, 0, 20000, err);
+        json_t *st = head_status(ag.a);
+        int slots = (int)json_integer_value(json_object_get(st, "kv_slots"));
+        int slot_ctx = (int)json_integer_value(json_object_get(st, "kv_slot_ctx"));
+        printf("%s: ready %d, %d KV slots of %d positions\n", forced ? "--windows 12" : "scheduler",
+               rc == 0, slots, slot_ctx);
+        CHECK_EQ(rc, 0);
+        CHECK_EQ(slots, 4);
+        CHECK_EQ(slot_ctx, ctx0);
+        json_decref(st);
+        agents_end(&ag, 1);
+    }
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     char model[128];
@@ -402,6 +445,7 @@ int main(void) {
         test_memory_edge(model);
         test_parallel_fits(model);
         test_slot_ctx(model);
+        test_forced_slots(model);
     }
     tmp_dir_remove(g_dir);
     return hr_check_finish("planner");
