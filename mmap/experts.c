@@ -60,16 +60,6 @@ static bool hr_ex_inside(const hr_expert_cache *c, uint64_t *off, uint64_t *len)
     return true;
 }
 
-/* the bytes of the ranges this module holds mlock'ed, into the stats */
-static void hr_ex_count_locked(hr_expert_cache *c) {
-    uint64_t b = 0;
-    for (int i = 0; i < c->n_locked; i++)
-        b += c->locked[i][1];
-    pthread_mutex_lock(&c->mu);
-    c->st.locked_bytes = b;
-    pthread_mutex_unlock(&c->mu);
-}
-
 static void hr_ex_pin(hr_expert_cache *c, uint64_t off, uint64_t len) {
     if (len == 0)
         return;
@@ -80,22 +70,6 @@ static void hr_ex_pin(hr_expert_cache *c, uint64_t off, uint64_t len) {
     }
     c->lock_failed = true;
     hr_stream_fetch(c->g, off, len);
-}
-
-/* Lets go of a range hr_ex_pin locked (none: nothing to do), so that a
- * demoted expert's pages can leave: kept locked, every rerank would add
- * its new experts to the old ones and the locked set outgrow the plan's
- * room, and the routed experts read each step then lose their pages to
- * the memory limit before they are used. */
-static void hr_ex_unpin(hr_expert_cache *c, uint64_t off, uint64_t len) {
-    for (int i = 0; i < c->n_locked; i++)
-        if (c->locked[i][0] == off && c->locked[i][1] == len) {
-            hr_stream_unlock(c->g, off, len);
-            c->locked[i][0] = c->locked[c->n_locked - 1][0];
-            c->locked[i][1] = c->locked[c->n_locked - 1][1];
-            c->n_locked--;
-            return;
-        }
 }
 
 static void hr_ex_unpin_all(hr_expert_cache *c) {
@@ -111,15 +85,12 @@ static uint64_t hr_ex_expert(hr_expert_cache *c, int il, int e, int how) {
     for (int p = 0; p < 3; p++) {
         uint64_t off = L->off[p] + (uint64_t)e * L->stride[p], len = L->stride[p];
         bytes += len;
-        if (how == 1) {
+        if (how == 1)
             hr_ex_pin(c, off, len);
-        } else if (how == 0) {
+        else if (how == 0)
             hr_stream_fetch(c->g, off, len);
-        } else {
-            hr_ex_unpin(c, off, len);
-            if (hr_ex_inside(c, &off, &len)) /* never a page a neighbour shares */
-                hr_stream_evict(c->g, off, len);
-        }
+        else if (hr_ex_inside(c, &off, &len)) /* never a page a neighbour shares */
+            hr_stream_evict(c->g, off, len);
     }
     return bytes;
 }
@@ -207,7 +178,7 @@ static void hr_ex_rerank(hr_expert_cache *c, int il) {
                 hr_ex_expert(c, il, e, 1);
                 moved++;
             } else if (!want[e] && have[e]) {
-                hr_ex_expert(c, il, e, 2); /* unlocked and dropped */
+                hr_ex_expert(c, il, e, 2); /* its pages stay locked until the next plan */
             }
         }
         pthread_mutex_lock(&c->mu);
@@ -245,7 +216,6 @@ static void *hr_ex_thread(void *arg) {
             c->q_len = 0; /* events of the old plan */
             pthread_mutex_unlock(&c->mu);
             hr_ex_apply_plan(c, off, len, lb, nl, n);
-            hr_ex_count_locked(c);
             pthread_mutex_lock(&c->mu);
             continue;
         }
@@ -274,10 +244,8 @@ static void *hr_ex_thread(void *arg) {
                             hr_ex_expert(c, ev.layer, e, 2);
                         c->used[at + e] = 0;
                     }
-                if (rr) {
+                if (rr)
                     hr_ex_rerank(c, ev.layer);
-                    hr_ex_count_locked(c);
-                }
             }
         }
         pthread_mutex_lock(&c->mu);
