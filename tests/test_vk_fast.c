@@ -14,6 +14,7 @@
  * device. */
 #include "tests/check.h"
 #include "tests/fixtures.h"
+#include "tests/vk_harness.h"
 
 #include "gpu/vk.h"
 #include "kernels/ops.h"
@@ -33,80 +34,7 @@
 #define B_ROPEKV 1e-3   /* K, V in the F16 cache: an f16 step at most */
 #define B_ATTN 1e-4     /* attention over the F16 cache */
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
-static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = frand() * scale;
-}
-
-typedef struct {
-    hr_vk *vk;
-    hr_vk_buf *w, *x, *kv;
-    hr_vk_set *set;
-    char err[HR_ERR_LEN];
-} hr_env;
-
-#define W_BYTES (8u << 20)
-#define X_WORDS (1u << 20)
-#define KV_WORDS (1u << 16)
-
-static int env_open(hr_env *e, int idx) {
-    int rc = hr_vk_create(&e->vk, idx, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->w, W_BYTES, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->x, (size_t)X_WORDS * 4, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
-    return rc;
-}
-
-static void env_close(hr_env *e) {
-    if (!e->vk)
-        return;
-    hr_vk_set_destroy(e->vk, e->set);
-    hr_vk_buf_destroy(e->vk, e->w);
-    hr_vk_buf_destroy(e->vk, e->x);
-    hr_vk_buf_destroy(e->vk, e->kv);
-    hr_vk_destroy(e->vk);
-}
-
-static void put(hr_env *e, uint32_t off, const float *v, size_t n) {
-    CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
-}
-
-static void get(hr_env *e, uint32_t off, float *v, size_t n) {
-    CHECK_EQ(hr_vk_read(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
-}
-
-static void begin(hr_env *e) { CHECK_EQ(hr_vk_begin(e->vk, e->err), 0); }
-static void submit(hr_env *e) {
-    int rc = hr_vk_submit(e->vk, e->err);
-    CHECK_EQ(rc, 0);
-    if (rc)
-        fprintf(stderr, "submit: %s\n", e->err);
-}
-
-/* max |a - b| over n, relative to max |b| */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        md = fmax(md, fabs((double)a[i] - b[i]));
-        mb = fmax(mb, fabs((double)b[i]));
-    }
-    return md / mb;
-}
+#define W_BYTES (8u << 20) /* the weight buffer */
 
 /* the worst error of each kernel, printed at the end */
 static double g_err_mm[HR_TYPE_COUNT], g_err_act[3], g_err_norm, g_err_softmax, g_err_swiglu,
@@ -434,27 +362,14 @@ static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids
 }
 
 static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
-    char path[512], rel[128], err[HR_ERR_LEN] = "";
-    snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (hr_gguf_open(&g, hr_shared_path(rel, path, sizeof path), err) ||
-        hr_model_load(&m, g, err)) {
-        fprintf(stderr, "%s: %s\n", fx->name, err);
-        CHECK(false);
-        hr_gguf_close(g);
+    if (!open_model(fx->name, &g, &m))
         return;
-    }
-    snprintf(rel, sizeof rel, "reference/%s.json", fx->name);
-    json_error_t jerr;
-    json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
-    CHECK(root != NULL);
     int32_t ids[64];
-    int n = read_ids(root, "prompt_ids", ids, 64);
-    json_decref(root);
-    snprintf(rel, sizeof rel, "reference/%s.logits", fx->name);
+    int n = 0;
     size_t n_ref = 0;
-    float *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
+    float *ref = read_reference(fx->name, ids, 64, &n, &n_ref);
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab, L = hp->n_layer;
     CHECK_EQ(n_ref, (size_t)n * nv);
@@ -522,17 +437,8 @@ int main(void) {
     CHECK(!hr_vk_fast_uses_f64()); /* no Float64 capability in any fast kernel */
     hr_env e = {0};
     int idx = -1;
-    if (hr_vk_pick(NULL, &idx, e.err) != 0 || idx < 0) {
-        printf("no Vulkan device (%s)\n", e.err[0] ? e.err : "HR_GPU unset or none");
-        hr_check_skip("no Vulkan device");
+    if (!env_start(&e, &idx, W_BYTES, false))
         return hr_check_finish("test_vk_fast");
-    }
-    int rc = env_open(&e, idx);
-    CHECK_EQ(rc, 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", e.err);
-        return hr_check_finish("test_vk_fast");
-    }
     const hr_vk_device_info *d = hr_vk_info(e.vk);
     const char *no64 = getenv("HR_VK_NO_F64"), *nosg = getenv("HR_VK_SUBGROUP");
     printf("device %d: %s (%s), f64 %s, subgroup %u%s, %s reductions%s; %s\n", idx, d->name,

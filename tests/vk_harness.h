@@ -1,0 +1,161 @@
+/* vk_harness.h - what the Vulkan kernel tests share (test_vk.c, the exact
+ * kernels; test_vk_fast.c, the fast ones): random data, a device opened with
+ * a weight buffer, a work buffer and a KV buffer in one set, reads and
+ * writes of the work buffer in words, one recorded batch at a time, the
+ * relative error of a result, and a shared fixture's model and reference.
+ * One test executable includes it once; everything is static. */
+#ifndef HR_TESTS_VK_HARNESS_H
+#define HR_TESTS_VK_HARNESS_H
+
+#include "gpu/vk.h"
+#include "mmap/gguf.h"
+#include "model/model.h"
+#include "tests/check.h"
+#include "tests/fixtures.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- random data ---- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static inline float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static inline void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
+}
+
+/* ---- the device and its buffers ---- */
+
+typedef struct {
+    hr_vk *vk;
+    hr_vk_buf *w, *x, *kv;
+    hr_vk_set *set;
+    char err[HR_ERR_LEN];
+} hr_env;
+
+#define X_WORDS (1u << 20)
+#define KV_WORDS (1u << 16)
+
+/* Device idx with a weight buffer of w_bytes, a work buffer, a KV buffer
+ * and their set; with exact, the exact kernels (else the device's default,
+ * the fast ones). */
+static inline int env_open(hr_env *e, int idx, size_t w_bytes, bool exact) {
+    int rc = hr_vk_create(&e->vk, idx, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->w, w_bytes, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->x, (size_t)X_WORDS * 4, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
+    if (rc == 0)
+        rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
+    if (rc == 0 && exact)
+        rc = hr_vk_set_exact(e->vk, true);
+    return rc;
+}
+
+static inline void env_close(hr_env *e) {
+    if (!e->vk)
+        return;
+    hr_vk_set_destroy(e->vk, e->set);
+    hr_vk_buf_destroy(e->vk, e->w);
+    hr_vk_buf_destroy(e->vk, e->x);
+    hr_vk_buf_destroy(e->vk, e->kv);
+    hr_vk_destroy(e->vk);
+}
+
+/* The device HR_GPU names, opened as env_open does, into *e (its index in
+ * *idx). False when the test is to end here: no device (a skip, said on
+ * stdout) or one that does not open (a failed check, its error on
+ * stderr). */
+static inline bool env_start(hr_env *e, int *idx, size_t w_bytes, bool exact) {
+    *idx = -1;
+    if (hr_vk_pick(NULL, idx, e->err) != 0 || *idx < 0) {
+        printf("no Vulkan device (%s)\n", e->err[0] ? e->err : "HR_GPU unset or none");
+        hr_check_skip("no Vulkan device");
+        return false;
+    }
+    int rc = env_open(e, *idx, w_bytes, exact);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "%s\n", e->err);
+    return rc == 0;
+}
+
+/* n floats to / from the work buffer at word off */
+static inline void put(hr_env *e, uint32_t off, const float *v, size_t n) {
+    CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
+}
+
+static inline void get(hr_env *e, uint32_t off, float *v, size_t n) {
+    CHECK_EQ(hr_vk_read(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
+}
+
+/* a batch of kernels: begin, record, submit (which waits) */
+static inline void begin(hr_env *e) { CHECK_EQ(hr_vk_begin(e->vk, e->err), 0); }
+static inline void submit(hr_env *e) {
+    int rc = hr_vk_submit(e->vk, e->err);
+    CHECK_EQ(rc, 0);
+    if (rc)
+        fprintf(stderr, "submit: %s\n", e->err);
+}
+
+/* max |a - b| over n, relative to max |b| (absolute when b is all tiny) */
+static inline double rel_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 1e-6;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY; /* fmax would drop a NaN */
+        md = fmax(md, fabs((double)a[i] - b[i]));
+        mb = fmax(mb, fabs((double)b[i]));
+    }
+    return md / mb;
+}
+
+/* ---- shared fixtures ---- */
+
+/* Opens shared model `name` into *g, *m; false (both NULL, a failed
+ * check, the error on stderr) when it cannot. */
+static inline bool open_model(const char *name, hr_gguf **g, hr_model **m) {
+    char path[512], rel[128], err[HR_ERR_LEN] = "";
+    snprintf(rel, sizeof rel, "models/%s.gguf", name);
+    *g = NULL;
+    *m = NULL;
+    if (hr_gguf_open(g, hr_shared_path(rel, path, sizeof path), err) == 0 &&
+        hr_model_load(m, *g, err) == 0)
+        return true;
+    fprintf(stderr, "%s: %s\n", name, err);
+    CHECK(false);
+    hr_gguf_close(*g);
+    *g = NULL;
+    return false;
+}
+
+/* Fixture name's reference: its prompt ids (at most cap, their count in
+ * *n) and llama.cpp's logits for them (their count in *n_ref; NULL, 0 when
+ * unreadable). The caller frees the logits. */
+static inline float *read_reference(const char *name, int32_t *ids, int cap, int *n,
+                                    size_t *n_ref) {
+    char path[512], rel[128];
+    snprintf(rel, sizeof rel, "reference/%s.json", name);
+    json_error_t jerr;
+    json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
+    CHECK(root != NULL);
+    *n = read_ids(root, "prompt_ids", ids, cap);
+    json_decref(root);
+    snprintf(rel, sizeof rel, "reference/%s.logits", name);
+    return read_floats(hr_shared_path(rel, path, sizeof path), n_ref);
+}
+
+#endif
