@@ -397,25 +397,10 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     float *q = malloc((size_t)n_tok * QD * 4), *ref = malloc((size_t)n_tok * QD * 4);
     float *got = malloc((size_t)n_tok * QD * 4);
     uint16_t *kc = calloc((size_t)n_ctx * KD, 2), *vt = calloc((size_t)n_ctx * KD, 2);
-    float *scratch = malloc(hr_attn_scratch_floats(1, n_head, n_kv, hd, n_ctx) * 4);
     fill(k, (size_t)n_all * KD, 1.0f);
     fill(v, (size_t)n_all * KD, 1.0f);
     fill(q, (size_t)n_tok * QD, 1.5f);
-    for (int p = 0; p < n_all; p++)
-        for (int i = 0; i < KD; i++) {
-            kc[(size_t)p * KD + i] = hr_fp32_to_fp16(k[(size_t)p * KD + i]);
-            vt[(size_t)i * n_ctx + p] = hr_fp32_to_fp16(v[(size_t)p * KD + i]);
-        }
-    hr_pool *pool = hr_pool_create(1);
-    hr_attn_args aa = {.n_head = n_head,
-                       .n_kv = n_kv,
-                       .head_dim = hd,
-                       .n_ctx = n_ctx,
-                       .k = kc,
-                       .vt = vt,
-                       .scratch = scratch};
-    hr_attention(pool, &aa, q, n_tok, pos0, ref);
-    hr_pool_destroy(pool);
+    attn_reference(n_head, n_kv, hd, n_ctx, pos0, n_tok, k, v, q, kc, vt, ref);
     /* device: earlier positions stored by one call, this step's by another */
     uint32_t kx = 0, vx = (uint32_t)(n_all * KD), qx = 2 * vx, ox = qx + (uint32_t)(n_tok * QD);
     uint32_t sc = ox + (uint32_t)(n_tok * QD), kk = 0, vv = (uint32_t)(n_ctx * KD / 2);
@@ -449,7 +434,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     CHECK_EQ(hr_vk_read(e->vk, e->kv, 0, dk, (size_t)n_all * KD * 2, e->err), 0);
     CHECK_EQ(memcmp(dk, kc, (size_t)n_all * KD * 2), 0);
     free(dk);
-    free(k), free(v), free(q), free(ref), free(got), free(kc), free(vt), free(scratch);
+    free(k), free(v), free(q), free(ref), free(got), free(kc), free(vt);
 }
 
 static void test_attention(hr_env *e) {
@@ -467,14 +452,8 @@ static void test_attention(hr_env *e) {
 static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids, int n, float *lg,
                      int32_t *greedy, int n_greedy) {
     char err[HR_ERR_LEN] = "";
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = 64;
-    cp.n_batch = 8;
-    cp.n_threads = 1;
-    cp.vk = vk;
-    cp.n_gpu = n_gpu;
     hr_ctx *c = NULL;
-    int rc = hr_ctx_create(&c, m, &cp, err);
+    int rc = ctx_create(&c, m, vk, n_gpu, err);
     if (rc == 0)
         rc = hr_ctx_eval(c, ids, n, 0, lg, true, err);
     int nv = hr_model_hparams(m)->n_vocab;
@@ -495,15 +474,13 @@ static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids
 static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (!open_model(fx->name, &g, &m))
-        return;
     int32_t ids[64];
     int n = 0;
-    size_t n_ref = 0;
-    float *ref = read_reference(fx->name, ids, 64, &n, &n_ref);
+    float *ref = NULL;
+    if (!open_fixture(fx->name, &g, &m, ids, 64, &n, &ref))
+        return;
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab, L = hp->n_layer, ng = 32;
-    CHECK_EQ(n_ref, (size_t)n * nv);
     size_t sz = (size_t)n * nv * sizeof(float);
     float *cpu = malloc(sz), *gpu = malloc(sz), *split = malloc(sz);
     int32_t gc[32], gg[32], gs[32];

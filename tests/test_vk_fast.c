@@ -261,7 +261,6 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     float *got = malloc((size_t)n_tok * QD * 4), *tab = malloc((size_t)n_all * n_rot * 4);
     uint16_t *kc = calloc((size_t)n_ctx * KD, 2), *vt = calloc((size_t)n_ctx * KD, 2);
     uint16_t *dk = malloc(nk * 2), *dv = malloc(nk * 2);
-    float *scratch = malloc(hr_attn_scratch_floats(1, n_head, n_kv, hd, n_ctx) * 4);
     fill(k, nk, 1.0f);
     fill(v, nk, 1.0f);
     fill(q, (size_t)n_tok * QD, 1.5f);
@@ -269,21 +268,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     hr_rope_params rp = {.n_rot = n_rot, .freq_base = 10000.0f, .neox = neox};
     for (int p = 0; p < n_all; p++)
         hr_rope(kr + (size_t)p * KD, n_kv, hd, p, &rp);
-    for (int p = 0; p < n_all; p++)
-        for (int i = 0; i < KD; i++) {
-            kc[(size_t)p * KD + i] = hr_fp32_to_fp16(kr[(size_t)p * KD + i]);
-            vt[(size_t)i * n_ctx + p] = hr_fp32_to_fp16(v[(size_t)p * KD + i]);
-        }
-    hr_pool *pool = hr_pool_create(1);
-    hr_attn_args aa = {.n_head = n_head,
-                       .n_kv = n_kv,
-                       .head_dim = hd,
-                       .n_ctx = n_ctx,
-                       .k = kc,
-                       .vt = vt,
-                       .scratch = scratch};
-    hr_attention(pool, &aa, q, n_tok, pos0, ref);
-    hr_pool_destroy(pool);
+    attn_reference(n_head, n_kv, hd, n_ctx, pos0, n_tok, kr, v, q, kc, vt, ref);
     /* device: earlier positions stored by one call, this step's by another */
     hr_vk_rope_table(tab, n_all, 0, n_rot, 10000.0f, NULL);
     uint32_t kx = 0, vx = (uint32_t)nk, qx = 2 * vx, ox = qx + (uint32_t)(n_tok * QD);
@@ -326,7 +311,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     g_err_ropekv = fmax(g_err_ropekv, ek);
     g_err_attn = fmax(g_err_attn, ea);
     free(gk), free(gv), free(k), free(v), free(kr), free(q), free(ref), free(got), free(tab);
-    free(kc), free(vt), free(dk), free(dv), free(scratch);
+    free(kc), free(vt), free(dk), free(dv);
 }
 
 static void test_attention(hr_env *e) {
@@ -342,14 +327,8 @@ static void test_attention(hr_env *e) {
 static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids, int n,
                      float *lg) {
     char err[HR_ERR_LEN] = "";
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = 64;
-    cp.n_batch = 8;
-    cp.n_threads = 1;
-    cp.vk = vk;
-    cp.n_gpu = n_gpu;
     hr_ctx *c = NULL;
-    int rc = hr_ctx_create(&c, m, &cp, err);
+    int rc = ctx_create(&c, m, vk, n_gpu, err);
     if (rc == 0) /* prefill chunks of 8, then the last 3 one token at a time */
         rc = hr_ctx_eval(c, ids, n - 3, 0, lg, true, err);
     int nv = hr_model_hparams(m)->n_vocab;
@@ -364,15 +343,13 @@ static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids
 static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (!open_model(fx->name, &g, &m))
-        return;
     int32_t ids[64];
     int n = 0;
-    size_t n_ref = 0;
-    float *ref = read_reference(fx->name, ids, 64, &n, &n_ref);
+    float *ref = NULL;
+    if (!open_fixture(fx->name, &g, &m, ids, 64, &n, &ref))
+        return;
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab, L = hp->n_layer;
-    CHECK_EQ(n_ref, (size_t)n * nv);
     size_t sz = (size_t)n * nv * sizeof(float);
     float *cpu = malloc(sz), *gpu = malloc(sz);
     CHECK_EQ(run_model(m, NULL, 0, ids, n, cpu), 0);

@@ -2,12 +2,16 @@
  * kernels; test_vk_fast.c, the fast ones): random data, a device opened with
  * a weight buffer, a work buffer and a KV buffer in one set, reads and
  * writes of the work buffer in words, one recorded batch at a time, the
- * relative error of a result, and a shared fixture's model and reference.
- * One test executable includes it once; everything is static. */
+ * relative error of a result, the CPU's attention, and a shared fixture's
+ * model, reference and context. One test executable includes it once;
+ * everything is static. */
 #ifndef HR_TESTS_VK_HARNESS_H
 #define HR_TESTS_VK_HARNESS_H
 
 #include "gpu/vk.h"
+#include "kernels/ops.h"
+#include "kernels/pool.h"
+#include "kernels/types-impl.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
 #include "tests/check.h"
@@ -123,7 +127,51 @@ static inline double rel_err(const float *a, const float *b, size_t n) {
     return md / mb;
 }
 
+/* ---- CPU references ---- */
+
+/* The CPU's attention (hr_attention) of the n_tok queries q
+ * ([n_tok][n_head * hd] f32) at positions pos0.. over k, v ([pos0 + n_tok]
+ * [n_kv * hd] f32) into ref (as q): k and v rounded into the f16 caches
+ * kc ([n_ctx][n_kv * hd]) and vt (transposed, [n_kv * hd][n_ctx]), which
+ * the caller allocates zeroed and keeps. */
+static inline void attn_reference(int n_head, int n_kv, int hd, int n_ctx, int pos0, int n_tok,
+                                  const float *k, const float *v, const float *q, uint16_t *kc,
+                                  uint16_t *vt, float *ref) {
+    int KD = n_kv * hd;
+    for (int p = 0; p < pos0 + n_tok; p++)
+        for (int i = 0; i < KD; i++) {
+            kc[(size_t)p * KD + i] = hr_fp32_to_fp16(k[(size_t)p * KD + i]);
+            vt[(size_t)i * n_ctx + p] = hr_fp32_to_fp16(v[(size_t)p * KD + i]);
+        }
+    float *scratch = malloc(hr_attn_scratch_floats(1, n_head, n_kv, hd, n_ctx) * 4);
+    hr_pool *pool = hr_pool_create(1);
+    hr_attn_args aa = {.n_head = n_head,
+                       .n_kv = n_kv,
+                       .head_dim = hd,
+                       .n_ctx = n_ctx,
+                       .k = kc,
+                       .vt = vt,
+                       .scratch = scratch};
+    hr_attention(pool, &aa, q, n_tok, pos0, ref);
+    hr_pool_destroy(pool);
+    free(scratch);
+}
+
 /* ---- shared fixtures ---- */
+
+/* A context for m with its window's first n_gpu layers on vk (none: NULL,
+ * 0): 64 positions, batches of 8, one thread. */
+static inline int ctx_create(hr_ctx **c, const hr_model *m, hr_vk *vk, int n_gpu,
+                             char err[HR_ERR_LEN]) {
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 64;
+    cp.n_batch = 8;
+    cp.n_threads = 1;
+    cp.vk = vk;
+    cp.n_gpu = n_gpu;
+    *c = NULL;
+    return hr_ctx_create(c, m, &cp, err);
+}
 
 /* Opens shared model `name` into *g, *m; false (both NULL, a failed
  * check, the error on stderr) when it cannot. */
@@ -142,11 +190,16 @@ static inline bool open_model(const char *name, hr_gguf **g, hr_model **m) {
     return false;
 }
 
-/* Fixture name's reference: its prompt ids (at most cap, their count in
- * *n) and llama.cpp's logits for them (their count in *n_ref; NULL, 0 when
- * unreadable). The caller frees the logits. */
-static inline float *read_reference(const char *name, int32_t *ids, int cap, int *n,
-                                    size_t *n_ref) {
+/* Fixture name's model (into *g, *m, as open_model) and reference: its
+ * prompt ids (at most cap, their count in *n) and llama.cpp's logits for
+ * them (*ref, [*n][n_vocab], checked; the caller frees them). False when
+ * the model does not open. */
+static inline bool open_fixture(const char *name, hr_gguf **g, hr_model **m, int32_t *ids, int cap,
+                                int *n, float **ref) {
+    *n = 0;
+    *ref = NULL;
+    if (!open_model(name, g, m))
+        return false;
     char path[512], rel[128];
     snprintf(rel, sizeof rel, "reference/%s.json", name);
     json_error_t jerr;
@@ -155,7 +208,10 @@ static inline float *read_reference(const char *name, int32_t *ids, int cap, int
     *n = read_ids(root, "prompt_ids", ids, cap);
     json_decref(root);
     snprintf(rel, sizeof rel, "reference/%s.logits", name);
-    return read_floats(hr_shared_path(rel, path, sizeof path), n_ref);
+    size_t n_ref = 0;
+    *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
+    CHECK_EQ(n_ref, (size_t)*n * hr_model_hparams(*m)->n_vocab);
+    return true;
 }
 
 #endif
