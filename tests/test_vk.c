@@ -111,11 +111,8 @@ static double test_matmul_case(hr_env *e, int type, int n_in, int n_out, int n_t
 }
 
 static void test_matmul(hr_env *e) {
-    static const int types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q4_0,
-                                HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1, HR_TYPE_Q8_0,
-                                HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        int t = types[i], be = hr_type_get(t)->block_elems;
+    for (size_t i = 0; i < N_VK_MM_TYPES; i++) {
+        int t = vk_mm_types[i], be = hr_type_get(t)->block_elems;
         CHECK(hr_vk_type_supported(t));
         int n_in = be == 1 ? 37 : be * 3;                   /* a float row of odd length */
         double err = test_matmul_case(e, t, n_in, 1, 1, 0); /* 1 row, 1 token */
@@ -130,12 +127,7 @@ static void test_matmul(hr_env *e) {
                                          : be == 32 ? 32 * 37
                                                     : 256 * 9,
                                          13, 1, 0));
-        if (be > 1) { /* partial blocks refused */
-            size_t rb = hr_type_row_bytes(t, be);
-            CHECK_EQ(
-                hr_vk_matmul(e->vk, e->set, t, (uint32_t)be + 16, 4, (uint32_t)rb, 0, 0, 0, 1, 4),
-                HR_EINVAL);
-        }
+        check_partial_blocks_refused(e, t);
         printf("matmul %-5s max rel err %.3g\n", hr_type_name(t), err);
     }
     /* types with no kernel, and activation formats quantizing partial blocks */

@@ -127,6 +127,25 @@ static inline double rel_err(const float *a, const float *b, size_t n) {
     return md / mb;
 }
 
+/* ---- matmul ---- */
+
+/* the weight types with a matmul kernel */
+static const int vk_mm_types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q4_0,
+                                  HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1, HR_TYPE_Q8_0,
+                                  HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
+#define N_VK_MM_TYPES (sizeof vk_mm_types / sizeof vk_mm_types[0])
+
+/* A quantized type's matmul over rows that end in a partial block is
+ * refused. */
+static inline void check_partial_blocks_refused(hr_env *e, int type) {
+    int be = hr_type_get(type)->block_elems;
+    if (be == 1)
+        return;
+    size_t rb = hr_type_row_bytes(type, be);
+    CHECK_EQ(hr_vk_matmul(e->vk, e->set, type, (uint32_t)be + 16, 4, (uint32_t)rb, 0, 0, 0, 1, 4),
+             HR_EINVAL);
+}
+
 /* ---- CPU references ---- */
 
 /* The CPU's attention (hr_attention) of the n_tok queries q
