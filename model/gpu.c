@@ -226,6 +226,37 @@ static int hr_gpu_mm(hr_gpu_win *g, const hr_gpu_layer *L, int nw, const hr_weig
     return rc;
 }
 
+/* After the Q, K, V projections of the n rows: their biases and the
+ * RMSNorm of each Q and K head, where the layer has them; with grouped,
+ * the kernels of each of the two steps side by side. */
+static void hr_gpu_qkv_bias_norm(hr_gpu_win *g, const hr_gpu_layer *L, int n, bool grouped) {
+    const hr_hparams *hp = g->hp;
+    const hr_layer_weights *W = &L->w;
+    const hr_gpu_regions *r = &g->r;
+    hr_vk *vk = g->vk;
+    hr_vk_set *s = L->set;
+    uint32_t D = (uint32_t)hp->head_dim, N = (uint32_t)n;
+    uint32_t qh = (uint32_t)hp->n_head, kvh = (uint32_t)hp->n_head_kv, QD = qh * D, KD = kvh * D;
+    if (W->bq.data) { /* [N][QD], [N][KD], [N][KD] += the bias rows */
+        if (grouped)
+            hr_vk_group_begin(vk);
+        hr_vk_add(vk, s, N * QD, r->q, hr_field(L, &W->bq) / 4, QD, true);
+        hr_vk_add(vk, s, N * KD, r->k, hr_field(L, &W->bk) / 4, KD, true);
+        hr_vk_add(vk, s, N * KD, r->v, hr_field(L, &W->bv) / 4, KD, true);
+        if (grouped)
+            hr_vk_group_end(vk);
+    }
+    if (W->q_norm.data) { /* rows of D: N * qh of Q, N * kvh of K */
+        if (grouped)
+            hr_vk_group_begin(vk);
+        hr_vk_rmsnorm(vk, s, D, N * qh, r->q, D, r->q, D, hr_field(L, &W->q_norm) / 4, hp->rms_eps);
+        hr_vk_rmsnorm(vk, s, D, N * kvh, r->k, D, r->k, D, hr_field(L, &W->k_norm) / 4,
+                      hp->rms_eps);
+        if (grouped)
+            hr_vk_group_end(vk);
+    }
+}
+
 /* Records one layer over the n rows in the work buffer's h region: rows
  * in runs of run_len[i] consecutive positions from pos[i] of KV slot seq[i]. */
 static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, const int *seq,
@@ -245,16 +276,7 @@ static int hr_gpu_layer_record(hr_gpu_win *g, const hr_gpu_layer *L, int n, cons
     const hr_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
     if ((rc = hr_gpu_mm(g, L, 3, qkv, r->xb, (const uint32_t[]){r->q, r->k, r->v}, n, &st)))
         return rc;
-    if (W->bq.data) {
-        hr_vk_add(vk, s, N * QD, r->q, hr_field(L, &W->bq) / 4, QD, true);
-        hr_vk_add(vk, s, N * KD, r->k, hr_field(L, &W->bk) / 4, KD, true);
-        hr_vk_add(vk, s, N * KD, r->v, hr_field(L, &W->bv) / 4, KD, true);
-    }
-    if (W->q_norm.data) {
-        hr_vk_rmsnorm(vk, s, D, N * qh, r->q, D, r->q, D, hr_field(L, &W->q_norm) / 4, hp->rms_eps);
-        hr_vk_rmsnorm(vk, s, D, N * kvh, r->k, D, r->k, D, hr_field(L, &W->k_norm) / 4,
-                      hp->rms_eps);
-    }
+    hr_gpu_qkv_bias_norm(g, L, n, false);
     hr_vk_group_begin(vk); /* q and k rotate side by side */
     hr_vk_rope(vk, s, N, qh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->q, QD, r->tab);
     hr_vk_rope(vk, s, N, kvh, D, (uint32_t)hp->n_rot, hp->rope_neox, r->k, KD, r->tab);
@@ -359,20 +381,7 @@ static int hr_gpu_layer_record_fast(hr_gpu_win *g, const hr_gpu_layer *L, int n,
     const hr_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
     if ((rc = hr_gpu_mm(g, L, 3, qkv, r->xb, (const uint32_t[]){r->q, r->k, r->v}, n, &st)))
         return rc;
-    if (W->bq.data) {
-        hr_vk_group_begin(vk);
-        hr_vk_add(vk, s, N * QD, r->q, hr_field(L, &W->bq) / 4, QD, true);
-        hr_vk_add(vk, s, N * KD, r->k, hr_field(L, &W->bk) / 4, KD, true);
-        hr_vk_add(vk, s, N * KD, r->v, hr_field(L, &W->bv) / 4, KD, true);
-        hr_vk_group_end(vk);
-    }
-    if (W->q_norm.data) {
-        hr_vk_group_begin(vk);
-        hr_vk_rmsnorm(vk, s, D, N * qh, r->q, D, r->q, D, hr_field(L, &W->q_norm) / 4, hp->rms_eps);
-        hr_vk_rmsnorm(vk, s, D, N * kvh, r->k, D, r->k, D, hr_field(L, &W->k_norm) / 4,
-                      hp->rms_eps);
-        hr_vk_group_end(vk);
-    }
+    hr_gpu_qkv_bias_norm(g, L, n, true);
     uint32_t slot = (uint32_t)g->n_ctx * KD / 2, vcache = slot * (uint32_t)g->n_seq;
     hr_vk_group_begin(vk); /* q rotates while each run's K (rotated) and V are stored */
     hr_vk_rope(vk, s, N, qh, D, rot, hp->rope_neox, r->q, QD, r->tab);

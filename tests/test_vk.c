@@ -8,6 +8,7 @@
  * exits 77 when there is no Vulkan device or the build has no backend. */
 #include "tests/check.h"
 #include "tests/fixtures.h"
+#include "tests/vk_harness.h"
 
 #include "common/sync.h"
 #include "gpu/vk.h"
@@ -25,79 +26,15 @@
 #include <jansson.h>
 #include <unistd.h>
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
-static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = frand() * scale;
-}
-
-typedef struct {
-    hr_vk *vk;
-    hr_vk_buf *w, *x, *kv;
-    hr_vk_set *set;
-    char err[HR_ERR_LEN];
-} hr_env;
-
-#define W_BYTES (4u << 20)
-#define X_WORDS (1u << 20)
-#define KV_WORDS (1u << 16)
-
-/* Device idx with a weight buffer, a work buffer, a KV buffer and their set. */
-static int env_open(hr_env *e, int idx) {
-    int rc = hr_vk_create(&e->vk, idx, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->w, W_BYTES, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->x, (size_t)X_WORDS * 4, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
-    if (rc == 0) /* the exact kernels (the fast ones: test_vk_fast.c) */
-        rc = hr_vk_set_exact(e->vk, true);
-    return rc;
-}
-
-static void env_close(hr_env *e) {
-    if (!e->vk)
-        return;
-    hr_vk_set_destroy(e->vk, e->set);
-    hr_vk_buf_destroy(e->vk, e->w);
-    hr_vk_buf_destroy(e->vk, e->x);
-    hr_vk_buf_destroy(e->vk, e->kv);
-    hr_vk_destroy(e->vk);
-}
+#define W_BYTES (4u << 20) /* the weight buffer */
 
 /* env_open with the environment's var set to val while the device opens
  * (a switch hr_vk_create reads); whether it opened */
 static bool env_open_with(hr_env *e, int idx, const char *var, const char *val) {
     setenv(var, val, 1);
-    CHECK_EQ(env_open(e, idx), 0);
+    CHECK_EQ(env_open(e, idx, W_BYTES, true), 0);
     unsetenv(var);
     return e->vk != NULL;
-}
-
-static void put(hr_env *e, uint32_t off, const float *v, size_t n) {
-    CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
-}
-
-static void get(hr_env *e, uint32_t off, float *v, size_t n) {
-    CHECK_EQ(hr_vk_read(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
-}
-
-static int begin(hr_env *e) { return hr_vk_begin(e->vk, e->err); }
-static void submit(hr_env *e) {
-    int rc = hr_vk_submit(e->vk, e->err);
-    CHECK_EQ(rc, 0);
-    if (rc)
-        fprintf(stderr, "submit: %s\n", e->err);
 }
 
 /* how many of n floats differ from b in any bit */
@@ -124,18 +61,6 @@ static size_t n_diff(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++)
         d += !same_bits(a[i], b[i]);
     return d;
-}
-
-/* max |a - b| over n, relative to max |b| (absolute when b is all tiny) */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY; /* fmax would drop a NaN */
-        md = fmax(md, fabs((double)a[i] - b[i]));
-        mb = fmax(mb, fabs((double)b[i]));
-    }
-    return md / mb;
 }
 
 /* ---- matmul: every weight type against its scalar vec_dot ---- */
@@ -186,11 +111,8 @@ static double test_matmul_case(hr_env *e, int type, int n_in, int n_out, int n_t
 }
 
 static void test_matmul(hr_env *e) {
-    static const int types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q4_0,
-                                HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1, HR_TYPE_Q8_0,
-                                HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        int t = types[i], be = hr_type_get(t)->block_elems;
+    for (size_t i = 0; i < N_VK_MM_TYPES; i++) {
+        int t = vk_mm_types[i], be = hr_type_get(t)->block_elems;
         CHECK(hr_vk_type_supported(t));
         int n_in = be == 1 ? 37 : be * 3;                   /* a float row of odd length */
         double err = test_matmul_case(e, t, n_in, 1, 1, 0); /* 1 row, 1 token */
@@ -205,12 +127,7 @@ static void test_matmul(hr_env *e) {
                                          : be == 32 ? 32 * 37
                                                     : 256 * 9,
                                          13, 1, 0));
-        if (be > 1) { /* partial blocks refused */
-            size_t rb = hr_type_row_bytes(t, be);
-            CHECK_EQ(
-                hr_vk_matmul(e->vk, e->set, t, (uint32_t)be + 16, 4, (uint32_t)rb, 0, 0, 0, 1, 4),
-                HR_EINVAL);
-        }
+        check_partial_blocks_refused(e, t);
         printf("matmul %-5s max rel err %.3g\n", hr_type_name(t), err);
     }
     /* types with no kernel, and activation formats quantizing partial blocks */
@@ -472,25 +389,10 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     float *q = malloc((size_t)n_tok * QD * 4), *ref = malloc((size_t)n_tok * QD * 4);
     float *got = malloc((size_t)n_tok * QD * 4);
     uint16_t *kc = calloc((size_t)n_ctx * KD, 2), *vt = calloc((size_t)n_ctx * KD, 2);
-    float *scratch = malloc(hr_attn_scratch_floats(1, n_head, n_kv, hd, n_ctx) * 4);
     fill(k, (size_t)n_all * KD, 1.0f);
     fill(v, (size_t)n_all * KD, 1.0f);
     fill(q, (size_t)n_tok * QD, 1.5f);
-    for (int p = 0; p < n_all; p++)
-        for (int i = 0; i < KD; i++) {
-            kc[(size_t)p * KD + i] = hr_fp32_to_fp16(k[(size_t)p * KD + i]);
-            vt[(size_t)i * n_ctx + p] = hr_fp32_to_fp16(v[(size_t)p * KD + i]);
-        }
-    hr_pool *pool = hr_pool_create(1);
-    hr_attn_args aa = {.n_head = n_head,
-                       .n_kv = n_kv,
-                       .head_dim = hd,
-                       .n_ctx = n_ctx,
-                       .k = kc,
-                       .vt = vt,
-                       .scratch = scratch};
-    hr_attention(pool, &aa, q, n_tok, pos0, ref);
-    hr_pool_destroy(pool);
+    attn_reference(n_head, n_kv, hd, n_ctx, pos0, n_tok, k, v, q, kc, vt, ref);
     /* device: earlier positions stored by one call, this step's by another */
     uint32_t kx = 0, vx = (uint32_t)(n_all * KD), qx = 2 * vx, ox = qx + (uint32_t)(n_tok * QD);
     uint32_t sc = ox + (uint32_t)(n_tok * QD), kk = 0, vv = (uint32_t)(n_ctx * KD / 2);
@@ -524,7 +426,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     CHECK_EQ(hr_vk_read(e->vk, e->kv, 0, dk, (size_t)n_all * KD * 2, e->err), 0);
     CHECK_EQ(memcmp(dk, kc, (size_t)n_all * KD * 2), 0);
     free(dk);
-    free(k), free(v), free(q), free(ref), free(got), free(kc), free(vt), free(scratch);
+    free(k), free(v), free(q), free(ref), free(got), free(kc), free(vt);
 }
 
 static void test_attention(hr_env *e) {
@@ -542,14 +444,8 @@ static void test_attention(hr_env *e) {
 static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids, int n, float *lg,
                      int32_t *greedy, int n_greedy) {
     char err[HR_ERR_LEN] = "";
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = 64;
-    cp.n_batch = 8;
-    cp.n_threads = 1;
-    cp.vk = vk;
-    cp.n_gpu = n_gpu;
     hr_ctx *c = NULL;
-    int rc = hr_ctx_create(&c, m, &cp, err);
+    int rc = ctx_create(&c, m, vk, n_gpu, err);
     if (rc == 0)
         rc = hr_ctx_eval(c, ids, n, 0, lg, true, err);
     int nv = hr_model_hparams(m)->n_vocab;
@@ -568,30 +464,15 @@ static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids
 }
 
 static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
-    char path[512], rel[128], err[HR_ERR_LEN] = "";
-    snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (hr_gguf_open(&g, hr_shared_path(rel, path, sizeof path), err) ||
-        hr_model_load(&m, g, err)) {
-        fprintf(stderr, "%s: %s\n", fx->name, err);
-        CHECK(false);
-        hr_gguf_close(g);
-        return;
-    }
-    snprintf(rel, sizeof rel, "reference/%s.json", fx->name);
-    json_error_t jerr;
-    json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
-    CHECK(root != NULL);
     int32_t ids[64];
-    int n = read_ids(root, "prompt_ids", ids, 64);
-    json_decref(root);
-    snprintf(rel, sizeof rel, "reference/%s.logits", fx->name);
-    size_t n_ref = 0;
-    float *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
+    int n = 0;
+    float *ref = NULL;
+    if (!open_fixture(fx->name, &g, &m, ids, 64, &n, &ref))
+        return;
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab, L = hp->n_layer, ng = 32;
-    CHECK_EQ(n_ref, (size_t)n * nv);
     size_t sz = (size_t)n * nv * sizeof(float);
     float *cpu = malloc(sz), *gpu = malloc(sz), *split = malloc(sz);
     int32_t gc[32], gg[32], gs[32];
@@ -708,22 +589,6 @@ done:
     hr_ctx_destroy(c1);
     hr_model_free(m);
     hr_gguf_close(g);
-}
-
-/* Opens shared model `name` into *g, *m; false (both NULL, a failed
- * check) when it cannot. */
-static bool open_model(const char *name, hr_gguf **g, hr_model **m) {
-    char path[512], rel[128], err[HR_ERR_LEN] = "";
-    snprintf(rel, sizeof rel, "models/%s.gguf", name);
-    *g = NULL;
-    *m = NULL;
-    if (hr_gguf_open(g, hr_shared_path(rel, path, sizeof path), err) == 0 &&
-        hr_model_load(m, *g, err) == 0)
-        return true;
-    CHECK(false);
-    hr_gguf_close(*g);
-    *g = NULL;
-    return false;
 }
 
 /* What a context refuses: more GPU layers than its window, thread groups. */
@@ -987,17 +852,8 @@ int main(void) {
         return hr_check_finish("test_vk");
     }
     int idx = -1;
-    if (hr_vk_pick(NULL, &idx, e.err) != 0 || idx < 0) {
-        printf("no Vulkan device (%s)\n", e.err[0] ? e.err : "HR_GPU unset or none");
-        hr_check_skip("no Vulkan device");
+    if (!env_start(&e, &idx, W_BYTES, true)) /* the exact kernels */
         return hr_check_finish("test_vk");
-    }
-    int rc = env_open(&e, idx);
-    CHECK_EQ(rc, 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", e.err);
-        return hr_check_finish("test_vk");
-    }
     { /* 2^-140 / 2 is a subnormal: a device that flushes returns 0 */
         float a = 0x1p-140f, b = 2.0f, c = 0.0f, q = 1.0f;
         probe(&e, 1, &a, &b, &c, &q, 1);

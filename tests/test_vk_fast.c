@@ -14,6 +14,7 @@
  * device. */
 #include "tests/check.h"
 #include "tests/fixtures.h"
+#include "tests/vk_harness.h"
 
 #include "gpu/vk.h"
 #include "kernels/ops.h"
@@ -33,80 +34,7 @@
 #define B_ROPEKV 1e-3   /* K, V in the F16 cache: an f16 step at most */
 #define B_ATTN 1e-4     /* attention over the F16 cache */
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
-static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = frand() * scale;
-}
-
-typedef struct {
-    hr_vk *vk;
-    hr_vk_buf *w, *x, *kv;
-    hr_vk_set *set;
-    char err[HR_ERR_LEN];
-} hr_env;
-
-#define W_BYTES (8u << 20)
-#define X_WORDS (1u << 20)
-#define KV_WORDS (1u << 16)
-
-static int env_open(hr_env *e, int idx) {
-    int rc = hr_vk_create(&e->vk, idx, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->w, W_BYTES, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->x, (size_t)X_WORDS * 4, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_buf_create(e->vk, &e->kv, (size_t)KV_WORDS * 4, false, e->err);
-    if (rc == 0)
-        rc = hr_vk_set_create(e->vk, &e->set, e->w, e->x, e->kv, e->err);
-    return rc;
-}
-
-static void env_close(hr_env *e) {
-    if (!e->vk)
-        return;
-    hr_vk_set_destroy(e->vk, e->set);
-    hr_vk_buf_destroy(e->vk, e->w);
-    hr_vk_buf_destroy(e->vk, e->x);
-    hr_vk_buf_destroy(e->vk, e->kv);
-    hr_vk_destroy(e->vk);
-}
-
-static void put(hr_env *e, uint32_t off, const float *v, size_t n) {
-    CHECK_EQ(hr_vk_write(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
-}
-
-static void get(hr_env *e, uint32_t off, float *v, size_t n) {
-    CHECK_EQ(hr_vk_read(e->vk, e->x, (size_t)off * 4, v, n * 4, e->err), 0);
-}
-
-static void begin(hr_env *e) { CHECK_EQ(hr_vk_begin(e->vk, e->err), 0); }
-static void submit(hr_env *e) {
-    int rc = hr_vk_submit(e->vk, e->err);
-    CHECK_EQ(rc, 0);
-    if (rc)
-        fprintf(stderr, "submit: %s\n", e->err);
-}
-
-/* max |a - b| over n, relative to max |b| */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        md = fmax(md, fabs((double)a[i] - b[i]));
-        mb = fmax(mb, fabs((double)b[i]));
-    }
-    return md / mb;
-}
+#define W_BYTES (8u << 20) /* the weight buffer */
 
 /* the worst error of each kernel, printed at the end */
 static double g_err_mm[HR_TYPE_COUNT], g_err_act[3], g_err_norm, g_err_softmax, g_err_swiglu,
@@ -185,23 +113,15 @@ static void test_matmul_case(hr_env *e, int type, int n_in, int n_out, int n_tok
 }
 
 static void test_matmul(hr_env *e) {
-    static const int types[] = {HR_TYPE_F32,  HR_TYPE_F16,  HR_TYPE_BF16, HR_TYPE_Q4_0,
-                                HR_TYPE_Q4_1, HR_TYPE_Q5_0, HR_TYPE_Q5_1, HR_TYPE_Q8_0,
-                                HR_TYPE_Q4_K, HR_TYPE_Q5_K, HR_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        int t = types[i], be = hr_type_get(t)->block_elems;
+    for (size_t i = 0; i < N_VK_MM_TYPES; i++) {
+        int t = vk_mm_types[i], be = hr_type_get(t)->block_elems;
         test_matmul_case(e, t, be == 1 ? 37 : be * 3, 1, 1);
         test_matmul_case(e, t, be == 1 ? 37 : be * 3, 37, 1);
         test_matmul_case(e, t, be == 1 ? 300 : be * 5, 19, 11); /* 8 tokens + a tail of 3 */
         test_matmul_case(e, t, be == 1 ? 555 : be == 32 ? 32 * 37 : 256 * 9, 13, 1);
         printf("fast matmul %-5s max rel err %.3g (bound %g)\n", hr_type_name(t), g_err_mm[t],
                be == 1 ? B_MM_FLOAT : B_MM_QUANT);
-        if (be > 1) { /* partial blocks refused */
-            size_t rb = hr_type_row_bytes(t, be);
-            CHECK_EQ(
-                hr_vk_matmul(e->vk, e->set, t, (uint32_t)be + 16, 4, (uint32_t)rb, 0, 0, 0, 1, 4),
-                HR_EINVAL);
-        }
+        check_partial_blocks_refused(e, t);
     }
 }
 
@@ -333,7 +253,6 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     float *got = malloc((size_t)n_tok * QD * 4), *tab = malloc((size_t)n_all * n_rot * 4);
     uint16_t *kc = calloc((size_t)n_ctx * KD, 2), *vt = calloc((size_t)n_ctx * KD, 2);
     uint16_t *dk = malloc(nk * 2), *dv = malloc(nk * 2);
-    float *scratch = malloc(hr_attn_scratch_floats(1, n_head, n_kv, hd, n_ctx) * 4);
     fill(k, nk, 1.0f);
     fill(v, nk, 1.0f);
     fill(q, (size_t)n_tok * QD, 1.5f);
@@ -341,21 +260,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     hr_rope_params rp = {.n_rot = n_rot, .freq_base = 10000.0f, .neox = neox};
     for (int p = 0; p < n_all; p++)
         hr_rope(kr + (size_t)p * KD, n_kv, hd, p, &rp);
-    for (int p = 0; p < n_all; p++)
-        for (int i = 0; i < KD; i++) {
-            kc[(size_t)p * KD + i] = hr_fp32_to_fp16(kr[(size_t)p * KD + i]);
-            vt[(size_t)i * n_ctx + p] = hr_fp32_to_fp16(v[(size_t)p * KD + i]);
-        }
-    hr_pool *pool = hr_pool_create(1);
-    hr_attn_args aa = {.n_head = n_head,
-                       .n_kv = n_kv,
-                       .head_dim = hd,
-                       .n_ctx = n_ctx,
-                       .k = kc,
-                       .vt = vt,
-                       .scratch = scratch};
-    hr_attention(pool, &aa, q, n_tok, pos0, ref);
-    hr_pool_destroy(pool);
+    attn_reference(n_head, n_kv, hd, n_ctx, pos0, n_tok, kr, v, q, kc, vt, ref);
     /* device: earlier positions stored by one call, this step's by another */
     hr_vk_rope_table(tab, n_all, 0, n_rot, 10000.0f, NULL);
     uint32_t kx = 0, vx = (uint32_t)nk, qx = 2 * vx, ox = qx + (uint32_t)(n_tok * QD);
@@ -398,7 +303,7 @@ static void test_attention_case(hr_env *e, int n_head, int n_kv, int hd, int n_c
     g_err_ropekv = fmax(g_err_ropekv, ek);
     g_err_attn = fmax(g_err_attn, ea);
     free(gk), free(gv), free(k), free(v), free(kr), free(q), free(ref), free(got), free(tab);
-    free(kc), free(vt), free(dk), free(dv), free(scratch);
+    free(kc), free(vt), free(dk), free(dv);
 }
 
 static void test_attention(hr_env *e) {
@@ -414,14 +319,8 @@ static void test_attention(hr_env *e) {
 static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids, int n,
                      float *lg) {
     char err[HR_ERR_LEN] = "";
-    hr_ctx_params cp = hr_ctx_params_default();
-    cp.n_ctx = 64;
-    cp.n_batch = 8;
-    cp.n_threads = 1;
-    cp.vk = vk;
-    cp.n_gpu = n_gpu;
     hr_ctx *c = NULL;
-    int rc = hr_ctx_create(&c, m, &cp, err);
+    int rc = ctx_create(&c, m, vk, n_gpu, err);
     if (rc == 0) /* prefill chunks of 8, then the last 3 one token at a time */
         rc = hr_ctx_eval(c, ids, n - 3, 0, lg, true, err);
     int nv = hr_model_hparams(m)->n_vocab;
@@ -434,30 +333,15 @@ static int run_model(const hr_model *m, hr_vk *vk, int n_gpu, const int32_t *ids
 }
 
 static void test_fixture(hr_vk *vk, const hr_fixture *fx) {
-    char path[512], rel[128], err[HR_ERR_LEN] = "";
-    snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
     hr_gguf *g = NULL;
     hr_model *m = NULL;
-    if (hr_gguf_open(&g, hr_shared_path(rel, path, sizeof path), err) ||
-        hr_model_load(&m, g, err)) {
-        fprintf(stderr, "%s: %s\n", fx->name, err);
-        CHECK(false);
-        hr_gguf_close(g);
-        return;
-    }
-    snprintf(rel, sizeof rel, "reference/%s.json", fx->name);
-    json_error_t jerr;
-    json_t *root = json_load_file(hr_shared_path(rel, path, sizeof path), 0, &jerr);
-    CHECK(root != NULL);
     int32_t ids[64];
-    int n = read_ids(root, "prompt_ids", ids, 64);
-    json_decref(root);
-    snprintf(rel, sizeof rel, "reference/%s.logits", fx->name);
-    size_t n_ref = 0;
-    float *ref = read_floats(hr_shared_path(rel, path, sizeof path), &n_ref);
+    int n = 0;
+    float *ref = NULL;
+    if (!open_fixture(fx->name, &g, &m, ids, 64, &n, &ref))
+        return;
     const hr_hparams *hp = hr_model_hparams(m);
     int nv = hp->n_vocab, L = hp->n_layer;
-    CHECK_EQ(n_ref, (size_t)n * nv);
     size_t sz = (size_t)n * nv * sizeof(float);
     float *cpu = malloc(sz), *gpu = malloc(sz);
     CHECK_EQ(run_model(m, NULL, 0, ids, n, cpu), 0);
@@ -522,17 +406,8 @@ int main(void) {
     CHECK(!hr_vk_fast_uses_f64()); /* no Float64 capability in any fast kernel */
     hr_env e = {0};
     int idx = -1;
-    if (hr_vk_pick(NULL, &idx, e.err) != 0 || idx < 0) {
-        printf("no Vulkan device (%s)\n", e.err[0] ? e.err : "HR_GPU unset or none");
-        hr_check_skip("no Vulkan device");
+    if (!env_start(&e, &idx, W_BYTES, false))
         return hr_check_finish("test_vk_fast");
-    }
-    int rc = env_open(&e, idx);
-    CHECK_EQ(rc, 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", e.err);
-        return hr_check_finish("test_vk_fast");
-    }
     const hr_vk_device_info *d = hr_vk_info(e.vk);
     const char *no64 = getenv("HR_VK_NO_F64"), *nosg = getenv("HR_VK_SUBGROUP");
     printf("device %d: %s (%s), f64 %s, subgroup %u%s, %s reductions%s; %s\n", idx, d->name,
