@@ -161,7 +161,11 @@ static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Moves layer il's resident experts to its most routed ones. */
+/* Moves layer il's resident experts toward its most routed ones: the most
+ * routed expert that is not resident replaces the least routed resident
+ * one only while it was routed clearly more often (by a quarter and at
+ * least 2 routes), so near-even routing does not make every rerank read
+ * experts in and drop others. */
 static void hr_ex_rerank(hr_expert_cache *c, int il) {
     size_t NE = (size_t)c->n_expert;
     uint64_t *counts = malloc(NE * sizeof *counts);
@@ -171,7 +175,21 @@ static void hr_ex_rerank(hr_expert_cache *c, int il) {
         memcpy(counts, c->counts + (size_t)il * NE, NE * 8);
         memcpy(have, c->resident + (size_t)il * NE, NE);
         pthread_mutex_unlock(&c->mu);
-        hr_ex_top(c, counts, c->keep, want);
+        memcpy(want, have, NE);
+        for (;;) {
+            int in = -1, out = -1; /* the best outside, the weakest inside */
+            for (int e = 0; e < c->n_expert; e++) {
+                if (!want[e] && (in < 0 || counts[e] > counts[in]))
+                    in = e;
+                if (want[e] && (out < 0 || counts[e] < counts[out]))
+                    out = e;
+            }
+            uint64_t margin = counts[out < 0 ? 0 : out] / 4;
+            if (in < 0 || out < 0 || counts[in] <= counts[out] + (margin > 2 ? margin : 2))
+                break;
+            want[in] = 1;
+            want[out] = 0;
+        }
         uint64_t moved = 0;
         for (int e = 0; e < c->n_expert; e++) {
             if (want[e] && !have[e]) {
