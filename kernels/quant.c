@@ -58,7 +58,9 @@ static bool g_have[HR_ISA_COUNT];
 static const hr_kernels *g_best;
 static hr_isa g_best_isa;
 static bool g_exact;
+#if HR_X86
 static bool g_avxvnni; /* AVX-VNNI (vpdpbusd on ymm, VEX), and not switched off */
+#endif
 static char g_features[96] = "unknown";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
