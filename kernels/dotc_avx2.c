@@ -41,10 +41,7 @@ DV_I size_t dv_xb(const int kind) {
 DV_I __m128 dv_scales4(const int kind, const uint8_t *x) {
     if (kind != DV_MXFP4)
         return hr_halves4(x, dv_xb(kind));
-    const __m128i e = _mm_setr_epi32(x[0], x[17], x[34], x[51]);
-    const __m128i nrm = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
-    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e); /* e < 2 */
-    return _mm_castsi128_ps(_mm_blendv_epi8(nrm, sub, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
+    return hr_e8m0_half4(x, sizeof(hr_block_mxfp4));
 }
 
 /* blocks per chunk of prepared column data (36 bytes per block and
@@ -88,8 +85,7 @@ DV_I void dv_prep(const int kind, const hr_block_q8_0 *y, int64_t b0, int nbc, u
  * Q8_0's signed bytes for the sign trick. */
 DV_I __m256i dv_unpack(const int kind, const uint8_t *qs, __m256i *xs) {
     if (kind == DV_MXFP4) {
-        const __m128i lut =
-            _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
+        const __m128i lut = hr_mxfp4_lut12();
         const __m128i q = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
         return _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
                                 _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));

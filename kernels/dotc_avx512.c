@@ -99,8 +99,7 @@ DC_I __m512i dc_unpack(const int kind, const uint8_t *a, const uint8_t *b) {
         const __m512i m4 = _mm512_set1_epi8(0x0f);
         const __m512i v = _mm512_mask_blend_epi32(0xf0f0, _mm512_and_si512(q, m4),
                                                   _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-        const __m512i lut = _mm512_broadcast_i32x4(
-            _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12)));
+        const __m512i lut = _mm512_broadcast_i32x4(hr_mxfp4_lut12());
         return _mm512_shuffle_epi8(lut, v);
     }
     if (kind == DC_Q4_0) {

@@ -150,8 +150,7 @@ HR_GI void tile_b32(const int kind, int64_t n, const int R, const int T, const u
     const int64_t nb = n / HR_QK8_0;
     const bool use_off = !q8 || HR_GEMM_VNNI;
     const __m256i off = _mm256_set1_epi8(q8 ? (char)0x80 : fp4 ? 12 : 8);
-    const __m128i lut =
-        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
+    const __m128i lut = hr_mxfp4_lut12();
     const __m128i m4h = _mm_set1_epi8(0x0f);
     const __m256i m4 = _mm256_set1_epi8(0x0f), z = _mm256_setzero_si256();
     __m256 acc[HR_GEMM_RM][HR_GEMM_TM];

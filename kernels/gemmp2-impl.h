@@ -121,8 +121,7 @@ static void pack2(int kind, const uint8_t *w, size_t ws, int nr, int64_t b0, int
                       : fp4 ? sizeof(hr_block_mxfp4)
                             : sizeof(hr_block_q4_0);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i lut = _mm256_broadcastsi128_si256(
-        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12)));
+    const __m256i lut = _mm256_broadcastsi128_si256(hr_mxfp4_lut12());
     const uint8_t *rp[8];
     row_ptrs8(w, ws, nr, rp);
     for (int b = 0; b < kn; b++) {

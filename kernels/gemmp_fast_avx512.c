@@ -68,8 +68,7 @@ static void pack_q4_0(bool fp4, const uint8_t *w, size_t ws, int nr, int64_t b0,
                       uint8_t *P) {
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     const __m512i off = row_offsets(ws), m4 = _mm512_set1_epi8(0x0f);
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12)));
+    const __m512i lut = _mm512_broadcast_i32x4(hr_mxfp4_lut12());
     const size_t xb = fp4 ? sizeof(hr_block_mxfp4) : sizeof(hr_block_q4_0);
     const uint8_t *rp[16];
     row_ptrs(w, ws, nr, rp);

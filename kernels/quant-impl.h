@@ -44,6 +44,21 @@ static inline __m128 hr_halves4(const void *p, size_t stride) {
     }
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
+
+/* hr_e8m0_half of the MXFP4 exponent bytes at p, p + stride, ... (4 blocks) */
+static inline __m128 hr_e8m0_half4(const uint8_t *p, size_t stride) {
+    const __m128i e = _mm_setr_epi32(p[0], p[stride], p[2 * stride], p[3 * stride]);
+    const __m128i one = _mm_set1_epi32(1), two = _mm_set1_epi32(2);
+    const __m128i norm = _mm_slli_epi32(_mm_sub_epi32(e, one), 23);
+    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e); /* e < 2 */
+    return _mm_castsi128_ps(_mm_blendv_epi8(norm, sub, _mm_cmplt_epi32(e, two)));
+}
+
+/* The MXFP4 codes' doubled E2M1 values + 12 (0..24), a vpshufb table: the
+ * unsigned form the integer kernels multiply, -12 * sum(y) making up for it */
+static inline __m128i hr_mxfp4_lut12(void) {
+    return _mm_add_epi8(_mm_loadu_si128((const __m128i *)hr_mxfp4_values), _mm_set1_epi8(12));
+}
 #endif
 
 /* Per-ISA table fillers: overwrite the entries the ISA specialises, leave the

@@ -185,15 +185,6 @@ static inline __m256i sum_mxfp4(const hr_block_mxfp4 *x, const hr_block_q8_0 *y)
     return dot_s8(_mm256_set_m128i(hi, lo), loadu256(y->qs));
 }
 
-/* hr_e8m0_half of the exponent bytes at p, p + stride, ... (4 blocks) */
-static inline __m128 e8m0_half4(const uint8_t *p, size_t stride) {
-    const __m128i e = _mm_setr_epi32(p[0], p[stride], p[2 * stride], p[3 * stride]);
-    const __m128i one = _mm_set1_epi32(1), two = _mm_set1_epi32(2);
-    const __m128i norm = _mm_slli_epi32(_mm_sub_epi32(e, one), 23);
-    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e); /* e < 2 */
-    return _mm_castsi128_ps(_mm_blendv_epi8(norm, sub, _mm_cmplt_epi32(e, two)));
-}
-
 static float dot_mxfp4(int64_t n, const void *w, const void *a) {
     const hr_block_mxfp4 *x = w;
     const hr_block_q8_0 *y = a;
@@ -201,7 +192,7 @@ static float dot_mxfp4(int64_t n, const void *w, const void *a) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 3 < nb; i += 4) { /* the four blocks' scales made together */
-        const __m128 d4 = _mm_mul_ps(e8m0_half4(&x[i].e, sizeof(hr_block_mxfp4)),
+        const __m128 d4 = _mm_mul_ps(hr_e8m0_half4(&x[i].e, sizeof(hr_block_mxfp4)),
                                      hr_halves4(&y[i].d, sizeof(hr_block_q8_0)));
         const __m256 d = _mm256_set_m128(d4, d4);
         acc = _mm256_fmadd_ps(SCALE_K(d, 0), _mm256_cvtepi32_ps(sum_mxfp4(x + i, y + i)), acc);
