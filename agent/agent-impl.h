@@ -78,14 +78,18 @@ typedef struct hr_streamer hr_streamer; /* stream.c */
 
 /* What the streamer does and measures (stream.c). */
 typedef struct {
-    double read_round;   /* bytes read from storage per window computed, measured; -1 unknown */
+    double read_round;   /* bytes read from storage per window computed, measured over steps
+                            of one row where there were any (a prompt's step reads the union
+                            of its rows' experts); -1 unknown */
     double stream_round; /* bytes the split streams per round (mean over the k windows) */
     double pinned;       /* bytes of the windows kept resident */
     int locked;          /* 1 mlock'ed, 0 kept by advice, -1 not yet known */
     /* streaming by expert (mmap/experts.h): experts kept per layer (-1: the
-     * plan does not stream by expert), routed experts and of them resident */
+     * plan does not stream by expert), routed experts and of them resident,
+     * bytes of experts read on demand and by reranks (moving the resident
+     * set), since the agent started */
     int ex_keep;
-    uint64_t ex_routed, ex_hits;
+    uint64_t ex_routed, ex_hits, ex_fetched, ex_moved;
 } hr_stream_stats;
 
 typedef struct {
@@ -308,10 +312,14 @@ void hr_node_test_slow(const hr_agent *a);
  * them ahead or release them (the mmap/stream.h calls). Every function
  * works on the plan lp it is given; the caller owns lp. */
 void hr_node_windows(const hr_agent *a, hr_local_plan *lp); /* fills lp->win_off/len */
-/* window `round` of lp was computed: the streamer drops its streamed part
+/* window `round` of lp was computed, for a step of `rows` rows (the bytes
+ * read per token are measured on one-row steps where there are any, see
+ * hr_node_io_sample): the streamer drops its streamed part
  * and reads the next window's ahead, on its own thread. Call it after the
  * hidden state went on, without plan_mu. Thread-safe. */
-void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round);
+void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round, int rows);
+/* A window of a step of `rows` rows starts computing (see above). */
+void hr_node_window_start(const hr_agent *a, int rows);
 double hr_node_resident(const hr_agent *a, const hr_local_plan *lp); /* fraction resident */
 /* stream.c: starts / stops the streamer thread (hr_node_init / hr_node_fini) */
 int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]);

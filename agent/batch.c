@@ -519,6 +519,7 @@ static int hr_bs_window(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
     if (lp->w <= 0)
         return 0;
     double t0 = hr_now_s();
+    hr_node_window_start(a, b->mb[g].n_rows);
     int rc = hr_ctx_step(lp->ctx[r], lp->hid, b->rows, b->mb[g].n_rows, err);
     if (rc == 0) {
         hr_node_test_slow(a);
@@ -561,7 +562,7 @@ static int hr_bs_send(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
     m->flying = true;
     m->round = r;
     m->sent = hr_now_s();
-    hr_node_after_window(a, lp, r); /* after the send: off the ring's critical path */
+    hr_node_after_window(a, lp, r, m->n_rows); /* after the send: off the ring's critical path */
     return 0;
 }
 
@@ -633,7 +634,7 @@ static int hr_bs_launch(hr_bsess *b, int g, int only, char err[HR_ERR_LEN]) {
     if (lp->n_active <= 1) {
         for (int r = 0; rc == 0 && r < lp->k; r++) {
             rc = hr_bs_window(b, g, r, err);
-            hr_node_after_window(a, lp, r);
+            hr_node_after_window(a, lp, r, n);
         }
         if (rc == 0)
             hr_bs_step_done(b, g);

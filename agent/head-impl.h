@@ -111,14 +111,15 @@ typedef struct {
     bool plan_link_measured, plan_link_reverse; /* reverse: the head's, from its next's probe */
     char plan_link_to[HR_NAME_LEN];
     /* disk: predicted (plan) and measured / done (heartbeat) */
-    double pred_read_token;      /* bytes per token the cost model says it reads; -1 n/a */
-    double meas_read_round;      /* bytes per window computed, measured; -1 unknown */
-    double stream_round, pinned; /* the runtime's split: bytes per round, bytes kept */
-    int locked;                  /* pinned by mlock (1), by advice (0), -1 unknown */
-    int ex_keep;                 /* streaming by expert: experts kept per layer, -1: not */
-    uint64_t ex_routed, ex_hits; /* ... experts routed to, and of them resident */
-    double ex_miss;              /* measured misses over even routing's (sched expert_miss); 0:
-                                    too few routes yet */
+    double pred_read_token;        /* bytes per token the cost model says it reads; -1 n/a */
+    double meas_read_round;        /* bytes per window computed, measured; -1 unknown */
+    double stream_round, pinned;   /* the runtime's split: bytes per round, bytes kept */
+    int locked;                    /* pinned by mlock (1), by advice (0), -1 unknown */
+    int ex_keep;                   /* streaming by expert: experts kept per layer, -1: not */
+    uint64_t ex_routed, ex_hits;   /* ... experts routed to, and of them resident */
+    uint64_t ex_fetched, ex_moved; /* ... bytes of experts read on demand, by reranks */
+    double ex_miss;                /* measured misses over even routing's (sched expert_miss); 0:
+                                      too few routes yet */
     /* model bytes it fetches from us (no model file there; heartbeat): verified of
      * wanted, received in all; -1 unknown / has the file */
     double fetch_done, fetch_total, fetch_wire;

@@ -172,6 +172,8 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->ex_keep = hb.ex_keep;
     d->ex_routed = hb.ex_routed;
     d->ex_hits = hb.ex_hits;
+    d->ex_fetched = hb.ex_fetched;
+    d->ex_moved = hb.ex_moved;
     d->ex_miss =
         hr_head_expert_miss(hr_model_hparams(hd->a->m), hb.ex_keep, hb.ex_routed, hb.ex_hits);
     hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);

@@ -73,6 +73,8 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->disk.ex_of = hr_model_hparams(hd->a->m)->n_expert;
     o->disk.ex_routed = d->ex_routed;
     o->disk.ex_hits = d->ex_hits;
+    o->disk.ex_fetched = d->ex_fetched;
+    o->disk.ex_moved = d->ex_moved;
     o->fetch_done_bytes = hr_known(d->fetch_done);
     o->fetch_total_bytes = hr_known(d->fetch_total);
     o->fetch_wire_bytes = hr_known(d->fetch_wire);
@@ -132,6 +134,8 @@ int hr_head_status(hr_agent *a, hr_status *st) {
             d.ex_keep = ss.ex_keep;
             d.ex_routed = ss.ex_routed;
             d.ex_hits = ss.ex_hits;
+            d.ex_fetched = ss.ex_fetched;
+            d.ex_moved = ss.ex_moved;
         }
         hr_head_dev_status(hd, &d, i == 0, k, now, &st->devices[st->n_devices++]);
     }

@@ -150,8 +150,10 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_str(o, "pinned_by", dk->locked > 0 ? "mlock" : dk->locked == 0 ? "advice" : "unknown");
     if (dk->ex_keep >= 0)
         hr_put(o, "experts",
-               json_pack("{s:i,s:i,s:I,s:I}", "keep", dk->ex_keep, "of", dk->ex_of, "routed",
-                         (json_int_t)dk->ex_routed, "hits", (json_int_t)dk->ex_hits));
+               json_pack("{s:i,s:i,s:I,s:I,s:I,s:I}", "keep", dk->ex_keep, "of", dk->ex_of,
+                         "routed", (json_int_t)dk->ex_routed, "hits", (json_int_t)dk->ex_hits,
+                         "fetched_bytes", (json_int_t)dk->ex_fetched, "moved_bytes",
+                         (json_int_t)dk->ex_moved));
     hr_put_fig(o, "fetch_done_bytes", d->fetch_done_bytes);
     hr_put_fig(o, "fetch_total_bytes", d->fetch_total_bytes);
     hr_put_fig(o, "fetch_wire_bytes", d->fetch_wire_bytes);

@@ -52,13 +52,14 @@ typedef struct {
 
 /* Disk figures per token: the plan's cost model against the measurement. */
 typedef struct {
-    double pred_read_bytes_token; /* predicted bytes read, NAN: no prediction */
-    double meas_read_bytes_token; /* measured (/proc/self/io), NAN: no token yet */
-    double stream_bytes_token;    /* what its runtime's split streams, NAN: unknown */
-    double pinned_bytes;          /* bytes kept resident, NAN: unknown */
-    int locked;                   /* pinned by mlock (1), by advice (0), -1 unknown */
-    int ex_keep, ex_of;           /* streams by expert: experts kept per layer of ex_of; -1: not */
-    uint64_t ex_routed, ex_hits;  /* experts routed to, and of them resident (kept) */
+    double pred_read_bytes_token;  /* predicted bytes read, NAN: no prediction */
+    double meas_read_bytes_token;  /* measured (/proc/self/io), NAN: no token yet */
+    double stream_bytes_token;     /* what its runtime's split streams, NAN: unknown */
+    double pinned_bytes;           /* bytes kept resident, NAN: unknown */
+    int locked;                    /* pinned by mlock (1), by advice (0), -1 unknown */
+    int ex_keep, ex_of;            /* streams by expert: experts kept per layer of ex_of; -1: not */
+    uint64_t ex_routed, ex_hits;   /* experts routed to, and of them resident (kept) */
+    uint64_t ex_fetched, ex_moved; /* bytes of experts read on demand, and by reranks */
 } hr_status_disk;
 
 typedef struct {

@@ -59,10 +59,16 @@ struct hr_streamer {
     bool rebase; /* legacy: measure from the plan on */
     /* ---- measurement: the sampling thread alone (hr_node_io_sample) ---- */
     atomic_ullong rounds; /* windows computed (any thread) */
+    atomic_ullong multi;  /* of them, windows of steps with several rows */
+    atomic_int rows_now;  /* rows of the window being computed; 0 between windows */
     int64_t last_io;
-    uint64_t last_rounds, warm_seen;
-    double last_active; /* s, monotonic: the last sample with windows computed; 0 = none */
-    double acc_io, acc_rounds;
+    uint64_t last_rounds, last_multi, warm_seen;
+    double last_active;          /* s, monotonic: the last sample with windows computed; 0 = none */
+    bool multi_before;           /* the previous sample had steps of several rows */
+    double acc_io, acc_rounds;   /* every step */
+    double acc1_io, acc1_rounds; /* samples of one-row steps only */
+    /* ---- the controlling thread (plans) ---- */
+    bool out_locked; /* the output head is mlock'ed (head, streaming plans) */
 };
 
 void hr_node_windows(const hr_agent *a, hr_local_plan *lp) {
@@ -87,12 +93,21 @@ static void hr_after_window_legacy(const hr_agent *a, const hr_local_plan *lp, i
         HR_LOG_DEBUG(TAG, "prefetch of window %d failed", next);
 }
 
-void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round) {
+void hr_node_window_start(const hr_agent *a, int rows) {
+    if (a->streamer)
+        atomic_store(&a->streamer->rows_now, rows);
+}
+
+void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round, int rows) {
     hr_streamer *s = a->streamer;
     if (lp->w <= 0 || lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K)
         return;
-    if (s)
+    if (s) {
+        atomic_store(&s->rows_now, 0);
+        if (rows > 1)
+            atomic_fetch_add(&s->multi, 1);
         atomic_fetch_add(&s->rounds, 1);
+    }
     if (!s || s->legacy) {
         hr_after_window_legacy(a, lp, round);
         return;
@@ -263,7 +278,43 @@ static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, doub
     return sc.read_round;
 }
 
+/* The head of a plan that streams keeps its output head (which the plan's
+ * memory counts as resident, and which every token reads whole) locked, so
+ * that the streamed weights do not push parts of it out under a memory
+ * limit; it lets go of it for a plan that does not stream. */
+static void hr_node_output_pin(hr_agent *a, bool pin) {
+    hr_streamer *s = a->streamer;
+    const hr_weight *w = hr_model_output(a->m);
+    const char *base = hr_gguf_base(a->g);
+    if (!s || !w || !w->data || !base || pin == s->out_locked)
+        return;
+    uint64_t off = (uint64_t)((const char *)w->data - base);
+    uint64_t len = w->row_bytes * (uint64_t)hr_model_hparams(a->m)->n_vocab;
+    if (!pin) {
+        hr_stream_unlock(a->g, off, len);
+        s->out_locked = false;
+        return;
+    }
+    hr_stream_prefetch(a->g, off, len);
+    s->out_locked = hr_stream_lock(a->g, off, len) == 0;
+    HR_LOG_INFO(TAG, "%s: output head (%.1f MiB) %s", a->name, (double)len / 1048576.0,
+                s->out_locked ? "locked in memory" : "not locked (mlock refused)");
+}
+
+static double hr_node_stream_windows(hr_agent *a, const hr_local_plan *lp, double room,
+                                     double layer_bytes);
+
 double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, double layer_bytes) {
+    double r = hr_node_stream_windows(a, lp, room, layer_bytes);
+    hr_streamer *s = a->streamer;
+    if (s && !s->legacy)
+        hr_node_output_pin(a, a->is_head && s->try_mlock && lp->w > 0 &&
+                                  (atomic_load(&s->windows) || atomic_load(&s->by_expert)));
+    return r;
+}
+
+static double hr_node_stream_windows(hr_agent *a, const hr_local_plan *lp, double room,
+                                     double layer_bytes) {
     hr_streamer *s = a->streamer;
     hr_stream_part part[HR_AGENT_MAX_K];
     int n = hr_node_parts(lp, part);
@@ -347,6 +398,8 @@ void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
         out->ex_keep = es.keep;
         out->ex_routed = es.routed;
         out->ex_hits = es.hits;
+        out->ex_fetched = es.fetched;
+        out->ex_moved = es.rerank_bytes;
         out->locked = es.locked;
     }
     if (s->pump && out->stream_round > 0 && out->ex_keep < 0) {
@@ -361,7 +414,7 @@ void hr_node_io_sample(hr_agent *a) {
     if (!s)
         return;
     int64_t io = hr_stream_io_read_bytes();
-    uint64_t rounds = atomic_load(&s->rounds);
+    uint64_t multi = atomic_load(&s->multi), rounds = atomic_load(&s->rounds);
     if (io < 0)
         return;
     hr_lock(&s->mu, HR_RANK_STREAM);
@@ -377,7 +430,7 @@ void hr_node_io_sample(hr_agent *a) {
     }
     double now = hr_now_s();
     if (s->last_io < 0 || rebase) { /* from the end of the warm-up */
-        s->acc_io = s->acc_rounds = 0;
+        s->acc_io = s->acc_rounds = s->acc1_io = s->acc1_rounds = 0;
         s->last_active = 0;
     } else {
         /* reads trail their window by up to a ring's turn, and the pump
@@ -393,15 +446,28 @@ void hr_node_io_sample(hr_agent *a) {
         if (d_r > 0 || (s->last_active > 0 && now - s->last_active < HR_IO_TRAIL_S)) {
             s->acc_io += d_io;
             s->acc_rounds += d_r;
+            /* A step of several rows (a prompt, requests batched together)
+             * reads the union of its rows' experts: the per-token figure,
+             * which the plan predicts, is taken from samples of one-row
+             * steps only, neither in (its reads come before its window is
+             * counted) nor right after such a step. */
+            bool multi_now = multi != s->last_multi || atomic_load(&s->rows_now) > 1;
+            if (!multi_now && !s->multi_before) {
+                s->acc1_io += d_io;
+                s->acc1_rounds += d_r;
+            }
         }
         if (d_r > 0)
             s->last_active = now;
     }
+    s->multi_before = s->last_io < 0 || multi != s->last_multi || atomic_load(&s->rows_now) > 1;
     s->last_io = io;
     s->last_rounds = rounds;
-    if (s->acc_rounds >= 1) {
+    s->last_multi = multi;
+    if (s->acc_rounds >= 1) { /* steps of several rows alone: every step */
         hr_lock(&s->mu, HR_RANK_STREAM);
-        s->st.read_round = s->acc_io / s->acc_rounds;
+        s->st.read_round =
+            s->acc1_rounds >= 1 ? s->acc1_io / s->acc1_rounds : s->acc_io / s->acc_rounds;
         hr_unlock(&s->mu, HR_RANK_STREAM);
     }
 }

@@ -132,9 +132,10 @@ static void *hr_data_main(void *arg) {
         hr_local_plan *lp = &a->lp;
         double ms = 0;
         int round = h.round, nt = h.n_tok;
+        hr_node_window_start(a, nt);
         int rc = hr_data_batch(a, &b, &h, &ms, err);
         if (rc == 0) { /* after the send: the streamer reads ahead off the ring's path */
-            hr_node_after_window(a, lp, round);
+            hr_node_after_window(a, lp, round, nt);
             /* under plan_mu: a plan applied meanwhile starts its statistics over */
             hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
         }
@@ -260,7 +261,9 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .fetch_wire = -1,
                            .ex_keep = ss.ex_keep,
                            .ex_routed = ss.ex_routed,
-                           .ex_hits = ss.ex_hits};
+                           .ex_hits = ss.ex_hits,
+                           .ex_fetched = ss.ex_fetched,
+                           .ex_moved = ss.ex_moved};
     if (a->cache && a->fetch.want_bytes) {
         hb.fetch_done = (double)a->fetch.done_bytes;
         hb.fetch_total = (double)a->fetch.want_bytes;

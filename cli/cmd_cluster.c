@@ -553,15 +553,18 @@ static void hr_print_disk(json_t *d) {
            strcmp(by, "mlock") == 0    ? "pinned by mlock"
            : strcmp(by, "advice") == 0 ? "kept by advice"
                                        : "pinning unknown");
-    json_int_t keep = -1, of = 0, routed = 0, hits = 0;
-    if (json_unpack(json_object_get(d, "experts"), "{s:I,s:I,s:I,s:I}", "keep", &keep, "of", &of,
-                    "routed", &routed, "hits", &hits) == 0)
+    json_int_t keep = -1, of = 0, routed = 0, hits = 0, fetched = 0, moved = 0;
+    if (json_unpack(json_object_get(d, "experts"), "{s:I,s:I,s:I,s:I,s?I,s?I}", "keep", &keep, "of",
+                    &of, "routed", &routed, "hits", &hits, "fetched_bytes", &fetched, "moved_bytes",
+                    &moved) == 0)
         printf(
             "      experts: streamed by expert, %lld of %lld kept per layer; %lld routed, %.1f%% "
-            "of them kept (%.1f%% if routing were even)\n",
+            "of them kept (%.1f%% if routing were even); read %.1f MiB on demand, %.1f MiB to "
+            "move the kept ones, since the agent started\n",
             (long long)keep, (long long)of, (long long)routed,
             routed > 0 ? 100.0 * (double)hits / (double)routed : 0.0,
-            of > 0 ? 100.0 * (double)keep / (double)of : 0.0);
+            of > 0 ? 100.0 * (double)keep / (double)of : 0.0, (double)fetched / 1048576.0,
+            (double)moved / 1048576.0);
 }
 
 static void hr_print_status(json_t *j) {

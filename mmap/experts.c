@@ -63,6 +63,9 @@ static bool hr_ex_inside(const hr_expert_cache *c, uint64_t *off, uint64_t *len)
 static void hr_ex_pin(hr_expert_cache *c, uint64_t off, uint64_t len) {
     if (len == 0)
         return;
+    /* the reads go out at once; mlock then waits for them (in a random
+     * range its own faults would read one page at a time) */
+    hr_stream_prefetch(c->g, off, len);
     if (c->lock && c->n_locked < HR_EX_MAX_LOCKS && hr_stream_lock(c->g, off, len) == 0) {
         c->locked[c->n_locked][0] = off;
         c->locked[c->n_locked++][1] = len;
@@ -115,6 +118,18 @@ static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint
     c->lock_failed = false;
     memset(c->active, 0, (size_t)c->n_layer);
     memset(c->used, 0, (size_t)c->n_layer * (size_t)c->n_expert);
+    for (int w = 0; w < n_win; w++)
+        for (int il = lb[w]; il < lb[w] + nl[w] && il < c->n_layer; il++)
+            c->active[il] = 1;
+    /* Expert stacks of the plan's layers are read expert by expert, each as
+     * the router picks it: a fault there (an expert reclaimed under the
+     * memory limit before its layer ran) must read that page, not the
+     * kernel's read-around window (read_ahead_kb: up to megabytes, a dozen
+     * neighbouring experts, whose room then pushes out more). */
+    for (int il = 0; il < c->n_layer; il++)
+        for (int p = 0; p < 3; p++)
+            hr_stream_random(c->g, c->layers[il].off[p],
+                             c->layers[il].stride[p] * (uint64_t)c->n_expert, c->active[il]);
     uint64_t pinned = 0;
     uint64_t *counts = malloc((size_t)c->n_expert * sizeof *counts);
     uint8_t *want = malloc((size_t)c->n_expert);
@@ -122,7 +137,6 @@ static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint
         /* the window minus its layers' stacks, in file order */
         uint64_t cur = off[w], end = off[w] + len[w];
         for (int il = lb[w]; il < lb[w] + nl[w] && il < c->n_layer; il++) {
-            c->active[il] = 1;
             for (int p = 0; p < 3; p++) {
                 uint64_t s0 = c->layers[il].off[p];
                 uint64_t s1 = s0 + c->layers[il].stride[p] * (uint64_t)c->n_expert;
@@ -190,10 +204,10 @@ static void hr_ex_rerank(hr_expert_cache *c, int il) {
             want[in] = 1;
             want[out] = 0;
         }
-        uint64_t moved = 0;
+        uint64_t moved = 0, bytes = 0;
         for (int e = 0; e < c->n_expert; e++) {
             if (want[e] && !have[e]) {
-                hr_ex_expert(c, il, e, 1);
+                bytes += hr_ex_expert(c, il, e, 1);
                 moved++;
             } else if (!want[e] && have[e]) {
                 hr_ex_expert(c, il, e, 2); /* its pages stay locked until the next plan */
@@ -202,6 +216,7 @@ static void hr_ex_rerank(hr_expert_cache *c, int il) {
         pthread_mutex_lock(&c->mu);
         memcpy(c->resident + (size_t)il * NE, want, NE);
         c->st.reranks += moved;
+        c->st.rerank_bytes += bytes;
         pthread_mutex_unlock(&c->mu);
     }
     free(counts);

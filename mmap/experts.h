@@ -72,6 +72,7 @@ typedef struct {
     uint64_t routed, hits;   /* experts routed to, and of them resident ones */
     uint64_t fetched;        /* bytes of experts read on demand */
     uint64_t reranks;        /* resident experts replaced by more routed ones */
+    uint64_t rerank_bytes;   /* bytes of experts read in by those replacements */
     uint64_t dropped_events; /* routes not followed (the queue was full) */
 } hr_expert_cache_stats;
 void hr_expert_cache_get_stats(hr_expert_cache *c, hr_expert_cache_stats *out);

@@ -86,6 +86,11 @@ int hr_stream_release(const hr_gguf *g, uint64_t off, uint64_t len) {
 #endif
 }
 
+int hr_stream_random(const hr_gguf *g, uint64_t off, uint64_t len, bool random) {
+    return random ? advise(g, off, len, MADV_RANDOM, "RANDOM")
+                  : advise(g, off, len, MADV_NORMAL, "NORMAL");
+}
+
 double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t *len, int n) {
     if (!g || !g->mapped || n < 0 || (n > 0 && (!off || !len)))
         return -1.0;

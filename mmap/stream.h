@@ -19,6 +19,7 @@
 #ifndef HR_MMAP_STREAM_H
 #define HR_MMAP_STREAM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -47,6 +48,15 @@ int hr_stream_prefetch(const hr_gguf *g, uint64_t off, uint64_t len);
  * MADV_DONTNEED (this mapping drops them; they fault back in from the page
  * cache or the file). Same returns as hr_stream_prefetch. */
 int hr_stream_release(const hr_gguf *g, uint64_t off, uint64_t len);
+
+/* Faults on [off, off + len) read only the page they need (random: true,
+ * MADV_RANDOM) or, as by default, the kernel's read-around window about it
+ * (false, MADV_NORMAL; read_ahead_kb, often 128 KiB but up to several MiB
+ * per fault). For ranges read in small scattered pieces, each piece asked
+ * for with hr_stream_prefetch / hr_stream_fetch: a piece reclaimed before
+ * use then faults back in alone, not with the megabytes around it.
+ * Same returns as hr_stream_prefetch. */
+int hr_stream_random(const hr_gguf *g, uint64_t off, uint64_t len, bool random);
 
 /* Fraction in [0, 1] of the pages of the n ranges off[i], len[i] that are
  * resident (mincore; pages are counted once per range, so overlapping

@@ -9,6 +9,7 @@
 #include "model/gpu-impl.h"
 #include "model/layer-impl.h"
 #include "model/tp-impl.h"
+#include "mmap/stream.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -462,6 +463,15 @@ int hr_model_load(hr_model **out, const hr_gguf *g, char err[HR_ERR_LEN]) {
         hp->tied_output = true;
     } else if (rc) {
         goto fail;
+    } else if (hr_gguf_base(g)) {
+        /* A token's embedding is one row looked up at random: a fault there
+         * reads that page, not the read-around window (read_ahead_kb, up
+         * to megabytes) that a device short of memory then loses again to
+         * the next layer's weights and reads once more for the next token.
+         * (Tied to the output head, the table is read whole every token.) */
+        const char *base = hr_gguf_base(g);
+        hr_stream_random(g, (uint64_t)((const char *)m->tok_embd.data - base),
+                         m->tok_embd.row_bytes * (uint64_t)hp->n_vocab, true);
     }
     if (hr_gguf_find_tensor(g, "rope_factors_long.weight") ||
         hr_gguf_find_tensor(g, "rope_factors_short.weight")) {

@@ -405,8 +405,10 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
         json_object_set_new(j, "ms_total", json_real(m->ms_total));
     if (j && m->ex_keep >= 0)
         json_object_set_new(j, "experts",
-                            json_pack("{s:i,s:I,s:I}", "keep", m->ex_keep, "routed",
-                                      (json_int_t)m->ex_routed, "hits", (json_int_t)m->ex_hits));
+                            json_pack("{s:i,s:I,s:I,s:I,s:I}", "keep", m->ex_keep, "routed",
+                                      (json_int_t)m->ex_routed, "hits", (json_int_t)m->ex_hits,
+                                      "fetched", (json_int_t)m->ex_fetched, "moved",
+                                      (json_int_t)m->ex_moved));
     if (j && m->fetch_total > 0) {
         json_object_set_new(j, "fetch_done", json_real(m->fetch_done));
         json_object_set_new(j, "fetch_total", json_real(m->fetch_total));
@@ -445,16 +447,20 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
     m->ex_keep = -1;
     json_t *ex = json_object_get(j, "experts");
     if (ex) {
-        json_int_t keep = -1, routed = -1, hits = -1;
-        if (json_unpack_ex(ex, &je, JSON_STRICT, "{s:I,s:I,s:I}", "keep", &keep, "routed", &routed,
-                           "hits", &hits) != 0 ||
-            keep < 0 || keep > 1 << 20 || routed < 0 || hits < 0 || hits > routed) {
+        json_int_t keep = -1, routed = -1, hits = -1, fetched = 0, moved = 0;
+        if (json_unpack_ex(ex, &je, JSON_STRICT, "{s:I,s:I,s:I,s?I,s?I}", "keep", &keep, "routed",
+                           &routed, "hits", &hits, "fetched", &fetched, "moved", &moved) != 0 ||
+            keep < 0 || keep > 1 << 20 || routed < 0 || hits < 0 || hits > routed || fetched < 0 ||
+            moved < 0) {
             json_decref(j);
-            return hr_seterr(err, HR_EFORMAT, "HEARTBEAT: experts must be {keep, routed, hits}");
+            return hr_seterr(err, HR_EFORMAT,
+                             "HEARTBEAT: experts must be {keep, routed, hits[, fetched, moved]}");
         }
         m->ex_keep = (int)keep;
         m->ex_routed = (uint64_t)routed;
         m->ex_hits = (uint64_t)hits;
+        m->ex_fetched = (uint64_t)fetched;
+        m->ex_moved = (uint64_t)moved;
     }
     if (json_unpack_ex(j, &je, 0, "{s?I,s?F}", "rounds", &rounds, "ms_total", &m->ms_total) != 0)
         return hr_msg_unpack_err(j, &je, HR_RING_HEARTBEAT, err);

@@ -149,9 +149,10 @@ typedef struct {
      * verified bytes of the windows wanted, of fetch_total, and bytes received in all */
     double fetch_done, fetch_total, fetch_wire;
     /* streaming by expert (-1 / absent: the plan does not): experts kept per
-     * layer, experts routed to so far and of them resident */
+     * layer, experts routed to so far and of them resident, bytes of experts
+     * read on demand and by reranks (0 / absent: none or not sent) */
     int ex_keep;
-    uint64_t ex_routed, ex_hits;
+    uint64_t ex_routed, ex_hits, ex_fetched, ex_moved;
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/sampler.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #define MAX_POS MKFIX_MAX_POS
@@ -265,6 +266,31 @@ static int64_t mapped_gate(const hr_gguf *g, const hr_expert_layer *L, int e) {
     return end > b ? hr_stream_mapped(g, &b, &(uint64_t){end - b}, 1) : 0;
 }
 
+/* 1 when the mapping holding addr has VmFlags flag in /proc/self/smaps
+ * ("rr": random-read advice), 0 when not, -1 when not found. */
+static int vma_flag(const void *addr, const char *flag) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false;
+    int found = -1;
+    uintptr_t a = (uintptr_t)addr;
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = a >= lo && a < hi;
+        } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+            char want[8];
+            snprintf(want, sizeof want, " %s", flag);
+            const char *p = strstr(line + 8, want);
+            found = p && (p[strlen(want)] == ' ' || p[strlen(want)] == '\n');
+        }
+    }
+    fclose(f);
+    return found;
+}
+
 /* Streaming by expert (mmap/experts.h) on a 2-layer file of 16 experts:
  * after the plan the kept experts are mapped and the others are not; a
  * routed expert that is not kept is read, counted as fetched, and dropped
@@ -345,7 +371,52 @@ static void test_expert_cache(void) {
     CHECK_EQ(st.hits, 2); /* now a kept expert */
     /* layer 1 untouched by layer 0's routes: its dropped experts stay dropped */
     CHECK_EQ(mapped_gate(g, &L[1], 9), 0);
+    /* the plan's expert stacks fault page by page (no read-around); a plan
+     * without windows gives the default back */
+    const char *in_stack = base + L[1].off[2] + L[1].stride[2] * 12;
+    CHECK_EQ(vma_flag(in_stack, "rr"), 1);
+    CHECK_EQ(vma_flag(base, "rr"), 0); /* the header is no stack */
+    CHECK_EQ(hr_expert_cache_plan(c, NULL, NULL, NULL, NULL, 0, 0, 0, false), 0);
+    CHECK_EQ(hr_expert_cache_wait(c, 5000), 0);
+    CHECK_EQ(vma_flag(in_stack, "rr"), 0);
     hr_expert_cache_destroy(c);
+    hr_model_free(m);
+    hr_gguf_close(g);
+}
+
+/* A fault in a range advised random (hr_stream_random) reads that page,
+ * not the device's read-around window (read_ahead_kb, 128 KiB to several
+ * MiB): one page of an expert stack touched with nothing of the file in
+ * the page cache reads a few KiB, counted in /proc/self/io. */
+static void test_random_faults(void) {
+    char gguf[512];
+    hr_gguf *g;
+    hr_model *m;
+    if (tiny_model("random", "q8_0", gguf, &g, &m))
+        return;
+    const hr_weight *w = &hr_model_layer(m, 1)->down_exps;
+    const char *base = hr_gguf_base(g);
+    uint64_t off = (uint64_t)((const char *)w->data - base), len = w->row_bytes * w->n_out;
+    CHECK_EQ(hr_stream_random(g, off, len, true), 0);
+    int fd = open(gguf, O_RDONLY);
+    CHECK(fd >= 0);
+    if (fd >= 0) { /* nothing of it mapped yet: the whole file leaves the cache */
+        CHECK_EQ(fdatasync(fd), 0);
+        CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        close(fd);
+    }
+    int64_t r0 = hr_stream_io_read_bytes();
+    volatile const char *p = base + off + len / 2;
+    char x = *p;
+    (void)x;
+    int64_t r1 = hr_stream_io_read_bytes();
+    if (r0 < 0 || r1 < 0) {
+        printf("SKIP random faults: /proc/self/io is not readable here\n");
+    } else {
+        printf("random faults: one page touched, %lld bytes read\n", (long long)(r1 - r0));
+        CHECK(r1 - r0 > 0); /* it was read from the file, not found in the cache */
+        CHECK(r1 - r0 <= 64 * 1024);
+    }
     hr_model_free(m);
     hr_gguf_close(g);
 }
@@ -490,6 +561,7 @@ int main(void) {
         test_fixture(fixture_names[i]);
     test_batch_invariance();
     test_expert_cache();
+    test_random_faults();
     test_tables();
     test_refusals();
     test_bad_files();
