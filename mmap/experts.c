@@ -43,6 +43,7 @@ struct hr_expert_cache {
     hr_expert_cache_stats st;
     /* ---- the thread alone ---- */
     uint8_t *active;       /* [n_layer] layers of the plan */
+    uint8_t *advised;      /* [n_layer] layers whose stacks this module advised random */
     uint8_t *res_row;      /* [n_expert] a copy of a layer's resident flags */
     uint8_t *used;         /* [n_layer * n_expert] read on demand, to drop after the layer */
     uint64_t (*locked)[2]; /* ranges this module mlock'ed */
@@ -126,10 +127,12 @@ static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint
      * memory limit before its layer ran) must read that page, not the
      * kernel's read-around window (read_ahead_kb: up to megabytes, a dozen
      * neighbouring experts, whose room then pushes out more). */
-    for (int il = 0; il < c->n_layer; il++)
-        for (int p = 0; p < 3; p++)
+    for (int il = 0; il < c->n_layer; il++) {
+        for (int p = 0; p < 3 && c->active[il] != c->advised[il]; p++)
             hr_stream_random(c->g, c->layers[il].off[p],
                              c->layers[il].stride[p] * (uint64_t)c->n_expert, c->active[il]);
+        c->advised[il] = c->active[il];
+    }
     uint64_t pinned = 0;
     uint64_t *counts = malloc((size_t)c->n_expert * sizeof *counts);
     uint8_t *want = malloc((size_t)c->n_expert);
@@ -299,6 +302,7 @@ int hr_expert_cache_create(hr_expert_cache **out, const hr_gguf *g, int n_layer,
         c->resident = calloc(LE, 1);
         c->counts = calloc(LE, sizeof *c->counts);
         c->active = calloc((size_t)n_layer, 1);
+        c->advised = calloc((size_t)n_layer, 1);
         c->routes = calloc((size_t)n_layer, sizeof *c->routes);
         c->pending = calloc((size_t)n_layer, 1);
         c->res_row = malloc((size_t)n_expert);
@@ -307,8 +311,8 @@ int hr_expert_cache_create(hr_expert_cache **out, const hr_gguf *g, int n_layer,
         c->p_off = malloc(64 * sizeof *c->p_off);
         c->p_len = malloc(64 * sizeof *c->p_len);
     }
-    if (!c || !c->layers || !c->resident || !c->counts || !c->active || !c->routes || !c->used ||
-        !c->locked || !c->p_off || !c->p_len || !c->pending || !c->res_row) {
+    if (!c || !c->layers || !c->resident || !c->counts || !c->active || !c->advised || !c->routes ||
+        !c->used || !c->locked || !c->p_off || !c->p_len || !c->pending || !c->res_row) {
         hr_expert_cache_destroy(c);
         return hr_seterr(err, HR_ENOMEM, "out of memory for the expert cache");
     }
@@ -349,6 +353,7 @@ void hr_expert_cache_destroy(hr_expert_cache *c) {
     free(c->resident);
     free(c->counts);
     free(c->active);
+    free(c->advised);
     free(c->routes);
     free(c->pending);
     free(c->res_row);

@@ -9,9 +9,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static int hr_check_failed_ = 0;
 static int hr_check_passed_ = 0;
@@ -194,6 +197,44 @@ static inline char *slurp(const char *path, size_t *len) {
             *len = (size_t)n;
     }
     return s;
+}
+
+/* 1 when the mapping holding addr has VmFlags flag in /proc/self/smaps
+ * ("rr": random-read advice), 0 when not, -1 when not found. */
+static inline int hr_vma_flag(const void *addr, const char *flag) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false;
+    int found = -1;
+    uintptr_t a = (uintptr_t)addr;
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = a >= lo && a < hi;
+        } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+            char want[8];
+            snprintf(want, sizeof want, " %s", flag);
+            const char *p = strstr(line + 8, want);
+            found = p && (p[strlen(want)] == ' ' || p[strlen(want)] == '\n');
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Whether madvise advice reaches the kernel here: MADV_RANDOM on a fresh
+ * anonymous mapping shows as "rr" (an emulator such as qemu-user takes
+ * the call and drops it). */
+static inline bool hr_advice_honoured(void) {
+    size_t n = 2 * 4096;
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return false;
+    bool ok = madvise(p, n, MADV_RANDOM) == 0 && hr_vma_flag(p, "rr") == 1;
+    munmap(p, n);
+    return ok;
 }
 
 /* Path of a fixture under ../shared (HR_SHARED overrides). */

@@ -603,6 +603,16 @@ static void pump_race(int k, int w, double resident, uint64_t buffer, uint64_t l
     CHECK_EQ(hr_stream_split_resident(part, k, resident), 0);
     CHECK_EQ(hr_stream_pump_plan(pp, part, k, buffer, HR_STREAM_PREFETCH | HR_STREAM_DROP), 0);
     CHECK_EQ(hr_stream_pump_wait(pp, 60000), 0);
+    /* tails fault page by page, heads as by default (pump.c hr_pump_warm) */
+    const char *base = hr_gguf_base(g);
+    if (!hr_advice_honoured())
+        hr_check_skip("pump: random-read advice of the tails (madvise advice does not reach "
+                      "the kernel here)");
+    for (int r = 0; r < k && hr_advice_honoured(); r++) {
+        CHECK_EQ(hr_vma_flag(base + part[r].stream_off + part[r].stream_len / 2, "rr"), 1);
+        if (part[r].keep_len > pg)
+            CHECK_EQ(hr_vma_flag(base + part[r].off, "rr"), 0);
+    }
     race_arg ra = {.g = g, .pp = pp, .part = part, .k = k, .w = w, .tokens = 20};
     atomic_init(&ra.done, 0);
     pthread_t th;
