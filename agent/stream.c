@@ -62,7 +62,7 @@ struct hr_streamer {
     atomic_ullong multi;  /* of them, windows of steps with several rows */
     atomic_int rows_now;  /* rows of the window being computed; 0 between windows */
     int64_t last_io;
-    uint64_t last_rounds, last_multi, warm_seen;
+    uint64_t last_rounds, last_multi, warm_seen, ex_warm_seen;
     double last_active;          /* s, monotonic: the last sample with windows computed; 0 = none */
     bool multi_before;           /* the previous sample had steps of several rows */
     double acc_io, acc_rounds;   /* every step */
@@ -427,6 +427,12 @@ void hr_node_io_sample(hr_agent *a) {
         hr_stream_pump_get_stats(s->pump, &ps);
         rebase = ps.plans_warm != s->warm_seen;
         s->warm_seen = ps.plans_warm;
+    }
+    if (s->ex) { /* ... or of the expert cache's (pinning its part reads hundreds of MiB) */
+        hr_expert_cache_stats es;
+        hr_expert_cache_get_stats(s->ex, &es);
+        rebase = rebase || es.plans_applied != s->ex_warm_seen;
+        s->ex_warm_seen = es.plans_applied;
     }
     double now = hr_now_s();
     if (s->last_io < 0 || rebase) { /* from the end of the warm-up */

@@ -11,7 +11,8 @@
 # `hearth mkmodel --shape qwen3moe-small --type q4_k_m` when missing).
 # Each mode: lab up, one warm-up request, then ROUNDS (default 2) greedy
 # requests of N_GEN tokens (default 24; 6 for the whole-window mode, which
-# is slow), `hearth status` after them, lab down. Needs root (deploy/lab.sh).
+# is slow), `hearth status` after them, lab down (the agents' logs of each
+# mode stay in /tmp/moe-lab-MODE-logs). Needs root (deploy/lab.sh).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SPEC=${1:-$ROOT/deploy/labs/moe-short.json}
@@ -38,6 +39,8 @@ run_mode() {
   done
   echo "$name: generation ${rates[*]} tokens/s"
   "$LAB" status 2>/dev/null | grep -E "^plan:|^  \[|layers |disk per token|experts:" | sed 's/^/  /'
+  # the agents' logs of this mode, before the next lab replaces them
+  rm -rf "/tmp/moe-lab-$name-logs" && cp -r "${HR_LAB_DIR:-/tmp/hearth-lab}" "/tmp/moe-lab-$name-logs" 2>/dev/null || true
   printf '%s\n' "${rates[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }' \
     >"/tmp/moe-lab-$name.rate"
 }

@@ -175,6 +175,7 @@ static void hr_ex_apply_plan(hr_expert_cache *c, const uint64_t *off, const uint
     c->st.pinned = pinned;
     c->st.locked = n_win > 0 ? !c->lock_failed : -1;
     c->st.keep = c->keep;
+    c->st.plans_applied++;
     pthread_mutex_unlock(&c->mu);
 }
 

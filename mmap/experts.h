@@ -74,6 +74,7 @@ typedef struct {
     uint64_t reranks;        /* resident experts replaced by more routed ones */
     uint64_t rerank_bytes;   /* bytes of experts read in by those replacements */
     uint64_t dropped_events; /* routes not followed (the queue was full) */
+    uint64_t plans_applied;  /* plans whose pinned part has been read in */
 } hr_expert_cache_stats;
 void hr_expert_cache_get_stats(hr_expert_cache *c, hr_expert_cache_stats *out);
 
