@@ -79,8 +79,11 @@ typedef struct {
     uint32_t ready_plan;
     char ready_err[HR_ERR_LEN];
     /* plan */
-    int ring_pos, w, offset;
-    int n_gpu; /* of w, the first n_gpu on its GPU (the plan's n_m) */
+    int ring_pos;
+    int layers;                /* in all rounds of the plan (hd->plan_k) */
+    int win[HR_AGENT_MAX_K];   /* layers of its window in round r (0: none) */
+    int first[HR_AGENT_MAX_K]; /* its first layer in round r */
+    int n_gpu;                 /* of each window, at most the first n_gpu on its GPU (n_m) */
     /* its profile's chosen Vulkan device (gpu[0] == 0: none): name, type,
      * largest device-local heap, best measured matvec rate */
     char gpu[128], gpu_kind[16];

@@ -45,8 +45,8 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
         o->info.profile = NULL; /* never kept; the row does not own one */
     }
     o->ring_pos = d->ring_pos;
-    o->w = d->w;
-    o->offset = d->offset;
+    memcpy(o->win, d->win, sizeof o->win);
+    memcpy(o->first, d->first, sizeof o->first);
     o->gpu_layers = d->n_gpu;
     o->pred_ms_round = d->pred_ms_round;
     o->meas_ms_round = d->meas_ms_round;

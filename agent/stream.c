@@ -65,14 +65,27 @@ struct hr_streamer {
     double acc_io, acc_rounds;
 };
 
+int hr_local_plan_layers(const hr_local_plan *lp) {
+    int n = 0;
+    for (int r = 0; r < lp->k && r < HR_AGENT_MAX_K; r++)
+        n += lp->count[r] > 0 ? lp->count[r] : 0;
+    return n;
+}
+
+int hr_local_plan_wmax(const hr_local_plan *lp) {
+    int n = 0;
+    for (int r = 0; r < lp->k && r < HR_AGENT_MAX_K; r++)
+        n = lp->count[r] > n ? lp->count[r] : n;
+    return n;
+}
+
 void hr_node_windows(const hr_agent *a, hr_local_plan *lp) {
     for (int r = 0; r < HR_AGENT_MAX_K; r++)
         lp->win_off[r] = lp->win_len[r] = 0;
-    if (lp->w <= 0)
-        return;
     for (int r = 0; r < lp->k && r < HR_AGENT_MAX_K; r++) {
-        int b = r * lp->W + lp->offset;
-        if (hr_stream_window_range(a->g, b, b + lp->w, &lp->win_off[r], &lp->win_len[r]))
+        int b = lp->first[r];
+        if (lp->count[r] > 0 &&
+            hr_stream_window_range(a->g, b, b + lp->count[r], &lp->win_off[r], &lp->win_len[r]))
             lp->win_off[r] = lp->win_len[r] = 0;
     }
 }
@@ -89,7 +102,8 @@ static void hr_after_window_legacy(const hr_agent *a, const hr_local_plan *lp, i
 
 void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round) {
     hr_streamer *s = a->streamer;
-    if (lp->w <= 0 || lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K)
+    if (lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K ||
+        lp->count[round] <= 0)
         return;
     if (s)
         atomic_fetch_add(&s->rounds, 1);
@@ -182,12 +196,12 @@ void hr_node_streamer_stop(hr_agent *a) {
 /* lp's windows as parts, with their layers. */
 static int hr_node_parts(const hr_local_plan *lp, hr_stream_part *part) {
     memset(part, 0, sizeof(hr_stream_part) * HR_AGENT_MAX_K);
-    int n = lp->w > 0 ? (lp->k < HR_AGENT_MAX_K ? lp->k : HR_AGENT_MAX_K) : 0;
-    for (int r = 0; r < n; r++) {
+    int n = hr_local_plan_layers(lp) > 0 ? (lp->k < HR_AGENT_MAX_K ? lp->k : HR_AGENT_MAX_K) : 0;
+    for (int r = 0; r < n; r++) { /* a round without layers: an empty part */
         part[r].off = lp->win_off[r];
         part[r].len = lp->win_len[r];
-        part[r].layer_begin = r * lp->W + lp->offset;
-        part[r].n_layers = lp->w;
+        part[r].layer_begin = lp->first[r];
+        part[r].n_layers = lp->count[r];
     }
     return n;
 }

@@ -5,7 +5,7 @@
  *    tail so the tail slides through the buffer, k = 1 streaming, less room
  *    than one layer), the bytes per round the scheduler's arithmetic says
  *    the device reads (hr_sched_stream_split on the scheduler's inputs: w x
- *    the mean layer, hr_prof_stream_read_round) equal the bytes the runtime
+ *    the mean layer, hr_prof_stream_read) equal the bytes the runtime
  *    streams per round: the file ranges of its windows
  *    (hr_stream_window_range) split by hr_prof_stream_parts under the room
  *    hr_prof_stream_room gives for the same budget. One side works from the
@@ -69,7 +69,7 @@ static double runtime_stream_round(const hr_gguf *g, const hr_sched_model *sm, i
         CHECK_EQ(hr_stream_window_range(g, b, b + w, &part[r].off, &part[r].len), 0);
         *window_bytes += (double)part[r].len / k;
     }
-    double room = hr_prof_stream_room(sm, k, w, false, budget);
+    double room = hr_prof_stream_room(sm, k * w, false, budget);
     *rc = hr_prof_stream_parts(part, k, room, sm->layer_bytes, sc);
     double total = 0, kept = 0;
     for (int r = 0; r < k; r++) {
@@ -107,7 +107,8 @@ static void test_model_vs_runtime(const char *path) {
                                    1.7,     2.5, 0.98 * k, 1.02 * k, 2.0 * k};
             for (size_t fi = 0; fi < sizeof frac / sizeof frac[0]; fi++) {
                 double budget = kv + frac[fi] * w * sm.layer_bytes;
-                double win, pred = hr_prof_stream_read_round(&sm, k, w, false, budget);
+                int wins[6] = {w, w, w, w, w, w};
+                double win, pred = hr_prof_stream_read(&sm, wins, k, false, budget) / k;
                 hr_sched_stream sc;
                 int rc;
                 double rt = runtime_stream_round(g, &sm, k, w, budget, &sc, &win, &rc);
