@@ -303,7 +303,8 @@ void hr_node_mem_room(int64_t *avail, int64_t *total);
 #define HR_NODE_TRIM_MS 10000
 void hr_node_trim_timer(void *ud);
 /* node.c: one window of n_tok tokens took ms; the last round counts tokens.
- * A decode window (n_tok 1) feeds the ms_round EMA and counts a round. */
+ * A decode window (n_tok 1) feeds the ms_round EMA and counts a round; ms
+ * < 0: a round without layers here (nothing computed, nothing timed). */
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
 /* node.c: the round statistics start over for plan plan_id (apply_plan). */
 void hr_node_stats_reset(hr_agent *a, uint32_t plan_id);

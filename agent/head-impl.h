@@ -343,6 +343,10 @@ int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]);
 /* Sets ready from the devices' READY reports. */
 void hr_head_update_ready(hr_head *hd);
 int hr_head_n_workers(const hr_head *hd);
+/* head_adapt.c: rounds of k in which a device with windows win[k] computes
+ * (at least 1, for a device without layers); its predicted and measured
+ * ms per round are per such window. */
+int hr_head_windows_computed(const int *win, int k);
 /* head_state.c: sends m to the peer with ROUTER identity id (frees its
  * payload). Control thread. */
 void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);

@@ -189,13 +189,20 @@ static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_ou
     return 0;
 }
 
+int hr_head_windows_computed(const int *win, int k) {
+    int n = 0;
+    for (int r = 0; r < k; r++)
+        n += win[r] > 0;
+    return n > 0 ? n : 1;
+}
+
 /* Only the rates changed: the plan in use, with predictions at them. */
 static void hr_adapt_repredict(hr_head *hd, const hr_sched_plan *np, const int *cand, int n) {
-    int k = np->k > 0 ? np->k : 1;
     for (int i = 0; i < n; i++) {
         hr_dev *d = &hd->devs[cand[i]];
-        d->pred_ms_round = (np->dev[i].compute_ms + np->dev[i].disk_exposed_ms) / k;
-        d->pred_compute_ms_round = np->dev[i].compute_ms / k;
+        int n_win = hr_head_windows_computed(np->dev[i].win, np->k);
+        d->pred_ms_round = (np->dev[i].compute_ms + np->dev[i].disk_exposed_ms) / n_win;
+        d->pred_compute_ms_round = np->dev[i].compute_ms / n_win;
         d->adapt_plan = 0; /* samples start over against the new predictions */
     }
     hd->sched = *np;

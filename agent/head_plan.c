@@ -414,10 +414,13 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
                      hd->have_sched && hd->sched.dev[i].left_out[0] ? hd->sched.dev[i].left_out
                      : a_windows(hd)                                ? "forced by --windows"
                                                                     : "no layer left for it");
+        /* per window it computes, as its rounds are measured */
+        int n_win = hr_head_windows_computed(d->win, k);
         d->pred_ms_round =
-            hd->have_sched ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / k
-                           : 0;
-        d->pred_compute_ms_round = hd->have_sched ? hd->sched.dev[i].compute_ms / k : 0;
+            hd->have_sched
+                ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / n_win
+                : 0;
+        d->pred_compute_ms_round = hd->have_sched ? hd->sched.dev[i].compute_ms / n_win : 0;
         d->ready = false;
         if (i == 0 || d->layers > 0) {
             d->ring_pos = *n_active;

@@ -619,7 +619,7 @@ void hr_node_push_connect(hr_agent *a) {
 
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
     hr_lock(&a->st.mu, HR_RANK_STATS);
-    if (n_tok == 1) {
+    if (n_tok == 1 && ms >= 0) {
         a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
         a->st.rounds++;
         a->st.ms_total += ms;

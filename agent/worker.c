@@ -137,7 +137,7 @@ static void *hr_data_main(void *arg) {
         if (rc == 0) { /* after the send: the streamer reads ahead off the ring's path */
             hr_node_after_window(a, lp, round);
             /* under plan_mu: a plan applied meanwhile starts its statistics over */
-            hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
+            hr_node_stats_round(a, lp->count[round] > 0 ? ms : -1.0, nt, round + 1 == lp->k);
         }
         hr_unlock(&a->plan_mu, HR_RANK_PLAN);
         if (rc < 0)
