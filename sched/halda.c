@@ -368,11 +368,13 @@ static double climb(const hr_sched_ctx *c, const hr_sched_kctx *kc, int *win, co
 static double uneven_search(const hr_sched_ctx *c, const hr_sched_kctx *kc, const double *share,
                             const int *ng, double time_limit_s, int *win) {
     const int k = kc->k, n = c->n, L = c->L;
-    int cap[HR_SCHED_MAX_DEV], *t = malloc(sizeof(int) * (size_t)(k * n));
+    int cap[HR_SCHED_MAX_DEV], cap1[HR_SCHED_MAX_DEV], *t = malloc(sizeof(int) * (size_t)(k * n));
     if (!t)
         return INFINITY;
-    for (int i = 0; i < n; i++)
-        cap[i] = kc->d[i].ub + 1; /* a window one layer over the uniform bound may still fit */
+    for (int i = 0; i < n; i++) {
+        cap[i] = kc->d[i].ub;      /* what a uniform plan of k rounds lets it hold */
+        cap1[i] = kc->d[i].ub + 1; /* a round one layer over it may still fit */
+    }
     double best = INFINITY,
            t_end = hr_sched_now_ms() + (time_limit_s > 0 ? time_limit_s * 1e3 : 1e300);
     int up = (L + k - 1) / k;
@@ -380,7 +382,8 @@ static double uneven_search(const hr_sched_ctx *c, const hr_sched_kctx *kc, cons
         bool ok = true;
         for (int r = 0; r < k && ok; r++) {
             int R = seed == 0 ? L / k + (r < L % k) : r + 1 < k ? up : L - (k - 1) * up;
-            ok = R >= 0 && alloc_round(R, share, cap, n, t + r * n);
+            ok = R >= 0 && (alloc_round(R, share, cap, n, t + r * n) ||
+                            alloc_round(R, share, cap1, n, t + r * n));
         }
         double lat = ok ? hr_sched_eval_rounds(c, kc, t, ng, NULL) : INFINITY;
         if (!isfinite(lat))

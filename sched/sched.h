@@ -140,7 +140,7 @@
 #define HR_SCHED_UNEVEN_K_MAX 16 /* largest k tried that does not divide L */
 #define HR_SCHED_NAME_LEN 64
 #define HR_SCHED_LEFT_OUT_LEN 160 /* a left-out device's reason */
-#define HR_SCHED_SCHEMA_VERSION 1
+#define HR_SCHED_SCHEMA_VERSION 2 /* 2: per-round "windows", "uniform"; "w" only when uniform */
 
 typedef enum {
     HR_SCHED_OS_LINUX = 0, /* pinned reclaim */

@@ -141,7 +141,10 @@ static void test_live_plan(const char *model) {
             json_t *d = json_array_get(devs, i);
             int w = (int)json_integer_value(json_object_get(d, "w"));
             int pos = (int)json_integer_value(json_object_get(d, "ring_pos"));
-            CHECK_EQ(w, want.dev[i].win[0]);
+            for (int r = 0; r < k && r < want.k; r++) /* every round's window */
+                CHECK_EQ((int)json_integer_value(
+                             json_array_get(json_object_get(d, "windows"), (size_t)r)),
+                         want.dev[i].win[r]);
             CHECK_EQ(pos, want.dev[i].ring_pos);
             active += pos >= 0;
             even &= w == W / N_DEV + (i < W % N_DEV);
