@@ -33,6 +33,8 @@
 #define HR_EP_LEN HR_MSG_EP_LEN
 #define HR_NAME_LEN HR_MSG_NAME_LEN
 _Static_assert(HR_AGENT_MAX_DEV <= HR_MSG_MAX_KEYS, "a PLAN vouches for every ring member");
+_Static_assert(HR_AGENT_MAX_K <= HR_MSG_MAX_ROUNDS && HR_AGENT_MAX_DEV <= HR_MSG_MAX_RING,
+               "a PLAN carries every round of every ring member");
 
 /* This device's part of a plan. As a parameter (a plan to apply) only the
  * fields up to next_key are set; the buffers belong to the applied plan. */

@@ -209,7 +209,7 @@ static int hr_node_parts(const hr_local_plan *lp, hr_stream_part *part) {
 /* A model with experts whose windows do not fit: the always-read part and
  * as many experts as fit stay, the routed others are read as chosen
  * (mmap/experts.h), by the scheduler's expert scheme
- * (hr_sched_stream_split_experts). Returns the bytes it reads per round
+ * (hr_sched_stream_split_rounds with experts). Returns the bytes it reads per round
  * (predicted), or -1 when the plan is not streamed by expert (the windows
  * fit, or no expert cache): then the dense scheme applies. */
 static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, double room,
@@ -218,18 +218,18 @@ static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, doub
     if (!s || !s->ex)
         return -1;
     const hr_hparams *hp = hr_model_hparams(a->m);
-    double all = 0, ex = 0, win = 0;
+    double all = 0, ex = 0, bytes[HR_AGENT_MAX_K];
     for (int r = 0; r < n; r++)
         for (int il = part[r].layer_begin; il < part[r].layer_begin + part[r].n_layers; il++) {
             all += (double)hr_model_layer_bytes(a->m, il);
             ex += (double)hr_model_layer_expert_bytes(a->m, il);
         }
     for (int r = 0; r < n; r++)
-        win += (double)part[r].len;
+        bytes[r] = (double)part[r].len; /* 0: a round without layers here */
     hr_sched_stream sc = {0};
     double frac = all > 0 ? ex / all : 0, share = (double)hp->n_expert_used / hp->n_expert;
     int rc = n > 0 && all > 0
-                 ? hr_sched_stream_split_experts(win / n, n, room, layer_bytes, frac, share, &sc)
+                 ? hr_sched_stream_split_rounds(bytes, n, room, layer_bytes, frac, share, &sc, NULL)
                  : 0;
     bool split = n > 0 && sc.streams && a->p.release != 0;
     atomic_store(&s->by_expert, split);

@@ -346,7 +346,7 @@ static void test_model(const char *file) {
  * and k = 3 with 2,1,1 (the default wire); and rounds with windows of their
  * own: k = 3 with 2,1,1 / 1,2,1 / 1,1,2, k = 5 (not a divisor of 12) with
  * rounds where the head or the last device has no layers and passes the
- * hidden states on, and 2 agents with 5,2 / 3,2. */
+ * hidden states on, 2 agents with 5,2 / 3,2 and the head alone with 5 / 7. */
 static void test_generated(void) {
     char dir[64], path[128], vocab[512], err[HR_ERR_LEN] = "";
     if (tmp_dir_make(dir, sizeof dir, "cluster")) {
@@ -374,7 +374,8 @@ static void test_generated(void) {
                                {3, 3, WIRE_DEFAULT, "2,1,1", 3, true},
                                {3, 3, HR_RING_F32, "2,1,1/1,2,1/1,1,2", 3, false},
                                {3, 5, HR_RING_F32, "1,1,1/1,1,0/0,1,1/1,1,1/1,1,0", 3, true},
-                               {2, 2, HR_RING_F32, "5,2/3,2", 2, false}};
+                               {2, 2, HR_RING_F32, "5,2/3,2", 2, false},
+                               {1, 2, HR_RING_F32, "5/7", 1, false}};
     test_model_cfgs(path, "generated 12 layers", cfg, (int)(sizeof cfg / sizeof cfg[0]));
     tmp_dir_remove(dir);
 }
