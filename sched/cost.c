@@ -171,7 +171,7 @@ static int split_rounds(const double *s, int n, double room, double mb, double e
             v[b] = v[b - 1];
             v[b - 1] = t;
         }
-    double cut = v[0]; /* every window whole unless the largest fits the room */
+    double cut;
     if (v[0] <= room) {
         /* cut + sum_r max(0, s_r - cut) = room: with the j largest above
          * the cut, cut = (sum of them - room) / (j - 1) */
@@ -188,8 +188,12 @@ static int split_rounds(const double *s, int n, double room, double mb, double e
         out->buffer = cut;
         out->resident = room - cut;
     } else {
-        out->buffer = room;
-        out->resident = 0.0;
+        /* the largest window does not fit: it alone keeps a head, the
+         * buffer takes the second largest (at most the room) and the
+         * largest's tail slides through it; equal windows keep nothing */
+        out->buffer = nz >= 2 && v[1] < room ? v[1] : room;
+        out->resident = room - out->buffer;
+        cut = v[0] - out->resident;
     }
     double total = 0.0;
     for (int r = 0; r < n; r++) {

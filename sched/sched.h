@@ -370,10 +370,13 @@ int hr_sched_stream_split_experts(double window_bytes, int k, double room, doubl
  * T = their sum. When T <= room all stays. With two or more windows the
  * resident part is cut so that every window streams min(its bytes, cut)
  * and the buffer holds the largest streamed part: buffer = cut, the
- * smallest with buffer + sum_r max(0, bytes_r - cut) = room; when even the
- * largest window does not fit the room, nothing stays and buffer = room
- * (every window streams whole); with one window, buffer = min_buffer as
- * for k = 1. Equal windows give exactly hr_sched_stream_split. With
+ * smallest with buffer + sum_r max(0, bytes_r - cut) = room. When the
+ * largest window does not fit the room, it alone keeps a head: buffer =
+ * min(second largest window, room), resident = room - buffer, and its tail
+ * (larger than the buffer) slides through it while the other windows
+ * stream whole (equal windows then keep nothing, buffer = room); this
+ * meets the first case where the largest window equals the room. With one
+ * window, buffer = min_buffer as for k = 1. Equal windows give exactly hr_sched_stream_split. With
  * experts (expert_frac > 0): hr_sched_stream_split_experts over the mean
  * of the windows with bytes, each reading in proportion to its bytes.
  * read[n] (may be NULL) gets the bytes each window reads; out->read_round

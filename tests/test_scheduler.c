@@ -813,11 +813,21 @@ static void test_uneven_rounds(void) {
     /* streaming over windows of 3 and 2 layers (1 GB each, 1 GB/s, 100 ms/layer) */
     hr_sched_device s = dev("s", 100, 2.5e9, 1e9, 0, 0);
     int ws[2] = {3, 2};
-    /* room 2.5 GB < the 3 GB window: nothing stays, the buffer is the room;
-     * round 0 reads 3 GB (3000 ms, 500 past the buffer), round 1 2 GB */
+    /* room 2.5 GB < the 3 GB window: it keeps a 0.5 GB head, the buffer
+     * takes the 2 GB window; round 0 reads 2.5 GB (2500 ms, 500 past the
+     * buffer), round 1 2 GB */
     CHECK_EQ(hr_sched_evaluate_rounds(&m, &s, 1, NULL, 2, ws, NULL, &p, err), 0);
-    CHECK_NEAR(p.latency_ms, 3000.0 + 2000.0, 1e-6);
-    CHECK_NEAR(p.dev[0].read_bytes, 5e9, 1.0);
+    CHECK_NEAR(p.latency_ms, 2500.0 + 2000.0, 1e-6);
+    CHECK_NEAR(p.dev[0].read_bytes, 4.5e9, 1.0);
+    CHECK_NEAR(p.dev[0].mem_bytes, 2.5e9, 1.0);
+    /* at the edge the two rules meet: room = the largest window */
+    hr_sched_stream e1, e2;
+    double edge[2] = {3e9, 2e9}, r1[2], r2[2];
+    CHECK_EQ(hr_sched_stream_split_rounds(edge, 2, 3e9 * (1 - 1e-9), 1e9, 0, 1, &e1, r1), 0);
+    CHECK_EQ(hr_sched_stream_split_rounds(edge, 2, 3e9 * (1 + 1e-9), 1e9, 0, 1, &e2, r2), 0);
+    CHECK_NEAR(e1.resident, e2.resident, 10.0);
+    CHECK_NEAR(e1.buffer, e2.buffer, 10.0);
+    CHECK_NEAR(r1[0] + r1[1], r2[0] + r2[1], 10.0);
     s.mem_bytes = 4e9; /* room 4 GB: each window streams 1 GB through a 1 GB buffer */
     CHECK_EQ(hr_sched_evaluate_rounds(&m, &s, 1, NULL, 2, ws, NULL, &p, err), 0);
     CHECK_NEAR(p.latency_ms, 1000.0 + 1000.0, 1e-6);
