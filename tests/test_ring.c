@@ -870,6 +870,33 @@ static void test_plan_rounds(void) {
     f = roundtrip(&m, &h);
     CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), HR_EFORMAT);
     free(f);
+    /* the largest PLAN: every round of every ring member (16 layers each:
+     * 4096 in all), every key and the longest endpoints, within the table's
+     * limit */
+    static hr_msg_plan big;
+    big = (hr_msg_plan){.plan_id = 1,
+                        .k = HR_MSG_MAX_ROUNDS,
+                        .n_layer = HR_MSG_MAX_LAYER,
+                        .n_active = HR_MSG_MAX_RING,
+                        .index = HR_MSG_MAX_RING - 1,
+                        .n_ctx = 1 << 20,
+                        .n_batch = 4096,
+                        .dtype = HR_RING_F32,
+                        .n_keys = HR_MSG_MAX_KEYS,
+                        .mem_budget = 1e15,
+                        .n_seq = HR_MSG_MAX_SEQ};
+    for (int r = 0; r < HR_MSG_MAX_ROUNDS; r++)
+        for (int j = 0; j < HR_MSG_MAX_RING; j++)
+            big.win[r][j] = HR_MSG_MAX_LAYER / (HR_MSG_MAX_ROUNDS * HR_MSG_MAX_RING);
+    memset(big.next, 'n', sizeof big.next - 1);
+    memset(big.next_key, 'k', sizeof big.next_key - 1);
+    for (int i = 0; i < HR_MSG_MAX_KEYS; i++)
+        memset(big.keys[i], 'k', HR_RING_KEY_LEN - 1);
+    CHECK_EQ(hr_msg_plan_encode(&m, &big, err), 0);
+    CHECK(m.h.len <= hr_msg_info_of(HR_RING_PLAN)->max_len);
+    CHECK_EQ(hr_msg_plan_decode(&m.h, m.data, &pd, err), 0);
+    CHECK(pd.k == HR_MSG_MAX_ROUNDS && pd.n_active == HR_MSG_MAX_RING);
+    hr_msg_clear(&m);
     /* encode refuses what it could not describe */
     p.k = HR_MSG_MAX_ROUNDS + 1;
     CHECK_EQ(hr_msg_plan_encode(&m, &p, err), HR_EINVAL);
