@@ -33,12 +33,16 @@
 #define HR_EP_LEN HR_MSG_EP_LEN
 #define HR_NAME_LEN HR_MSG_NAME_LEN
 _Static_assert(HR_AGENT_MAX_DEV <= HR_MSG_MAX_KEYS, "a PLAN vouches for every ring member");
+_Static_assert(HR_AGENT_MAX_K <= HR_MSG_MAX_ROUNDS && HR_AGENT_MAX_DEV <= HR_MSG_MAX_RING,
+               "a PLAN carries every round of every ring member");
 
 /* This device's part of a plan. As a parameter (a plan to apply) only the
  * fields up to next_key are set; the buffers belong to the applied plan. */
 typedef struct {
     uint32_t plan_id;
-    int k, W, w, offset, n_active, index;
+    int k, n_active, index;
+    int first[HR_AGENT_MAX_K], count[HR_AGENT_MAX_K]; /* its window of round r (count 0: none;
+                                                         the frame is passed on) */
     int n_ctx, n_batch, dtype;
     int n_seq;         /* KV slots per window (requests in flight); 0 = 1 */
     int n_mb;          /* head: micro-batches a batched session keeps on the ring; 0 = n_active */
@@ -55,8 +59,12 @@ typedef struct {
     size_t frame_cap;
     float *logits;     /* head: [n_vocab] */
     double mem_budget; /* parameter: the scheduler's budget for this device, bytes; <= 0 unknown */
-    int n_gpu;         /* parameter: of each window's w layers, the first n_gpu on the GPU */
+    int n_gpu;         /* parameter: of each window, at most the first n_gpu layers on the GPU */
 } hr_local_plan;
+
+/* stream.c: layers of lp's windows in all rounds; the largest window. */
+int hr_local_plan_layers(const hr_local_plan *lp);
+int hr_local_plan_wmax(const hr_local_plan *lp);
 
 /* The agent's locks in the one order a thread may take them (outer
  * first; hr_lock checks it in debug builds, common/sync.h). Why each
@@ -301,7 +309,8 @@ void hr_node_mem_room(int64_t *avail, int64_t *total);
 #define HR_NODE_TRIM_MS 10000
 void hr_node_trim_timer(void *ud);
 /* node.c: one window of n_tok tokens took ms; the last round counts tokens.
- * A decode window (n_tok 1) feeds the ms_round EMA and counts a round. */
+ * A decode window (n_tok 1) feeds the ms_round EMA and counts a round; ms
+ * < 0: a round without layers here (nothing computed, nothing timed). */
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round);
 /* node.c: the round statistics start over for plan plan_id (apply_plan). */
 void hr_node_stats_reset(hr_agent *a, uint32_t plan_id);

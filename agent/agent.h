@@ -58,7 +58,8 @@ typedef struct {
                                computes chunk 2 (0 = ring devices x k; 1 = one at a time) */
     int expect;             /* head: workers to wait for before serving (0 = peers given) */
     int k;                  /* head: force k rounds (0 = scheduler) */
-    const char *windows;    /* head: force window sizes per ring position, "2,1,1" */
+    const char *windows;    /* head: force window sizes per ring position, "2,1,1" (every
+                               round) or "3,2,2/2,3,2" (rounds of their own) */
     int wire_dtype;         /* head: HR_RING_F32 (default, exact) or HR_RING_F16 */
     const char *gpu;        /* Vulkan device (gpu/vk.h hr_vk_pick: N, auto, any, none); NULL =
                                $HR_GPU, else auto (a real GPU, never a software one) */

@@ -516,7 +516,7 @@ static int hr_bs_build(hr_bsess *b, int g, int only) {
 static int hr_bs_window(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
     hr_agent *a = b->a;
     hr_local_plan *lp = &a->lp;
-    if (lp->w <= 0)
+    if (!lp->ctx[r]) /* no layers here this round */
         return 0;
     double t0 = hr_now_s();
     hr_node_window_start(a, b->mb[g].n_rows);

@@ -484,8 +484,10 @@ int hr_fetch_plan_ranges(const hr_agent *a, const hr_local_plan *np, uint64_t *o
         off[n] = a->rope_off;
         len[n++] = a->rope_len;
     }
-    for (int r = 0; r < np->k && r < HR_AGENT_MAX_K && np->w > 0; r++) {
-        int b = r * np->W + np->offset, e = b + np->w;
+    for (int r = 0; r < np->k && r < HR_AGENT_MAX_K; r++) {
+        int b = np->first[r], e = b + np->count[r];
+        if (np->count[r] <= 0)
+            continue;
         if (a->layer_off && e <= hr_model_hparams(a->m)->n_layer) { /* its tensors, exactly */
             uint64_t lo = UINT64_MAX, hi = 0;
             for (int il = b; il < e; il++) {

@@ -79,8 +79,11 @@ typedef struct {
     uint32_t ready_plan;
     char ready_err[HR_ERR_LEN];
     /* plan */
-    int ring_pos, w, offset;
-    int n_gpu; /* of w, the first n_gpu on its GPU (the plan's n_m) */
+    int ring_pos;
+    int layers;                /* in all rounds of the plan (hd->plan_k) */
+    int win[HR_AGENT_MAX_K];   /* layers of its window in round r (0: none) */
+    int first[HR_AGENT_MAX_K]; /* its first layer in round r */
+    int n_gpu;                 /* of each window, at most the first n_gpu on its GPU (n_m) */
     /* its profile's chosen Vulkan device (gpu[0] == 0: none): name, type,
      * largest device-local heap, best measured matvec rate */
     char gpu[128], gpu_kind[16];
@@ -341,6 +344,10 @@ int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]);
 /* Sets ready from the devices' READY reports. */
 void hr_head_update_ready(hr_head *hd);
 int hr_head_n_workers(const hr_head *hd);
+/* head_adapt.c: rounds of k in which a device with windows win[k] computes
+ * (at least 1, for a device without layers); its predicted and measured
+ * ms per round are per such window. */
+int hr_head_windows_computed(const int *win, int k);
 /* head_state.c: sends m to the peer with ROUTER identity id (frees its
  * payload). Control thread. */
 void hr_head_send(hr_head *hd, const uint8_t *id, size_t idl, hr_msg *m);

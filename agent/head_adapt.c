@@ -90,7 +90,7 @@ static void hr_adapt_reset(hr_dev *d) {
  * its CPU rates: its rounds wait for the disk, and scaling its CPU times
  * by them would plan it as a CPU tens of times slower than it is. */
 static bool hr_adapt_off(const hr_head *hd, const hr_dev *d, int n) {
-    return !d->lost && d->adapt_plan == hd->plan_id && d->ring_pos >= 0 && d->w > 0 &&
+    return !d->lost && d->adapt_plan == hd->plan_id && d->ring_pos >= 0 && d->layers > 0 &&
            !d->overloaded && d->pred_ms_round > 0 && d->adapt_off >= n;
 }
 
@@ -108,7 +108,7 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
         if (plan_id != hd->plan_id)
             return;
     }
-    if (d->ring_pos < 0 || d->w <= 0 || d->pred_ms_round <= 0)
+    if (d->ring_pos < 0 || d->layers <= 0 || d->pred_ms_round <= 0)
         return;
     if (rounds <= d->adapt_rounds) { /* idle: a streak does not outlive the request */
         if (d->adapt_off && now - d->adapt_seen > HR_ADAPT_STALE_S)
@@ -171,29 +171,38 @@ static int hr_adapt_solve(hr_head *hd, const double *scale, int *cand, int *n_ou
     hr_sched_model sm;
     hr_sched_opts so = hr_sched_opts_default();
     so.k_fixed = a->p.k;
+    so.k_max = HR_AGENT_MAX_K;                                       /* the rounds a device runs */
     so.use_gpu = !hr_hparams_cpu_only(hr_model_hparams(a->m), true); /* experts, gemma3 */
     int rc = hr_prof_to_sched_model(&hd->pm, hr_hparams_ctx(hr_model_hparams(a->m), a->p.n_ctx),
                                     &sm, err);
     if (rc || (rc = hr_sched_solve(&sm, sd, n, &so, out, err)))
         return rc;
-    int w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV];
+    int win[HR_AGENT_MAX_K * HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV];
     char e2[HR_ERR_LEN];
     for (int i = 0; i < n; i++) {
-        w[i] = hd->devs[cand[i]].w;
+        for (int r = 0; r < hd->plan_k && r < HR_AGENT_MAX_K; r++)
+            win[r * n + i] = hd->devs[cand[i]].win[r];
         ng[i] = hd->devs[cand[i]].n_gpu;
     }
-    if (hr_sched_evaluate(&sm, sd, n, &so, hd->plan_k, w, ng, cur, e2) != 0)
+    if (hr_sched_evaluate_rounds(&sm, sd, n, &so, hd->plan_k, win, ng, cur, e2) != 0)
         cur->status = HR_EINVAL;
     return 0;
 }
 
+int hr_head_windows_computed(const int *win, int k) {
+    int n = 0;
+    for (int r = 0; r < k; r++)
+        n += win[r] > 0;
+    return n > 0 ? n : 1;
+}
+
 /* Only the rates changed: the plan in use, with predictions at them. */
 static void hr_adapt_repredict(hr_head *hd, const hr_sched_plan *np, const int *cand, int n) {
-    int k = np->k > 0 ? np->k : 1;
     for (int i = 0; i < n; i++) {
         hr_dev *d = &hd->devs[cand[i]];
-        d->pred_ms_round = (np->dev[i].compute_ms + np->dev[i].disk_exposed_ms) / k;
-        d->pred_compute_ms_round = np->dev[i].compute_ms / k;
+        int n_win = hr_head_windows_computed(np->dev[i].win, np->k);
+        d->pred_ms_round = (np->dev[i].compute_ms + np->dev[i].disk_exposed_ms) / n_win;
+        d->pred_compute_ms_round = np->dev[i].compute_ms / n_win;
         d->adapt_plan = 0; /* samples start over against the new predictions */
     }
     hd->sched = *np;
@@ -203,7 +212,8 @@ static void hr_adapt_repredict(hr_head *hd, const hr_sched_plan *np, const int *
 static bool hr_adapt_same(const hr_head *hd, const hr_sched_plan *np, const int *cand, int n) {
     bool same = np->k == hd->plan_k;
     for (int i = 0; i < n && same; i++)
-        same = np->dev[i].w == hd->devs[cand[i]].w;
+        for (int r = 0; r < np->k && r < HR_AGENT_MAX_K && same; r++)
+            same = np->dev[i].win[r] == hd->devs[cand[i]].win[r];
     return same;
 }
 

@@ -110,33 +110,52 @@ void hr_head_dev_sched(hr_head *hd, hr_dev *d, const char *profile, bool is_head
 
 /* ---- planning ---- */
 
-static int hr_parse_windows(const char *s, int *w, int max) {
-    int n = 0;
+/* --windows: "a,b,c" (one size per device, every round) or rounds of
+ * their own separated by '/' ("3,2,2/2,3,2"). Fills win[r * n + i] for the
+ * rows given and returns how many (0 or less: not n sizes in every row). */
+static int hr_parse_windows(const char *s, int n, int *win) {
+    int rows = 0, col = 0;
     while (s && *s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 100000 || n >= max)
+        if (end == s || v < 0 || v > 100000 || col >= n || rows >= HR_AGENT_MAX_K)
             return -1;
-        w[n++] = (int)v;
+        win[rows * n + col++] = (int)v;
         s = end;
-        while (*s == ',' || *s == ' ')
+        while (*s == ' ')
+            s++;
+        if (*s == ',') {
+            s++;
+        } else if (*s == '/' || *s == 0) {
+            if (col != n)
+                return -1;
+            rows++;
+            col = 0;
+            s += *s == '/';
+        } else {
+            return -1;
+        }
+        while (*s == ' ')
             s++;
     }
-    return n;
+    return col == 0 ? rows : -1;
 }
 
 /* The layers split evenly over n devices in k rounds (--k, else 1), with
  * why in the plan's source. */
-static int hr_head_even_split(hr_head *hd, int n, int *k_out, int *w, const char *why,
+static int hr_head_even_split(hr_head *hd, int n, int *k_out, int *win, const char *why,
                               char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     int L = hr_model_hparams(a->m)->n_layer;
     int k = a->p.k > 0 ? a->p.k : 1;
     if (L % k != 0)
         return hr_seterr(err, HR_EINVAL, "k = %d does not divide %d layers", k, L);
+    if (k > HR_AGENT_MAX_K)
+        return hr_seterr(err, HR_EINVAL, "k = %d: at most %d rounds", k, HR_AGENT_MAX_K);
     int W = L / k;
-    for (int i = 0; i < n; i++)
-        w[i] = W / n + (i < W % n);
+    for (int r = 0; r < k; r++)
+        for (int i = 0; i < n; i++)
+            win[r * n + i] = W / n + (i < W % n);
     *k_out = k;
     snprintf(hd->plan_src, sizeof hd->plan_src, "even split%s (%.150s)",
              a->p.k > 0 ? " at --k" : "", why);
@@ -144,13 +163,13 @@ static int hr_head_even_split(hr_head *hd, int n, int *k_out, int *w, const char
     return 0;
 }
 
-/* The KV slots of forced windows w (k rounds) over cand[0..n): the size
+/* The KV slots of forced windows win (k rounds) over cand[0..n): the size
  * the scheduler would give the same windows (hr_solve_slot_pick over the
  * cost model's figures for every size it tries), so that forced windows
  * and the scheduler's own hold the same KV and run alike; without a
  * profile from every device, or when no size fits by the cost model, the
  * slots keep sharing one context (hd->plan_ctx as hr_head_assign set it). */
-static void hr_head_forced_slots(hr_head *hd, const int *cand, int n, int k, const int *w,
+static void hr_head_forced_slots(hr_head *hd, const int *cand, int n, int k, const int *win,
                                  int ctx0) {
     if (!hd->have_pm || !hr_solve_slot_shorter(hd->a->p.n_ctx <= 0, hd->plan_seq, ctx0))
         return;
@@ -173,7 +192,7 @@ static void hr_head_forced_slots(hr_head *hd, const int *cand, int n, int k, con
         hr_sched_model sm;
         char e2[HR_ERR_LEN];
         bool ok = hr_prof_to_sched_model(&hd->pm, ctx * hd->plan_seq, &sm, e2) == 0 &&
-                  hr_sched_evaluate(&sm, sd, n, NULL, k, w, NULL, sp, e2) == 0;
+                  hr_sched_evaluate_rounds(&sm, sd, n, NULL, k, win, NULL, sp, e2) == 0;
         lat[n_try] = ok ? sp->latency_ms : -1;
         streams[n_try++] = ok && hr_solve_plan_streams(sp);
         if (!hr_solve_slot_shorter(true, hd->plan_seq, ctx))
@@ -185,7 +204,8 @@ static void hr_head_forced_slots(hr_head *hd, const int *cand, int n, int k, con
         hd->plan_ctx = ctx0 >> pick;
 }
 
-/* Picks k and w[] for devices cand[0..n) (cand[0] = head) and says how in
+/* Picks k and the windows win[r * n + i] for devices cand[0..n) (cand[0] =
+ * head) and says how in
  * hd->plan_src: --windows as given; else the scheduler over the devices'
  * profiles (k fixed by --k when given); a device without a profile leaves
  * the scheduler nothing to plan with, so the layers are split evenly (and
@@ -193,7 +213,7 @@ static void hr_head_forced_slots(hr_head *hd, const int *cand, int n, int k, con
  * HR_PLAN_SOLVING, and hr_head_assign_solved takes their answer. When the scheduler finds no plan
  * there is no plan: the reason goes to err (and the status), unless --k forced the rounds, which
  * then split evenly as forced. */
-static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *w, int *ng,
+static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *win, int *ng,
                           char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     int L = hr_model_hparams(a->m)->n_layer;
@@ -213,18 +233,32 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         hd->plan_ctx = ctx0 / hd->plan_seq > lo ? ctx0 / hd->plan_seq : lo;
     }
     if (a->p.windows) {
-        int nw = hr_parse_windows(a->p.windows, w, HR_AGENT_MAX_DEV);
-        if (nw != n)
-            return hr_seterr(err, HR_EINVAL, "--windows lists %d sizes for %d devices", nw, n);
+        int rows = hr_parse_windows(a->p.windows, n, win);
+        if (rows < 1)
+            return hr_seterr(err, HR_EINVAL,
+                             "--windows '%.60s': every round must list %d sizes (at most %d "
+                             "rounds, separated by '/')",
+                             a->p.windows, n, HR_AGENT_MAX_K);
         int sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += w[i];
-        int k = a->p.k > 0 ? a->p.k : (sum > 0 ? L / sum : 0);
-        if (sum <= 0 || sum * k != L)
-            return hr_seterr(err, HR_EINVAL, "windows sum to %d; k x sum must be %d layers", sum,
-                             L);
+        for (int i = 0; i < rows * n; i++)
+            sum += win[i];
+        int k = rows;
+        if (rows == 1) { /* one size per device, in every round */
+            k = a->p.k > 0 ? a->p.k : (sum > 0 ? L / sum : 0);
+            if (sum <= 0 || sum * k != L || k > HR_AGENT_MAX_K)
+                return hr_seterr(err, HR_EINVAL,
+                                 "windows sum to %d; k x sum must be %d layers (k at most %d)", sum,
+                                 L, HR_AGENT_MAX_K);
+            for (int r = 1; r < k; r++)
+                memcpy(win + r * n, win, sizeof *win * (size_t)n);
+        } else if ((a->p.k > 0 && a->p.k != rows) || sum != L) {
+            return hr_seterr(err, HR_EINVAL,
+                             "--windows lists %d rounds summing to %d layers; they must cover "
+                             "the %d layers%s",
+                             rows, sum, L, a->p.k > 0 ? " in --k rounds" : "");
+        }
         *k_out = k;
-        hr_head_forced_slots(hd, cand, n, k, w, ctx0);
+        hr_head_forced_slots(hd, cand, n, k, win, ctx0);
         snprintf(hd->plan_src, sizeof hd->plan_src, "forced by --windows %s", a->p.windows);
         return 0;
     }
@@ -253,6 +287,7 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         memcpy(j->sd, sd, (size_t)n * sizeof *sd);
         j->so = hr_sched_opts_default();
         j->so.k_fixed = a->p.k;
+        j->so.k_max = HR_AGENT_MAX_K; /* the rounds a device runs */
         j->so.use_gpu = !hr_hparams_cpu_only(hr_model_hparams(a->m), true); /* experts, gemma3 */
         j->n_parallel = a->p.n_parallel;
         j->parallel_auto = hd->parallel_auto;
@@ -261,13 +296,13 @@ static int hr_head_assign(hr_head *hd, const int *cand, int n, int *k_out, int *
         hr_head_solve_submit(hd);
         return HR_PLAN_SOLVING;
     }
-    return hr_head_even_split(hd, n, k_out, w, why, err);
+    return hr_head_even_split(hd, n, k_out, win, why, err);
 }
 
 /* The solver's answer j for hr_head_assign's candidates (n of them): the
  * scheduler's k and windows; when it found no plan, the reason in err,
  * unless --k forced the rounds, which then split evenly as forced. */
-static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int *k_out, int *w,
+static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int *k_out, int *win,
                                  int *ng, char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     hd->plan_seq = j->plan_seq;
@@ -284,7 +319,8 @@ static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int 
                     hd->sched.latency_ms, hd->sched.explanation, hd->sched.solve_ms);
         *k_out = hd->sched.k;
         for (int i = 0; i < n; i++) {
-            w[i] = hd->sched.dev[i].w;
+            for (int r = 0; r < hd->sched.k && r < HR_AGENT_MAX_K; r++)
+                win[r * n + i] = hd->sched.dev[i].win[r];
             ng[i] = hd->sched.dev[i].n_gpu;
         }
         snprintf(hd->plan_src, sizeof hd->plan_src, "scheduler%s: %.170s",
@@ -298,7 +334,7 @@ static int hr_head_assign_solved(hr_head *hd, const hr_solve_job *j, int n, int 
     }
     char why[HR_ERR_LEN];
     snprintf(why, sizeof why, "%.200s", err);
-    return hr_head_even_split(hd, n, k_out, w, why, err);
+    return hr_head_even_split(hd, n, k_out, win, why, err);
 }
 
 int hr_head_n_workers(const hr_head *hd) {
@@ -309,7 +345,7 @@ int hr_head_n_workers(const hr_head *hd) {
 }
 
 /* Predicted figures (hd->sched) when every device has a profile. */
-static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const int *w,
+static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const int *win,
                             const int *ng) {
     const hr_agent *a = hd->a;
     bool all_sched = hd->have_pm;
@@ -324,7 +360,7 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
     hr_sched_model sm;
     char e2[HR_ERR_LEN];
     if (all_sched && hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, e2) == 0 &&
-        hr_sched_evaluate(&sm, sd, n, NULL, k, w, ng, &hd->sched, e2) == 0)
+        hr_sched_evaluate_rounds(&sm, sd, n, NULL, k, win, ng, &hd->sched, e2) == 0)
         hd->have_sched = true;
     else if (all_sched)
         HR_LOG_WARN(TAG, "no predicted times for plan: %s", e2);
@@ -335,78 +371,94 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
 static bool a_windows(const hr_head *hd) { return hd->a->p.windows != NULL; }
 
 /* Windows and ring positions for the candidates; ring[] gets the device
- * indexes in ring order (the head first, devices with w 0 left out). */
-static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int *w, const int *ng,
-                           int *ring, int *n_active) {
-    int off = 0;
+ * indexes in ring order (the head first, devices without layers left out). */
+static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int *win,
+                           const int *ng, int *ring, int *n_active) {
     *n_active = 0;
-    /* the model's figures for the streaming scheme (hr_prof_stream_read_round) */
+    /* the model's figures for the streaming scheme (hr_prof_stream_read) */
     hr_sched_model sm;
     char e2[HR_ERR_LEN];
     bool have_sm =
         hd->have_pm && hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(hd->a), &sm, e2) == 0;
     for (int i = 0; i < hd->n_devs; i++) {
         hd->devs[i].ring_pos = -1;
-        hd->devs[i].w = 0;
+        hd->devs[i].layers = 0;
+        memset(hd->devs[i].win, 0, sizeof hd->devs[i].win);
     }
     bool plan_gpu = false;
     for (int i = 0; i < n; i++) {
         hr_dev *d = &hd->devs[cand[i]];
-        d->w = w[i];
-        d->offset = off;
-        off += w[i];
+        int wmax = 0;
+        for (int r = 0; r < k; r++) {
+            d->win[r] = win[r * n + i];
+            d->layers += d->win[r];
+            wmax = d->win[r] > wmax ? d->win[r] : wmax;
+        }
         d->overloaded = hd->have_sched && hd->sched.dev[i].overloaded;
-        d->n_gpu = ng[i] > w[i] ? w[i] : ng[i];
+        d->n_gpu = ng[i] > wmax ? wmax : ng[i];
         plan_gpu = plan_gpu || d->n_gpu > 0;
         d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
-        if (have_sm && d->has_sched && w[i] > 0 &&
+        if (have_sm && d->has_sched && d->layers > 0 &&
             (d->sd.os == HR_SCHED_OS_LINUX || d->sd.os == HR_SCHED_OS_ANDROID))
-        /* what its runtime streams: the same hr_sched_stream_split, on the budget the
+        /* what its runtime streams: the same hr_sched_stream_split_rounds, on the budget the
          * device is planned with (the PLAN's mem_budget) */
         {
             hr_sched_model dm = sm; /* its measured routing, where it has one */
             if (d->ex_miss > 0 && dm.expert_read * d->ex_miss <= 1.0)
                 dm.expert_read *= d->ex_miss;
-            d->pred_read_token =
-                k * hr_prof_stream_read_round(&dm, k, w[i], i == 0, d->sd.mem_bytes);
+            d->pred_read_token = hr_prof_stream_read(&dm, d->win, k, i == 0, d->sd.mem_bytes);
         }
         d->left_out[0] = 0;
-        if (i > 0 && w[i] == 0)
+        if (i > 0 && d->layers == 0)
             snprintf(d->left_out, sizeof d->left_out, "%s",
                      hd->have_sched && hd->sched.dev[i].left_out[0] ? hd->sched.dev[i].left_out
                      : a_windows(hd)                                ? "forced by --windows"
                                                                     : "no layer left for it");
+        /* per window it computes, as its rounds are measured */
+        int n_win = hr_head_windows_computed(d->win, k);
         d->pred_ms_round =
-            hd->have_sched ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / k
-                           : 0;
-        d->pred_compute_ms_round = hd->have_sched ? hd->sched.dev[i].compute_ms / k : 0;
+            hd->have_sched
+                ? (hd->sched.dev[i].compute_ms + hd->sched.dev[i].disk_exposed_ms) / n_win
+                : 0;
+        d->pred_compute_ms_round = hd->have_sched ? hd->sched.dev[i].compute_ms / n_win : 0;
         d->ready = false;
-        if (i == 0 || w[i] > 0) {
+        if (i == 0 || d->layers > 0) {
             d->ring_pos = *n_active;
             ring[(*n_active)++] = cand[i];
         }
     }
+    /* first layers: ring order within a round, round after round */
+    for (int r = 0, at = 0; r < k; r++)
+        for (int j = 0; j < *n_active; j++) {
+            hr_dev *d = &hd->devs[ring[j]];
+            d->first[r] = at;
+            at += d->win[r];
+        }
     hd->plan_gpu = plan_gpu;
 }
 
 /* Keeps the head's own part (checked, applied later by the generating
  * thread) and sends every other device its PLAN
  * (devices left out of the ring get an empty window). */
-static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_active,
+static int hr_head_send_plans(hr_head *hd, int k, const int *ring, int n_active,
                               char err[HR_ERR_LEN]) {
     const hr_agent *a = hd->a;
     const hr_hparams *hp = hr_model_hparams(a->m);
     int rc;
     int n_ctx = hd->plan_ctx > 0 ? hd->plan_ctx : hr_hparams_ctx(hp, a->p.n_ctx);
     /* what every device's PLAN shares; ring members add their window */
-    const hr_msg_plan base = {.plan_id = hd->plan_id,
-                              .k = k,
-                              .W = W,
-                              .n_active = n_active,
-                              .n_ctx = n_ctx,
-                              .n_batch = a->p.n_batch,
-                              .dtype = a->p.wire_dtype,
-                              .n_seq = hd->plan_seq};
+    hr_msg_plan base = {.plan_id = hd->plan_id,
+                        .k = k,
+                        .n_layer = hp->n_layer,
+                        .n_active = n_active,
+                        .index = -1,
+                        .n_ctx = n_ctx,
+                        .n_batch = a->p.n_batch,
+                        .dtype = a->p.wire_dtype,
+                        .n_seq = hd->plan_seq};
+    for (int r = 0; r < k && r < HR_MSG_MAX_ROUNDS; r++)
+        for (int j = 0; j < n_active && j < HR_MSG_MAX_RING; j++)
+            base.win[r][j] = hd->devs[ring[j]].win[r];
     hr_msg_plan pm = base;
     for (int r = 0; r < n_active; r++) /* ring members vouched for to each other */
         if (hd->devs[ring[r]].pubkey[0])
@@ -415,8 +467,7 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
         hr_dev *d = &hd->devs[ring[r]];
         const char *next = n_active > 1 ? hd->devs[ring[(r + 1) % n_active]].data_ep : "";
         const char *next_key = n_active > 1 ? hd->devs[ring[(r + 1) % n_active]].pubkey : "";
-        pm.w = d->w;
-        pm.offset = d->offset;
+        pm.index = r;
         pm.prefetch = a->p.prefetch;
         pm.release = a->p.release >= 0 ? a->p.release == 1 : d->overloaded;
         pm.mem_budget = d->has_sched ? d->sd.mem_bytes : 0; /* what it was planned with */
@@ -426,9 +477,6 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
         if (r == 0) {
             hr_local_plan np = {.plan_id = hd->plan_id,
                                 .k = k,
-                                .W = W,
-                                .w = d->w,
-                                .offset = d->offset,
                                 .n_active = n_active,
                                 .index = r,
                                 .n_ctx = n_ctx,
@@ -441,14 +489,21 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
                                 .release = pm.release,
                                 .mem_budget = pm.mem_budget,
                                 .n_gpu = d->n_gpu};
+            for (int q = 0; q < k && q < HR_AGENT_MAX_K; q++) {
+                np.first[q] = d->first[q];
+                np.count[q] = d->win[q];
+            }
             snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
             snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
             if ((rc = hr_node_plan_check(a, &np, err)))
                 return rc;
             hr_node_windows(a, &np);
             hd->own = np;
-            if (np.prefetch) /* warm the first window */
-                hr_stream_prefetch(a->g, np.win_off[0], np.win_len[0]);
+            for (int q = 0; np.prefetch && q < k && q < HR_AGENT_MAX_K; q++)
+                if (np.win_len[q]) { /* warm the first window */
+                    hr_stream_prefetch(a->g, np.win_off[q], np.win_len[q]);
+                    break;
+                }
             d->ready = true;
             d->ready_plan = hd->plan_id;
             continue;
@@ -472,21 +527,23 @@ static int hr_head_send_plans(hr_head *hd, int k, int W, const int *ring, int n_
     return 0;
 }
 
-/* The plan of k rounds and windows w (ng on GPUs) over cand[0..n):
- * predictions, ring positions, and every device's PLAN. */
-static int hr_head_replan_finish(hr_head *hd, const int *cand, int n, int k, const int *w,
+/* The plan of k rounds and windows win[r * n + i] (ng on GPUs) over
+ * cand[0..n): predictions, ring positions, and every device's PLAN. */
+static int hr_head_replan_finish(hr_head *hd, const int *cand, int n, int k, const int *win,
                                  const int *ng, char err[HR_ERR_LEN]) {
-    const hr_hparams *hp = hr_model_hparams(hd->a->m);
     int rc;
-    hr_head_predict(hd, cand, n, k, w, ng);
+    if (k < 1 || k > HR_AGENT_MAX_K)
+        return hr_seterr(err, HR_EINVAL, "plan of %d rounds: at most %d", k, HR_AGENT_MAX_K);
+    hr_head_predict(hd, cand, n, k, win, ng);
     hd->plan_id++;
     hd->plan_k = k;
-    int W = hp->n_layer / k, n_active = 0, ring[HR_AGENT_MAX_DEV];
-    hr_head_layout(hd, cand, n, k, w, ng, ring, &n_active);
-    if ((rc = hr_head_send_plans(hd, k, W, ring, n_active, err)))
+    int n_active = 0, ring[HR_AGENT_MAX_DEV];
+    hr_head_layout(hd, cand, n, k, win, ng, ring, &n_active);
+    if ((rc = hr_head_send_plans(hd, k, ring, n_active, err)))
         return rc;
-    HR_LOG_INFO(TAG, "plan %u: %d devices in the ring, k %d, %d layers per round", hd->plan_id,
-                n_active, k, W);
+    HR_LOG_INFO(TAG, "plan %u: %d devices in the ring, k %d, %s", hd->plan_id, n_active, k,
+                hd->have_sched && !hd->sched.uniform ? "rounds of their own windows"
+                                                     : "the same windows every round");
     return 0;
 }
 
@@ -503,18 +560,18 @@ static int hr_head_candidates(const hr_head *hd, int *cand) {
  * dev_mu held, after hr_head_claim), or hands its programs to the solver
  * thread (HR_PLAN_SOLVING). */
 int hr_head_replan(hr_head *hd, char err[HR_ERR_LEN]) {
-    int cand[HR_AGENT_MAX_DEV], w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
+    int cand[HR_AGENT_MAX_DEV], win[HR_AGENT_MAX_K * HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
     int n = hr_head_candidates(hd, cand);
     hd->ready = false;
     hd->have_sched = false;
-    int rc = hr_head_assign(hd, cand, n, &k, w, ng, err);
+    int rc = hr_head_assign(hd, cand, n, &k, win, ng, err);
     if (rc == HR_PLAN_SOLVING) {
         memcpy(hd->solve_cand, cand, (size_t)n * sizeof *cand);
         hd->solve_n = n;
         hd->solving = true;
         return rc;
     }
-    return rc ? rc : hr_head_replan_finish(hd, cand, n, k, w, ng, err);
+    return rc ? rc : hr_head_replan_finish(hd, cand, n, k, win, ng, err);
 }
 
 int hr_head_replan_solved(hr_head *hd, uint64_t gen, char err[HR_ERR_LEN]) {
@@ -523,7 +580,7 @@ int hr_head_replan_solved(hr_head *hd, uint64_t gen, char err[HR_ERR_LEN]) {
     if (!j)
         return HR_PLAN_STALE; /* not the job out (a stray event) */
     hd->solving = false;
-    int cand[HR_AGENT_MAX_DEV], w[HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
+    int cand[HR_AGENT_MAX_DEV], win[HR_AGENT_MAX_K * HR_AGENT_MAX_DEV], ng[HR_AGENT_MAX_DEV], k = 1;
     int n = hr_head_candidates(hd, cand);
     if (n != hd->solve_n || memcmp(cand, hd->solve_cand, (size_t)n * sizeof *cand) != 0) {
         HR_LOG_INFO(TAG, "plan job %llu: the devices changed while it was solved; planning again",
@@ -533,8 +590,8 @@ int hr_head_replan_solved(hr_head *hd, uint64_t gen, char err[HR_ERR_LEN]) {
     }
     for (int i = 0; i < n; i++)
         ng[i] = 0;
-    int rc = hr_head_assign_solved(hd, j, n, &k, w, ng, err);
-    return rc ? rc : hr_head_replan_finish(hd, cand, n, k, w, ng, err);
+    int rc = hr_head_assign_solved(hd, j, n, &k, win, ng, err);
+    return rc ? rc : hr_head_replan_finish(hd, cand, n, k, win, ng, err);
 }
 
 void hr_head_update_ready(hr_head *hd) {

@@ -45,8 +45,8 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
         o->info.profile = NULL; /* never kept; the row does not own one */
     }
     o->ring_pos = d->ring_pos;
-    o->w = d->w;
-    o->offset = d->offset;
+    memcpy(o->win, d->win, sizeof o->win);
+    memcpy(o->first, d->first, sizeof o->first);
     o->gpu_layers = d->n_gpu;
     o->pred_ms_round = d->pred_ms_round;
     o->meas_ms_round = d->meas_ms_round;
@@ -65,7 +65,9 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     /* disk: what the plan's cost model predicts it reads per token, what it
      * measured over its windows, what its runtime split streams and keeps */
     o->disk.pred_read_bytes_token = hr_known(d->pred_read_token);
-    o->disk.meas_read_bytes_token = d->meas_read_round >= 0 ? d->meas_read_round * k : NAN;
+    /* measured per window it computed (a round without layers reads nothing) */
+    int n_win = hr_head_windows_computed(d->win, k);
+    o->disk.meas_read_bytes_token = d->meas_read_round >= 0 ? d->meas_read_round * n_win : NAN;
     o->disk.stream_bytes_token = d->stream_round >= 0 ? d->stream_round * k : NAN;
     o->disk.pinned_bytes = hr_known(d->pinned);
     o->disk.locked = d->locked > 0 ? 1 : d->locked == 0 ? 0 : -1;

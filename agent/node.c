@@ -434,18 +434,20 @@ static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp, do
     double budget;
     char err[HR_ERR_LEN];
     *layer_bytes = 0;
-    if (lp->w <= 0 || hr_node_budget(a, lp, &sm, &budget, err) != 0)
+    int layers = hr_local_plan_layers(lp);
+    if (layers <= 0 || hr_node_budget(a, lp, &sm, &budget, err) != 0)
         return 1e300; /* nothing to split, or no model figures: keep everything */
     *layer_bytes = sm.layer_bytes;
     if (lp->mem_budget > 0 && (budget < 0 || lp->mem_budget < budget))
         budget = lp->mem_budget;
     if (budget < 0)
         return 1e300;
-    return hr_prof_stream_room(&sm, lp->k, lp->w, a->is_head, budget);
+    return hr_prof_stream_room(&sm, layers, a->is_head, budget);
 }
 
 static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_ERR_LEN]) {
-    if (lp->w <= 0)
+    int layers = hr_local_plan_layers(lp);
+    if (layers <= 0)
         return 0;
     hr_sched_model sm;
     double budget;
@@ -454,13 +456,13 @@ static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_
         return rc;
     if (budget < 0)
         return 0;
-    double need = hr_prof_mem_need(&sm, lp->k, lp->w, a->is_head);
+    double need = hr_prof_mem_need(&sm, layers, a->is_head);
     if (need > budget * (1.0 + 1e-9) + 1.0)
         return hr_seterr(err, HR_ENOMEM,
                          "device '%s': plan %u needs %.0f bytes (%.1f MiB: KV of %d layers x %d "
                          "positions, one layer of streaming buffer%s) but has %.0f bytes (%.1f "
                          "MiB available%s, less %.1f MiB for buffers and slack)",
-                         a->name, lp->plan_id, need, need / 1048576.0, lp->w * lp->k, lp->n_ctx,
+                         a->name, lp->plan_id, need, need / 1048576.0, layers, lp->n_ctx,
                          a->is_head ? ", the output head" : "", budget, budget / 1048576.0,
                          a->p.mem_limit_gib > 0 ? " under --mem-limit" : "",
                          hr_node_reserve(a, lp) / 1048576.0);
@@ -469,15 +471,19 @@ static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_
 
 int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]) {
     const hr_hparams *hp = hr_model_hparams(a->m);
-    if (np->k < 1 || np->k > HR_AGENT_MAX_K || np->W * np->k != hp->n_layer || np->w < 0 ||
-        np->offset < 0 || np->offset + np->w > np->W || np->n_batch < 1 || np->n_ctx < 1 ||
-        np->n_batch > 4096 || np->n_seq < 0 || np->n_seq > HR_AGENT_MAX_PARALLEL ||
-        hr_ring_dtype_size(np->dtype) == 0)
+    bool ok = np->k >= 1 && np->k <= HR_AGENT_MAX_K;
+    /* its windows: inside the model, one after the other in round order */
+    for (int r = 0, end = 0; ok && r < np->k; r++) {
+        int f = np->first[r], c = np->count[r];
+        ok = c >= 0 && f >= 0 && c <= hp->n_layer - f && (c == 0 || f >= end);
+        end = c > 0 ? f + c : end;
+    }
+    if (!ok || np->n_batch < 1 || np->n_ctx < 1 || np->n_batch > 4096 || np->n_seq < 0 ||
+        np->n_seq > HR_AGENT_MAX_PARALLEL || hr_ring_dtype_size(np->dtype) == 0)
         return hr_seterr(err, HR_EINVAL,
-                         "plan %u does not fit the model: k %d, W %d, w %d, offset %d, "
-                         "n_layer %d, batch %d, %d KV slots",
-                         np->plan_id, np->k, np->W, np->w, np->offset, hp->n_layer, np->n_batch,
-                         np->n_seq);
+                         "plan %u does not fit the model: k %d (at most %d), windows outside its "
+                         "%d layers or out of order, batch %d, %d KV slots",
+                         np->plan_id, np->k, HR_AGENT_MAX_K, hp->n_layer, np->n_batch, np->n_seq);
     return hr_plan_fits(a, np, err);
 }
 
@@ -491,9 +497,8 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     hr_local_plan *lp = &a->lp;
     lp->plan_id = np->plan_id;
     lp->k = np->k;
-    lp->W = np->W;
-    lp->w = np->w;
-    lp->offset = np->offset;
+    memcpy(lp->first, np->first, sizeof lp->first);
+    memcpy(lp->count, np->count, sizeof lp->count);
     lp->n_active = np->n_active;
     lp->index = np->index;
     lp->n_ctx = np->n_ctx;
@@ -506,7 +511,8 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     lp->release = np->release;
     lp->mem_budget = np->mem_budget;
     lp->n_gpu = a->p.gpu_layers >= 0 ? a->p.gpu_layers : np->n_gpu;
-    lp->n_gpu = !a->vk || lp->n_gpu < 0 ? 0 : lp->n_gpu > lp->w ? lp->w : lp->n_gpu;
+    int wmax = hr_local_plan_wmax(lp);
+    lp->n_gpu = !a->vk || lp->n_gpu < 0 ? 0 : lp->n_gpu > wmax ? wmax : lp->n_gpu;
     if (np->n_gpu > 0 && !a->vk)
         HR_LOG_WARN(TAG,
                     "%s: plan %u puts %d layers per window on a GPU this agent does not "
@@ -533,14 +539,19 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     cp.on_route = hr_node_on_route; /* experts a layer reads, for streaming by expert */
     cp.vk = lp->n_gpu > 0 ? a->vk : NULL;
     cp.n_gpu = lp->n_gpu;
-    for (int r = 0; lp->w > 0 && r < lp->k; r++) {
-        cp.layer_begin = r * lp->W + lp->offset;
-        cp.layer_end = cp.layer_begin + lp->w;
-        cp.share = lp->ctx[0]; /* one set of work buffers: the windows run in turn */
+    hr_ctx *share = NULL; /* one set of work buffers: the windows run in turn */
+    for (int r = 0; r < lp->k; r++) {
+        if (lp->count[r] <= 0)
+            continue; /* no layers this round: the frame is passed on */
+        cp.layer_begin = lp->first[r];
+        cp.layer_end = cp.layer_begin + lp->count[r];
+        cp.n_gpu = lp->n_gpu < lp->count[r] ? lp->n_gpu : lp->count[r];
+        cp.share = share;
         if ((rc = hr_ctx_create(&lp->ctx[r], a->m, &cp, err)))
             goto fail;
         for (int s = 0; s < lp->n_seq; s++) /* every slot in use, for BATCH rows */
             hr_ctx_seq_add(lp->ctx[r], s);
+        share = share ? share : lp->ctx[r];
     }
     size_t E = (size_t)hp->n_embd, B = (size_t)hr_local_plan_rows(lp);
     if (a->is_head) {
@@ -562,11 +573,20 @@ int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN
     hr_node_windows(a, lp);
     hr_node_stream_plan(a, lp, room, layer_bytes); /* pins, warms the first window */
     atomic_store(&a->plan_held, hr_local_plan_held(lp, E));
+    char wins[128];
+    size_t wn = 0;
+    wins[0] = 0;
+    for (int r = 0; r < lp->k && wn < sizeof wins; r++) {
+        int q = lp->count[r] > 0 ? snprintf(wins + wn, sizeof wins - wn, "%s%d-%d", r ? "," : "",
+                                            lp->first[r], lp->first[r] + lp->count[r] - 1)
+                                 : snprintf(wins + wn, sizeof wins - wn, "%s-", r ? "," : "");
+        wn += q > 0 ? (size_t)q : 0;
+    }
     HR_LOG_INFO(TAG,
-                "%s: plan %u: k %d, window %d layers (%d on the GPU) at offset %d of %d per round, "
-                "%d KV slot%s, next %s",
-                a->name, lp->plan_id, lp->k, lp->w, lp->n_gpu, lp->offset, lp->W, lp->n_seq,
-                lp->n_seq == 1 ? "" : "s", lp->next_ep[0] ? lp->next_ep : "-");
+                "%s: plan %u: k %d, windows %s (at most %d layers of each on the GPU), %d KV "
+                "slot%s, next %s",
+                a->name, lp->plan_id, lp->k, wins, lp->n_gpu, lp->n_seq, lp->n_seq == 1 ? "" : "s",
+                lp->next_ep[0] ? lp->next_ep : "-");
     return 0;
 fail:
     hr_local_plan_free(lp);
@@ -599,7 +619,7 @@ void hr_node_push_connect(hr_agent *a) {
 
 void hr_node_stats_round(hr_agent *a, double ms, int n_tok, bool last_round) {
     hr_lock(&a->st.mu, HR_RANK_STATS);
-    if (n_tok == 1) {
+    if (n_tok == 1 && ms >= 0) {
         a->st.ms_round = a->st.ms_round > 0 ? 0.8 * a->st.ms_round + 0.2 * ms : ms;
         a->st.rounds++;
         a->st.ms_total += ms;

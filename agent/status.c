@@ -61,21 +61,32 @@ double hr_status_overload_bytes(const hr_status_plan *p) {
     return b > HR_STATUS_OVERLOAD_MIN_BYTES ? b : HR_STATUS_OVERLOAD_MIN_BYTES;
 }
 
-bool hr_status_overloaded(const hr_status_plan *p, const hr_status_dev *d) {
-    double rd = d->disk.meas_read_bytes_token;
-    return d->w > 0 && d->tokens > 0 && isfinite(rd) && rd >= hr_status_overload_bytes(p);
+/* Its largest window of the plan's rounds. */
+static int hr_dev_wmax(const hr_status_plan *p, const hr_status_dev *d) {
+    int w = 0;
+    for (int r = 0; r < p->k && r < HR_AGENT_MAX_K; r++)
+        w = d->win[r] > w ? d->win[r] : w;
+    return w;
 }
 
-/* The layers of a device's windows, one range per round ("0-3,8-11"), "-"
- * when it has none. */
-static void hr_layers_str(char *out, size_t cap, int k, int W, int off, int w) {
+bool hr_status_overloaded(const hr_status_plan *p, const hr_status_dev *d) {
+    double rd = d->disk.meas_read_bytes_token;
+    return hr_dev_wmax(p, d) > 0 && d->tokens > 0 && isfinite(rd) &&
+           rd >= hr_status_overload_bytes(p);
+}
+
+/* The layers of a device's windows, one range per round ("0-3,8-11"; "-"
+ * for a round without), "-" when it has none. */
+static void hr_layers_str(char *out, size_t cap, const hr_status_plan *p, const hr_status_dev *d) {
     size_t n = 0;
     out[0] = 0;
-    for (int r = 0; r < k && w > 0 && n < cap; r++) {
-        int b = r * W + off;
-        n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", r ? "," : "", b, b + w - 1);
+    for (int r = 0; r < p->k && r < HR_AGENT_MAX_K && n < cap; r++) {
+        int b = d->first[r], q = d->win[r] > 0 ? snprintf(out + n, cap - n, "%s%d-%d", r ? "," : "",
+                                                          b, b + d->win[r] - 1)
+                                               : snprintf(out + n, cap - n, "%s-", r ? "," : "");
+        n += q > 0 ? (size_t)q : 0;
     }
-    if (w <= 0)
+    if (hr_dev_wmax(p, d) <= 0)
         snprintf(out, cap, "-");
 }
 
@@ -111,7 +122,7 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
         return NULL;
     int k = st->plan.k > 0 ? st->plan.k : 1;
     char layers[256];
-    hr_layers_str(layers, sizeof layers, k, st->plan.n_layer / k, d->offset, d->w);
+    hr_layers_str(layers, sizeof layers, &st->plan, d);
     hr_put_str(o, "name", d->name);
     hr_put_str(o, "address", d->address);
     hr_put_str(o, "data", d->data);
@@ -119,7 +130,11 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_bool(o, "lost", d->lost);
     hr_put_bool(o, "ready", d->ready);
     hr_put_int(o, "ring_pos", d->ring_pos);
-    hr_put_int(o, "w", d->w);
+    hr_put_int(o, "w", hr_dev_wmax(&st->plan, d)); /* its largest window */
+    json_t *wins = json_array();                   /* layers of its window in each round */
+    for (int r = 0; wins && r < k && r < HR_AGENT_MAX_K; r++)
+        json_array_append_new(wins, json_integer(d->win[r]));
+    hr_put(o, "windows", wins);
     hr_put_int(o, "k", k);
     hr_put_str(o, "layers", layers);
     hr_put_fig(o, "pred_ms_round", d->pred_ms_round);

@@ -66,16 +66,17 @@ typedef struct {
     char name[HR_MSG_NAME_LEN];
     char address[HR_MSG_EP_LEN], data[HR_MSG_EP_LEN]; /* control, data endpoints */
     bool head, lost;
-    bool pred_overloaded; /* the plan's cost model has it stream weights every token */
-    bool ready;           /* ready on the plan in use */
-    bool has_info;        /* info holds its JOIN */
-    hr_msg_join info;     /* its JOIN (profile NULL): os, cores, memory, threads, ... */
-    int ring_pos;         /* -1: not in the ring */
-    int w, offset;        /* layers of each of its windows; the first one's in a round */
-    int gpu_layers;       /* of w, on its GPU */
-    double pred_ms_round; /* ms per round, predicted; 0: no prediction */
-    double meas_ms_round; /* ms per round, measured (EMA); 0: none yet */
-    double resident;      /* fraction of its windows resident */
+    bool pred_overloaded;      /* the plan's cost model has it stream weights every token */
+    bool ready;                /* ready on the plan in use */
+    bool has_info;             /* info holds its JOIN */
+    hr_msg_join info;          /* its JOIN (profile NULL): os, cores, memory, threads, ... */
+    int ring_pos;              /* -1: not in the ring */
+    int win[HR_AGENT_MAX_K];   /* layers of its window in round r < plan.k (0: none) */
+    int first[HR_AGENT_MAX_K]; /* the first of them */
+    int gpu_layers;            /* of each window, at most this many on its GPU */
+    double pred_ms_round;      /* ms per round, predicted; 0: no prediction */
+    double meas_ms_round;      /* ms per round, measured (EMA); 0: none yet */
+    double resident;           /* fraction of its windows resident */
     uint64_t tokens;
     bool has_profile;                  /* the planner had its profile */
     char left_out[HR_STATUS_TEXT_LEN]; /* why it has no layers, "" when it has */

@@ -71,14 +71,27 @@ struct hr_streamer {
     bool out_locked; /* the output head is mlock'ed (head, streaming plans) */
 };
 
+int hr_local_plan_layers(const hr_local_plan *lp) {
+    int n = 0;
+    for (int r = 0; r < lp->k && r < HR_AGENT_MAX_K; r++)
+        n += lp->count[r] > 0 ? lp->count[r] : 0;
+    return n;
+}
+
+int hr_local_plan_wmax(const hr_local_plan *lp) {
+    int n = 0;
+    for (int r = 0; r < lp->k && r < HR_AGENT_MAX_K; r++)
+        n = lp->count[r] > n ? lp->count[r] : n;
+    return n;
+}
+
 void hr_node_windows(const hr_agent *a, hr_local_plan *lp) {
     for (int r = 0; r < HR_AGENT_MAX_K; r++)
         lp->win_off[r] = lp->win_len[r] = 0;
-    if (lp->w <= 0)
-        return;
     for (int r = 0; r < lp->k && r < HR_AGENT_MAX_K; r++) {
-        int b = r * lp->W + lp->offset;
-        if (hr_stream_window_range(a->g, b, b + lp->w, &lp->win_off[r], &lp->win_len[r]))
+        int b = lp->first[r];
+        if (lp->count[r] > 0 &&
+            hr_stream_window_range(a->g, b, b + lp->count[r], &lp->win_off[r], &lp->win_len[r]))
             lp->win_off[r] = lp->win_len[r] = 0;
     }
 }
@@ -100,7 +113,8 @@ void hr_node_window_start(const hr_agent *a, int rows) {
 
 void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round, int rows) {
     hr_streamer *s = a->streamer;
-    if (lp->w <= 0 || lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K)
+    if (lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K ||
+        lp->count[round] <= 0)
         return;
     if (s) {
         atomic_store(&s->rows_now, 0);
@@ -197,12 +211,12 @@ void hr_node_streamer_stop(hr_agent *a) {
 /* lp's windows as parts, with their layers. */
 static int hr_node_parts(const hr_local_plan *lp, hr_stream_part *part) {
     memset(part, 0, sizeof(hr_stream_part) * HR_AGENT_MAX_K);
-    int n = lp->w > 0 ? (lp->k < HR_AGENT_MAX_K ? lp->k : HR_AGENT_MAX_K) : 0;
-    for (int r = 0; r < n; r++) {
+    int n = hr_local_plan_layers(lp) > 0 ? (lp->k < HR_AGENT_MAX_K ? lp->k : HR_AGENT_MAX_K) : 0;
+    for (int r = 0; r < n; r++) { /* a round without layers: an empty part */
         part[r].off = lp->win_off[r];
         part[r].len = lp->win_len[r];
-        part[r].layer_begin = r * lp->W + lp->offset;
-        part[r].n_layers = lp->w;
+        part[r].layer_begin = lp->first[r];
+        part[r].n_layers = lp->count[r];
     }
     return n;
 }
@@ -210,7 +224,7 @@ static int hr_node_parts(const hr_local_plan *lp, hr_stream_part *part) {
 /* A model with experts whose windows do not fit: the always-read part and
  * as many experts as fit stay, the routed others are read as chosen
  * (mmap/experts.h), by the scheduler's expert scheme
- * (hr_sched_stream_split_experts). Returns the bytes it reads per round
+ * (hr_sched_stream_split_rounds with experts). Returns the bytes it reads per round
  * (predicted), or -1 when the plan is not streamed by expert (the windows
  * fit, or no expert cache): then the dense scheme applies. */
 static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, double room,
@@ -219,18 +233,18 @@ static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, doub
     if (!s || !s->ex)
         return -1;
     const hr_hparams *hp = hr_model_hparams(a->m);
-    double all = 0, ex = 0, win = 0;
+    double all = 0, ex = 0, bytes[HR_AGENT_MAX_K];
     for (int r = 0; r < n; r++)
         for (int il = part[r].layer_begin; il < part[r].layer_begin + part[r].n_layers; il++) {
             all += (double)hr_model_layer_bytes(a->m, il);
             ex += (double)hr_model_layer_expert_bytes(a->m, il);
         }
     for (int r = 0; r < n; r++)
-        win += (double)part[r].len;
+        bytes[r] = (double)part[r].len; /* 0: a round without layers here */
     hr_sched_stream sc = {0};
     double frac = all > 0 ? ex / all : 0, share = (double)hp->n_expert_used / hp->n_expert;
     int rc = n > 0 && all > 0
-                 ? hr_sched_stream_split_experts(win / n, n, room, layer_bytes, frac, share, &sc)
+                 ? hr_sched_stream_split_rounds(bytes, n, room, layer_bytes, frac, share, &sc, NULL)
                  : 0;
     bool split = n > 0 && sc.streams && a->p.release != 0;
     atomic_store(&s->by_expert, split);
@@ -308,7 +322,7 @@ double hr_node_stream_plan(hr_agent *a, const hr_local_plan *lp, double room, do
     double r = hr_node_stream_windows(a, lp, room, layer_bytes);
     hr_streamer *s = a->streamer;
     if (s && !s->legacy)
-        hr_node_output_pin(a, a->is_head && s->try_mlock && lp->w > 0 &&
+        hr_node_output_pin(a, a->is_head && s->try_mlock && hr_local_plan_layers(lp) > 0 &&
                                   (atomic_load(&s->windows) || atomic_load(&s->by_expert)));
     return r;
 }

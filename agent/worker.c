@@ -53,7 +53,7 @@ static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms
                          "BATCH frame does not fit the plan: dtype %u, %u rows (at most %d), "
                          "round %u (k %d), %u bytes for n_embd %zu",
                          h->dtype, nt, hr_local_plan_rows(lp), h->round, lp->k, h->len, E);
-    if (h->req_id <= atomic_load(&a->canceled_req) || lp->w <= 0)
+    if (h->req_id <= atomic_load(&a->canceled_req) || hr_local_plan_layers(lp) <= 0)
         return 1;
     if (b->epoch != a->plan_epoch) { /* a new plan: fresh KV, sessions start over */
         b->epoch = a->plan_epoch;
@@ -76,7 +76,8 @@ static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms
         return hr_seterr(err, rc, "BATCH frame: bad hidden states");
     hr_node_push_connect(a);
     double t0 = hr_now_s();
-    if ((rc = hr_ctx_step(lp->ctx[h->round], lp->hid, b->rows, nt, err)))
+    /* no window this round: the hidden states pass on as they came */
+    if (lp->ctx[h->round] && (rc = hr_ctx_step(lp->ctx[h->round], lp->hid, b->rows, nt, err)))
         return rc;          /* rows out of order or beyond a slot's length: nothing computed */
     b->session = h->req_id; /* older sessions' frames are dropped from now on */
     hr_node_test_slow(a);
@@ -137,7 +138,7 @@ static void *hr_data_main(void *arg) {
         if (rc == 0) { /* after the send: the streamer reads ahead off the ring's path */
             hr_node_after_window(a, lp, round, nt);
             /* under plan_mu: a plan applied meanwhile starts its statistics over */
-            hr_node_stats_round(a, ms, nt, round + 1 == lp->k);
+            hr_node_stats_round(a, lp->count[round] > 0 ? ms : -1.0, nt, round + 1 == lp->k);
         }
         hr_unlock(&a->plan_mu, HR_RANK_PLAN);
         if (rc < 0)
@@ -207,9 +208,12 @@ static int hr_plan_from_msg(hr_agent *a, const hr_ring_hdr *h, const void *pl, h
         return rc;
     np->plan_id = m.plan_id;
     np->k = m.k;
-    np->W = m.W;
-    np->w = m.w;
-    np->offset = m.offset;
+    np->index = m.index;
+    if (m.k > HR_AGENT_MAX_K)
+        return hr_seterr(err, HR_EINVAL, "plan %u has %d rounds, this device runs at most %d",
+                         m.plan_id, m.k, HR_AGENT_MAX_K);
+    for (int r = 0; r < m.k && m.index >= 0; r++)
+        hr_msg_plan_window(&m, m.index, r, &np->first[r], &np->count[r]);
     np->n_active = m.n_active;
     np->n_ctx = m.n_ctx;
     np->n_batch = m.n_batch;
@@ -310,9 +314,10 @@ static void hr_worker_apply(hr_worker *w, hr_local_plan *np, int rc, char e2[HR_
     if (rc == 0) {
         hr_lock(&a->plan_mu, HR_RANK_PLAN);
         /* fetched layers: their norms were copied from holes at load */
-        for (int r = 0; a->cache && rc == 0 && r < np->k && np->w > 0 && r < HR_AGENT_MAX_K; r++)
-            rc = hr_model_refresh_layers(a->m, a->g, r * np->W + np->offset,
-                                         r * np->W + np->offset + np->w, e2);
+        for (int r = 0; a->cache && rc == 0 && r < np->k && r < HR_AGENT_MAX_K; r++)
+            if (np->count[r] > 0)
+                rc = hr_model_refresh_layers(a->m, a->g, np->first[r], np->first[r] + np->count[r],
+                                             e2);
         if (rc == 0)
             rc = hr_node_apply_plan(a, np, e2);
         /* request ids are the head's: a restarted head counts from 1 again.
@@ -320,7 +325,8 @@ static void hr_worker_apply(hr_worker *w, hr_local_plan *np, int rc, char e2[HR_
          * id and are refused by that, so the cancel mark starts over. */
         atomic_store(&a->canceled_req, 0);
         /* only the windows and the plan id (the buffers stay the data thread's) */
-        w->windows = (hr_local_plan){.plan_id = a->lp.plan_id, .k = a->lp.k, .w = a->lp.w};
+        w->windows = (hr_local_plan){.plan_id = a->lp.plan_id, .k = a->lp.k};
+        memcpy(w->windows.count, a->lp.count, sizeof w->windows.count);
         memcpy(w->windows.win_off, a->lp.win_off, sizeof w->windows.win_off);
         memcpy(w->windows.win_len, a->lp.win_len, sizeof w->windows.win_len);
         hr_unlock(&a->plan_mu, HR_RANK_PLAN);

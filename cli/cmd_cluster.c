@@ -42,7 +42,8 @@ const hr_cli_opt hr_cmd_agent_opts[] = {
                "head: prompt chunks of a request on the ring at once (default: devices x k; "
                "1 = no pipelining)"),
     HR_CLI_OPT("k", 0, COUNT, k, "K", "head: force k rounds around the ring"),
-    HR_CLI_OPT("windows", 0, STR, windows, "2,1,1", "head: force window sizes"),
+    HR_CLI_OPT("windows", 0, STR, windows, "2,1,1",
+               "head: force window sizes (per round: 3,2,2/2,3,2)"),
     HR_CLI_OPT("wire", 0, STR, wire, "f32|f16",
                "head: hidden states on the wire (f32: exact, default)"),
     HR_CLI_OPT("gpu", 0, STR, gpu, "N|auto|any|none",
@@ -539,6 +540,25 @@ static const char *hr_mib(json_t *v, const char *na, char *buf, size_t cap) {
     return buf;
 }
 
+/* A device's window sizes: "4" when they are equal in every round, else
+ * each round's ("3/2/0"); w (its largest) without "windows". */
+static const char *hr_windows_text(const json_t *d, int w, char *buf, size_t cap) {
+    const json_t *wins = json_object_get(d, "windows"), *v;
+    size_t i, n = 0;
+    bool same = true;
+    snprintf(buf, cap, "%d", w);
+    json_array_foreach(wins, i, v) same = same && json_integer_value(v) == w;
+    if (same)
+        return buf;
+    json_array_foreach(wins, i, v) {
+        int q = n < cap ? snprintf(buf + n, cap - n, "%s%lld", i ? "/" : "",
+                                   (long long)json_integer_value(v))
+                        : 0;
+        n += q > 0 ? (size_t)q : 0;
+    }
+    return buf;
+}
+
 /* One device's disk line: predicted vs measured bytes read per token, and
  * what its runtime streams and keeps. */
 static void hr_print_disk(json_t *d) {
@@ -657,7 +677,7 @@ static void hr_print_status(json_t *j) {
             snprintf(mbuf, sizeof mbuf, "%.2f", meas);
         int gl = 0;
         json_unpack(d, "{s?i}", "gpu_layers", &gl);
-        char gbuf[32] = "";
+        char gbuf[32] = "", wbuf[96];
         if (gl > 0)
             snprintf(gbuf, sizeof gbuf, ", %d on its GPU", gl);
         if (left[0])
@@ -666,9 +686,10 @@ static void hr_print_status(json_t *j) {
             printf("      no layers (embedding and output head only); tokens %lld\n",
                    (long long)tok);
         else
-            printf("      layers %s (w %d%s); ms/round predicted %s, measured %s; resident %.0f%%; "
+            printf("      layers %s (w %s%s); ms/round predicted %s, measured %s; resident %.0f%%; "
                    "tokens %lld\n",
-                   layers, w, gbuf, pbuf, mbuf, res * 100.0, (long long)tok);
+                   layers, hr_windows_text(d, w, wbuf, sizeof wbuf), gbuf, pbuf, mbuf, res * 100.0,
+                   (long long)tok);
         hr_print_link(devs, d, has_prof, lassumed, rtt, lbps);
         if (!left[0] && w > 0)
             hr_print_disk(d);

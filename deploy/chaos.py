@@ -401,8 +401,10 @@ def ring_shape(port):
         if not j.get("ready"):
             return None
         k = j.get("k", 1)
-        return j["plan_id"], {d["name"]: d.get("w", 0) * k for d in j["devices"]
-                              if not d.get("lost")}
+        # layers: the windows of every round (w * k without per-round windows)
+        return j["plan_id"], {d["name"]: sum(d["windows"]) if "windows" in d
+                              else d.get("w", 0) * k
+                              for d in j["devices"] if not d.get("lost")}
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -30,7 +30,12 @@
 #    light head, taken in turn across k and cut at --max candidates
 #    (default 12); the head left out of the ring (0 layers: it keeps the
 #    embeddings and the output head) is tried with the head-alone ones, and
-#    the head's own k is swept too when it is above 4. One visit each,
+#    the head's own k is swept too when it is above 4. Rounds with windows
+#    of their own (`--windows 3,2,2/2,3,2`): for k > 1 dividing L the CPU
+#    and memory splits in turn, and for k = 3, 5 and the head's own k when
+#    they do not divide L rounds of L / k or one more split by memory and
+#    rounds of ceil(L / k) with a shorter last one split by CPU share. One
+#    visit each,
 #    raced: with --screen S (default 4; 0 turns it off) a candidate first
 #    runs one greedy prompt of S tokens, and when that rate is below F
 #    (--cut, default 0.5) times the best median so far (the head's first
@@ -157,6 +162,123 @@ irow() {
     echo "$label|${top%%:*}|${top#*: }|$med|$lo|$hi|$cnt|$pm|$pl|$ph|$note"
 }
 
+# alloc W WEIGHT...: W layers split in proportion to the weights (largest
+# remainder; a weight of 0 gets 0), comma-separated.
+alloc() {
+    local W=$1
+    shift
+    echo "$@" | awk -v W="$W" '{
+        s = 0; for (i = 1; i <= NF; i++) s += $i
+        t = 0
+        for (i = 1; i <= NF; i++) { q = W * $i / s; w[i] = int(q); r[i] = q - w[i]; t += w[i] }
+        while (t < W) { b = 0; for (i = 1; i <= NF; i++) if ($i > 0 && (b == 0 || r[i] > r[b])) b = i; w[b]++; r[b] = -1; t++ }
+        o = w[1]; for (i = 2; i <= NF; i++) o = o "," w[i]; print o }'
+}
+
+# rounds_ws L K MODE WEIGHT...: windows for K rounds of their own over L
+# layers (K need not divide L): MODE even: rounds of L / K or one more (the
+# longer first), each split by the weights; short: rounds of ceil(L / K)
+# and a shorter last one; mix: rounds split by the weights (every second
+# round by the second half of WEIGHT...: "cpus... -- mems..."). Rows are
+# separated by "/", or one row when every round is the same.
+rounds_ws() {
+    local L=$1 K=$2 mode=$3 r R up rows=() w1=() w2=() x second=0
+    shift 3
+    for x in "$@"; do
+        if [ "$x" = -- ]; then second=1
+        elif [ "$second" = 1 ]; then w2+=("$x")
+        else w1+=("$x"); fi
+    done
+    [ "${#w2[@]}" -gt 0 ] || w2=("${w1[@]}")
+    up=$(((L + K - 1) / K))
+    for r in $(seq 0 $((K - 1))); do
+        case "$mode" in
+        short) R=$up; [ "$r" = $((K - 1)) ] && R=$((L - (K - 1) * up)) ;;
+        *) R=$((L / K + (r < L % K ? 1 : 0))) ;;
+        esac
+        [ "$R" -ge 0 ] || return 1
+        if [ "$mode" = mix ] && [ $((r % 2)) = 1 ]; then
+            rows+=("$(alloc "$R" "${w2[@]}")")
+        else
+            rows+=("$(alloc "$R" "${w1[@]}")")
+        fi
+    done
+    if [ "$(printf '%s\n' "${rows[@]}" | sort -u | wc -l)" = 1 ]; then
+        echo "${rows[0]}"
+    else
+        local IFS=/
+        echo "${rows[*]}"
+    fi
+}
+
+# candidates L: "k windows" lines, interleaved across k, unique, at most $max
+# (windows "a,b,c", or rounds of their own "a,b,c/d,e,f").
+candidates() {
+    local L=$1 ks=() k
+    for k in 1 2 3 4; do [ $((L % k)) = 0 ] && ks+=("$k"); done
+    # and the head's own k, when it is another (the same window shapes there)
+    case "$own_k" in '' | *[!0-9]*) ;; *)
+        [ "$own_k" -gt 4 ] && [ $((L % own_k)) = 0 ] && ks+=("$own_k") ;;
+    esac
+    local weak=1 i ws=()
+    for i in $(seq 1 $((n - 1))); do # the weakest worker: smallest cpu x memory
+        awk -v a="${cpus[i]}" -v b="${mems[i]}" -v c="${cpus[weak]}" -v d="${mems[weak]}" \
+            'BEGIN { exit !(a * b < c * d) }' && weak=$i
+    done
+    {
+    for k in "${ks[@]}"; do
+        local W=$((L / k)) ones=() drop=() heavy light rest
+        for i in $(seq 0 $((n - 1))); do ones+=(1); done
+        drop=("${ones[@]}")
+        [ "$n" -gt 1 ] && drop[weak]=0
+        ws=()
+        ws[0]=$(alloc "$W" "${ones[@]}")
+        ws[1]=$(alloc "$W" "${cpus[@]}")
+        ws[2]=$(alloc "$W" "${mems[@]}")
+        ws[3]=$W$(printf ',0%.0s' $(seq 2 "$n"))
+        ws[4]=$(alloc "$W" "${drop[@]}")
+        heavy=$((W / 2)) light=$((W / (2 * n)))
+        if [ "$n" -gt 1 ]; then
+            rest=$(alloc $((W - heavy)) "${ones[@]:1}")
+            ws[5]=$heavy,$rest
+            rest=$(alloc $((W - light)) "${ones[@]:1}")
+            ws[6]=$light,$rest
+        fi
+        for i in "${!ws[@]}"; do echo "$i $k ${ws[i]}"; done
+        # the head left out (it keeps the embeddings and the output head):
+        # taken with the head-alone candidates
+        if [ "$n" -gt 1 ]; then
+            echo "3 $k 0,$(alloc "$W" "${ones[@]:1}")"
+        fi
+        # rounds of their own: the CPU and the memory split in turn
+        [ "$k" -gt 1 ] && echo "2 $k $(rounds_ws "$L" "$k" mix "${cpus[@]}" -- "${mems[@]}")"
+    done
+    # k that do not divide L: rounds of L / k or one more, by memory; rounds
+    # of ceil(L / k) and a shorter last one, by CPU
+    local uk=(3 5)
+    case "$own_k" in '' | *[!0-9]*) ;; *)
+        [ "$own_k" -gt 1 ] && [ $((L % own_k)) != 0 ] && uk=("$own_k" "${uk[@]}") ;;
+    esac
+    for k in "${uk[@]}"; do
+        if [ "$k" -lt "$L" ] && [ $((L % k)) != 0 ]; then
+            echo "1 $k $(rounds_ws "$L" "$k" even "${mems[@]}")"
+            echo "2 $k $(rounds_ws "$L" "$k" short "${cpus[@]}")"
+        fi
+    done
+    } | awk 'NF == 3' | sort -n -s -k1,1 | awk '!seen[$2 " " $3]++ { print $2, $3 }' | head -n "$max"
+}
+
+# windows_of STATUS_JSON: the plan's windows as --windows takes them: one
+# size per device ("3,2,1") when every round is the same, else each
+# round's separated by "/" ("3,2,1/2,2,2"); a status without per-round
+# windows gives the sizes ("w")
+windows_of() {
+    echo "$1" | jq -r '[.devices[] | (.windows // [.w])] as $d
+        | ([$d[] | length] | max // 0) as $k
+        | [range(0; $k) as $r | [$d[] | (.[$r] // .[0] // 0) | tostring] | join(",")]
+        | if (unique | length) <= 1 then (.[0] // "") else join("/") end'
+}
+
 # selftest: the statistics, the choice of finalists and the verdict on
 # made-up rows; exits 1 on the first wrong answer.
 selftest() {
@@ -200,6 +322,28 @@ selftest() {
     got=$(irow "k=2 w=4,4,3" 3 " 4.0 3.0" " 378.1 325.7" "k 2: 4,4,3;k -: -;k 2: 4,4,3;" 1 "round 2: failed: x")
     want "interleaved row, a visit failed" "$got" \
         "k=2 w=4,4,3|2|4,4,3|3.500|3.0|4.0|2|351.9*|325.7|378.1|plans: k 2: 4,4,3 x2, k -: - x1; 2 of 3 rates; round 2: failed: x"
+    # rounds of their own
+    want "rounds, even" "$(rounds_ws 22 3 even 1 1 1)" "3,3,2/3,2,2/3,2,2"
+    want "rounds, short last" "$(rounds_ws 22 3 short 2 1 1)" "4,2,2/4,2,2/3,2,1"
+    want "rounds, one shape" "$(rounds_ws 12 2 mix 1 1 1 -- 1 1 1)" "2,2,2"
+    want "rounds, two shapes" "$(rounds_ws 12 2 mix 2 1 1 -- 1 1 1)" "3,2,1/2,2,2"
+    got=$(
+        n=3 cpus=(1 0.5 0.5) mems=(400 200 100) own_k=7 max=100
+        candidates 22
+    )
+    want "candidates: k not dividing L, each covering L once" "$(echo "$got" | awk '
+        { k = $1; nr = split($2, rows, "/"); s = 0
+          for (i = 1; i <= nr; i++) { nc = split(rows[i], c, ","); for (j = 1; j <= nc; j++) s += c[j] }
+          if (nr > 1 && nr != k) bad++
+          if (s * (nr == 1 ? k : 1) != 22) bad++
+          if (22 % k) uneven[k] = 1 }
+        END { print (bad + 0), (3 in uneven), (5 in uneven), (7 in uneven) }')" "0 1 1 1"
+    want "candidates: some with rounds of their own" "$(echo "$got" | grep -c '/' | awk '{ print ($1 >= 4) }')" 1
+    want "windows from a status, per round" \
+        "$(windows_of '{"devices": [{"w": 3, "windows": [3, 2]}, {"w": 2, "windows": [1, 2]}]}')" "3,1/2,2"
+    want "windows from a status, uniform" \
+        "$(windows_of '{"devices": [{"w": 3, "windows": [3, 3]}, {"w": 1, "windows": [1, 1]}]}')" "3,1"
+    want "windows from an older status" "$(windows_of '{"devices": [{"w": 3}, {"w": 1}]}')" "3,1"
     # the whole sweep against a stand-in lab (up/down/status/prompt, no root):
     # the k=1 candidate is fast in its one sweep visit (12 tok/s) and slower
     # in the three interleaved ones (9.5, 9.8, 9.6); the head's plan runs at
@@ -299,59 +443,6 @@ memlimited=$(jq -r '[.devices[].mem_mb // 0] | add > 0' "$spec")
 
 log() { echo "[sweep $((SECONDS - t_start))s] $*" >&2; }
 
-# alloc W WEIGHT...: W layers split in proportion to the weights (largest
-# remainder; a weight of 0 gets 0), comma-separated.
-alloc() {
-    local W=$1
-    shift
-    echo "$@" | awk -v W="$W" '{
-        s = 0; for (i = 1; i <= NF; i++) s += $i
-        t = 0
-        for (i = 1; i <= NF; i++) { q = W * $i / s; w[i] = int(q); r[i] = q - w[i]; t += w[i] }
-        while (t < W) { b = 0; for (i = 1; i <= NF; i++) if ($i > 0 && (b == 0 || r[i] > r[b])) b = i; w[b]++; r[b] = -1; t++ }
-        o = w[1]; for (i = 2; i <= NF; i++) o = o "," w[i]; print o }'
-}
-
-# candidates L: "k windows" lines, interleaved across k, unique, at most $max.
-candidates() {
-    local L=$1 ks=() k
-    for k in 1 2 3 4; do [ $((L % k)) = 0 ] && ks+=("$k"); done
-    # and the head's own k, when it is another (the same window shapes there)
-    case "$own_k" in '' | *[!0-9]*) ;; *)
-        [ "$own_k" -gt 4 ] && [ $((L % own_k)) = 0 ] && ks+=("$own_k") ;;
-    esac
-    local weak=1 i ws=()
-    for i in $(seq 1 $((n - 1))); do # the weakest worker: smallest cpu x memory
-        awk -v a="${cpus[i]}" -v b="${mems[i]}" -v c="${cpus[weak]}" -v d="${mems[weak]}" \
-            'BEGIN { exit !(a * b < c * d) }' && weak=$i
-    done
-    for k in "${ks[@]}"; do
-        local W=$((L / k)) ones=() drop=() heavy light rest
-        for i in $(seq 0 $((n - 1))); do ones+=(1); done
-        drop=("${ones[@]}")
-        [ "$n" -gt 1 ] && drop[weak]=0
-        ws=()
-        ws[0]=$(alloc "$W" "${ones[@]}")
-        ws[1]=$(alloc "$W" "${cpus[@]}")
-        ws[2]=$(alloc "$W" "${mems[@]}")
-        ws[3]=$W$(printf ',0%.0s' $(seq 2 "$n"))
-        ws[4]=$(alloc "$W" "${drop[@]}")
-        heavy=$((W / 2)) light=$((W / (2 * n)))
-        if [ "$n" -gt 1 ]; then
-            rest=$(alloc $((W - heavy)) "${ones[@]:1}")
-            ws[5]=$heavy,$rest
-            rest=$(alloc $((W - light)) "${ones[@]:1}")
-            ws[6]=$light,$rest
-        fi
-        for i in "${!ws[@]}"; do echo "$i $k ${ws[i]}"; done
-        # the head left out (it keeps the embeddings and the output head):
-        # taken with the head-alone candidates
-        if [ "$n" -gt 1 ]; then
-            echo "3 $k 0,$(alloc "$W" "${ones[@]:1}")"
-        fi
-    done | sort -n -s -k1,1 | awk '!seen[$2 " " $3]++ { print $2, $3 }' | head -n "$max"
-}
-
 # gen_of OUTPUT: "TOKENS TOK/S" of a `lab.sh prompt` run's generation line
 # (empty when there is none)
 gen_of() {
@@ -379,7 +470,7 @@ run_plan() {
     fi
     st=$(bash "$LAB" status --json)
     k=$(echo "$st" | jq -r '.k')
-    ws=$(echo "$st" | jq -r '[.devices[] | .w] | map(tostring) | join(",")')
+    ws=$(windows_of "$st")
     local perr r rates=()
     # one short unmeasured prompt first: the first request faults the cold
     # weights in, which is not the steady state the planner predicts

@@ -198,6 +198,9 @@ static void *hr_pump_main(void *arg) {
             if (r == L.act)
                 L.act = -1;
         }
+        /* the next window with a tail (a round without layers has none) */
+        for (int s = 0; want >= 0 && want < L.n && s < L.n && !L.part[want].stream_len; s++)
+            want = (want + 1) % L.n;
         if (want >= 0 && want < L.n && want != L.act && L.part[want].stream_len &&
             (L.flags & HR_STREAM_PREFETCH)) {
             if (L.act >= 0)

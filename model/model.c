@@ -6,10 +6,10 @@
 
 #include "common/log.h"
 #include "kernels/quant.h"
+#include "mmap/stream.h"
 #include "model/gpu-impl.h"
 #include "model/layer-impl.h"
 #include "model/tp-impl.h"
-#include "mmap/stream.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -544,38 +544,39 @@ double hr_prof_mem_budget(double avail, double limit, double layer_bytes, double
  * buffer of hr_sched_stream_split / _experts). Reentrant. */
 double hr_prof_layer_slack(const hr_sched_model *m);
 /* Bytes a device's part of a plan needs resident: the KV cache of all its
- * k x w layers, one layer of streaming (hr_prof_layer_slack: the rest may
- * stream) and, on the head with layers, the output head; 0 when w = 0.
- * Reentrant. */
-double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head);
-/* Bytes of a device's k windows of w layers that may stay resident with
+ * layers (every round's window together), one layer of streaming
+ * (hr_prof_layer_slack: the rest may stream) and, on the head with layers,
+ * the output head; 0 when it has no layers. Reentrant. */
+double hr_prof_mem_need(const hr_sched_model *m, int layers, bool is_head);
+/* Bytes of a device's windows (layers in all) that may stay resident with
  * budget bytes (hr_prof_mem_budget) for its part of a plan: the budget
- * less the KV of all k x w layers and, on the head, the output head (the
+ * less the KV of all its layers and, on the head, the output head (the
  * scheduler's mem_eff less the KV, sched.h). The runtime splits its
  * windows with it (hr_prof_stream_parts): what does not fit is
  * streamed every token. Never negative. Reentrant. */
-double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget);
+double hr_prof_stream_room(const hr_sched_model *m, int layers, bool is_head, double budget);
 
 /* The runtime's split of a device's n windows (parts[i].off / .len set by
- * the caller, hr_stream_window_range) under room bytes for weights, by the
- * scheme the scheduler costs (sched.h hr_sched_stream_split with
- * window_bytes = the windows' mean length, k = n, min_buffer = layer_bytes,
- * the model's mean layer): heads of at most sc->resident bytes stay
+ * the caller, hr_stream_window_range; len 0 for a round without layers)
+ * under room bytes for weights, by the scheme the scheduler costs (sched.h
+ * hr_sched_stream_split_rounds over the windows' lengths, min_buffer =
+ * layer_bytes, the model's mean layer): heads of at most sc->resident bytes stay
  * (hr_stream_split_resident), the rest streams through a buffer of
  * sc->buffer bytes, sc->read_round bytes per round. Returns 0; HR_ERANGE
  * when room is below one layer (every window then streams whole through a
  * buffer of one layer: sc->buffer = layer_bytes); HR_EINVAL. Reentrant. */
 int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer_bytes,
                          hr_sched_stream *sc);
-/* Bytes a device reads from disk per round for its k windows of w layers
- * with budget bytes for weights + KV, from the scheduler's figures: the
- * read_round of hr_sched_stream_split(w x layer_bytes, k, room, layer_bytes)
- * with room = hr_prof_stream_room(m, k, w, is_head, budget); 0 when
- * everything stays resident or w = 0. What the runtime's split
+/* Bytes a device reads from disk per token for its windows of win[r]
+ * layers in rounds r < k (k <= HR_SCHED_MAX_ROUNDS) with budget bytes for
+ * weights + KV, from the scheduler's figures: the reads of
+ * hr_sched_stream_split_rounds(win[r] x layer_bytes, k, room, layer_bytes)
+ * with room = hr_prof_stream_room(m, sum of win, is_head, budget); 0 when
+ * everything stays resident or it has no layers. What the runtime's split
  * (hr_prof_stream_parts) streams, up to the windows' real lengths and
  * pages. Reentrant. */
-double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_head,
-                                 double budget);
+double hr_prof_stream_read(const hr_sched_model *m, const int *win, int k, bool is_head,
+                           double budget);
 
 /* ---- documents (JSON) ---- */
 

@@ -44,29 +44,31 @@ double hr_prof_layer_slack(const hr_sched_model *m) {
     return m->layer_bytes * (1.0 - m->expert_frac + m->expert_frac * m->expert_read);
 }
 
-double hr_prof_mem_need(const hr_sched_model *m, int k, int w, bool is_head) {
-    if (!m || w <= 0 || k <= 0)
+double hr_prof_mem_need(const hr_sched_model *m, int layers, bool is_head) {
+    if (!m || layers <= 0)
         return 0;
-    double kv = (double)k * w * m->kv_bytes_per_layer; /* all k windows' KV stays */
-    double buf = hr_prof_layer_slack(m);               /* the streaming buffer's least */
+    double kv = (double)layers * m->kv_bytes_per_layer; /* every window's KV stays */
+    double buf = hr_prof_layer_slack(m);                /* the streaming buffer's least */
     return kv + buf + (is_head ? m->output_bytes : 0);
 }
 
-double hr_prof_stream_room(const hr_sched_model *m, int k, int w, bool is_head, double budget) {
-    if (!m || k <= 0 || w < 0)
+double hr_prof_stream_room(const hr_sched_model *m, int layers, bool is_head, double budget) {
+    if (!m || layers < 0)
         return 0;
-    double room = budget - (double)k * w * m->kv_bytes_per_layer - (is_head ? m->output_bytes : 0);
+    double room = budget - (double)layers * m->kv_bytes_per_layer - (is_head ? m->output_bytes : 0);
     return room > 0 ? room : 0;
 }
 
 int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer_bytes,
                          hr_sched_stream *sc) {
-    if (!parts || !sc || n < 1)
+    if (!parts || !sc || n < 1 || n > HR_SCHED_MAX_ROUNDS)
         return HR_EINVAL;
-    double mean = 0;
-    for (int i = 0; i < n; i++)
-        mean += (double)parts[i].len / n;
-    int rc = hr_sched_stream_split(mean, n, room, layer_bytes, sc);
+    double len[HR_SCHED_MAX_ROUNDS], mean = 0;
+    for (int i = 0; i < n; i++) {
+        len[i] = (double)parts[i].len;
+        mean += len[i] / n;
+    }
+    int rc = hr_sched_stream_split_rounds(len, n, room, layer_bytes, 0.0, 1.0, sc, NULL);
     if (rc != 0 && rc != HR_ERANGE)
         return rc;
     if (rc == HR_ERANGE) { /* not even one layer of room: whole windows through one layer */
@@ -78,17 +80,26 @@ int hr_prof_stream_parts(hr_stream_part *parts, int n, double room, double layer
     return rc;
 }
 
-double hr_prof_stream_read_round(const hr_sched_model *m, int k, int w, bool is_head,
-                                 double budget) {
-    if (!m || k < 1 || w <= 0)
+double hr_prof_stream_read(const hr_sched_model *m, const int *win, int k, bool is_head,
+                           double budget) {
+    if (!m || !win || k < 1 || k > HR_SCHED_MAX_ROUNDS)
+        return 0;
+    double bytes[HR_SCHED_MAX_ROUNDS], total = 0;
+    int layers = 0;
+    for (int r = 0; r < k; r++) {
+        bytes[r] = win[r] > 0 ? win[r] * m->layer_bytes : 0;
+        total += bytes[r];
+        layers += win[r] > 0 ? win[r] : 0;
+    }
+    if (layers == 0)
         return 0;
     hr_sched_stream sc;
-    double room = hr_prof_stream_room(m, k, w, is_head, budget);
-    int rc = hr_sched_stream_split_experts(w * m->layer_bytes, k, room, m->layer_bytes,
-                                           m->expert_frac, m->expert_read, &sc);
+    double room = hr_prof_stream_room(m, layers, is_head, budget);
+    int rc = hr_sched_stream_split_rounds(bytes, k, room, m->layer_bytes, m->expert_frac,
+                                          m->expert_read, &sc, NULL);
     if (rc == HR_ERANGE)
-        return w * m->layer_bytes; /* whole windows (as hr_prof_stream_parts) */
-    return rc == 0 ? sc.read_round : 0;
+        return total; /* whole windows (as hr_prof_stream_parts) */
+    return rc == 0 ? sc.read_round * k : 0;
 }
 
 int hr_prof_to_sched_model(const hr_prof_model *m, int n_ctx, hr_sched_model *out,

@@ -245,15 +245,41 @@ static int hr_msg_opt_num(const json_t *o, const char *key, double lo, double hi
     return 0;
 }
 
+int hr_msg_plan_window(const hr_msg_plan *m, int pos, int r, int *first, int *count) {
+    if (!m || m->k < 1 || m->k > HR_MSG_MAX_ROUNDS || m->n_active < 1 ||
+        m->n_active > HR_MSG_MAX_RING || pos < 0 || pos >= m->n_active || r < 0 || r >= m->k)
+        return HR_EINVAL;
+    int at = 0;
+    for (int q = 0; q < r; q++)
+        for (int j = 0; j < m->n_active; j++)
+            at += m->win[q][j];
+    for (int j = 0; j < pos; j++)
+        at += m->win[r][j];
+    *first = at;
+    *count = m->win[r][pos];
+    return 0;
+}
+
 int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]) {
-    json_t *keys = json_array();
+    *out = (hr_msg){0};
+    if (m->k < 1 || m->k > HR_MSG_MAX_ROUNDS || m->n_active < 1 || m->n_active > HR_MSG_MAX_RING)
+        return hr_seterr(err, HR_EINVAL, "PLAN: k %d or %d ring members out of range", m->k,
+                         m->n_active);
+    json_t *keys = json_array(), *rounds = json_array();
     for (int i = 0; keys && i < m->n_keys && i < HR_MSG_MAX_KEYS; i++)
         json_array_append_new(keys, json_string(m->keys[i]));
-    json_t *j = json_pack("{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:b,s:b,s:o}", "plan_id",
-                          (json_int_t)m->plan_id, "k", m->k, "W", m->W, "w", m->w, "offset",
-                          m->offset, "n_active", m->n_active, "n_ctx", m->n_ctx, "n_batch",
-                          m->n_batch, "dtype", m->dtype, "next", m->next, "next_key", m->next_key,
-                          "prefetch", (int)m->prefetch, "release", (int)m->release, "keys", keys);
+    for (int r = 0; rounds && r < m->k; r++) {
+        json_t *row = json_array();
+        for (int j = 0; row && j < m->n_active; j++)
+            json_array_append_new(row, json_integer(m->win[r][j]));
+        json_array_append_new(rounds, row);
+    }
+    json_t *j =
+        json_pack("{s:I,s:i,s:i,s:i,s:i,s:o,s:i,s:i,s:i,s:s,s:s,s:b,s:b,s:o}", "plan_id",
+                  (json_int_t)m->plan_id, "k", m->k, "n_layer", m->n_layer, "n_active", m->n_active,
+                  "index", m->index, "rounds", rounds, "n_ctx", m->n_ctx, "n_batch", m->n_batch,
+                  "dtype", m->dtype, "next", m->next, "next_key", m->next_key, "prefetch",
+                  (int)m->prefetch, "release", (int)m->release, "keys", keys);
     if (j && m->mem_budget > 0)
         json_object_set_new(j, "mem_budget", json_real(m->mem_budget));
     if (j && m->n_seq > 1)
@@ -265,6 +291,44 @@ int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]) 
     return rc;
 }
 
+/* PLAN's "rounds": k rows of n_active counts covering n_layer layers once. */
+static int hr_msg_plan_rounds(const json_t *rows, hr_msg_plan *m, char err[HR_ERR_LEN]) {
+    if (m->k < 1 || m->k > HR_MSG_MAX_ROUNDS || m->n_active < 1 || m->n_active > HR_MSG_MAX_RING ||
+        m->n_layer < 1 || m->n_layer > HR_MSG_MAX_LAYER || m->index < -1 || m->index >= m->n_active)
+        return hr_seterr(err, HR_EFORMAT,
+                         "PLAN: k %d (1..%d), %d ring members (1..%d), %d layers or position %d "
+                         "out of range",
+                         m->k, HR_MSG_MAX_ROUNDS, m->n_active, HR_MSG_MAX_RING, m->n_layer,
+                         m->index);
+    if (!json_is_array(rows) || json_array_size(rows) != (size_t)m->k)
+        return hr_seterr(err, HR_EFORMAT, "PLAN: rounds must be an array of k = %d rows", m->k);
+    long sum = 0;
+    for (int r = 0; r < m->k; r++) {
+        const json_t *row = json_array_get(rows, (size_t)r);
+        if (!json_is_array(row) || json_array_size(row) != (size_t)m->n_active)
+            return hr_seterr(err, HR_EFORMAT, "PLAN: round %d must list %d windows", r,
+                             m->n_active);
+        for (int j = 0; j < m->n_active; j++) {
+            const json_t *v = json_array_get(row, (size_t)j);
+            json_int_t c = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (c < 0 || c > m->n_layer)
+                return hr_seterr(err, HR_EFORMAT,
+                                 "PLAN: round %d, position %d: window of %lld layers is not in "
+                                 "0..%d",
+                                 r, j, (long long)c, m->n_layer);
+            m->win[r][j] = (int)c;
+            sum += c;
+        }
+    }
+    if (sum != m->n_layer) /* windows follow each other: a short sum leaves layers out, a
+                              long one computes some twice or past the last */
+        return hr_seterr(err, HR_EFORMAT,
+                         "PLAN: the windows cover %ld layers, the model has %d: each must be "
+                         "computed once",
+                         sum, m->n_layer);
+    return 0;
+}
+
 int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, char err[HR_ERR_LEN]) {
     memset(m, 0, sizeof *m);
     json_t *j = hr_msg_load(h, pl, HR_RING_PLAN, err);
@@ -273,13 +337,14 @@ int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, cha
     json_error_t je;
     json_int_t plan_id = 0;
     int prefetch = 1, release = 0;
-    if (json_unpack_ex(j, &je, 0, "{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:b}", "plan_id",
-                       &plan_id, "k", &m->k, "W", &m->W, "w", &m->w, "offset", &m->offset,
-                       "n_active", &m->n_active, "n_ctx", &m->n_ctx, "n_batch", &m->n_batch,
-                       "dtype", &m->dtype, "prefetch", &prefetch, "release", &release) != 0)
+    if (json_unpack_ex(j, &je, 0, "{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:b}", "plan_id", &plan_id,
+                       "k", &m->k, "n_layer", &m->n_layer, "n_active", &m->n_active, "index",
+                       &m->index, "n_ctx", &m->n_ctx, "n_batch", &m->n_batch, "dtype", &m->dtype,
+                       "prefetch", &prefetch, "release", &release) != 0)
         return hr_msg_unpack_err(j, &je, HR_RING_PLAN, err);
     int rc;
-    if ((rc = hr_msg_str(j, "next", true, m->next, sizeof m->next, HR_RING_PLAN, err)) ||
+    if ((rc = hr_msg_plan_rounds(json_object_get(j, "rounds"), m, err)) ||
+        (rc = hr_msg_str(j, "next", true, m->next, sizeof m->next, HR_RING_PLAN, err)) ||
         (rc = hr_msg_str(j, "next_key", false, m->next_key, sizeof m->next_key, HR_RING_PLAN,
                          err))) {
         json_decref(j);
@@ -290,10 +355,13 @@ int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, cha
         return hr_seterr(err, HR_EFORMAT, "PLAN: plan_id %lld out of range", (long long)plan_id);
     }
     m->plan_id = (uint32_t)plan_id;
+    int wmax = 0;
+    for (int r = 0; m->index >= 0 && r < m->k; r++)
+        wmax = m->win[r][m->index] > wmax ? m->win[r][m->index] : wmax;
     double n_seq = 1, n_gpu = 0;
     if ((rc = hr_msg_opt_num(j, "mem_budget", 0, 1e18, &m->mem_budget, HR_RING_PLAN, err)) ||
         (rc = hr_msg_opt_num(j, "n_seq", 1, HR_MSG_MAX_SEQ, &n_seq, HR_RING_PLAN, err)) ||
-        (rc = hr_msg_opt_num(j, "n_gpu", 0, m->w > 0 ? m->w : 0, &n_gpu, HR_RING_PLAN, err))) {
+        (rc = hr_msg_opt_num(j, "n_gpu", 0, wmax, &n_gpu, HR_RING_PLAN, err))) {
         json_decref(j);
         return rc;
     }

@@ -26,6 +26,9 @@
 #define HR_MSG_TEXT_LEN 256 /* bytes of an error or reason text, with the NUL */
 #define HR_MSG_MAX_KEYS 16  /* ring member keys a PLAN vouches for */
 #define HR_MSG_MAX_PIECE 512
+#define HR_MSG_MAX_ROUNDS 16 /* rounds (k) a PLAN may carry */
+#define HR_MSG_MAX_RING 16   /* ring members a PLAN's windows may name */
+#define HR_MSG_MAX_LAYER 4096
 
 /* Directions (bits): who may send a message to whom. */
 enum {
@@ -93,10 +96,20 @@ void hr_msg_join_clear(hr_msg_join *m);
 struct json_t;
 struct json_t *hr_msg_join_info_json(const hr_msg_join *m);
 
-/* ---- PLAN: head -> worker (plan id also in the header) ---- */
+/* ---- PLAN: head -> worker (plan id also in the header) ----
+ * Every device gets the whole ring's windows: win[r][j] layers of ring
+ * position j in round r, positions in ring order and rounds one after the
+ * other, so round r's window of position j starts where the one before it
+ * ends and the k rounds cover the n_layer layers once (a uniform plan has
+ * the same row k times). Decode refuses k or n_active out of range, a row
+ * that does not name every ring member, a negative count and windows that
+ * leave a layer out or run past the last (counts not summing to n_layer). */
 typedef struct {
     uint32_t plan_id;
-    int k, W, w, offset, n_active, n_ctx, n_batch, dtype;
+    int k, n_layer, n_active;
+    int index; /* this device's ring position, -1: not in the ring */
+    int win[HR_MSG_MAX_ROUNDS][HR_MSG_MAX_RING];
+    int n_ctx, n_batch, dtype;
     bool prefetch, release;
     char next[HR_MSG_EP_LEN];                    /* data endpoint of the next device, "" alone */
     char next_key[HR_RING_KEY_LEN];              /* its public key, "" when insecure */
@@ -106,11 +119,14 @@ typedef struct {
                           (hr_prof_mem_budget); <= 0 unknown (absent on the wire) */
     int n_seq;         /* KV slots per window: requests in flight at once (1..HR_MSG_MAX_SEQ;
                           absent on the wire when 1) */
-    int n_gpu;         /* of each window's w layers, the first n_gpu on the device's GPU
-                          (0..w; absent on the wire when 0) */
+    int n_gpu;         /* of each of its windows, at most the first n_gpu layers on the
+                          device's GPU (0..its largest window; absent on the wire when 0) */
 } hr_msg_plan;
 int hr_msg_plan_encode(hr_msg *out, const hr_msg_plan *m, char err[HR_ERR_LEN]);
 int hr_msg_plan_decode(const hr_ring_hdr *h, const void *pl, hr_msg_plan *m, char err[HR_ERR_LEN]);
+/* The layers of ring position pos in round r: [*first, *first + *count)
+ * (count 0: none). Returns 0, HR_EINVAL for a position or round outside m. */
+int hr_msg_plan_window(const hr_msg_plan *m, int pos, int r, int *first, int *count);
 
 /* ---- READY: worker -> head, for the plan id in the header ---- */
 typedef struct {

@@ -40,9 +40,10 @@
 
 #define HR_RING_MAGIC 0x48545248u
 #define HR_RING_VERSION                                                                            \
-    6 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
+    7 /* 2: typed REJECT, READY, INVITE, PAIR; 3: PROBE, LINK (msg.h);                             \
        4: BATCH frames, PLAN n_seq; 5: FETCH, CHUNK (model bytes from the head);                   \
-       6: every data frame is a BATCH frame (type 11 retired) */
+       6: every data frame is a BATCH frame (type 11 retired);                                     \
+       7: PLAN carries every round's windows (rounds of their own) */
 #define HR_RING_HDR_SIZE 32
 #define HR_RING_MAX_CTRL (256u * 1024u) /* bytes of a control payload */
 #define HR_RING_MAX_FRAME (64u << 20)   /* bytes; larger frames are dropped by zmq */

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/sync.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,7 @@ hr_sched_opts hr_sched_opts_default(void) {
     o.thread_tol = 0.03;
     o.time_limit_s = 10.0;
     o.max_enum = 5e7;
+    o.uneven_rounds = true;
     return o;
 }
 
@@ -117,6 +119,101 @@ static int stream_split(double window_bytes, int k, double room, double min_buff
     }
     out->buffer = buf;
     return buf + 1e-9 * T < need ? HR_ERANGE : 0;
+}
+
+/* Windows of different sizes (sched.h hr_sched_stream_split_rounds); equal
+ * ones take the closed form above. Experts: the closed form over the mean
+ * window, each window reading in proportion to its bytes. */
+static int split_rounds(const double *s, int n, double room, double mb, double ef, double er,
+                        hr_sched_stream *out, double *read) {
+    if (!out || !s || n < 1 || n > HR_SCHED_MAX_ROUNDS)
+        return HR_EINVAL;
+    memset(out, 0, sizeof *out);
+    double T = 0.0, v[HR_SCHED_MAX_ROUNDS];
+    int nz = 0;
+    bool eq = true;
+    for (int r = 0; r < n; r++) {
+        if (!finite_ge0(s[r]))
+            return HR_EINVAL;
+        T += s[r];
+        eq = eq && s[r] == s[0];
+        if (s[r] > 0.0)
+            v[nz++] = s[r];
+    }
+    int rc;
+    if (eq || nz <= 1 || ef > 0.0) {
+        /* equal windows, one window, or experts: the closed form over the
+         * nz windows with bytes (all n when equal) */
+        int m = eq ? n : nz > 0 ? nz : 1;
+        rc = stream_split(eq ? s[0] : T / m, m, room, mb, ef, er, out);
+        if (rc != 0 && rc != HR_ERANGE)
+            return rc;
+        double total = out->read_round * m;
+        for (int r = 0; read && r < n; r++)
+            read[r] = T > 0.0 ? total * s[r] / T : 0.0;
+        out->read_round = total / n;
+        return rc;
+    }
+    if (!isfinite(room))
+        return HR_EINVAL;
+    if (room < 0.0)
+        room = 0.0;
+    if (T <= room) {
+        out->resident = T;
+        for (int r = 0; read && r < n; r++)
+            read[r] = 0.0;
+        return 0;
+    }
+    out->streams = true;
+    for (int a = 1; a < nz; a++) /* largest first (nz <= 64) */
+        for (int b = a; b > 0 && v[b] > v[b - 1]; b--) {
+            double t = v[b];
+            v[b] = v[b - 1];
+            v[b - 1] = t;
+        }
+    double cut;
+    if (v[0] <= room) {
+        /* cut + sum_r max(0, s_r - cut) = room: with the j largest above
+         * the cut, cut = (sum of them - room) / (j - 1) */
+        double top = v[0];
+        for (int j = 2; j <= nz; j++) {
+            top += v[j - 1];
+            double c = (top - room) / (j - 1), next = j < nz ? v[j] : 0.0;
+            cut = c;
+            if (c >= next)
+                break;
+        }
+        if (cut < 0.0)
+            cut = 0.0;
+        out->buffer = cut;
+        out->resident = room - cut;
+    } else {
+        /* the largest window does not fit: it alone keeps a head, the
+         * buffer takes the second largest (at most the room) and the
+         * largest's tail slides through it; equal windows keep nothing */
+        out->buffer = nz >= 2 && v[1] < room ? v[1] : room;
+        out->resident = room - out->buffer;
+        cut = v[0] - out->resident;
+    }
+    double total = 0.0;
+    for (int r = 0; r < n; r++) {
+        double t = s[r] < cut ? s[r] : cut;
+        total += t;
+        if (read)
+            read[r] = t;
+    }
+    out->read_round = total / n;
+    double need = cut < mb ? cut : mb; /* the layer being computed */
+    return out->buffer + 1e-9 * T < need ? HR_ERANGE : 0;
+}
+
+int hr_sched_stream_split_rounds(const double *window_bytes, int n, double room, double min_buffer,
+                                 double expert_frac, double expert_read, hr_sched_stream *out,
+                                 double *read) {
+    if (!finite_ge0(min_buffer) || !(expert_frac >= 0.0 && expert_frac <= 1.0) ||
+        !finite_ge0(expert_read) || expert_read > 1.0)
+        return HR_EINVAL;
+    return split_rounds(window_bytes, n, room, min_buffer, expert_frac, expert_read, out, read);
 }
 
 int hr_sched_stream_split(double window_bytes, int k, double room, double min_buffer,
@@ -277,16 +374,25 @@ int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_d
         c->d[c->head].mem_eff = 0.0;
         c->d[c->head].th += 1e3 * short_b / c->d[c->head].disk; /* ms per token */
     }
-    if (o->k_fixed > 0 && (o->k_fixed > c->L || c->L % o->k_fixed != 0))
-        return hr_seterr(err, HR_EINVAL, "scheduler: k_fixed = %d does not divide n_layer = %d",
-                         o->k_fixed, c->L);
-    for (int k = 1; k <= c->L; k++) {
-        if (c->L % k != 0 || (o->k_fixed > 0 && k != o->k_fixed) || (o->k_max > 0 && k > o->k_max))
-            continue;
-        if (c->n_k == HR_SCHED_MAX_K)
-            break;
-        c->k_list[c->n_k++] = k;
-    }
+    bool uneven = o->uneven_rounds;
+    if (o->k_fixed > 0 &&
+        (o->k_fixed > c->L || o->k_fixed > HR_SCHED_MAX_ROUNDS || (!uneven && c->L % o->k_fixed)))
+        return hr_seterr(err, HR_EINVAL,
+                         "scheduler: k_fixed = %d %s n_layer = %d (at most %d rounds)", o->k_fixed,
+                         uneven ? "exceeds" : "does not divide", c->L, HR_SCHED_MAX_ROUNDS);
+    /* the divisors first (uniform plans), then the others (per-round windows) */
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 1; k <= c->L && k <= HR_SCHED_MAX_ROUNDS; k++) {
+            bool divides = c->L % k == 0;
+            if (divides != (pass == 0) || (o->k_fixed > 0 && k != o->k_fixed) ||
+                (o->k_max > 0 && k > o->k_max))
+                continue;
+            if (!divides && (!uneven || (o->k_fixed == 0 && k > HR_SCHED_UNEVEN_K_MAX)))
+                continue;
+            if (c->n_k == HR_SCHED_MAX_K)
+                break;
+            c->k_list[c->n_k++] = k;
+        }
     return 0;
 }
 
@@ -379,36 +485,179 @@ double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_
     return cpu + c->d[i].g * n;
 }
 
-static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
-                      const double *cm, const double *cp, const hr_sched_disk *dk, double S,
-                      double H, double P, int bneck, double lat, hr_sched_plan *p) {
+void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, const int *win,
+                     int stride, int ng, hr_sched_dev_rounds *out) {
+    int k = kc->k;
+    out->ok = false;
+    out->overloaded = false;
+    out->resident = out->buffer = 0.0;
+    out->layers = out->lc = 0;
+    bool eq = true;
+    for (int r = 0; r < k; r++) {
+        int cnt = win[r * stride];
+        if (cnt < 0)
+            return;
+        eq = eq && cnt == win[0];
+        out->layers += cnt;
+    }
+    if (ng < 0)
+        return;
+    if (eq) { /* one window size: the uniform plan's terms (kc's caps) */
+        int n = ng < win[0] ? ng : win[0], wc = win[0] - n;
+        if (wc > kc->d[i].cap || n > kc->d[i].gcap)
+            return;
+        hr_sched_disk dk;
+        hr_sched_disk_at(c, kc, i, wc, &dk);
+        for (int r = 0; r < k; r++) {
+            out->cm[r] = c->d[i].t * wc + c->d[i].g * n;
+            out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk);
+            out->load[r] = dk.load;
+            out->read[r] = dk.read_round;
+        }
+        out->overloaded = dk.overloaded;
+        out->resident = dk.resident;
+        out->buffer = dk.buffer;
+        out->lc = k * wc;
+        out->ok = true;
+        return;
+    }
+    double me = c->d[i].mem_eff, bytes[HR_SCHED_MAX_ROUNDS];
+    int lg = 0, wmax = 0;
+    for (int r = 0; r < k; r++) {
+        int cnt = win[r * stride], n = ng < cnt ? ng : cnt, wc = cnt - n;
+        lg += n;
+        out->lc += wc;
+        wmax = wc > wmax ? wc : wmax;
+        bytes[r] = wc * c->b;
+    }
+    if (lg > floor_clamp(c->d[i].vram / (c->b + c->kv), INT_MAX))
+        return;
+    hr_sched_disk dk[HR_SCHED_MAX_ROUNDS];
+    memset(dk, 0, sizeof dk[0] * (size_t)k);
+    if (out->lc <= floor_clamp(me / (c->b + c->kv), INT_MAX)) {
+        out->resident = out->lc * c->b;
+    } else if (c->d[i].disk <= 0.0) {
+        return; /* memory short and no disk to stream from */
+    } else if (c->d[i].lru) {
+        /* the page cache holds one window beside the KV; each is read whole */
+        if (wmax * c->b + out->lc * c->kv > me)
+            return;
+        for (int r = 0; r < k; r++) {
+            dk[r].read_round = bytes[r];
+            dk[r].load = dk[r].stall = 1e3 * bytes[r] / c->d[i].disk;
+        }
+        out->overloaded = true;
+    } else {
+        hr_sched_stream st;
+        double read[HR_SCHED_MAX_ROUNDS];
+        if (split_rounds(bytes, k, me - out->lc * c->kv, c->b, c->ef, c->d[i].er, &st, read) != 0)
+            return;
+        double pre = c->ef > 0.0 ? 0.0 : 1e3 * st.buffer / c->d[i].disk;
+        for (int r = 0; r < k; r++) {
+            dk[r].read_round = read[r];
+            dk[r].load = 1e3 * read[r] / c->d[i].disk;
+            dk[r].stall = dk[r].load > pre ? dk[r].load - pre : 0.0;
+        }
+        out->overloaded = st.streams;
+        out->resident = st.resident;
+        out->buffer = st.buffer;
+    }
+    for (int r = 0; r < k; r++) {
+        int cnt = win[r * stride], n = ng < cnt ? ng : cnt, wc = cnt - n;
+        out->cm[r] = c->d[i].t * wc + c->d[i].g * n;
+        out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk[r]);
+        out->load[r] = dk[r].load;
+        out->read[r] = dk[r].read_round;
+    }
+    out->ok = true;
+}
+
+/* The ring's rounds: P_r per round and which device sets each round's
+ * exposed time (-1: none). Returns ms per token, INFINITY when a device
+ * breaks a memory rule or the windows do not cover n_layer once. */
+static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win,
+                          const int *ng, double *P, double *S, int *bneck, double *H_out) {
+    const int k = kc->k, n = c->n;
+    int sum = 0, n_active = 0;
+    double Hs = 0.0, worst_load[HR_SCHED_MAX_ROUNDS], worst_stall[HR_SCHED_MAX_ROUNDS];
+    int who_load[HR_SCHED_MAX_ROUNDS], who_stall[HR_SCHED_MAX_ROUNDS];
+    for (int r = 0; r < k; r++) {
+        S[r] = worst_load[r] = worst_stall[r] = 0.0;
+        who_load[r] = who_stall[r] = -1;
+    }
+    hr_sched_dev_rounds dr;
+    for (int i = 0; i < n; i++) {
+        hr_sched_dev_at(c, kc, i, win + i, n, ng ? ng[i] : 0, &dr);
+        if (!dr.ok)
+            return INFINITY;
+        sum += dr.layers;
+        bool active = i == c->head || dr.layers > 0;
+        if (active) {
+            n_active++;
+            Hs += c->d[i].h;
+        }
+        for (int r = 0; r < k; r++) {
+            if (active)
+                S[r] += dr.cp[r];
+            if (dr.load[r] > worst_load[r]) {
+                worst_load[r] = dr.load[r];
+                who_load[r] = i;
+            }
+            if (dr.cp[r] - dr.cm[r] > worst_stall[r]) {
+                worst_stall[r] = dr.cp[r] - dr.cm[r];
+                who_stall[r] = i;
+            }
+        }
+    }
+    if (sum != c->L)
+        return INFINITY;
+    double H = n_active >= 2 ? Hs : 0.0, lat = c->d[c->head].th;
+    for (int r = 0; r < k; r++) {
+        S[r] += H;
+        /* a device's disk reads at most one round's bytes per round */
+        P[r] = worst_load[r] > S[r] ? worst_load[r] : S[r];
+        bneck[r] = worst_load[r] > S[r] ? who_load[r] : who_stall[r];
+        lat += P[r];
+    }
+    *H_out = H;
+    return lat;
+}
+
+static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win, const int *ng,
+                      const double *P, const double *S, const int *bneck, double H, double lat,
+                      hr_sched_plan *p) {
     int k = kc->k, n_active = 0;
     memset(p, 0, sizeof *p);
     p->k = k;
     p->n_layer = c->L;
-    p->layers_per_round = kc->W;
     p->n_dev = c->n;
     p->head = c->head;
     p->overlap = c->overlap;
     p->latency_ms = lat;
     p->tokens_per_s = lat > 0.0 ? 1e3 / lat : 0.0;
-    p->round_ms = P;
+    p->round_ms = (lat - c->d[c->head].th) / k;
     p->link_ms = k * H;
-    p->head_ms = lat - k * P;
+    p->head_ms = c->d[c->head].th;
     p->optimal = true;
-    int offset = 0;
-    double C = 0.0;
+    p->uniform = true;
+    double C = 0.0, Psum = 0.0;
+    for (int r = 0; r < k; r++)
+        Psum += P[r];
+    hr_sched_dev_rounds dr;
     for (int step = 0; step < c->n; step++) {
         /* ring order: head first, then the others in input order */
         int i = step == 0 ? c->head : (step <= c->head ? step - 1 : step);
         hr_sched_dev_plan *d = &p->dev[i];
-        int wc = w[i] - (ng ? ng[i] : 0);
+        hr_sched_dev_at(c, kc, i, win + i, c->n, ng ? ng[i] : 0, &dr);
         d->is_head = i == c->head;
-        d->active = d->is_head || w[i] > 0;
+        d->active = d->is_head || dr.layers > 0;
         d->ring_pos = -1;
-        d->w = w[i];
         d->n_gpu = ng ? ng[i] : 0;
-        d->layers = k * w[i];
+        d->layers = dr.layers;
+        for (int r = 0; r < k; r++) {
+            d->win[r] = win[r * c->n + i];
+            p->uniform = p->uniform && d->win[r] == d->win[0];
+        }
         d->t_layer_ms = c->d[i].t;
         d->prefill_threads = c->d[i].prefill_threads;
         d->decode_threads = c->d[i].decode_threads;
@@ -416,22 +665,34 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
             continue;
         d->ring_pos = n_active;
         p->order[n_active++] = i;
-        d->offset = offset;
-        offset += w[i];
-        d->compute_ms = k * cm[i];
-        C += cm[i];
         d->link_ms = H > 0.0 ? k * c->d[i].h : 0.0;
-        d->disk_load_ms = k * dk[i].load;
-        d->overloaded = dk[i].overloaded;
-        d->read_bytes = k * dk[i].read_round;
-        double out = d->is_head ? c->out : 0.0;
-        d->mem_bytes = d->overloaded ? dk[i].resident + dk[i].buffer + k * wc * c->kv + out
-                                     : k * wc * (c->b + c->kv) + out;
-        d->bottleneck = i == bneck;
-        d->disk_exposed_ms = k * (cp[i] - cm[i]) + (i == bneck ? k * (P - S) : 0.0);
+        d->overloaded = dr.overloaded;
+        double kv = dr.lc * c->kv, out = d->is_head ? c->out : 0.0;
+        d->mem_bytes =
+            d->overloaded ? dr.resident + dr.buffer + kv + out : dr.lc * (c->b + c->kv) + out;
+        for (int r = 0; r < k; r++) {
+            d->compute_ms += dr.cm[r];
+            d->disk_load_ms += dr.load[r];
+            d->read_bytes += dr.read[r];
+            d->disk_exposed_ms += dr.cp[r] - dr.cm[r] + (bneck[r] == i ? P[r] - S[r] : 0.0);
+            d->bottleneck = d->bottleneck || bneck[r] == i;
+        }
+        C += d->compute_ms;
     }
-    p->compute_ms = k * C;
-    p->disk_exposed_ms = k * (P - C - H);
+    /* windows in ring order, round after round; a device out of the ring
+     * would start where the round ends */
+    int at = 0;
+    for (int r = 0; r < k; r++) {
+        for (int j = 0; j < n_active; j++) {
+            p->dev[p->order[j]].first[r] = at;
+            at += p->dev[p->order[j]].win[r];
+        }
+        for (int i = 0; i < c->n; i++)
+            if (!p->dev[i].active)
+                p->dev[i].first[r] = at;
+    }
+    p->compute_ms = C;
+    p->disk_exposed_ms = Psum - C - k * H;
     for (int i = 0; i < c->n; i++) {
         hr_sched_dev_plan *d = &p->dev[i];
         memcpy(d->name, c->d[i].name, sizeof d->name);
@@ -459,50 +720,26 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
     }
 }
 
+double hr_sched_eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win,
+                            const int *ng, hr_sched_plan *plan) {
+    double P[HR_SCHED_MAX_ROUNDS], S[HR_SCHED_MAX_ROUNDS], H = 0.0;
+    int bneck[HR_SCHED_MAX_ROUNDS];
+    if (kc->k < 1 || kc->k > HR_SCHED_MAX_ROUNDS)
+        return INFINITY;
+    double lat = eval_rounds(c, kc, win, ng, P, S, bneck, &H);
+    if (plan && isfinite(lat))
+        fill_plan(c, kc, win, ng, P, S, bneck, H, lat, plan);
+    return lat;
+}
+
 double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
                      hr_sched_plan *plan) {
-    double cm[HR_SCHED_MAX_DEV], cp[HR_SCHED_MAX_DEV];
-    hr_sched_disk dk[HR_SCHED_MAX_DEV];
-    int sum = 0, n_active = 0;
-    double Sc = 0.0, Hs = 0.0;
-    for (int i = 0; i < c->n; i++) {
-        int n = ng ? ng[i] : 0;
-        int wc = w[i] - n;
-        if (w[i] < 0 || n < 0 || wc < 0 || n > kc->d[i].gcap || wc > kc->d[i].cap)
-            return INFINITY;
-        sum += w[i];
-        cm[i] = c->d[i].t * wc + c->d[i].g * n;
-        hr_sched_disk_at(c, kc, i, wc, &dk[i]);
-        cp[i] = hr_sched_window_ms(c, i, wc, n, &dk[i]);
-        if (i == c->head || w[i] > 0) {
-            n_active++;
-            Hs += c->d[i].h;
-            Sc += cp[i];
-        }
-    }
-    if (sum != kc->W)
+    int win[HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV];
+    if (kc->k < 1 || kc->k > HR_SCHED_MAX_ROUNDS)
         return INFINITY;
-    double H = n_active >= 2 ? Hs : 0.0;
-    double S = Sc + H, P = S;
-    int bneck = -1;
-    /* a device's disk reads at most one round's bytes per round */
-    for (int i = 0; i < c->n; i++)
-        if (dk[i].load > P) {
-            P = dk[i].load;
-            bneck = i;
-        }
-    if (bneck < 0) { /* the stalled device with the longest stall, if any */
-        double worst = 0.0;
-        for (int i = 0; i < c->n; i++)
-            if (cp[i] - cm[i] > worst) {
-                worst = cp[i] - cm[i];
-                bneck = i;
-            }
-    }
-    double lat = kc->k * P + c->d[c->head].th;
-    if (plan)
-        fill_plan(c, kc, w, ng, cm, cp, dk, S, H, P, bneck, lat, plan);
-    return lat;
+    for (int r = 0; r < kc->k; r++)
+        memcpy(win + r * c->n, w, sizeof *w * (size_t)c->n);
+    return hr_sched_eval_rounds(c, kc, win, ng, plan);
 }
 
 int hr_sched_explain_infeasible(const hr_sched_ctx *c, char *err) {
@@ -558,8 +795,12 @@ void hr_sched_explain(hr_sched_plan *p) {
             len += n_ > 0 ? (size_t)n_ : 0;                                                        \
         }                                                                                          \
     } while (0)
-    APPEND("k=%d x %d layers, %d of %d devices in the ring", p->k, p->layers_per_round, p->n_active,
-           p->n_dev);
+    if (p->uniform)
+        APPEND("k=%d x %d layers, %d of %d devices in the ring", p->k, p->n_layer / p->k,
+               p->n_active, p->n_dev);
+    else
+        APPEND("k=%d rounds of their own windows over %d layers, %d of %d devices in the ring",
+               p->k, p->n_layer, p->n_active, p->n_dev);
     const char *sep = "; left out:";
     for (int i = 0; i < p->n_dev; i++)
         if (!p->dev[i].active) {
@@ -591,32 +832,34 @@ void hr_sched_explain(hr_sched_plan *p) {
         memcpy(s + cap - 4, "...", 4);
 }
 
-int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
-                      const hr_sched_opts *opts, int k, const int *w, const int *n_gpu,
-                      hr_sched_plan *out, char err[HR_ERR_LEN]) {
+/* Evaluates k rounds of windows win[k][n_dev] (round-major). */
+static int evaluate_rounds(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                           const hr_sched_opts *opts, int k, const int *win, const int *n_gpu,
+                           hr_sched_plan *out, char *err) {
     hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
     hr_sched_ctx c;
     char msg[HR_ERR_LEN];
     int rc = hr_sched_ctx_init(&c, model, devs, n_dev, &o, msg);
     if (rc)
         goto fail;
-    if (!w) {
-        rc = hr_seterr(msg, HR_EINVAL, "scheduler: w is NULL");
+    if (!win) {
+        rc = hr_seterr(msg, HR_EINVAL, "scheduler: windows are NULL");
         goto fail;
     }
-    if (k < 1 || c.L % k != 0) {
-        rc = hr_seterr(msg, HR_EINVAL, "scheduler: k = %d does not divide n_layer = %d", k, c.L);
+    if (k < 1 || k > HR_SCHED_MAX_ROUNDS || k > c.L) {
+        rc = hr_seterr(msg, HR_EINVAL, "scheduler: k = %d not in 1..%d", k,
+                       c.L < HR_SCHED_MAX_ROUNDS ? c.L : HR_SCHED_MAX_ROUNDS);
         goto fail;
     }
     hr_sched_kctx kc;
     hr_sched_kctx_init(&c, k, &kc);
     hr_sched_plan tmp, *p = out ? out : &tmp;
-    double lat = hr_sched_eval(&c, &kc, w, n_gpu, p);
+    double lat = hr_sched_eval_rounds(&c, &kc, win, n_gpu, p);
     if (!isfinite(lat)) {
         rc = hr_seterr(msg, HR_EINFEASIBLE,
-                       "scheduler: assignment breaks a memory rule or does not sum to %d "
-                       "layers per round",
-                       kc.W);
+                       "scheduler: assignment breaks a memory rule or its %d rounds do not "
+                       "cover the %d layers once",
+                       k, c.L);
         goto fail;
     }
     p->n_k = 1;
@@ -631,15 +874,56 @@ fail:
     return hr_sched_plan_fail(out, rc, msg);
 }
 
-double hr_sched_cost(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
-                     const hr_sched_opts *opts, int k, const int *w, const int *n_gpu) {
+/* w[n_dev] in each of k rounds into win; HR_EINVAL when k does not divide L. */
+static int uniform_table(const hr_sched_model *model, int n_dev, int k, const int *w, int *win,
+                         char *err) {
+    if (!model || !w || n_dev < 1 || n_dev > HR_SCHED_MAX_DEV)
+        return hr_seterr(err, HR_EINVAL, "scheduler: model or w is NULL, or n_dev = %d", n_dev);
+    if (k < 1 || k > HR_SCHED_MAX_ROUNDS || model->n_layer % k != 0)
+        return hr_seterr(err, HR_EINVAL, "scheduler: k = %d does not divide n_layer = %d", k,
+                         model->n_layer);
+    for (int r = 0; r < k; r++)
+        memcpy(win + r * n_dev, w, sizeof *w * (size_t)n_dev);
+    return 0;
+}
+
+int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                      const hr_sched_opts *opts, int k, const int *w, const int *n_gpu,
+                      hr_sched_plan *out, char err[HR_ERR_LEN]) {
+    int win[HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV];
+    char msg[HR_ERR_LEN];
+    int rc = uniform_table(model, n_dev, k, w, win, msg);
+    if (rc == 0)
+        return evaluate_rounds(model, devs, n_dev, opts, k, win, n_gpu, out, err);
+    if (err)
+        snprintf(err, HR_ERR_LEN, "%s", msg);
+    return hr_sched_plan_fail(out, rc, msg);
+}
+
+int hr_sched_evaluate_rounds(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                             const hr_sched_opts *opts, int k, const int *win, const int *n_gpu,
+                             hr_sched_plan *out, char err[HR_ERR_LEN]) {
+    return evaluate_rounds(model, devs, n_dev, opts, k, win, n_gpu, out, err);
+}
+
+double hr_sched_cost_rounds(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                            const hr_sched_opts *opts, int k, const int *win, const int *n_gpu) {
     hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
     hr_sched_ctx c;
-    if (hr_sched_ctx_init(&c, model, devs, n_dev, &o, NULL) || !w || k < 1 || c.L % k != 0)
+    if (hr_sched_ctx_init(&c, model, devs, n_dev, &o, NULL) || !win || k < 1 ||
+        k > HR_SCHED_MAX_ROUNDS || k > c.L)
         return INFINITY;
     hr_sched_kctx kc;
     hr_sched_kctx_init(&c, k, &kc);
-    return hr_sched_eval(&c, &kc, w, n_gpu, NULL);
+    return hr_sched_eval_rounds(&c, &kc, win, n_gpu, NULL);
+}
+
+double hr_sched_cost(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                     const hr_sched_opts *opts, int k, const int *w, const int *n_gpu) {
+    int win[HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV];
+    if (uniform_table(model, n_dev, k, w, win, NULL) != 0)
+        return INFINITY;
+    return hr_sched_cost_rounds(model, devs, n_dev, opts, k, win, n_gpu);
 }
 
 /* ---------------------------------------------------------------- brute force */
@@ -705,6 +989,7 @@ int hr_sched_exhaustive(const hr_sched_model *model, const hr_sched_device *devs
                         const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]) {
     double t0 = hr_sched_now_ms();
     hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
+    o.uneven_rounds = false; /* uniform plans only */
     hr_sched_ctx c;
     char msg[HR_ERR_LEN];
     int rc = hr_sched_ctx_init(&c, model, devs, n_dev, &o, msg);
@@ -768,10 +1053,10 @@ fail:
 }
 
 int hr_sched_plan_window(const hr_sched_plan *p, int dev, int round, int *first, int *count) {
-    if (!p || p->k < 1 || dev < 0 || dev >= p->n_dev || round < 0 || round >= p->k || !first ||
-        !count)
+    if (!p || p->k < 1 || p->k > HR_SCHED_MAX_ROUNDS || dev < 0 || dev >= p->n_dev || round < 0 ||
+        round >= p->k || !first || !count)
         return HR_EINVAL;
-    *first = round * p->layers_per_round + p->dev[dev].offset;
-    *count = p->dev[dev].active ? p->dev[dev].w : 0;
+    *first = p->dev[dev].first[round];
+    *count = p->dev[dev].active ? p->dev[dev].win[round] : 0;
     return 0;
 }

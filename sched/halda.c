@@ -297,14 +297,117 @@ done:
     return rc;
 }
 
+/* ---- per-round windows for k not dividing L: a local search ---- */
+
+/* Round r of win (stride n) gets R layers split by share[] (largest
+ * remainder), at most cap[i] each. Returns false when they do not fit. */
+static bool alloc_round(int R, const double *share, const int *cap, int n, int *row) {
+    double tot = 0.0, rem[HR_SCHED_MAX_DEV];
+    for (int i = 0; i < n; i++)
+        tot += share[i];
+    int left = R;
+    for (int i = 0; i < n; i++) {
+        double q = tot > 0.0 ? R * share[i] / tot : 0.0;
+        row[i] = (int)q < cap[i] ? (int)q : cap[i];
+        rem[i] = row[i] < cap[i] ? q - row[i] : -1.0;
+        left -= row[i];
+    }
+    while (left > 0) { /* the largest remainder among the shares, then any room */
+        int b = -1;
+        for (int i = 0; i < n; i++)
+            if (row[i] < cap[i] && (b < 0 || (share[i] > 0.0) > (share[b] > 0.0) ||
+                                    ((share[i] > 0.0) == (share[b] > 0.0) && rem[i] > rem[b])))
+                b = i;
+        if (b < 0)
+            return false;
+        row[b]++;
+        rem[b] = -1.0;
+        left--;
+    }
+    return true;
+}
+
+/* Moves one layer at a time (between two devices of a round, or between
+ * two rounds of a device) while the latency drops; win[k * n] in place. */
+static double climb(const hr_sched_ctx *c, const hr_sched_kctx *kc, int *win, const int *ng,
+                    double lat, double t_end) {
+    const int k = kc->k, n = c->n;
+    bool better = true;
+    while (better && hr_sched_now_ms() < t_end) {
+        better = false;
+        for (int a = 0; a < k * n; a++) {
+            if (win[a] == 0)
+                continue;
+            int r = a / n, i = a % n;
+            for (int m = 0; m < n + k; m++) {
+                int b = m < n ? r * n + m : (m - n) * n + i; /* same round, or same device */
+                if (b == a)
+                    continue;
+                win[a]--;
+                win[b]++;
+                double v = hr_sched_eval_rounds(c, kc, win, ng, NULL);
+                if (v < lat * (1.0 - 1e-12)) {
+                    lat = v;
+                    better = true;
+                    if (win[a] == 0)
+                        break;
+                } else {
+                    win[a]++;
+                    win[b]--;
+                }
+            }
+        }
+    }
+    return lat;
+}
+
+/* The best per-round windows found for k rounds (k need not divide L):
+ * seeds from share[] (rounds differing by at most one layer; rounds of
+ * ceil(L / k) with a shorter last one), each improved by climb(). win[k *
+ * n] gets the best; returns its latency or INFINITY. */
+static double uneven_search(const hr_sched_ctx *c, const hr_sched_kctx *kc, const double *share,
+                            const int *ng, double time_limit_s, int *win) {
+    const int k = kc->k, n = c->n, L = c->L;
+    int cap[HR_SCHED_MAX_DEV], cap1[HR_SCHED_MAX_DEV], *t = malloc(sizeof(int) * (size_t)(k * n));
+    if (!t)
+        return INFINITY;
+    for (int i = 0; i < n; i++) {
+        cap[i] = kc->d[i].ub;      /* what a uniform plan of k rounds lets it hold */
+        cap1[i] = kc->d[i].ub + 1; /* a round one layer over it may still fit */
+    }
+    double best = INFINITY,
+           t_end = hr_sched_now_ms() + (time_limit_s > 0 ? time_limit_s * 1e3 : 1e300);
+    int up = (L + k - 1) / k;
+    for (int seed = 0; seed < 2; seed++) {
+        bool ok = true;
+        for (int r = 0; r < k && ok; r++) {
+            int R = seed == 0 ? L / k + (r < L % k) : r + 1 < k ? up : L - (k - 1) * up;
+            ok = R >= 0 && (alloc_round(R, share, cap, n, t + r * n) ||
+                            alloc_round(R, share, cap1, n, t + r * n));
+        }
+        double lat = ok ? hr_sched_eval_rounds(c, kc, t, ng, NULL) : INFINITY;
+        if (!isfinite(lat))
+            continue;
+        lat = climb(c, kc, t, ng, lat, t_end);
+        if (lat < best) {
+            best = lat;
+            memcpy(win, t, sizeof(int) * (size_t)(k * n));
+        }
+    }
+    free(t);
+    return best;
+}
+
 int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
                    const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]) {
     double t0 = hr_sched_now_ms();
     hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
     char msg[HR_ERR_LEN] = "";
     hr_sched_ctx *c = malloc(sizeof *c);
+    int *best_win = malloc(sizeof(int) * HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV);
+    int *win = malloc(sizeof(int) * HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV);
     int rc = 0;
-    if (!c) {
+    if (!c || !best_win || !win) {
         rc = hr_seterr(msg, HR_ENOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -317,11 +420,28 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
 
     double best = INFINITY, k_lat[HR_SCHED_MAX_K];
     int best_j = -1, n_ilp = 0;
-    bool all_proven = true;
-    int best_w[HR_SCHED_MAX_DEV], best_ng[HR_SCHED_MAX_DEV];
+    bool all_proven = true, best_uniform = false;
+    int best_ng[HR_SCHED_MAX_DEV] = {0};
+    double share[HR_SCHED_MAX_DEV]; /* the best uniform plan's windows, seeds per-round ones */
+    for (int i = 0; i < c->n; i++)
+        share[i] = c->d[i].mem_eff > 0.0 ? c->d[i].mem_eff : 0.0;
     for (int j = 0; j < c->n_k; j++) {
         hr_sched_kctx kc;
         hr_sched_kctx_init(c, c->k_list[j], &kc);
+        if (c->L % kc.k != 0) {
+            /* per-round windows (the divisors came first: share[] holds the
+             * best uniform plan, when there is one) */
+            double lat_k = uneven_search(c, &kc, share, best_ng, o.time_limit_s, win);
+            k_lat[j] = lat_k;
+            HR_LOG_DEBUG(TAG, "k = %d (per-round windows): %.3f ms per token", kc.k, lat_k);
+            if (lat_k < best * (1.0 - 1e-12)) {
+                best = lat_k;
+                best_j = j;
+                best_uniform = false;
+                memcpy(best_win, win, sizeof(int) * (size_t)(kc.k * c->n));
+            }
+            continue;
+        }
         int w[HR_SCHED_MAX_DEV] = {0}, ng[HR_SCHED_MAX_DEV] = {0};
         double lat_k = INFINITY;
         int sum_ub = 0;
@@ -378,8 +498,12 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         if (lat_k < best * (1.0 - 1e-12)) {
             best = lat_k;
             best_j = j;
-            memcpy(best_w, w, sizeof best_w);
+            best_uniform = true;
+            for (int q = 0; q < kc.k; q++)
+                memcpy(best_win + q * c->n, w, sizeof(int) * (size_t)c->n);
             memcpy(best_ng, ng, sizeof best_ng);
+            for (int i = 0; i < c->n; i++)
+                share[i] = w[i];
         }
     }
     if (best_j < 0) {
@@ -393,8 +517,8 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
     }
     hr_sched_kctx kc;
     hr_sched_kctx_init(c, c->k_list[best_j], &kc);
-    hr_sched_eval(c, &kc, best_w, best_ng, out);
-    out->optimal = all_proven;
+    hr_sched_eval_rounds(c, &kc, best_win, best_ng, out);
+    out->optimal = all_proven && best_uniform;
     out->n_ilp = n_ilp;
     out->n_k = c->n_k;
     memcpy(out->k_list, c->k_list, sizeof out->k_list[0] * (size_t)c->n_k);
@@ -406,9 +530,13 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
     HR_LOG_DEBUG(TAG, "plan: %.3f ms per token, %s (%.1f ms to solve)", out->latency_ms,
                  out->explanation, out->solve_ms);
     free(c);
+    free(best_win);
+    free(win);
     return 0;
 fail:
     free(c);
+    free(best_win);
+    free(win);
     if (err)
         snprintf(err, HR_ERR_LEN, "%s", msg);
     return hr_sched_plan_fail(out, rc, msg);

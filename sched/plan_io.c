@@ -41,14 +41,47 @@ static const char *overlap_name(hr_sched_overlap o) {
     return o == HR_SCHED_OVERLAP_SUM ? "sum" : "max";
 }
 
+/* A device's windows: "0-3 (+W per round)" in a uniform plan, else each
+ * round's range ("0-3,8-9,-"); its window sizes, "4" or "4/2/0". */
+static void window_text(const hr_sched_plan *p, const hr_sched_dev_plan *d, char *win, size_t cap,
+                        char *sizes, size_t scap) {
+    size_t n = 0, m = 0;
+    win[0] = sizes[0] = 0;
+    if (!d->active || d->layers == 0) {
+        snprintf(win, cap, "-");
+        snprintf(sizes, scap, "0");
+        return;
+    }
+    if (p->uniform) {
+        snprintf(win, cap, "%d-%d%s", d->first[0], d->first[0] + d->win[0] - 1,
+                 p->k > 1 ? " (+W per round)" : "");
+        snprintf(sizes, scap, "%d", d->win[0]);
+        return;
+    }
+    for (int r = 0; r < p->k && r < HR_SCHED_MAX_ROUNDS; r++) {
+        const char *sep = r ? "," : "";
+        int a = n >= cap         ? 0
+                : d->win[r] == 0 ? snprintf(win + n, cap - n, "%s-", sep)
+                                 : snprintf(win + n, cap - n, "%s%d-%d", sep, d->first[r],
+                                            d->first[r] + d->win[r] - 1);
+        n += a > 0 ? (size_t)a : 0;
+        int b = m < scap ? snprintf(sizes + m, scap - m, r ? "/%d" : "%d", d->win[r]) : 0;
+        m += b > 0 ? (size_t)b : 0;
+    }
+}
+
 static void format_plan(const hr_sched_plan *p, hr_sink *s) {
     if (p->status != 0 || p->k < 1) {
         put(s, "hearth plan: none (%s): %s\n", hr_strerror(p->status), p->explanation);
         return;
     }
-    put(s,
-        "hearth plan: k = %d rounds x %d layers, %d of %d devices, %.2f ms/token (%.2f tok/s)%s\n",
-        p->k, p->layers_per_round, p->n_active, p->n_dev, p->latency_ms, p->tokens_per_s,
+    char shape[64];
+    if (p->uniform)
+        snprintf(shape, sizeof shape, "x %d layers", p->n_layer / p->k);
+    else
+        snprintf(shape, sizeof shape, "of their own windows (%d layers)", p->n_layer);
+    put(s, "hearth plan: k = %d rounds %s, %d of %d devices, %.2f ms/token (%.2f tok/s)%s\n", p->k,
+        shape, p->n_active, p->n_dev, p->latency_ms, p->tokens_per_s,
         p->optimal ? ", optimal" : ", not proven optimal");
     put(s,
         "  compute %.2f ms + links %.2f ms + disk exposed %.2f ms + head %.2f ms "
@@ -57,7 +90,7 @@ static void format_plan(const hr_sched_plan *p, hr_sink *s) {
         p->solve_ms, p->n_ilp);
     put(s, "  %3s  %-20s %4s %4s %6s %10s %8s %9s %9s %8s %8s %7s  %s\n", "pos", "device", "w",
         "gpu", "layers", "compute_ms", "link_ms", "disk_ms", "exposed", "read_GiB", "mem_GiB",
-        "thr p/d", "round-0 window");
+        "thr p/d", "windows");
     for (int step = 0; step < p->n_dev + p->n_active; step++) {
         /* active devices in ring order, then the others */
         int i;
@@ -69,18 +102,14 @@ static void format_plan(const hr_sched_plan *p, hr_sink *s) {
                 continue;
         }
         const hr_sched_dev_plan *d = &p->dev[i];
-        char pos[8], win[48];
+        char pos[8], win[96], sizes[64];
         if (d->active)
             snprintf(pos, sizeof pos, "%d", d->ring_pos);
         else
             snprintf(pos, sizeof pos, "-");
-        if (d->active && d->w > 0)
-            snprintf(win, sizeof win, "%d-%d%s", d->offset, d->offset + d->w - 1,
-                     p->k > 1 ? " (+W per round)" : "");
-        else
-            snprintf(win, sizeof win, "-");
-        put(s, "  %3s  %-20.20s %4d %4d %6d %10.2f %8.2f %9.2f %9.2f %8.2f %8.2f %3d/%-3d  %s%s\n",
-            pos, d->name[0] ? d->name : "?", d->w, d->n_gpu, d->layers, d->compute_ms, d->link_ms,
+        window_text(p, d, win, sizeof win, sizes, sizeof sizes);
+        put(s, "  %3s  %-20.20s %4s %4d %6d %10.2f %8.2f %9.2f %9.2f %8.2f %8.2f %3d/%-3d  %s%s\n",
+            pos, d->name[0] ? d->name : "?", sizes, d->n_gpu, d->layers, d->compute_ms, d->link_ms,
             d->disk_load_ms, d->disk_exposed_ms, d->read_bytes / GIB, d->mem_bytes / GIB,
             d->prefill_threads, d->decode_threads, win,
             d->is_head ? " head" : (d->bottleneck ? " bottleneck" : ""));
@@ -153,18 +182,19 @@ static json_t *dev_json(const hr_sched_plan *p, int i, bool *bad) {
     jset(o, "active", json_boolean(d->active), bad);
     jset(o, "is_head", json_boolean(d->is_head), bad);
     jset(o, "ring_pos", json_integer(d->ring_pos), bad);
-    jset(o, "w", json_integer(d->w), bad);
+    if (p->uniform) /* layers per round (per-round windows: "windows" alone) */
+        jset(o, "w", json_integer(d->win[0]), bad);
     jset(o, "n_gpu", json_integer(d->n_gpu), bad);
     jset(o, "layers", json_integer(d->layers), bad);
     json_t *win = json_array();
-    for (int r = 0; d->active && d->w > 0 && r < p->k; r++) {
+    for (int r = 0; d->active && d->layers > 0 && r < p->k && r < HR_SCHED_MAX_ROUNDS; r++) {
         json_t *pair = json_array();
-        int first = r * p->layers_per_round + d->offset;
-        if (!pair || json_array_append_new(pair, json_integer(first)) ||
-            json_array_append_new(pair, json_integer(d->w)) || json_array_append_new(win, pair))
+        if (!pair || json_array_append_new(pair, json_integer(d->first[r])) ||
+            json_array_append_new(pair, json_integer(d->win[r])) ||
+            json_array_append_new(win, pair))
             *bad = true;
     }
-    jset(o, "windows", win, bad); /* [[first layer, count], ...] per round */
+    jset(o, "windows", win, bad); /* [[first layer, count], ...] per round (count may be 0) */
     jset(o, "overloaded", json_boolean(d->overloaded), bad);
     jset(o, "bottleneck", json_boolean(d->bottleneck), bad);
     jset(o, "compute_ms", jnum(d->compute_ms), bad);
@@ -200,7 +230,9 @@ int hr_sched_plan_json(const hr_sched_plan *p, char **json, char err[HR_ERR_LEN]
     if (p->status == 0 && p->k >= 1) {
         jset(root, "k", json_integer(p->k), &bad);
         jset(root, "n_layer", json_integer(p->n_layer), &bad);
-        jset(root, "layers_per_round", json_integer(p->layers_per_round), &bad);
+        jset(root, "uniform", json_boolean(p->uniform), &bad);
+        if (p->uniform)
+            jset(root, "layers_per_round", json_integer(p->n_layer / p->k), &bad);
         jset(root, "head", json_integer(p->head), &bad);
         jset(root, "latency_ms", jnum(p->latency_ms), &bad);
         jset(root, "tokens_per_s", jnum(p->tokens_per_s), &bad);

@@ -75,8 +75,30 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
  * compute), then its accelerator layers. The cost model and the program's
  * ring row both use it. */
 double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk);
-/* Closed-form latency (ms per token) of (w, ng) for kc->k; INFINITY when
- * infeasible. ng may be NULL. Fills plan when not NULL and feasible. */
+/* Device i's side of a plan with per-round windows: win[r * stride]
+ * layers in round r (r < kc->k), at most ng of each on its accelerator. */
+typedef struct {
+    bool ok;                          /* the memory rules hold */
+    bool overloaded;                  /* streams every token */
+    int layers, lc;                   /* layers in all rounds; of them on the CPU */
+    double resident, buffer;          /* bytes of weights kept; of the stream buffer */
+    double cm[HR_SCHED_MAX_ROUNDS];   /* ms of compute in round r */
+    double cp[HR_SCHED_MAX_ROUNDS];   /* ms of its window in round r (hr_sched_window_ms) */
+    double load[HR_SCHED_MAX_ROUNDS]; /* ms of disk reads in round r */
+    double read[HR_SCHED_MAX_ROUNDS]; /* bytes read in round r */
+} hr_sched_dev_rounds;
+/* A device with one window size in every round is costed by
+ * hr_sched_disk_at (kc's caps), any other by the same rules over its
+ * windows (sched.h, per-round windows). */
+void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, const int *win,
+                     int stride, int ng, hr_sched_dev_rounds *out);
+/* Closed-form latency (ms per token) of per-round windows win[r * c->n + i]
+ * (ng[i] caps each of device i's windows on its accelerator; NULL: none)
+ * for kc->k rounds; INFINITY when infeasible or the windows do not sum to
+ * L. Fills plan when not NULL and feasible. */
+double hr_sched_eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win,
+                            const int *ng, hr_sched_plan *plan);
+/* The same for a uniform plan: w[i] layers in every round. */
 double hr_sched_eval(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *w, const int *ng,
                      hr_sched_plan *plan);
 /* Marks plan failed with code and message. Returns code. */

@@ -1,15 +1,20 @@
 /* sched.h - the layer-assignment planner: cost model, Halda ILP on GLPK, plan output.
  *
  * Devices form a ring with the head first. The model's L layers are cut into
- * k rounds of W = L / k layers; in every round device m computes a window of
- * w_m consecutive layers (sum_m w_m = W), so it owns k * w_m layers in all and
- * a token's hidden state goes around the ring k times. hr_sched_solve() picks
- * k (a divisor of L) and the w_m that minimise the predicted decode latency of
- * one token, leaving out (w_m = 0) devices that would only slow the ring.
+ * k rounds; in round r device m computes a window of w_rm consecutive layers
+ * (possibly none), the windows of a round follow the ring order and the
+ * rounds follow each other, so every layer is computed once and a token's
+ * hidden state goes around the ring k times. A uniform plan gives every
+ * device one window size w_m in all rounds (k divides L, W = L / k =
+ * sum_m w_m layers per round); others give a device different windows in
+ * different rounds, and k need not divide L. hr_sched_solve() picks k and the
+ * windows that minimise the predicted decode latency of one token, leaving
+ * out (no layers) devices that would only slow the ring.
  *
  * COST MODEL (all times in ms, bytes in bytes, rates in bytes/s)
  *
- * For a k-round plan, device m runs wc_m = w_m - n_m layers of its window on
+ * Written for a uniform plan below (w_m in every round). For a k-round plan,
+ * device m runs wc_m = w_m - n_m layers of its window on
  * the CPU and n_m on its accelerator (a Vulkan device, gpu/vk.h; n_m = 0 for a
  * device with vram_bytes 0 or with hr_sched_opts.use_gpu off). Per round:
  *
@@ -58,6 +63,25 @@
  * read while the device computes; larger k lets the buffer fill while the
  * rest of the ring computes, but adds k * H of hops.
  *
+ * Per-round windows: every term above is taken per round r with that
+ * round's windows (n_rm = min(n_m, w_rm) on the accelerator, wc_rm = w_rm -
+ * n_rm), memory over the device's windows of all rounds together:
+ *
+ *   S_r = sum over active m of window_rm + H,  P_r = max(S_r, max_m load_rm)
+ *   latency = sum_r P_r + t_head_ms(head)
+ *   resident: sum_r wc_rm * (layer_bytes + kv) <= mem_eff_m; GPU likewise
+ *   pinned streaming: hr_sched_stream_split_rounds() over the window bytes
+ *     wc_rm * layer_bytes (the buffer holds the largest window's streamed
+ *     part), load_rm = 1000 * read_rm / disk_bps, stall_rm = max(0, load_rm
+ *     - 1000 * buffer / disk_bps)
+ *   lru: a window of the largest wc_rm must fit beside the KV; an
+ *     overloaded device reads each window whole while computing it
+ *
+ * A device whose windows are equal in every round is costed exactly as in a
+ * uniform plan, so a uniform plan costs the same either way. An active
+ * device with no layers in some round still forwards the hidden state
+ * (its hop counts in every round).
+ *
  * t_head_ms covers the embedding lookup, output norm, LM head and sampling,
  * once per token on the head. Embedding rows are read one per token and are
  * not charged memory; the output matrix (output_bytes) takes the head's
@@ -83,6 +107,14 @@
  * Interchangeable devices get w_i >= w_j rows (symmetry), and each program
  * carries the best latency found so far as a cutoff row, so a k that cannot
  * win is dismissed early (reported as NAN in k_latency_ms).
+ * Then, with hr_sched_opts.uneven_rounds, every k up to HR_SCHED_UNEVEN_K_MAX
+ * that does not divide L gets per-round windows by a local search over the
+ * cost model: it starts from the best uniform plan's shares laid over
+ * rounds that differ by at most one layer (and over rounds of ceil(L / k)
+ * with a shorter last one), and moves one layer at a time (between two
+ * devices of a round, or between two rounds of a device) while that lowers
+ * the predicted latency. Not proven optimal; such a plan wins only where it
+ * predicts a lower latency than every uniform one.
  * Accelerator calibration (prima.cpp raises n_m on devices whose VRAM the
  * solution leaves unused) is not needed here: n_m are integer variables of
  * the same program, priced by the measured t_layer_gpu_ms, so a GPU gets
@@ -103,10 +135,12 @@
 #define HR_SCHED_MAX_DEV 64
 #define HR_SCHED_MAX_LAYER 4096
 #define HR_SCHED_MAX_THREADS 256
-#define HR_SCHED_MAX_K 64 /* divisors of any n <= 4096 fit */
+#define HR_SCHED_MAX_K 64        /* k candidates of one search */
+#define HR_SCHED_MAX_ROUNDS 64   /* k of any plan */
+#define HR_SCHED_UNEVEN_K_MAX 16 /* largest k tried that does not divide L */
 #define HR_SCHED_NAME_LEN 64
 #define HR_SCHED_LEFT_OUT_LEN 160 /* a left-out device's reason */
-#define HR_SCHED_SCHEMA_VERSION 1
+#define HR_SCHED_SCHEMA_VERSION 2 /* 2: per-round "windows", "uniform"; "w" only when uniform */
 
 typedef enum {
     HR_SCHED_OS_LINUX = 0, /* pinned reclaim */
@@ -174,6 +208,8 @@ typedef struct {
     double thread_tol;   /* relative slack for thread counts, default 0.03 */
     double time_limit_s; /* per ILP; 0 = none. Hitting it marks the plan not optimal */
     double max_enum;     /* hr_sched_exhaustive: refuse above this many (k, w) points */
+    bool uneven_rounds;  /* default true: also k not dividing L, with per-round windows
+                            (hr_sched_exhaustive searches uniform plans only) */
 } hr_sched_opts;
 
 /* Per device in a plan, indexed like the input devices. Per token = all k rounds. */
@@ -181,21 +217,21 @@ typedef struct {
     char name[HR_SCHED_NAME_LEN];
     bool active; /* in the ring */
     bool is_head;
-    bool overloaded;        /* streams weights from disk every token */
-    bool bottleneck;        /* its disk (or its stall) sets the exposed time */
-    int ring_pos;           /* 0 = head, -1 = left out */
-    int w;                  /* layers per round (window size) */
-    int n_gpu;              /* of which on the accelerator */
-    int layers;             /* k * w */
-    int offset;             /* first layer of its window in round r is r * W + offset */
-    double compute_ms;      /* k * c_m, ms per token */
-    double link_ms;         /* k * h_m, ms per token */
-    double disk_load_ms;    /* k * load_m, ms per token, before overlap */
-    double disk_exposed_ms; /* ms per token of it not hidden behind the ring */
-    double read_bytes;      /* bytes read from disk per token */
-    double mem_bytes;       /* resident demand: weights kept + stream buffer + KV (+output) */
-    double t_layer_ms;      /* ms per CPU layer used by the model */
-    int prefill_threads;    /* 0 = not measured, runtime default */
+    bool overloaded;                /* streams weights from disk every token */
+    bool bottleneck;                /* its disk (or its stall) sets the exposed time */
+    int ring_pos;                   /* 0 = head, -1 = left out */
+    int win[HR_SCHED_MAX_ROUNDS];   /* layers of its window in round r (0: none that round) */
+    int first[HR_SCHED_MAX_ROUNDS]; /* the first of them (where it would start when none) */
+    int n_gpu;                      /* of each window, at most this many on the accelerator */
+    int layers;                     /* sum of win[] */
+    double compute_ms;              /* k * c_m, ms per token */
+    double link_ms;                 /* k * h_m, ms per token */
+    double disk_load_ms;            /* k * load_m, ms per token, before overlap */
+    double disk_exposed_ms;         /* ms per token of it not hidden behind the ring */
+    double read_bytes;              /* bytes read from disk per token */
+    double mem_bytes;    /* resident demand: weights kept + stream buffer + KV (+output) */
+    double t_layer_ms;   /* ms per CPU layer used by the model */
+    int prefill_threads; /* 0 = not measured, runtime default */
     int decode_threads;
     double rtt_ms, link_bps;              /* the link figures used (copied from the input) */
     bool link_assumed;                    /* ... and they were assumed, not measured */
@@ -206,7 +242,7 @@ typedef struct {
     int status; /* 0, or the negative HR_E* code when no plan was made */
     int k;      /* rounds; 0 in a failed plan */
     int n_layer;
-    int layers_per_round; /* W = n_layer / k */
+    bool uniform; /* every device has one window size in all rounds (then k divides n_layer) */
     int n_dev;
     int n_active;
     int head;
@@ -219,7 +255,7 @@ typedef struct {
     double link_ms;          /* per token: k * H */
     double disk_exposed_ms;  /* per token: k * (P - compute - links) */
     double head_ms;          /* t_head_ms of the head */
-    double round_ms;         /* S + E */
+    double round_ms;         /* mean over the rounds of P_r (S + E) */
     double out_stream_bytes; /* output head bytes the head streams per token (short of memory) */
     bool optimal;            /* proven optimal for the model (no time limit hit) */
     int n_ilp;               /* programs solved */
@@ -256,6 +292,18 @@ int hr_sched_evaluate(const hr_sched_model *model, const hr_sched_device *devs, 
                       const hr_sched_opts *opts, int k, const int *w, const int *n_gpu,
                       hr_sched_plan *out, char err[HR_ERR_LEN]);
 
+/* The same for per-round windows: win[r * n_dev + m] layers of device m in
+ * round r (k rows, 1 <= k <= HR_SCHED_MAX_ROUNDS, all rows together summing
+ * to n_layer; k need not divide it); n_gpu[m] (NULL = none) caps each of
+ * m's windows' accelerator layers. A device is in the ring when it is the
+ * head or has a layer in some round. Returns ms per token, or INFINITY.
+ * Reentrant. */
+double hr_sched_cost_rounds(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                            const hr_sched_opts *opts, int k, const int *win, const int *n_gpu);
+int hr_sched_evaluate_rounds(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
+                             const hr_sched_opts *opts, int k, const int *win, const int *n_gpu,
+                             hr_sched_plan *out, char err[HR_ERR_LEN]);
+
 /* Brute force over every allowed k and every w (and n_gpu when use_gpu), for
  * verification on small inputs. HR_ERANGE when the search would visit more
  * than opts->max_enum assignments. Same results and errors as hr_sched_solve
@@ -291,7 +339,7 @@ typedef struct {
     bool streams;      /* false: T <= room, everything stays */
     double resident;   /* bytes kept resident, all windows together */
     double buffer;     /* bytes of the sliding buffer (0 when not streaming) */
-    double read_round; /* bytes read from disk per round (window) */
+    double read_round; /* bytes read from disk per round (window; the mean over them) */
 } hr_sched_stream;
 
 /* Fills *out for k windows of window_bytes under room bytes. Returns 0,
@@ -317,12 +365,33 @@ int hr_sched_stream_split(double window_bytes, int k, double room, double min_bu
 int hr_sched_stream_split_experts(double window_bytes, int k, double room, double min_buffer,
                                   double expert_frac, double expert_read, hr_sched_stream *out);
 
+/* The same scheme over n windows of different sizes (window_bytes[n], 1 <=
+ * n <= HR_SCHED_MAX_ROUNDS; a window of 0 bytes is a round without layers):
+ * T = their sum. When T <= room all stays. With two or more windows the
+ * resident part is cut so that every window streams min(its bytes, cut)
+ * and the buffer holds the largest streamed part: buffer = cut, the
+ * smallest with buffer + sum_r max(0, bytes_r - cut) = room. When the
+ * largest window does not fit the room, it alone keeps a head: buffer =
+ * min(second largest window, room), resident = room - buffer, and its tail
+ * (larger than the buffer) slides through it while the other windows
+ * stream whole (equal windows then keep nothing, buffer = room); this
+ * meets the first case where the largest window equals the room. With one
+ * window, buffer = min_buffer as for k = 1. Equal windows give exactly hr_sched_stream_split. With
+ * experts (expert_frac > 0): hr_sched_stream_split_experts over the mean
+ * of the windows with bytes, each reading in proportion to its bytes.
+ * read[n] (may be NULL) gets the bytes each window reads; out->read_round
+ * is their mean. Same returns. */
+int hr_sched_stream_split_rounds(const double *window_bytes, int n, double room, double min_buffer,
+                                 double expert_frac, double expert_read, hr_sched_stream *out,
+                                 double *read);
+
 /* Smallest thread count t (1-based) with ms[t-1] <= (1 + tol) * min ms, over
  * the entries > 0 among the first n; 0 when none is measured. Reentrant. */
 int hr_sched_pick_threads(const double *ms, int n, double tol);
 
-/* Layers of device dev in round r (0-based): [*first, *first + *count).
- * Returns 0 or HR_EINVAL (bad plan, dev or round). */
+/* Layers of device dev in round r (0-based): [*first, *first + *count)
+ * (count 0: none that round). Returns 0 or HR_EINVAL (bad plan, dev or
+ * round). */
 int hr_sched_plan_window(const hr_sched_plan *plan, int dev, int round, int *first, int *count);
 
 /* Human-readable table. Writes at most cap bytes (NUL-terminated when cap > 0)

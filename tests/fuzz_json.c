@@ -39,6 +39,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int i = 0; i < np.n_keys; i++)
                 if (!hr_ring_key_valid(np.keys[i]))
                     abort();
+            /* the windows cover the layers once, in ring order round after round */
+            int at = 0;
+            for (int r = 0; r < np.k; r++)
+                for (int j = 0; j < np.n_active; j++) {
+                    int first, count;
+                    if (hr_msg_plan_window(&np, j, r, &first, &count) != 0 || first != at ||
+                        count < 0)
+                        abort();
+                    at += count;
+                }
+            if (at != np.n_layer || np.index < -1 || np.index >= np.n_active)
+                abort();
         }
         break;
     }

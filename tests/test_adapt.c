@@ -75,15 +75,18 @@ static void *request_main(void *arg) {
     return NULL;
 }
 
-/* w (layers per round) and k of device `name` in a status; -1 unknown. */
+/* The layers of device `name` in a status (its windows of every round);
+ * -1 unknown. */
 static int dev_layers(json_t *st, const char *name) {
-    json_t *d;
-    size_t i;
-    int k = (int)json_integer_value(json_object_get(st, "k"));
+    json_t *d, *w;
+    size_t i, r;
     json_array_foreach(json_object_get(st, "devices"), i, d) {
         const char *nm = json_string_value(json_object_get(d, "name"));
-        if (nm && strcmp(nm, name) == 0)
-            return k * (int)json_integer_value(json_object_get(d, "w"));
+        int n = 0;
+        if (!nm || strcmp(nm, name) != 0)
+            continue;
+        json_array_foreach(json_object_get(d, "windows"), r, w) n += (int)json_integer_value(w);
+        return n;
     }
     return -1;
 }

@@ -74,8 +74,8 @@ static void cluster_stop(cluster *c) {
 }
 
 /* The plan the head made, from its status: k, the devices with at least
- * one layer in the ring (active), the layers they hold in all (k x w
- * each), and "name:first-last,..." per active device. */
+ * one layer in the ring (active), the layers they hold in all (their
+ * windows of every round), and "name:first-last,..." per active device. */
 typedef struct {
     int k, active, layers, n_layer;
     uint32_t plan_id;
@@ -93,12 +93,16 @@ static plan_seen plan_of(hr_agent *head) {
     json_t *d;
     size_t i, n = 0;
     json_array_foreach(json_object_get(st, "devices"), i, d) {
-        int w = (int)json_integer_value(json_object_get(d, "w"));
-        if (w <= 0 || json_is_true(json_object_get(d, "lost")) ||
+        int layers = 0; /* its windows of every round */
+        json_t *v;
+        size_t r;
+        json_array_foreach(json_object_get(d, "windows"), r, v) layers +=
+            (int)json_integer_value(v);
+        if (layers <= 0 || json_is_true(json_object_get(d, "lost")) ||
             json_integer_value(json_object_get(d, "ring_pos")) < 0)
             continue;
         ps.active++;
-        ps.layers += ps.k * w;
+        ps.layers += layers;
         const char *nm = json_string_value(json_object_get(d, "name"));
         const char *ly = json_string_value(json_object_get(d, "layers"));
         if (n < sizeof ps.desc)
@@ -339,7 +343,10 @@ static void test_model(const char *file) {
  * second) and windows forced so that the scheduler cannot put them all on
  * the head (the devices here are alike and the head saves the ring's
  * hops): k = 2 with windows 2,2,2 (each device two windows of 2 layers)
- * and k = 3 with 2,1,1 (the default wire). */
+ * and k = 3 with 2,1,1 (the default wire); and rounds with windows of their
+ * own: k = 3 with 2,1,1 / 1,2,1 / 1,1,2, k = 5 (not a divisor of 12) with
+ * rounds where the head or the last device has no layers and passes the
+ * hidden states on, 2 agents with 5,2 / 3,2 and the head alone with 5 / 7. */
 static void test_generated(void) {
     char dir[64], path[128], vocab[512], err[HR_ERR_LEN] = "";
     if (tmp_dir_make(dir, sizeof dir, "cluster")) {
@@ -364,7 +371,11 @@ static void test_generated(void) {
     printf("generated %s: %d layers, embd %d, %s, in %.2f s\n", path, mp.n_layer, mp.n_embd,
            mp.ftype, now_s() - t0);
     const cluster_cfg cfg[] = {{3, 2, HR_RING_F32, "2,2,2", 3, false},
-                               {3, 3, WIRE_DEFAULT, "2,1,1", 3, true}};
+                               {3, 3, WIRE_DEFAULT, "2,1,1", 3, true},
+                               {3, 3, HR_RING_F32, "2,1,1/1,2,1/1,1,2", 3, false},
+                               {3, 5, HR_RING_F32, "1,1,1/1,1,0/0,1,1/1,1,1/1,1,0", 3, true},
+                               {2, 2, HR_RING_F32, "5,2/3,2", 2, false},
+                               {1, 2, HR_RING_F32, "5/7", 1, false}};
     test_model_cfgs(path, "generated 12 layers", cfg, (int)(sizeof cfg / sizeof cfg[0]));
     tmp_dir_remove(dir);
 }

@@ -193,16 +193,18 @@ static bool read_status(const char *bin, const char *head, const char *keys, rin
         const char *name = json_string_value(json_object_get(d, "name"));
         const char *layers = json_string_value(json_object_get(d, "layers"));
         bool is_head = json_is_true(json_object_get(d, "head"));
-        int w = (int)json_integer_value(json_object_get(d, "w"));
         int pos = (int)json_integer_value(json_object_get(d, "ring_pos"));
-        int k = (int)json_integer_value(json_object_get(d, "k"));
+        int w = 0; /* its layers: its windows of every round */
+        json_t *wv;
+        size_t r;
+        json_array_foreach(json_object_get(d, "windows"), r, wv) w += (int)json_integer_value(wv);
         v->n_dev++;
         v->n_ready += ready && json_is_true(json_object_get(d, "ready"));
         v->profiles &= json_is_true(json_object_get(d, "has_profile"));
         if (is_head) {
-            v->head_w = w * (k > 0 ? k : 1);
+            v->head_w = w;
         } else {
-            v->worker_w += w * (k > 0 ? k : 1);
+            v->worker_w += w;
             v->fetch_done += json_number_value(json_object_get(d, "fetch_done_bytes"));
             v->fetch_total += json_number_value(json_object_get(d, "fetch_total_bytes"));
         }
@@ -213,8 +215,8 @@ static bool read_status(const char *bin, const char *head, const char *keys, rin
         }
         size_t len = strlen(v->split);
         snprintf(v->split + len, sizeof v->split - len, "%s%s (%s): %d layers [%s]",
-                 len ? ", " : "", name ? name : "?", is_head ? "head" : "worker",
-                 w * (k > 0 ? k : 1), layers ? layers : "?");
+                 len ? ", " : "", name ? name : "?", is_head ? "head" : "worker", w,
+                 layers ? layers : "?");
     }
     json_decref(j);
     if (v->n_ring < 2)

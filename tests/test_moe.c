@@ -331,7 +331,7 @@ static void test_expert_cache(void) {
     CHECK_EQ(st.hits, 1);
     CHECK_EQ(st.fetched, one);
     CHECK_EQ(st.keep, 4);
-    CHECK_EQ(st.locked, 0); /* kept by advice: the plan asked for no mlock */
+    CHECK_EQ(st.locked, 0);        /* kept by advice: the plan asked for no mlock */
     CHECK_EQ(st.plans_applied, 1); /* the measurement of bytes read starts after it */
     /* expert 9 routed in three steps: the rerank (every 3 routes) keeps it */
     for (int r = 0; r < 2; r++) {

@@ -329,11 +329,13 @@ static void test_readme(const moe_model *m, int disc_port) {
         int held = 0, worker_w = 0;
         size_t i;
         json_array_foreach(json_object_get(st, "devices"), i, d) {
-            int w = (int)json_integer_value(json_object_get(d, "w"));
-            int k = (int)json_integer_value(json_object_get(d, "k"));
+            int w = 0; /* its windows of every round */
+            json_t *v;
+            size_t r;
+            json_array_foreach(json_object_get(d, "windows"), r, v) w += (int)json_integer_value(v);
             if (json_integer_value(json_object_get(d, "ring_pos")) < 0)
                 continue;
-            held += w * (k > 0 ? k : 1);
+            held += w;
             if (!json_is_true(json_object_get(d, "head")))
                 worker_w += w;
         }

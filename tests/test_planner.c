@@ -141,7 +141,10 @@ static void test_live_plan(const char *model) {
             json_t *d = json_array_get(devs, i);
             int w = (int)json_integer_value(json_object_get(d, "w"));
             int pos = (int)json_integer_value(json_object_get(d, "ring_pos"));
-            CHECK_EQ(w, want.dev[i].w);
+            for (int r = 0; r < k && r < want.k; r++) /* every round's window */
+                CHECK_EQ((int)json_integer_value(
+                             json_array_get(json_object_get(d, "windows"), (size_t)r)),
+                         want.dev[i].win[r]);
             CHECK_EQ(pos, want.dev[i].ring_pos);
             active += pos >= 0;
             even &= w == W / N_DEV + (i < W % N_DEV);
@@ -202,7 +205,7 @@ static void test_memory_edge(const char *model) {
     hr_prof_model_clear(&pm);
     /* everything resident (no disk): weights + KV of every layer + output head */
     double need = sm.n_layer * (sm.layer_bytes + sm.kv_bytes_per_layer) + sm.output_bytes;
-    CHECK(hr_prof_mem_need(&sm, 1, sm.n_layer, true) < need); /* the admission check's least */
+    CHECK(hr_prof_mem_need(&sm, sm.n_layer, true) < need); /* the admission check's least */
     int64_t enough = (int64_t)(model_reserve(model, N_CTX, true) + need) + 1;
     for (int short_of = 0; short_of <= 1; short_of++) {
         int64_t avail = enough - (short_of ? 1 << 20 : 0);

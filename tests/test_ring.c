@@ -398,10 +398,10 @@ static void test_msg_roundtrip(const char *key) {
     /* PLAN */
     hr_msg_plan p = {.plan_id = 4000000000u,
                      .k = 2,
-                     .W = 11,
-                     .w = 5,
-                     .offset = 6,
+                     .n_layer = 22,
                      .n_active = 3,
+                     .index = 1,
+                     .win = {{6, 5, 0}, {6, 5, 0}},
                      .n_ctx = 4096,
                      .n_batch = 64,
                      .dtype = HR_RING_F16,
@@ -417,7 +417,10 @@ static void test_msg_roundtrip(const char *key) {
     f = roundtrip(&m, &h);
     CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), 0);
     CHECK_EQ(pd.plan_id, 4000000000u);
-    CHECK(pd.k == 2 && pd.W == 11 && pd.w == 5 && pd.offset == 6 && pd.n_active == 3);
+    CHECK(pd.k == 2 && pd.n_layer == 22 && pd.index == 1 && pd.n_active == 3);
+    int first = -1, count = -1;
+    CHECK_EQ(hr_msg_plan_window(&pd, pd.index, 1, &first, &count), 0);
+    CHECK(first == 17 && count == 5); /* round 1 starts at 11; after the head's 6 */
     CHECK(pd.n_ctx == 4096 && pd.n_batch == 64 && pd.dtype == HR_RING_F16);
     CHECK(pd.prefetch && !pd.release);
     CHECK_STR(pd.next, p.next);
@@ -576,9 +579,10 @@ static void test_msg_refusals(const char *key) {
     hr_msg_reject rj;
     hr_msg_join j;
     hr_msg_pair pr;
-    const char *plan = "{\"plan_id\":1,\"k\":1,\"W\":2,\"w\":2,\"offset\":0,\"n_active\":1,"
-                       "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":\"\",\"prefetch\":true,"
-                       "\"release\":false}";
+    const char *plan =
+        "{\"plan_id\":1,\"k\":1,\"n_layer\":2,\"n_active\":1,\"index\":0,\"rounds\":[[2]],"
+        "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":\"\",\"prefetch\":true,"
+        "\"release\":false}";
     h = raw(HR_RING_PLAN, plan);
     CHECK_EQ(hr_msg_plan_decode(&h, plan, &p, err), 0);
     CHECK_EQ(p.n_keys, 0);
@@ -609,15 +613,17 @@ static void test_msg_refusals(const char *key) {
     const char *nok = "{\"plan_id\":1,\"k\":1}";
     h = raw(HR_RING_PLAN, nok);
     CHECK_EQ(hr_msg_plan_decode(&h, nok, &p, err), HR_EFORMAT);
-    const char *badnext = "{\"plan_id\":1,\"k\":1,\"W\":2,\"w\":2,\"offset\":0,\"n_active\":1,"
-                          "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":5,\"prefetch\":true,"
-                          "\"release\":false}";
+    const char *badnext =
+        "{\"plan_id\":1,\"k\":1,\"n_layer\":2,\"n_active\":1,\"index\":0,\"rounds\":[[2]],"
+        "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":5,\"prefetch\":true,"
+        "\"release\":false}";
     h = raw(HR_RING_PLAN, badnext);
     CHECK_EQ(hr_msg_plan_decode(&h, badnext, &p, err), HR_EFORMAT);
     CHECK(strstr(err, "next") != NULL);
-    const char *negid = "{\"plan_id\":-1,\"k\":1,\"W\":2,\"w\":2,\"offset\":0,\"n_active\":1,"
-                        "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":\"\",\"prefetch\":true,"
-                        "\"release\":false}";
+    const char *negid =
+        "{\"plan_id\":-1,\"k\":1,\"n_layer\":2,\"n_active\":1,\"index\":0,\"rounds\":[[2]],"
+        "\"n_ctx\":8,\"n_batch\":4,\"dtype\":0,\"next\":\"\",\"prefetch\":true,"
+        "\"release\":false}";
     h = raw(HR_RING_PLAN, negid);
     CHECK_EQ(hr_msg_plan_decode(&h, negid, &p, err), HR_EFORMAT);
     h = raw(HR_RING_PLAN, "[1,2]");
@@ -780,6 +786,122 @@ static void test_messages(void) {
     test_msg_links(pub);
 }
 
+/* A PLAN of hand-written JSON, its "rounds" and index replaced. */
+static int plan_json(const char *rounds, int k, int n_active, int index, hr_msg_plan *pd,
+                     char *err) {
+    char js[1024];
+    snprintf(js, sizeof js,
+             "{\"plan_id\":7,\"k\":%d,\"n_layer\":10,\"n_active\":%d,\"index\":%d,"
+             "\"rounds\":%s,\"n_ctx\":256,\"n_batch\":8,\"dtype\":%d,\"next\":\"\","
+             "\"next_key\":\"\",\"prefetch\":true,\"release\":false,\"keys\":[]}",
+             k, n_active, index, rounds, HR_RING_F32);
+    hr_ring_hdr h = {.type = HR_RING_PLAN, .plan_id = 7, .len = (uint32_t)strlen(js)};
+    return hr_msg_plan_decode(&h, js, pd, err);
+}
+
+/* Rounds with their own windows: round trip, windows in ring order round
+ * after round, and windows that do not cover the layers once refused. */
+static void test_plan_rounds(void) {
+    char err[HR_ERR_LEN];
+    hr_msg_plan p = {.plan_id = 9,
+                     .k = 3,
+                     .n_layer = 10,
+                     .n_active = 3,
+                     .index = 2,
+                     .win = {{2, 1, 1}, {1, 2, 0}, {0, 1, 2}},
+                     .n_ctx = 256,
+                     .n_batch = 8,
+                     .dtype = HR_RING_F32,
+                     .n_gpu = 2};
+    hr_msg m;
+    hr_ring_hdr h;
+    CHECK_EQ(hr_msg_plan_encode(&m, &p, err), 0);
+    uint8_t *f = roundtrip(&m, &h);
+    hr_msg_plan pd;
+    CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), 0);
+    free(f);
+    CHECK(pd.k == 3 && pd.n_layer == 10 && pd.n_active == 3 && pd.index == 2 && pd.n_gpu == 2);
+    CHECK_EQ(memcmp(pd.win, p.win, sizeof p.win), 0);
+    /* position 2: 3-3 in round 0, none in round 1 (it starts at 7), 8-9 in round 2 */
+    const int want_first[3] = {3, 7, 8}, want_count[3] = {1, 0, 2};
+    for (int r = 0; r < 3; r++) {
+        int first = -1, count = -1;
+        CHECK_EQ(hr_msg_plan_window(&pd, 2, r, &first, &count), 0);
+        CHECK_EQ(first, want_first[r]);
+        CHECK_EQ(count, want_count[r]);
+    }
+    int first, count;
+    CHECK_EQ(hr_msg_plan_window(&pd, 3, 0, &first, &count), HR_EINVAL);
+    CHECK_EQ(hr_msg_plan_window(&pd, 0, 3, &first, &count), HR_EINVAL);
+    /* a device out of the ring gets the table and no position */
+    CHECK_EQ(plan_json("[[4,6]]", 1, 2, -1, &pd, err), 0);
+    CHECK_EQ(pd.index, -1);
+    /* the same, hand-written, is accepted; each fault is refused */
+    CHECK_EQ(plan_json("[[2,1,1],[1,2,0],[0,1,2]]", 3, 3, 2, &pd, err), 0);
+    static const struct {
+        const char *rounds, *why;
+        int k, n_active, index;
+    } bad[] = {
+        {"[[2,1,1],[1,2,0],[0,1,1]]", "cover 9 layers", 3, 3, 0},  /* a gap: layer 9 left out */
+        {"[[2,1,1],[1,2,0],[0,2,2]]", "cover 11 layers", 3, 3, 0}, /* overlap: 11 for 10 */
+        {"[[2,1,1],[1,2,0],[0,1,-2],[0,0,4]]", "k = 3", 3, 3, 0},  /* more rows than k */
+        {"[[2,1,1],[1,2,0],[0,-1,4]]", "not in 0..10", 3, 3, 0},   /* a negative count */
+        {"[[2,1,1],[1,2,0],[0,1,11]]", "not in 0..10", 3, 3, 0},   /* out of range */
+        {"[[2,1,1],[1,2,0],[0,1,1.5]]", "not in 0..10", 3, 3, 0},  /* not an integer */
+        {"[[2,1,1],[1,2,0]]", "k = 3", 3, 3, 0},                   /* fewer rows than k */
+        {"[[2,1,1],[1,2],[0,1,3]]", "list 3 windows", 3, 3, 0},    /* a short row */
+        {"[[5,5]]", "position 2", 1, 2, 2},                        /* index past the ring */
+        {"{\"r\":1}", "array of k", 1, 2, 0},                      /* not rows */
+        {"[[1],[1],[1],[1],[1],[1],[1],[1],[1],[1],[0],[0],[0],[0],[0],[0],[0]]", "k 17", 17, 1,
+         0}, /* too many rounds */
+        {"[[1,1,1,1,1,1,1,1,1,1,0,0,0,0,0,0,0]]", "17 ring members", 1, 17, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CHECK_EQ(plan_json(bad[i].rounds, bad[i].k, bad[i].n_active, bad[i].index, &pd, err),
+                 HR_EFORMAT);
+        if (!strstr(err, bad[i].why))
+            fprintf(stderr, "bad PLAN %zu: '%s' does not say '%s'\n", i, err, bad[i].why);
+        CHECK(strstr(err, bad[i].why) != NULL);
+    }
+    /* n_gpu beyond the device's largest window */
+    p.n_gpu = 3;
+    CHECK_EQ(hr_msg_plan_encode(&m, &p, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_plan_decode(&h, f + HR_RING_HDR_SIZE, &pd, err), HR_EFORMAT);
+    free(f);
+    /* the largest PLAN: every round of every ring member (16 layers each:
+     * 4096 in all), every key and the longest endpoints, within the table's
+     * limit */
+    static hr_msg_plan big;
+    big = (hr_msg_plan){.plan_id = 1,
+                        .k = HR_MSG_MAX_ROUNDS,
+                        .n_layer = HR_MSG_MAX_LAYER,
+                        .n_active = HR_MSG_MAX_RING,
+                        .index = HR_MSG_MAX_RING - 1,
+                        .n_ctx = 1 << 20,
+                        .n_batch = 4096,
+                        .dtype = HR_RING_F32,
+                        .n_keys = HR_MSG_MAX_KEYS,
+                        .mem_budget = 1e15,
+                        .n_seq = HR_MSG_MAX_SEQ};
+    for (int r = 0; r < HR_MSG_MAX_ROUNDS; r++)
+        for (int j = 0; j < HR_MSG_MAX_RING; j++)
+            big.win[r][j] = HR_MSG_MAX_LAYER / (HR_MSG_MAX_ROUNDS * HR_MSG_MAX_RING);
+    memset(big.next, 'n', sizeof big.next - 1);
+    memset(big.next_key, 'k', sizeof big.next_key - 1);
+    for (int i = 0; i < HR_MSG_MAX_KEYS; i++)
+        memset(big.keys[i], 'k', HR_RING_KEY_LEN - 1);
+    CHECK_EQ(hr_msg_plan_encode(&m, &big, err), 0);
+    CHECK(m.h.len <= hr_msg_info_of(HR_RING_PLAN)->max_len);
+    CHECK_EQ(hr_msg_plan_decode(&m.h, m.data, &pd, err), 0);
+    CHECK(pd.k == HR_MSG_MAX_ROUNDS && pd.n_active == HR_MSG_MAX_RING);
+    hr_msg_clear(&m);
+    /* encode refuses what it could not describe */
+    p.k = HR_MSG_MAX_ROUNDS + 1;
+    CHECK_EQ(hr_msg_plan_encode(&m, &p, err), HR_EINVAL);
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
     test_header();
@@ -789,5 +911,6 @@ int main(void) {
     test_sockets();
     test_curve();
     test_messages();
+    test_plan_rounds();
     return hr_check_finish("ring");
 }

@@ -50,6 +50,28 @@ static int plan_sum_layers(const hr_sched_plan *p) {
     return s;
 }
 
+/* The windows of p cover its layers once: in ring order within a round,
+ * round after round. */
+static void check_cover(const hr_sched_plan *p) {
+    int at = 0;
+    for (int r = 0; r < p->k; r++)
+        for (int j = 0; j < p->n_active; j++) {
+            int first = -1, count = -1;
+            CHECK_EQ(hr_sched_plan_window(p, p->order[j], r, &first, &count), 0);
+            CHECK_EQ(first, at);
+            CHECK(count >= 0);
+            at += count;
+        }
+    CHECK_EQ(at, p->n_layer);
+    for (int i = 0; i < p->n_dev; i++) {
+        int sum = 0;
+        for (int r = 0; r < p->k; r++)
+            sum += p->dev[i].win[r];
+        CHECK_EQ(sum, p->dev[i].layers);
+        CHECK(p->dev[i].active || sum == 0);
+    }
+}
+
 /* Scenario 0: anything; 1: memory short, fast disks; 2: no disks; 3: one
  * strong device among weak ones with slow links. */
 static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int scenario) {
@@ -108,6 +130,7 @@ static void test_random_optimality(void) {
         int n;
         gen_instance(&m, d, &n, it % 4);
         hr_sched_opts o = hr_sched_opts_default();
+        o.uneven_rounds = false; /* the brute force searches uniform plans */
         if (it % 3 == 2) {
             o.overlap = HR_SCHED_OVERLAP_SUM;
             sum_model++;
@@ -148,7 +171,7 @@ static void test_random_optimality(void) {
         /* the plan's latency is the cost model's value for its assignment */
         int w[5];
         for (int i = 0; i < n; i++)
-            w[i] = p.dev[i].w;
+            w[i] = p.dev[i].win[0];
         CHECK_NEAR(hr_sched_cost(&m, d, n, &o, p.k, w, NULL), p.latency_ms, 1e-9 * p.latency_ms);
         k_gt1 += p.k > 1;
         excluded += p.n_active < n;
@@ -189,6 +212,7 @@ static void test_gpu_optimality(void) {
             }
         }
         hr_sched_opts o = hr_sched_opts_default();
+        o.uneven_rounds = false; /* the brute force searches uniform plans */
         o.use_gpu = true;
         if (it % 2)
             o.overlap = HR_SCHED_OVERLAP_SUM;
@@ -231,7 +255,7 @@ static void test_hand_costs(void) {
     static hr_sched_plan p;
     CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
     CHECK_EQ(p.k, 1);
-    CHECK_EQ(p.dev[0].w, 4); /* b only slows the ring */
+    CHECK_EQ(p.dev[0].win[0], 4); /* b only slows the ring */
     CHECK_EQ(p.n_active, 1);
     CHECK_EQ(p.dev[1].ring_pos, -1);
     CHECK_NEAR(p.latency_ms, 45.0, 1e-9);
@@ -303,7 +327,7 @@ static void test_properties(void) {
     CHECK_EQ(hr_sched_solve(&m, d, 3, NULL, &p, NULL), 0);
     CHECK_EQ(p.k, 1);
     CHECK_NEAR(p.disk_exposed_ms, 0.0, 1e-12);
-    CHECK_EQ(p.dev[2].w, 0); /* slow compute and a slow link: left out */
+    CHECK_EQ(p.dev[2].win[0], 0); /* slow compute and a slow link: left out */
     CHECK(!p.dev[2].active);
     /* why, with the hop's figure labelled when the link was not measured */
     CHECK(strstr(p.dev[2].left_out, "predicted faster without it") != NULL);
@@ -329,7 +353,7 @@ static void test_properties(void) {
     CHECK_EQ(hr_sched_solve(&m, e, 2, NULL, &p, NULL), 0);
     CHECK_EQ(p.k, 1);
     CHECK(!p.dev[0].overloaded && !p.dev[1].overloaded);
-    CHECK(p.dev[1].w > p.dev[0].w);
+    CHECK(p.dev[1].win[0] > p.dev[0].win[0]);
     /* the same with a fast disk on the head: streaming pays, k > 1 */
     e[0].disk_bps = 30e9;
     CHECK_EQ(hr_sched_solve(&m, e, 2, NULL, &p, NULL), 0);
@@ -339,8 +363,8 @@ static void test_properties(void) {
     /* windows */
     int first = -1, count = -1;
     CHECK_EQ(hr_sched_plan_window(&p, 1, p.k - 1, &first, &count), 0);
-    CHECK_EQ(first, (p.k - 1) * p.layers_per_round + p.dev[1].offset);
-    CHECK_EQ(count, p.dev[1].w);
+    CHECK_EQ(first, (p.k - 1) * (p.n_layer / p.k) + p.dev[1].first[0]);
+    CHECK_EQ(count, p.dev[1].win[0]);
     CHECK_EQ(hr_sched_plan_window(&p, 1, p.k, &first, &count), HR_EINVAL);
     CHECK_EQ(hr_sched_plan_window(&p, 2, 0, &first, &count), HR_EINVAL);
 
@@ -378,8 +402,10 @@ static void test_prima_home_cluster(void) {
     d[2].t_head_ms = 20;
     static hr_sched_plan p, e;
     char err[HR_ERR_LEN] = "";
+    hr_sched_opts uo = hr_sched_opts_default();
+    uo.uneven_rounds = false; /* uniform plans, as the brute force below */
     double t0 = now_s();
-    int rc = hr_sched_solve(&m, d, 4, NULL, &p, err);
+    int rc = hr_sched_solve(&m, d, 4, &uo, &p, err);
     double dt = now_s() - t0;
     CHECK_EQ(rc, 0);
     if (rc) {
@@ -400,8 +426,13 @@ static void test_prima_home_cluster(void) {
     CHECK(!p.dev[0].overloaded);
     CHECK_EQ(hr_sched_exhaustive(&m, d, 4, NULL, &e, NULL), 0);
     CHECK_NEAR(p.latency_ms, e.latency_ms, 1e-6 * e.latency_ms);
+    /* rounds of their own windows: never predicted slower than the best uniform plan */
+    CHECK_EQ(hr_sched_solve(&m, d, 4, NULL, &e, NULL), 0);
+    CHECK(e.latency_ms <= p.latency_ms);
+    check_cover(&e);
+    hr_sched_plan_print(&e, stdout);
     /* the pessimistic overlap model agrees that k > 1 pays */
-    hr_sched_opts o = hr_sched_opts_default();
+    hr_sched_opts o = uo;
     o.overlap = HR_SCHED_OVERLAP_SUM;
     CHECK_EQ(hr_sched_solve(&m, d, 4, &o, &e, NULL), 0);
     CHECK(e.k > 1);
@@ -589,7 +620,7 @@ static void test_bad_inputs(void) {
         CHECK_EQ(hr_sched_exhaustive(&m, e, 3, NULL, &pe, NULL), 0);
         CHECK_NEAR(ps.latency_ms, pe.latency_ms, 1e-6 * pe.latency_ms);
         CHECK_NEAR(ps.out_stream_bytes, 0.3 * GIB, 1.0);
-        CHECK_EQ(ps.dev[0].w, 0);
+        CHECK_EQ(ps.dev[0].win[0], 0);
         CHECK(ps.dev[0].active);
         CHECK_NEAR(ps.dev[0].read_bytes, 0.3 * GIB, 1.0);
         CHECK_NEAR(ps.head_ms, e[0].t_head_ms + 1e3 * 0.3 * GIB / 2e9, 1e-9);
@@ -608,7 +639,12 @@ static void test_bad_inputs(void) {
     static hr_sched_plan p;
     hr_sched_opts o = hr_sched_opts_default();
     o.k_fixed = 3;
+    o.uneven_rounds = false;
     char err[HR_ERR_LEN] = "";
+    CHECK_EQ(hr_sched_solve(&m, d, 3, &o, &p, err), HR_EINVAL);
+    CHECK(strstr(err, "k_fixed") != NULL);
+    o.k_fixed = HR_SCHED_MAX_ROUNDS + 1;
+    o.uneven_rounds = true;
     CHECK_EQ(hr_sched_solve(&m, d, 3, &o, &p, err), HR_EINVAL);
     CHECK(strstr(err, "k_fixed") != NULL);
     o = hr_sched_opts_default();
@@ -741,10 +777,124 @@ static void test_stream_experts(void) {
     CHECK(a.read_round < b.read_round);
 }
 
+/* Rounds with their own windows: the cost model per round by hand, the
+ * streaming split over windows of different sizes, and plans for k that
+ * do not divide L. */
+static void test_uneven_rounds(void) {
+    /* compute and hops: a (10 ms/layer, 2 ms hop, head 5 ms), b (20, 12) */
+    hr_sched_model m = {.n_layer = 5, .layer_bytes = 1e9, .hidden_bytes = 1e4};
+    hr_sched_device d[2] = {dev("a", 10, 100e9, 0, 2, 1e7), dev("b", 20, 100e9, 0, 4, 1e6)};
+    d[0].t_head_ms = 5;
+    int w1[4] = {2, 1, 1, 1}; /* round 0: a 2, b 1; round 1: a 1, b 1 */
+    CHECK_NEAR(hr_sched_cost_rounds(&m, d, 2, NULL, 2, w1, NULL), 54.0 + 44.0 + 5.0, 1e-9);
+    int w2[4] = {3, 0, 1, 1}; /* b has nothing in round 0 but forwards: its hop counts */
+    CHECK_NEAR(hr_sched_cost_rounds(&m, d, 2, NULL, 2, w2, NULL), 44.0 + 44.0 + 5.0, 1e-9);
+    int w3[4] = {3, 0, 2, 0}; /* b out of the ring: no hops */
+    CHECK_NEAR(hr_sched_cost_rounds(&m, d, 2, NULL, 2, w3, NULL), 55.0, 1e-9);
+    int six[4] = {3, 0, 2, 1}, neg[4] = {4, -1, 1, 1};
+    CHECK(isinf(hr_sched_cost_rounds(&m, d, 2, NULL, 2, six, NULL)));
+    CHECK(isinf(hr_sched_cost_rounds(&m, d, 2, NULL, 2, neg, NULL)));
+    CHECK(isinf(hr_sched_cost_rounds(&m, d, 2, NULL, 0, w1, NULL)));
+    static hr_sched_plan p, q;
+    char err[HR_ERR_LEN];
+    CHECK_EQ(hr_sched_evaluate_rounds(&m, d, 2, NULL, 2, w2, NULL, &p, err), 0);
+    CHECK(!p.uniform);
+    CHECK_EQ(p.dev[1].win[0], 0);
+    CHECK_EQ(p.dev[1].first[1], 4);
+    check_cover(&p);
+    CHECK_NEAR(p.compute_ms + p.link_ms + p.disk_exposed_ms + p.head_ms, p.latency_ms, 1e-9);
+    /* a uniform table costs what the uniform call does */
+    hr_sched_model m4 = m;
+    m4.n_layer = 4;
+    int wu[2] = {1, 1}, tu[4] = {1, 1, 1, 1};
+    CHECK_NEAR(hr_sched_cost_rounds(&m4, d, 2, NULL, 2, tu, NULL),
+               hr_sched_cost(&m4, d, 2, NULL, 2, wu, NULL), 1e-12);
+
+    /* streaming over windows of 3 and 2 layers (1 GB each, 1 GB/s, 100 ms/layer) */
+    hr_sched_device s = dev("s", 100, 2.5e9, 1e9, 0, 0);
+    int ws[2] = {3, 2};
+    /* room 2.5 GB < the 3 GB window: it keeps a 0.5 GB head, the buffer
+     * takes the 2 GB window; round 0 reads 2.5 GB (2500 ms, 500 past the
+     * buffer), round 1 2 GB */
+    CHECK_EQ(hr_sched_evaluate_rounds(&m, &s, 1, NULL, 2, ws, NULL, &p, err), 0);
+    CHECK_NEAR(p.latency_ms, 2500.0 + 2000.0, 1e-6);
+    CHECK_NEAR(p.dev[0].read_bytes, 4.5e9, 1.0);
+    CHECK_NEAR(p.dev[0].mem_bytes, 2.5e9, 1.0);
+    /* at the edge the two rules meet: room = the largest window */
+    hr_sched_stream e1, e2;
+    double edge[2] = {3e9, 2e9}, r1[2], r2[2];
+    CHECK_EQ(hr_sched_stream_split_rounds(edge, 2, 3e9 * (1 - 1e-9), 1e9, 0, 1, &e1, r1), 0);
+    CHECK_EQ(hr_sched_stream_split_rounds(edge, 2, 3e9 * (1 + 1e-9), 1e9, 0, 1, &e2, r2), 0);
+    CHECK_NEAR(e1.resident, e2.resident, 10.0);
+    CHECK_NEAR(e1.buffer, e2.buffer, 10.0);
+    CHECK_NEAR(r1[0] + r1[1], r2[0] + r2[1], 10.0);
+    s.mem_bytes = 4e9; /* room 4 GB: each window streams 1 GB through a 1 GB buffer */
+    CHECK_EQ(hr_sched_evaluate_rounds(&m, &s, 1, NULL, 2, ws, NULL, &p, err), 0);
+    CHECK_NEAR(p.latency_ms, 1000.0 + 1000.0, 1e-6);
+    CHECK_NEAR(p.dev[0].read_bytes, 2e9, 1.0);
+    CHECK_NEAR(p.dev[0].mem_bytes, 4e9, 1.0);
+    CHECK(p.dev[0].overloaded);
+    hr_sched_stream st, eq;
+    double read[3], wb[3] = {3e9, 2e9, 0};
+    CHECK_EQ(hr_sched_stream_split_rounds(wb, 3, 4e9, 1e9, 0, 1, &st, read), 0);
+    CHECK_NEAR(st.buffer, 1e9, 1.0);
+    CHECK_NEAR(st.resident, 3e9, 1.0);
+    CHECK(read[0] == 1e9 && read[1] == 1e9 && read[2] == 0.0);
+    double we[2] = {2e9, 2e9};
+    CHECK_EQ(hr_sched_stream_split_rounds(we, 2, 3e9, 1e9, 0, 1, &st, read), 0);
+    CHECK_EQ(hr_sched_stream_split(2e9, 2, 3e9, 1e9, &eq), 0);
+    CHECK(st.buffer == eq.buffer && st.resident == eq.resident && st.read_round == eq.read_round);
+    CHECK_EQ(hr_sched_stream_split_rounds(wb, 0, 4e9, 1e9, 0, 1, &st, read), HR_EINVAL);
+
+    /* memory short, 22 layers: k = 3 does not divide them */
+    hr_sched_model big = {.n_layer = 22,
+                          .layer_bytes = 0.5 * GIB,
+                          .hidden_bytes = 8192,
+                          .kv_bytes_per_layer = 0.01 * GIB,
+                          .output_bytes = 0.3 * GIB};
+    hr_sched_device r[3] = {dev("head", 8, 4.0 * GIB, 2e9, 1, 1.25e8),
+                            dev("mid", 12, 2.0 * GIB, 1e9, 1, 1.25e8),
+                            dev("small", 20, 1.2 * GIB, 5e8, 1, 1.25e8)};
+    r[0].t_head_ms = 10;
+    hr_sched_opts o = hr_sched_opts_default();
+    o.k_fixed = 3;
+    CHECK_EQ(hr_sched_solve(&big, r, 3, &o, &p, err), 0);
+    CHECK_EQ(p.k, 3);
+    CHECK(!p.uniform);
+    check_cover(&p);
+    int t[3 * 3];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 3; i++)
+            t[k * 3 + i] = p.dev[i].win[k];
+    double direct = hr_sched_cost_rounds(&big, r, 3, NULL, 3, t, NULL);
+    CHECK_NEAR(p.latency_ms, direct, 1e-9 * direct);
+    CHECK_EQ(hr_sched_evaluate_rounds(&big, r, 3, NULL, 3, t, NULL, &q, err), 0);
+    CHECK_NEAR(q.latency_ms, p.latency_ms, 1e-9 * direct);
+    for (int i = 0; i < 3; i++) {
+        CHECK_NEAR(q.dev[i].read_bytes, p.dev[i].read_bytes, 1.0);
+        CHECK_NEAR(q.dev[i].compute_ms, p.dev[i].compute_ms, 1e-9);
+    }
+    /* the windows differ by at most a layer or two from an even share */
+    hr_sched_plan_print(&p, stdout);
+    /* unrestricted: every k is a candidate, the plan is the best of them */
+    CHECK_EQ(hr_sched_solve(&big, r, 3, NULL, &q, err), 0);
+    check_cover(&q);
+    CHECK(q.latency_ms <= p.latency_ms * (1 + 1e-12));
+    bool seen3 = false;
+    for (int j = 0; j < q.n_k; j++)
+        seen3 = seen3 || (q.k_list[j] == 3 && isfinite(q.k_latency_ms[j]));
+    CHECK(seen3);
+    char *js = NULL;
+    CHECK_EQ(hr_sched_plan_json(&p, &js, err), 0);
+    CHECK(js && strstr(js, "\"uniform\": false") != NULL);
+    free(js);
+}
+
 int main(void) {
     double t0 = now_s();
     test_stream_experts();
     test_hand_costs();
+    test_uneven_rounds();
     test_properties();
     test_threads();
     test_output();

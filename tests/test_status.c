@@ -46,8 +46,9 @@ static void build(hr_status *st) {
     snprintf(h->address, sizeof h->address, "%s", "tcp://10.0.0.1:7700");
     h->head = h->ready = h->has_profile = true;
     h->ring_pos = 0;
-    h->w = 2;
-    h->offset = 0;
+    h->win[0] = h->win[1] = 2;
+    h->first[0] = 0;
+    h->first[1] = 4;
     h->pred_ms_round = 3.0;
     h->meas_ms_round = 3.5;
     h->resident = 1.0;
@@ -81,8 +82,9 @@ static void build(hr_status *st) {
     *w = hr_status_dev_default(); /* nothing measured: every figure unknown */
     snprintf(w->name, sizeof w->name, "%s", "attic");
     w->ring_pos = 1;
-    w->w = 2;
-    w->offset = 2;
+    w->win[0] = w->win[1] = 2;
+    w->first[0] = 2;
+    w->first[1] = 6;
     w->meas_ms_round = NAN; /* a measured figure the serialiser must not print as a number */
     w->has_profile = true;
     w->link.rtt_ms = 2.0; /* the profile's default: assumed */
@@ -160,6 +162,8 @@ static void test_document(void) {
 
     /* the worker: nothing measured is a number, the link is labelled assumed */
     CHECK_STR(json_string_value(get(w, "layers")), "2-3,6-7");
+    CHECK_EQ(json_array_size(get(w, "windows")), 2); /* per round */
+    CHECK_EQ(json_integer_value(json_array_get(get(w, "windows"), 1)), 2);
     CHECK(json_is_null(get(w, "meas_ms_round")));
     CHECK(json_is_null(get(w, "meas_read_bytes_token")));
     CHECK(json_is_null(get(w, "pred_read_bytes_token")));
@@ -238,9 +242,11 @@ static void test_overloaded(void) {
     w->tokens = 0; /* reads but no token on record: not evidence */
     CHECK(!hr_status_overloaded(p, w));
     w->tokens = 3;
-    w->w = 0; /* out of the ring */
+    w->win[0] = w->win[1] = 0; /* out of the ring */
     CHECK(!hr_status_overloaded(p, w));
-    w->w = 2;
+    w->win[1] = 2; /* a window in one round only */
+    CHECK(hr_status_overloaded(p, w));
+    w->win[0] = 2;
     h->disk.meas_read_bytes_token = 30.0 * 1048576; /* not predicted, measured */
     st->plan.pred_evaluated = true;
     char *s = hr_status_json(st);

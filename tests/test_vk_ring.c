@@ -325,14 +325,15 @@ static void test_planned(const char *file, int vk_index) {
     tmp_dir_remove(dir);
 }
 
-/* PLAN carries n_gpu (absent when 0) and refuses more GPU layers than w. */
+/* PLAN carries n_gpu (absent when 0) and refuses more GPU layers than its window. */
 static void test_plan_msg(void) {
     char err[HR_ERR_LEN];
     hr_msg_plan p = {.plan_id = 7,
                      .k = 1,
-                     .W = 4,
-                     .w = 3,
+                     .n_layer = 4,
                      .n_active = 2,
+                     .index = 1,
+                     .win = {{1, 3}},
                      .n_ctx = 64,
                      .n_batch = 8,
                      .n_seq = 1,

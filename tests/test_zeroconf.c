@@ -311,7 +311,9 @@ static void test_discover_fetch(const char *model, const int32_t *prompt, int n_
     hr_local_plan lp = w->lp;
     uint64_t win = 0;
     for (int r = 0; r < lp.k; r++) {
-        int b = r * lp.W + lp.offset, e = b + lp.w - 1;
+        if (lp.count[r] <= 0)
+            continue;
+        int b = lp.first[r], e = b + lp.count[r] - 1;
         uint64_t len = w->layer_off[e] + w->layer_len[e] - w->layer_off[b];
         CHECK(same_bytes(hr_cache_path(w->cache), model, w->layer_off[b], len));
         win += len;
