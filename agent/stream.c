@@ -113,11 +113,12 @@ void hr_node_window_start(const hr_agent *a, int rows) {
 
 void hr_node_after_window(const hr_agent *a, const hr_local_plan *lp, int round, int rows) {
     hr_streamer *s = a->streamer;
+    if (s)
+        atomic_store(&s->rows_now, 0);
     if (lp->k < 1 || round < 0 || round >= lp->k || round >= HR_AGENT_MAX_K ||
         lp->count[round] <= 0)
         return;
     if (s) {
-        atomic_store(&s->rows_now, 0);
         if (rows > 1)
             atomic_fetch_add(&s->multi, 1);
         atomic_fetch_add(&s->rounds, 1);
@@ -249,7 +250,11 @@ static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, doub
     bool split = n > 0 && sc.streams && a->p.release != 0;
     atomic_store(&s->by_expert, split);
     if (!split) {
+        /* the cache gives its stacks' advice back before the pump advises
+         * the dense plan's tails (both would touch the same pages) */
         hr_expert_cache_plan(s->ex, NULL, NULL, NULL, NULL, 0, 0, 0, false);
+        if (hr_expert_cache_wait(s->ex, 30000) != 0)
+            HR_LOG_WARN(TAG, "%s: the expert cache did not let go of its plan in 30 s", a->name);
         return -1;
     }
     if (rc == HR_ERANGE)
@@ -311,6 +316,8 @@ static void hr_node_output_pin(hr_agent *a, bool pin) {
     }
     hr_stream_prefetch(a->g, off, len);
     s->out_locked = hr_stream_lock(a->g, off, len) == 0;
+    if (!s->out_locked) /* a lock that failed part-way may leave some pages locked */
+        hr_stream_unlock(a->g, off, len);
     HR_LOG_INFO(TAG, "%s: output head (%.1f MiB) %s", a->name, (double)len / 1048576.0,
                 s->out_locked ? "locked in memory" : "not locked (mlock refused)");
 }

@@ -579,7 +579,7 @@ static void hr_print_disk(json_t *d) {
                     &moved) == 0)
         printf(
             "      experts: streamed by expert, %lld of %lld kept per layer; %lld routed, %.1f%% "
-            "of them kept (%.1f%% if routing were even); read %.1f MiB on demand, %.1f MiB to "
+            "of them kept (%.1f%% if routing were even); asked for %.1f MiB on demand, %.1f MiB to "
             "move the kept ones, since the agent started\n",
             (long long)keep, (long long)of, (long long)routed,
             routed > 0 ? 100.0 * (double)hits / (double)routed : 0.0,

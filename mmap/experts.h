@@ -70,7 +70,7 @@ typedef struct {
     uint64_t pinned;         /* bytes pinned: the always-read part and the resident experts */
     int locked;              /* 1: all of them mlock'ed, 0: some kept by advice, -1 no plan */
     uint64_t routed, hits;   /* experts routed to, and of them resident ones */
-    uint64_t fetched;        /* bytes of experts read on demand */
+    uint64_t fetched;        /* bytes of experts asked for on demand (cached or not) */
     uint64_t reranks;        /* resident experts replaced by more routed ones */
     uint64_t rerank_bytes;   /* bytes of experts read in by those replacements */
     uint64_t dropped_events; /* routes not followed (the queue was full) */

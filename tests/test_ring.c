@@ -473,7 +473,8 @@ static void test_msg_roundtrip(const char *key) {
                            .mem_avail = 1ll << 32,
                            .t = 12.5,
                            .rounds = 40,
-                           .ms_total = 52.5},
+                           .ms_total = 52.5,
+                           .ex_keep = -1},
                      hbd;
     CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
     f = roundtrip(&m, &h);
@@ -481,7 +482,31 @@ static void test_msg_roundtrip(const char *key) {
     CHECK(hbd.ms_round == 1.25 && hbd.resident == 0.5 && hbd.t == 12.5);
     CHECK(hbd.tokens == 77 && hbd.rejected == 3 && hbd.mem_avail == 1ll << 32);
     CHECK(hbd.rounds == 40 && hbd.ms_total == 52.5);
+    CHECK_EQ(hbd.ex_keep, -1); /* no experts object: not streamed by expert */
     free(f);
+    /* streamed by expert: the cache's figures travel, fetched / moved bytes too */
+    hb.ex_keep = 17;
+    hb.ex_routed = 4000;
+    hb.ex_hits = 400;
+    hb.ex_fetched = 5000000000ull;
+    hb.ex_moved = 12345;
+    CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
+    CHECK(hbd.ex_keep == 17 && hbd.ex_routed == 4000 && hbd.ex_hits == 400);
+    CHECK(hbd.ex_fetched == 5000000000ull && hbd.ex_moved == 12345);
+    free(f);
+    static const char *const hb_ex_old =
+        "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1,"
+        "\"experts\":{\"keep\":3,\"routed\":9,\"hits\":2}}";
+    static const char *const hb_ex_neg =
+        "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1,"
+        "\"experts\":{\"keep\":3,\"routed\":9,\"hits\":2,\"fetched\":-5}}";
+    hr_ring_hdr he = {.type = HR_RING_HEARTBEAT, .len = (uint32_t)strlen(hb_ex_old)};
+    CHECK_EQ(hr_msg_heartbeat_decode(&he, hb_ex_old, &hbd, err), 0);
+    CHECK(hbd.ex_keep == 3 && hbd.ex_fetched == 0 && hbd.ex_moved == 0);
+    he.len = (uint32_t)strlen(hb_ex_neg);
+    CHECK_EQ(hr_msg_heartbeat_decode(&he, hb_ex_neg, &hbd, err), HR_EFORMAT);
     /* a heartbeat without the round counters (an older worker) reads as 0;
      * negative ones are refused */
     static const char *const hb_old =
