@@ -83,18 +83,28 @@ static double runtime_stream_round(const hr_gguf *g, const hr_sched_model *sm, i
     return total / k;
 }
 
+/* Opens and loads path with its profile and scheduler figures at N_CTX:
+ * 0, or -1 (a failed check, the reason printed). */
+static int open_model(const char *path, hr_gguf **g, hr_model **m, hr_prof_model *pm,
+                      hr_sched_model *sm) {
+    char err[HR_ERR_LEN];
+    if (hr_gguf_open(g, path, err) || hr_model_load(m, *g, err) ||
+        hr_prof_model_build(pm, *m, *g, err) || hr_prof_to_sched_model(pm, N_CTX, sm, err)) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        CHECK(0);
+        return -1;
+    }
+    return 0;
+}
+
 static void test_model_vs_runtime(const char *path) {
     char err[HR_ERR_LEN];
     hr_gguf *g = NULL;
     hr_model *m = NULL;
     hr_prof_model pm = {0};
     hr_sched_model sm;
-    if (hr_gguf_open(&g, path, err) || hr_model_load(&m, g, err) ||
-        hr_prof_model_build(&pm, m, g, err) || hr_prof_to_sched_model(&pm, N_CTX, &sm, err)) {
-        fprintf(stderr, "%s: %s\n", path, err);
-        CHECK(0);
+    if (open_model(path, &g, &m, &pm, &sm) != 0)
         return;
-    }
     CHECK(sm.layer_bytes > 64 * (double)pg); /* layers of many pages: trimming is small */
     int n_fit = 0, n_whole = 0, n_slide = 0, n_k1 = 0, n_short = 0, n_cost = 0;
     const int ks[] = {1, 2, 3, 4, 6};
@@ -186,12 +196,8 @@ static void test_rounds_vs_runtime(const char *path) {
     hr_model *m = NULL;
     hr_prof_model pm = {0};
     hr_sched_model sm;
-    if (hr_gguf_open(&g, path, err) || hr_model_load(&m, g, err) ||
-        hr_prof_model_build(&pm, m, g, err) || hr_prof_to_sched_model(&pm, N_CTX, &sm, err)) {
-        fprintf(stderr, "%s: %s\n", path, err);
-        CHECK(0);
+    if (open_model(path, &g, &m, &pm, &sm) != 0)
         return;
-    }
     static const struct {
         int k, R[5], win1[5];
     } cases[] = {
