@@ -456,6 +456,8 @@ void hr_node_io_sample(hr_agent *a) {
         s->ex_warm_seen = es.plans_applied;
     }
     double now = hr_now_s();
+    /* a step of several rows counted, or computing, since the last sample */
+    bool multi_now = multi != s->last_multi || atomic_load(&s->rows_now) > 1;
     if (s->last_io < 0 || rebase) { /* from the end of the warm-up */
         s->acc_io = s->acc_rounds = s->acc1_io = s->acc1_rounds = 0;
         s->last_active = 0;
@@ -478,7 +480,6 @@ void hr_node_io_sample(hr_agent *a) {
              * which the plan predicts, is taken from samples of one-row
              * steps only, neither in (its reads come before its window is
              * counted) nor right after such a step. */
-            bool multi_now = multi != s->last_multi || atomic_load(&s->rows_now) > 1;
             if (!multi_now && !s->multi_before) {
                 s->acc1_io += d_io;
                 s->acc1_rounds += d_r;
@@ -487,7 +488,7 @@ void hr_node_io_sample(hr_agent *a) {
         if (d_r > 0)
             s->last_active = now;
     }
-    s->multi_before = s->last_io < 0 || multi != s->last_multi || atomic_load(&s->rows_now) > 1;
+    s->multi_before = s->last_io < 0 || multi_now;
     s->last_io = io;
     s->last_rounds = rounds;
     s->last_multi = multi;

@@ -411,17 +411,16 @@ void hr_expert_cache_route(hr_expert_cache *c, int layer, const int *experts, in
         c->counts[at + e]++;
         c->st.routed++;
         const hr_expert_layer *L = &c->layers[layer];
-        if (c->resident[at + e]) {
-            c->st.hits++;
-            /* kept by advice (no mlock): it may have been reclaimed, and its
-             * stacks fault page by page; asking costs nothing when cached */
-            for (int p = 0; p < 3 && c->st.locked != 1; p++)
-                hr_stream_prefetch(c->g, L->off[p] + (uint64_t)e * L->stride[p], L->stride[p]);
-        } else {
-            /* read ahead now, every routed expert at once (the reads go out
-             * together; the computing thread meets them as it gets there) */
-            for (int p = 0; p < 3; p++)
-                hr_stream_prefetch(c->g, L->off[p] + (uint64_t)e * L->stride[p], L->stride[p]);
+        bool kept = c->resident[at + e];
+        c->st.hits += kept;
+        /* read ahead now, every routed expert at once (the reads go out
+         * together; the computing thread meets them as it gets there); a
+         * kept one too where it is kept by advice (no mlock): it may have
+         * been reclaimed, and its stacks fault page by page (asking costs
+         * nothing when cached) */
+        for (int p = 0; p < 3 && (!kept || c->st.locked != 1); p++)
+            hr_stream_prefetch(c->g, L->off[p] + (uint64_t)e * L->stride[p], L->stride[p]);
+        if (!kept) {
             hr_ex_push(c, HR_EXE_FETCH, layer, e);
             any = true;
         }
