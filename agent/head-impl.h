@@ -101,6 +101,7 @@ typedef struct {
     char echo_ep[HR_EP_LEN]; /* its link responder (JOIN), "" when none */
     bool link_measured;
     double link_rtt_ms, link_bps; /* round trip of a hidden state, ms; throughput, bytes/s */
+    double link_rtt_bytes;        /* bytes each way in the round trip's messages */
     double link_t;                /* s, monotonic, when the figures arrived */
     uint32_t link_plan;           /* the plan whose next device was measured; 0: the head */
     int link_n;                   /* measurements received */
@@ -110,7 +111,7 @@ typedef struct {
     double probe_t;           /* s, monotonic, when it was asked (or failed) */
     bool probe_failed;        /* the last probe to probe_to failed: retried later */
     /* the link figures the current plan used */
-    double plan_rtt_ms, plan_bps;
+    double plan_rtt_ms, plan_bps, plan_rtt_bytes;
     bool plan_link_measured, plan_link_reverse; /* reverse: the head's, from its next's probe */
     char plan_link_to[HR_NAME_LEN];
     /* disk: predicted (plan) and measured / done (heartbeat) */

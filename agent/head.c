@@ -659,8 +659,11 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     me->pred_read_token = -1;
     if (a->keys)
         snprintf(me->pubkey, sizeof me->pubkey, "%s", hr_ring_keys_public(a->keys));
-    if (hr_prof_model_build(&hd->pm, a->m, a->g, err) == 0)
+    if (hr_prof_model_build(&hd->pm, a->m, a->g, err) == 0) {
         hd->have_pm = true;
+        if (a->p.wire_dtype != HR_RING_F32)
+            hd->pm.hidden_bytes /= 2; /* an f16 wire sends half the bytes per hop */
+    }
     hr_msg_join own;
     hr_ring_hdr oh = {.type = HR_RING_JOIN, .len = (uint32_t)strlen(a->info_json)};
     if (hr_msg_join_decode(&oh, a->info_json, &own, err) == 0)

@@ -37,10 +37,12 @@ static const char *hr_link_name(const hr_head *hd, const char *ep) {
 }
 
 /* ms per hop of one token's hidden state, as the cost model counts it
- * (sched/cost.c: half a round trip plus the bytes at the link's rate). */
-static double hr_link_hop_ms(const hr_head *hd, double rtt_ms, double bps) {
+ * (sched/sched.h h_m: half a round trip of messages of rtt_bytes, plus the
+ * rest of the hidden state at the link's rate). */
+static double hr_link_hop_ms(const hr_head *hd, double rtt_ms, double bps, double rtt_bytes) {
     double hidden = hd->have_pm ? (double)hd->pm.hidden_bytes : 0;
-    return rtt_ms / 2.0 + (bps > 0 ? 1e3 * hidden / bps : 0);
+    double extra = hidden > rtt_bytes ? hidden - rtt_bytes : 0;
+    return rtt_ms / 2.0 + (bps > 0 ? 1e3 * extra / bps : 0);
 }
 
 /* The next ring member after d, NULL when d is not in a ring of two or more. */
@@ -62,6 +64,7 @@ static void hr_link_store(hr_head *hd, hr_dev *d, const hr_msg_link *lk) {
     d->link_measured = true;
     d->link_rtt_ms = lk->rtt_us * 1e-3;
     d->link_bps = lk->bw_mbs * 1e6;
+    d->link_rtt_bytes = lk->msg_bytes > 0 ? lk->msg_bytes : 0;
     d->link_t = hr_now_s();
     d->link_plan = lk->plan_id;
     d->link_n++;
@@ -73,14 +76,15 @@ static void hr_link_store(hr_head *hd, hr_dev *d, const hr_msg_link *lk) {
     if (d->has_sched) {
         d->sd.rtt_ms = d->link_rtt_ms;
         d->sd.link_bps = d->link_bps;
+        d->sd.rtt_bytes = d->link_rtt_bytes;
         d->sd.link_assumed = false;
     }
     hr_dev *nx = hr_link_next(hd, d);
     if (!hd->planned || !nx || strcmp(nx->echo_ep, lk->to) != 0 || hd->a->p.windows ||
         d->plan_bps <= 0)
         return;
-    double was = hr_link_hop_ms(hd, d->plan_rtt_ms, d->plan_bps);
-    double now = hr_link_hop_ms(hd, d->link_rtt_ms, d->link_bps);
+    double was = hr_link_hop_ms(hd, d->plan_rtt_ms, d->plan_bps, d->plan_rtt_bytes);
+    double now = hr_link_hop_ms(hd, d->link_rtt_ms, d->link_bps, d->link_rtt_bytes);
     double r = now > was ? now / (was > 0 ? was : 1e-9) : was / (now > 0 ? now : 1e-9);
     if (r > HR_LINK_REPLAN_RATIO && fabs(now - was) > HR_LINK_REPLAN_MS) {
         hd->link_replan_due = true;
@@ -190,6 +194,7 @@ void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *s
         if (d->link_measured) {
             sd[i].rtt_ms = d->link_rtt_ms;
             sd[i].link_bps = d->link_bps;
+            sd[i].rtt_bytes = d->link_rtt_bytes;
             sd[i].link_assumed = false;
             d->plan_link_measured = true;
             memcpy(d->plan_link_to, d->link_to_name, sizeof d->plan_link_to); /* same size */
@@ -201,6 +206,7 @@ void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *s
             if (o->link_measured && strcmp(o->link_to, hd->a->echo_ep) == 0) {
                 sd[i].rtt_ms = o->link_rtt_ms;
                 sd[i].link_bps = o->link_bps;
+                sd[i].rtt_bytes = o->link_rtt_bytes;
                 sd[i].link_assumed = false;
                 d->plan_link_measured = d->plan_link_reverse = true;
                 memcpy(d->plan_link_to, o->name, sizeof d->plan_link_to); /* same size */
@@ -208,6 +214,7 @@ void hr_head_link_inputs(hr_head *hd, const int *cand, int n, hr_sched_device *s
         }
         d->plan_rtt_ms = sd[i].rtt_ms;
         d->plan_bps = sd[i].link_bps;
+        d->plan_rtt_bytes = sd[i].rtt_bytes;
     }
 }
 

@@ -103,7 +103,7 @@ int hr_prof_model_build(hr_prof_model *out, const hr_model *m, const hr_gguf *g,
     int64_t E = hp->n_embd, QD = (int64_t)hp->n_head * hp->head_dim;
     int64_t KD = (int64_t)hp->n_head_kv * hp->head_dim;
     out->kv_bytes_per_token = 2u * (uint64_t)KD * 2u; /* K and V, f16 */
-    out->hidden_bytes = (uint64_t)E * 2u;             /* f16 on the wire */
+    out->hidden_bytes = (uint64_t)E * 4u;             /* f32 on the wire (the default) */
     out->n_expert = hp->n_expert;
     out->n_expert_used = hp->n_expert_used;
     for (int il = 0; il < hp->n_layer; il++)

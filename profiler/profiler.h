@@ -364,7 +364,8 @@ typedef struct {
     char endpoint[256];
     int msg_bytes; /* hidden-state-sized payload probed, bytes */
     int n_samples; /* round trips timed */
-    double rtt_us; /* median round trip of a msg_bytes message, us */
+    double rtt_us; /* median round trip of a msg_bytes message, us, the messages spaced so
+                      that the link is idle before each (as between a ring's hops) */
     double rtt_min_us;
     double bw_mbs;   /* one-way throughput of back-to-back 1 MiB messages, MB/s */
     int burst_bytes; /* bytes of each throughput message (0: not measured) */

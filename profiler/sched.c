@@ -178,6 +178,7 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     if (next) {
         out->rtt_ms = next->rtt_us > 0 ? next->rtt_us * 1e-3 : 0;
         out->link_bps = next->bw_mbs > 0 ? next->bw_mbs * 1e6 : 0;
+        out->rtt_bytes = next->rtt_us > 0 && next->msg_bytes > 0 ? next->msg_bytes : 0;
     }
     /* the chosen GPU: its measured rates (window overheads spread over the
      * layers, as if each layer were a window of its own: an upper bound) and

@@ -268,6 +268,7 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
                 {"disk_bps", d->disk_bps},
                 {"rtt_ms", d->rtt_ms},
                 {"link_bps", d->link_bps},
+                {"rtt_bytes", d->rtt_bytes},
                 {"t_head_ms", d->t_head_ms},
                 {"vram_bytes", d->vram_bytes},
                 {"t_layer_gpu_ms", d->t_layer_gpu_ms}};
@@ -284,7 +285,10 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].t = t;
     c->d[i].g = gpu ? d->t_layer_gpu_ms : 0.0;
     c->d[i].vram = gpu ? d->vram_bytes : 0.0;
-    c->d[i].h = n_dev > 1 ? d->rtt_ms / 2.0 + 1e3 * hidden / d->link_bps : 0.0;
+    /* the round trip carried rtt_bytes of the hidden state each way already */
+    double extra = hidden > d->rtt_bytes ? hidden - d->rtt_bytes : 0.0;
+    c->d[i].h = n_dev > 1 ? d->rtt_ms / 2.0 + 1e3 * extra / d->link_bps : 0.0;
+    c->d[i].f = n_dev > 1 ? 1e3 * hidden / d->link_bps : 0.0;
     c->d[i].mem_eff = d->mem_bytes;
     c->d[i].disk = d->disk_bps;
     c->d[i].lru = d->os != HR_SCHED_OS_LINUX && d->os != HR_SCHED_OS_ANDROID;
@@ -579,7 +583,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
                           const int *ng, double *P, double *S, int *bneck, double *H_out) {
     const int k = kc->k, n = c->n;
     int sum = 0, n_active = 0;
-    double Hs = 0.0, worst_load[HR_SCHED_MAX_ROUNDS], worst_stall[HR_SCHED_MAX_ROUNDS];
+    double Hs = 0.0, fmax = 0.0, worst_load[HR_SCHED_MAX_ROUNDS], worst_stall[HR_SCHED_MAX_ROUNDS];
     int who_load[HR_SCHED_MAX_ROUNDS], who_stall[HR_SCHED_MAX_ROUNDS];
     for (int r = 0; r < k; r++) {
         S[r] = worst_load[r] = worst_stall[r] = 0.0;
@@ -595,6 +599,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
         if (active) {
             n_active++;
             Hs += c->d[i].h;
+            fmax = c->d[i].f > fmax ? c->d[i].f : fmax;
         }
         for (int r = 0; r < k; r++) {
             if (active)
@@ -620,7 +625,9 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
         lat += P[r];
     }
     *H_out = H;
-    return lat;
+    /* the links' throughput: k hidden states per token over each link */
+    double floor_ms = n_active >= 2 ? k * fmax : 0.0;
+    return lat > floor_ms ? lat : floor_ms;
 }
 
 static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win, const int *ng,
@@ -693,6 +700,14 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
     }
     p->compute_ms = C;
     p->disk_exposed_ms = Psum - C - k * H;
+    p->link_floor_dev = -1;
+    for (int j = 0; n_active >= 2 && j < n_active; j++) {
+        int i = p->order[j];
+        if (k * c->d[i].f > p->link_floor_ms) {
+            p->link_floor_ms = k * c->d[i].f;
+            p->link_floor_dev = i;
+        }
+    }
     for (int i = 0; i < c->n; i++) {
         hr_sched_dev_plan *d = &p->dev[i];
         memcpy(d->name, c->d[i].name, sizeof d->name);
@@ -814,6 +829,9 @@ void hr_sched_explain(hr_sched_plan *p) {
                    p->dev[i].bottleneck ? " (bottleneck)" : "");
             sep = ",";
         }
+    if (p->link_floor_dev >= 0 && p->link_floor_ms >= p->latency_ms)
+        APPEND("; bound by %s's link: %d hidden states per token at its measured rate",
+               p->dev[p->link_floor_dev].name[0] ? p->dev[p->link_floor_dev].name : "?", p->k);
     if (p->out_stream_bytes > 0.0)
         APPEND("; output head streamed from disk: %.1f MiB per token",
                p->out_stream_bytes / 1048576.0);

@@ -84,6 +84,7 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
     if (i == c->head || j == c->head)
         return false;
     return c->d[i].t == c->d[j].t && c->d[i].g == c->d[j].g && c->d[i].h == c->d[j].h &&
+           c->d[i].f == c->d[j].f &&
            c->d[i].mem_eff == c->d[j].mem_eff && c->d[i].disk == c->d[j].disk &&
            c->d[i].vram == c->d[j].vram && c->d[i].lru == c->d[j].lru &&
            kc->d[i].cap == kc->d[j].cap && kc->d[i].gcap == kc->d[j].gcap;
@@ -92,7 +93,8 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
 /* Multi-device program for one k: one binary per (device, CPU layers per
  * round), so every per-device cost of the closed-form model (sched-impl.h
  * hr_sched_disk_at, piecewise in wc) enters exactly. Minimises k * P with
- *   P >= sum_i (max(t_i wc_i, stall_i(wc_i)) + g_i n_i + h_i y_i),  P >= load_i(wc_i)
+ *   P >= sum_i (max(t_i wc_i, stall_i(wc_i)) + g_i n_i + h_i y_i),  P >= load_i(wc_i),
+ *   k P + t_head >= k f_i y_i (the links' throughput)
  * (SUM: t_i wc_i + stall_i(wc_i) in place of the max).
  * Returns 0 with w/ng/obj filled, 1 when no multi-device plan exists for
  * this k, or a negative code. */
@@ -215,6 +217,18 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         }
     if (!rc)
         rc = lp_row(&lp, GLP_LO, 1.0, 0.0, m, cols, vals);
+    /* the links' throughput: k P + t_head >= k f_i y_i (cost.c) */
+    for (int i = 0; i < n && !rc; i++) {
+        if (kc->d[i].ub == 0 && i != c->head)
+            continue;
+        if (c->d[i].f <= c->d[i].h || kk * c->d[i].f <= c->d[c->head].th)
+            continue; /* implied by the ring row (P >= h_i y_i), or never binds */
+        cols[0] = cP;
+        vals[0] = 1.0;
+        cols[1] = col[i].y;
+        vals[1] = -c->d[i].f;
+        rc = lp_row(&lp, GLP_LO, -c->d[c->head].th / kk, 0.0, 2, cols, vals);
+    }
     /* ring: P >= sum_i window_i + sum_i h_i y_i (the row built above) */
     if (!rc)
         rc = lp_row(&lp, GLP_LO, 0.0, 0.0, rm, rcols, rvals);

@@ -21,6 +21,7 @@ typedef struct {
         double t;       /* ms per CPU layer */
         double g;       /* ms per GPU layer */
         double h;       /* ms per hop to the next device */
+        double f;       /* ms per hidden state at the link's sustained rate */
         double mem_eff; /* bytes for layers + KV (head: minus output_bytes) */
         double disk;    /* bytes/s, 0 = no streaming */
         double vram;    /* bytes */

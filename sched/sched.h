@@ -19,8 +19,13 @@
  * device with vram_bytes 0 or with hr_sched_opts.use_gpu off). Per round:
  *
  *   c_m   = wc_m * t_layer_ms + n_m * t_layer_gpu_ms        compute, ms/round
- *   h_m   = rtt_ms / 2 + 1000 * hidden_bytes / link_bps      one hop m -> next, ms
+ *   h_m   = rtt_ms / 2 + 1000 * max(0, hidden_bytes - rtt_bytes) / link_bps
+ *                                                            one hop m -> next, ms
+ *           (a round trip measured with messages of rtt_bytes already carries
+ *           that much of a hidden state each way; 0 for an assumed rtt)
  *   H     = sum over active m of h_m, or 0 with one active   hops, ms/round
+ *   f_m   = 1000 * hidden_bytes / link_bps                   a hidden state at the
+ *                                                            link's sustained rate, ms
  *   (the disk terms below add to these)
  *
  * The head is always active (it embeds tokens and runs the output head); any
@@ -68,7 +73,7 @@
  * n_rm), memory over the device's windows of all rounds together:
  *
  *   S_r = sum over active m of window_rm + H,  P_r = max(S_r, max_m load_rm)
- *   latency = sum_r P_r + t_head_ms(head)
+ *   latency = max(sum_r P_r + t_head_ms(head), k * max_m f_m)
  *   resident: sum_r wc_rm * (layer_bytes + kv) <= mem_eff_m; GPU likewise
  *   pinned streaming: hr_sched_stream_split_rounds() over the window bytes
  *     wc_rm * layer_bytes (the buffer holds the largest window's streamed
@@ -168,6 +173,8 @@ typedef struct {
     double disk_bps;       /* bytes/s sequential read of the model file; 0 = never stream */
     double rtt_ms;         /* ms round trip to the next device */
     double link_bps;       /* bytes/s to the next device (> 0 when n_dev > 1) */
+    double rtt_bytes;      /* bytes each way in the messages rtt_ms was measured with (0: an
+                              empty or assumed round trip); see h_m */
     double t_head_ms;      /* ms per token for embedding + output head + sampling (head only) */
     double vram_bytes;     /* accelerator memory for layers; 0 = none */
     double t_layer_gpu_ms; /* ms per layer on the accelerator (> 0 when vram is used) */
@@ -253,6 +260,8 @@ typedef struct {
     double tokens_per_s;     /* 1000 / latency_ms */
     double compute_ms;       /* per token: k * sum c_m */
     double link_ms;          /* per token: k * H */
+    double link_floor_ms;    /* per token: k * max f_m, the links' throughput bound (0 alone) */
+    int link_floor_dev;      /* whose link sets it (-1: none); it binds when it equals latency_ms */
     double disk_exposed_ms;  /* per token: k * (P - compute - links) */
     double head_ms;          /* t_head_ms of the head */
     double round_ms;         /* mean over the rounds of P_r (S + E) */

@@ -260,7 +260,7 @@ static void test_model_profile(hr_prof_model *keep) {
     CHECK_EQ(pm.n_embd, 256);
     CHECK_EQ(pm.file_bytes, hr_gguf_file_size(l.g));
     CHECK_EQ(pm.kv_bytes_per_token, 2ull * hp->n_head_kv * hp->head_dim * 2);
-    CHECK_EQ(pm.hidden_bytes, (uint64_t)hp->n_embd * 2);
+    CHECK_EQ(pm.hidden_bytes, (uint64_t)hp->n_embd * 4); /* f32 wire */
     CHECK_EQ(pm.output.bytes, hr_model_output_bytes(l.m));
     CHECK_EQ(pm.embd_row_bytes, hr_model_tok_embd(l.m)->row_bytes);
     for (int il = 0; il < pm.n_layer; il++) {

@@ -110,6 +110,13 @@ static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int 
             mem = model * 1.5;
         }
         d[i] = dev(name, t, mem, disk, rtt, urand(5e6, 1.25e8));
+        if (chance(0.15)) {
+            /* a link that passes one message at once but sustains little (a
+             * token bucket): its round trip already carries a hidden state */
+            d[i].rtt_ms = urand(0.1, 2);
+            d[i].rtt_bytes = m->hidden_bytes;
+            d[i].link_bps = urand(2e4, 1e6);
+        }
         d[i].is_head = i == head;
         d[i].t_head_ms = urand(0, 20);
         if (chance(0.25))
@@ -122,7 +129,7 @@ static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int 
 
 static void test_random_optimality(void) {
     int compared = 0, infeasible = 0, k_gt1 = 0, excluded = 0, streaming = 0, sum_model = 0;
-    int disk0 = 0;
+    int disk0 = 0, link_bound = 0;
     double t_solve = 0.0, t_enum = 0.0, max_solve = 0.0;
     for (int it = 0; it < N_RANDOM; it++) {
         hr_sched_model m;
@@ -175,6 +182,7 @@ static void test_random_optimality(void) {
         CHECK_NEAR(hr_sched_cost(&m, d, n, &o, p.k, w, NULL), p.latency_ms, 1e-9 * p.latency_ms);
         k_gt1 += p.k > 1;
         excluded += p.n_active < n;
+        link_bound += p.link_floor_dev >= 0 && p.link_floor_ms >= p.latency_ms;
         for (int i = 0; i < n; i++) /* every device left out says why */
             CHECK_EQ(p.dev[i].active, p.dev[i].left_out[0] == '\0');
         for (int i = 0; i < n; i++)
@@ -184,14 +192,15 @@ static void test_random_optimality(void) {
             }
     }
     printf("random: %d compared (%d with overlap=sum, %d of the no-disk kind), %d infeasible; "
-           "k>1 in %d, devices left out in %d, streaming in %d\n",
-           compared, sum_model, disk0, infeasible, k_gt1, excluded, streaming);
+           "k>1 in %d, devices left out in %d, streaming in %d, bound by a link's rate in %d\n",
+           compared, sum_model, disk0, infeasible, k_gt1, excluded, streaming, link_bound);
     printf("random: solve %.1f ms mean, %.1f ms max; brute force %.1f ms mean\n",
            1e3 * t_solve / N_RANDOM, 1e3 * max_solve, 1e3 * t_enum / N_RANDOM);
     CHECK(compared >= 600);
     CHECK(k_gt1 >= 100);
     CHECK(excluded >= 100);
     CHECK(streaming >= 100);
+    CHECK(link_bound >= 10);
     CHECK(infeasible >= 1);
 }
 
@@ -234,6 +243,51 @@ static void test_gpu_optimality(void) {
     printf("gpu: %d compared, accelerator used %d times\n", compared, used);
     CHECK(compared >= 20);
     CHECK(used >= 5);
+}
+
+/* The links, by hand: a round trip measured with a hidden state's bytes
+ * already carries them; a link that passes one message fast but sustains
+ * little bounds a token at k hidden states at its rate. */
+static void test_link_costs(void) {
+    hr_sched_model m = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 8192};
+    hr_sched_device d[2] = {dev("a", 10, 100e9, 0, 0.2, 1.25e8), dev("b", 10, 100e9, 0, 0.2, 2.5e5)};
+    d[0].t_head_ms = 1;
+    double h0 = 0.1 + 1e3 * 8192 / 1.25e8; /* no rtt_bytes: the bytes at the rate */
+    int w1[2] = {2, 2}, w2[2] = {1, 1};
+    /* b's round trip was timed empty: its hop is the hidden state at 2 Mbit/s */
+    double hb = 0.1 + 1e3 * 8192 / 2.5e5;
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 1 + 40 + h0 + hb, 1e-9);
+    /* ... timed with half a hidden state each way: the other half at the rate */
+    d[1].rtt_bytes = 4096;
+    hb = 0.1 + 1e3 * 4096 / 2.5e5;
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 1 + 40 + h0 + hb, 1e-9);
+    /* ... with a whole one: half the round trip; the rate still bounds the
+     * token at k hidden states, 32.768 ms each */
+    d[1].rtt_bytes = 8192;
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 1 + 40 + h0 + 0.1, 1e-9);
+    static hr_sched_plan p;
+    CHECK_EQ(hr_sched_evaluate(&m, d, 2, NULL, 2, w2, NULL, &p, NULL), 0);
+    CHECK_NEAR(p.latency_ms, 2 * 32.768, 1e-9); /* 2 * (20 + h0 + 0.1) + 1 is less */
+    CHECK_NEAR(p.link_floor_ms, 2 * 32.768, 1e-9);
+    CHECK_EQ(p.link_floor_dev, 1);
+    CHECK(strstr(p.explanation, "bound by b's link") != NULL);
+    CHECK_EQ(hr_sched_evaluate(&m, d, 2, NULL, 1, w1, NULL, &p, NULL), 0);
+    CHECK(p.link_floor_ms < p.latency_ms); /* 32.8 ms under 41 + hops: not bound */
+    CHECK(strstr(p.explanation, "bound by") == NULL);
+    /* the solver sees the bound: k = 1 (or b left out) beats k = 2 */
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+    CHECK(p.latency_ms <= 1 + 40 + h0 + 0.1 + 1e-9);
+    CHECK(p.k == 1 || p.n_active == 1);
+    /* a head alone has no link bound */
+    int w3[2] = {4, 0};
+    CHECK_EQ(hr_sched_evaluate(&m, d, 2, NULL, 1, w3, NULL, &p, NULL), 0);
+    CHECK_NEAR(p.latency_ms, 41.0, 1e-9);
+    CHECK_EQ(p.link_floor_dev, -1);
+    /* a negative or NaN rtt_bytes is refused */
+    d[1].rtt_bytes = -1;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+    d[1].rtt_bytes = NAN;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
 }
 
 static void test_hand_costs(void) {
@@ -894,6 +948,7 @@ int main(void) {
     double t0 = now_s();
     test_stream_experts();
     test_hand_costs();
+    test_link_costs();
     test_uneven_rounds();
     test_properties();
     test_threads();
