@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HR_PROBE_CTX 64      /* KV positions; the probe wraps around */
 #define HR_PROBE_WARM 2      /* steps that fault the weights in, untimed */
@@ -26,6 +27,12 @@ static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm) {
            (int64_t)(2 * hr_prof_model_window_bytes(pm, 0, n, false, false)) > avail)
         n--;
     return n;
+}
+
+static void hr_probe_idle(double s) {
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
 }
 
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
@@ -55,23 +62,32 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
         rc = rc ? rc : hr_seterr(err, HR_ENOMEM, "out of memory");
         goto done;
     }
+    /* Under a CPU quota the steps are paced: each is followed by an idle
+     * spell as long as itself, as a device in a ring of two or more waits
+     * while the others compute. A quota throttles such bursts less than one
+     * long run (measured on a 2 ms period at half a core: a sustained
+     * decode ran 1.33x slower than its short repetitions, a ring's rounds
+     * at their rate), and the ring is what the figure is for. */
+    bool paced = d->cpu_quota_cores > 0;
     int pos = 0, steps = 0;
-    double t0 = 0, dt = 0, past = 0;
+    double dt = 0, past = 0;
     for (int i = 0;; i++) {
-        if (i == HR_PROBE_WARM)
-            t0 = hr_now_s();
         if (pos == HR_PROBE_CTX)
             pos = 0; /* the cache is overwritten from the start */
         memcpy(h, h0, (size_t)E * sizeof *h);
+        double t0 = hr_now_s();
         if ((rc = hr_ctx_layers(c, h, 1, pos, err)))
             goto done;
+        double step = hr_now_s() - t0;
         if (i >= HR_PROBE_WARM) {
             past += pos;
             steps++;
-            dt = hr_now_s() - t0;
+            dt += step;
             if (steps >= HR_PROBE_MIN_STEPS && dt >= window_s)
                 break;
         }
+        if (paced)
+            hr_probe_idle(step);
         pos++;
     }
     /* the rates' prediction for the same work, without any quota scaling */
@@ -98,10 +114,11 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     d->engine_pred_ms = cost.total_ms;
     d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
     HR_LOG_INFO(HR_PROF_TAG,
-                "engine probe: %d layer%s, %d thread%s, %d steps in %.2f s: %.2f ms per step, "
+                "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step, "
                 "rates predict %.2f (x%.2f)",
-                nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps, dt,
-                d->engine_ms, cost.total_ms, d->engine_factor);
+                nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps,
+                paced ? " (paced: a quota)" : "", dt, d->engine_ms, cost.total_ms,
+                d->engine_factor);
 done:
     free(h);
     free(h0);
