@@ -109,9 +109,12 @@ finalists() {
 # verdict HEADROW CANDROW...: the verdict lines on interleaved rows
 # ("label|k|windows|median|min|max|n|pred median|pred min|pred max|note"):
 # the head's median as a % of the best candidate median, the head's
-# prediction error; last line "verdict: pass" or "verdict: fail".
+# prediction error; last line "verdict: pass" or "verdict: fail". With no
+# candidate left for the interleaved runs (every one screened out), the
+# best screening rate stands in (SCREENED="rate|label", set by the caller),
+# labelled as such: a screen ran below the cut of the head's first visit.
 verdict() {
-    local head=$1 r best=0 blabel="" bmin="" bmax="" bn=0
+    local head=$1 r best=0 blabel="" bmin="" bmax="" bn=0 kind="interleaved medians"
     shift
     local label k ws med lo hi n pm _pl _ph note
     for r in "$@"; do
@@ -121,11 +124,15 @@ verdict() {
             best=$med blabel=$label bmin=$lo bmax=$hi bn=$n
         fi
     done
+    if [ "$best" = 0 ] && [ -n "${SCREENED:-}" ]; then
+        IFS='|' read -r best blabel <<<"$SCREENED"
+        bn=1 bmin=$best bmax=$best kind="its interleaved median against the best candidate's screen (every candidate screened out)"
+    fi
     IFS='|' read -r label k ws med lo hi n pm _pl _ph note <<<"$head"
     local share err v=pass
     share=$(awk -v a="$med" -v b="$best" 'BEGIN { if (b > 0 && a + 0 > 0) printf "%.1f", 100 * a / b; else print "n/a" }')
     err=$(pred_err "$pm" "$med")
-    echo "head's plan (k $k, windows $ws): $med tok/s (median of $n, $lo-$hi) = $share% of the best swept plan by interleaved medians (${blabel:-none}: $best tok/s, median of $bn, ${bmin:-}-${bmax:-}); predicted $pm ms/token (median), error $err"
+    echo "head's plan (k $k, windows $ws): $med tok/s (median of $n, $lo-$hi) = $share% of the best swept plan by $kind (${blabel:-none}: $best tok/s, median of $bn, ${bmin:-}-${bmax:-}); predicted $pm ms/token (median), error $err"
     if awk -v s="$share" 'BEGIN { exit !(s == "n/a" || s + 0 < 95) }'; then
         v=fail
         echo "FAIL: the head's plan is below 95% of the best swept plan"
@@ -316,6 +323,11 @@ selftest() {
     want "prediction off by 30%" "$(echo "$got" | grep -c 'not within 20%')" 1
     got=$(verdict "head's plan|2|6,1,2,2|7.0|6.9|7.5|3|143|140|145|")
     want "no candidate" "$(echo "$got" | tail -1)" "verdict: fail"
+    got=$(SCREENED="3.2|k=1 w=8,7,7" verdict "head's plan|2|6,1,2,2|7.0|6.9|7.5|3|143|140|145|")
+    want "every candidate screened out: judged on the best screen" "$(echo "$got" | tail -1)" "verdict: pass"
+    want "... and says so" "$(echo "$got" | grep -c "against the best candidate's screen")" 1
+    got=$(SCREENED="7.9|k=1 w=8,7,7" verdict "head's plan|2|6,1,2,2|7.0|6.9|7.5|3|143|140|145|")
+    want "a screen faster than the head's median" "$(echo "$got" | tail -1)" "verdict: fail"
     got=$(irow "head's plan" 3 " 7.8 3.6 3.7" " 147.6 134.3 150" "k 2: 2,7,2;k 1: 5,15,2;k 1: 5,15,2;" 0 "")
     want "interleaved row, the head's plans differing" "$got" \
         "head's plan|1|5,15,2|3.700|3.6|7.8|3|147.6|134.3|150|plans: k 1: 5,15,2 x2, k 2: 2,7,2 x1"
@@ -595,6 +607,10 @@ done
         printf '%-22s %-3s %-14s %10s %15s %3s %14s %15s %8s  %s\n' "$label" "$k" "$ws" "$med" "$lo-$hi" "$cnt" \
             "$pm" "$pl-$ph" "$(pred_err "${pm%\*}" "$med")" "$note"
     done
+    SCREENED=$(for r in "${rows[@]}"; do
+        IFS='|' read -r label k ws tps pred note _ <<<"$r"
+        case "$note" in screened*) echo "$tps|$label" ;; esac
+    done | sort -t'|' -k1,1gr | head -1)
     verdict "${irows[0]//\*/}" "${irows[@]:1}"
     echo "# total $((SECONDS - t_start)) s"
 } | tee "$out"
