@@ -362,6 +362,22 @@ static void test_probe(void) {
     hr_prof_cost c2;
     CHECK_EQ(hr_prof_cost_window(d, &pm, NULL, 0, 2, &cp, &c2, err), 0);
     CHECK_NEAR(c2.total_ms, f * c.total_ms, 1e-9 * c.total_ms);
+    /* under a CPU quota the steps are paced: each is followed by an idle
+     * spell as long as itself, so the probe takes about twice its timed
+     * window of compute; without one it runs back to back */
+    d->cpu_quota_cores = -1.0;
+    double t0 = now_s();
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
+    double plain = now_s() - t0, plain_w = d->engine_window_s;
+    d->cpu_quota_cores = 4.0;
+    t0 = now_s();
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
+    double paced = now_s() - t0, paced_w = d->engine_window_s;
+    printf("engine probe: %.3f s for a %.3f s window back to back, %.3f s for %.3f s paced\n",
+           plain, plain_w, paced, paced_w);
+    CHECK(paced >= 1.8 * paced_w);
+    CHECK(plain < 1.5 * plain_w + 0.05);
+    d->cpu_quota_cores = -1.0;
     /* little memory: one layer; none: refused, the factor unset */
     d->mem.weights_avail_bytes = (int64_t)(2 * hr_prof_model_window_bytes(&pm, 0, 1, false, false));
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
