@@ -52,6 +52,7 @@ static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out)
         return;
     out->t_layer_ms *= scale; /* 0 (take decode_ms) stays 0 */
     out->t_head_ms *= scale;
+    out->t_round_ms *= scale;
     for (int t = 0; t < out->n_thread_rates && t < HR_SCHED_MAX_THREADS; t++) {
         out->decode_ms[t] *= scale;
         out->prefill_ms[t] *= scale;

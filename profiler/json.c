@@ -8,6 +8,7 @@
 #include "kernels/types.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,6 +191,8 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     jset(w, ep, "ms_per_step", jnum(d->engine_ms));
     jset(w, ep, "predicted_ms", jnum(d->engine_pred_ms));
     jset(w, ep, "factor", jnum(d->engine_factor));
+    jset(w, ep, "round_ms", /* signed */
+         isfinite(d->engine_round_ms) ? json_real(d->engine_round_ms) : json_null());
     jset(w, ep, "window_s", jnum(d->engine_window_s));
     jset(w, o, "engine_probe", ep);
     json_t *cpu = json_object();
@@ -550,6 +553,10 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
     d->engine_pred_ms = gnum(ep, "predicted_ms");
     d->engine_factor = gnum(ep, "factor");
     d->engine_window_s = gnum(ep, "window_s");
+    const json_t *rm = json_object_get(ep, "round_ms");
+    d->engine_round_ms = json_is_number(rm) ? json_number_value(rm) : 0; /* absent: older */
+    if (!isfinite(d->engine_round_ms) || fabs(d->engine_round_ms) > 1e4)
+        d->engine_round_ms = 0; /* malformed */
     if (!(d->engine_factor > 0 && d->engine_factor < 1e3) || d->engine_threads == 0)
         d->engine_factor = -1.0; /* malformed or absent: not used */
     const json_t *cpu = json_object_get(o, "cpu");

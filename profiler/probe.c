@@ -11,12 +11,15 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #define HR_PROBE_CTX 64      /* KV positions; the probe wraps around */
 #define HR_PROBE_WARM 2      /* steps that fault the weights in, untimed */
 #define HR_PROBE_MIN_STEPS 4 /* timed steps at least */
+#define HR_PROBE_BURST 4       /* steps in a long burst (under a CPU quota) */
+#define HR_PROBE_MAX_BURSTS 32 /* bursts of each length at most */
 
 /* Layers [0, n) with n = 2, or 1 when two would crowd the memory left
  * for weights (0: not even one fits twice over). */
@@ -33,6 +36,12 @@ static void hr_probe_idle(double s) {
     struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0)
         ;
+}
+
+static const char *hr_probe_round_note(double round_ms) {
+    static _Thread_local char buf[64];
+    snprintf(buf, sizeof buf, " %+.2f ms per burst", round_ms);
+    return buf;
 }
 
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
@@ -62,33 +71,48 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
         rc = rc ? rc : hr_seterr(err, HR_ENOMEM, "out of memory");
         goto done;
     }
-    /* Under a CPU quota the steps are paced: each is followed by an idle
-     * spell as long as itself, as a device in a ring of two or more waits
-     * while the others compute. A quota throttles such bursts less than one
-     * long run (measured on a 2 ms period at half a core: a sustained
-     * decode ran 1.33x slower than its short repetitions, a ring's rounds
-     * at their rate), and the ring is what the figure is for. */
+    /* Without a CPU quota: steps back to back for window_s. Under one, the
+     * ring's pattern: bursts of one step and of HR_PROBE_BURST steps, each
+     * after an idle spell twice as long as the burst before it (a device
+     * in a ring waits while the others compute), until window_s of compute.
+     * A quota throttles such bursts less than one long run (measured on a
+     * 2 ms period at half a core: a sustained decode 1.33x slower than its
+     * short repetitions, a ring's rounds near their rate), and unevenly:
+     * the two burst lengths give a rate per step (the slope) and what each
+     * burst adds or saves (the intercept, engine_round_ms). */
     bool paced = d->cpu_quota_cores > 0;
-    int pos = 0, steps = 0;
-    double dt = 0, past = 0;
+    int pos = 0, steps = 0, n1 = 0, nb = 0;
+    double dt = 0, past = 0, idle = 0;
+    double b1[HR_PROBE_MAX_BURSTS], bn[HR_PROBE_MAX_BURSTS];
     for (int i = 0;; i++) {
-        if (pos == HR_PROBE_CTX)
-            pos = 0; /* the cache is overwritten from the start */
-        memcpy(h, h0, (size_t)E * sizeof *h);
-        double t0 = hr_now_s();
-        if ((rc = hr_ctx_layers(c, h, 1, pos, err)))
-            goto done;
-        double step = hr_now_s() - t0;
-        if (i >= HR_PROBE_WARM) {
-            past += pos;
-            steps++;
-            dt += step;
-            if (steps >= HR_PROBE_MIN_STEPS && dt >= window_s)
-                break;
-        }
+        int len = !paced || i < HR_PROBE_WARM ? 1 : (i - HR_PROBE_WARM) % 2 ? HR_PROBE_BURST : 1;
         if (paced)
-            hr_probe_idle(step);
-        pos++;
+            hr_probe_idle(idle);
+        double t0 = hr_now_s();
+        for (int j = 0; j < len; j++) {
+            if (pos == HR_PROBE_CTX)
+                pos = 0; /* the cache is overwritten from the start */
+            memcpy(h, h0, (size_t)E * sizeof *h);
+            if ((rc = hr_ctx_layers(c, h, 1, pos, err)))
+                goto done;
+            if (i >= HR_PROBE_WARM)
+                past += pos;
+            pos++;
+        }
+        double burst = hr_now_s() - t0;
+        idle = 2 * burst;
+        if (i < HR_PROBE_WARM)
+            continue;
+        steps += len;
+        dt += burst;
+        if (paced && len == 1)
+            b1[n1++] = burst;
+        else if (paced)
+            bn[nb++] = burst;
+        bool full = paced ? n1 >= HR_PROBE_MAX_BURSTS || nb >= HR_PROBE_MAX_BURSTS
+                          : steps >= HR_PROBE_MIN_STEPS && dt >= window_s;
+        if (full || (steps >= HR_PROBE_MIN_STEPS && dt >= window_s && n1 == nb && nb >= 3))
+            break;
     }
     /* the rates' prediction for the same work, without any quota scaling */
     hr_prof_device *raw = malloc(sizeof *raw);
@@ -111,13 +135,24 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     d->engine_threads = cp.n_threads;
     d->engine_window_s = dt;
     d->engine_ms = dt / steps * 1e3;
+    d->engine_round_ms = 0;
+    if (paced && n1 > 0 && nb > 0) {
+        /* medians of each burst length: a slope per step, an intercept per burst */
+        double m1 = hr_prof_median(b1, n1) * 1e3, mb = hr_prof_median(bn, nb) * 1e3;
+        double slope = (mb - m1) / (HR_PROBE_BURST - 1);
+        if (slope > 0.25 * m1) { /* else too noisy to split: the mean stands */
+            d->engine_ms = slope;
+            d->engine_round_ms = m1 - slope;
+        }
+    }
     d->engine_pred_ms = cost.total_ms;
     d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
     HR_LOG_INFO(HR_PROF_TAG,
-                "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step, "
+                "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step%s, "
                 "rates predict %.2f (x%.2f)",
                 nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps,
-                paced ? " (paced: a quota)" : "", dt, d->engine_ms, cost.total_ms,
+                paced ? " in bursts (a CPU quota)" : "", dt, d->engine_ms,
+                paced ? hr_probe_round_note(d->engine_round_ms) : "", cost.total_ms,
                 d->engine_factor);
 done:
     free(h);

@@ -241,7 +241,9 @@ typedef struct {
     /* engine probe (hr_prof_engine_probe): real decode steps of layers
      * [0, engine_layers) against the rates' prediction; -1 / 0 = not run */
     int engine_layers, engine_threads;
-    double engine_ms;      /* measured ms per decode step of those layers */
+    double engine_ms;       /* measured ms per decode step of those layers */
+    double engine_round_ms; /* under a CPU quota: ms a burst of steps adds to engine_ms per
+                               step (negative: a short burst is throttled less); else 0 */
     double engine_pred_ms; /* the rates' prediction, without quota scaling */
     double engine_factor;  /* engine_ms / engine_pred_ms */
     double engine_window_s;
@@ -352,7 +354,10 @@ double hr_prof_gpu_window_ms(const hr_prof_gpu *g, const hr_prof_model *pm, int 
  * that fault the weights in) with n_threads threads, and stores them with
  * the rates' own prediction for the same layers in d->engine_* (d needs its
  * rates). The cost model then takes engine_factor instead of the quota's
- * sustained factor. Failures leave engine_factor at -1. */
+ * sustained factor. Under a CPU quota the steps run in bursts of one and
+ * of four with idle spells between (a ring's pattern): engine_ms is the
+ * slope, engine_round_ms what a burst adds. Failures leave engine_factor
+ * at -1. */
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
                          int n_threads, double window_s, char err[HR_ERR_LEN]);
 /* The probe's window for d: ten quota periods, 0.3 to 2 s. */

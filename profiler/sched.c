@@ -162,6 +162,8 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     if (out->n_thread_rates == 0)
         return hr_seterr(err, HR_EINVAL, "device profile has no CPU rates");
     out->t_layer_ms = 0; /* the planner reads decode_ms[] at its thread choice */
+    /* a round's burst: the engine probe's intercept (under a CPU quota) */
+    out->t_round_ms = d->engine_factor > 0 ? d->engine_round_ms : 0;
     /* memory for weights + KV (bytes) */
     hr_sched_model sm;
     double mean_layer =

@@ -283,6 +283,9 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     if (gpu && d->t_layer_gpu_ms <= 0.0)
         return hr_seterr(err, HR_EINVAL, "%s: vram_bytes > 0 needs t_layer_gpu_ms > 0", who);
     c->d[i].t = t;
+    if (!isfinite(d->t_round_ms) || fabs(d->t_round_ms) > 1e6)
+        return hr_seterr(err, HR_EINVAL, "%s: t_round_ms = %g must be finite", who, d->t_round_ms);
+    c->d[i].tr = d->t_round_ms;
     c->d[i].g = gpu ? d->t_layer_gpu_ms : 0.0;
     c->d[i].vram = gpu ? d->vram_bytes : 0.0;
     /* the round trip carried rtt_bytes of the hidden state each way already */
@@ -480,8 +483,15 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
     out->stall = out->load > pre ? out->load - pre : 0.0;
 }
 
+double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc) {
+    if (wc <= 0)
+        return 0.0;
+    double v = c->d[i].t * wc + c->d[i].tr, lo = 0.5 * c->d[i].t * wc;
+    return v > lo ? v : lo;
+}
+
 double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk) {
-    double cpu = c->d[i].t * wc;
+    double cpu = hr_sched_cpu_ms(c, i, wc);
     if (c->overlap == HR_SCHED_OVERLAP_SUM)
         cpu += dk->stall;
     else if (dk->stall > cpu)
@@ -513,7 +523,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
         hr_sched_disk dk;
         hr_sched_disk_at(c, kc, i, wc, &dk);
         for (int r = 0; r < k; r++) {
-            out->cm[r] = c->d[i].t * wc + c->d[i].g * n;
+            out->cm[r] = hr_sched_cpu_ms(c, i, wc) + c->d[i].g * n;
             out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk);
             out->load[r] = dk.load;
             out->read[r] = dk.read_round;
@@ -568,7 +578,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
     }
     for (int r = 0; r < k; r++) {
         int cnt = win[r * stride], n = ng < cnt ? ng : cnt, wc = cnt - n;
-        out->cm[r] = c->d[i].t * wc + c->d[i].g * n;
+        out->cm[r] = hr_sched_cpu_ms(c, i, wc) + c->d[i].g * n;
         out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk[r]);
         out->load[r] = dk[r].load;
         out->read[r] = dk[r].read_round;

@@ -84,7 +84,7 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
     if (i == c->head || j == c->head)
         return false;
     return c->d[i].t == c->d[j].t && c->d[i].g == c->d[j].g && c->d[i].h == c->d[j].h &&
-           c->d[i].f == c->d[j].f &&
+           c->d[i].f == c->d[j].f && c->d[i].tr == c->d[j].tr &&
            c->d[i].mem_eff == c->d[j].mem_eff && c->d[i].disk == c->d[j].disk &&
            c->d[i].vram == c->d[j].vram && c->d[i].lru == c->d[j].lru &&
            kc->d[i].cap == kc->d[j].cap && kc->d[i].gcap == kc->d[j].gcap;

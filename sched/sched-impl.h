@@ -19,6 +19,7 @@ typedef struct {
     double out_stream; /* of which the head streams per token (short of memory), bytes */
     struct {
         double t;       /* ms per CPU layer */
+        double tr;      /* ms a round's CPU window adds (t_round_ms) */
         double g;       /* ms per GPU layer */
         double h;       /* ms per hop to the next device */
         double f;       /* ms per hidden state at the link's sustained rate */
@@ -75,6 +76,9 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
  * whichever is longer (MAX), or both added up (SUM: no overlap with its own
  * compute), then its accelerator layers. The cost model and the program's
  * ring row both use it. */
+/* ms of CPU compute for wc layers in one round: wc * t + tr, at least half
+ * of wc * t; 0 for none. */
+double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc);
 double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk);
 /* Device i's side of a plan with per-round windows: win[r * stride]
  * layers in round r (r < kc->k), at most ng of each on its accelerator. */

@@ -18,7 +18,10 @@
  * the CPU and n_m on its accelerator (a Vulkan device, gpu/vk.h; n_m = 0 for a
  * device with vram_bytes 0 or with hr_sched_opts.use_gpu off). Per round:
  *
- *   c_m   = wc_m * t_layer_ms + n_m * t_layer_gpu_ms        compute, ms/round
+ *   c_m   = cpu(wc_m) + n_m * t_layer_gpu_ms                compute, ms/round
+ *   cpu(wc) = max(wc * t_layer_ms + t_round_ms, wc * t_layer_ms / 2) for wc > 0,
+ *           0 for wc = 0 (t_round_ms: what a round's burst of compute adds,
+ *           measured; negative where a CPU quota throttles short bursts less)
  *   h_m   = rtt_ms / 2 + 1000 * max(0, hidden_bytes - rtt_bytes) / link_bps
  *                                                            one hop m -> next, ms
  *           (a round trip measured with messages of rtt_bytes already carries
@@ -168,6 +171,8 @@ typedef struct {
     hr_sched_os os;        /* page reclaim behaviour, see the cost model */
     double t_layer_ms;     /* ms: compute + memory time of one resident layer, one decode token;
                               0 = take decode_ms[] at the chosen thread count */
+    double t_round_ms;     /* ms a round's burst of CPU layers adds to wc * t_layer_ms (the
+                              engine probe's intercept under a CPU quota; may be < 0), 0 none */
     double mem_bytes;      /* bytes available to hearth for weights + KV (after OS, other
                               programs, work buffers and ~1 layer of streaming slack) */
     double disk_bps;       /* bytes/s sequential read of the model file; 0 = never stream */

@@ -373,9 +373,13 @@ static void test_probe(void) {
     t0 = now_s();
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
     double paced = now_s() - t0, paced_w = d->engine_window_s;
-    printf("engine probe: %.3f s for a %.3f s window back to back, %.3f s for %.3f s paced\n",
-           plain, plain_w, paced, paced_w);
+    printf("engine probe: %.3f s for a %.3f s window back to back, %.3f s for %.3f s paced "
+           "(%.3f ms per step %+.3f ms per burst)\n",
+           plain, plain_w, paced, paced_w, d->engine_ms, d->engine_round_ms);
     CHECK(paced >= 1.8 * paced_w);
+    CHECK(d->engine_ms > 0 && isfinite(d->engine_round_ms));
+    /* a burst of one step costs what the intercept and slope say: not negative */
+    CHECK(d->engine_ms + d->engine_round_ms > 0);
     CHECK(plain < 1.5 * plain_w + 0.05);
     d->cpu_quota_cores = -1.0;
     /* little memory: one layer; none: refused, the factor unset */
@@ -735,6 +739,7 @@ static void test_json(const hr_prof_model *pm) {
     doc->device.engine_pred_ms = 2.0;
     doc->device.engine_factor = 1.25;
     doc->device.engine_window_s = 0.3;
+    doc->device.engine_round_ms = -0.75;
     doc->device.created = 1700000000.0;
     doc->has_device = true;
     CHECK_EQ(hr_prof_model_copy(&doc->model, pm), 0);
@@ -770,6 +775,7 @@ static void test_json(const hr_prof_model *pm) {
     CHECK_NEAR(back->device.sustain[0].factor, 1.75, 0);
     CHECK_EQ(back->device.engine_threads, 2);
     CHECK_NEAR(back->device.engine_factor, 1.25, 0);
+    CHECK_NEAR(back->device.engine_round_ms, -0.75, 0);
     CHECK_NEAR(back->links[0].bw_mbs, -1.0, 0);
     CHECK_EQ(back->model.n_layers_listed, pm->n_layer);
     CHECK_EQ(back->model.layers[0].bytes, pm->layers[0].bytes);

@@ -117,6 +117,8 @@ static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int 
             d[i].rtt_bytes = m->hidden_bytes;
             d[i].link_bps = urand(2e4, 1e6);
         }
+        if (chance(0.2))
+            d[i].t_round_ms = urand(-0.4, 0.2) * t;
         d[i].is_head = i == head;
         d[i].t_head_ms = urand(0, 20);
         if (chance(0.25))
@@ -287,6 +289,32 @@ static void test_link_costs(void) {
     d[1].rtt_bytes = -1;
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
     d[1].rtt_bytes = NAN;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+}
+
+/* A round's burst: t_round_ms is added to each non-empty CPU window, with
+ * the window kept at half its per-layer cost at least. */
+static void test_round_costs(void) {
+    hr_sched_model m = {.n_layer = 6, .layer_bytes = 1e9, .hidden_bytes = 0};
+    hr_sched_device d[2] = {dev("a", 6, 100e9, 0, 0, 1e9), dev("b", 6, 100e9, 0, 0, 1e9)};
+    int w1[2] = {3, 3}, w3[2] = {1, 1}, alone[2] = {6, 0};
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 36.0, 1e-9);
+    d[0].t_round_ms = d[1].t_round_ms = -2.5; /* a quota throttles short bursts less */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 2 * (18 - 2.5), 1e-9);
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * 2 * (6 - 2.5), 1e-9);
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 36 - 2.5, 1e-9); /* b idle: no burst */
+    d[0].t_round_ms = d[1].t_round_ms = -5; /* one layer: 6 - 5 = 1 < 3, held at half */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * 2 * 3.0, 1e-9);
+    d[0].t_round_ms = d[1].t_round_ms = 1; /* an overhead per round */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * 2 * 7.0, 1e-9);
+    static hr_sched_plan p;
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+    CHECK_EQ(p.k, 1); /* overheads favour few rounds */
+    d[0].t_round_ms = d[1].t_round_ms = -2.5;
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+    CHECK(p.k > 1); /* savings favour many */
+    CHECK_NEAR(p.latency_ms, hr_sched_cost(&m, d, 2, NULL, p.k, (int[]){p.dev[0].win[0], p.dev[1].win[0]}, NULL), 1e-9);
+    d[0].t_round_ms = NAN;
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
 }
 
@@ -949,6 +977,7 @@ int main(void) {
     test_stream_experts();
     test_hand_costs();
     test_link_costs();
+    test_round_costs();
     test_uneven_rounds();
     test_properties();
     test_threads();
