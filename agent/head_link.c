@@ -159,6 +159,9 @@ void hr_head_link_timer(hr_head *hd) {
         me->probe_t = hr_now_s();
     }
     double now = hr_now_s();
+    /* one probe at a time: two on the links of one slow device (its
+     * in-link and its out-link share its queues) would time each other */
+    bool busy = false;
     for (int i = 0; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
         if (d->probe_to[0] && !d->probe_failed && now - d->probe_t > HR_LINK_PROBE_WAIT_S) {
@@ -167,6 +170,10 @@ void hr_head_link_timer(hr_head *hd) {
             d->probe_failed = true;
             d->probe_t = now;
         }
+        busy = busy || (d->probe_to[0] && !d->probe_failed && !(i > 0 && d->lost));
+    }
+    for (int i = 0; i < hd->n_devs && !busy; i++) {
+        hr_dev *d = &hd->devs[i];
         if (!hd->ready || (i > 0 && (d->lost || !d->id_len)) || (i == 0 && !a->link))
             continue;
         /* a ready ring: every member measures its link to its next device */
@@ -177,6 +184,7 @@ void hr_head_link_timer(hr_head *hd) {
         if (pending && (!d->probe_failed || now - d->probe_t < HR_LINK_RETRY_S))
             continue;
         hr_link_probe(hd, d, nx, hd->plan_id);
+        busy = true;
     }
     if (hd->link_replan_due && !hd->replan && now - hd->link_replan_t >= HR_LINK_REPLAN_S) {
         HR_LOG_INFO(TAG, "re-planning: %s", hd->link_replan_why);
