@@ -110,6 +110,7 @@ typedef struct {
     char probe_to[HR_EP_LEN]; /* a PROBE asked and not answered yet, "" none */
     double probe_t;           /* s, monotonic, when it was asked (or failed) */
     bool probe_failed;        /* the last probe to probe_to failed: retried later */
+    unsigned probe_traffic;   /* hr_head.traffic when it was asked */
     /* the link figures the current plan used */
     double plan_rtt_ms, plan_bps, plan_rtt_bytes;
     bool plan_link_measured, plan_link_reverse; /* reverse: the head's, from its next's probe */
@@ -191,6 +192,7 @@ struct hr_head {
     hr_head_snap snap;        /* written by hr_head_publish (control thread) */
     hr_local_plan pending;    /* the head's part of plan snap.plan_id (parameters only) */
     bool busy;                /* the generating thread runs a request (not recovering) */
+    unsigned traffic;         /* times busy was set: a link probe across a change saw traffic */
     atomic_int lost;          /* 1 + index of a lost ring device, 0 = none */
     atomic_ullong recoveries; /* requests continued after a lost device */
 
@@ -295,6 +297,9 @@ void hr_head_publish(hr_head *hd);
 /* Control thread: true when it may re-plan now (no request generating);
  * the published ring is then not ready until the next hr_head_publish. */
 bool hr_head_claim(hr_head *hd);
+/* The number of requests (and recoveries) the generating thread began so
+ * far; *busy: one runs now. Any thread. */
+unsigned hr_head_traffic(hr_head *hd, bool *busy);
 /* Generating thread: waits (bounded by recover_ms) for a ready ring when a
  * re-plan is pending, marks the head busy and copies the plan to apply
  * into *np. HR_EAGAIN with err when the ring is not ready. */

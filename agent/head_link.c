@@ -103,6 +103,8 @@ static void hr_link_probe(hr_head *hd, hr_dev *d, const hr_dev *to, uint32_t pla
     snprintf(d->probe_to, sizeof d->probe_to, "%s", ep);
     d->probe_t = hr_now_s();
     d->probe_failed = false;
+    bool busy;
+    d->probe_traffic = hr_head_traffic(hd, &busy);
     if (d == &hd->devs[0]) { /* the head's own: its link thread */
         hr_link_request(hd->a, &rq);
         return;
@@ -118,6 +120,21 @@ void hr_head_link_join(hr_head *hd, hr_dev *d) {
         hr_link_probe(hd, d, NULL, 0);
 }
 
+/* True (and the figures dropped, the probe asked again when the ring is
+ * idle) when a request ran on the ring during the probe: its hidden states
+ * share the links, and on a slow link they fill the queue the probe times. */
+static bool hr_link_disturbed(hr_head *hd, hr_dev *d, const hr_msg_link *lk) {
+    bool busy;
+    unsigned t = hr_head_traffic(hd, &busy);
+    if (!busy && t == d->probe_traffic)
+        return false;
+    HR_LOG_INFO(TAG, "%s: link figures for %s taken while a request ran (round trip %.3f ms): "
+                "measured again when the ring is idle", d->name, lk->to, lk->rtt_us * 1e-3);
+    if (strcmp(d->probe_to, lk->to) == 0)
+        d->probe_to[0] = 0;
+    return true;
+}
+
 void hr_head_link_msg(hr_head *hd, int di, const hr_ring_hdr *h, const char *pl) {
     hr_dev *d = &hd->devs[di];
     hr_msg_link lk;
@@ -127,6 +144,8 @@ void hr_head_link_msg(hr_head *hd, int di, const hr_ring_hdr *h, const char *pl)
         HR_LOG_WARN(TAG, "%s: link figures refused: %s", d->name, err);
         return;
     }
+    if (hr_link_disturbed(hd, d, &lk))
+        return;
     hr_link_store(hd, d, &lk);
     HR_LOG_INFO(TAG, "%s: link to %s measured: round trip %.3f ms, %.1f MB/s", d->name,
                 d->link_to_name[0] ? d->link_to_name : d->link_to, d->link_rtt_ms,
@@ -152,7 +171,7 @@ void hr_head_link_timer(hr_head *hd) {
     hr_msg_link lk;
     char err[HR_ERR_LEN] = "";
     int rc = hr_link_take(a, &lk, err);
-    if (rc == 1) {
+    if (rc == 1 && !hr_link_disturbed(hd, me, &lk)) {
         hr_link_store(hd, me, &lk);
     } else if (rc < 0 && strcmp(me->probe_to, lk.to) == 0) {
         me->probe_failed = true;
@@ -172,6 +191,9 @@ void hr_head_link_timer(hr_head *hd) {
         }
         busy = busy || (d->probe_to[0] && !d->probe_failed && !(i > 0 && d->lost));
     }
+    bool gen_busy;
+    hr_head_traffic(hd, &gen_busy);
+    busy = busy || gen_busy; /* and none while a request runs: see hr_link_disturbed */
     for (int i = 0; i < hd->n_devs && !busy; i++) {
         hr_dev *d = &hd->devs[i];
         if (!hd->ready || (i > 0 && (d->lost || !d->id_len)) || (i == 0 && !a->link))

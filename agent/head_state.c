@@ -37,6 +37,14 @@ void hr_head_publish(hr_head *hd) {
     hr_unlock(&hd->mu, HR_RANK_SHARED);
 }
 
+unsigned hr_head_traffic(hr_head *hd, bool *busy) {
+    hr_lock(&hd->mu, HR_RANK_SHARED);
+    unsigned t = hd->traffic;
+    *busy = hd->busy;
+    hr_unlock(&hd->mu, HR_RANK_SHARED);
+    return t;
+}
+
 bool hr_head_claim(hr_head *hd) {
     hr_lock(&hd->mu, HR_RANK_SHARED);
     bool ok = !hd->busy;
@@ -75,6 +83,7 @@ int hr_head_begin(hr_head *hd, hr_local_plan *np, char err[HR_ERR_LEN]) {
     int rc = 0;
     if (s->ready) {
         hd->busy = true;
+        hd->traffic++;
         *np = hd->pending;
     } else {
         rc = hr_seterr(err, HR_EAGAIN, "cluster not ready%s%s", s->plan_err[0] ? ": " : "",
@@ -112,6 +121,7 @@ static int hr_head_wait_plan(hr_head *hd, uint32_t old_plan, bool adapt, hr_loca
             if (!adapt)
                 atomic_fetch_add(&hd->recoveries, 1);
             hd->busy = true;
+            hd->traffic++;
             *np = hd->pending;
             break;
         }

@@ -641,8 +641,5 @@ void hr_node_stats_reset(hr_agent *a, uint32_t plan_id) {
 void hr_node_test_slow(const hr_agent *a) {
     if (a->test_slow_ms <= 0)
         return;
-    double s = a->test_slow_ms / 1000.0;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    hr_sleep_s(a->test_slow_ms / 1000.0);
 }

@@ -26,6 +26,14 @@ double hr_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void hr_sleep_s(double s) {
+    if (!(s > 0))
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 /* ---- ranked locks ---- */
 
 #ifdef HR_LOCK_CHECK

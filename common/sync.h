@@ -9,6 +9,9 @@
 /* Seconds on CLOCK_MONOTONIC (durations, timeouts, rates). */
 double hr_now_s(void);
 
+/* Sleeps s seconds (resumed after signals); nothing for s <= 0. */
+void hr_sleep_s(double s);
+
 /* *dl = now + ms, normalised. */
 void hr_deadline_ms(struct timespec *dl, long ms);
 /* pthread_cond_timedwait for at most ms milliseconds (mu held by caller);

@@ -11,7 +11,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define HR_LINK_BURST_MSG (1u << 20)
 #define HR_LINK_GAP_MAX_S 0.15 /* the longest wait between two timed round trips */
@@ -116,14 +115,6 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
     return hr_prof_link_measure_ex(out, zctx, &p, err);
 }
 
-static void hr_link_wait(double s) {
-    if (s <= 0)
-        return;
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
 /* Throughput: one bmsg probe sizes a burst of about burst_s; a link slower
  * than one message per burst_s is measured on that one message, less a
  * round trip (rtt_us). Fills out->bw_mbs and burst_bytes. */
@@ -222,7 +213,7 @@ int hr_prof_link_measure_ex(hr_prof_link *out, void *zctx, const hr_prof_link_pa
     double gap = out->bw_mbs > 0 ? 4.0 * (msg_bytes + HR_RING_ECHO_HDR) / (out->bw_mbs * 1e6) : 0;
     gap = gap > HR_LINK_GAP_MAX_S ? HR_LINK_GAP_MAX_S : gap;
     for (int i = 0; i < n_samples; i++) {
-        hr_link_wait(gap);
+        hr_sleep_s(gap);
         double t0 = hr_now_s();
         if ((rc = hr_probe(sock, frame, (uint32_t)msg_bytes, 0, seq++, rbuf, fcap, err)))
             goto done;

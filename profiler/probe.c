@@ -13,13 +13,12 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #define HR_PROBE_CTX 64      /* KV positions; the probe wraps around */
 #define HR_PROBE_WARM 2      /* steps that fault the weights in, untimed */
 #define HR_PROBE_MIN_STEPS 4 /* timed steps at least */
 #define HR_PROBE_BURST 4       /* steps in a long burst (under a CPU quota) */
-#define HR_PROBE_MAX_BURSTS 32 /* bursts of each length at most */
+#define HR_PROBE_MAX_BURSTS 48 /* bursts of each length at most */
 
 /* Layers [0, n) with n = 2, or 1 when two would crowd the memory left
  * for weights (0: not even one fits twice over). */
@@ -30,12 +29,6 @@ static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm) {
            (int64_t)(2 * hr_prof_model_window_bytes(pm, 0, n, false, false)) > avail)
         n--;
     return n;
-}
-
-static void hr_probe_idle(double s) {
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
 }
 
 static const char *hr_probe_round_note(double round_ms) {
@@ -74,7 +67,8 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     /* Without a CPU quota: steps back to back for window_s. Under one, the
      * ring's pattern: bursts of one step and of HR_PROBE_BURST steps, each
      * after an idle spell twice as long as the burst before it (a device
-     * in a ring waits while the others compute), until window_s of compute.
+     * in a ring waits while the others compute), until twice window_s of
+     * compute (medians of two lengths need more samples than one mean).
      * A quota throttles such bursts less than one long run (measured on a
      * 2 ms period at half a core: a sustained decode 1.33x slower than its
      * short repetitions, a ring's rounds near their rate), and unevenly:
@@ -87,7 +81,7 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     for (int i = 0;; i++) {
         int len = !paced || i < HR_PROBE_WARM ? 1 : (i - HR_PROBE_WARM) % 2 ? HR_PROBE_BURST : 1;
         if (paced)
-            hr_probe_idle(idle);
+            hr_sleep_s(idle);
         double t0 = hr_now_s();
         for (int j = 0; j < len; j++) {
             if (pos == HR_PROBE_CTX)
@@ -111,7 +105,7 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
             bn[nb++] = burst;
         bool full = paced ? n1 >= HR_PROBE_MAX_BURSTS || nb >= HR_PROBE_MAX_BURSTS
                           : steps >= HR_PROBE_MIN_STEPS && dt >= window_s;
-        if (full || (steps >= HR_PROBE_MIN_STEPS && dt >= window_s && n1 == nb && nb >= 3))
+        if (full || (steps >= HR_PROBE_MIN_STEPS && dt >= 2 * window_s && n1 == nb && nb >= 3))
             break;
     }
     /* the rates' prediction for the same work, without any quota scaling */
