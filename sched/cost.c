@@ -483,15 +483,16 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
     out->stall = out->load > pre ? out->load - pre : 0.0;
 }
 
-double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc) {
+double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc, bool ring) {
     if (wc <= 0)
         return 0.0;
-    double v = c->d[i].t * wc + c->d[i].tr, lo = 0.5 * c->d[i].t * wc;
+    double v = c->d[i].t * wc + (ring ? c->d[i].tr : 0.0), lo = 0.5 * c->d[i].t * wc;
     return v > lo ? v : lo;
 }
 
-double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk) {
-    double cpu = hr_sched_cpu_ms(c, i, wc);
+double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk,
+                          bool ring) {
+    double cpu = hr_sched_cpu_ms(c, i, wc, ring);
     if (c->overlap == HR_SCHED_OVERLAP_SUM)
         cpu += dk->stall;
     else if (dk->stall > cpu)
@@ -500,7 +501,7 @@ double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_
 }
 
 void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, const int *win,
-                     int stride, int ng, hr_sched_dev_rounds *out) {
+                     int stride, int ng, bool ring, hr_sched_dev_rounds *out) {
     int k = kc->k;
     out->ok = false;
     out->overloaded = false;
@@ -523,8 +524,8 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
         hr_sched_disk dk;
         hr_sched_disk_at(c, kc, i, wc, &dk);
         for (int r = 0; r < k; r++) {
-            out->cm[r] = hr_sched_cpu_ms(c, i, wc) + c->d[i].g * n;
-            out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk);
+            out->cm[r] = hr_sched_cpu_ms(c, i, wc, ring) + c->d[i].g * n;
+            out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk, ring);
             out->load[r] = dk.load;
             out->read[r] = dk.read_round;
         }
@@ -578,12 +579,22 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
     }
     for (int r = 0; r < k; r++) {
         int cnt = win[r * stride], n = ng < cnt ? ng : cnt, wc = cnt - n;
-        out->cm[r] = hr_sched_cpu_ms(c, i, wc) + c->d[i].g * n;
-        out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk[r]);
+        out->cm[r] = hr_sched_cpu_ms(c, i, wc, ring) + c->d[i].g * n;
+        out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk[r], ring);
         out->load[r] = dk[r].load;
         out->read[r] = dk[r].read_round;
     }
     out->ok = true;
+}
+
+/* True when a device besides the head has a layer in some round: then
+ * each device idles while the others compute, and t_round_ms applies. */
+static bool many_in_ring(const hr_sched_ctx *c, int k, const int *win) {
+    for (int r = 0; r < k; r++)
+        for (int i = 0; i < c->n; i++)
+            if (i != c->head && win[r * c->n + i] > 0)
+                return true;
+    return false;
 }
 
 /* The ring's rounds: P_r per round and which device sets each round's
@@ -600,8 +611,9 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
         who_load[r] = who_stall[r] = -1;
     }
     hr_sched_dev_rounds dr;
+    bool ring = many_in_ring(c, k, win);
     for (int i = 0; i < n; i++) {
-        hr_sched_dev_at(c, kc, i, win + i, n, ng ? ng[i] : 0, &dr);
+        hr_sched_dev_at(c, kc, i, win + i, n, ng ? ng[i] : 0, ring, &dr);
         if (!dr.ok)
             return INFINITY;
         sum += dr.layers;
@@ -661,11 +673,12 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
     for (int r = 0; r < k; r++)
         Psum += P[r];
     hr_sched_dev_rounds dr;
+    bool ring = many_in_ring(c, k, win);
     for (int step = 0; step < c->n; step++) {
         /* ring order: head first, then the others in input order */
         int i = step == 0 ? c->head : (step <= c->head ? step - 1 : step);
         hr_sched_dev_plan *d = &p->dev[i];
-        hr_sched_dev_at(c, kc, i, win + i, c->n, ng ? ng[i] : 0, &dr);
+        hr_sched_dev_at(c, kc, i, win + i, c->n, ng ? ng[i] : 0, ring, &dr);
         d->is_head = i == c->head;
         d->active = d->is_head || dr.layers > 0;
         d->ring_pos = -1;

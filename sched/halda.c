@@ -165,7 +165,7 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             hr_sched_disk_at(c, kc, i, v, &dk[v]);
             any_load = any_load || dk[v].load > 0.0;
             rcols[rm] = col[i].x0 + v - 1;
-            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v]);
+            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v], true); /* >= 2 in the ring */
         }
         if (col[i].n) {
             rcols[rm] = col[i].n;

@@ -76,10 +76,12 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
  * whichever is longer (MAX), or both added up (SUM: no overlap with its own
  * compute), then its accelerator layers. The cost model and the program's
  * ring row both use it. */
-/* ms of CPU compute for wc layers in one round: wc * t + tr, at least half
- * of wc * t; 0 for none. */
-double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc);
-double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk);
+/* ms of CPU compute for wc layers in one round: wc * t + tr (tr only in a
+ * ring of several devices: one alone computes its rounds back to back), at
+ * least half of wc * t; 0 for none. */
+double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc, bool ring);
+double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk,
+                          bool ring);
 /* Device i's side of a plan with per-round windows: win[r * stride]
  * layers in round r (r < kc->k), at most ng of each on its accelerator. */
 typedef struct {
@@ -94,9 +96,10 @@ typedef struct {
 } hr_sched_dev_rounds;
 /* A device with one window size in every round is costed by
  * hr_sched_disk_at (kc's caps), any other by the same rules over its
- * windows (sched.h, per-round windows). */
+ * windows (sched.h, per-round windows). ring: others compute between its
+ * rounds (hr_sched_cpu_ms). */
 void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, const int *win,
-                     int stride, int ng, hr_sched_dev_rounds *out);
+                     int stride, int ng, bool ring, hr_sched_dev_rounds *out);
 /* Closed-form latency (ms per token) of per-round windows win[r * c->n + i]
  * (ng[i] caps each of device i's windows on its accelerator; NULL: none)
  * for kc->k rounds; INFINITY when infeasible or the windows do not sum to

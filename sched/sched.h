@@ -21,7 +21,9 @@
  *   c_m   = cpu(wc_m) + n_m * t_layer_gpu_ms                compute, ms/round
  *   cpu(wc) = max(wc * t_layer_ms + t_round_ms, wc * t_layer_ms / 2) for wc > 0,
  *           0 for wc = 0 (t_round_ms: what a round's burst of compute adds,
- *           measured; negative where a CPU quota throttles short bursts less)
+ *           measured; negative where a CPU quota throttles short bursts less;
+ *           only where another device computes between a device's rounds:
+ *           the head alone runs its rounds back to back, t_round_ms 0)
  *   h_m   = rtt_ms / 2 + 1000 * max(0, hidden_bytes - rtt_bytes) / link_bps
  *                                                            one hop m -> next, ms
  *           (a round trip measured with messages of rtt_bytes already carries

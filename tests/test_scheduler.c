@@ -302,7 +302,10 @@ static void test_round_costs(void) {
     d[0].t_round_ms = d[1].t_round_ms = -2.5; /* a quota throttles short bursts less */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 2 * (18 - 2.5), 1e-9);
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * 2 * (6 - 2.5), 1e-9);
-    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 36 - 2.5, 1e-9); /* b idle: no burst */
+    /* the head alone runs its rounds back to back: no burst saving, at any k */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 36, 1e-9);
+    int alone3[6] = {2, 0, 2, 0, 2, 0};
+    CHECK_NEAR(hr_sched_cost_rounds(&m, d, 2, NULL, 3, alone3, NULL), 36, 1e-9);
     d[0].t_round_ms = d[1].t_round_ms = -5; /* one layer: 6 - 5 = 1 < 3, held at half */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * 2 * 3.0, 1e-9);
     d[0].t_round_ms = d[1].t_round_ms = 1; /* an overhead per round */
