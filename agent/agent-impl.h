@@ -289,6 +289,10 @@ void hr_node_fini(hr_agent *a);
 /* node.c: checks that plan np fits the model and this machine's memory
  * without applying it. Thread-safe (reads only what create set). */
 int hr_node_plan_check(const hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
+/* The bytes for weights + KV this device admits now for a plan like lp
+ * (what hr_node_plan_check holds its need against; the planner's
+ * mem_bytes), -1 when unknown. */
+double hr_node_admit_bytes(const hr_agent *a, const hr_local_plan *lp);
 /* node.c: applies this device's plan np into a->lp (plan_mu held) */
 int hr_node_apply_plan(hr_agent *a, const hr_local_plan *np, char err[HR_ERR_LEN]);
 /* node.c: rows a step of plan lp may carry: a prompt chunk of n_batch plus

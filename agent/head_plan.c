@@ -437,6 +437,25 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
     hd->plan_gpu = plan_gpu;
 }
 
+/* The head's own part did not fit (rc, err): its memory now is less than
+ * its profile said (the output head and the mapping took their share since).
+ * The planner takes what the head admits now and plans again on the next
+ * turn (HR_PLAN_STALE), at most HR_HEAD_OWN_RETRIES times in a row. */
+#define HR_HEAD_OWN_RETRIES 3
+static int hr_head_own_short(hr_head *hd, hr_dev *me, const hr_local_plan *np, int rc,
+                             char err[HR_ERR_LEN]) {
+    double have = rc == HR_ENOMEM ? hr_node_admit_bytes(hd->a, np) : -1;
+    if (have < 0 || !me->has_sched || have >= me->sd.mem_bytes ||
+        hd->own_short >= HR_HEAD_OWN_RETRIES)
+        return rc;
+    HR_LOG_WARN(TAG, "%s; planning again with the %.1f MiB it admits now (its profile said %.1f)",
+                err, have / 1048576.0, me->sd.mem_bytes / 1048576.0);
+    me->sd.mem_bytes = have;
+    hd->own_short++;
+    hd->replan = true;
+    return HR_PLAN_STALE;
+}
+
 /* Keeps the head's own part (checked, applied later by the generating
  * thread) and sends every other device its PLAN
  * (devices left out of the ring get an empty window). */
@@ -496,7 +515,8 @@ static int hr_head_send_plans(hr_head *hd, int k, const int *ring, int n_active,
             snprintf(np.next_ep, sizeof np.next_ep, "%s", next);
             snprintf(np.next_key, sizeof np.next_key, "%s", next_key);
             if ((rc = hr_node_plan_check(a, &np, err)))
-                return rc;
+                return hr_head_own_short(hd, d, &np, rc, err);
+            hd->own_short = 0;
             hr_node_windows(a, &np);
             hd->own = np;
             for (int q = 0; np.prefetch && q < k && q < HR_AGENT_MAX_K; q++)

@@ -445,6 +445,13 @@ static double hr_node_stream_room(const hr_agent *a, const hr_local_plan *lp, do
     return hr_prof_stream_room(&sm, layers, a->is_head, budget);
 }
 
+double hr_node_admit_bytes(const hr_agent *a, const hr_local_plan *lp) {
+    hr_sched_model sm;
+    double budget;
+    char err[HR_ERR_LEN];
+    return hr_node_budget(a, lp, &sm, &budget, err) == 0 ? budget : -1;
+}
+
 static int hr_plan_fits(const hr_agent *a, const hr_local_plan *lp, char err[HR_ERR_LEN]) {
     int layers = hr_local_plan_layers(lp);
     if (layers <= 0)
