@@ -64,7 +64,8 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
         rc = rc ? rc : hr_seterr(err, HR_ENOMEM, "out of memory");
         goto done;
     }
-    /* Without a CPU quota: steps back to back for window_s. Under one, the
+    /* Without a CPU quota (or one of at least the probe's threads, which
+     * cannot throttle them): steps back to back for window_s. Under one, the
      * ring's pattern: bursts of one step and of HR_PROBE_BURST steps, each
      * after an idle spell twice as long as the burst before it (a device
      * in a ring waits while the others compute), until twice window_s of
@@ -74,7 +75,7 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
      * short repetitions, a ring's rounds near their rate), and unevenly:
      * the two burst lengths give a rate per step (the slope) and what each
      * burst adds or saves (the intercept, engine_round_ms). */
-    bool paced = d->cpu_quota_cores > 0;
+    bool paced = d->cpu_quota_cores > 0 && d->cpu_quota_cores < cp.n_threads; /* it can throttle */
     int pos = 0, steps = 0, n1 = 0, nb = 0;
     double dt = 0, past = 0, idle = 0;
     double b1[HR_PROBE_MAX_BURSTS], bn[HR_PROBE_MAX_BURSTS];

@@ -362,14 +362,15 @@ static void test_probe(void) {
     hr_prof_cost c2;
     CHECK_EQ(hr_prof_cost_window(d, &pm, NULL, 0, 2, &cp, &c2, err), 0);
     CHECK_NEAR(c2.total_ms, f * c.total_ms, 1e-9 * c.total_ms);
-    /* under a CPU quota the steps are paced: each is followed by an idle
-     * spell as long as itself, so the probe takes about twice its timed
-     * window of compute; without one it runs back to back */
+    /* under a CPU quota below its threads the steps run in bursts, each
+     * followed by an idle spell twice as long, so the probe takes about
+     * three times its timed compute; without one (or under one it cannot
+     * exceed) it runs back to back */
     d->cpu_quota_cores = -1.0;
     double t0 = now_s();
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
     double plain = now_s() - t0, plain_w = d->engine_window_s;
-    d->cpu_quota_cores = 4.0;
+    d->cpu_quota_cores = 0.5;
     t0 = now_s();
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
     double paced = now_s() - t0, paced_w = d->engine_window_s;
@@ -381,6 +382,11 @@ static void test_probe(void) {
     /* a burst of one step costs what the intercept and slope say: not negative */
     CHECK(d->engine_ms + d->engine_round_ms > 0);
     CHECK(plain < 1.5 * plain_w + 0.05);
+    d->cpu_quota_cores = 1.0; /* one thread under a one-core quota: back to back */
+    t0 = now_s();
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
+    CHECK(now_s() - t0 < 1.5 * d->engine_window_s + 0.05);
+    CHECK_NEAR(d->engine_round_ms, 0.0, 0);
     d->cpu_quota_cores = -1.0;
     /* little memory: one layer; none: refused, the factor unset */
     d->mem.weights_avail_bytes = (int64_t)(2 * hr_prof_model_window_bytes(&pm, 0, 1, false, false));
