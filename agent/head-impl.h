@@ -203,7 +203,7 @@ struct hr_head {
     uint32_t plan_id;
     bool replan, ready, planned;
     int own_short; /* plans in a row whose head part did not fit (head_plan.c) */
-    int lost_di; /* 1 + index of a lost ring device, 0 = none */
+    int lost_di;   /* 1 + index of a lost ring device, 0 = none */
     int plan_k;
     int plan_seq;       /* KV slots per window of the plan being made (requests at once) */
     bool parallel_auto; /* --parallel not given: fewer slots when the KV does not fit */

@@ -638,8 +638,9 @@ static void hr_head_plan_timer(void *ud) {
         char e2[HR_ERR_LEN] = "";
         hd->replan = false;
         int prc = hr_head_replan(hd, e2);
-        if (prc != HR_PLAN_SOLVING && prc != HR_PLAN_STALE) /* else the solver's event, or */
-            hr_head_planned(hd, prc, e2);                  /* the next turn, finishes it */
+        /* else the solver's event (SOLVING) or the next turn (STALE) finishes it */
+        if (prc != HR_PLAN_SOLVING && prc != HR_PLAN_STALE)
+            hr_head_planned(hd, prc, e2);
     }
     hd->resident = hr_node_resident(a, &hd->own);
     hr_node_io_sample(a);
