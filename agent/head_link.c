@@ -128,8 +128,10 @@ static bool hr_link_disturbed(hr_head *hd, hr_dev *d, const hr_msg_link *lk) {
     unsigned t = hr_head_traffic(hd, &busy);
     if (!busy && t == d->probe_traffic)
         return false;
-    HR_LOG_INFO(TAG, "%s: link figures for %s taken while a request ran (round trip %.3f ms): "
-                "measured again when the ring is idle", d->name, lk->to, lk->rtt_us * 1e-3);
+    HR_LOG_INFO(TAG,
+                "%s: link figures for %s taken while a request ran (round trip %.3f ms): "
+                "measured again when the ring is idle",
+                d->name, lk->to, lk->rtt_us * 1e-3);
     if (strcmp(d->probe_to, lk->to) == 0)
         d->probe_to[0] = 0;
     return true;
