@@ -10,13 +10,13 @@
 #include "common/sync.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define HR_PROBE_CTX 64      /* KV positions; the probe wraps around */
-#define HR_PROBE_WARM 2      /* steps that fault the weights in, untimed */
-#define HR_PROBE_MIN_STEPS 4 /* timed steps at least */
+#define HR_PROBE_CTX 64        /* KV positions; the probe wraps around */
+#define HR_PROBE_WARM 2        /* steps that fault the weights in, untimed */
+#define HR_PROBE_MIN_STEPS 4   /* timed steps at least */
 #define HR_PROBE_BURST 4       /* steps in a long burst (under a CPU quota) */
 #define HR_PROBE_MAX_BURSTS 48 /* bursts of each length at most */
 

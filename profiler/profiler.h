@@ -244,8 +244,8 @@ typedef struct {
     double engine_ms;       /* measured ms per decode step of those layers */
     double engine_round_ms; /* under a CPU quota: ms a burst of steps adds to engine_ms per
                                step (negative: a short burst is throttled less); else 0 */
-    double engine_pred_ms; /* the rates' prediction, without quota scaling */
-    double engine_factor;  /* engine_ms / engine_pred_ms */
+    double engine_pred_ms;  /* the rates' prediction, without quota scaling */
+    double engine_factor;   /* engine_ms / engine_pred_ms */
     double engine_window_s;
     double membw_1t_gbs;  /* streaming read, one thread, GB/s */
     double membw_all_gbs; /* streaming read, membw_threads threads, GB/s */

@@ -264,14 +264,10 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     struct {
         const char *name;
         double v;
-    } nums[] = {{"mem_bytes", d->mem_bytes},
-                {"disk_bps", d->disk_bps},
-                {"rtt_ms", d->rtt_ms},
-                {"link_bps", d->link_bps},
-                {"rtt_bytes", d->rtt_bytes},
-                {"t_head_ms", d->t_head_ms},
-                {"vram_bytes", d->vram_bytes},
-                {"t_layer_gpu_ms", d->t_layer_gpu_ms}};
+    } nums[] = {{"mem_bytes", d->mem_bytes},   {"disk_bps", d->disk_bps},
+                {"rtt_ms", d->rtt_ms},         {"link_bps", d->link_bps},
+                {"rtt_bytes", d->rtt_bytes},   {"t_head_ms", d->t_head_ms},
+                {"vram_bytes", d->vram_bytes}, {"t_layer_gpu_ms", d->t_layer_gpu_ms}};
     for (size_t j = 0; j < sizeof nums / sizeof nums[0]; j++)
         if (!finite_ge0(nums[j].v))
             return hr_seterr(err, HR_EINVAL, "%s: %s = %g must be finite and >= 0", who,

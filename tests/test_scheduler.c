@@ -252,7 +252,8 @@ static void test_gpu_optimality(void) {
  * little bounds a token at k hidden states at its rate. */
 static void test_link_costs(void) {
     hr_sched_model m = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 8192};
-    hr_sched_device d[2] = {dev("a", 10, 100e9, 0, 0.2, 1.25e8), dev("b", 10, 100e9, 0, 0.2, 2.5e5)};
+    hr_sched_device d[2] = {dev("a", 10, 100e9, 0, 0.2, 1.25e8),
+                            dev("b", 10, 100e9, 0, 0.2, 2.5e5)};
     d[0].t_head_ms = 1;
     double h0 = 0.1 + 1e3 * 8192 / 1.25e8; /* no rtt_bytes: the bytes at the rate */
     int w1[2] = {2, 2}, w2[2] = {1, 1};
@@ -316,7 +317,9 @@ static void test_round_costs(void) {
     d[0].t_round_ms = d[1].t_round_ms = -2.5;
     CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
     CHECK(p.k > 1); /* savings favour many */
-    CHECK_NEAR(p.latency_ms, hr_sched_cost(&m, d, 2, NULL, p.k, (int[]){p.dev[0].win[0], p.dev[1].win[0]}, NULL), 1e-9);
+    CHECK_NEAR(p.latency_ms,
+               hr_sched_cost(&m, d, 2, NULL, p.k, (int[]){p.dev[0].win[0], p.dev[1].win[0]}, NULL),
+               1e-9);
     d[0].t_round_ms = NAN;
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
 }
