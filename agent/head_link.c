@@ -36,13 +36,9 @@ static const char *hr_link_name(const hr_head *hd, const char *ep) {
     return "";
 }
 
-/* ms per hop of one token's hidden state, as the cost model counts it
- * (sched/sched.h h_m: half a round trip of messages of rtt_bytes, plus the
- * rest of the hidden state at the link's rate). */
+/* ms per hop of one token's hidden state, as the cost model counts it */
 static double hr_link_hop_ms(const hr_head *hd, double rtt_ms, double bps, double rtt_bytes) {
-    double hidden = hd->have_pm ? (double)hd->pm.hidden_bytes : 0;
-    double extra = hidden > rtt_bytes ? hidden - rtt_bytes : 0;
-    return rtt_ms / 2.0 + (bps > 0 ? 1e3 * extra / bps : 0);
+    return hr_sched_hop_ms(rtt_ms, bps, rtt_bytes, hd->have_pm ? (double)hd->pm.hidden_bytes : 0);
 }
 
 /* The next ring member after d, NULL when d is not in a ring of two or more. */

@@ -119,12 +119,10 @@ int hr_prof_link_measure(hr_prof_link *out, void *zctx, const char *endpoint, in
  * than one message per burst_s is measured on that one message, less a
  * round trip (rtt_us). Fills out->bw_mbs and burst_bytes. */
 static int hr_link_throughput(void *sock, unsigned char *frame, uint32_t bmsg, double burst_s,
-                              double rtt_us, uint32_t *seqp, unsigned char *rbuf, size_t fcap,
+                              double rtt_us, uint32_t *seq, unsigned char *rbuf, size_t fcap,
                               const char *endpoint, hr_prof_link *out, char err[HR_ERR_LEN]) {
-    uint32_t seq = *seqp;
     double t0 = hr_now_s();
-    int rc = hr_probe(sock, frame, bmsg, HR_RING_ECHO_ACK, seq++, rbuf, fcap, err);
-    *seqp = seq;
+    int rc = hr_probe(sock, frame, bmsg, HR_RING_ECHO_ACK, (*seq)++, rbuf, fcap, err);
     if (rc)
         return rc;
     double one = hr_now_s() - t0;
@@ -136,21 +134,18 @@ static int hr_link_throughput(void *sock, unsigned char *frame, uint32_t bmsg, d
     }
     int burst = one > 0 ? (int)(burst_s / one) : 32;
     burst = burst < 2 ? 2 : burst > 32 ? 32 : burst;
-    uint32_t first = seq;
+    uint32_t first = *seq;
     t0 = hr_now_s();
     char e2[HR_ERR_LEN];
     for (int i = 0; i < burst; i++)
-        if (hr_ring_probe_send(sock, frame, bmsg, HR_RING_ECHO_ACK, seq++, e2)) {
-            *seqp = seq;
+        if (hr_ring_probe_send(sock, frame, bmsg, HR_RING_ECHO_ACK, (*seq)++, e2))
             return hr_seterr(err, HR_ENET, "burst %s", e2);
-        }
-    *seqp = seq;
     for (int got = 0; got < burst;) {
         uint32_t s, l;
         rc = hr_ring_probe_recv(sock, rbuf, fcap, &s, &l, err);
         if (rc == HR_ETIMEDOUT || rc == HR_ENET)
             return hr_seterr(err, HR_ETIMEDOUT, "%s: burst acks timed out", endpoint);
-        if (rc == 0 && s >= first && s < seq)
+        if (rc == 0 && s >= first && s < *seq)
             got++;
     }
     out->bw_mbs = (double)burst * (bmsg + HR_RING_ECHO_HDR) / (hr_now_s() - t0) / 1e6;

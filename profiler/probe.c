@@ -31,12 +31,6 @@ static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm) {
     return n;
 }
 
-static const char *hr_probe_round_note(double round_ms) {
-    static _Thread_local char buf[64];
-    snprintf(buf, sizeof buf, " %+.2f ms per burst", round_ms);
-    return buf;
-}
-
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
                          int n_threads, double window_s, char err[HR_ERR_LEN]) {
     d->engine_factor = -1.0;
@@ -142,12 +136,14 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     }
     d->engine_pred_ms = cost.total_ms;
     d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
+    char note[48] = "";
+    if (paced)
+        snprintf(note, sizeof note, " %+.2f ms per burst", d->engine_round_ms);
     HR_LOG_INFO(HR_PROF_TAG,
                 "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step%s, "
                 "rates predict %.2f (x%.2f)",
                 nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps,
-                paced ? " in bursts (a CPU quota)" : "", dt, d->engine_ms,
-                paced ? hr_probe_round_note(d->engine_round_ms) : "", cost.total_ms,
+                paced ? " in bursts (a CPU quota)" : "", dt, d->engine_ms, note, cost.total_ms,
                 d->engine_factor);
 done:
     free(h);

@@ -44,6 +44,12 @@ int hr_sched_plan_fail(hr_sched_plan *plan, int code, const char *msg) {
     return code;
 }
 
+double hr_sched_hop_ms(double rtt_ms, double link_bps, double rtt_bytes, double hidden_bytes) {
+    /* the round trip carried rtt_bytes of the hidden state each way already */
+    double extra = hidden_bytes > rtt_bytes ? hidden_bytes - rtt_bytes : 0.0;
+    return rtt_ms / 2.0 + (link_bps > 0.0 ? 1e3 * extra / link_bps : 0.0);
+}
+
 int hr_sched_pick_threads(const double *ms, int n, double tol) {
     if (!ms || n <= 0)
         return 0;
@@ -284,9 +290,7 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].tr = d->t_round_ms;
     c->d[i].g = gpu ? d->t_layer_gpu_ms : 0.0;
     c->d[i].vram = gpu ? d->vram_bytes : 0.0;
-    /* the round trip carried rtt_bytes of the hidden state each way already */
-    double extra = hidden > d->rtt_bytes ? hidden - d->rtt_bytes : 0.0;
-    c->d[i].h = n_dev > 1 ? d->rtt_ms / 2.0 + 1e3 * extra / d->link_bps : 0.0;
+    c->d[i].h = n_dev > 1 ? hr_sched_hop_ms(d->rtt_ms, d->link_bps, d->rtt_bytes, hidden) : 0.0;
     c->d[i].f = n_dev > 1 ? 1e3 * hidden / d->link_bps : 0.0;
     c->d[i].mem_eff = d->mem_bytes;
     c->d[i].disk = d->disk_bps;

@@ -283,6 +283,11 @@ typedef struct {
     char explanation[512];
 } hr_sched_plan;
 
+/* h_m of the cost model above: ms for one hidden state of hidden_bytes
+ * over a link of rtt_ms round trip (measured with rtt_bytes each way) and
+ * link_bps bytes/s (<= 0: the bytes are not charged). Reentrant. */
+double hr_sched_hop_ms(double rtt_ms, double link_bps, double rtt_bytes, double hidden_bytes);
+
 hr_sched_opts hr_sched_opts_default(void);
 hr_sched_device hr_sched_device_default(void);
 
