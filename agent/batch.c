@@ -29,15 +29,18 @@ typedef struct {
     int mb;        /* its micro-batch */
     int32_t *hist; /* [n_prompt + max_tokens + 1] prompt, then generated tokens */
     int n_hist, n_prompt, max_tokens;
-    int fed;      /* positions computed on the ring (the KV length everywhere) */
-    int sent;     /* positions sent around the ring (fed + those on the way) */
-    int n_fly;    /* its steps on the ring now (several: prompt chunks in a row) */
-    int exact;    /* positions [0, exact) hold what a cold prefill computes (prompt cache) */
-    bool zombie;  /* handed back while flying: the slot frees when its rows come home */
-    bool refresh; /* no request (r NULL): its answer's KV is computed again as prompt
-                     rows (hr_bs_refresh), then the slot frees */
-    bool sampled; /* its first token was sampled (prompt time taken) */
-    int32_t last; /* the latest token sampled (the last one is not fed) */
+    int fed;       /* positions computed on the ring (the KV length everywhere) */
+    int sent;      /* positions sent around the ring (fed + those on the way) */
+    int n_fly;     /* its steps on the ring now (several: prompt chunks in a row) */
+    int exact;     /* positions [0, exact) hold what a cold prefill computes (prompt cache) */
+    int replay_to; /* positions [n_prompt, replay_to): generated tokens replayed after a
+                      re-plan, n_batch decode rows a step (hr_seq_pos.decode) where
+                      hr_bsess.replay_dec, else one a step */
+    bool zombie;   /* handed back while flying: the slot frees when its rows come home */
+    bool refresh;  /* no request (r NULL): its answer's KV is computed again as prompt
+                      rows (hr_bs_refresh), then the slot frees */
+    bool sampled;  /* its first token was sampled (prompt time taken) */
+    int32_t last;  /* the latest token sampled (the last one is not fed) */
     hr_sampler *smp;
     hr_detok dt;
     double t0, t1; /* s, monotonic: admitted, first token */
@@ -47,13 +50,14 @@ typedef struct {
 typedef struct {
     int n_members;
     bool flying;
-    int round;                           /* of the step on the ring */
-    int n_rows;                          /* rows of that step */
-    int n_step;                          /* requests in it ... */
-    int step_seq[HR_AGENT_MAX_PARALLEL]; /* ... their slots */
-    int step_n[HR_AGENT_MAX_PARALLEL];   /* ... their rows */
-    int step_pos[HR_AGENT_MAX_PARALLEL]; /* ... and first positions */
-    double sent;                         /* s, monotonic, of its last frame */
+    int round;                            /* of the step on the ring */
+    int n_rows;                           /* rows of that step */
+    int n_step;                           /* requests in it ... */
+    int step_seq[HR_AGENT_MAX_PARALLEL];  /* ... their slots */
+    int step_n[HR_AGENT_MAX_PARALLEL];    /* ... their rows */
+    int step_pos[HR_AGENT_MAX_PARALLEL];  /* ... and first positions */
+    bool step_dec[HR_AGENT_MAX_PARALLEL]; /* ... as decode rows (a replay) */
+    double sent;                          /* s, monotonic, of its last frame */
 } hr_bmb;
 
 /* Micro-batches: [0, n_mb) hold the members, the rest carry prompt
@@ -65,6 +69,9 @@ typedef struct {
     const hr_gen_feed *f;
     int n_seq, n_mb, n_rows_max;
     int depth;        /* prompt chunks of one request on the ring at once */
+    double replay_t0; /* s, monotonic: a replay began (0: none running) */
+    int replay_pos;   /* ... of this many positions */
+    bool replay_dec;  /* ... its generated tokens as decode rows, n_batch a step */
     uint64_t session; /* the request id of this session's frames */
     hr_bseq seq[HR_AGENT_MAX_PARALLEL];
     hr_bmb mb[HR_BS_MAX_MB];
@@ -463,9 +470,13 @@ static int hr_bs_add(hr_bsess *b, int g, int s, int n) {
     hr_bmb *m = &b->mb[g];
     hr_bseq *q = &b->seq[s];
     int want = 1, p0 = q->sent;
+    bool dec = false;
     if (q->sent < q->n_prompt) {
         int end = (q->sent / lp->n_batch + 1) * lp->n_batch;
         want = (end < q->n_prompt ? end : q->n_prompt) - q->sent;
+    } else if (q->sent < q->replay_to && b->replay_dec) { /* decode rows, as first computed */
+        want = q->replay_to - q->sent < lp->n_batch ? q->replay_to - q->sent : lp->n_batch;
+        dec = want > 1;
     }
     if (q->refresh && !hr_bs_refresh_may(b, s))
         return n;
@@ -477,13 +488,14 @@ static int hr_bs_add(hr_bsess *b, int g, int s, int n) {
         return n;
     for (int i = 0; i < want; i++) {
         b->ids[n + i] = q->hist[p0 + i];
-        b->slot[n + i] = s;
+        b->slot[n + i] = s | (dec ? HR_RING_ROW_DECODE : 0);
         b->pos[n + i] = p0 + i;
-        b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = p0 + i};
+        b->rows[n + i] = (hr_seq_pos){.seq = s, .pos = p0 + i, .decode = dec};
     }
     m->step_seq[m->n_step] = s;
     m->step_n[m->n_step] = want;
     m->step_pos[m->n_step] = p0;
+    m->step_dec[m->n_step] = dec;
     m->n_step++;
     q->sent = p0 + want;
     q->n_fly++;
@@ -566,6 +578,20 @@ static int hr_bs_send(hr_bsess *b, int g, int r, char err[HR_ERR_LEN]) {
     return 0;
 }
 
+/* Logs the end of a replay: every running request fed its history again. */
+static void hr_bs_replayed(hr_bsess *b) {
+    if (b->replay_t0 <= 0)
+        return;
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->seq[s].r && !b->seq[s].zombie && b->seq[s].fed < b->seq[s].replay_to)
+            return;
+    HR_LOG_INFO(TAG, "session %llu: replayed %d positions in %.2f s (%s)",
+                (unsigned long long)b->session, b->replay_pos, hr_now_s() - b->replay_t0,
+                b->replay_dec ? "generated tokens as decode rows, n_batch a step"
+                              : "generated tokens one a step");
+    b->replay_t0 = 0;
+}
+
 /* Micro-batch g's step came back from its last round (hidden states in
  * lp->hid): logits for the rows that end what a request had to feed,
  * sampling, and the requests move on. */
@@ -608,9 +634,11 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
         if (p0 > q->fed || end <= q->fed) /* steps come home in the order they left */
             HR_LOG_ERROR(TAG, "slot %d: a step at %d came home at %d", m->step_seq[i], p0, q->fed);
         /* rows of a chunk of two or more are a cold prefill's bit for bit (the
-         * gemm tiles do not depend on the chunk's shape); a lone row is a
-         * decode row, the same where decode_exact and no GPU runs layers */
-        if (q->exact >= p0 && (m->step_n[i] >= 2 || (a->head->decode_exact && !a->head->plan_gpu)))
+         * gemm tiles do not depend on the chunk's shape); a lone row, or a
+         * replay's decode rows, are decode rows, the same where decode_exact
+         * and no GPU runs layers */
+        bool dec = m->step_n[i] < 2 || m->step_dec[i];
+        if (q->exact >= p0 && (!dec || (a->head->decode_exact && !a->head->plan_gpu)))
             q->exact = end > q->exact ? end : q->exact;
         q->fed = end;
         if (q->fed == q->n_hist && q->refresh)
@@ -620,6 +648,7 @@ static void hr_bs_step_done(hr_bsess *b, int g) {
         else if (q->fed == q->n_hist)
             hr_bs_token(b, q, b->logits + (size_t)o++ * nv);
     }
+    hr_bs_replayed(b);
 }
 
 /* Starts micro-batch g's next step (only: see hr_bs_build); on a single device (or a ring of the
@@ -670,10 +699,11 @@ static int hr_bs_frame(hr_bsess *b, const hr_ring_hdr *h, char err[HR_ERR_LEN]) 
     int n = 0;
     for (int i = 0; i < m->n_step; i++) {
         int s = m->step_seq[i], p0 = m->step_pos[i];
+        bool dec = m->step_dec[i];
         for (int j = 0; j < m->step_n[i]; j++, n++) {
-            b->slot[n] = s;
+            b->slot[n] = s | (dec ? HR_RING_ROW_DECODE : 0);
             b->pos[n] = p0 + j;
-            b->rows[n] = (hr_seq_pos){.seq = s, .pos = p0 + j};
+            b->rows[n] = (hr_seq_pos){.seq = s, .pos = p0 + j, .decode = dec};
         }
     }
     size_t rt = (size_t)h->n_tok * HR_RING_ROW_SIZE;
@@ -739,14 +769,22 @@ static void hr_bs_restart(hr_bsess *b) {
     b->depth = depth < 1 ? 1 : depth > HR_BS_MAX_MB - b->n_mb ? HR_BS_MAX_MB - b->n_mb : depth;
     hr_bs_drop_refreshes(b); /* a new plan's KV is empty: nothing to refresh */
     memset(b->mb, 0, sizeof b->mb);
+    b->replay_pos = 0;
+    /* generated tokens go again as decode rows, n_batch a step: what each
+     * row computed first, bit for bit; GPU layers take them one token a
+     * step (their decode and batch kernels differ) */
+    b->replay_dec = !a->head->plan_gpu;
     for (int s = 0; s < b->n_seq; s++) {
         hr_bseq *q = &b->seq[s];
         if (q->zombie)
             hr_bs_free_slot(q);
         if (!q->r)
             continue;
+        b->replay_t0 = hr_now_s();
         q->fed = q->sent = q->exact = 0;
         q->n_fly = 0;
+        q->replay_to = q->n_hist;
+        b->replay_pos += q->n_hist;
         q->mb = hr_bs_pick_mb(b);
         b->mb[q->mb].n_members++;
     }
@@ -813,14 +851,16 @@ static void hr_bs_report(hr_bsess *b) {
 }
 
 static void hr_bs_progress(hr_bsess *b) {
-    int done = 0, left = 0;
+    int done = 0, left = 0, hist = 0;
     for (int s = 0; s < b->n_seq; s++)
         if (b->seq[s].r && !b->seq[s].zombie) {
             done += b->seq[s].r->st.n_gen;
             left += b->seq[s].max_tokens - b->seq[s].r->st.n_gen;
+            hist += b->seq[s].n_hist;
         }
     atomic_store(&b->a->head->gen_done, done); /* for head_adapt.c */
     atomic_store(&b->a->head->gen_left, left);
+    atomic_store(&b->a->head->gen_hist, hist);
 }
 
 /* One turn: admit, launch idle micro-batches, take one frame. */
@@ -849,7 +889,10 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
             /* an idle-time refresh keeps one chunk on the ring: a request
              * arriving waits for little */
             int depth = q->refresh && !b->parked[s] ? 1 : b->depth;
-            if ((!q->r && !q->refresh) || q->zombie || q->sent >= q->n_prompt || q->n_fly >= depth)
+            if ((!q->r && !q->refresh) || q->zombie ||
+                q->sent >=
+                    (b->replay_dec && q->replay_to > q->n_prompt ? q->replay_to : q->n_prompt) ||
+                q->n_fly >= depth)
                 break;
             if (b->mb[g].flying)
                 continue;
@@ -944,6 +987,7 @@ int hr_head_serve(hr_agent *a, const hr_gen_feed *feed, char err[HR_ERR_LEN]) {
     }
     atomic_store(&a->head->gen_done, 0);
     atomic_store(&a->head->gen_left, 0);
+    atomic_store(&a->head->gen_hist, 0);
     hr_head_gen_end(a);
     return rc;
 }

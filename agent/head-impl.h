@@ -253,9 +253,10 @@ struct hr_head {
      * control thread with replan; the generating thread then leaves the
      * running request's plan between tokens (hr_head_adapt_wait) */
     atomic_uint adapt;
-    /* shared: the running request's tokens generated so far and still to
-     * come (0, 0 when none): what a re-plan's replay costs and gains */
-    atomic_int gen_done, gen_left;
+    /* shared: the running requests' tokens generated so far, still to come,
+     * and positions in all (prompt and generated; 0 when none): what a
+     * re-plan's replay costs and gains */
+    atomic_int gen_done, gen_left, gen_hist;
     /* control thread (dev_mu) */
     int n_adapt;             /* adaptive re-plans decided */
     int n_rescaled;          /* rate updates that kept the plan */
@@ -263,6 +264,9 @@ struct hr_head {
     double adapt_recheck_at; /* s, monotonic: a re-plan waits until its cause has held
                                 HR_ADAPT_HOLD_S; 0 = none pending */
     double adapt_head_at;    /* s, monotonic: the head's own last sample */
+    double adapt_fast_at;    /* s, monotonic: the last re-plan not held (0 = none) */
+    bool adapt_idle;         /* a better plan waits for the ring to be idle (the running
+                                request's replay cost more than it gained) */
     uint32_t adapt_from;     /* plan replaced by the last adaptive re-plan */
     uint32_t adapt_to;       /* ... and the plan that replaced it */
     char adapt_reason[1024]; /* the last decision and why (device, predicted, measured) */
@@ -436,6 +440,11 @@ void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
  * heartbeat, or the head's own statistics. */
 void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
                           double ms_total);
+/* How long (s) a device measured off times its prediction (measured /
+ * predicted ms per round) must stay so before a re-plan: 0 when it is 2x
+ * off either way and the last re-plan that was not held is since_fast_s
+ * (INFINITY: none) or more than a minute ago, else 10 s. NaN: 10 s. */
+double hr_head_adapt_hold_s(double off, double since_fast_s);
 /* Every turn of the plan timer: the head's own sample; decides an adaptive
  * re-plan (sets replan and hd->adapt) or only new predictions. */
 void hr_head_adapt_check(hr_head *hd);

@@ -7,13 +7,18 @@
  * scheduler plans again. When the new rates change the plan, the head
  * re-plans between tokens: the generating thread leaves the running
  * request's plan, waits for the new one and replays the token history on
- * it (gen.c, as after a lost device), so the answer stays the same. When
+ * it (batch.c, as after a lost device), so the answer stays the same. When
  * they do not change it, or the new plan is not predicted HR_ADAPT_GAIN
  * (15%) faster than the plan in use at the same rates, or the running
- * request's remaining tokens would gain less than its replay costs, only
- * the predictions are updated. A re-plan also waits until the slowdown
- * behind it has lasted HR_ADAPT_HOLD_S (10 s): a noisy neighbour that comes
- * and goes moves no layers. Re-plans are at
+ * request's remaining tokens would gain less than its replay costs
+ * (hr_adapt_replay_ms), only the predictions are updated; in the last case
+ * the better plan replaces the old one once no request runs (adapt_idle).
+ * A re-plan also waits until the slowdown behind it has lasted
+ * HR_ADAPT_HOLD_S (10 s): a noisy neighbour that comes and goes moves no
+ * layers. The exception is a device HR_ADAPT_FAST (2x) off for the whole
+ * window (a game that takes half its CPU is no noise): it re-plans at
+ * once, but only once per HR_ADAPT_FAST_EVERY_S (60 s), so at most one
+ * re-plan a minute skips the hold (hr_head_adapt_hold_s). Re-plans are at
  * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
  * again (the hog stops). Never with --windows, and never on the rounds of
@@ -31,15 +36,17 @@
 
 #define TAG "head"
 
-#define HR_ADAPT_OFF 0.30        /* |measured / predicted - 1| above this is off */
-#define HR_ADAPT_WINDOW_S 2.0    /* off for at least this long ... */
-#define HR_ADAPT_MIN_SAMPLES 2   /* ... in at least this many consecutive fresh samples */
-#define HR_ADAPT_WARMUP_TOKENS 3 /* decode tokens under a plan before its rounds count */
-#define HR_ADAPT_STALE_S 5.0     /* no fresh round for this long ends a streak (idle) */
-#define HR_ADAPT_HOLDOFF_S 10.0  /* at least this long between two adaptive decisions */
-#define HR_ADAPT_GAIN 0.15       /* a new plan must be predicted this much faster */
-#define HR_ADAPT_HOLD_S 10.0     /* ... with the slowdown behind it lasting this long */
-#define HR_ADAPT_SCALE_MIN 0.02  /* bounds of rate_scale */
+#define HR_ADAPT_OFF 0.30          /* |measured / predicted - 1| above this is off */
+#define HR_ADAPT_WINDOW_S 2.0      /* off for at least this long ... */
+#define HR_ADAPT_MIN_SAMPLES 2     /* ... in at least this many consecutive fresh samples */
+#define HR_ADAPT_WARMUP_TOKENS 3   /* decode tokens under a plan before its rounds count */
+#define HR_ADAPT_STALE_S 5.0       /* no fresh round for this long ends a streak (idle) */
+#define HR_ADAPT_HOLDOFF_S 10.0    /* at least this long between two adaptive decisions */
+#define HR_ADAPT_GAIN 0.15         /* a new plan must be predicted this much faster */
+#define HR_ADAPT_HOLD_S 10.0       /* ... with the slowdown behind it lasting this long */
+#define HR_ADAPT_FAST 2.0          /* a device this far off its prediction (either way) ... */
+#define HR_ADAPT_FAST_EVERY_S 60.0 /* ... is not held, once per this */
+#define HR_ADAPT_SCALE_MIN 0.02    /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0
 
 static double hr_dev_scale(const hr_dev *d) { return d->rate_scale > 0 ? d->rate_scale : 1.0; }
@@ -218,23 +225,81 @@ static bool hr_adapt_same(const hr_head *hd, const hr_sched_plan *np, const int 
     return same;
 }
 
+/* What replaying the running requests on plan np costs (ms): batch.c
+ * sends their history again, prompts in chunks of n_batch and generated
+ * tokens as decode rows, n_batch a step, which cost about what a prompt
+ * chunk of as many rows costs (measured: 32 rows of 4 TinyLlama-shape
+ * Q4_0 layers on one thread, 55-64 ms as decode rows in one step, 48-71 ms
+ * as a prompt chunk, 358-513 ms one a step). So each step passes the ring
+ * once (np's ms per token) and each row costs every device its profile's
+ * prefill rate for its layers. Where a device has no prefill rate, or np
+ * runs GPU layers (which take generated tokens one a step), each
+ * generated token costs np's ms per token. */
+static double hr_adapt_replay_ms(const hr_head *hd, const hr_sched_plan *np, const int *cand, int n,
+                                 const double *scale) {
+    int done = atomic_load(&hd->gen_done), hist = atomic_load(&hd->gen_hist);
+    int nb = hd->a->p.n_batch > 0 ? hd->a->p.n_batch : 64;
+    double row_ms = 0;
+    bool rated = hist >= done && done >= 0;
+    for (int i = 0; i < n && rated; i++) {
+        const hr_sched_dev_plan *dp = &np->dev[i];
+        if (!dp->active || dp->layers <= 0)
+            continue;
+        hr_sched_device sd;
+        hr_dev_rates_at(&hd->devs[cand[i]], scale[cand[i]], &sd);
+        int t = dp->prefill_threads > 0 ? dp->prefill_threads : sd.n_thread_rates;
+        double pf = t >= 1 && t <= sd.n_thread_rates ? sd.prefill_ms[t - 1] : 0;
+        rated = dp->n_gpu == 0 && pf > 0 && isfinite(pf);
+        row_ms += dp->layers * pf / HR_PROF_PREFILL_BATCH;
+    }
+    if (!rated)
+        return done * np->latency_ms;
+    int prompt = hist - done, steps = (prompt + nb - 1) / nb + (done + nb - 1) / nb;
+    return steps * np->latency_ms + hist * row_ms;
+}
+
 /* Hysteresis: the plan in use stays when np is the same plan, is not
  * predicted HR_ADAPT_GAIN faster than it (cur: the plan in use at the new
- * rates), or the replay of the running request (its generated tokens, one
- * at a time on the new plan) costs more than the tokens still to come gain. */
+ * rates), or the replay of the running requests (hr_adapt_replay_ms) costs
+ * more than the tokens still to come gain. */
 static bool hr_adapt_keep(const hr_head *hd, const hr_sched_plan *np, const hr_sched_plan *cur,
-                          const int *cand, int n) {
+                          const int *cand, int n, const double *scale) {
     int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
-    double replay_ms = done * np->latency_ms;
     double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
     return hr_adapt_same(hd, np, cand, n) ||
            (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms) ||
-           (done > 0 && gain_ms < replay_ms);
+           (done > 0 && gain_ms < hr_adapt_replay_ms(hd, np, cand, n, scale));
+}
+
+/* The adaptive re-plan: the generating thread, if a request runs, leaves
+ * the plan in use between tokens and replays on the new one. */
+static void hr_adapt_begin(hr_head *hd) {
+    hd->n_adapt++;
+    hd->adapt_from = hd->plan_id;
+    hd->adapt_idle = false;
+    hd->replan = true;
+    hd->ready = false;
+    atomic_store(&hd->adapt, hd->plan_id);
+}
+
+double hr_head_adapt_hold_s(double off, double since_fast_s) {
+    bool far = off >= HR_ADAPT_FAST || (off > 0 && off <= 1.0 / HR_ADAPT_FAST);
+    return far && since_fast_s >= HR_ADAPT_FAST_EVERY_S ? 0.0 : HR_ADAPT_HOLD_S;
 }
 
 void hr_head_adapt_check(hr_head *hd) {
     hr_agent *a = hd->a;
     double now = hr_now_s();
+    if (hd->adapt_idle && hd->ready && !hd->replan && !hd->lost_di && !atomic_load(&hd->adapt) &&
+        atomic_load(&hd->gen_hist) == 0) { /* the ring is idle: nothing to replay */
+        hr_adapt_begin(hd);
+        hd->adapt_at = now;
+        HR_LOG_WARN(TAG, "adaptive re-plan of plan %u, kept while a request ran: %s", hd->plan_id,
+                    hd->adapt_reason);
+        size_t l = strlen(hd->adapt_reason);
+        snprintf(hd->adapt_reason + l, sizeof hd->adapt_reason - l, "; re-planned when idle");
+        return;
+    }
     if (now - hd->adapt_head_at >= a->p.hb_interval_ms / 1000.0) { /* the head's own sample */
         hd->adapt_head_at = now;
         hr_lock(&a->st.mu, HR_RANK_STATS);
@@ -252,12 +317,14 @@ void hr_head_adapt_check(hr_head *hd) {
     /* one device off for the whole window decides; every device off in
      * enough samples by then is rescaled with it */
     bool due = false;
-    double held = 0; /* s: the longest such streak */
+    double held = 0, hold = HR_ADAPT_HOLD_S; /* s: the longest such streak, the hold */
+    double since_fast = hd->adapt_fast_at > 0 ? now - hd->adapt_fast_at : INFINITY;
     for (int i = 0; i < hd->n_devs; i++)
         if (hr_adapt_off(hd, &hd->devs[i], HR_ADAPT_MIN_SAMPLES) &&
             now - hd->devs[i].adapt_since >= HR_ADAPT_WINDOW_S) {
             due = true;
             held = fmax(held, now - hd->devs[i].adapt_since);
+            hold = fmin(hold, hr_head_adapt_hold_s(hd->devs[i].adapt_ratio, since_fast));
         }
     hd->adapt_recheck_at = 0;
     if (!due)
@@ -287,15 +354,15 @@ void hr_head_adapt_check(hr_head *hd) {
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";
     int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
-    if (rc == 0 && !hr_adapt_keep(hd, np, cur, cand, n) && held < HR_ADAPT_HOLD_S) {
+    if (rc == 0 && !hr_adapt_keep(hd, np, cur, cand, n, scale) && held < hold) {
         /* a better plan, but its cause is young (a noisy neighbour comes
          * and goes): look again when it has held long enough; the samples
          * go on, a streak that ends cancels it */
-        hd->adapt_recheck_at = now + (HR_ADAPT_HOLD_S - held);
+        hd->adapt_recheck_at = now + (hold - held);
         HR_LOG_DEBUG(TAG,
                      "adaptive plan: %s; a plan %.1f ms/token faster is predicted: re-plan if "
                      "that holds for %.0f s",
-                     why, cur->latency_ms - np->latency_ms, HR_ADAPT_HOLD_S);
+                     why, cur->latency_ms - np->latency_ms, hold);
         free(np);
         return;
     }
@@ -311,30 +378,33 @@ void hr_head_adapt_check(hr_head *hd) {
     for (int i = 0; i < hd->n_devs; i++)
         hd->devs[i].rate_scale = scale[i];
     bool same = hr_adapt_same(hd, np, cand, n);
-    bool keep = hr_adapt_keep(hd, np, cur, cand, n);
-    int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
-    double replay_ms = done * np->latency_ms;
+    bool keep = hr_adapt_keep(hd, np, cur, cand, n, scale);
+    int left = atomic_load(&hd->gen_left);
+    double replay_ms = hr_adapt_replay_ms(hd, np, cand, n, scale);
     double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
     char gain[192] = "";
     if (cur->status == 0)
         snprintf(gain, sizeof gain,
                  "; at these rates plan %u predicts %.1f ms/token, the best plan %.1f (%d tokens "
-                 "to come gain %.1f s, replaying %d costs %.1f s)",
-                 hd->plan_id, cur->latency_ms, np->latency_ms, left, gain_ms / 1000.0, done,
-                 replay_ms / 1000.0);
+                 "to come gain %.1f s, replaying %d positions costs %.1f s, estimated)",
+                 hd->plan_id, cur->latency_ms, np->latency_ms, left, gain_ms / 1000.0,
+                 atomic_load(&hd->gen_hist), replay_ms / 1000.0);
+    /* kept only because this request's replay costs more than it gains:
+     * the better plan replaces it once the ring is idle */
+    hd->adapt_idle = keep && !same && cur->status == 0 &&
+                     np->latency_ms <= (1.0 - HR_ADAPT_GAIN) * cur->latency_ms;
     if (keep) {
         hr_adapt_repredict(hd, same ? np : cur, cand, n);
         hd->n_rescaled++;
-        HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays (predictions updated)", why, gain,
-                    hd->plan_id);
-        snprintf(hd->adapt_reason, sizeof hd->adapt_reason,
-                 "plan %u kept, predictions updated: %.500s%.250s", hd->plan_id, why, gain);
+        HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays%s", why, gain, hd->plan_id,
+                    hd->adapt_idle ? " until the ring is idle" : " (predictions updated)");
+        snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "plan %u kept%s: %.500s%.250s",
+                 hd->plan_id, hd->adapt_idle ? " until the ring is idle" : ", predictions updated",
+                 why, gain);
     } else {
-        hd->n_adapt++;
-        hd->adapt_from = hd->plan_id;
-        hd->replan = true;
-        hd->ready = false;
-        atomic_store(&hd->adapt, hd->plan_id); /* the generating thread yields between tokens */
+        hr_adapt_begin(hd);
+        if (held < HR_ADAPT_HOLD_S) /* not held: the one a minute */
+            hd->adapt_fast_at = now;
         HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s%s", hd->plan_id, why, gain);
         snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %.500s%.250s",
                  hd->plan_id, why, gain);
@@ -345,6 +415,7 @@ void hr_head_adapt_check(hr_head *hd) {
 void hr_head_adapt_planned(hr_head *hd, int rc) {
     for (int i = 0; i < hd->n_devs; i++) /* measured against the old plan */
         hr_adapt_reset(&hd->devs[i]);
+    hd->adapt_idle = false; /* a new plan, at the rates of now */
     unsigned from = atomic_exchange(&hd->adapt, 0);
     if (!from)
         return;

@@ -64,11 +64,14 @@ static int hr_data_batch(hr_agent *a, hr_data_buf *b, hr_ring_hdr *h, double *ms
     const uint8_t *pl = b->rx + HR_RING_HDR_SIZE;
     hr_ring_rows_read(pl, b->slot, b->pos, nt);
     for (int i = 0; i < nt; i++) {
+        bool decode = b->slot[i] >= 0 && (b->slot[i] & HR_RING_ROW_DECODE);
+        if (decode)
+            b->slot[i] &= ~HR_RING_ROW_DECODE;
         if (b->slot[i] < 0 || b->slot[i] >= lp->n_seq || b->pos[i] < 0 || b->pos[i] >= lp->n_ctx)
             return hr_seterr(err, HR_EFORMAT,
                              "BATCH row %d: slot %d, position %d outside %d slots of %d positions",
                              i, b->slot[i], b->pos[i], lp->n_seq, lp->n_ctx);
-        b->rows[i] = (hr_seq_pos){.seq = b->slot[i], .pos = b->pos[i]};
+        b->rows[i] = (hr_seq_pos){.seq = b->slot[i], .pos = b->pos[i], .decode = decode};
     }
     size_t rt = (size_t)nt * HR_RING_ROW_SIZE;
     int rc = hr_ring_unpack(lp->hid, (size_t)nt * E, pl + rt, h->len - rt, h->dtype);

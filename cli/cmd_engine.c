@@ -795,7 +795,7 @@ static double hr_bench_streams(hr_ctx *c, const hr_hparams *hp, int s, int np, i
             for (int done = 0; done < np && rc == 0; done += B) {
                 int nb = np - done < B ? np - done : B;
                 for (int t = 0; t < nb; t++)
-                    rows[t] = (hr_seq_pos){i, done + t};
+                    rows[t] = (hr_seq_pos){.seq = i, .pos = done + t};
                 rc = hr_ctx_eval_batch(c, ids + done, rows, nb, logits, &nl, err);
             }
         }
@@ -809,7 +809,7 @@ static double hr_bench_streams(hr_ctx *c, const hr_hparams *hp, int s, int np, i
             continue;
         }
         for (int i = 0; i < s; i++)
-            rows[i] = (hr_seq_pos){i, np + g};
+            rows[i] = (hr_seq_pos){.seq = i, .pos = np + g};
         if ((rc = hr_ctx_eval_batch(c, tok, rows, s, logits, &nl, err)))
             break;
         for (int i = 0; i < s; i++)

@@ -1088,7 +1088,10 @@ static int hr_ctx_rows(hr_ctx *c, const hr_seq_pos *rows, int n, char *err) {
             if (p != rows[t - 1].pos + 1)
                 return hr_seterr(err, HR_EINVAL, "row %d: position %d does not follow %d", t, p,
                                  rows[t - 1].pos);
-            c->run_len[n_runs - 1]++;
+            if (rows[t].decode || rows[t - 1].decode)
+                c->run_len[n_runs++] = 1; /* a decode row: a run of its own */
+            else
+                c->run_len[n_runs - 1]++;
         } else {
             if (c->seq_run[s] == c->step)
                 return hr_seterr(err, HR_EINVAL, "row %d: sequence %d has two runs in one step", t,
@@ -1113,7 +1116,29 @@ int hr_ctx_step(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n, char er
         return n_runs;
     for (int t = 0; t < n; t++)
         c->seq_len[rows[t].seq] = rows[t].pos + 1; /* the run's last row sets it */
-    return hr_ctx_forward(c, hidden, n, n_runs, err);
+    bool own = false; /* runs of one sequence side by side (decode rows) */
+    for (int t = 1; t < n && !own; t++)
+        own = rows[t].seq == rows[t - 1].seq && (rows[t].decode || rows[t - 1].decode);
+    if (!own || (!c->tp && !c->gpu))
+        return hr_ctx_forward(c, hidden, n, n_runs, err);
+    /* thread groups and GPU layers take one run per sequence: one step per
+     * run, in order (the same values, without the shared weight reads) */
+    size_t E = (size_t)c->m->hp.n_embd;
+    for (int t0 = 0, rc; t0 < n;) {
+        int l = 1;
+        while (t0 + l < n && rows[t0 + l].seq == rows[t0].seq && !rows[t0 + l].decode &&
+               !rows[t0 + l - 1].decode)
+            l++;
+        for (int t = 0; t < l; t++) {
+            c->row_seq[t] = rows[t0 + t].seq;
+            c->row_pos[t] = rows[t0 + t].pos;
+        }
+        c->run_len[0] = l;
+        if ((rc = hr_ctx_forward(c, hidden + (size_t)t0 * E, l, 1, err)))
+            return rc;
+        t0 += l;
+    }
+    return 0;
 }
 
 int hr_ctx_output_rows(hr_ctx *c, const float *hidden, const int *idx, int n_rows, float *logits) {
@@ -1145,7 +1170,7 @@ int hr_ctx_eval_batch(hr_ctx *c, const int32_t *ids, const hr_seq_pos *rows, int
     int *last = c->row_seq; /* the rows are consumed: reuse for the runs' last rows */
     int nl = 0;
     for (int t = 0; t < n; t++)
-        if (t == n - 1 || rows[t + 1].seq != rows[t].seq)
+        if (t == n - 1 || rows[t + 1].seq != rows[t].seq || rows[t + 1].decode || rows[t].decode)
             last[nl++] = t;
     hr_ctx_output_rows(c, c->hb, last, nl, logits);
     *n_logits = nl;

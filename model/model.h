@@ -352,10 +352,16 @@ int hr_ctx_eval(hr_ctx *c, const int32_t *ids, int n, int pos, float *logits, bo
  * (it refuses n_seq > 1). Not thread-safe (one thread per context, as
  * above). */
 
-/* One row of a step: position pos of the sequence in slot seq. */
+/* One row of a step: position pos of the sequence in slot seq. A row
+ * marked decode is a run of its own even where it follows the row before
+ * it in its sequence: it computes, bit for bit, what a step of that row
+ * alone computes (a decode token), while the step still reads each weight
+ * once for all its rows. A replay of generated tokens after a re-plan
+ * sends them so: many in one step, each as it was first computed. */
 typedef struct {
     int seq;
     int pos;
+    bool decode;
 } hr_seq_pos;
 
 /* KV slots of the context (hr_ctx_params.n_seq, resolved). */
@@ -376,10 +382,10 @@ int hr_ctx_seq_len(const hr_ctx *c, int seq);
 /* The step: runs the window's layers over hidden: [n][n_embd] f32 in
  * place, row t at rows[t]. Every window runs through it: plain CPU layers,
  * tensor-parallel thread groups and GPU layers alike. Needs 1 <= n <=
- * n_batch; the rows of a sequence form one run of consecutive positions
- * starting at or before its length (earlier positions are rewritten,
- * later ones forgotten), each below n_ctx, in slots in use. On error
- * nothing was computed. */
+ * n_batch; the rows of a sequence are consecutive positions starting at
+ * or before its length (earlier positions are rewritten, later ones
+ * forgotten), each below n_ctx, in slots in use: one run, or (rows marked
+ * decode) one run per row. On error nothing was computed. */
 int hr_ctx_step(hr_ctx *c, float *hidden, const hr_seq_pos *rows, int n, char err[HR_ERR_LEN]);
 /* Output norm + LM head for rows idx[0..n_rows) of hidden ([*][n_embd]),
  * each computed as hr_ctx_output of that row alone; logits:

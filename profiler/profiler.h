@@ -467,11 +467,13 @@ uint64_t hr_prof_steady_resident(uint64_t cycled, int64_t avail);
 
 /* ---- scheduler inputs ---- */
 
+#define HR_PROF_PREFILL_BATCH 64 /* tokens per prompt batch of prefill_ms[] by default */
+
 typedef struct {
     bool is_head;
     int n_ctx;             /* planned context: KV per layer = kv_bytes_per_token x n_ctx */
     int n_past;            /* positions attended in the decode estimate (0: n_ctx / 2) */
-    int prefill_batch;     /* tokens per prompt batch for prefill_ms[] (0: 64) */
+    int prefill_batch;     /* tokens per prompt batch for prefill_ms[] (0: HR_PROF_PREFILL_BATCH) */
     int64_t reserve_bytes; /* kept out of mem_bytes for work buffers and slack, bytes:
                               hr_prof_mem_reserve (-1: no model at hand, one mean layer +
                               64 MiB) */

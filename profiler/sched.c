@@ -10,8 +10,11 @@
 #include <string.h>
 
 hr_prof_sched_params hr_prof_sched_params_default(void) {
-    return (hr_prof_sched_params){
-        .is_head = false, .n_ctx = 4096, .n_past = 0, .prefill_batch = 64, .reserve_bytes = -1};
+    return (hr_prof_sched_params){.is_head = false,
+                                  .n_ctx = 4096,
+                                  .n_past = 0,
+                                  .prefill_batch = HR_PROF_PREFILL_BATCH,
+                                  .reserve_bytes = -1};
 }
 
 double hr_prof_mem_reserve(const hr_model *m, int n_ctx, int n_batch, int n_threads, bool is_head) {
@@ -142,7 +145,7 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     hr_prof_cost_params cp = hr_prof_cost_params_default();
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;
     cp.n_past = p->n_past > 0 ? p->n_past : n_ctx / 2;
-    int batch = p->prefill_batch > 0 ? p->prefill_batch : 64;
+    int batch = p->prefill_batch > 0 ? p->prefill_batch : HR_PROF_PREFILL_BATCH;
     hr_prof_cost c;
     int rc;
     /* per-layer decode and prefill at every measured thread count (ms) */

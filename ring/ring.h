@@ -19,7 +19,8 @@
  * Control payloads and their limits are listed in ring/msg.h (the message
  * table; none exceeds HR_RING_MAX_CTRL bytes), which also encodes and
  * decodes them. A BATCH data payload is n_tok row entries (HR_RING_ROW_SIZE
- * bytes each: KV slot, position) followed by n_tok x n_embd elements of
+ * bytes each: KV slot, with HR_RING_ROW_DECODE set for a decode row
+ * (hr_seq_pos.decode), and position) followed by n_tok x n_embd elements of
  * dtype, row-major. Receivers check the
  * header (magic, version, type, exact length, limits) before touching the
  * payload, and dimensions against their plan before any copy.
@@ -78,7 +79,8 @@ typedef enum {
 
 typedef enum { HR_RING_F16 = 0, HR_RING_F32 = 1 } hr_ring_dtype;
 
-#define HR_RING_ROW_SIZE 8 /* bytes of one BATCH row entry: u32 slot, i32 pos */
+#define HR_RING_ROW_SIZE 8            /* bytes of one BATCH row entry: u32 slot, i32 pos */
+#define HR_RING_ROW_DECODE 0x40000000 /* in a row's slot: computed as a decode row */
 
 typedef struct {
     uint8_t type;  /* hr_ring_type */

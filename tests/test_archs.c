@@ -195,11 +195,11 @@ static void test_batch_invariance(const char *shape) {
         hr_seq_pos rows[20];
         for (int i = 0; i < na; i++) {
             ids[i] = a[i];
-            rows[i] = (hr_seq_pos){0, i};
+            rows[i] = (hr_seq_pos){.seq = 0, .pos = i};
         }
         for (int i = 0; i < nb; i++) {
             ids[na + i] = b[i];
-            rows[na + i] = (hr_seq_pos){1, i};
+            rows[na + i] = (hr_seq_pos){.seq = 1, .pos = i};
         }
         int nl = 0;
         float *out = malloc((size_t)2 * nv * sizeof(float));
@@ -208,7 +208,7 @@ static void test_batch_invariance(const char *shape) {
         memcpy(both, out, (size_t)nv * 4);
         memcpy(both + (size_t)2 * nv, out + (size_t)nv, (size_t)nv * 4);
         int32_t dec[2] = {123, 123};
-        hr_seq_pos drows[2] = {{0, na}, {1, nb}};
+        hr_seq_pos drows[2] = {{.seq = 0, .pos = na}, {.seq = 1, .pos = nb}};
         CHECK_EQ(hr_ctx_eval_batch(c, dec, drows, 2, out, &nl, err), 0);
         memcpy(both + (size_t)nv, out, (size_t)nv * 4);
         memcpy(both + (size_t)3 * nv, out + (size_t)nv, (size_t)nv * 4);

@@ -129,11 +129,11 @@ static void batched_run(const hr_model *m, hr_tseq *sq, int n_sq, int n_threads)
                 int len = s->n_prompt - s->fed < N_BATCH ? s->n_prompt - s->fed : N_BATCH;
                 for (int t = 0; t < len; t++) {
                     ids[n] = s->prompt[s->fed + t];
-                    rows[n++] = (hr_seq_pos){s->slot, s->fed + t};
+                    rows[n++] = (hr_seq_pos){.seq = s->slot, .pos = s->fed + t};
                 }
             } else { /* decode: the last greedy id */
                 ids[n] = s->ids[s->n_out - 1];
-                rows[n++] = (hr_seq_pos){s->slot, s->n_prompt + s->n_out - 1};
+                rows[n++] = (hr_seq_pos){.seq = s->slot, .pos = s->n_prompt + s->n_out - 1};
             }
         }
         if (n == 0)
@@ -238,26 +238,26 @@ static void check_rules(const hr_model *m) {
     hr_ctx_seq_remove(c, 2);
     CHECK_EQ(hr_ctx_seq_len(c, 2), HR_EINVAL);
     /* a gap: sequence 1 is empty, its first row must be at 0 */
-    rows[0] = (hr_seq_pos){1, 1};
+    rows[0] = (hr_seq_pos){.seq = 1, .pos = 1};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 1, lg, &nl, err), HR_ERANGE);
     CHECK(strstr(err, "gap") != NULL);
     /* a slot not in use */
-    rows[0] = (hr_seq_pos){2, 0};
+    rows[0] = (hr_seq_pos){.seq = 2, .pos = 0};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 1, lg, &nl, err), HR_EINVAL);
     /* two runs of one sequence, and positions that do not follow */
-    rows[0] = (hr_seq_pos){1, 0};
-    rows[1] = (hr_seq_pos){0, 0};
-    rows[2] = (hr_seq_pos){1, 1};
+    rows[0] = (hr_seq_pos){.seq = 1, .pos = 0};
+    rows[1] = (hr_seq_pos){.seq = 0, .pos = 0};
+    rows[2] = (hr_seq_pos){.seq = 1, .pos = 1};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 3, lg, &nl, err), HR_EINVAL);
-    rows[1] = (hr_seq_pos){1, 2};
+    rows[1] = (hr_seq_pos){.seq = 1, .pos = 2};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 2, lg, &nl, err), HR_EINVAL);
-    rows[0] = (hr_seq_pos){1, 64};
+    rows[0] = (hr_seq_pos){.seq = 1, .pos = 64};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 1, lg, &nl, err), HR_ERANGE);
     CHECK_EQ(hr_ctx_seq_len(c, 1), 0); /* refused steps leave nothing behind */
     /* sequence 1: 6 tokens; keep 3, then feed tokens 3..5 again as 3 decode
      * steps: the same logits as a fresh sequence 0 fed the same way */
     for (int t = 0; t < 6; t++)
-        rows[t] = (hr_seq_pos){1, t};
+        rows[t] = (hr_seq_pos){.seq = 1, .pos = t};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 6, lg, &nl, err), 0);
     CHECK_EQ(nl, 1);
     CHECK_EQ(hr_ctx_seq_len(c, 1), 6);
@@ -265,10 +265,10 @@ static void check_rules(const hr_model *m) {
     CHECK_EQ(hr_ctx_seq_len(c, 1), 3);
     CHECK_EQ(hr_ctx_seq_clear(c, 2, 0), HR_EINVAL);
     for (int t = 0; t < 3; t++)
-        rows[t] = (hr_seq_pos){0, t};
+        rows[t] = (hr_seq_pos){.seq = 0, .pos = t};
     CHECK_EQ(hr_ctx_eval_batch(c, ids, rows, 3, lg, &nl, err), 0);
     for (int t = 3; t < 6; t++) {
-        hr_seq_pos two[2] = {{1, t}, {0, t}};
+        hr_seq_pos two[2] = {{.seq = 1, .pos = t}, {.seq = 0, .pos = t}};
         int32_t tid[2] = {ids[t], ids[t]};
         CHECK_EQ(hr_ctx_eval_batch(c, tid, two, 2, lg, &nl, err), 0);
         CHECK_EQ(nl, 2);
@@ -288,6 +288,79 @@ static void check_rules(const hr_model *m) {
     hr_ctx_destroy(c);
 }
 
+/* Decode rows (hr_seq_pos.decode): a sequence's generated tokens fed
+ * again in one step, each a run of its own, give bit for bit the hidden
+ * states and logits of feeding them one step each, and leave the same KV
+ * behind (the next token's match too); in a plain context and in one with
+ * two thread groups (which takes them one run at a time). */
+static void check_decode_rows(const hr_model *m, const char *name, int n_groups) {
+    const hr_hparams *hp = hr_model_hparams(m);
+    enum { NP = 7, NG = 12, NT = NP + NG + 1 };
+    char err[HR_ERR_LEN] = "";
+    hr_ctx_params cp = hr_ctx_params_default();
+    cp.n_ctx = 128;
+    cp.n_batch = N_BATCH;
+    cp.n_threads = 2;
+    cp.n_seq = n_groups > 1 ? 1 : 2;
+    cp.n_groups = n_groups;
+    size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab;
+    hr_ctx *one = NULL, *many = NULL;
+    CHECK_EQ(hr_ctx_create(&one, m, &cp, err), 0);
+    CHECK_EQ(hr_ctx_create(&many, m, &cp, err), 0);
+    float *ha = malloc(sizeof(float) * NT * E), *hb = malloc(sizeof(float) * NT * E);
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    int32_t ids[NT];
+    hr_seq_pos rows[NT];
+    for (int t = 0; t < NT; t++)
+        ids[t] = (int32_t)(1 + rnd() % (uint32_t)(hp->n_vocab - 1));
+    if (!one || !many || !ha || !hb || !la || !lb || hr_model_embed(m, ids, NT, ha, err) != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        CHECK(0);
+        goto done;
+    }
+    memcpy(hb, ha, sizeof(float) * NT * E);
+    int s = cp.n_seq - 1; /* slot 1 where there are two */
+    for (int t = 0; t < NP; t++)
+        rows[t] = (hr_seq_pos){.seq = s, .pos = t};
+    CHECK_EQ(hr_ctx_seq_add(one, s), s);
+    CHECK_EQ(hr_ctx_seq_add(many, s), s);
+    CHECK_EQ(hr_ctx_step(one, ha, rows, NP, err), 0);
+    CHECK_EQ(hr_ctx_step(many, hb, rows, NP, err), 0);
+    for (int g = 0; g < NG; g++) { /* one token a step */
+        rows[0] = (hr_seq_pos){.seq = s, .pos = NP + g};
+        CHECK_EQ(hr_ctx_step(one, ha + (NP + g) * E, rows, 1, err), 0);
+    }
+    for (int g = 0; g < NG; g++) /* all in one step */
+        rows[g] = (hr_seq_pos){.seq = s, .pos = NP + g, .decode = true};
+    CHECK_EQ(hr_ctx_step(many, hb + NP * E, rows, NG, err), 0);
+    int same = 0, same_logits = 0;
+    for (int g = NP; g < NP + NG; g++) {
+        same += same_bits(ha + g * E, hb + g * E, (int)E);
+        CHECK_EQ(hr_ctx_output(one, ha, g, 1, la), 0);
+        CHECK_EQ(hr_ctx_output(many, hb, g, 1, lb), 0);
+        same_logits += same_bits(la, lb, (int)V);
+    }
+    CHECK_INT(same, ==, NG);
+    CHECK_INT(same_logits, ==, NG);
+    rows[0] = (hr_seq_pos){.seq = s, .pos = NP + NG};
+    CHECK_EQ(hr_ctx_step(one, ha + (NT - 1) * E, rows, 1, err), 0);
+    CHECK_EQ(hr_ctx_step(many, hb + (NT - 1) * E, rows, 1, err), 0);
+    CHECK(same_bits(ha + (NT - 1) * E, hb + (NT - 1) * E, (int)E));
+    /* decode rows must still follow one another */
+    rows[0] = (hr_seq_pos){.seq = s, .pos = 3, .decode = true};
+    rows[1] = (hr_seq_pos){.seq = s, .pos = 5, .decode = true};
+    CHECK_EQ(hr_ctx_step(many, hb, rows, 2, err), HR_EINVAL);
+    printf("%s: %d decode rows in one step equal %d steps of one (%s)\n", name, NG, NG,
+           n_groups > 1 ? "two thread groups" : "one context");
+done:
+    free(ha);
+    free(hb);
+    free(la);
+    free(lb);
+    hr_ctx_destroy(one);
+    hr_ctx_destroy(many);
+}
+
 static void run_model(const char *path, const char *name, bool rules) {
     char err[HR_ERR_LEN] = "";
     hr_gguf *g = NULL;
@@ -303,6 +376,9 @@ static void run_model(const char *path, const char *name, bool rules) {
         check_batch(m, name, counts[i], 1 + (int)(i % 2));
     if (rules)
         check_rules(m);
+    check_decode_rows(m, name, 1);
+    if (rules)
+        check_decode_rows(m, name, 2);
     hr_model_free(m);
     hr_gguf_close(g);
 }

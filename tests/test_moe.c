@@ -218,11 +218,11 @@ static void test_batch_invariance(void) {
         hr_seq_pos rows[12];
         for (int i = 0; i < 7; i++) {
             ids[i] = a[i];
-            rows[i] = (hr_seq_pos){0, i};
+            rows[i] = (hr_seq_pos){.seq = 0, .pos = i};
         }
         for (int i = 0; i < 5; i++) {
             ids[7 + i] = b[i];
-            rows[7 + i] = (hr_seq_pos){1, i};
+            rows[7 + i] = (hr_seq_pos){.seq = 1, .pos = i};
         }
         int nl = 0;
         float *out = malloc((size_t)2 * nv * sizeof(float));
@@ -231,7 +231,7 @@ static void test_batch_invariance(void) {
         memcpy(both, out, (size_t)nv * 4);                               /* a's prompt */
         memcpy(both + (size_t)2 * nv, out + (size_t)nv, (size_t)nv * 4); /* b's prompt */
         int32_t dec[2] = {123, 123};
-        hr_seq_pos drows[2] = {{0, 7}, {1, 5}};
+        hr_seq_pos drows[2] = {{.seq = 0, .pos = 7}, {.seq = 1, .pos = 5}};
         CHECK_EQ(hr_ctx_eval_batch(c, dec, drows, 2, out, &nl, err), 0);
         memcpy(both + (size_t)nv, out, (size_t)nv * 4);
         memcpy(both + (size_t)3 * nv, out + (size_t)nv, (size_t)nv * 4);

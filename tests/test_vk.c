@@ -552,9 +552,9 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     hr_seq_pos rows[8];
     int n = 0, nl = 0;
     for (int i = 0; i < 5; i++, n++)
-        ids[n] = p0[i], rows[n] = (hr_seq_pos){0, i};
+        ids[n] = p0[i], rows[n] = (hr_seq_pos){.seq = 0, .pos = i};
     for (int i = 0; i < 3; i++, n++)
-        ids[n] = p1[i], rows[n] = (hr_seq_pos){1, i};
+        ids[n] = p1[i], rows[n] = (hr_seq_pos){.seq = 1, .pos = i};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, n, lb, &nl, err), 0);
     CHECK_EQ(hr_ctx_eval_batch(cc, ids, rows, n, lc, &nl, err), 0);
     CHECK_EQ(memcmp(lb, lc, 2 * (size_t)nv * 4), 0); /* GPU batched = CPU batched, bits */
@@ -563,8 +563,8 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
     CHECK_EQ(memcmp(lb + nv, l1, (size_t)nv * 4), 0);
     const double e1 = hr_compare_logits(lb, lc, 2, nv).rel;
-    ids[0] = p0[5], rows[0] = (hr_seq_pos){0, 5};
-    ids[1] = p1[3], rows[1] = (hr_seq_pos){1, 3};
+    ids[0] = p0[5], rows[0] = (hr_seq_pos){.seq = 0, .pos = 5};
+    ids[1] = p1[3], rows[1] = (hr_seq_pos){.seq = 1, .pos = 3};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 2, lb, &nl, err), 0);
     CHECK_EQ(hr_ctx_eval_batch(cc, ids, rows, 2, lc, &nl, err), 0);
     CHECK_EQ(memcmp(lb, lc, 2 * (size_t)nv * 4), 0);
@@ -573,7 +573,7 @@ static void test_batch(hr_vk *vk, const char *name, int n_gpu) {
     CHECK_EQ(memcmp(lb, l0, (size_t)nv * 4), 0);
     CHECK_EQ(memcmp(lb + nv, l1, (size_t)nv * 4), 0);
     const double e2 = hr_compare_logits(lb, lc, 2, nv).rel;
-    ids[0] = p1[4], rows[0] = (hr_seq_pos){1, 4};
+    ids[0] = p1[4], rows[0] = (hr_seq_pos){.seq = 1, .pos = 4};
     CHECK_EQ(hr_ctx_eval_batch(cb, ids, rows, 1, lb, &nl, err), 0);
     CHECK_EQ(hr_ctx_eval(c1, &p1[4], 1, 4, l1, false, err), 0);
     CHECK_EQ(memcmp(lb, l1, (size_t)nv * 4), 0);
@@ -667,11 +667,12 @@ static void test_layer_index(hr_vk *vk) {
         CHECK_EQ(hr_ctx_seq_add(c, 1), 1);
         const int32_t ids[4] = {1, 450, 1, 15043};
         CHECK_EQ(hr_model_embed(m, ids, 4, h, err), 0);
-        hr_seq_pos one[2] = {{0, 0}, {0, 1}};
+        hr_seq_pos one[2] = {{.seq = 0, .pos = 0}, {.seq = 0, .pos = 1}};
         CHECK_EQ(hr_ctx_step(c, h, one, 2, err), 0);
         check_layer_log(&log, begin, hp->n_layer, "a step of one sequence");
         log.n = 0;
-        hr_seq_pos two[4] = {{0, 2}, {1, 0}, {1, 1}, {1, 2}};
+        hr_seq_pos two[4] = {
+            {.seq = 0, .pos = 2}, {.seq = 1, .pos = 0}, {.seq = 1, .pos = 1}, {.seq = 1, .pos = 2}};
         CHECK_EQ(hr_ctx_step(c, h, two, 4, err), 0);
         check_layer_log(&log, begin, hp->n_layer, "a step of two sequences");
         log.n = 0;
