@@ -258,18 +258,19 @@ struct hr_head {
      * re-plan's replay costs and gains */
     atomic_int gen_done, gen_left, gen_hist;
     /* control thread (dev_mu) */
-    int n_adapt;             /* adaptive re-plans decided */
-    int n_rescaled;          /* rate updates that kept the plan */
-    double adapt_at;         /* s, monotonic: the last decision, 0 = none */
-    double adapt_recheck_at; /* s, monotonic: a re-plan waits until its cause has held
-                                HR_ADAPT_HOLD_S; 0 = none pending */
-    double adapt_head_at;    /* s, monotonic: the head's own last sample */
-    double adapt_fast_at;    /* s, monotonic: the last re-plan not held (0 = none) */
-    bool adapt_idle;         /* a better plan waits for the ring to be idle (the running
-                                request's replay cost more than it gained) */
-    uint32_t adapt_from;     /* plan replaced by the last adaptive re-plan */
-    uint32_t adapt_to;       /* ... and the plan that replaced it */
-    char adapt_reason[1024]; /* the last decision and why (device, predicted, measured) */
+    int n_adapt;              /* adaptive re-plans decided */
+    int n_rescaled;           /* rate updates that kept the plan */
+    double adapt_at;          /* s, monotonic: the last decision, 0 = none */
+    double adapt_recheck_at;  /* s, monotonic: a re-plan waits until its cause has held
+                                 HR_ADAPT_HOLD_S; 0 = none pending */
+    double adapt_head_at;     /* s, monotonic: the head's own last sample */
+    double adapt_fast_at;     /* s, monotonic: the last re-plan not held (0 = none) */
+    double adapt_layer_bytes; /* a mean layer's bytes (the last adaptive plan's model) */
+    bool adapt_idle;          /* a better plan waits for the ring to be idle (the running
+                                 request's replay cost more than it gained) */
+    uint32_t adapt_from;      /* plan replaced by the last adaptive re-plan */
+    uint32_t adapt_to;        /* ... and the plan that replaced it */
+    char adapt_reason[1024];  /* the last decision and why (device, predicted, measured) */
 
     /* control thread: model bytes served to workers without the file (fetch.c) */
     hr_fetch_served served;

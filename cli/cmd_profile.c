@@ -126,11 +126,17 @@ static void hr_print_device(const hr_prof_device *d) {
             printf("; not measured: threads / quota assumed");
         printf("\n");
     }
-    if (d->engine_factor > 0)
+    if (d->engine_factor > 0) {
         printf("  engine:      measured %.2f ms per decode step of layers 0-%d (%d thread(s), "
-               "%.2f s), rates predict %.2f: CPU times x%.2f\n",
+               "%.2f s), rates predict %.2f: CPU times x%.2f",
                d->engine_ms, d->engine_layers - 1, d->engine_threads, d->engine_window_s,
                d->engine_pred_ms, d->engine_factor);
+        if (d->engine_spread >= 0)
+            printf("; spread %.0f%% (quartiles over the median of single steps)%s",
+                   100.0 * d->engine_spread,
+                   d->engine_attempts > 1 ? ", the quietest attempt" : "");
+        printf("\n");
+    }
     printf("  available:   %s for weights%s\n", hr_fmt_bytes(m->weights_avail_bytes, a, sizeof a),
            m->cg_limit_bytes > 0 ? " (bounded by the cgroup limit)" : "");
     const hr_prof_disk *dk = &d->disk;

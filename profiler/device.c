@@ -76,6 +76,8 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     d->membw_1t_gbs = d->membw_all_gbs = d->kv_copy_gbs = -1.0;
     d->membw_threads = -1;
     d->engine_ms = d->engine_pred_ms = d->engine_factor = d->engine_window_s = -1.0;
+    d->engine_spread = -1.0;
+    d->engine_attempts = 0;
     d->engine_round_ms = 0;
     d->eltwise = (hr_prof_eltwise){-1.0, -1.0, -1.0, -1.0, -1.0};
     d->duration_s = -1.0;

@@ -19,6 +19,10 @@
 #define HR_PROBE_MIN_STEPS 4   /* timed steps at least */
 #define HR_PROBE_BURST 4       /* steps in a long burst (under a CPU quota) */
 #define HR_PROBE_MAX_BURSTS 48 /* bursts of each length at most */
+#define HR_PROBE_MAX_STEPS 512 /* single-step samples kept at most */
+#define HR_PROBE_SPREAD 0.15   /* an attempt noisier than this is taken again ... */
+#define HR_PROBE_ATTEMPTS 3    /* ... up to this many attempts in all */
+#define HR_PROBE_PAUSE_S 0.2   /* s before attempt n + 1, times n */
 
 /* Layers [0, n) with n = 2, or 1 when two would crowd the memory left
  * for weights (0: not even one fits twice over). */
@@ -31,10 +35,79 @@ static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm) {
     return n;
 }
 
+/* One attempt's result. */
+typedef struct {
+    int steps;
+    double dt, past;     /* s of timed compute; sum of the positions attended */
+    double ms, round_ms; /* ms per step; per burst (paced) */
+    double spread;       /* interquartile range / median of the single-step samples */
+} hr_probe_run;
+
+/* (p75 - p25) / median of v[0..n) (sorted in place); INFINITY below 4. */
+static double hr_probe_spread(double *v, int n) {
+    if (n < 4)
+        return INFINITY;
+    double med = hr_prof_median(v, n); /* sorts */
+    return med > 0 ? (v[(3 * n) / 4] - v[n / 4]) / med : INFINITY;
+}
+
+/* One attempt of the probe over context c (its window's layers) from
+ * hidden state h0 (h: scratch), as hr_prof_engine_probe describes. */
+static int hr_probe_attempt(hr_ctx *c, float *h, const float *h0, int E, bool paced,
+                            double window_s, hr_probe_run *out, char err[HR_ERR_LEN]) {
+    int pos = 0, steps = 0, n1 = 0, nb = 0, rc;
+    double dt = 0, past = 0, idle = 0;
+    double b1[HR_PROBE_MAX_STEPS], bn[HR_PROBE_MAX_BURSTS];
+    for (int i = 0;; i++) {
+        int len = !paced || i < HR_PROBE_WARM ? 1 : (i - HR_PROBE_WARM) % 2 ? HR_PROBE_BURST : 1;
+        if (paced)
+            hr_sleep_s(idle);
+        double t0 = hr_now_s();
+        for (int j = 0; j < len; j++) {
+            if (pos == HR_PROBE_CTX)
+                pos = 0; /* the cache is overwritten from the start */
+            memcpy(h, h0, (size_t)E * sizeof *h);
+            if ((rc = hr_ctx_layers(c, h, 1, pos, err)))
+                return rc;
+            if (i >= HR_PROBE_WARM)
+                past += pos;
+            pos++;
+        }
+        double burst = hr_now_s() - t0;
+        idle = 2 * burst;
+        if (i < HR_PROBE_WARM)
+            continue;
+        steps += len;
+        dt += burst;
+        if (len == 1 && n1 < HR_PROBE_MAX_STEPS) /* single steps, back to back or bursts */
+            b1[n1++] = burst;
+        else if (len > 1)
+            bn[nb++] = burst;
+        bool full = paced ? n1 >= HR_PROBE_MAX_BURSTS || nb >= HR_PROBE_MAX_BURSTS
+                          : steps >= HR_PROBE_MIN_STEPS && dt >= window_s;
+        if (full ||
+            (paced && steps >= HR_PROBE_MIN_STEPS && dt >= 2 * window_s && n1 == nb && nb >= 3))
+            break;
+    }
+    *out = (hr_probe_run){.steps = steps, .dt = dt, .past = past, .ms = dt / steps * 1e3};
+    if (paced && n1 > 0 && nb > 0) {
+        /* medians of each burst length: a slope per step, an intercept per burst */
+        double m1 = hr_prof_median(b1, n1) * 1e3, mb = hr_prof_median(bn, nb) * 1e3;
+        double slope = (mb - m1) / (HR_PROBE_BURST - 1);
+        if (slope > 0.25 * m1) { /* else too noisy to split: the mean stands */
+            out->ms = slope;
+            out->round_ms = m1 - slope;
+        }
+    }
+    out->spread = hr_probe_spread(b1, n1);
+    return 0;
+}
+
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
                          int n_threads, double window_s, char err[HR_ERR_LEN]) {
     d->engine_factor = -1.0;
-    d->engine_ms = d->engine_pred_ms = d->engine_window_s = -1.0;
+    d->engine_ms = d->engine_pred_ms = d->engine_window_s = d->engine_spread = -1.0;
+    d->engine_attempts = 0;
     d->engine_layers = d->engine_threads = 0;
     if (!m || !pm || pm->n_layer <= 0 || d->n_rates == 0)
         return hr_seterr(err, HR_EINVAL, "the engine probe needs a model and measured rates");
@@ -70,39 +143,26 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
      * the two burst lengths give a rate per step (the slope) and what each
      * burst adds or saves (the intercept, engine_round_ms). */
     bool paced = d->cpu_quota_cores > 0 && d->cpu_quota_cores < cp.n_threads; /* it can throttle */
-    int pos = 0, steps = 0, n1 = 0, nb = 0;
-    double dt = 0, past = 0, idle = 0;
-    double b1[HR_PROBE_MAX_BURSTS], bn[HR_PROBE_MAX_BURSTS];
-    for (int i = 0;; i++) {
-        int len = !paced || i < HR_PROBE_WARM ? 1 : (i - HR_PROBE_WARM) % 2 ? HR_PROBE_BURST : 1;
-        if (paced)
-            hr_sleep_s(idle);
-        double t0 = hr_now_s();
-        for (int j = 0; j < len; j++) {
-            if (pos == HR_PROBE_CTX)
-                pos = 0; /* the cache is overwritten from the start */
-            memcpy(h, h0, (size_t)E * sizeof *h);
-            if ((rc = hr_ctx_layers(c, h, 1, pos, err)))
-                goto done;
-            if (i >= HR_PROBE_WARM)
-                past += pos;
-            pos++;
-        }
-        double burst = hr_now_s() - t0;
-        idle = 2 * burst;
-        if (i < HR_PROBE_WARM)
-            continue;
-        steps += len;
-        dt += burst;
-        if (paced && len == 1)
-            b1[n1++] = burst;
-        else if (paced)
-            bn[nb++] = burst;
-        bool full = paced ? n1 >= HR_PROBE_MAX_BURSTS || nb >= HR_PROBE_MAX_BURSTS
-                          : steps >= HR_PROBE_MIN_STEPS && dt >= window_s;
-        if (full || (steps >= HR_PROBE_MIN_STEPS && dt >= 2 * window_s && n1 == nb && nb >= 3))
+    /* Each attempt keeps its samples' spread (interquartile range over the
+     * median of single steps, or of single-step bursts); one above
+     * HR_PROBE_SPREAD (another program, or another agent profiling on the
+     * same machine) is taken again after a short pause, up to
+     * HR_PROBE_ATTEMPTS times, and the quietest attempt stands. */
+    hr_probe_run best = {.spread = INFINITY}, run;
+    int attempts = 0;
+    while (attempts < HR_PROBE_ATTEMPTS) {
+        if (attempts > 0)
+            hr_sleep_s(HR_PROBE_PAUSE_S * attempts);
+        if ((rc = hr_probe_attempt(c, h, h0, E, paced, window_s, &run, err)))
+            goto done;
+        attempts++;
+        if (run.spread < best.spread || !(best.spread < INFINITY))
+            best = run;
+        if (run.spread <= HR_PROBE_SPREAD)
             break;
     }
+    int steps = best.steps;
+    double dt = best.dt, past = best.past;
     /* the rates' prediction for the same work, without any quota scaling */
     hr_prof_device *raw = malloc(sizeof *raw);
     if (!raw) {
@@ -123,28 +183,23 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     d->engine_layers = nl;
     d->engine_threads = cp.n_threads;
     d->engine_window_s = dt;
-    d->engine_ms = dt / steps * 1e3;
-    d->engine_round_ms = 0;
-    if (paced && n1 > 0 && nb > 0) {
-        /* medians of each burst length: a slope per step, an intercept per burst */
-        double m1 = hr_prof_median(b1, n1) * 1e3, mb = hr_prof_median(bn, nb) * 1e3;
-        double slope = (mb - m1) / (HR_PROBE_BURST - 1);
-        if (slope > 0.25 * m1) { /* else too noisy to split: the mean stands */
-            d->engine_ms = slope;
-            d->engine_round_ms = m1 - slope;
-        }
-    }
+    d->engine_ms = best.ms;
+    d->engine_round_ms = best.round_ms;
+    d->engine_spread = best.spread;
+    d->engine_attempts = attempts;
     d->engine_pred_ms = cost.total_ms;
     d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
-    char note[48] = "";
+    char note[48] = "", tries[64] = "";
     if (paced)
         snprintf(note, sizeof note, " %+.2f ms per burst", d->engine_round_ms);
+    if (attempts > 1)
+        snprintf(tries, sizeof tries, ", the quietest of %d attempts", attempts);
     HR_LOG_INFO(HR_PROF_TAG,
-                "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step%s, "
-                "rates predict %.2f (x%.2f)",
+                "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step%s "
+                "(spread %.0f%%%s), rates predict %.2f (x%.2f)",
                 nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps,
-                paced ? " in bursts (a CPU quota)" : "", dt, d->engine_ms, note, cost.total_ms,
-                d->engine_factor);
+                paced ? " in bursts (a CPU quota)" : "", dt, d->engine_ms, note,
+                100.0 * d->engine_spread, tries, cost.total_ms, d->engine_factor);
 done:
     free(h);
     free(h0);
