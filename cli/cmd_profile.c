@@ -132,9 +132,8 @@ static void hr_print_device(const hr_prof_device *d) {
                d->engine_ms, d->engine_layers - 1, d->engine_threads, d->engine_window_s,
                d->engine_pred_ms, d->engine_factor);
         if (d->engine_spread >= 0)
-            printf("; spread %.0f%% (quartiles over the median of single steps)%s",
-                   100.0 * d->engine_spread,
-                   d->engine_attempts > 1 ? ", the quietest attempt" : "");
+            printf("; the median of %d attempts, spread %.0f%% (slowest - fastest over it)",
+                   d->engine_attempts, 100.0 * d->engine_spread);
         printf("\n");
     }
     printf("  available:   %s for weights%s\n", hr_fmt_bytes(m->weights_avail_bytes, a, sizeof a),

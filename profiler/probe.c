@@ -20,8 +20,7 @@
 #define HR_PROBE_BURST 4       /* steps in a long burst (under a CPU quota) */
 #define HR_PROBE_MAX_BURSTS 48 /* bursts of each length at most */
 #define HR_PROBE_MAX_STEPS 512 /* single-step samples kept at most */
-#define HR_PROBE_SPREAD 0.15   /* an attempt noisier than this is taken again ... */
-#define HR_PROBE_ATTEMPTS 3    /* ... up to this many attempts in all */
+#define HR_PROBE_ATTEMPTS 3    /* attempts; the median rate's stands */
 #define HR_PROBE_PAUSE_S 0.2   /* s before attempt n + 1, times n */
 
 /* Layers [0, n) with n = 2, or 1 when two would crowd the memory left
@@ -42,6 +41,11 @@ typedef struct {
     double ms, round_ms; /* ms per step; per burst (paced) */
     double spread;       /* interquartile range / median of the single-step samples */
 } hr_probe_run;
+
+static int hr_probe_run_cmp(const void *a, const void *b) {
+    double x = ((const hr_probe_run *)a)->ms, y = ((const hr_probe_run *)b)->ms;
+    return (x > y) - (x < y);
+}
 
 /* (p75 - p25) / median of v[0..n) (sorted in place); INFINITY below 4. */
 static double hr_probe_spread(double *v, int n) {
@@ -143,24 +147,25 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
      * the two burst lengths give a rate per step (the slope) and what each
      * burst adds or saves (the intercept, engine_round_ms). */
     bool paced = d->cpu_quota_cores > 0 && d->cpu_quota_cores < cp.n_threads; /* it can throttle */
-    /* Each attempt keeps its samples' spread (interquartile range over the
-     * median of single steps, or of single-step bursts); one above
-     * HR_PROBE_SPREAD (another program, or another agent profiling on the
-     * same machine) is taken again after a short pause, up to
-     * HR_PROBE_ATTEMPTS times, and the quietest attempt stands. */
-    hr_probe_run best = {.spread = INFINITY}, run;
+    /* HR_PROBE_ATTEMPTS attempts, a short pause apart, and the one with the
+     * median rate stands: a machine's speed moves over seconds (on the
+     * mixed lab's big device, single attempts of 4.25, 6.37, 9.48 and
+     * 13.27 ms per step in fresh labs, each with its steps within 10-15% of
+     * each other), which the steps' spread inside one attempt does not
+     * show. The attempts' range over the median is the profile's
+     * engine_spread; each attempt's own spread (interquartile range over
+     * the median of its single steps or single-step bursts) is logged. */
+    hr_probe_run runs[HR_PROBE_ATTEMPTS];
     int attempts = 0;
-    while (attempts < HR_PROBE_ATTEMPTS) {
+    for (; attempts < HR_PROBE_ATTEMPTS; attempts++) {
         if (attempts > 0)
             hr_sleep_s(HR_PROBE_PAUSE_S * attempts);
-        if ((rc = hr_probe_attempt(c, h, h0, E, paced, window_s, &run, err)))
+        if ((rc = hr_probe_attempt(c, h, h0, E, paced, window_s, &runs[attempts], err)))
             goto done;
-        attempts++;
-        if (run.spread < best.spread || !(best.spread < INFINITY))
-            best = run;
-        if (run.spread <= HR_PROBE_SPREAD)
-            break;
     }
+    qsort(runs, (size_t)attempts, sizeof runs[0], hr_probe_run_cmp);
+    hr_probe_run best = runs[attempts / 2]; /* the median rate */
+    double lo = runs[0].ms, hi = runs[attempts - 1].ms;
     int steps = best.steps;
     double dt = best.dt, past = best.past;
     /* the rates' prediction for the same work, without any quota scaling */
@@ -185,21 +190,20 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     d->engine_window_s = dt;
     d->engine_ms = best.ms;
     d->engine_round_ms = best.round_ms;
-    d->engine_spread = best.spread;
+    d->engine_spread = best.ms > 0 ? (hi - lo) / best.ms : -1.0;
     d->engine_attempts = attempts;
     d->engine_pred_ms = cost.total_ms;
     d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
-    char note[48] = "", tries[64] = "";
+    char note[48] = "", tries[96] = "";
     if (paced)
         snprintf(note, sizeof note, " %+.2f ms per burst", d->engine_round_ms);
-    if (attempts > 1)
-        snprintf(tries, sizeof tries, ", the quietest of %d attempts", attempts);
+    snprintf(tries, sizeof tries, ", the median of %d attempts at %.2f-%.2f", attempts, lo, hi);
     HR_LOG_INFO(HR_PROF_TAG,
                 "engine probe: %d layer%s, %d thread%s, %d steps%s in %.2f s: %.2f ms per step%s "
-                "(spread %.0f%%%s), rates predict %.2f (x%.2f)",
+                "(its steps' spread %.0f%%%s), rates predict %.2f (x%.2f)",
                 nl, nl > 1 ? "s" : "", cp.n_threads, cp.n_threads > 1 ? "s" : "", steps,
                 paced ? " in bursts (a CPU quota)" : "", dt, d->engine_ms, note,
-                100.0 * d->engine_spread, tries, cost.total_ms, d->engine_factor);
+                100.0 * best.spread, tries, cost.total_ms, d->engine_factor);
 done:
     free(h);
     free(h0);

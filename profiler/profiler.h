@@ -246,8 +246,8 @@ typedef struct {
                                step (negative: a short burst is throttled less); else 0 */
     double engine_pred_ms;  /* the rates' prediction, without quota scaling */
     double engine_factor;   /* engine_ms / engine_pred_ms */
-    double engine_spread;   /* the kept attempt's (p75 - p25) / median of single steps; -1 none */
-    int engine_attempts;    /* attempts run (a noisy one is taken again); 0 unknown */
+    double engine_spread;   /* (slowest - fastest) / median of the attempts' ms per step; -1 none */
+    int engine_attempts;    /* attempts run (the median's stands); 0 unknown */
     double engine_window_s;
     double membw_1t_gbs;  /* streaming read, one thread, GB/s */
     double membw_all_gbs; /* streaming read, membw_threads threads, GB/s */
