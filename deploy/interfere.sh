@@ -138,7 +138,7 @@ stA=$(st)
 planA=$(echo "$stA" | jq -r '.plan_id')
 replans0=$(echo "$stA" | jq -r '.adapt.replans')
 # by default the hog goes where the plan put the most layers
-[ -n "$DEVICE" ] || DEVICE=$(echo "$stA" | jq -r '.devices | max_by(.w) | .name')
+[ -n "$DEVICE" ] || DEVICE=$(echo "$stA" | jq -r '.devices | max_by((.windows // []) | add // 0) | .name') # "w" is absent where rounds differ
 echo "  the hog goes into '$DEVICE'"
 stream "$OUT/a.txt" &
 spid=$!
