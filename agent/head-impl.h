@@ -442,7 +442,7 @@ void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
 void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint64_t rounds,
                           double ms_total);
 /* How long (s) a device measured off times its prediction (measured /
- * predicted ms per round) must stay so before a re-plan: 0 when it is 1.75x
+ * predicted ms per round) must stay so before a re-plan: 0 when it is 1.5x
  * off either way and the last re-plan that was not held is since_fast_s
  * (INFINITY: none) or more than a minute ago, else 10 s. NaN: 10 s. */
 double hr_head_adapt_hold_s(double off, double since_fast_s);

@@ -15,7 +15,7 @@
  * the better plan replaces the old one once no request runs (adapt_idle).
  * A re-plan also waits until the slowdown behind it has lasted
  * HR_ADAPT_HOLD_S (10 s): a noisy neighbour that comes and goes moves no
- * layers. The exception is a device HR_ADAPT_FAST (1.75x) off for the whole
+ * layers. The exception is a device HR_ADAPT_FAST (1.5x) off for the whole
  * window (a game that takes half its CPU is no noise): it re-plans at
  * once, but only once per HR_ADAPT_FAST_EVERY_S (60 s), so at most one
  * re-plan a minute skips the hold (hr_head_adapt_hold_s). Re-plans are at
@@ -44,7 +44,7 @@
 #define HR_ADAPT_HOLDOFF_S 10.0    /* at least this long between two adaptive decisions */
 #define HR_ADAPT_GAIN 0.15         /* a new plan must be predicted this much faster */
 #define HR_ADAPT_HOLD_S 10.0       /* ... with the slowdown behind it lasting this long */
-#define HR_ADAPT_FAST 1.75         /* a device this far off its prediction (either way) ... */
+#define HR_ADAPT_FAST 1.5          /* a device this far off its prediction (either way) ... */
 #define HR_ADAPT_FAST_EVERY_S 60.0 /* ... is not held, once per this */
 #define HR_ADAPT_SCALE_MIN 0.02    /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0

@@ -7,7 +7,7 @@
  * exactly the ids of a single-process run (the request is replayed on the
  * new plan, not failed), its replay a fraction of what generating those
  * tokens took. The hold's rule itself (hr_head_adapt_hold_s): 10 s unless
- * 1.75x off, and skipped at most once a minute.
+ * 1.5x off, and skipped at most once a minute.
  * And the converse: three undisturbed devices whose profiles predict them
  * (the engine probe's real decode steps calibrate the rates, as an agent's
  * own profile does) run requests for several seconds, the adaptive check
@@ -379,13 +379,13 @@ static void test_quiet(const char *model) {
     agents_end(ag, N_DEV);
 }
 
-/* The hold before a re-plan: a noisy neighbour (below 1.75x) waits 10 s; a
- * device 1.75x off either way goes at once, once a minute. */
+/* The hold before a re-plan: a noisy neighbour (below 1.5x) waits 10 s; a
+ * device 1.5x off either way goes at once, once a minute. */
 static void test_hold_rule(void) {
-    CHECK_DBL_(hr_head_adapt_hold_s(1.5, INFINITY), ==, 10.0);
-    CHECK_DBL_(hr_head_adapt_hold_s(1.74, INFINITY), ==, 10.0);
-    CHECK_DBL_(hr_head_adapt_hold_s(0.6, INFINITY), ==, 10.0);
-    CHECK_DBL_(hr_head_adapt_hold_s(1.75, INFINITY), ==, 0.0);
+    CHECK_DBL_(hr_head_adapt_hold_s(1.3, INFINITY), ==, 10.0);
+    CHECK_DBL_(hr_head_adapt_hold_s(1.49, INFINITY), ==, 10.0);
+    CHECK_DBL_(hr_head_adapt_hold_s(0.7, INFINITY), ==, 10.0);
+    CHECK_DBL_(hr_head_adapt_hold_s(1.5, INFINITY), ==, 0.0);
     CHECK_DBL_(hr_head_adapt_hold_s(2.0, INFINITY), ==, 0.0);
     CHECK_DBL_(hr_head_adapt_hold_s(37.0, INFINITY), ==, 0.0);
     CHECK_DBL_(hr_head_adapt_hold_s(0.45, INFINITY), ==, 0.0); /* the game ended */
