@@ -161,7 +161,11 @@ static void test_links(const char *model) {
          * the first plan, which ran on it; the head measured its own next */
         CHECK_EQ(json_integer_value(json_object_get(w1, "link_plan")), 0);
         CHECK(json_is_false(json_object_get(w1, "plan_link_assumed")));
-        CHECK_EQ(json_integer_value(json_object_get(h, "link_plan")), plan1);
+        /* ... under the first plan, or a later one (its own figure may
+         * re-plan: under load w1's reverse figure can be far from it) */
+        int h_plan = (int)json_integer_value(json_object_get(h, "link_plan"));
+        CHECK_INT(h_plan, >=, 1);
+        CHECK_INT(h_plan, <=, plan1);
         CHECK_EQ(json_integer_value(json_object_get(st, "auth_refused")), 0);
         json_decref(st);
         /* the text status says measured, to whom */
