@@ -461,6 +461,12 @@ static bool hr_bs_refresh_may(const hr_bsess *b, int s) {
     return true;
 }
 
+/* Where request q's rows stop going in chunks (several to a step): its
+ * prompt, and in a replay its generated tokens as decode rows. */
+static int hr_bs_chunk_end(const hr_bsess *b, const hr_bseq *q) {
+    return b->replay_dec && q->replay_to > q->n_prompt ? q->replay_to : q->n_prompt;
+}
+
 /* Adds request s's next rows to the step of micro-batch g being built
  * (n rows so far): one decode row, or its next prompt chunk up to the next
  * n_batch boundary (a cold prefill's chunks, so its numbers are those of
@@ -474,8 +480,9 @@ static int hr_bs_add(hr_bsess *b, int g, int s, int n) {
     if (q->sent < q->n_prompt) {
         int end = (q->sent / lp->n_batch + 1) * lp->n_batch;
         want = (end < q->n_prompt ? end : q->n_prompt) - q->sent;
-    } else if (q->sent < q->replay_to && b->replay_dec) { /* decode rows, as first computed */
-        want = q->replay_to - q->sent < lp->n_batch ? q->replay_to - q->sent : lp->n_batch;
+    } else if (q->sent < hr_bs_chunk_end(b, q)) { /* decode rows, as first computed */
+        int end = hr_bs_chunk_end(b, q);
+        want = end - q->sent < lp->n_batch ? end - q->sent : lp->n_batch;
         dec = want > 1;
     }
     if (q->refresh && !hr_bs_refresh_may(b, s))
@@ -889,9 +896,7 @@ static int hr_bs_turn(hr_bsess *b, double *last_frame, char err[HR_ERR_LEN]) {
             /* an idle-time refresh keeps one chunk on the ring: a request
              * arriving waits for little */
             int depth = q->refresh && !b->parked[s] ? 1 : b->depth;
-            if ((!q->r && !q->refresh) || q->zombie ||
-                q->sent >=
-                    (b->replay_dec && q->replay_to > q->n_prompt ? q->replay_to : q->n_prompt) ||
+            if ((!q->r && !q->refresh) || q->zombie || q->sent >= hr_bs_chunk_end(b, q) ||
                 q->n_fly >= depth)
                 break;
             if (b->mb[g].flying)

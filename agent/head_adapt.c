@@ -266,17 +266,31 @@ static double hr_adapt_replay_ms(const hr_head *hd, const hr_sched_plan *np, con
     return load_ms + steps * np->latency_ms + hist * row_ms;
 }
 
+/* np weighed against the plan in use (cur: at the same rates). */
+typedef struct {
+    bool same; /* np gives every candidate the layers it has now */
+    bool keep; /* hysteresis: the plan in use stays */
+    bool idle; /* ... only because the running requests' replay costs more than it gains */
+    int left;  /* tokens still to come */
+    double gain_ms, replay_ms;
+} hr_adapt_weight;
+
 /* Hysteresis: the plan in use stays when np is the same plan, is not
- * predicted HR_ADAPT_GAIN faster than it (cur: the plan in use at the new
- * rates), or the replay of the running requests (hr_adapt_replay_ms) costs
- * more than the tokens still to come gain. */
-static bool hr_adapt_keep(const hr_head *hd, const hr_sched_plan *np, const hr_sched_plan *cur,
-                          const int *cand, int n, const double *scale) {
-    int done = atomic_load(&hd->gen_done), left = atomic_load(&hd->gen_left);
-    double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
-    return hr_adapt_same(hd, np, cand, n) ||
-           (cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms) ||
-           (done > 0 && gain_ms < hr_adapt_replay_ms(hd, np, cand, n, scale));
+ * predicted HR_ADAPT_GAIN faster than it, or the replay of the running
+ * requests (hr_adapt_replay_ms) costs more than the tokens still to come
+ * gain. */
+static hr_adapt_weight hr_adapt_weigh(const hr_head *hd, const hr_sched_plan *np,
+                                      const hr_sched_plan *cur, const int *cand, int n,
+                                      const double *scale) {
+    hr_adapt_weight w = {.same = hr_adapt_same(hd, np, cand, n),
+                         .left = atomic_load(&hd->gen_left),
+                         .replay_ms = hr_adapt_replay_ms(hd, np, cand, n, scale)};
+    w.gain_ms = cur->status == 0 ? w.left * (cur->latency_ms - np->latency_ms) : INFINITY;
+    bool slower = cur->status == 0 && np->latency_ms > (1.0 - HR_ADAPT_GAIN) * cur->latency_ms;
+    bool costly = atomic_load(&hd->gen_done) > 0 && w.gain_ms < w.replay_ms;
+    w.keep = w.same || slower || costly;
+    w.idle = !w.same && !slower && costly && cur->status == 0;
+    return w;
 }
 
 /* The adaptive re-plan: the generating thread, if a request runs, leaves
@@ -366,7 +380,9 @@ void hr_head_adapt_check(hr_head *hd) {
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";
     int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
-    if (rc == 0 && !hr_adapt_keep(hd, np, cur, cand, n, scale) && held < hold) {
+    hr_adapt_weight w =
+        rc == 0 ? hr_adapt_weigh(hd, np, cur, cand, n, scale) : (hr_adapt_weight){0};
+    if (rc == 0 && !w.keep && held < hold) {
         /* a better plan, but its cause is young (a noisy neighbour comes
          * and goes): look again when it has held long enough; the samples
          * go on, a streak that ends cancels it */
@@ -389,24 +405,18 @@ void hr_head_adapt_check(hr_head *hd) {
     }
     for (int i = 0; i < hd->n_devs; i++)
         hd->devs[i].rate_scale = scale[i];
-    bool same = hr_adapt_same(hd, np, cand, n);
-    bool keep = hr_adapt_keep(hd, np, cur, cand, n, scale);
-    int left = atomic_load(&hd->gen_left);
-    double replay_ms = hr_adapt_replay_ms(hd, np, cand, n, scale);
-    double gain_ms = cur->status == 0 ? left * (cur->latency_ms - np->latency_ms) : INFINITY;
     char gain[192] = "";
     if (cur->status == 0)
         snprintf(gain, sizeof gain,
                  "; at these rates plan %u predicts %.1f ms/token, the best plan %.1f (%d tokens "
                  "to come gain %.1f s, replaying %d positions costs %.1f s, estimated)",
-                 hd->plan_id, cur->latency_ms, np->latency_ms, left, gain_ms / 1000.0,
-                 atomic_load(&hd->gen_hist), replay_ms / 1000.0);
+                 hd->plan_id, cur->latency_ms, np->latency_ms, w.left, w.gain_ms / 1000.0,
+                 atomic_load(&hd->gen_hist), w.replay_ms / 1000.0);
     /* kept only because this request's replay costs more than it gains:
      * the better plan replaces it once the ring is idle */
-    hd->adapt_idle = keep && !same && cur->status == 0 &&
-                     np->latency_ms <= (1.0 - HR_ADAPT_GAIN) * cur->latency_ms;
-    if (keep) {
-        hr_adapt_repredict(hd, same ? np : cur, cand, n);
+    hd->adapt_idle = w.idle;
+    if (w.keep) {
+        hr_adapt_repredict(hd, w.same ? np : cur, cand, n);
         hd->n_rescaled++;
         HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays%s", why, gain, hd->plan_id,
                     hd->adapt_idle ? " until the ring is idle" : " (predictions updated)");
