@@ -11,7 +11,8 @@
 #   deploy/lab.sh limits               the limits read back from the kernel
 #   deploy/lab.sh prompt [opts] TEXT   a `hearth prompt` against the head
 #   deploy/lab.sh selftest             a 2-device lab on the small shared model
-#   deploy/lab.sh hog DEVICE [stop]    a CPU hog in DEVICE's cgroups (interference:
+#   deploy/lab.sh hog DEVICE [stop]    a CPU hog (HR_LAB_HOG_THREADS busy loops, default 2)
+#                                      in DEVICE's cgroups (interference:
 #                                      someone starts a game on it); up --hog DEVICE
 #                                      starts it before the agent (and its profile)
 #
@@ -231,7 +232,7 @@ up() {
             hog_start "$i" "$cgs"
             hogged="hog"
         fi
-        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged") | md5sum | cut -c1-12)
+        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged${hogged:+${HR_LAB_HOG_THREADS:-2}}") | md5sum | cut -c1-12)
         mkdir -p "$CACHE/profiles/$key"
         XDG_CACHE_HOME=$CACHE/profiles/$key lab_spawn "$i" "$LAB_DIR/$name.log" "$ns" "$cgs" -- \
             "$BIN" "${args[@]}"
@@ -382,16 +383,22 @@ prompt() {
     head_cmd prompt "$@"
 }
 
-# hog_start I CGDIRS: a busy loop in device I's cgroups (pid.hog<I>, so
-# teardown stops it too).
+# hog_start I CGDIRS: HR_LAB_HOG_THREADS busy loops (default 2) in device I's
+# cgroups (pid.hog<I>, so teardown stops it too). Two loops, not one: a
+# single loop shares the device's quota with the agent only while both run,
+# and the agent, back from waiting on the ring, runs first; one loop slowed
+# a half-core device 1.4x to 2.6x from run to run in deploy/interfere.sh.
 hog_start() {
-    local i=$1 cgs=$2
+    local i=$1 cgs=$2 nt=${HR_LAB_HOG_THREADS:-2}
     [ -e "$LAB_DIR/pid.hog$i" ] && kill -0 "$(cat "$LAB_DIR/pid.hog$i")" 2>/dev/null && return 0
     [[ $cgs == */cpu* ]] || die "device $i has no cpu cgroup (give it a \"cpu\" share in the spec)"
-    HR_LAB_CGS=$cgs sh -c 'for g in $HR_LAB_CGS; do echo $$ >"$g/cgroup.procs" || exit 111; done
-        unset HR_LAB_CGS; exec sh -c "while :; do :; done"' >/dev/null 2>&1 </dev/null &
+    [[ $nt =~ ^[1-9][0-9]?$ ]] || die "HR_LAB_HOG_THREADS must be 1-99 (got '$nt')"
+    HR_LAB_CGS=$cgs HR_LAB_NT=$nt sh -c 'for g in $HR_LAB_CGS; do echo $$ >"$g/cgroup.procs" || exit 111; done
+        unset HR_LAB_CGS; p=""; n=0
+        while [ $n -lt $HR_LAB_NT ]; do (while :; do :; done) & p="$p $!"; n=$((n + 1)); done
+        trap "kill $p 2>/dev/null; exit 0" TERM INT HUP; wait' >/dev/null 2>&1 </dev/null &
     echo $! >"$LAB_DIR/pid.hog$i"
-    echo "lab.sh: CPU hog (pid $!) in the cgroups of device $i" >&2
+    echo "lab.sh: CPU hog (pid $!, $nt busy loops) in the cgroups of device $i" >&2
 }
 
 # hog DEVICE [stop]: starts (or stops) a CPU hog in a running lab's device.

@@ -167,6 +167,8 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     out->t_layer_ms = 0; /* the planner reads decode_ms[] at its thread choice */
     /* a round's burst: the engine probe's intercept (under a CPU quota) */
     out->t_round_ms = d->engine_factor > 0 ? d->engine_round_ms : 0;
+    /* how far its attempts disagreed: the planner's margin for a simpler plan */
+    out->spread = d->engine_factor > 0 && d->engine_spread > 0 ? d->engine_spread : 0;
     /* memory for weights + KV (bytes) */
     hr_sched_model sm;
     double mean_layer =

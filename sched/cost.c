@@ -299,6 +299,7 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].er = c->er * miss < 1.0 ? c->er * miss : 1.0;
     c->d[i].th = i == c->head ? d->t_head_ms : 0.0;
     c->d[i].link_assumed = d->link_assumed;
+    c->d[i].spread = isfinite(d->spread) && d->spread > 0.0 ? d->spread : 0.0;
     c->d[i].rtt_ms = d->rtt_ms;
     c->d[i].link_bps = d->link_bps;
     memcpy(c->d[i].name, d->name, sizeof c->d[i].name);
@@ -858,6 +859,11 @@ void hr_sched_explain(hr_sched_plan *p) {
     if (p->out_stream_bytes > 0.0)
         APPEND("; output head streamed from disk: %.1f MiB per token",
                p->out_stream_bytes / 1048576.0);
+    if (p->fastest_k > 0 && p->fastest_ms > 0.0)
+        APPEND("; taken over k=%d on %d devices (%.1f ms, %.1f%% faster): inside the devices' "
+               "measured spread (+-%.0f%%)",
+               p->fastest_k, p->fastest_active, p->fastest_ms,
+               100.0 * (p->latency_ms / p->fastest_ms - 1.0), 100.0 * p->noise_margin);
     sep = "; per k:";
     for (int j = 0; j < p->n_k; j++) {
         if (isfinite(p->k_latency_ms[j]))

@@ -412,16 +412,80 @@ static double uneven_search(const hr_sched_ctx *c, const hr_sched_kctx *kc, cons
     return best;
 }
 
+/* A candidate of hr_sched_solve: the head alone or the program's ring at
+ * k_list[j], or per-round windows; win[k * n]. */
+typedef struct {
+    int j, n_active;
+    bool uniform;
+    double lat;
+    int *win;
+    int ng[HR_SCHED_MAX_DEV];
+    bool active[HR_SCHED_MAX_DEV];
+} hr_sched_cand;
+
+/* Appends a candidate (uniform: w[n] in every round; else win[k * n]);
+ * false when out of memory. */
+static bool cand_add(hr_sched_cand *cs, int *nc, const hr_sched_ctx *c, int j, int k, bool uniform,
+                     double lat, const int *w, const int *ng) {
+    hr_sched_cand *x = &cs[*nc];
+    int n = c->n;
+    if (!(x->win = malloc(sizeof(int) * (size_t)(k * n))))
+        return false;
+    *x = (hr_sched_cand){.j = j, .uniform = uniform, .lat = lat, .win = x->win};
+    for (int r = 0; r < k; r++)
+        memcpy(x->win + r * n, uniform ? w : w + r * n, sizeof(int) * (size_t)n);
+    memcpy(x->ng, ng, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        for (int r = 0; r < k; r++)
+            x->active[i] = x->active[i] || x->win[r * n + i] > 0;
+        x->active[i] = x->active[i] || i == c->head;
+        x->n_active += x->active[i];
+    }
+    (*nc)++;
+    return true;
+}
+
+/* The margin inside which a simpler plan is taken over a faster one: half
+ * the largest spread of the devices active in either, at most
+ * HR_SCHED_NOISE_MAX (a or b NULL: every device). */
+static double cand_margin(const hr_sched_ctx *c, const hr_sched_cand *a, const hr_sched_cand *b) {
+    double s = 0.0;
+    for (int i = 0; i < c->n; i++)
+        if (!a || !b || a->active[i] || b->active[i])
+            s = fmax(s, c->d[i].spread);
+    return fmin(HR_SCHED_NOISE_MAX, 0.5 * s);
+}
+
+/* The simplest candidate within the noise of the fastest (fewest active
+ * devices, then the earliest in k_list); *fast gets the fastest. */
+static int cand_pick(const hr_sched_ctx *c, const hr_sched_cand *cs, int nc, int *fast) {
+    int f = 0;
+    for (int i = 1; i < nc; i++)
+        if (cs[i].lat < cs[f].lat * (1.0 - 1e-12))
+            f = i;
+    *fast = f;
+    int pick = f;
+    for (int i = 0; i < nc; i++) {
+        double m = cand_margin(c, &cs[i], &cs[f]);
+        if (!(cs[i].lat <= cs[f].lat * (1.0 + m + 1e-12)))
+            continue;
+        if (cs[i].n_active < cs[pick].n_active ||
+            (cs[i].n_active == cs[pick].n_active && cs[i].j < cs[pick].j))
+            pick = i;
+    }
+    return pick;
+}
+
 int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
                    const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]) {
     double t0 = hr_sched_now_ms();
     hr_sched_opts o = opts ? *opts : hr_sched_opts_default();
     char msg[HR_ERR_LEN] = "";
     hr_sched_ctx *c = malloc(sizeof *c);
-    int *best_win = malloc(sizeof(int) * HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV);
     int *win = malloc(sizeof(int) * HR_SCHED_MAX_ROUNDS * HR_SCHED_MAX_DEV);
-    int rc = 0;
-    if (!c || !best_win || !win) {
+    hr_sched_cand *cs = calloc(2 * HR_SCHED_MAX_K, sizeof *cs);
+    int rc = 0, nc = 0;
+    if (!c || !win || !cs) {
         rc = hr_seterr(msg, HR_ENOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -433,8 +497,9 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         goto fail;
 
     double best = INFINITY, k_lat[HR_SCHED_MAX_K];
-    int best_j = -1, n_ilp = 0;
-    bool all_proven = true, best_uniform = false;
+    double m_all = cand_margin(c, NULL, NULL); /* the widest margin any pair can have */
+    int n_ilp = 0;
+    bool all_proven = true;
     int best_ng[HR_SCHED_MAX_DEV] = {0};
     double share[HR_SCHED_MAX_DEV]; /* the best uniform plan's windows, seeds per-round ones */
     for (int i = 0; i < c->n; i++)
@@ -448,12 +513,11 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
             double lat_k = uneven_search(c, &kc, share, best_ng, o.time_limit_s, win);
             k_lat[j] = lat_k;
             HR_LOG_DEBUG(TAG, "k = %d (per-round windows): %.3f ms per token", kc.k, lat_k);
-            if (lat_k < best * (1.0 - 1e-12)) {
-                best = lat_k;
-                best_j = j;
-                best_uniform = false;
-                memcpy(best_win, win, sizeof(int) * (size_t)(kc.k * c->n));
+            if (isfinite(lat_k) && !cand_add(cs, &nc, c, j, kc.k, false, lat_k, win, best_ng)) {
+                rc = hr_seterr(msg, HR_ENOMEM, "scheduler: out of memory");
+                goto fail;
             }
+            best = fmin(best, lat_k);
             continue;
         }
         int w[HR_SCHED_MAX_DEV] = {0}, ng[HR_SCHED_MAX_DEV] = {0};
@@ -480,7 +544,9 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         int hw[HR_SCHED_MAX_DEV] = {0}, hng[HR_SCHED_MAX_DEV] = {0};
         double obj = INFINITY;
         bool proven = true;
-        double cutoff = fmin(best, lat_head) * (1.0 + 1e-9);
+        /* a ring is only taken below the head alone (a simpler plan), and
+         * within the widest margin of the best so far */
+        double cutoff = fmin(best * (1.0 + m_all), lat_head) * (1.0 + 1e-9);
         int r = c->n >= 2 ? solve_k(c, &kc, &o, cutoff, hw, hng, &obj, &proven, msg) : 1;
         if (r < 0) {
             rc = r;
@@ -498,6 +564,15 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
                 HR_LOG_WARN(TAG, "k = %d: program objective %.9g ms, cost model %.9g ms", kc.k, obj,
                             lat_ring);
         }
+        bool ok = true;
+        if (isfinite(lat_head))
+            ok = cand_add(cs, &nc, c, j, kc.k, true, lat_head, w, ng);
+        if (ok && lat_ring < lat_head)
+            ok = cand_add(cs, &nc, c, j, kc.k, true, lat_ring, hw, hng);
+        if (!ok) {
+            rc = hr_seterr(msg, HR_ENOMEM, "scheduler: out of memory");
+            goto fail;
+        }
         if (lat_ring < lat_head) {
             lat_k = lat_ring;
             memcpy(w, hw, sizeof w);
@@ -505,22 +580,18 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
         } else {
             lat_k = lat_head;
         }
-        if (r == 1 && (best < lat_head || !proven))
+        if (r == 1 && (best * (1.0 + m_all) < lat_head || !proven))
             lat_k = NAN; /* pruned (no better than the best so far) or out of time */
         k_lat[j] = lat_k;
         HR_LOG_DEBUG(TAG, "k = %d: %.3f ms per token (head alone %.3f)", kc.k, lat_k, lat_head);
         if (lat_k < best * (1.0 - 1e-12)) {
             best = lat_k;
-            best_j = j;
-            best_uniform = true;
-            for (int q = 0; q < kc.k; q++)
-                memcpy(best_win + q * c->n, w, sizeof(int) * (size_t)c->n);
             memcpy(best_ng, ng, sizeof best_ng);
             for (int i = 0; i < c->n; i++)
                 share[i] = w[i];
         }
     }
-    if (best_j < 0) {
+    if (nc == 0) {
         if (all_proven)
             rc = hr_sched_explain_infeasible(c, msg);
         else
@@ -529,29 +600,38 @@ int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int
                            o.time_limit_s);
         goto fail;
     }
+    int fast, pick = cand_pick(c, cs, nc, &fast);
+    const hr_sched_cand *x = &cs[pick];
     hr_sched_kctx kc;
-    hr_sched_kctx_init(c, c->k_list[best_j], &kc);
-    hr_sched_eval_rounds(c, &kc, best_win, best_ng, out);
-    out->optimal = all_proven && best_uniform;
+    hr_sched_kctx_init(c, c->k_list[x->j], &kc);
+    hr_sched_eval_rounds(c, &kc, x->win, x->ng, out);
+    out->optimal = all_proven && x->uniform && pick == fast;
     out->n_ilp = n_ilp;
     out->n_k = c->n_k;
     memcpy(out->k_list, c->k_list, sizeof out->k_list[0] * (size_t)c->n_k);
     memcpy(out->k_latency_ms, k_lat, sizeof k_lat[0] * (size_t)c->n_k);
+    out->noise_margin = cand_margin(c, x, &cs[fast]);
+    if (pick != fast) {
+        out->fastest_k = c->k_list[cs[fast].j];
+        out->fastest_active = cs[fast].n_active;
+        out->fastest_ms = cs[fast].lat;
+    }
     out->solve_ms = hr_sched_now_ms() - t0;
     hr_sched_explain(out);
     /* debug: a caller may solve several variants (KV slot sizes) and says
      * which plan it took */
     HR_LOG_DEBUG(TAG, "plan: %.3f ms per token, %s (%.1f ms to solve)", out->latency_ms,
                  out->explanation, out->solve_ms);
-    free(c);
-    free(best_win);
-    free(win);
-    return 0;
 fail:
+    for (int i = 0; i < nc; i++)
+        free(cs[i].win);
+    free(cs);
     free(c);
-    free(best_win);
     free(win);
-    if (err)
-        snprintf(err, HR_ERR_LEN, "%s", msg);
-    return hr_sched_plan_fail(out, rc, msg);
+    if (rc) {
+        if (err)
+            snprintf(err, HR_ERR_LEN, "%s", msg);
+        return hr_sched_plan_fail(out, rc, msg);
+    }
+    return 0;
 }

@@ -127,6 +127,11 @@ static void format_plan(const hr_sched_plan *p, hr_sink *s) {
     if (p->out_stream_bytes > 0.0)
         put(s, "  output head: %.1f MiB streamed from disk per token (head short of memory)\n",
             p->out_stream_bytes / 1048576.0);
+    if (p->fastest_k > 0)
+        put(s,
+            "  simpler than the fastest found (k=%d on %d devices, %.2f ms): within the devices' "
+            "measured spread (+-%.0f%%)\n",
+            p->fastest_k, p->fastest_active, p->fastest_ms, 100.0 * p->noise_margin);
     put(s, "  candidates:");
     for (int j = 0; j < p->n_k; j++) {
         const char *sep = j + 1 < p->n_k ? "," : "";
@@ -247,6 +252,14 @@ int hr_sched_plan_json(const hr_sched_plan *p, char **json, char err[HR_ERR_LEN]
         jset(root, "overlap", json_string(overlap_name(p->overlap)), &bad);
         jset(root, "optimal", json_boolean(p->optimal), &bad);
         jset(root, "solve_ms", jnum(p->solve_ms), &bad);
+        jset(root, "noise_margin", jnum(p->noise_margin), &bad);
+        if (p->fastest_k > 0) {
+            json_t *f = json_object();
+            jset(f, "k", json_integer(p->fastest_k), &bad);
+            jset(f, "active", json_integer(p->fastest_active), &bad);
+            jset(f, "latency_ms", jnum(p->fastest_ms), &bad);
+            jset(root, "fastest", f, &bad);
+        }
         json_t *ring = json_array();
         for (int j = 0; j < p->n_active; j++)
             if (!ring || json_array_append_new(ring, json_integer(p->order[j])))

@@ -30,6 +30,7 @@ typedef struct {
         bool lru;       /* lru reclaim (else pinned) */
         double er;      /* experts: the share of its streamed experts a token reads */
         bool link_assumed;
+        double spread; /* the measured spread of its speed, 0 none */
         double rtt_ms, link_bps;
         int prefill_threads, decode_threads;
         char name[HR_SCHED_NAME_LEN];

@@ -125,6 +125,16 @@
  * devices of a round, or between two rounds of a device) while that lowers
  * the predicted latency. Not proven optimal; such a plan wins only where it
  * predicts a lower latency than every uniform one.
+ * NOISE. The head alone at each k and the program's ring at each k are the
+ * candidates. Where the devices measured a spread (hr_sched_device.spread),
+ * a prediction is only good to about half of it, so the plan taken is the
+ * simplest candidate (fewest active devices, then the earliest k: fewer
+ * rounds, uniform before per-round windows) predicting within
+ * 1 + min(HR_SCHED_NOISE_MAX, max spread / 2) of the fastest, the spread
+ * taken over the devices active in either plan. A ring's program then
+ * only needs to find rings below the head alone's latency and below the
+ * best so far times 1 + the largest margin. Without spreads the fastest
+ * candidate is taken, as before.
  * Accelerator calibration (prima.cpp raises n_m on devices whose VRAM the
  * solution leaves unused) is not needed here: n_m are integer variables of
  * the same program, priced by the measured t_layer_gpu_ms, so a GPU gets
@@ -147,6 +157,7 @@
 #define HR_SCHED_MAX_THREADS 256
 #define HR_SCHED_MAX_K 64        /* k candidates of one search */
 #define HR_SCHED_MAX_ROUNDS 64   /* k of any plan */
+#define HR_SCHED_NOISE_MAX 0.10  /* the largest margin the devices' spread buys a simpler plan */
 #define HR_SCHED_UNEVEN_K_MAX 16 /* largest k tried that does not divide L */
 #define HR_SCHED_NAME_LEN 64
 #define HR_SCHED_LEFT_OUT_LEN 160 /* a left-out device's reason */
@@ -191,6 +202,12 @@ typedef struct {
      * for the experts it kept; its streamed experts cost expert_read times
      * this. 0 = not measured (taken as 1). */
     double expert_miss;
+    /* How far this device's own speed measurements disagree: the engine
+     * probe's attempts' range over their median (0.12 = 12%), 0 = not
+     * measured. Half the largest spread among the devices of two candidate
+     * plans (at most HR_SCHED_NOISE_MAX) is the margin inside which the
+     * solver takes the simpler plan (see hr_sched_solve). */
+    double spread;
     /* Thread plans (Sandwich): ms per layer with t = 1..n_thread_rates threads,
      * lower is better, 0 = not measured. Prefill: one prompt batch; decode: one
      * token. The plan takes the smallest t within opts.thread_tol of the best. */
@@ -280,6 +297,12 @@ typedef struct {
     int k_list[HR_SCHED_MAX_K];
     double k_latency_ms[HR_SCHED_MAX_K]; /* best per k; INFINITY = infeasible, NAN = pruned
                                             (proven no better than the chosen plan) */
+    /* The fastest plan found, where a simpler one was taken instead (fewer
+     * devices, then fewer rounds) because it predicted within noise_margin
+     * of it; fastest_k = 0 when the plan is the fastest found. */
+    int fastest_k, fastest_active;
+    double fastest_ms;
+    double noise_margin; /* relative; 0 when no device measured a spread */
     char explanation[512];
 } hr_sched_plan;
 

@@ -206,6 +206,100 @@ static void test_random_optimality(void) {
     CHECK(infeasible >= 1);
 }
 
+/* The devices' measured spread buys a simpler plan: the head alone, or
+ * fewer rounds, where the fastest plan wins by less than half of it. */
+static void test_noise_margin(void) {
+    /* two 10 ms-per-layer devices whose rounds in a ring save x ms each (a
+     * CPU quota): the head alone takes 40 ms at any k, a ring of k = 1
+     * 40 - 2x, of k = 2 40 - 4x */
+    hr_sched_model m = {.n_layer = 4, .layer_bytes = 1e9, .hidden_bytes = 0};
+    hr_sched_device d[2] = {dev("a", 10, 100e9, 0, 0, 1e9), dev("b", 10, 100e9, 0, 0, 1e9)};
+    d[0].is_head = true;
+    static hr_sched_plan p;
+    for (int pass = 0; pass < 2; pass++) {
+        double x = pass == 0 ? 0.5 : 1.5; /* the best ring 5% or 15% below the head alone */
+        d[0].t_round_ms = d[1].t_round_ms = -x;
+        CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, (int[]){4, 0}, NULL), 40, 1e-9);
+        CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, (int[]){2, 2}, NULL), 40 - 2 * x, 1e-9);
+        CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 2, (int[]){1, 1}, NULL), 40 - 4 * x, 1e-9);
+        d[0].spread = d[1].spread = 0;
+        CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+        CHECK_EQ(p.n_active, 2); /* no spread: the fastest */
+        CHECK_EQ(p.k, 2);
+        CHECK_NEAR(p.latency_ms, 40 - 4 * x, 1e-9);
+        CHECK_EQ(p.fastest_k, 0);
+        CHECK_NEAR(p.noise_margin, 0.0, 0.0);
+        CHECK(p.optimal);
+        d[1].spread = 0.2; /* +-10% */
+        CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+        CHECK_NEAR(p.noise_margin, 0.1, 1e-12);
+        CHECK_EQ(p.fastest_k, 2);
+        CHECK_EQ(p.fastest_active, 2);
+        CHECK_NEAR(p.fastest_ms, 40 - 4 * x, 1e-9);
+        CHECK(!p.optimal);
+        CHECK(strstr(p.explanation, "measured spread") != NULL);
+        if (pass == 0) { /* 38 ms is within 10% of 40: the head alone */
+            CHECK_EQ(p.n_active, 1);
+            CHECK_NEAR(p.latency_ms, 40, 1e-9);
+        } else { /* 34: the head alone is 18% slower, one round (37) 9%: k = 1 */
+            CHECK_EQ(p.n_active, 2);
+            CHECK_EQ(p.k, 1);
+            CHECK_NEAR(p.latency_ms, 37, 1e-9);
+        }
+        d[1].spread = 5.0; /* a wild spread buys at most HR_SCHED_NOISE_MAX */
+        CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+        CHECK_NEAR(p.noise_margin, HR_SCHED_NOISE_MAX, 1e-12);
+        CHECK_EQ(p.n_active, pass == 0 ? 1 : 2);
+        d[1].spread = NAN; /* not a measurement: no margin */
+        CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+        CHECK_EQ(p.k, 2);
+        CHECK_EQ(p.fastest_k, 0);
+    }
+    /* random instances against brute force (the fastest uniform plan): the
+     * plan is within its margin of it, and where it is not the fastest it is
+     * simpler (fewer devices, or as many and no more rounds) */
+    int simpler = 0, compared = 0;
+    for (int it = 0; it < 400; it++) {
+        hr_sched_model rm;
+        hr_sched_device rd[5];
+        int n;
+        gen_instance(&rm, rd, &n, it % 4);
+        double smax = 0;
+        for (int i = 0; i < n; i++) {
+            rd[i].spread = chance(0.3) ? 0.0 : urand(0.0, 0.4);
+            smax = fmax(smax, rd[i].spread);
+        }
+        hr_sched_opts o = hr_sched_opts_default();
+        o.uneven_rounds = false;
+        static hr_sched_plan e;
+        int rc1 = hr_sched_solve(&rm, rd, n, &o, &p, NULL);
+        int rc2 = hr_sched_exhaustive(&rm, rd, n, &o, &e, NULL);
+        CHECK_EQ(rc1, rc2);
+        if (rc1 || rc2)
+            continue;
+        compared++;
+        double tol = 1e-6 * e.latency_ms;
+        CHECK(p.noise_margin >= 0 && p.noise_margin <= fmin(HR_SCHED_NOISE_MAX, smax / 2) + 1e-12);
+        CHECK(p.latency_ms <= e.latency_ms * (1 + p.noise_margin) + tol);
+        CHECK(p.latency_ms >= e.latency_ms - tol);
+        if (p.latency_ms > e.latency_ms + tol) {
+            simpler++;
+            CHECK(p.fastest_k > 0);
+            CHECK_NEAR(p.fastest_ms, e.latency_ms, tol);
+            CHECK(p.n_active < p.fastest_active ||
+                  (p.n_active == p.fastest_active && p.k < p.fastest_k));
+        } else {
+            CHECK_EQ(p.fastest_k, 0);
+        }
+        check_cover(&p);
+        CHECK_EQ(plan_sum_layers(&p), rm.n_layer);
+    }
+    printf("noise margin: %d random instances compared, a simpler plan taken in %d\n", compared,
+           simpler);
+    CHECK(compared >= 200);
+    CHECK(simpler >= 20);
+}
+
 static void test_gpu_optimality(void) {
     int compared = 0, used = 0;
     for (int it = 0; it < 40; it++) {
@@ -993,6 +1087,7 @@ int main(void) {
     test_gpu_optimality();
     test_wild_values();
     test_random_optimality();
+    test_noise_margin();
     printf("test_scheduler: %.1f s\n", now_s() - t0);
     return hr_check_finish("test_scheduler");
 }
