@@ -79,9 +79,12 @@ static char *hr_node_info(hr_agent *a, char err[HR_ERR_LEN]) {
         /* real decode steps of the first layers calibrate the rates; not on
          * a fetched cache whose layers are still holes */
         char pe[HR_ERR_LEN] = "";
-        if (measured && have_pm && !a->cache &&
-            hr_prof_engine_probe(d, a->m, &pm, a->p.n_threads, hr_prof_probe_window_s(d), pe))
-            HR_LOG_WARN(TAG, "%s: engine probe skipped: %s", a->name, pe);
+        if (measured && have_pm && !a->cache) {
+            if (hr_prof_engine_probe(d, a->m, &pm, a->p.n_threads, hr_prof_probe_window_s(d), pe))
+                HR_LOG_WARN(TAG, "%s: engine probe skipped: %s", a->name, pe);
+            else /* pooled with this device's earlier starts */
+                hr_prof_engine_history(d, &pm, &pp);
+        }
         hr_prof_model_clear(&pm);
         if (!measured)
             HR_LOG_WARN(TAG, "%s: profiling failed (%s); joining without a profile", a->name, err);

@@ -131,7 +131,11 @@ static void hr_print_device(const hr_prof_device *d) {
                "%.2f s), rates predict %.2f: CPU times x%.2f",
                d->engine_ms, d->engine_layers - 1, d->engine_threads, d->engine_window_s,
                d->engine_pred_ms, d->engine_factor);
-        if (d->engine_spread >= 0)
+        if (d->engine_spread >= 0 && d->engine_starts > 1)
+            printf("; the median of the last %d starts (of %d attempts each), spread %.0f%% "
+                   "(slowest - fastest over it)",
+                   d->engine_starts, d->engine_attempts, 100.0 * d->engine_spread);
+        else if (d->engine_spread >= 0)
             printf("; the median of %d attempts, spread %.0f%% (slowest - fastest over it)",
                    d->engine_attempts, 100.0 * d->engine_spread);
         printf("\n");
@@ -345,6 +349,8 @@ HR_CLI_COMMAND(profile) {
         if (hr_prof_engine_probe(&doc->device, model, &doc->model, nt,
                                  hr_prof_probe_window_s(&doc->device), pe))
             fprintf(stderr, "hearth profile: engine probe skipped: %s\n", pe);
+        else if (!o->no_cache) /* pooled with the device's earlier starts, as an agent does */
+            hr_prof_engine_history(&doc->device, &doc->model, &pp);
     }
     if (o->peer) {
         int msg = doc->has_model ? (int)doc->model.hidden_bytes : 8192;

@@ -54,7 +54,24 @@ typedef void (*hr_rep_fn)(void *ctx, double *v);
 
 typedef struct {
     int total, contended; /* repetitions run, set aside */
+    double quota_cores;   /* our cgroups' CPU quota (cores; <= 0 none) */
+    double period_s;      /* ... and its period */
 } hr_rep_stats;
+
+/* Wait (s) a repetition of dt s on nt threads may show without another
+ * program taking our CPUs: 3% of our CPU time plus 0.1 ms of wake-up
+ * jitter, and under a CPU quota of q < nt cores the time the quota holds
+ * our threads back, (nt - q) * dt, give or take one period's quota (a
+ * repetition need not end on a period). Throttled threads count as waiting
+ * in the scheduler's statistics, so without this a device under a quota
+ * looked busy in every repetition and its profile was never cached. */
+static double hr_rep_wait_ok(const hr_rep_stats *st, double dt, int nt) {
+    double ok = 0.03 * dt * nt + 1e-4;
+    double q = st->quota_cores;
+    if (q > 0 && q < nt)
+        ok += (nt - q) * dt + q * (st->period_s > 0 ? st->period_s : 0.1);
+    return ok;
+}
 
 /* Runs fn until `want` repetitions ran without our nt threads waiting for a
  * CPU (or 3 x want attempts) and writes the median of each of the nv values
@@ -72,8 +89,7 @@ static void hr_reps(hr_rep_fn fn, void *ctx, int want, int nt, int nv, double *m
         fn(ctx, all[n_all]);
         double dt = hr_now_s() - t0;
         int64_t w1 = hr_prof_run_delay_ns();
-        /* waiting beyond 3% of our CPU time (+0.1 ms of wake-up jitter) */
-        bool busy = w0 >= 0 && w1 >= 0 && (double)(w1 - w0) * 1e-9 > 0.03 * dt * nt + 1e-4;
+        bool busy = w0 >= 0 && w1 >= 0 && (double)(w1 - w0) * 1e-9 > hr_rep_wait_ok(st, dt, nt);
         st->total++;
         if (busy)
             st->contended++;
@@ -488,7 +504,8 @@ int hr_prof_cpu_measure(hr_prof_device *d, const int *types, int n_types, const 
                         int n_threads, int64_t row_len, int64_t ffn_len, bool quick,
                         char err[HR_ERR_LEN]) {
     int reps = quick ? 3 : 7;
-    hr_rep_stats st = {0};
+    hr_rep_stats st = {.quota_cores = d->cpu_quota_cores,
+                       .period_s = d->cpu_period_ms > 0 ? d->cpu_period_ms * 1e-3 : 0.1};
     int64_t l3 = d->topo.l3_bytes > 0 ? d->topo.l3_bytes : (32 << 20);
     /* test buffer: several L3s, so decode rows come from DRAM */
     size_t buf_bytes = (size_t)(quick ? 2 : 4) * (size_t)l3;

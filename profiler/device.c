@@ -77,7 +77,7 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     d->membw_threads = -1;
     d->engine_ms = d->engine_pred_ms = d->engine_factor = d->engine_window_s = -1.0;
     d->engine_spread = -1.0;
-    d->engine_attempts = 0;
+    d->engine_attempts = d->engine_starts = 0;
     d->engine_round_ms = 0;
     d->eltwise = (hr_prof_eltwise){-1.0, -1.0, -1.0, -1.0, -1.0};
     d->duration_s = -1.0;
@@ -331,7 +331,7 @@ static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_d
     return hit;
 }
 
-static int hr_mkdir_p(const char *dir) {
+int hr_prof_mkdir_p(const char *dir) {
     char tmp[1024];
     hr_prof_strlcpy(tmp, dir, sizeof tmp);
     for (char *p = tmp + 1; *p; p++) {
@@ -348,7 +348,7 @@ static int hr_mkdir_p(const char *dir) {
 static void hr_cache_write(const char *dir, const char *path, const hr_prof_device *d) {
     char err[HR_ERR_LEN] = "";
     char *text = NULL;
-    if (hr_mkdir_p(dir) != 0) {
+    if (hr_prof_mkdir_p(dir) != 0) {
         HR_LOG_WARN(HR_PROF_TAG, "cannot create cache folder %s: %s", dir, strerror(errno));
         return;
     }

@@ -196,6 +196,7 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     jset(w, ep, "window_s", jnum(d->engine_window_s));
     jset(w, ep, "spread", jnum(d->engine_spread));
     jset(w, ep, "attempts", json_integer(d->engine_attempts));
+    jset(w, ep, "starts", json_integer(d->engine_starts));
     jset(w, o, "engine_probe", ep);
     json_t *cpu = json_object();
     jset(w, cpu, "row_len", jint(d->row_len));
@@ -559,6 +560,7 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
     if (!(d->engine_spread >= 0 && d->engine_spread < 1e3))
         d->engine_spread = -1.0;
     d->engine_attempts = gint32(ep, "attempts") > 0 ? gint32(ep, "attempts") : 0;
+    d->engine_starts = gint32(ep, "starts") > 0 ? gint32(ep, "starts") : 0;
     const json_t *rm = json_object_get(ep, "round_ms");
     d->engine_round_ms = json_is_number(rm) ? json_number_value(rm) : 0; /* absent: older */
     if (!isfinite(d->engine_round_ms) || fabs(d->engine_round_ms) > 1e4)

@@ -111,7 +111,7 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
                          int n_threads, double window_s, char err[HR_ERR_LEN]) {
     d->engine_factor = -1.0;
     d->engine_ms = d->engine_pred_ms = d->engine_window_s = d->engine_spread = -1.0;
-    d->engine_attempts = 0;
+    d->engine_attempts = d->engine_starts = 0;
     d->engine_layers = d->engine_threads = 0;
     if (!m || !pm || pm->n_layer <= 0 || d->n_rates == 0)
         return hr_seterr(err, HR_EINVAL, "the engine probe needs a model and measured rates");
@@ -192,6 +192,7 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     d->engine_round_ms = best.round_ms;
     d->engine_spread = best.ms > 0 ? (hi - lo) / best.ms : -1.0;
     d->engine_attempts = attempts;
+    d->engine_starts = 1;
     d->engine_pred_ms = cost.total_ms;
     d->engine_factor = cost.total_ms > 0 ? d->engine_ms / cost.total_ms : -1.0;
     char note[48] = "", tries[96] = "";

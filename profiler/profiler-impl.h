@@ -24,6 +24,8 @@ long hr_prof_read_text(const char *path, char *buf, size_t cap);
 int hr_prof_read_i64(const char *path, int64_t *out);
 /* Copies a string, truncating, always NUL-terminated. */
 void hr_prof_strlcpy(char *dst, const char *src, size_t cap);
+/* mkdir -p with mode 0700 (device.c); 0 or -1 with errno. */
+int hr_prof_mkdir_p(const char *dir);
 /* 64-bit FNV-1a of a string. */
 uint64_t hr_prof_hash(const char *s, uint64_t h);
 #define HR_PROF_HASH_INIT 1469598103934665603ull

@@ -248,6 +248,7 @@ typedef struct {
     double engine_factor;   /* engine_ms / engine_pred_ms */
     double engine_spread;   /* (slowest - fastest) / median of the attempts' ms per step; -1 none */
     int engine_attempts;    /* attempts run (the median's stands); 0 unknown */
+    int engine_starts;      /* starts pooled (hr_prof_engine_history): 1 = this one, 0 = unknown */
     double engine_window_s;
     double membw_1t_gbs;  /* streaming read, one thread, GB/s */
     double membw_all_gbs; /* streaming read, membw_threads threads, GB/s */
@@ -362,6 +363,19 @@ double hr_prof_gpu_window_ms(const hr_prof_gpu *g, const hr_prof_model *pm, int 
  * at -1. */
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
                          int n_threads, double window_s, char err[HR_ERR_LEN]);
+/* Pools d's fresh probe (hr_prof_engine_probe over pm) with the device's
+ * earlier starts: each result goes to a file in the profile cache folder
+ * (p's, keyed by the device fingerprint, the probed layers' shapes and
+ * types, threads and quota), which keeps the last HR_PROBE_HISTORY of at
+ * most HR_PROBE_HIST_MAX_AGE_S; d's engine figures become their median
+ * (engine_ms, engine_round_ms, engine_factor against this start's rates),
+ * engine_spread the larger of this start's and the starts' range over the
+ * median, engine_starts how many. Without a probe result or a cache
+ * folder, d is left as it is (engine_starts 1 or 0). Returns
+ * engine_starts. */
+#define HR_PROBE_HISTORY 5
+#define HR_PROBE_HIST_MAX_AGE_S (7 * 86400.0)
+int hr_prof_engine_history(hr_prof_device *d, const hr_prof_model *pm, const hr_prof_params *p);
 /* The probe's window for d: ten quota periods, 0.3 to 2 s. */
 double hr_prof_probe_window_s(const hr_prof_device *d);
 

@@ -546,6 +546,94 @@ static void test_sched(const hr_prof_model *pm) {
 
 /* ---- device profile and cache ---- */
 
+/* The probe pooled over starts: the median of the last HR_PROBE_HISTORY
+ * results kept in the cache folder, per device, shape and thread count. */
+static void test_probe_history(const hr_prof_model *pm) {
+    char cache[400];
+    snprintf(cache, sizeof cache, "%s/probe-cache", g_tmp);
+    hr_prof_params p = hr_prof_params_default();
+    p.cache_dir = cache;
+    hr_prof_device *d = calloc(1, sizeof *d);
+    synthetic_device(d);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "00112233aabbccdd");
+    /* one start's figures, as hr_prof_engine_probe leaves them */
+#define START(ms_, spread_)                                                                        \
+    do {                                                                                           \
+        d->engine_layers = 2;                                                                      \
+        d->engine_threads = 1;                                                                     \
+        d->engine_ms = (ms_);                                                                      \
+        d->engine_round_ms = -(ms_) / 10;                                                          \
+        d->engine_pred_ms = 5.0;                                                                   \
+        d->engine_factor = d->engine_ms / d->engine_pred_ms;                                       \
+        d->engine_spread = (spread_);                                                              \
+        d->engine_attempts = 3;                                                                    \
+        d->engine_starts = 1;                                                                      \
+    } while (0)
+    START(10.0, 0.05);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 1); /* the first start: its own figures */
+    CHECK_NEAR(d->engine_ms, 10.0, 0);
+    CHECK_NEAR(d->engine_spread, 0.05, 0);
+    START(14.0, 0.05);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 2);
+    CHECK_NEAR(d->engine_ms, 12.0, 1e-12); /* the median of two: their mean */
+    CHECK_NEAR(d->engine_round_ms, -1.2, 1e-12);
+    CHECK_NEAR(d->engine_factor, 12.0 / 5.0, 1e-12);
+    CHECK_NEAR(d->engine_spread, 4.0 / 12.0, 1e-12); /* the starts' range over the median */
+    START(11.0, 0.5);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 3);
+    CHECK_NEAR(d->engine_ms, 11.0, 1e-12);
+    CHECK_NEAR(d->engine_spread, 0.5, 0); /* this start's own, larger */
+    START(30.0, 0.0);
+    START(30.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 4);
+    START(30.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 5);
+    CHECK_NEAR(d->engine_ms, 14.0, 1e-12); /* 10 11 14 30 30 */
+    START(30.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 5); /* the oldest (10) went */
+    CHECK_NEAR(d->engine_ms, 30.0, 1e-12);               /* 11 14 30 30 30 */
+    /* another thread count is another history */
+    START(7.0, 0.0);
+    d->engine_threads = 2;
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 1);
+    CHECK_NEAR(d->engine_ms, 7.0, 0);
+    /* no probe, no cache folder: left as they are */
+    START(9.0, 0.0);
+    d->engine_factor = -1.0;
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 0);
+    START(9.0, 0.0);
+    hr_prof_params nc = p;
+    nc.use_cache = false;
+    CHECK_INT(hr_prof_engine_history(d, pm, &nc), ==, 1);
+    CHECK_NEAR(d->engine_ms, 9.0, 0);
+    /* a damaged file is replaced, not trusted */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "for f in %s/probe-*.json; do printf '{\"version\":1,\"runs\":[{\"ms\":-1,\"at\":1},' "
+             ">\"$f\"; done",
+             cache);
+    CHECK_EQ(system(cmd), 0);
+    START(20.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 1);
+    CHECK_NEAR(d->engine_ms, 20.0, 0);
+    START(22.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 2);
+    CHECK_NEAR(d->engine_ms, 21.0, 1e-12);
+    /* a result older than HR_PROBE_HIST_MAX_AGE_S no longer counts */
+    long now = (long)time(NULL);
+    snprintf(cmd, sizeof cmd,
+             "for f in %s/probe-*.json; do printf '{\"version\":1,\"runs\":[{\"ms\":50,"
+             "\"round_ms\":0,\"at\":%ld},{\"ms\":40,\"round_ms\":0,\"at\":%ld}]}' >\"$f\"; "
+             "done",
+             cache, now - (long)HR_PROBE_HIST_MAX_AGE_S - 60, now - 100);
+    CHECK_EQ(system(cmd), 0);
+    START(20.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 2);
+    CHECK_NEAR(d->engine_ms, 30.0, 1e-12);
+#undef START
+    free(d);
+}
+
 static void test_device_and_cache(void) {
     char cache[400], model[512], err[HR_ERR_LEN] = "";
     snprintf(cache, sizeof cache, "%s/cache", g_tmp);
@@ -933,6 +1021,7 @@ int main(void) {
         test_cost(&pm);
         test_sched(&pm);
         test_json(&pm);
+        test_probe_history(&pm);
     }
     test_probe();
     test_link();
