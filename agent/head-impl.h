@@ -446,6 +446,12 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
  * off either way and the last re-plan that was not held is since_fast_s
  * (INFINITY: none) or more than a minute ago, else 10 s. NaN: 10 s. */
 double hr_head_adapt_hold_s(double off, double since_fast_s);
+/* With scale[] the rates an adaptive check would plan with: when every
+ * device computing layers (two at least) is off its prediction the same
+ * way, the devices without layers get the mildest of those corrections
+ * (their own scale times it) and why (*wl of cap used) a note; else
+ * nothing changes. dev_mu held. */
+void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl);
 /* Every turn of the plan timer: the head's own sample; decides an adaptive
  * re-plan (sets replan and hd->adapt) or only new predictions. */
 void hr_head_adapt_check(hr_head *hd);

@@ -21,7 +21,9 @@
  * re-plan a minute skips the hold (hr_head_adapt_hold_s). Re-plans are at
  * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
- * again (the hog stops). Never with --windows, and never on the rounds of
+ * again (the hog stops). When every device with layers is off the same
+ * way, the devices without any take the mildest correction
+ * (hr_head_adapt_bias). Never with --windows, and never on the rounds of
  * a device that streams from disk (its CPU rates would take the blame for
  * the disk). */
 #include "agent/head-impl.h"
@@ -155,6 +157,54 @@ static double hr_adapt_new_scale(const hr_dev *d) {
     return s < HR_ADAPT_SCALE_MIN   ? HR_ADAPT_SCALE_MIN
            : s > HR_ADAPT_SCALE_MAX ? HR_ADAPT_SCALE_MAX
                                     : s;
+}
+
+/* Every device that computes layers in the ring (two at least) off the
+ * same way is the cost model's bias on this machine, not one device's
+ * neighbour: the devices with no layers in the plan, never measured, take
+ * the mildest of those corrections (scale[] in place; why gets a note).
+ * Otherwise such a device keeps its profile's rates while the measured
+ * ones got slower, and the next plan moves every layer onto it (seen on
+ * three equal devices: the one left out got all 22 layers). A hog on one
+ * device leaves the others on their predictions, and moves nothing here. */
+void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl) {
+    int n_ring = 0, n_slow = 0, n_fast = 0;
+    double slow = INFINITY, fast = 0; /* the mildest factor each way */
+    for (int i = 0; i < hd->n_devs; i++) {
+        const hr_dev *d = &hd->devs[i];
+        if (d->lost || d->ring_pos < 0 || d->layers <= 0)
+            continue;
+        n_ring++;
+        if (!hr_adapt_off(hd, d, HR_ADAPT_MIN_SAMPLES))
+            return; /* one on its prediction: no common bias */
+        double f = scale[i] / hr_dev_scale(d);
+        if (f > 1) {
+            n_slow++;
+            slow = fmin(slow, f);
+        } else {
+            n_fast++;
+            fast = fmax(fast, f);
+        }
+    }
+    if (n_ring < 2 || (n_slow && n_fast))
+        return;
+    double f = n_slow ? slow : fast;
+    int n = 0;
+    for (int i = 0; i < hd->n_devs; i++) {
+        const hr_dev *d = &hd->devs[i];
+        if (d->lost || (d->ring_pos >= 0 && d->layers > 0))
+            continue;
+        double s = hr_dev_scale(d) * f;
+        scale[i] = s < HR_ADAPT_SCALE_MIN   ? HR_ADAPT_SCALE_MIN
+                   : s > HR_ADAPT_SCALE_MAX ? HR_ADAPT_SCALE_MAX
+                                            : s;
+        n++;
+    }
+    if (n && *wl < cap)
+        *wl += (size_t)snprintf(why + *wl, cap - *wl,
+                                "; every device with layers was off the same way: the %d without "
+                                "x%.3g too",
+                                n, f);
 }
 
 /* The scheduler's plan over the devices not lost (the candidates
@@ -376,6 +426,7 @@ void hr_head_adapt_check(hr_head *hd) {
     }
     if (!n_off)
         return;
+    hr_head_adapt_bias(hd, scale, why, sizeof why, &wl);
     hr_sched_plan *np = malloc(2 * sizeof *np), *cur = np ? np + 1 : NULL;
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";

@@ -118,6 +118,11 @@ int hr_head_status(hr_agent *a, hr_status *st) {
     p->pred_compute_ms_token = pred ? hd->sched.compute_ms : NAN;
     p->pred_disk_exposed_ms_token = pred ? hd->sched.disk_exposed_ms : NAN;
     p->pred_evaluated = pred && !hd->plan_chosen;
+    p->pred_noise = pred && !p->pred_evaluated ? hd->sched.noise_margin : NAN;
+    bool simpler = pred && !p->pred_evaluated && hd->sched.fastest_k > 0;
+    p->pred_fastest_ms_token = simpler ? hd->sched.fastest_ms : NAN;
+    p->pred_fastest_k = simpler ? hd->sched.fastest_k : 0;
+    p->pred_fastest_active = simpler ? hd->sched.fastest_active : 0;
     p->layer_read_bytes = hr_layer_read_bytes(hd);
     for (int i = 0; i < hd->n_devs && i < HR_AGENT_MAX_DEV; i++) {
         hr_dev d = hd->devs[i];

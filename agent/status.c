@@ -262,6 +262,10 @@ char *hr_status_json(const hr_status *st) {
     hr_put_fig(j, "pred_compute_ms_token", p->pred_compute_ms_token);
     hr_put_fig(j, "pred_disk_exposed_ms_token", p->pred_disk_exposed_ms_token);
     hr_put_bool(j, "pred_evaluated", isfinite(p->pred_ms_token) && p->pred_evaluated);
+    hr_put_fig(j, "pred_noise", p->pred_noise);
+    hr_put_fig(j, "pred_fastest_ms_token", p->pred_fastest_ms_token);
+    hr_put_int(j, "pred_fastest_k", p->pred_fastest_k);
+    hr_put_int(j, "pred_fastest_active", p->pred_fastest_active);
     hr_put_int(j, "kv_slots", p->kv_slots);
     hr_put_int(j, "kv_slot_ctx", p->kv_slot_ctx);
     hr_put(j, "adapt", hr_adapt_json(&st->adapt, &ok));

@@ -103,6 +103,10 @@ typedef struct {
     int kv_slots, kv_slot_ctx; /* requests at once; positions each */
     int pred_n_past;           /* positions attended in the decode prediction */
     double pred_ms_token, pred_compute_ms_token, pred_disk_exposed_ms_token; /* NAN: none */
+    /* the plan's noise margin (relative; NAN: none) and, where a simpler
+     * plan was taken inside it, the fastest plan's prediction (NAN: none) */
+    double pred_noise, pred_fastest_ms_token;
+    int pred_fastest_k, pred_fastest_active;
     /* pred_*: the cost model's figures for a plan it did not choose (windows
      * forced by --windows, an even split), not the scheduler's own choice */
     bool pred_evaluated;

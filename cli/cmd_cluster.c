@@ -610,6 +610,19 @@ static void hr_print_status(json_t *j) {
                pdisk > 0 ? pdisk : 0.0,
                peval ? "the cost model's figure for windows it did not choose"
                      : "the scheduler's figure for the plan it chose");
+    double pnoise = 0, pfast = 0;
+    int fast_k = 0, fast_n = 0;
+    json_unpack(j, "{s?F}", "pred_noise", &pnoise);
+    json_unpack(j, "{s?F}", "pred_fastest_ms_token", &pfast);
+    json_unpack(j, "{s?i,s?i}", "pred_fastest_k", &fast_k, "pred_fastest_active", &fast_n);
+    if (pms > 0 && pfast > 0 && fast_k > 0)
+        printf("a simpler plan: the fastest found (k %d on %d devices) was predicted %.1f "
+               "ms/token, %.1f%% faster, inside the devices' measured spread (+-%.0f%%)\n",
+               fast_k, fast_n, pfast, 100.0 * (pms / pfast - 1.0), 100.0 * pnoise);
+    else if (pms > 0 && pnoise > 0)
+        printf("prediction margin: +-%.0f%% (half the largest engine-probe spread of its "
+               "devices)\n",
+               100.0 * pnoise);
     int slots = 0, slot_ctx = 0;
     json_unpack(j, "{s?i,s?i}", "kv_slots", &slots, "kv_slot_ctx", &slot_ctx);
     if (slots > 0 && slot_ctx > 0)

@@ -396,9 +396,72 @@ static void test_hold_rule(void) {
     CHECK_DBL_(hr_head_adapt_hold_s(37.0, NAN), ==, 10.0);
 }
 
+/* The model's bias on this machine: every device with layers off the same
+ * way passes its mildest correction to the devices without layers; one
+ * device off alone (a neighbour) passes nothing. */
+static void test_bias_rule(void) {
+    hr_head *hd = calloc(1, sizeof *hd);
+    if (!hd)
+        return;
+    hd->plan_id = 5;
+    hd->n_devs = 3;
+    for (int i = 0; i < 3; i++) {
+        hr_dev *d = &hd->devs[i];
+        d->ring_pos = i < 2 ? i : -1; /* device 2 left out */
+        d->layers = i < 2 ? 11 : 0;
+        d->adapt_plan = 5;
+        d->pred_ms_round = 10;
+        d->pred_compute_ms_round = 10;
+        d->adapt_off = 3;
+        d->rate_scale = 1;
+    }
+    char why[256];
+    size_t wl;
+#define BIAS(s0, s1, s2)                                                                           \
+    do {                                                                                           \
+        scale[0] = (s0);                                                                           \
+        scale[1] = (s1);                                                                           \
+        scale[2] = (s2);                                                                           \
+        why[0] = 0;                                                                                \
+        wl = 0;                                                                                    \
+        hr_head_adapt_bias(hd, scale, why, sizeof why, &wl);                                       \
+    } while (0)
+    double scale[3];
+    BIAS(1.4, 1.6, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.4); /* both slower: the mildest */
+    CHECK_DBL_(scale[0], ==, 1.4);
+    CHECK_DBL_(scale[1], ==, 1.6);
+    CHECK(strstr(why, "the 1 without x1.4") != NULL);
+    CHECK_INT((int)wl, ==, (int)strlen(why));
+    BIAS(0.5, 0.7, 1.0);
+    CHECK_DBL_(scale[2], ==, 0.7); /* both faster */
+    BIAS(1.4, 0.7, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0); /* either way: no common bias */
+    CHECK_INT((int)wl, ==, 0);
+    hd->devs[2].rate_scale = 2.0; /* its own correction, times the common one */
+    BIAS(1.5, 1.5, 2.0);
+    CHECK_DBL_(scale[2], ==, 3.0);
+    hd->devs[2].rate_scale = 1.0;
+    hd->devs[1].adapt_off = 0; /* device 1 on its prediction: a neighbour on 0 */
+    BIAS(1.4, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+    hd->devs[1].adapt_off = 3;
+    hd->devs[1].layers = 0; /* one device with layers is no evidence of a bias */
+    BIAS(1.4, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+    CHECK_DBL_(scale[1], ==, 1.0);
+    hd->devs[1].layers = 11;
+    hd->devs[2].lost = true; /* a lost device is not planned */
+    BIAS(1.4, 1.6, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+#undef BIAS
+    free(hd);
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     test_hold_rule();
+    test_bias_rule();
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
     char slow[32];
     snprintf(slow, sizeof slow, "w2=%d", SLOW_MS);
