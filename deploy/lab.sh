@@ -11,7 +11,7 @@
 #   deploy/lab.sh limits               the limits read back from the kernel
 #   deploy/lab.sh prompt [opts] TEXT   a `hearth prompt` against the head
 #   deploy/lab.sh selftest             a 2-device lab on the small shared model
-#   deploy/lab.sh hog DEVICE [stop]    a CPU hog (HR_LAB_HOG_THREADS busy loops, default 2)
+#   deploy/lab.sh hog DEVICE [stop]    a CPU hog (HR_LAB_HOG_THREADS busy loops, default 1)
 #                                      in DEVICE's cgroups (interference:
 #                                      someone starts a game on it); up --hog DEVICE
 #                                      starts it before the agent (and its profile)
@@ -232,7 +232,7 @@ up() {
             hog_start "$i" "$cgs"
             hogged="hog"
         fi
-        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged${hogged:+${HR_LAB_HOG_THREADS:-2}}") | md5sum | cut -c1-12)
+        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged${hogged:+${HR_LAB_HOG_THREADS:-1}}") | md5sum | cut -c1-12)
         mkdir -p "$CACHE/profiles/$key"
         XDG_CACHE_HOME=$CACHE/profiles/$key lab_spawn "$i" "$LAB_DIR/$name.log" "$ns" "$cgs" -- \
             "$BIN" "${args[@]}"
@@ -383,13 +383,15 @@ prompt() {
     head_cmd prompt "$@"
 }
 
-# hog_start I CGDIRS: HR_LAB_HOG_THREADS busy loops (default 2) in device I's
-# cgroups (pid.hog<I>, so teardown stops it too). Two loops, not one: a
-# single loop shares the device's quota with the agent only while both run,
-# and the agent, back from waiting on the ring, runs first; one loop slowed
-# a half-core device 1.4x to 2.6x from run to run in deploy/interfere.sh.
+# hog_start I CGDIRS: HR_LAB_HOG_THREADS busy loops (default 1) in device I's
+# cgroups (pid.hog<I>, so teardown stops it too). One loop shares the
+# device's quota with the agent only while both run (the agent, back from
+# waiting on the ring, runs first): it slowed a half-core device 1.4x to
+# 2.6x from run to run. Two loops slow it more evenly, but on a 2-core host
+# they also slowed the other emulated devices 3-5x (they share the cores),
+# which no game on one machine of a household does.
 hog_start() {
-    local i=$1 cgs=$2 nt=${HR_LAB_HOG_THREADS:-2}
+    local i=$1 cgs=$2 nt=${HR_LAB_HOG_THREADS:-1}
     [ -e "$LAB_DIR/pid.hog$i" ] && kill -0 "$(cat "$LAB_DIR/pid.hog$i")" 2>/dev/null && return 0
     [[ $cgs == */cpu* ]] || die "device $i has no cpu cgroup (give it a \"cpu\" share in the spec)"
     [[ $nt =~ ^[1-9][0-9]?$ ]] || die "HR_LAB_HOG_THREADS must be 1-99 (got '$nt')"
