@@ -359,10 +359,21 @@ static void hr_head_predict(hr_head *hd, const int *cand, int n, int k, const in
     hr_head_link_inputs(hd, cand, n, sd);
     hr_sched_model sm;
     char e2[HR_ERR_LEN];
+    /* the scheduler's own account of its choice survives the evaluation
+     * (the same windows, with the links measured since) */
+    int fast_k = hd->plan_chosen ? hd->sched.fastest_k : 0;
+    int fast_n = hd->sched.fastest_active;
+    double fast_ms = hd->sched.fastest_ms, noise = hd->sched.noise_margin;
     if (all_sched && hr_prof_to_sched_model(&hd->pm, hr_head_kv_ctx(a), &sm, e2) == 0 &&
-        hr_sched_evaluate_rounds(&sm, sd, n, NULL, k, win, ng, &hd->sched, e2) == 0)
+        hr_sched_evaluate_rounds(&sm, sd, n, NULL, k, win, ng, &hd->sched, e2) == 0) {
         hd->have_sched = true;
-    else if (all_sched)
+        if (fast_k > 0) {
+            hd->sched.fastest_k = fast_k;
+            hd->sched.fastest_active = fast_n;
+            hd->sched.fastest_ms = fast_ms;
+            hd->sched.noise_margin = fmax(hd->sched.noise_margin, noise);
+        }
+    } else if (all_sched)
         HR_LOG_WARN(TAG, "no predicted times for plan: %s", e2);
     else
         HR_LOG_INFO(TAG, "no predicted times: not every device sent a profile");

@@ -694,6 +694,9 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
         d->decode_threads = c->d[i].decode_threads;
         if (!d->active)
             continue;
+        /* half the largest measured spread of its devices (hr_sched_solve
+         * widens it over the fastest plan's where it took a simpler one) */
+        p->noise_margin = fmax(p->noise_margin, fmin(HR_SCHED_NOISE_MAX, 0.5 * c->d[i].spread));
         d->ring_pos = n_active;
         p->order[n_active++] = i;
         d->link_ms = H > 0.0 ? k * c->d[i].h : 0.0;
