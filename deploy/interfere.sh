@@ -162,10 +162,17 @@ while kill -0 $spid 2>/dev/null; do
         t_ready=$(now)
         planB=$(echo "$s" | jq -r '.plan_id')
         echo "$s" >"$OUT/statusA2.json"
+        break
     fi
-    sleep 0.1
+    sleep 0.2
 done
+# no status polls once the new plan is ready: each one starts a client
+# (bash, nsenter, hearth, jq) on the lab's two cores and costs the head's
+# quota an answer; lab B's request runs without them, so lab A's after the
+# re-plan must too
 wait $spid || { echo "interfere.sh: the request failed" >&2; exit 1; }
+s=$(st)
+[ "$s" = '{}' ] || last=$s
 "$LAB" hog "$DEVICE" stop 2>/dev/null
 cp "$HR_LAB_DIR"/*.log "$OUT/" 2>/dev/null || true
 "$LAB" down >/dev/null
