@@ -266,6 +266,7 @@ struct hr_head {
     double adapt_head_at;     /* s, monotonic: the head's own last sample */
     double adapt_fast_at;     /* s, monotonic: the last re-plan not held (0 = none) */
     double adapt_layer_bytes; /* a mean layer's bytes (the last adaptive plan's model) */
+    bool adapt_moved;         /* the last adaptive decision moved layers (a re-plan) */
     bool adapt_idle;          /* a better plan waits for the ring to be idle (the running
                                  request's replay cost more than it gained) */
     uint32_t adapt_from;      /* plan replaced by the last adaptive re-plan */
@@ -446,6 +447,10 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
  * off either way and the last re-plan that was not held is since_fast_s
  * (INFINITY: none) or more than a minute ago, else 10 s. NaN: 10 s. */
 double hr_head_adapt_hold_s(double off, double since_fast_s);
+/* Seconds an adaptive decision waits after the last one: HR_ADAPT_HOLDOFF_S
+ * (10), or 0 when the last one moved no layers (moved false) and the
+ * device behind this one skips the hold (hold_s 0, hr_head_adapt_hold_s). */
+double hr_head_adapt_gap_s(bool moved, double hold_s);
 /* With scale[] the rates an adaptive check would plan with: when every
  * device computing layers (two at least) is off its prediction the same
  * way, the devices without layers get the mildest of those corrections

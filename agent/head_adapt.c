@@ -18,8 +18,10 @@
  * layers. The exception is a device HR_ADAPT_FAST (1.5x) off for the whole
  * window (a game that takes half its CPU is no noise): it re-plans at
  * once, but only once per HR_ADAPT_FAST_EVERY_S (60 s), so at most one
- * re-plan a minute skips the hold (hr_head_adapt_hold_s). Re-plans are at
- * least HR_ADAPT_HOLDOFF_S apart; after one the device matches its new
+ * re-plan a minute skips the hold (hr_head_adapt_hold_s). Decisions are at
+ * least HR_ADAPT_HOLDOFF_S apart, except that such a device does not wait
+ * for one that only updated predictions (hr_head_adapt_gap_s: a warm-up
+ * rate update 1-3 s before a hog held its re-plan 8-10 s); after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
  * again (the hog stops). When every device with layers is off the same
  * way, the devices without any take the mildest correction
@@ -359,6 +361,10 @@ double hr_head_adapt_hold_s(double off, double since_fast_s) {
     return far && since_fast_s >= HR_ADAPT_FAST_EVERY_S ? 0.0 : HR_ADAPT_HOLD_S;
 }
 
+double hr_head_adapt_gap_s(bool moved, double hold_s) {
+    return moved || !(hold_s <= 0) ? HR_ADAPT_HOLDOFF_S : 0.0;
+}
+
 void hr_head_adapt_check(hr_head *hd) {
     hr_agent *a = hd->a;
     double now = hr_now_s();
@@ -366,6 +372,7 @@ void hr_head_adapt_check(hr_head *hd) {
         atomic_load(&hd->gen_hist) == 0) { /* the ring is idle: nothing to replay */
         hr_adapt_begin(hd);
         hd->adapt_at = now;
+        hd->adapt_moved = true;
         HR_LOG_WARN(TAG, "adaptive re-plan of plan %u, kept while a request ran: %s", hd->plan_id,
                     hd->adapt_reason);
         size_t l = strlen(hd->adapt_reason);
@@ -383,7 +390,7 @@ void hr_head_adapt_check(hr_head *hd) {
         hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
     }
     if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||
-        !hd->ready || (hd->adapt_at > 0 && now - hd->adapt_at < HR_ADAPT_HOLDOFF_S))
+        !hd->ready)
         return;
     /* one device off for the whole window decides; every device off in
      * enough samples by then is rescaled with it */
@@ -401,6 +408,10 @@ void hr_head_adapt_check(hr_head *hd) {
         hd->adapt_recheck_at = 0;
         return;
     }
+    /* decisions HR_ADAPT_HOLDOFF_S apart, except a far-off device after one
+     * that only updated predictions (hr_head_adapt_gap_s) */
+    if (hd->adapt_at > 0 && now - hd->adapt_at < hr_head_adapt_gap_s(hd->adapt_moved, hold))
+        return;
     /* a better plan waits for its hold, unless the device is far off now */
     if (hd->adapt_recheck_at > 0 && now < hd->adapt_recheck_at && held < hold)
         return;
@@ -469,6 +480,7 @@ void hr_head_adapt_check(hr_head *hd) {
     if (w.keep) {
         hr_adapt_repredict(hd, w.same ? np : cur, cand, n);
         hd->n_rescaled++;
+        hd->adapt_moved = false;
         HR_LOG_INFO(TAG, "adaptive plan: %s%s; plan %u stays%s", why, gain, hd->plan_id,
                     hd->adapt_idle ? " until the ring is idle" : " (predictions updated)");
         snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "plan %u kept%s: %.500s%.250s",
@@ -476,6 +488,7 @@ void hr_head_adapt_check(hr_head *hd) {
                  why, gain);
     } else {
         hr_adapt_begin(hd);
+        hd->adapt_moved = true;
         if (held < HR_ADAPT_HOLD_S) /* not held: the one a minute */
             hd->adapt_fast_at = now;
         HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s%s", hd->plan_id, why, gain);

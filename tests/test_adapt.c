@@ -394,6 +394,12 @@ static void test_hold_rule(void) {
     CHECK_DBL_(hr_head_adapt_hold_s(NAN, INFINITY), ==, 10.0);
     CHECK_DBL_(hr_head_adapt_hold_s(0.0, INFINITY), ==, 10.0); /* no measurement */
     CHECK_DBL_(hr_head_adapt_hold_s(37.0, NAN), ==, 10.0);
+    /* decisions 10 s apart, except a far-off device after a mere update */
+    CHECK_DBL_(hr_head_adapt_gap_s(true, 0.0), ==, 10.0);
+    CHECK_DBL_(hr_head_adapt_gap_s(true, 10.0), ==, 10.0);
+    CHECK_DBL_(hr_head_adapt_gap_s(false, 10.0), ==, 10.0);
+    CHECK_DBL_(hr_head_adapt_gap_s(false, 0.0), ==, 0.0);
+    CHECK_DBL_(hr_head_adapt_gap_s(false, NAN), ==, 10.0);
 }
 
 /* The model's bias on this machine: every device with layers off the same
