@@ -55,6 +55,13 @@
 
 static double hr_dev_scale(const hr_dev *d) { return d->rate_scale > 0 ? d->rate_scale : 1.0; }
 
+/* s within the bounds of rate_scale. */
+static double hr_adapt_clamp_scale(double s) {
+    return s < HR_ADAPT_SCALE_MIN   ? HR_ADAPT_SCALE_MIN
+           : s > HR_ADAPT_SCALE_MAX ? HR_ADAPT_SCALE_MAX
+                                    : s;
+}
+
 /* d's profile rates with its CPU times multiplied by scale. */
 static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out) {
     *out = d->sd;
@@ -155,10 +162,7 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
 static double hr_adapt_new_scale(const hr_dev *d) {
     double c = d->pred_compute_ms_round, e = d->pred_ms_round - c;
     double f = c > 0 ? (d->adapt_ratio * d->pred_ms_round - (e > 0 ? e : 0)) / c : 1.0;
-    double s = hr_dev_scale(d) * (f > 0 ? f : HR_ADAPT_SCALE_MIN);
-    return s < HR_ADAPT_SCALE_MIN   ? HR_ADAPT_SCALE_MIN
-           : s > HR_ADAPT_SCALE_MAX ? HR_ADAPT_SCALE_MAX
-                                    : s;
+    return hr_adapt_clamp_scale(hr_dev_scale(d) * (f > 0 ? f : HR_ADAPT_SCALE_MIN));
 }
 
 /* Every device that computes layers in the ring (two at least) off the
@@ -197,9 +201,7 @@ void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap,
         if (d->lost || (d->ring_pos >= 0 && d->layers > 0))
             continue;
         double s = hr_dev_scale(d) * f;
-        scale[i] = s < HR_ADAPT_SCALE_MIN   ? HR_ADAPT_SCALE_MIN
-                   : s > HR_ADAPT_SCALE_MAX ? HR_ADAPT_SCALE_MAX
-                                            : s;
+        scale[i] = hr_adapt_clamp_scale(s);
         n++;
     }
     if (n && *wl < cap)
