@@ -138,6 +138,7 @@ typedef struct {
     int adapt_off;                /* consecutive fresh samples off by more than the threshold */
     double adapt_since;           /* s, monotonic: the first of them */
     double adapt_seen;            /* s, monotonic: the last fresh sample */
+    bool adapt_rated;             /* measured in a ring since it joined (a warm sample) */
 } hr_dev;
 
 /* A KV slot's content once its request is over (batch.c). Positions
@@ -452,10 +453,10 @@ double hr_head_adapt_hold_s(double off, double since_fast_s);
  * device behind this one skips the hold (hold_s 0, hr_head_adapt_hold_s). */
 double hr_head_adapt_gap_s(bool moved, double hold_s);
 /* With scale[] the rates an adaptive check would plan with: when every
- * device computing layers (two at least) is off its prediction the same
- * way, the devices without layers get the mildest of those corrections
- * (their own scale times it) and why (*wl of cap used) a note; else
- * nothing changes. dev_mu held. */
+ * device measured in the ring since it joined (adapt_rated; two at least)
+ * has a scale on the same side of 1, the devices not yet measured get at
+ * least the mildest of them when those are above 1 (at most, below), and
+ * why (*wl of cap used) a note; else nothing changes. dev_mu held. */
 void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl);
 /* Every turn of the plan timer: the head's own sample; decides an adaptive
  * re-plan (sets replan and hd->adapt) or only new predictions. */

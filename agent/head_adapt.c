@@ -23,9 +23,9 @@
  * for one that only updated predictions (hr_head_adapt_gap_s: a warm-up
  * rate update 1-3 s before a hog held its re-plan 8-10 s); after one the device matches its new
  * prediction, and it re-plans back by the same rule when it gets faster
- * again (the hog stops). When every device with layers is off the same
- * way, the devices without any take the mildest correction
- * (hr_head_adapt_bias). Never with --windows, and never on the rounds of
+ * again (the hog stops). When every device measured in the ring errs the
+ * same way, the devices not yet measured take the mildest of their
+ * corrections (hr_head_adapt_bias). Never with --windows, and never on the rounds of
  * a device that streams from disk (its CPU rates would take the blame for
  * the disk). */
 #include "agent/head-impl.h"
@@ -148,6 +148,7 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
     d->adapt_seen = now;
     if (!warm || mean <= 0)
         return; /* the first tokens of a plan (cold pages, the EMA settling) */
+    d->adapt_rated = true;
     d->adapt_ratio = mean / d->pred_ms_round;
     if (fabs(d->adapt_ratio - 1.0) > HR_ADAPT_OFF) {
         if (d->adapt_off++ == 0)
@@ -165,50 +166,46 @@ static double hr_adapt_new_scale(const hr_dev *d) {
     return hr_adapt_clamp_scale(hr_dev_scale(d) * (f > 0 ? f : HR_ADAPT_SCALE_MIN));
 }
 
-/* Every device that computes layers in the ring (two at least) off the
- * same way is the cost model's bias on this machine, not one device's
- * neighbour: the devices with no layers in the plan, never measured, take
- * the mildest of those corrections (scale[] in place; why gets a note).
- * Otherwise such a device keeps its profile's rates while the measured
- * ones got slower, and the next plan moves every layer onto it (seen on
- * three equal devices: the one left out got all 22 layers). A hog on one
- * device leaves the others on their predictions, and moves nothing here. */
+/* The cost model's bias on this machine: when the devices measured in a
+ * ring since they joined (two at least) all err the same way, at their
+ * rates after this decision (scale[]: all slower than their profiles, or
+ * all faster), a device never measured is assumed to err as much as the
+ * mildest of them: no better than the least-corrected measured device
+ * when they are slower (no worse when faster). scale[] in place; why gets
+ * a note. Otherwise an unmeasured device keeps its profile's rates while
+ * the measured ones were scaled up 2-5x, and the next plan moves layers
+ * onto it (seen: all 22 layers on the node left out, which then measured
+ * 2.6x its prediction). A hog on one device leaves the others on their
+ * profiles (scale 1), and moves nothing here. */
 void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl) {
-    int n_ring = 0, n_slow = 0, n_fast = 0;
-    double slow = INFINITY, fast = 0; /* the mildest factor each way */
+    int n_rated = 0;
+    double lo = INFINITY, hi = 0; /* the measured devices' scales */
     for (int i = 0; i < hd->n_devs; i++) {
         const hr_dev *d = &hd->devs[i];
-        if (d->lost || d->ring_pos < 0 || d->layers <= 0)
+        if (d->lost || !d->adapt_rated)
             continue;
-        n_ring++;
-        if (!hr_adapt_off(hd, d, HR_ADAPT_MIN_SAMPLES))
-            return; /* one on its prediction: no common bias */
-        double f = scale[i] / hr_dev_scale(d);
-        if (f > 1) {
-            n_slow++;
-            slow = fmin(slow, f);
-        } else {
-            n_fast++;
-            fast = fmax(fast, f);
-        }
+        n_rated++;
+        lo = fmin(lo, scale[i]);
+        hi = fmax(hi, scale[i]);
     }
-    if (n_ring < 2 || (n_slow && n_fast))
+    double f = n_rated < 2 ? 1.0 : lo > 1 ? lo : hi < 1 ? hi : 1.0;
+    if (f == 1.0)
         return;
-    double f = n_slow ? slow : fast;
     int n = 0;
     for (int i = 0; i < hd->n_devs; i++) {
         const hr_dev *d = &hd->devs[i];
-        if (d->lost || (d->ring_pos >= 0 && d->layers > 0))
+        if (d->lost || d->adapt_rated)
             continue;
-        double s = hr_dev_scale(d) * f;
-        scale[i] = hr_adapt_clamp_scale(s);
-        n++;
+        double s = hr_adapt_clamp_scale(f > 1 ? fmax(scale[i], f) : fmin(scale[i], f));
+        if (s != scale[i])
+            n++;
+        scale[i] = s;
     }
     if (n && *wl < cap)
         *wl += (size_t)snprintf(why + *wl, cap - *wl,
-                                "; every device with layers was off the same way: the %d without "
-                                "x%.3g too",
-                                n, f);
+                                "; every device measured in the ring was %s than its profile: "
+                                "the %d not yet measured x%.3g too",
+                                f > 1 ? "slower" : "faster", n, f);
 }
 
 /* The scheduler's plan over the devices not lost (the candidates

@@ -410,57 +410,90 @@ static void test_bias_rule(void) {
     if (!hd)
         return;
     hd->plan_id = 5;
-    hd->n_devs = 3;
-    for (int i = 0; i < 3; i++) {
+    hd->n_devs = 4;
+    for (int i = 0; i < 4; i++) {
         hr_dev *d = &hd->devs[i];
-        d->ring_pos = i < 2 ? i : -1; /* device 2 left out */
+        d->ring_pos = i < 2 ? i : -1; /* devices 2 and 3 left out */
         d->layers = i < 2 ? 11 : 0;
         d->adapt_plan = 5;
         d->pred_ms_round = 10;
         d->pred_compute_ms_round = 10;
         d->adapt_off = 3;
         d->rate_scale = 1;
+        d->adapt_rated = i < 2; /* ... and never measured */
     }
     char why[256];
     size_t wl;
-#define BIAS(s0, s1, s2)                                                                           \
+#define BIAS(s0, s1, s2, s3)                                                                       \
     do {                                                                                           \
         scale[0] = (s0);                                                                           \
         scale[1] = (s1);                                                                           \
         scale[2] = (s2);                                                                           \
+        scale[3] = (s3);                                                                           \
         why[0] = 0;                                                                                \
         wl = 0;                                                                                    \
         hr_head_adapt_bias(hd, scale, why, sizeof why, &wl);                                       \
     } while (0)
-    double scale[3];
-    BIAS(1.4, 1.6, 1.0);
-    CHECK_DBL_(scale[2], ==, 1.4); /* both slower: the mildest */
-    CHECK_DBL_(scale[0], ==, 1.4);
+    double scale[4];
+    BIAS(1.4, 1.6, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.4); /* both slower: no better than the least corrected */
+    CHECK_DBL_(scale[3], ==, 1.4);
+    CHECK_DBL_(scale[0], ==, 1.4); /* the measured keep theirs */
     CHECK_DBL_(scale[1], ==, 1.6);
-    CHECK(strstr(why, "the 1 without x1.4") != NULL);
+    CHECK(strstr(why, "the 2 not yet measured x1.4") != NULL);
     CHECK_INT((int)wl, ==, (int)strlen(why));
-    BIAS(0.5, 0.7, 1.0);
-    CHECK_DBL_(scale[2], ==, 0.7); /* both faster */
-    BIAS(1.4, 0.7, 1.0);
+    BIAS(0.5, 0.7, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 0.7); /* both faster: no worse than the least corrected */
+    BIAS(1.4, 0.7, 1.0, 1.0);
     CHECK_DBL_(scale[2], ==, 1.0); /* either way: no common bias */
     CHECK_INT((int)wl, ==, 0);
-    hd->devs[2].rate_scale = 2.0; /* its own correction, times the common one */
-    BIAS(1.5, 1.5, 2.0);
-    CHECK_DBL_(scale[2], ==, 3.0);
-    hd->devs[2].rate_scale = 1.0;
-    hd->devs[1].adapt_off = 0; /* device 1 on its prediction: a neighbour on 0 */
-    BIAS(1.4, 1.0, 1.0);
+    BIAS(1.4, 1.0, 1.0, 1.0); /* one on its profile (a hog on the other): nothing */
     CHECK_DBL_(scale[2], ==, 1.0);
-    hd->devs[1].adapt_off = 3;
-    hd->devs[1].layers = 0; /* one device with layers is no evidence of a bias */
-    BIAS(1.4, 1.0, 1.0);
-    CHECK_DBL_(scale[2], ==, 1.0);
+    CHECK_INT((int)wl, ==, 0);
+    BIAS(1.5, 1.5, 2.0, 1.2); /* an own larger scale stays; a milder one is raised */
+    CHECK_DBL_(scale[2], ==, 2.0);
+    CHECK_DBL_(scale[3], ==, 1.5);
+    CHECK(strstr(why, "the 1 not yet measured") != NULL);
+    BIAS(1.5, 1.5, 1.5, 1.5); /* again at the same rates: idempotent, no note */
+    CHECK_DBL_(scale[2], ==, 1.5);
+    CHECK_INT((int)wl, ==, 0);
+    /* a measured device the plan left out counts: its last measurement */
+    hd->devs[1].ring_pos = -1;
+    hd->devs[1].layers = 0;
+    hd->devs[1].adapt_off = 0;
+    BIAS(2.0, 3.0, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 2.0);
+    hd->devs[1].adapt_rated = false; /* one measured device is no evidence of a bias */
+    BIAS(2.0, 1.0, 1.0, 1.0);
     CHECK_DBL_(scale[1], ==, 1.0);
-    hd->devs[1].layers = 11;
-    hd->devs[2].lost = true; /* a lost device is not planned */
-    BIAS(1.4, 1.6, 1.0);
     CHECK_DBL_(scale[2], ==, 1.0);
+    hd->devs[1].adapt_rated = true;
+    hd->devs[1].lost = true; /* a lost device neither counts nor is planned */
+    BIAS(2.0, 3.0, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+    hd->devs[1].lost = false;
+    hd->devs[2].lost = true;
+    BIAS(2.0, 3.0, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+    CHECK_DBL_(scale[3], ==, 2.0);
 #undef BIAS
+    /* a warm sample marks a device measured; the first tokens of a plan do not */
+    hr_dev *d = &hd->devs[3];
+    d->lost = false;
+    d->adapt_rated = false;
+    d->ring_pos = 2;
+    d->layers = 4;
+    d->adapt_plan = 0;
+    d->pred_ms_round = 10;
+    hd->plan_k = 1;
+    hr_head_adapt_sample(hd, 3, 5, 10, 1, 10); /* a new plan: starts over */
+    CHECK(!d->adapt_rated);
+    hr_head_adapt_sample(hd, 3, 5, 10, 2, 20); /* 2 rounds: still warming up */
+    CHECK(!d->adapt_rated);
+    hr_head_adapt_sample(hd, 3, 5, 10, 3, 30); /* warm from the 3rd token on */
+    CHECK(!d->adapt_rated);
+    hr_head_adapt_sample(hd, 3, 5, 10, 5, 50);
+    CHECK(d->adapt_rated);
     free(hd);
 }
 
