@@ -23,24 +23,27 @@
 #define HR_PROBE_ATTEMPTS 3    /* attempts; the median rate's stands */
 #define HR_PROBE_PAUSE_S 0.2   /* s before attempt n + 1, times n */
 
-/* Layers [0, n): two at least, and more while their weights are within
- * HR_PROBE_L3_TIMES the last-level cache, so that the probe's steps read
- * them from memory as a plan's windows do, not from the cache (on a KVM
- * guest reporting 532 MB of L3, two 1.1B-shape Q4_0 layers ran at 1.02
- * ms each, a whole 22-layer model at 1.35-1.56 ms a layer; with 32 MB of
- * L3 this stays at two 1.1B layers). All of them within HR_PROBE_MEM_FRAC
- * of the memory left for weights; two only where twice their bytes fit,
- * else one (0: not even one fits twice over). */
+/* Layers [0, n): two at least, and, where the steps run back to back
+ * (grow), more while their weights are within HR_PROBE_L3_TIMES the
+ * last-level cache, so that the probe's steps read them from memory as a
+ * plan's windows do, not from the cache (on a KVM guest reporting 532 MB
+ * of L3, two 1.1B-shape Q4_0 layers ran at 1.02 ms each, a whole 22-layer
+ * model at 1.35-1.56 ms a layer; with 32 MB of L3 this stays at two 1.1B
+ * layers). All of them within HR_PROBE_MEM_FRAC of the memory left for
+ * weights; two only where twice their bytes fit, else one (0: not even one
+ * fits twice over). Paced steps (a CPU quota) stay short against the
+ * quota's period: 22 layers at half a core took 96-171 ms a step in 5 ms
+ * periods, and the bursts' slope and intercept came out meaningless. */
 #define HR_PROBE_L3_TIMES 3
 #define HR_PROBE_MEM_FRAC 0.75
-static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm) {
+static int hr_probe_layers(const hr_prof_device *d, const hr_prof_model *pm, bool grow) {
     int n = pm->n_layer < 2 ? pm->n_layer : 2;
     int64_t avail = d->mem.weights_avail_bytes;
     while (n > 0 && avail >= 0 &&
            (int64_t)(2 * hr_prof_model_window_bytes(pm, 0, n, false, false)) > avail)
         n--;
     double l3 = d->topo.l3_bytes > 0 ? (double)d->topo.l3_bytes : 0;
-    while (n >= 2 && n < pm->n_layer &&
+    while (grow && n >= 2 && n < pm->n_layer &&
            (double)hr_prof_model_window_bytes(pm, 0, n, false, false) < HR_PROBE_L3_TIMES * l3 &&
            (avail < 0 || (double)hr_prof_model_window_bytes(pm, 0, n + 1, false, false) <=
                              HR_PROBE_MEM_FRAC * (double)avail))
@@ -129,13 +132,14 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     d->engine_layers = d->engine_threads = 0;
     if (!m || !pm || pm->n_layer <= 0 || d->n_rates == 0)
         return hr_seterr(err, HR_EINVAL, "the engine probe needs a model and measured rates");
-    int nl = hr_probe_layers(d, pm);
-    if (nl == 0)
-        return hr_seterr(err, HR_ENOMEM, "too little memory for the engine probe");
     hr_ctx_params cp = hr_ctx_params_default();
     cp.n_ctx = HR_PROBE_CTX;
     cp.n_batch = 1;
     cp.n_threads = n_threads > 0 ? n_threads : 1;
+    bool paced = d->cpu_quota_cores > 0 && d->cpu_quota_cores < cp.n_threads; /* it can throttle */
+    int nl = hr_probe_layers(d, pm, !paced);
+    if (nl == 0)
+        return hr_seterr(err, HR_ENOMEM, "too little memory for the engine probe");
     cp.layer_begin = 0;
     cp.layer_end = nl;
     hr_ctx *c = NULL;
@@ -160,7 +164,6 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
      * short repetitions, a ring's rounds near their rate), and unevenly:
      * the two burst lengths give a rate per step (the slope) and what each
      * burst adds or saves (the intercept, engine_round_ms). */
-    bool paced = d->cpu_quota_cores > 0 && d->cpu_quota_cores < cp.n_threads; /* it can throttle */
     /* HR_PROBE_ATTEMPTS attempts, a short pause apart, and the one with the
      * median rate stands: a machine's speed moves over seconds (on the
      * mixed lab's big device, single attempts of 4.25, 6.37, 9.48 and

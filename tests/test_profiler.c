@@ -401,6 +401,33 @@ static void test_probe(void) {
     d->mem.weights_avail_bytes = (int64_t)(2 * hr_prof_model_window_bytes(&pm, 0, 1, false, false));
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
     CHECK_EQ(d->engine_layers, 1);
+    /* a last-level cache that holds two layers: more layers, while their
+     * bytes are below three times it and the next fits in 3/4 of the
+     * memory left for weights (4 layers in the fixture) */
+    uint64_t w1 = hr_prof_model_window_bytes(&pm, 0, 1, false, false);
+    uint64_t w2 = hr_prof_model_window_bytes(&pm, 0, 2, false, false);
+    uint64_t w3 = hr_prof_model_window_bytes(&pm, 0, 3, false, false);
+    d->mem.weights_avail_bytes = 1 << 30;
+    d->topo.l3_bytes = (int64_t)w1; /* 3x: below three layers' bytes */
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_INT(d->engine_layers, ==, 3);
+    CHECK(w2 < 3 * w1 && w3 >= 3 * w1); /* the fixture's layers are about equal */
+    d->topo.l3_bytes = (int64_t)w3; /* the whole model within 3x: every layer */
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_INT(d->engine_layers, ==, pm.n_layer);
+    /* memory: the third layer's bytes above 3/4 of what is left */
+    d->mem.weights_avail_bytes = (int64_t)((double)w3 / 0.75) - 1;
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_INT(d->engine_layers, ==, 2);
+    d->cpu_quota_cores = 0.5; /* paced steps stay short: two */
+    d->mem.weights_avail_bytes = 1 << 30;
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_INT(d->engine_layers, ==, 2);
+    d->cpu_quota_cores = -1.0;
+    d->topo.l3_bytes = 0; /* unknown: two */
+    d->mem.weights_avail_bytes = 1 << 30;
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_INT(d->engine_layers, ==, 2);
     d->mem.weights_avail_bytes = 1000;
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), HR_ENOMEM);
     CHECK_NEAR(d->engine_factor, -1.0, 0);
