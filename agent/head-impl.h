@@ -139,6 +139,7 @@ typedef struct {
     double adapt_since;           /* s, monotonic: the first of them */
     double adapt_seen;            /* s, monotonic: the last fresh sample */
     bool adapt_rated;             /* measured in a ring since it joined (a warm sample) */
+    double adapt_fast_at;         /* s, monotonic: its last re-plan not held (0 = none) */
 } hr_dev;
 
 /* A KV slot's content once its request is over (batch.c). Positions
@@ -265,7 +266,6 @@ struct hr_head {
     double adapt_recheck_at;  /* s, monotonic: a re-plan waits until its cause has held
                                  HR_ADAPT_HOLD_S; 0 = none pending */
     double adapt_head_at;     /* s, monotonic: the head's own last sample */
-    double adapt_fast_at;     /* s, monotonic: the last re-plan not held (0 = none) */
     double adapt_layer_bytes; /* a mean layer's bytes (the last adaptive plan's model) */
     bool adapt_moved;         /* the last adaptive decision moved layers (a re-plan) */
     bool adapt_idle;          /* a better plan waits for the ring to be idle (the running
@@ -452,6 +452,11 @@ double hr_head_adapt_hold_s(double off, double since_fast_s);
  * (10), or 0 when the last one moved no layers (moved false) and the
  * device behind this one skips the hold (hold_s 0, hr_head_adapt_hold_s). */
 double hr_head_adapt_gap_s(bool moved, double hold_s);
+/* Whether an adaptive decision is due at now (a device off for the whole
+ * window), with *held the longest such streak (s) and *hold the hold it
+ * must have lasted: hr_head_adapt_hold_s of each such device, each with
+ * the time since its own last re-plan not held. dev_mu held. */
+bool hr_head_adapt_due(const hr_head *hd, double now, double *held, double *hold);
 /* With scale[] the rates an adaptive check would plan with: when every
  * device measured in the ring since it joined (adapt_rated; two at least)
  * has a scale on the same side of 1, the devices not yet measured get at

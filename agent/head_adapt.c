@@ -17,8 +17,11 @@
  * HR_ADAPT_HOLD_S (10 s): a noisy neighbour that comes and goes moves no
  * layers. The exception is a device HR_ADAPT_FAST (1.5x) off for the whole
  * window (a game that takes half its CPU is no noise): it re-plans at
- * once, but only once per HR_ADAPT_FAST_EVERY_S (60 s), so at most one
- * re-plan a minute skips the hold (hr_head_adapt_hold_s). Decisions are at
+ * once, but only once per HR_ADAPT_FAST_EVERY_S (60 s) for that device,
+ * so a neighbour on one device skips the hold at most once a minute
+ * (hr_head_adapt_hold_s); another device's turn is its own (a warm-up
+ * re-plan that moved every layer onto a device held the re-plan away from
+ * it when a hog started there 14 s later for the full 10 s). Decisions are at
  * least HR_ADAPT_HOLDOFF_S apart, except that such a device does not wait
  * for one that only updated predictions (hr_head_adapt_gap_s: a warm-up
  * rate update 1-3 s before a hog held its re-plan 8-10 s); after one the device matches its new
@@ -355,9 +358,32 @@ static void hr_adapt_begin(hr_head *hd) {
     atomic_store(&hd->adapt, hd->plan_id);
 }
 
+/* s since d's last re-plan not held (INFINITY: none). */
+static double hr_adapt_since_fast(const hr_dev *d, double now) {
+    return d->adapt_fast_at > 0 ? now - d->adapt_fast_at : INFINITY;
+}
+
 double hr_head_adapt_hold_s(double off, double since_fast_s) {
     bool far = off >= HR_ADAPT_FAST || (off > 0 && off <= 1.0 / HR_ADAPT_FAST);
     return far && since_fast_s >= HR_ADAPT_FAST_EVERY_S ? 0.0 : HR_ADAPT_HOLD_S;
+}
+
+bool hr_head_adapt_due(const hr_head *hd, double now, double *held, double *hold) {
+    /* one device off for the whole window decides; every device off in
+     * enough samples by then is rescaled with it */
+    bool due = false;
+    *held = 0;
+    *hold = HR_ADAPT_HOLD_S;
+    for (int i = 0; i < hd->n_devs; i++) {
+        const hr_dev *d = &hd->devs[i];
+        if (hr_adapt_off(hd, d, HR_ADAPT_MIN_SAMPLES) &&
+            now - d->adapt_since >= HR_ADAPT_WINDOW_S) {
+            due = true;
+            *held = fmax(*held, now - d->adapt_since);
+            *hold = fmin(*hold, hr_head_adapt_hold_s(d->adapt_ratio, hr_adapt_since_fast(d, now)));
+        }
+    }
+    return due;
 }
 
 double hr_head_adapt_gap_s(bool moved, double hold_s) {
@@ -391,18 +417,8 @@ void hr_head_adapt_check(hr_head *hd) {
     if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||
         !hd->ready)
         return;
-    /* one device off for the whole window decides; every device off in
-     * enough samples by then is rescaled with it */
-    bool due = false;
-    double held = 0, hold = HR_ADAPT_HOLD_S; /* s: the longest such streak, the hold */
-    double since_fast = hd->adapt_fast_at > 0 ? now - hd->adapt_fast_at : INFINITY;
-    for (int i = 0; i < hd->n_devs; i++)
-        if (hr_adapt_off(hd, &hd->devs[i], HR_ADAPT_MIN_SAMPLES) &&
-            now - hd->devs[i].adapt_since >= HR_ADAPT_WINDOW_S) {
-            due = true;
-            held = fmax(held, now - hd->devs[i].adapt_since);
-            hold = fmin(hold, hr_head_adapt_hold_s(hd->devs[i].adapt_ratio, since_fast));
-        }
+    double held, hold;
+    bool due = hr_head_adapt_due(hd, now, &held, &hold);
     if (!due) { /* a streak that ended cancels a pending look */
         hd->adapt_recheck_at = 0;
         return;
@@ -419,12 +435,14 @@ void hr_head_adapt_check(hr_head *hd) {
     char why[sizeof hd->adapt_reason] = "";
     size_t wl = 0;
     int n_off = 0;
+    bool far[HR_AGENT_MAX_DEV] = {false}; /* off enough to skip the hold now */
     for (int i = 0; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
         scale[i] = hr_dev_scale(d);
         if (!hr_adapt_off(hd, d, HR_ADAPT_MIN_SAMPLES))
             continue;
         scale[i] = hr_adapt_new_scale(d);
+        far[i] = hr_head_adapt_hold_s(d->adapt_ratio, hr_adapt_since_fast(d, now)) <= 0;
         n_off++;
         if (wl < sizeof why)
             wl += (size_t)snprintf(
@@ -488,8 +506,10 @@ void hr_head_adapt_check(hr_head *hd) {
     } else {
         hr_adapt_begin(hd);
         hd->adapt_moved = true;
-        if (held < HR_ADAPT_HOLD_S) /* not held: the one a minute */
-            hd->adapt_fast_at = now;
+        if (held < HR_ADAPT_HOLD_S) /* not held: the far-off devices' one a minute */
+            for (int i = 0; i < hd->n_devs; i++)
+                if (far[i])
+                    hd->devs[i].adapt_fast_at = now;
         HR_LOG_WARN(TAG, "adaptive re-plan of plan %u: %s%s", hd->plan_id, why, gain);
         snprintf(hd->adapt_reason, sizeof hd->adapt_reason, "re-plan of plan %u: %.500s%.250s",
                  hd->plan_id, why, gain);

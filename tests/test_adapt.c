@@ -477,6 +477,42 @@ static void test_bias_rule(void) {
     CHECK_DBL_(scale[2], ==, 1.0);
     CHECK_DBL_(scale[3], ==, 2.0);
 #undef BIAS
+    /* the hold-skipping re-plan a minute is each device's own: a device
+     * far off that skipped the hold 20 s ago waits; another does not */
+    for (int i = 0; i < 4; i++) {
+        hr_dev *e = &hd->devs[i];
+        e->lost = false;
+        e->ring_pos = i;
+        e->layers = 5;
+        e->adapt_plan = 5;
+        e->adapt_off = 0;
+        e->adapt_ratio = 1.0;
+        e->adapt_fast_at = 0;
+    }
+    double t = 1000.0, held, hold;
+    CHECK(!hr_head_adapt_due(hd, t, &held, &hold)); /* nobody off */
+    hd->devs[1].adapt_off = 3;
+    hd->devs[1].adapt_ratio = 3.0;
+    hd->devs[1].adapt_since = t - 2.5;
+    hd->devs[1].adapt_fast_at = t - 20;
+    CHECK(hr_head_adapt_due(hd, t, &held, &hold));
+    CHECK_DBL_(held, ==, 2.5);
+    CHECK_DBL_(hold, ==, 10.0); /* its minute is not over */
+    hd->devs[1].adapt_fast_at = t - 61;
+    CHECK(hr_head_adapt_due(hd, t, &held, &hold));
+    CHECK_DBL_(hold, ==, 0.0);
+    hd->devs[1].adapt_fast_at = t - 20;
+    hd->devs[2].adapt_off = 2; /* device 2 far off, its own minute unused */
+    hd->devs[2].adapt_ratio = 2.0;
+    hd->devs[2].adapt_since = t - 2.0;
+    CHECK(hr_head_adapt_due(hd, t, &held, &hold));
+    CHECK_DBL_(hold, ==, 0.0);
+    CHECK_DBL_(held, ==, 2.5);
+    hd->devs[2].adapt_since = t - 1.0; /* not yet off for the whole window */
+    CHECK(hr_head_adapt_due(hd, t, &held, &hold));
+    CHECK_DBL_(hold, ==, 10.0);
+    hd->devs[1].adapt_off = 0;
+    CHECK(!hr_head_adapt_due(hd, t, &held, &hold));
     /* a warm sample marks a device measured; the first tokens of a plan do not */
     hr_dev *d = &hd->devs[3];
     d->lost = false;

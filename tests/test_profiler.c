@@ -412,7 +412,7 @@ static void test_probe(void) {
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
     CHECK_INT(d->engine_layers, ==, 3);
     CHECK(w2 < 3 * w1 && w3 >= 3 * w1); /* the fixture's layers are about equal */
-    d->topo.l3_bytes = (int64_t)w3; /* the whole model within 3x: every layer */
+    d->topo.l3_bytes = (int64_t)w3;     /* the whole model within 3x: every layer */
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
     CHECK_INT(d->engine_layers, ==, pm.n_layer);
     /* memory: the third layer's bytes above 3/4 of what is left */
