@@ -445,8 +445,9 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
                           double ms_total);
 /* How long (s) a device measured off times its prediction (measured /
  * predicted ms per round) must stay so before a re-plan: 0 when it is 1.5x
- * off either way and the last re-plan that was not held is since_fast_s
- * (INFINITY: none) or more than a minute ago, else 10 s. NaN: 10 s. */
+ * off either way and this device's last re-plan that was not held is
+ * since_fast_s (INFINITY: none) or more than a minute ago, else 10 s.
+ * NaN: 10 s. */
 double hr_head_adapt_hold_s(double off, double since_fast_s);
 /* Seconds an adaptive decision waits after the last one: HR_ADAPT_HOLDOFF_S
  * (10), or 0 when the last one moved no layers (moved false) and the

@@ -136,6 +136,17 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
     cp.n_ctx = HR_PROBE_CTX;
     cp.n_batch = 1;
     cp.n_threads = n_threads > 0 ? n_threads : 1;
+    /* Without a CPU quota (or one of at least the probe's threads, which
+     * cannot throttle them): steps back to back for window_s. Under one, the
+     * ring's pattern: bursts of one step and of HR_PROBE_BURST steps, each
+     * after an idle spell twice as long as the burst before it (a device
+     * in a ring waits while the others compute), until twice window_s of
+     * compute (medians of two lengths need more samples than one mean).
+     * A quota throttles such bursts less than one long run (measured on a
+     * 2 ms period at half a core: a sustained decode 1.33x slower than its
+     * short repetitions, a ring's rounds near their rate), and unevenly:
+     * the two burst lengths give a rate per step (the slope) and what each
+     * burst adds or saves (the intercept, engine_round_ms). */
     bool paced = d->cpu_quota_cores > 0 && d->cpu_quota_cores < cp.n_threads; /* it can throttle */
     int nl = hr_probe_layers(d, pm, !paced);
     if (nl == 0)
@@ -153,17 +164,6 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
         rc = rc ? rc : hr_seterr(err, HR_ENOMEM, "out of memory");
         goto done;
     }
-    /* Without a CPU quota (or one of at least the probe's threads, which
-     * cannot throttle them): steps back to back for window_s. Under one, the
-     * ring's pattern: bursts of one step and of HR_PROBE_BURST steps, each
-     * after an idle spell twice as long as the burst before it (a device
-     * in a ring waits while the others compute), until twice window_s of
-     * compute (medians of two lengths need more samples than one mean).
-     * A quota throttles such bursts less than one long run (measured on a
-     * 2 ms period at half a core: a sustained decode 1.33x slower than its
-     * short repetitions, a ring's rounds near their rate), and unevenly:
-     * the two burst lengths give a rate per step (the slope) and what each
-     * burst adds or saves (the intercept, engine_round_ms). */
     /* HR_PROBE_ATTEMPTS attempts, a short pause apart, and the one with the
      * median rate stands: a machine's speed moves over seconds (on the
      * mixed lab's big device, single attempts of 4.25, 6.37, 9.48 and
