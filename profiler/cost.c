@@ -63,6 +63,23 @@ double hr_prof_device_sustain(const hr_prof_device *d, int n_threads) {
     return 1.0;
 }
 
+bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, double *slope,
+                      double *save_ms) {
+    *free = 1.0;
+    *slope = *save_ms = 0.0;
+    double q = d->cpu_quota_cores, P = d->cpu_period_ms, s = d->engine_ms, b = d->engine_burst_ms;
+    if (!(q > 0 && q < n_threads && P > 0 && d->engine_factor > 0 &&
+          d->engine_threads == n_threads && s > 0 && b > 0))
+        return false;
+    double a = q / n_threads * P; /* unthrottled ms a period's share allows */
+    if (!(s / b >= 1.05))
+        return false; /* no throttling measured */
+    *free = b / s;
+    *slope = s / b;
+    *save_ms = a * (*slope - 1) + (P - a) * (P - a) / (2 * P);
+    return true;
+}
+
 int hr_prof_device_best_threads(const hr_prof_device *d, const int *types, int n_types) {
     int best = 1;
     double best_t = -1.0;

@@ -78,7 +78,7 @@ void hr_prof_device_sysinfo(hr_prof_device *d, const char *sysroot) {
     d->engine_ms = d->engine_pred_ms = d->engine_factor = d->engine_window_s = -1.0;
     d->engine_spread = -1.0;
     d->engine_attempts = d->engine_starts = 0;
-    d->engine_round_ms = 0;
+    d->engine_round_ms = d->engine_burst_ms = 0;
     d->eltwise = (hr_prof_eltwise){-1.0, -1.0, -1.0, -1.0, -1.0};
     d->duration_s = -1.0;
     d->load_1m = -1.0;

@@ -193,6 +193,7 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     jset(w, ep, "factor", jnum(d->engine_factor));
     jset(w, ep, "round_ms", /* signed */
          isfinite(d->engine_round_ms) ? json_real(d->engine_round_ms) : json_null());
+    jset(w, ep, "burst_ms", jnum(d->engine_burst_ms));
     jset(w, ep, "window_s", jnum(d->engine_window_s));
     jset(w, ep, "spread", jnum(d->engine_spread));
     jset(w, ep, "attempts", json_integer(d->engine_attempts));
@@ -564,7 +565,10 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
     const json_t *rm = json_object_get(ep, "round_ms");
     d->engine_round_ms = json_is_number(rm) ? json_number_value(rm) : 0; /* absent: older */
     if (!isfinite(d->engine_round_ms) || fabs(d->engine_round_ms) > 1e4)
-        d->engine_round_ms = 0; /* malformed */
+        d->engine_round_ms = 0;                /* malformed */
+    d->engine_burst_ms = gnum(ep, "burst_ms"); /* -1 when absent (older) */
+    if (!(d->engine_burst_ms > 0 && d->engine_burst_ms < 1e6))
+        d->engine_burst_ms = 0;
     if (!(d->engine_factor > 0 && d->engine_factor < 1e3) || d->engine_threads == 0)
         d->engine_factor = -1.0; /* malformed or absent: not used */
     const json_t *cpu = json_object_get(o, "cpu");

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HR_PROBE_HIST_VERSION 1
+#define HR_PROBE_HIST_VERSION 2 /* 2: burst_ms (1: round_ms, a slope under a quota) */
 
 /* FNV-1a over what the probe's speed depends on besides the device: the
  * probed layers' shapes and types, the thread count, paced or not. */
@@ -44,7 +44,7 @@ static uint64_t hr_hist_key(const hr_prof_device *d, const hr_prof_model *pm) {
 }
 
 typedef struct {
-    double ms, round_ms, at;
+    double ms, burst_ms, at;
 } hr_hist_run;
 
 static int hr_hist_cmp(const void *a, const void *b) {
@@ -68,9 +68,9 @@ static int hr_hist_read(const char *path, hr_hist_run *runs, int max, double now
         for (size_t i = 0; i < len && n < max; i++) {
             json_t *e = json_array_get(arr, i);
             double ms = json_number_value(json_object_get(e, "ms"));
-            double rm = json_number_value(json_object_get(e, "round_ms"));
+            double rm = json_number_value(json_object_get(e, "burst_ms"));
             double at = json_number_value(json_object_get(e, "at"));
-            if (!(ms > 0 && ms < 1e6) || !isfinite(rm) || !(at > 0) ||
+            if (!(ms > 0 && ms < 1e6) || !(rm >= 0 && rm < 1e6) || !(at > 0) ||
                 now - at > HR_PROBE_HIST_MAX_AGE_S || at > now + 60)
                 continue; /* malformed, stale, or from a clock gone backwards */
             runs[n++] = (hr_hist_run){ms, rm, at};
@@ -91,7 +91,7 @@ static void hr_hist_write(const char *dir, const char *path, const hr_hist_run *
     for (int i = 0; i < n; i++) {
         json_t *e = json_object();
         json_object_set_new(e, "ms", json_real(runs[i].ms));
-        json_object_set_new(e, "round_ms", json_real(runs[i].round_ms));
+        json_object_set_new(e, "burst_ms", json_real(runs[i].burst_ms));
         json_object_set_new(e, "at", json_real(runs[i].at));
         json_array_append_new(arr, e);
     }
@@ -122,7 +122,7 @@ int hr_prof_engine_history(hr_prof_device *d, const hr_prof_model *pm, const hr_
         memmove(runs, runs + (n - HR_PROBE_HISTORY + 1), sizeof runs[0] * (HR_PROBE_HISTORY - 1));
         n = HR_PROBE_HISTORY - 1;
     }
-    runs[n++] = (hr_hist_run){d->engine_ms, d->engine_round_ms, now};
+    runs[n++] = (hr_hist_run){d->engine_ms, d->engine_burst_ms > 0 ? d->engine_burst_ms : 0, now};
     hr_hist_write(dir, path, runs, n);
     if (n == 1)
         return 1;
@@ -132,7 +132,10 @@ int hr_prof_engine_history(hr_prof_device *d, const hr_prof_model *pm, const hr_
     qsort(s, (size_t)n, sizeof s[0], hr_hist_cmp);
     const hr_hist_run *lo = &s[(n - 1) / 2], *hi = &s[n / 2]; /* the median (of two middle) */
     d->engine_ms = 0.5 * (lo->ms + hi->ms);
-    d->engine_round_ms = 0.5 * (lo->round_ms + hi->round_ms);
+    double bursts[HR_PROBE_HISTORY];
+    for (int i = 0; i < n; i++)
+        bursts[i] = s[i].burst_ms;
+    d->engine_burst_ms = hr_prof_median(bursts, n); /* the single steps' own median */
     double range = (s[n - 1].ms - s[0].ms) / d->engine_ms;
     d->engine_factor = d->engine_ms / d->engine_pred_ms;
     if (range > d->engine_spread)

@@ -242,8 +242,11 @@ typedef struct {
      * [0, engine_layers) against the rates' prediction; -1 / 0 = not run */
     int engine_layers, engine_threads;
     double engine_ms;       /* measured ms per decode step of those layers */
-    double engine_round_ms; /* under a CPU quota: ms a burst of steps adds to engine_ms per
-                               step (negative: a short burst is throttled less); else 0 */
+    double engine_round_ms; /* older probes under a CPU quota: ms a burst of steps added to
+                               engine_ms per step; read from older caches, else 0 */
+    double engine_burst_ms; /* under a CPU quota: unthrottled ms per step, the median of single
+                               steps after an idle spell of a period at least (their CPU time
+                               where the quota held them back); engine_ms: back to back; else 0 */
     double engine_pred_ms;  /* the rates' prediction, without quota scaling */
     double engine_factor;   /* engine_ms / engine_pred_ms */
     double engine_spread;   /* (slowest - fastest) / median of the attempts' ms per step; -1 none */
@@ -352,15 +355,15 @@ int hr_prof_model_types(const hr_prof_model *pm, int *types, int max);
  * has no measured rate. */
 double hr_prof_gpu_window_ms(const hr_prof_gpu *g, const hr_prof_model *pm, int b, int e);
 
-/* Times real decode steps of the first layers of m (two, or one where
- * memory is short) for about window_s (at least a few steps, after two
- * that fault the weights in) with n_threads threads, and stores them with
- * the rates' own prediction for the same layers in d->engine_* (d needs its
- * rates). The cost model then takes engine_factor instead of the quota's
- * sustained factor. Under a CPU quota the steps run in bursts of one and
- * of four with idle spells between (a ring's pattern): engine_ms is the
- * slope, engine_round_ms what a burst adds. Failures leave engine_factor
- * at -1. */
+/* Times real decode steps of the first layers of m (two at least, one
+ * where memory is short, more where the cache would hold two) for about
+ * window_s (at least a few steps, after two that fault the weights in)
+ * with n_threads threads, back to back, and stores them with the rates' own
+ * prediction for the same layers in d->engine_* (d needs its rates). The
+ * cost model then takes engine_factor instead of the quota's sustained
+ * factor. Under a CPU quota single steps after idle spells of a period come
+ * first (a ring's pattern), their median in engine_burst_ms. Failures
+ * leave engine_factor at -1. */
 int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_model *pm,
                          int n_threads, double window_s, char err[HR_ERR_LEN]);
 /* Pools d's fresh probe (hr_prof_engine_probe over pm) with the device's
@@ -376,6 +379,19 @@ int hr_prof_engine_probe(hr_prof_device *d, const hr_model *m, const hr_prof_mod
 #define HR_PROBE_HISTORY 5
 #define HR_PROBE_HIST_MAX_AGE_S (7 * 86400.0)
 int hr_prof_engine_history(hr_prof_device *d, const hr_prof_model *pm, const hr_prof_params *p);
+/* What d's CPU quota does to a ring's rounds at n_threads threads, from its
+ * engine probe: *free (<= 1) times its sustained CPU times are its
+ * unthrottled ones (engine_burst_ms over engine_ms); a burst of c
+ * unthrottled ms after an idle spell takes max(c, *slope * c - *save_ms)
+ * (the cost model's Q, hr_sched_device's throttle_*), with *slope the
+ * sustained over the unthrottled step and *save_ms = a (slope - 1) +
+ * (period - a)^2 / (2 period), a = quota cores / threads * period: the
+ * share of the period a burst starts in runs unthrottled, the phase it
+ * starts at averaged out. Returns false, with *free 1 and *slope /
+ * *save_ms 0, without a quota that can throttle n_threads, a probe at them
+ * under it, or a throttling it measured (slope below 1.05). */
+bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, double *slope,
+                      double *save_ms);
 /* The probe's window for d: ten quota periods, 0.3 to 2 s. */
 double hr_prof_probe_window_s(const hr_prof_device *d);
 

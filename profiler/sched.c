@@ -218,6 +218,17 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
                                                  : 0;
         out->t_head_ms = c.total_ms + sample_ms;
     }
+    /* a CPU quota: unthrottled CPU times and the quota's term (the cost
+     * model's Q); prefill stays at the sustained rate (a batch is long) */
+    double free = 1, slope = 0, save = 0;
+    if (hr_prof_throttle(d, d->engine_threads, &free, &slope, &save)) {
+        for (int t = 0; t < out->n_thread_rates; t++)
+            out->decode_ms[t] *= free;
+        out->t_head_ms *= free;
+        out->t_round_ms = 0;
+        out->throttle_slope = slope;
+        out->throttle_save_ms = save;
+    }
     return 0;
 }
 

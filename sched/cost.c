@@ -288,6 +288,14 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     if (!isfinite(d->t_round_ms) || fabs(d->t_round_ms) > 1e6)
         return hr_seterr(err, HR_EINVAL, "%s: t_round_ms = %g must be finite", who, d->t_round_ms);
     c->d[i].tr = d->t_round_ms;
+    if (!finite_ge0(d->throttle_slope) || !finite_ge0(d->throttle_save_ms) ||
+        (d->throttle_slope > 0.0 && d->throttle_slope < 1.0) || d->throttle_slope > 1e3)
+        return hr_seterr(err, HR_EINVAL,
+                         "%s: throttle_slope = %g (0 or 1..1000) and throttle_save_ms = %g (>= 0) "
+                         "must be finite",
+                         who, d->throttle_slope, d->throttle_save_ms);
+    c->d[i].qs = d->throttle_slope > 1.0 ? d->throttle_slope : 0.0;
+    c->d[i].qk = c->d[i].qs > 0.0 ? d->throttle_save_ms : 0.0;
     c->d[i].g = gpu ? d->t_layer_gpu_ms : 0.0;
     c->d[i].vram = gpu ? d->vram_bytes : 0.0;
     c->d[i].h = n_dev > 1 ? hr_sched_hop_ms(d->rtt_ms, d->link_bps, d->rtt_bytes, hidden) : 0.0;
@@ -297,7 +305,9 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].lru = d->os != HR_SCHED_OS_LINUX && d->os != HR_SCHED_OS_ANDROID;
     double miss = isfinite(d->expert_miss) && d->expert_miss > 0.0 ? d->expert_miss : 1.0;
     c->d[i].er = c->er * miss < 1.0 ? c->er * miss : 1.0;
-    c->d[i].th = i == c->head ? d->t_head_ms : 0.0;
+    c->d[i].th_cpu = i == c->head ? d->t_head_ms : 0.0;
+    c->d[i].th_alone = c->d[i].th_cpu;
+    c->d[i].th = hr_sched_throttle_ms(c, i, c->d[i].th_cpu); /* a burst of its own in a ring */
     c->d[i].link_assumed = d->link_assumed;
     c->d[i].spread = isfinite(d->spread) && d->spread > 0.0 ? d->spread : 0.0;
     c->d[i].rtt_ms = d->rtt_ms;
@@ -381,6 +391,7 @@ int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_d
         c->out_stream = short_b;
         c->d[c->head].mem_eff = 0.0;
         c->d[c->head].th += 1e3 * short_b / c->d[c->head].disk; /* ms per token */
+        c->d[c->head].th_alone += 1e3 * short_b / c->d[c->head].disk;
     }
     bool uneven = o->uneven_rounds;
     if (o->k_fixed > 0 &&
@@ -484,11 +495,23 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
     out->stall = out->load > pre ? out->load - pre : 0.0;
 }
 
-double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc, bool ring) {
+double hr_sched_throttle_ms(const hr_sched_ctx *c, int i, double ms) {
+    if (!(c->d[i].qs > 1.0) || ms <= 0.0)
+        return ms;
+    double v = c->d[i].qs * ms - c->d[i].qk;
+    return v > ms ? v : ms;
+}
+
+double hr_sched_cpu_raw_ms(const hr_sched_ctx *c, int i, int wc, bool ring) {
     if (wc <= 0)
         return 0.0;
     double v = c->d[i].t * wc + (ring ? c->d[i].tr : 0.0), lo = 0.5 * c->d[i].t * wc;
     return v > lo ? v : lo;
+}
+
+double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc, bool ring) {
+    double v = hr_sched_cpu_raw_ms(c, i, wc, ring);
+    return ring ? hr_sched_throttle_ms(c, i, v) : v;
 }
 
 double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk,
@@ -508,6 +531,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
     out->overloaded = false;
     out->resident = out->buffer = 0.0;
     out->layers = out->lc = 0;
+    out->cpu = 0.0;
     bool eq = true;
     for (int r = 0; r < k; r++) {
         int cnt = win[r * stride];
@@ -524,6 +548,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
             return;
         hr_sched_disk dk;
         hr_sched_disk_at(c, kc, i, wc, &dk);
+        out->cpu = k * hr_sched_cpu_raw_ms(c, i, wc, ring);
         for (int r = 0; r < k; r++) {
             out->cm[r] = hr_sched_cpu_ms(c, i, wc, ring) + c->d[i].g * n;
             out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk, ring);
@@ -580,6 +605,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
     }
     for (int r = 0; r < k; r++) {
         int cnt = win[r * stride], n = ng < cnt ? ng : cnt, wc = cnt - n;
+        out->cpu += hr_sched_cpu_raw_ms(c, i, wc, ring);
         out->cm[r] = hr_sched_cpu_ms(c, i, wc, ring) + c->d[i].g * n;
         out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk[r], ring);
         out->load[r] = dk[r].load;
@@ -598,6 +624,12 @@ static bool many_in_ring(const hr_sched_ctx *c, int k, const int *win) {
     return false;
 }
 
+/* The head's ms per token besides its windows: its output burst is
+ * throttled on its own in a ring, part of one long run when it is alone. */
+static double head_ms(const hr_sched_ctx *c, bool ring) {
+    return ring ? c->d[c->head].th : c->d[c->head].th_alone;
+}
+
 /* The ring's rounds: P_r per round and which device sets each round's
  * exposed time (-1: none). Returns ms per token, INFINITY when a device
  * breaks a memory rule or the windows do not cover n_layer once. */
@@ -613,6 +645,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
     }
     hr_sched_dev_rounds dr;
     bool ring = many_in_ring(c, k, win);
+    double qfloor = 0.0; /* a CPU quota's cap over the whole token */
     for (int i = 0; i < n; i++) {
         hr_sched_dev_at(c, kc, i, win + i, n, ng ? ng[i] : 0, ring, &dr);
         if (!dr.ok)
@@ -623,6 +656,8 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
             n_active++;
             Hs += c->d[i].h;
             fmax = c->d[i].f > fmax ? c->d[i].f : fmax;
+            double q = c->d[i].qs * (dr.cpu + c->d[i].th_cpu);
+            qfloor = q > qfloor ? q : qfloor;
         }
         for (int r = 0; r < k; r++) {
             if (active)
@@ -639,7 +674,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
     }
     if (sum != c->L)
         return INFINITY;
-    double H = n_active >= 2 ? Hs : 0.0, lat = c->d[c->head].th;
+    double H = n_active >= 2 ? Hs : 0.0, lat = head_ms(c, ring);
     for (int r = 0; r < k; r++) {
         S[r] += H;
         /* a device's disk reads at most one round's bytes per round */
@@ -650,6 +685,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
     *H_out = H;
     /* the links' throughput: k hidden states per token over each link */
     double floor_ms = n_active >= 2 ? k * fmax : 0.0;
+    floor_ms = qfloor > floor_ms ? qfloor : floor_ms;
     return lat > floor_ms ? lat : floor_ms;
 }
 
@@ -665,9 +701,9 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
     p->overlap = c->overlap;
     p->latency_ms = lat;
     p->tokens_per_s = lat > 0.0 ? 1e3 / lat : 0.0;
-    p->round_ms = (lat - c->d[c->head].th) / k;
+    p->head_ms = head_ms(c, many_in_ring(c, k, win));
+    p->round_ms = (lat - p->head_ms) / k;
     p->link_ms = k * H;
-    p->head_ms = c->d[c->head].th;
     p->optimal = true;
     p->uniform = true;
     double C = 0.0, Psum = 0.0;

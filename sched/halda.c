@@ -94,7 +94,8 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
  * round), so every per-device cost of the closed-form model (sched-impl.h
  * hr_sched_disk_at, piecewise in wc) enters exactly. Minimises k * P with
  *   P >= sum_i (max(t_i wc_i, stall_i(wc_i)) + g_i n_i + h_i y_i),  P >= load_i(wc_i),
- *   k P + t_head >= k f_i y_i (the links' throughput)
+ *   k P + t_head >= k f_i y_i (the links' throughput),
+ *   k P + t_head >= qs_i (k cpu_i(wc_i) + t_head_cpu_i) (a CPU quota over the token)
  * (SUM: t_i wc_i + stall_i(wc_i) in place of the max).
  * Returns 0 with w/ng/obj filled, 1 when no multi-device plan exists for
  * this k, or a negative code. */
@@ -228,6 +229,20 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         cols[1] = col[i].y;
         vals[1] = -c->d[i].f;
         rc = lp_row(&lp, GLP_LO, -c->d[c->head].th / kk, 0.0, 2, cols, vals);
+    }
+    /* a CPU quota over the token: k P + t_head >= qs_i (k cpu_i(wc_i) + t_head_cpu) */
+    for (int i = 0; i < n && !rc; i++) {
+        if (!(c->d[i].qs > 1.0) || col[i].cap == 0)
+            continue;
+        m = 0;
+        cols[m] = cP;
+        vals[m++] = 1.0;
+        for (int v = 1; v <= col[i].cap; v++) {
+            cols[m] = col[i].x0 + v - 1;
+            vals[m++] = -c->d[i].qs * hr_sched_cpu_raw_ms(c, i, v, true);
+        }
+        double lo = (c->d[i].qs * c->d[i].th_cpu - c->d[c->head].th) / kk;
+        rc = lp_row(&lp, GLP_LO, lo, 0.0, m, cols, vals);
     }
     /* ring: P >= sum_i window_i + sum_i h_i y_i (the row built above) */
     if (!rc)

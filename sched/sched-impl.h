@@ -18,17 +18,21 @@ typedef struct {
     double out;        /* output head bytes, on the head */
     double out_stream; /* of which the head streams per token (short of memory), bytes */
     struct {
-        double t;       /* ms per CPU layer */
-        double tr;      /* ms a round's CPU window adds (t_round_ms) */
-        double g;       /* ms per GPU layer */
-        double h;       /* ms per hop to the next device */
-        double f;       /* ms per hidden state at the link's sustained rate */
-        double mem_eff; /* bytes for layers + KV (head: minus output_bytes) */
-        double disk;    /* bytes/s, 0 = no streaming */
-        double vram;    /* bytes */
-        double th;      /* ms per token of embedding + output head (head only, else 0) */
-        bool lru;       /* lru reclaim (else pinned) */
-        double er;      /* experts: the share of its streamed experts a token reads */
+        double t;        /* ms per CPU layer */
+        double tr;       /* ms a round's CPU window adds (t_round_ms) */
+        double g;        /* ms per GPU layer */
+        double h;        /* ms per hop to the next device */
+        double f;        /* ms per hidden state at the link's sustained rate */
+        double mem_eff;  /* bytes for layers + KV (head: minus output_bytes) */
+        double disk;     /* bytes/s, 0 = no streaming */
+        double vram;     /* bytes */
+        double th;       /* ms per token of embedding + output head (head only, else 0),
+                            in a ring (its CPU part throttled as a burst, Q) */
+        double th_cpu;   /* of it, unthrottled CPU ms */
+        double th_alone; /* th when the head computes alone (no Q on its burst) */
+        double qs, qk;   /* throttle_slope (0: none), throttle_save_ms */
+        bool lru;        /* lru reclaim (else pinned) */
+        double er;       /* experts: the share of its streamed experts a token reads */
         bool link_assumed;
         double spread; /* the measured spread of its speed, 0 none */
         double rtt_ms, link_bps;
@@ -79,8 +83,14 @@ void hr_sched_disk_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, int
  * ring row both use it. */
 /* ms of CPU compute for wc layers in one round: wc * t + tr (tr only in a
  * ring of several devices: one alone computes its rounds back to back), at
- * least half of wc * t; 0 for none. */
+ * least half of wc * t, throttled by the device's CPU quota (Q, in a ring
+ * only); 0 for none. */
 double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc, bool ring);
+/* Q of the cost model: what a burst of ms unthrottled CPU ms takes on
+ * device i under its CPU quota (ms where it has none). */
+double hr_sched_throttle_ms(const hr_sched_ctx *c, int i, double ms);
+/* Unthrottled CPU ms of wc layers in one round (hr_sched_cpu_ms before Q). */
+double hr_sched_cpu_raw_ms(const hr_sched_ctx *c, int i, int wc, bool ring);
 double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk,
                           bool ring);
 /* Device i's side of a plan with per-round windows: win[r * stride]
@@ -94,6 +104,7 @@ typedef struct {
     double cp[HR_SCHED_MAX_ROUNDS];   /* ms of its window in round r (hr_sched_window_ms) */
     double load[HR_SCHED_MAX_ROUNDS]; /* ms of disk reads in round r */
     double read[HR_SCHED_MAX_ROUNDS]; /* bytes read in round r */
+    double cpu;                       /* unthrottled CPU ms of all rounds (the quota's floor) */
 } hr_sched_dev_rounds;
 /* A device with one window size in every round is costed by
  * hr_sched_disk_at (kc's caps), any other by the same rules over its

@@ -19,11 +19,14 @@
  * device with vram_bytes 0 or with hr_sched_opts.use_gpu off). Per round:
  *
  *   c_m   = cpu(wc_m) + n_m * t_layer_gpu_ms                compute, ms/round
- *   cpu(wc) = max(wc * t_layer_ms + t_round_ms, wc * t_layer_ms / 2) for wc > 0,
- *           0 for wc = 0 (t_round_ms: what a round's burst of compute adds,
- *           measured; negative where a CPU quota throttles short bursts less;
- *           only where another device computes between a device's rounds:
- *           the head alone runs its rounds back to back, t_round_ms 0)
+ *   cpu(wc) = Q(max(wc * t_layer_ms + t_round_ms, wc * t_layer_ms / 2)) for
+ *           wc > 0, 0 for wc = 0 (t_round_ms: what a round's burst of
+ *           compute adds, measured; Q and t_round_ms only where another
+ *           device computes between a device's rounds: the head alone runs
+ *           its rounds back to back, t_round_ms 0, Q(x) = x)
+ *   Q(x)  = max(x, throttle_slope * x - throttle_save_ms) under a CPU quota
+ *           (x without): convex, x while a round fits in the quota's share of
+ *           a period, the throttled rate beyond it
  *   h_m   = rtt_ms / 2 + 1000 * max(0, hidden_bytes - rtt_bytes) / link_bps
  *                                                            one hop m -> next, ms
  *           (a round trip measured with messages of rtt_bytes already carries
@@ -68,6 +71,12 @@
  *   P = max(S, max_m load_m)       (a disk reads one round's bytes per round)
  *
  *   latency (ms per token) = k * P + t_head_ms(head)
+ *
+ * Under a CPU quota the head's t_head_ms is a burst of its own (Q(t_head_ms)
+ * in a ring), and the quota caps a device over a whole token: latency >=
+ * throttle_slope * (its unthrottled CPU ms per token, t_head_ms included on
+ * the head). The head alone has no idle spells at all: its latency is at
+ * least throttle_slope times all of its CPU work.
  *
  * So k > 1 pays only when memory is short: with k = 1 every streamed byte is
  * read while the device computes; larger k lets the buffer fill while the
@@ -180,23 +189,32 @@ typedef enum {
  * hr_sched_device_default()) and fill; names are NUL-terminated. */
 typedef struct {
     char name[HR_SCHED_NAME_LEN];
-    bool is_head;          /* exactly one device, or none: device 0 is then the head */
-    hr_sched_os os;        /* page reclaim behaviour, see the cost model */
-    double t_layer_ms;     /* ms: compute + memory time of one resident layer, one decode token;
-                              0 = take decode_ms[] at the chosen thread count */
-    double t_round_ms;     /* ms a round's burst of CPU layers adds to wc * t_layer_ms (the
-                              engine probe's intercept under a CPU quota; may be < 0), 0 none */
-    double mem_bytes;      /* bytes available to hearth for weights + KV (after OS, other
-                              programs, work buffers and ~1 layer of streaming slack) */
-    double disk_bps;       /* bytes/s sequential read of the model file; 0 = never stream */
-    double rtt_ms;         /* ms round trip to the next device */
-    double link_bps;       /* bytes/s to the next device (> 0 when n_dev > 1) */
-    double rtt_bytes;      /* bytes each way in the messages rtt_ms was measured with (0: an
-                              empty or assumed round trip); see h_m */
-    double t_head_ms;      /* ms per token for embedding + output head + sampling (head only) */
-    double vram_bytes;     /* accelerator memory for layers; 0 = none */
-    double t_layer_gpu_ms; /* ms per layer on the accelerator (> 0 when vram is used) */
-    bool link_assumed;     /* rtt_ms / link_bps are assumed, not measured (reported) */
+    bool is_head;      /* exactly one device, or none: device 0 is then the head */
+    hr_sched_os os;    /* page reclaim behaviour, see the cost model */
+    double t_layer_ms; /* ms: compute + memory time of one resident layer, one decode token;
+                          0 = take decode_ms[] at the chosen thread count */
+    double t_round_ms; /* ms a round's burst of CPU layers adds to wc * t_layer_ms (the
+                          engine probe's intercept under a CPU quota; may be < 0), 0 none */
+    /* A CPU quota that throttles the device's threads (0 / 0: none, or not
+     * modelled): t_layer_ms / decode_ms and t_head_ms are then its
+     * unthrottled times, and a burst of c ms of them, begun after an idle
+     * spell, takes max(c, throttle_slope * c - throttle_save_ms) ms (short
+     * bursts run within the quota's share of a period, long ones at the
+     * throttled rate); over a token it cannot compute faster than
+     * throttle_slope times its CPU work (see the cost model). */
+    double throttle_slope;   /* >= 1: sustained over unthrottled time, measured; 0 none */
+    double throttle_save_ms; /* >= 0: what the first period's share saves a long burst */
+    double mem_bytes;        /* bytes available to hearth for weights + KV (after OS, other
+                                programs, work buffers and ~1 layer of streaming slack) */
+    double disk_bps;         /* bytes/s sequential read of the model file; 0 = never stream */
+    double rtt_ms;           /* ms round trip to the next device */
+    double link_bps;         /* bytes/s to the next device (> 0 when n_dev > 1) */
+    double rtt_bytes;        /* bytes each way in the messages rtt_ms was measured with (0: an
+                                empty or assumed round trip); see h_m */
+    double t_head_ms;        /* ms per token for embedding + output head + sampling (head only) */
+    double vram_bytes;       /* accelerator memory for layers; 0 = none */
+    double t_layer_gpu_ms;   /* ms per layer on the accelerator (> 0 when vram is used) */
+    bool link_assumed;       /* rtt_ms / link_bps are assumed, not measured (reported) */
     /* experts (hr_sched_model.expert_frac > 0): the share of routed experts
      * this device measured not resident, over the share even routing gives
      * for the experts it kept; its streamed experts cost expert_read times

@@ -362,32 +362,37 @@ static void test_probe(void) {
     hr_prof_cost c2;
     CHECK_EQ(hr_prof_cost_window(d, &pm, NULL, 0, 2, &cp, &c2, err), 0);
     CHECK_NEAR(c2.total_ms, f * c.total_ms, 1e-9 * c.total_ms);
-    /* under a CPU quota below its threads the steps run in bursts, each
-     * followed by an idle spell twice as long, so the probe takes about
-     * three times its timed compute; without one (or under one it cannot
-     * exceed) it runs back to back */
+    /* under a CPU quota below its threads: single steps first, each after
+     * an idle spell of a quota period at least, then the steps back to back
+     * for twice the window; without one (or under one it cannot exceed)
+     * only back to back */
     d->cpu_quota_cores = -1.0;
     double t0 = now_s();
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
     double plain = now_s() - t0, plain_w = d->engine_window_s;
     int plain_n = d->engine_attempts;
+    CHECK_NEAR(d->engine_burst_ms, 0.0, 0);
     /* three attempts, 0.2 s and 0.4 s apart; the median's rate stands and
      * the range over it is the spread */
     CHECK_INT(plain_n, ==, 3);
     CHECK(d->engine_spread >= 0 && isfinite(d->engine_spread));
     d->cpu_quota_cores = 0.5;
+    d->cpu_period_ms = 20.0;
     t0 = now_s();
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
     double paced = now_s() - t0, paced_w = d->engine_window_s;
     CHECK_INT(d->engine_attempts, ==, 3);
     CHECK(d->engine_spread >= 0 && isfinite(d->engine_spread));
     printf("engine probe: %.3f s for a %.3f s window back to back, %.3f s for %.3f s paced "
-           "(%.3f ms per step %+.3f ms per burst)\n",
-           plain, plain_w, paced, paced_w, d->engine_ms, d->engine_round_ms);
-    CHECK(paced >= 1.8 * paced_w);
-    CHECK(d->engine_ms > 0 && isfinite(d->engine_round_ms));
-    /* a burst of one step costs what the intercept and slope say: not negative */
-    CHECK(d->engine_ms + d->engine_round_ms > 0);
+           "(%.3f ms per step back to back, %.3f single)\n",
+           plain, plain_w, paced, paced_w, d->engine_ms, d->engine_burst_ms);
+    CHECK(paced_w >= 0.2); /* twice the window back to back */
+    /* eight single steps an attempt, each after 20 ms at least */
+    CHECK(paced >= 3 * (paced_w + 8 * 0.020));
+    CHECK_NEAR(d->engine_round_ms, 0.0, 0);
+    /* no quota really throttles this test: single steps and steps back to
+     * back do the same work at about the same speed */
+    CHECK(d->engine_burst_ms > d->engine_ms / 3 && d->engine_burst_ms < 3 * d->engine_ms);
     /* each attempt runs about its window (the kept one's, within 1.5x) */
     CHECK(plain < plain_n * (1.5 * plain_w + 0.05) + 0.1 * plain_n * (plain_n - 1));
     d->cpu_quota_cores = 1.0; /* one thread under a one-core quota: back to back */
@@ -395,7 +400,7 @@ static void test_probe(void) {
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.1, err), 0);
     int n = d->engine_attempts;
     CHECK(now_s() - t0 < n * (1.5 * d->engine_window_s + 0.05) + 0.1 * n * (n - 1));
-    CHECK_NEAR(d->engine_round_ms, 0.0, 0);
+    CHECK_NEAR(d->engine_burst_ms, 0.0, 0);
     d->cpu_quota_cores = -1.0;
     /* little memory: one layer; none: refused, the factor unset */
     d->mem.weights_avail_bytes = (int64_t)(2 * hr_prof_model_window_bytes(&pm, 0, 1, false, false));
@@ -419,10 +424,17 @@ static void test_probe(void) {
     d->mem.weights_avail_bytes = (int64_t)((double)w3 / 0.75) - 1;
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
     CHECK_INT(d->engine_layers, ==, 2);
-    d->cpu_quota_cores = 0.5; /* paced steps stay short: two */
+    /* paced steps (a quota of 20 ms periods) grow only while their bytes
+     * take at most 4 periods at the one-thread memory bandwidth: 3 here */
+    d->cpu_quota_cores = 0.5;
     d->mem.weights_avail_bytes = 1 << 30;
+    d->membw_1t_gbs = (double)w3 / (4 * 20.0 * 1e6);
+    CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
+    CHECK_INT(d->engine_layers, ==, 3);
+    d->membw_1t_gbs = -1.0; /* unknown: two */
     CHECK_EQ(hr_prof_engine_probe(d, l.m, &pm, 1, 0.01, err), 0);
     CHECK_INT(d->engine_layers, ==, 2);
+    d->membw_1t_gbs = 10.0;
     d->cpu_quota_cores = -1.0;
     d->topo.l3_bytes = 0; /* unknown: two */
     d->mem.weights_avail_bytes = 1 << 30;
@@ -557,6 +569,49 @@ static void test_sched(const hr_prof_model *pm) {
     CHECK(sd.t_head_ms > 0);
     CHECK(sd.is_head);
     CHECK_EQ(sd.os, HR_SCHED_OS_LINUX);
+    CHECK_NEAR(sd.throttle_slope, 0.0, 0); /* no quota */
+    /* a CPU quota of half a core in 5 ms periods, probed at one thread:
+     * 10 ms a step back to back, 4 ms single steps. Unthrottled times are
+     * 4 / 10 of the sustained ones; a burst takes max(c, 2.5 c - save),
+     * save = a (2.5 - 1) + (5 - a)^2 / 10 with a = 2.5 ms */
+    hr_prof_device *q = calloc(1, sizeof *q);
+    *q = *d;
+    q->cpu_quota_cores = 0.5;
+    q->cpu_period_ms = 5.0;
+    q->engine_layers = 2;
+    q->engine_threads = 1;
+    q->engine_ms = 10.0;
+    q->engine_pred_ms = 8.0;
+    q->engine_factor = 1.25;
+    q->engine_burst_ms = 4.0;
+    double fr, slope, save;
+    CHECK(hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK_NEAR(fr, 0.4, 1e-12);
+    CHECK_NEAR(slope, 2.5, 1e-12);
+    CHECK_NEAR(save, 2.5 * 1.5 + 2.5 * 2.5 / 10, 1e-12);
+    hr_sched_device sq, s0;
+    CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &sq, err), 0);
+    CHECK_NEAR(sq.throttle_slope, 2.5, 1e-12);
+    CHECK_NEAR(sq.throttle_save_ms, save, 1e-12);
+    CHECK_NEAR(sq.t_round_ms, 0.0, 0);
+    q->engine_burst_ms = 0; /* no single steps: the sustained rates as they are */
+    CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &s0, err), 0);
+    CHECK_NEAR(s0.throttle_slope, 0.0, 0);
+    CHECK_NEAR(sq.decode_ms[0], 0.4 * s0.decode_ms[0], 1e-9 * s0.decode_ms[0]);
+    CHECK_NEAR(sq.t_head_ms, 0.4 * s0.t_head_ms, 1e-9 * s0.t_head_ms);
+    CHECK_NEAR(sq.prefill_ms[0], s0.prefill_ms[0], 0); /* a batch is long: sustained */
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK_NEAR(fr, 1.0, 0);
+    q->engine_burst_ms = 9.8; /* within 5% of back to back: no throttling measured */
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    q->engine_burst_ms = 4.0;
+    CHECK(!hr_prof_throttle(q, 2, &fr, &slope, &save)); /* not probed at 2 threads */
+    q->cpu_quota_cores = 1.0;                           /* cannot throttle one thread */
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    q->cpu_quota_cores = -1.0;
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK_NEAR(slope, 0.0, 0);
+    free(q);
     /* the scheduler takes what we give it */
     hr_sched_device devs[2] = {sd, sd};
     devs[1].is_head = false;
@@ -589,7 +644,7 @@ static void test_probe_history(const hr_prof_model *pm) {
         d->engine_layers = 2;                                                                      \
         d->engine_threads = 1;                                                                     \
         d->engine_ms = (ms_);                                                                      \
-        d->engine_round_ms = -(ms_) / 10;                                                          \
+        d->engine_burst_ms = (ms_) / 10;                                                           \
         d->engine_pred_ms = 5.0;                                                                   \
         d->engine_factor = d->engine_ms / d->engine_pred_ms;                                       \
         d->engine_spread = (spread_);                                                              \
@@ -602,8 +657,8 @@ static void test_probe_history(const hr_prof_model *pm) {
     CHECK_NEAR(d->engine_spread, 0.05, 0);
     START(14.0, 0.05);
     CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 2);
-    CHECK_NEAR(d->engine_ms, 12.0, 1e-12); /* the median of two: their mean */
-    CHECK_NEAR(d->engine_round_ms, -1.2, 1e-12);
+    CHECK_NEAR(d->engine_ms, 12.0, 1e-12);      /* the median of two: their mean */
+    CHECK_NEAR(d->engine_burst_ms, 1.2, 1e-12); /* the single steps' median likewise */
     CHECK_NEAR(d->engine_factor, 12.0 / 5.0, 1e-12);
     CHECK_NEAR(d->engine_spread, 4.0 / 12.0, 1e-12); /* the starts' range over the median */
     START(11.0, 0.5);
@@ -649,14 +704,23 @@ static void test_probe_history(const hr_prof_model *pm) {
     /* a result older than HR_PROBE_HIST_MAX_AGE_S no longer counts */
     long now = (long)time(NULL);
     snprintf(cmd, sizeof cmd,
-             "for f in %s/probe-*.json; do printf '{\"version\":1,\"runs\":[{\"ms\":50,"
-             "\"round_ms\":0,\"at\":%ld},{\"ms\":40,\"round_ms\":0,\"at\":%ld}]}' >\"$f\"; "
+             "for f in %s/probe-*.json; do printf '{\"version\":2,\"runs\":[{\"ms\":50,"
+             "\"burst_ms\":0,\"at\":%ld},{\"ms\":40,\"burst_ms\":0,\"at\":%ld}]}' >\"$f\"; "
              "done",
              cache, now - (long)HR_PROBE_HIST_MAX_AGE_S - 60, now - 100);
     CHECK_EQ(system(cmd), 0);
     START(20.0, 0.0);
     CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 2);
     CHECK_NEAR(d->engine_ms, 30.0, 1e-12);
+    /* a history of the older kind (version 1: under a quota its ms was a
+     * slope, not a sustained rate) is started over */
+    snprintf(cmd, sizeof cmd,
+             "for f in %s/probe-*.json; do printf '{\"version\":1,\"runs\":[{\"ms\":50,"
+             "\"round_ms\":0,\"at\":%ld}]}' >\"$f\"; done",
+             cache, now - 100);
+    CHECK_EQ(system(cmd), 0);
+    START(20.0, 0.0);
+    CHECK_INT(hr_prof_engine_history(d, pm, &p), ==, 1);
 #undef START
     free(d);
 }
@@ -870,6 +934,7 @@ static void test_json(const hr_prof_model *pm) {
     doc->device.engine_factor = 1.25;
     doc->device.engine_window_s = 0.3;
     doc->device.engine_round_ms = -0.75;
+    doc->device.engine_burst_ms = 1.5;
     doc->device.engine_spread = 0.125;
     doc->device.engine_attempts = 2;
     doc->device.created = 1700000000.0;
@@ -908,6 +973,7 @@ static void test_json(const hr_prof_model *pm) {
     CHECK_EQ(back->device.engine_threads, 2);
     CHECK_NEAR(back->device.engine_factor, 1.25, 0);
     CHECK_NEAR(back->device.engine_round_ms, -0.75, 0);
+    CHECK_NEAR(back->device.engine_burst_ms, 1.5, 0);
     CHECK_NEAR(back->device.engine_spread, 0.125, 0);
     CHECK_INT(back->device.engine_attempts, ==, 2);
     CHECK_NEAR(back->links[0].bw_mbs, -1.0, 0);

@@ -123,6 +123,10 @@ static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int 
         d[i].t_head_ms = urand(0, 20);
         if (chance(0.25))
             d[i].os = HR_SCHED_OS_MACOS;
+        if (chance(0.2)) { /* a CPU quota */
+            d[i].throttle_slope = urand(1.2, 4);
+            d[i].throttle_save_ms = urand(0, 3) * t;
+        }
     }
     *n_dev = n;
 }
@@ -415,6 +419,56 @@ static void test_round_costs(void) {
                hr_sched_cost(&m, d, 2, NULL, p.k, (int[]){p.dev[0].win[0], p.dev[1].win[0]}, NULL),
                1e-9);
     d[0].t_round_ms = NAN;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+}
+
+/* A CPU quota: a round of c unthrottled ms takes max(c, slope c - save),
+ * the head's output burst likewise, and a token takes at least slope times
+ * a device's CPU work; the head alone gets no burst at all. */
+static void test_quota_costs(void) {
+    hr_sched_model m = {.n_layer = 6, .layer_bytes = 1e9, .hidden_bytes = 0};
+    hr_sched_device d[2] = {dev("a", 2, 100e9, 0, 0, 1e9), dev("b", 2, 100e9, 0, 0, 1e9)};
+    d[1].throttle_slope = 3;
+    d[1].throttle_save_ms = 3;
+    int w1[2] = {3, 3}, w3[2] = {1, 1}, alone[2] = {6, 0};
+    /* k 1: b's 6 ms round takes 3 * 6 - 3 = 15; its floor 3 * 6 = 18 < 6 + 15 */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 6 + 15, 1e-9);
+    /* k 3: b's 2 ms rounds take max(2, 6 - 3) = 3, 3 * (2 + 3) = 15 < the floor 18 */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 18, 1e-9);
+    d[1].throttle_save_ms = 5; /* 2 ms rounds fit in the quota's share: 2 each */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 18, 1e-9);
+    d[1].throttle_slope = 1.5; /* the floor 9 < 3 * (2 + 2) */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 12, 1e-9);
+    /* the head: its output burst of 1 ms is throttled in a ring only */
+    d[0].throttle_slope = 2;
+    d[0].throttle_save_ms = 0.5;
+    d[0].t_head_ms = 1; /* max(1, 2 - 0.5) = 1.5 */
+    d[1].throttle_slope = 0;
+    d[1].throttle_save_ms = 0;
+    /* a's 6 ms round takes 12 - 0.5; floor 2 * (6 + 1) = 14 < 1.5 + 11.5 + 6 */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 1.5 + 11.5 + 6, 1e-9);
+    /* alone: back to back, 1 + 12 raw, at least 2 * 13 */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 26, 1e-9);
+    int alone3[6] = {2, 0, 2, 0, 2, 0};
+    CHECK_NEAR(hr_sched_cost_rounds(&m, d, 2, NULL, 3, alone3, NULL), 26, 1e-9);
+    static hr_sched_plan p, e;
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, NULL), 0);
+    CHECK_EQ(hr_sched_exhaustive(&m, d, 2, NULL, &e, NULL), 0);
+    CHECK_NEAR(p.latency_ms, e.latency_ms, 1e-9);
+    CHECK(p.n_active == 2); /* the quota'd head sheds layers to b */
+    CHECK_NEAR(p.head_ms, 1.5, 1e-9);
+    /* unthrottled, the same devices tie the ring with the head alone */
+    d[0].throttle_slope = 0;
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 13, 1e-9);
+    /* bad values */
+    char err[HR_ERR_LEN] = "";
+    d[1].throttle_slope = 0.5;
+    CHECK_EQ(hr_sched_solve(&m, d, 2, NULL, &p, err), HR_EINVAL);
+    CHECK(strstr(err, "throttle_slope") != NULL);
+    d[1].throttle_slope = NAN;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+    d[1].throttle_slope = 2;
+    d[1].throttle_save_ms = -1;
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
 }
 
@@ -1078,6 +1132,7 @@ int main(void) {
     test_hand_costs();
     test_link_costs();
     test_round_costs();
+    test_quota_costs();
     test_uneven_rounds();
     test_properties();
     test_threads();
