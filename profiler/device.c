@@ -315,6 +315,7 @@ static bool hr_cache_read(const char *path, const hr_prof_device *cur, hr_prof_d
         out->disk.rand_mbs = dk.rand_mbs;
         out->disk.rand_iops = dk.rand_iops;
         out->disk.mmap_mbs = dk.mmap_mbs;
+        out->disk.read_cpu_ms_mb = dk.read_cpu_ms_mb;
         hr_prof_strlcpy(out->disk.method, dk.method, sizeof out->disk.method);
         out->os = cur->os;
         out->topo = cur->topo;
@@ -345,17 +346,9 @@ int hr_prof_mkdir_p(const char *dir) {
     return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-static void hr_cache_write(const char *dir, const char *path, const hr_prof_device *d) {
-    char err[HR_ERR_LEN] = "";
-    char *text = NULL;
-    if (hr_prof_mkdir_p(dir) != 0) {
-        HR_LOG_WARN(HR_PROF_TAG, "cannot create cache folder %s: %s", dir, strerror(errno));
-        return;
-    }
-    if (hr_prof_device_to_json(d, &text, err) != 0) {
-        HR_LOG_WARN(HR_PROF_TAG, "cannot serialize the profile: %s", err);
-        return;
-    }
+int hr_prof_write_atomic(const char *dir, const char *path, const char *text) {
+    if (hr_prof_mkdir_p(dir) != 0)
+        return -1;
     char tmp[1300];
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
@@ -363,10 +356,23 @@ static void hr_cache_write(const char *dir, const char *path, const hr_prof_devi
     bool ok = f && fwrite(text, 1, n, f) == n;
     if (f)
         ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        HR_LOG_WARN(HR_PROF_TAG, "cannot write cache %s: %s", path, strerror(errno));
-        unlink(tmp);
+    if (ok && rename(tmp, path) == 0)
+        return 0;
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+    return -1;
+}
+
+static void hr_cache_write(const char *dir, const char *path, const hr_prof_device *d) {
+    char err[HR_ERR_LEN] = "";
+    char *text = NULL;
+    if (hr_prof_device_to_json(d, &text, err) != 0) {
+        HR_LOG_WARN(HR_PROF_TAG, "cannot serialize the profile: %s", err);
+        return;
     }
+    if (hr_prof_write_atomic(dir, path, text) != 0)
+        HR_LOG_WARN(HR_PROF_TAG, "cannot write cache %s: %s", path, strerror(errno));
     free(text);
 }
 

@@ -30,7 +30,7 @@
 void hr_prof_disk_unknown(hr_prof_disk *dk) {
     memset(dk, 0, sizeof *dk);
     dk->rotational = dk->read_ahead_kb = -1;
-    dk->seq_mbs = dk->rand_mbs = dk->rand_iops = dk->mmap_mbs = -1.0;
+    dk->seq_mbs = dk->rand_mbs = dk->rand_iops = dk->mmap_mbs = dk->read_cpu_ms_mb = -1.0;
     hr_prof_strlcpy(dk->method, "none", sizeof dk->method);
 }
 
@@ -150,7 +150,20 @@ static long long hr_read_seq(int fd, void *buf, uint64_t *pos, uint64_t span, si
  * page order (default advice: the kernel's read-around applies, as during
  * decode). Returns MB/s, or -1 when the chunk stayed cached (pages mapped
  * elsewhere, e.g. by a running agent) or could not be mapped. */
-static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double budget_s) {
+/* CPU seconds of the calling thread (-1 unknown). */
+static double hr_thread_cpu_s(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Faults [off, off + len) of fd in after evicting it: MB/s over the second
+ * half, *cpu_ms_mb the thread's CPU time per MB faulted over all of it
+ * (-1 unknown). */
+static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double budget_s,
+                            double *cpu_ms_mb) {
+    *cpu_ms_mb = -1.0;
     posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
     const volatile unsigned char *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
     if (map == MAP_FAILED)
@@ -167,7 +180,7 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
         unsigned sum = 0;
         size_t faulted = 0, i = 0, half = n_pages / 2, f_half = 0;
         int64_t w0 = hr_prof_run_delay_ns();
-        double t0 = hr_now_s(), t_half = t0;
+        double t0 = hr_now_s(), t_half = t0, c0 = hr_thread_cpu_s();
         while (i < n_pages) {
             size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
             for (; i < end; i++) {
@@ -182,6 +195,9 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
             if (hr_now_s() - t0 > budget_s)
                 break; /* slow disk: enough of a sample */
         }
+        double c1 = hr_thread_cpu_s();
+        if (c0 >= 0 && c1 > c0 && faulted > 0)
+            *cpu_ms_mb = (c1 - c0) * 1e3 / ((double)faulted * (double)pg / 1e6);
         double dt = hr_io_elapsed(t_half, w0);
         if (dt > 0 && faulted > f_half && f_half > 0)
             rate = (double)(faulted - f_half) * (double)pg / dt / 1e6;
@@ -197,7 +213,8 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
  * 2 x 64 MiB otherwise: long enough for the kernel's read-ahead to reach
  * its streaming rate, as it does over a window of layers), MB/s; -1 when
  * no chunk could be evicted. */
-static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
+static double hr_mmap_rate(const char *path, uint64_t size, bool quick, double *cpu_ms_mb) {
+    *cpu_ms_mb = -1.0;
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return -1.0;
@@ -208,14 +225,18 @@ static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
     uint64_t len = quick ? (48u << 20) : (64u << 20);
     if (len > size / (uint64_t)(n_chunks + 1))
         len = (size / (uint64_t)(n_chunks + 1)) & ~(uint64_t)(pg - 1);
-    double rates[2];
+    double rates[2], cpus[2];
+    int n_cpu = 0;
     for (int k = 0; k < n_chunks && len > 0; k++) {
         uint64_t off = (size / (uint64_t)(n_chunks + 1) * (uint64_t)(k + 1)) & ~(uint64_t)(pg - 1);
         if (off + len > size)
             continue;
-        double r = hr_mmap_chunk(fd, off, len, pg, quick ? 0.4 : 0.6);
+        double cpu;
+        double r = hr_mmap_chunk(fd, off, len, pg, quick ? 0.4 : 0.6, &cpu);
         if (r > 0)
             rates[n++] = r;
+        if (r > 0 && cpu > 0)
+            cpus[n_cpu++] = cpu;
     }
     close(fd);
     if (n == 0)
@@ -223,6 +244,8 @@ static double hr_mmap_rate(const char *path, uint64_t size, bool quick) {
                     "could not evict %s from the page cache (mapped elsewhere?): mmap read "
                     "speed unknown",
                     path);
+    if (n_cpu)
+        *cpu_ms_mb = hr_prof_median(cpus, n_cpu);
     return n ? hr_prof_median(rates, n) : -1.0;
 }
 
@@ -313,5 +336,5 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
     if (fd >= 0)
         close(fd);
     free(buf);
-    dk->mmap_mbs = hr_mmap_rate(path, size, quick);
+    dk->mmap_mbs = hr_mmap_rate(path, size, quick, &dk->read_cpu_ms_mb);
 }

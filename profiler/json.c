@@ -115,6 +115,7 @@ static json_t *hr_device_json(hr_jw *w, const hr_prof_device *d) {
     jset(w, dd, "rand_4k_read_mbs", jnum(dk->rand_mbs));
     jset(w, dd, "rand_4k_iops", jnum(dk->rand_iops));
     jset(w, dd, "mmap_read_mbs", jnum(dk->mmap_mbs));
+    jset(w, dd, "read_cpu_ms_per_mb", jnum(dk->read_cpu_ms_mb));
     jset(w, o, "disk", dd);
     json_t *ga = json_array();
     for (int i = 0; i < d->n_gpus && i < HR_PROF_MAX_GPUS; i++)
@@ -478,6 +479,9 @@ static void hr_device_read(const json_t *o, hr_prof_device *d) {
     dk->rand_mbs = gnum(dd, "rand_4k_read_mbs");
     dk->rand_iops = gnum(dd, "rand_4k_iops");
     dk->mmap_mbs = gnum(dd, "mmap_read_mbs");
+    dk->read_cpu_ms_mb = gnum(dd, "read_cpu_ms_per_mb"); /* -1 when absent (older) */
+    if (!(dk->read_cpu_ms_mb > 0 && dk->read_cpu_ms_mb < 1e4))
+        dk->read_cpu_ms_mb = -1.0;
     json_array_foreach(json_object_get(o, "gpus"), i, x) {
         if (d->n_gpus >= HR_PROF_MAX_GPUS)
             break;

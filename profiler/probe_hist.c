@@ -96,14 +96,11 @@ static void hr_hist_write(const char *dir, const char *path, const hr_hist_run *
         json_array_append_new(arr, e);
     }
     json_object_set_new(root, "runs", arr);
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    if (hr_prof_mkdir_p(dir) != 0 || json_dump_file(root, tmp, JSON_COMPACT) != 0 ||
-        rename(tmp, path) != 0) {
+    char *text = json_dumps(root, JSON_COMPACT);
+    if (!text || hr_prof_write_atomic(dir, path, text) != 0)
         HR_LOG_WARN(HR_PROF_TAG, "cannot keep the engine probe's history in %s: %s", path,
-                    strerror(errno));
-        unlink(tmp);
-    }
+                    text ? strerror(errno) : "out of memory");
+    free(text);
     json_decref(root);
 }
 

@@ -26,6 +26,10 @@ int hr_prof_read_i64(const char *path, int64_t *out);
 void hr_prof_strlcpy(char *dst, const char *src, size_t cap);
 /* mkdir -p with mode 0700 (device.c); 0 or -1 with errno. */
 int hr_prof_mkdir_p(const char *dir);
+/* Writes text to path in folder dir (made as needed) through a temporary
+ * file renamed over it, so a reader never sees half a file. 0, or -1 with
+ * errno (the temporary file removed). */
+int hr_prof_write_atomic(const char *dir, const char *path, const char *text);
 /* 64-bit FNV-1a of a string. */
 uint64_t hr_prof_hash(const char *s, uint64_t h);
 #define HR_PROF_HASH_INIT 1469598103934665603ull

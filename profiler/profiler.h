@@ -193,18 +193,20 @@ typedef struct {
 } hr_prof_mem;
 
 typedef struct {
-    char path[256];    /* file read */
-    char mount[256];   /* mount point holding it */
-    char fs_type[32];  /* "ext4", "tmpfs", ... */
-    char device[64];   /* "vda", "nvme0n1" or "" */
-    int rotational;    /* 1 spinning, 0 not, -1 unknown */
-    int read_ahead_kb; /* -1 unknown */
-    char method[16];   /* "direct" (O_DIRECT), "evicted" (fadvise), "cached" or "none" */
-    double seq_mbs;    /* 1 MiB sequential reads, MB/s */
-    double rand_mbs;   /* 4 KiB random reads at queue depth 1, MB/s */
-    double rand_iops;  /* the same as reads per second */
-    double mmap_mbs;   /* faulting an evicted range of a read-only mapping (what a
-                          non-resident window costs), MB/s */
+    char path[256];        /* file read */
+    char mount[256];       /* mount point holding it */
+    char fs_type[32];      /* "ext4", "tmpfs", ... */
+    char device[64];       /* "vda", "nvme0n1" or "" */
+    int rotational;        /* 1 spinning, 0 not, -1 unknown */
+    int read_ahead_kb;     /* -1 unknown */
+    char method[16];       /* "direct" (O_DIRECT), "evicted" (fadvise), "cached" or "none" */
+    double seq_mbs;        /* 1 MiB sequential reads, MB/s */
+    double rand_mbs;       /* 4 KiB random reads at queue depth 1, MB/s */
+    double rand_iops;      /* the same as reads per second */
+    double mmap_mbs;       /* faulting an evicted range of a read-only mapping (what a
+                              non-resident window costs), MB/s */
+    double read_cpu_ms_mb; /* CPU time those faults took, ms per MB (a CPU quota charges it
+                              to the device); -1 unknown */
 } hr_prof_disk;
 
 typedef struct {

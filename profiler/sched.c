@@ -228,6 +228,8 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         out->t_round_ms = 0;
         out->throttle_slope = slope;
         out->throttle_save_ms = save;
+        /* the page faults of what it streams run on the same share */
+        out->read_cpu_ms_mb = d->disk.read_cpu_ms_mb > 0 ? d->disk.read_cpu_ms_mb : 0;
     }
     return 0;
 }

@@ -296,6 +296,10 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
                          who, d->throttle_slope, d->throttle_save_ms);
     c->d[i].qs = d->throttle_slope > 1.0 ? d->throttle_slope : 0.0;
     c->d[i].qk = c->d[i].qs > 0.0 ? d->throttle_save_ms : 0.0;
+    if (!finite_ge0(d->read_cpu_ms_mb) || d->read_cpu_ms_mb > 1e4)
+        return hr_seterr(err, HR_EINVAL, "%s: read_cpu_ms_mb = %g must be finite, 0..10000", who,
+                         d->read_cpu_ms_mb);
+    c->d[i].rc = c->d[i].qs > 0.0 ? d->read_cpu_ms_mb * 1e-6 : 0.0;
     c->d[i].g = gpu ? d->t_layer_gpu_ms : 0.0;
     c->d[i].vram = gpu ? d->vram_bytes : 0.0;
     c->d[i].h = n_dev > 1 ? hr_sched_hop_ms(d->rtt_ms, d->link_bps, d->rtt_bytes, hidden) : 0.0;
@@ -308,6 +312,7 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
     c->d[i].th_cpu = i == c->head ? d->t_head_ms : 0.0;
     c->d[i].th_alone = c->d[i].th_cpu;
     c->d[i].th = hr_sched_throttle_ms(c, i, c->d[i].th_cpu); /* a burst of its own in a ring */
+    c->d[i].q0 = c->d[i].th_cpu;
     c->d[i].link_assumed = d->link_assumed;
     c->d[i].spread = isfinite(d->spread) && d->spread > 0.0 ? d->spread : 0.0;
     c->d[i].rtt_ms = d->rtt_ms;
@@ -392,6 +397,7 @@ int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_d
         c->d[c->head].mem_eff = 0.0;
         c->d[c->head].th += 1e3 * short_b / c->d[c->head].disk; /* ms per token */
         c->d[c->head].th_alone += 1e3 * short_b / c->d[c->head].disk;
+        c->d[c->head].q0 += c->d[c->head].rc * short_b;
     }
     bool uneven = o->uneven_rounds;
     if (o->k_fixed > 0 &&
@@ -548,7 +554,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
             return;
         hr_sched_disk dk;
         hr_sched_disk_at(c, kc, i, wc, &dk);
-        out->cpu = k * hr_sched_cpu_raw_ms(c, i, wc, ring);
+        out->cpu = k * (hr_sched_cpu_raw_ms(c, i, wc, ring) + c->d[i].rc * dk.read_round);
         for (int r = 0; r < k; r++) {
             out->cm[r] = hr_sched_cpu_ms(c, i, wc, ring) + c->d[i].g * n;
             out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk, ring);
@@ -605,7 +611,7 @@ void hr_sched_dev_at(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, cons
     }
     for (int r = 0; r < k; r++) {
         int cnt = win[r * stride], n = ng < cnt ? ng : cnt, wc = cnt - n;
-        out->cpu += hr_sched_cpu_raw_ms(c, i, wc, ring);
+        out->cpu += hr_sched_cpu_raw_ms(c, i, wc, ring) + c->d[i].rc * dk[r].read_round;
         out->cm[r] = hr_sched_cpu_ms(c, i, wc, ring) + c->d[i].g * n;
         out->cp[r] = hr_sched_window_ms(c, i, wc, n, &dk[r], ring);
         out->load[r] = dk[r].load;
@@ -656,7 +662,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
             n_active++;
             Hs += c->d[i].h;
             fmax = c->d[i].f > fmax ? c->d[i].f : fmax;
-            double q = c->d[i].qs * (dr.cpu + c->d[i].th_cpu);
+            double q = c->d[i].qs * (dr.cpu + c->d[i].q0);
             qfloor = q > qfloor ? q : qfloor;
         }
         for (int r = 0; r < k; r++) {
@@ -726,6 +732,7 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
             p->uniform = p->uniform && d->win[r] == d->win[0];
         }
         d->t_layer_ms = c->d[i].t;
+        d->throttle_slope = c->d[i].qs;
         d->prefill_threads = c->d[i].prefill_threads;
         d->decode_threads = c->d[i].decode_threads;
         if (!d->active)

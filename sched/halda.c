@@ -95,7 +95,8 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
  * hr_sched_disk_at, piecewise in wc) enters exactly. Minimises k * P with
  *   P >= sum_i (max(t_i wc_i, stall_i(wc_i)) + g_i n_i + h_i y_i),  P >= load_i(wc_i),
  *   k P + t_head >= k f_i y_i (the links' throughput),
- *   k P + t_head >= qs_i (k cpu_i(wc_i) + t_head_cpu_i) (a CPU quota over the token)
+ *   k P + t_head >= qs_i (k (cpu_i(wc_i) + rc_i read_i(wc_i)) + q0_i) (a CPU quota
+ *   over the token, its reads' CPU included)
  * (SUM: t_i wc_i + stall_i(wc_i) in place of the max).
  * Returns 0 with w/ng/obj filled, 1 when no multi-device plan exists for
  * this k, or a negative code. */
@@ -230,7 +231,7 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         vals[1] = -c->d[i].f;
         rc = lp_row(&lp, GLP_LO, -c->d[c->head].th / kk, 0.0, 2, cols, vals);
     }
-    /* a CPU quota over the token: k P + t_head >= qs_i (k cpu_i(wc_i) + t_head_cpu) */
+    /* a CPU quota over the token: k P + t_head >= qs_i (k (cpu_i + reads' CPU) + q0_i) */
     for (int i = 0; i < n && !rc; i++) {
         if (!(c->d[i].qs > 1.0) || col[i].cap == 0)
             continue;
@@ -238,10 +239,12 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         cols[m] = cP;
         vals[m++] = 1.0;
         for (int v = 1; v <= col[i].cap; v++) {
+            hr_sched_disk_at(c, kc, i, v, &dk[v]); /* dk[] holds the last device's */
             cols[m] = col[i].x0 + v - 1;
-            vals[m++] = -c->d[i].qs * hr_sched_cpu_raw_ms(c, i, v, true);
+            vals[m++] =
+                -c->d[i].qs * (hr_sched_cpu_raw_ms(c, i, v, true) + c->d[i].rc * dk[v].read_round);
         }
-        double lo = (c->d[i].qs * c->d[i].th_cpu - c->d[c->head].th) / kk;
+        double lo = (c->d[i].qs * c->d[i].q0 - c->d[c->head].th) / kk;
         rc = lp_row(&lp, GLP_LO, lo, 0.0, m, cols, vals);
     }
     /* ring: P >= sum_i window_i + sum_i h_i y_i (the row built above) */
@@ -488,6 +491,8 @@ static int cand_pick(const hr_sched_ctx *c, const hr_sched_cand *cs, int nc, int
             (cs[i].n_active == cs[pick].n_active && cs[i].j < cs[pick].j))
             pick = i;
     }
+    if (cs[pick].lat <= cs[f].lat * (1.0 + 1e-12))
+        *fast = pick; /* a tie (a CPU quota's floor, say): the simpler is as fast */
     return pick;
 }
 

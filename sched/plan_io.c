@@ -209,6 +209,8 @@ static json_t *dev_json(const hr_sched_plan *p, int i, bool *bad) {
     jset(o, "read_bytes", jnum(d->read_bytes), bad);
     jset(o, "mem_bytes", jnum(d->mem_bytes), bad);
     jset(o, "t_layer_ms", jnum(d->t_layer_ms), bad);
+    if (d->throttle_slope > 0) /* a CPU quota's term in its rounds */
+        jset(o, "throttle_slope", jnum(d->throttle_slope), bad);
     jset(o, "prefill_threads", json_integer(d->prefill_threads), bad);
     jset(o, "decode_threads", json_integer(d->decode_threads), bad);
     jset(o, "rtt_ms", jnum(d->rtt_ms), bad);

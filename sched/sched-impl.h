@@ -31,6 +31,8 @@ typedef struct {
         double th_cpu;   /* of it, unthrottled CPU ms */
         double th_alone; /* th when the head computes alone (no Q on its burst) */
         double qs, qk;   /* throttle_slope (0: none), throttle_save_ms */
+        double rc;       /* CPU ms per byte read (under a quota only, else 0) */
+        double q0;       /* CPU ms a token besides its windows: th_cpu, the head's reads */
         bool lru;        /* lru reclaim (else pinned) */
         double er;       /* experts: the share of its streamed experts a token reads */
         bool link_assumed;
@@ -104,7 +106,7 @@ typedef struct {
     double cp[HR_SCHED_MAX_ROUNDS];   /* ms of its window in round r (hr_sched_window_ms) */
     double load[HR_SCHED_MAX_ROUNDS]; /* ms of disk reads in round r */
     double read[HR_SCHED_MAX_ROUNDS]; /* bytes read in round r */
-    double cpu;                       /* unthrottled CPU ms of all rounds (the quota's floor) */
+    double cpu; /* unthrottled CPU ms of all rounds, their reads' included (the quota's floor) */
 } hr_sched_dev_rounds;
 /* A device with one window size in every round is costed by
  * hr_sched_disk_at (kc's caps), any other by the same rules over its

@@ -75,8 +75,10 @@
  * Under a CPU quota the head's t_head_ms is a burst of its own (Q(t_head_ms)
  * in a ring), and the quota caps a device over a whole token: latency >=
  * throttle_slope * (its unthrottled CPU ms per token, t_head_ms included on
- * the head). The head alone has no idle spells at all: its latency is at
- * least throttle_slope times all of its CPU work.
+ * the head, and read_cpu_ms_mb for every MB it reads from disk a token: the
+ * page faults of streamed windows run on its CPU share too). The head alone
+ * has no idle spells at all: its latency is at least throttle_slope times
+ * all of its CPU work.
  *
  * So k > 1 pays only when memory is short: with k = 1 every streamed byte is
  * read while the device computes; larger k lets the buffer fill while the
@@ -204,6 +206,8 @@ typedef struct {
      * throttle_slope times its CPU work (see the cost model). */
     double throttle_slope;   /* >= 1: sustained over unthrottled time, measured; 0 none */
     double throttle_save_ms; /* >= 0: what the first period's share saves a long burst */
+    double read_cpu_ms_mb;   /* CPU ms its reads from disk take per MB (10^6 bytes), 0 unknown;
+                                counted with its CPU work under a quota (throttle_slope) */
     double mem_bytes;        /* bytes available to hearth for weights + KV (after OS, other
                                 programs, work buffers and ~1 layer of streaming slack) */
     double disk_bps;         /* bytes/s sequential read of the model file; 0 = never stream */
@@ -278,9 +282,10 @@ typedef struct {
     double disk_load_ms;            /* k * load_m, ms per token, before overlap */
     double disk_exposed_ms;         /* ms per token of it not hidden behind the ring */
     double read_bytes;              /* bytes read from disk per token */
-    double mem_bytes;    /* resident demand: weights kept + stream buffer + KV (+output) */
-    double t_layer_ms;   /* ms per CPU layer used by the model */
-    int prefill_threads; /* 0 = not measured, runtime default */
+    double mem_bytes;      /* resident demand: weights kept + stream buffer + KV (+output) */
+    double t_layer_ms;     /* ms per CPU layer used by the model */
+    double throttle_slope; /* its CPU quota's throttled over unthrottled time, 0 none */
+    int prefill_threads;   /* 0 = not measured, runtime default */
     int decode_threads;
     double rtt_ms, link_bps;              /* the link figures used (copied from the input) */
     bool link_assumed;                    /* ... and they were assumed, not measured */

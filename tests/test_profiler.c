@@ -594,9 +594,14 @@ static void test_sched(const hr_prof_model *pm) {
     CHECK_NEAR(sq.throttle_slope, 2.5, 1e-12);
     CHECK_NEAR(sq.throttle_save_ms, save, 1e-12);
     CHECK_NEAR(sq.t_round_ms, 0.0, 0);
-    q->engine_burst_ms = 0; /* no single steps: the sustained rates as they are */
+    CHECK_NEAR(sq.read_cpu_ms_mb, 0.0, 0); /* the synthetic disk's is unknown */
+    q->disk.read_cpu_ms_mb = 1.25;
+    CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &sq, err), 0);
+    CHECK_NEAR(sq.read_cpu_ms_mb, 1.25, 0); /* counted under its quota */
+    q->engine_burst_ms = 0;                 /* no single steps: the sustained rates as they are */
     CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &s0, err), 0);
     CHECK_NEAR(s0.throttle_slope, 0.0, 0);
+    CHECK_NEAR(s0.read_cpu_ms_mb, 0.0, 0); /* no quota term: reads run beside */
     CHECK_NEAR(sq.decode_ms[0], 0.4 * s0.decode_ms[0], 1e-9 * s0.decode_ms[0]);
     CHECK_NEAR(sq.t_head_ms, 0.4 * s0.t_head_ms, 1e-9 * s0.t_head_ms);
     CHECK_NEAR(sq.prefill_ms[0], s0.prefill_ms[0], 0); /* a batch is long: sustained */
@@ -771,6 +776,8 @@ static void test_device_and_cache(void) {
     CHECK(d->opcosts[0].attn_dim_ns >= 0 && d->opcosts[0].attn_pos_ns >= 0);
     CHECK(d->opcosts[0].attn_dim_ns + d->opcosts[0].attn_pos_ns > 0);
     CHECK(d->disk.seq_mbs > 0);
+    /* the mmap faults' CPU time: measured wherever their rate is */
+    CHECK(d->disk.mmap_mbs <= 0 || (d->disk.read_cpu_ms_mb > 0 && d->disk.read_cpu_ms_mb < 1e3));
     CHECK(d->disk.rand_iops > 0);
     CHECK(strcmp(d->disk.method, "none") != 0);
     CHECK(d->mem.total_bytes > 0);
@@ -923,6 +930,7 @@ static void test_json(const hr_prof_model *pm) {
     doc->device.n_opcosts = 1;
     doc->device.opcosts[0] = (hr_prof_opcost){2, 3.5, 1.25, 0.0625};
     doc->device.disk.seq_mbs = 1234.5;
+    doc->device.disk.read_cpu_ms_mb = 0.625;
     doc->device.cpu_quota_cores = 0.75;
     doc->device.cpu_period_ms = 2.0;
     doc->device.n_sustain = 1;
@@ -995,6 +1003,7 @@ static void test_json(const hr_prof_model *pm) {
     CHECK_EQ(hr_prof_device_parse(j3, strlen(j3), d3, err), 0);
     CHECK_STR(d3->os.release, doc->device.os.release);
     CHECK_NEAR(d3->disk.seq_mbs, 1234.5, 0);
+    CHECK_NEAR(d3->disk.read_cpu_ms_mb, 0.625, 0);
     /* malformed input: codes, never crashes */
     hr_prof_doc_clear(back);
     const char *bad[] = {
