@@ -159,8 +159,8 @@ static double hr_thread_cpu_s(void) {
 }
 
 /* Faults [off, off + len) of fd in after evicting it: MB/s over the second
- * half, *cpu_ms_mb the thread's CPU time per MB faulted over all of it
- * (-1 unknown). */
+ * half, *cpu_ms_mb the thread's CPU time per MB faulted over all of it and
+ * its eviction afterwards (-1 unknown). */
 static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double budget_s,
                             double *cpu_ms_mb) {
     *cpu_ms_mb = -1.0;
@@ -196,8 +196,17 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
                 break; /* slow disk: enough of a sample */
         }
         double c1 = hr_thread_cpu_s();
-        if (c0 >= 0 && c1 > c0 && faulted > 0)
-            *cpu_ms_mb = (c1 - c0) * 1e3 / ((double)faulted * (double)pg / 1e6);
+        /* dropping the pages again, as a streaming device's pump does
+         * behind its computing thread (mmap/stream.c hr_stream_evict), is
+         * CPU time of the same share */
+#ifdef MADV_PAGEOUT
+        madvise((void *)map, len, MADV_PAGEOUT);
+#endif
+        madvise((void *)map, len, MADV_DONTNEED);
+        posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+        double c2 = hr_thread_cpu_s();
+        if (c0 >= 0 && c1 > c0 && c2 >= c1 && faulted > 0)
+            *cpu_ms_mb = (c2 - c0) * 1e3 / ((double)faulted * (double)pg / 1e6);
         double dt = hr_io_elapsed(t_half, w0);
         if (dt > 0 && faulted > f_half && f_half > 0)
             rate = (double)(faulted - f_half) * (double)pg / dt / 1e6;
