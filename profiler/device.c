@@ -364,6 +364,13 @@ int hr_prof_write_atomic(const char *dir, const char *path, const char *text) {
     return -1;
 }
 
+double hr_prof_cpu_s(bool thread) {
+    struct timespec ts;
+    if (clock_gettime(thread ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void hr_cache_write(const char *dir, const char *path, const hr_prof_device *d) {
     char err[HR_ERR_LEN] = "";
     char *text = NULL;

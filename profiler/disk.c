@@ -148,19 +148,10 @@ static long long hr_read_seq(int fd, void *buf, uint64_t *pos, uint64_t span, si
 
 /* Faults one evicted chunk [off, off+len) of a fresh read-only mapping in
  * page order (default advice: the kernel's read-around applies, as during
- * decode). Returns MB/s, or -1 when the chunk stayed cached (pages mapped
- * elsewhere, e.g. by a running agent) or could not be mapped. */
-/* CPU seconds of the calling thread (-1 unknown). */
-static double hr_thread_cpu_s(void) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return -1;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Faults [off, off + len) of fd in after evicting it: MB/s over the second
- * half, *cpu_ms_mb the thread's CPU time per MB faulted over all of it and
- * its eviction afterwards (-1 unknown). */
+ * decode). Returns MB/s over its second half, or -1 when the chunk stayed
+ * cached (pages mapped elsewhere, e.g. by a running agent) or could not be
+ * mapped; *cpu_ms_mb the thread's CPU time per MB faulted over all of it
+ * and its eviction afterwards (-1 unknown). */
 static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double budget_s,
                             double *cpu_ms_mb) {
     *cpu_ms_mb = -1.0;
@@ -180,7 +171,7 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
         unsigned sum = 0;
         size_t faulted = 0, i = 0, half = n_pages / 2, f_half = 0;
         int64_t w0 = hr_prof_run_delay_ns();
-        double t0 = hr_now_s(), t_half = t0, c0 = hr_thread_cpu_s();
+        double t0 = hr_now_s(), t_half = t0, c0 = hr_prof_cpu_s(true);
         while (i < n_pages) {
             size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
             for (; i < end; i++) {
@@ -195,7 +186,7 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
             if (hr_now_s() - t0 > budget_s)
                 break; /* slow disk: enough of a sample */
         }
-        double c1 = hr_thread_cpu_s();
+        double c1 = hr_prof_cpu_s(true);
         /* dropping the pages again, as a streaming device's pump does
          * behind its computing thread (mmap/stream.c hr_stream_evict), is
          * CPU time of the same share */
@@ -204,7 +195,7 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
 #endif
         madvise((void *)map, len, MADV_DONTNEED);
         posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
-        double c2 = hr_thread_cpu_s();
+        double c2 = hr_prof_cpu_s(true);
         if (c0 >= 0 && c1 > c0 && c2 >= c1 && faulted > 0)
             *cpu_ms_mb = (c2 - c0) * 1e3 / ((double)faulted * (double)pg / 1e6);
         double dt = hr_io_elapsed(t_half, w0);

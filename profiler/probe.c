@@ -89,14 +89,6 @@ static int hr_probe_step(hr_ctx *c, float *h, const float *h0, int E, int *pos,
     return rc;
 }
 
-/* CPU seconds this process has run (all its threads). */
-static double hr_probe_cpu_s(void) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-        return -1;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One attempt of the probe over context c (its window's layers) from
  * hidden state h0 (h: scratch), as hr_prof_engine_probe describes; period_s
  * > 0: paced (a CPU quota of that period). */
@@ -115,10 +107,10 @@ static int hr_probe_attempt(hr_ctx *c, float *h, const float *h0, int E, int n_t
     while (period_s > 0 && n1 < HR_PROBE_MAX_BURSTS &&
            (n1 < HR_PROBE_MIN_BURSTS || bt < 0.5 * window_s)) {
         hr_sleep_s(idle);
-        double t0 = hr_now_s(), c0 = hr_probe_cpu_s();
+        double t0 = hr_now_s(), c0 = hr_prof_cpu_s(false);
         if ((rc = hr_probe_step(c, h, h0, E, &pos, err)))
             return rc;
-        double b = hr_now_s() - t0, cpu = (hr_probe_cpu_s() - c0) / n_threads;
+        double b = hr_now_s() - t0, cpu = (hr_prof_cpu_s(false) - c0) / n_threads;
         /* its unthrottled time: the CPU time it ran where the quota held
          * it back (a step longer than the period's share) */
         b1[n1++] = c0 >= 0 && cpu > 0 && cpu < b ? cpu : b;

@@ -30,6 +30,9 @@ int hr_prof_mkdir_p(const char *dir);
  * file renamed over it, so a reader never sees half a file. 0, or -1 with
  * errno (the temporary file removed). */
 int hr_prof_write_atomic(const char *dir, const char *path, const char *text);
+/* CPU seconds the calling thread (thread) or this process (all its
+ * threads) has run; -1 unknown. */
+double hr_prof_cpu_s(bool thread);
 /* 64-bit FNV-1a of a string. */
 uint64_t hr_prof_hash(const char *s, uint64_t h);
 #define HR_PROF_HASH_INIT 1469598103934665603ull
