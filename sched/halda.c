@@ -186,6 +186,20 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             }
             rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m, cols, vals);
         }
+        /* a CPU quota over the token: k P + t_head >= qs_i (k (cpu_i + reads'
+         * CPU) + q0_i), with this device's dk[] */
+        if (!rc && c->d[i].qs > 1.0 && (col[i].cap > 0 || c->d[i].q0 > 0.0)) {
+            m = 0;
+            cols[m] = cP;
+            vals[m++] = 1.0;
+            for (int v = 1; v <= col[i].cap; v++) {
+                cols[m] = col[i].x0 + v - 1;
+                vals[m++] = -c->d[i].qs *
+                            (hr_sched_cpu_raw_ms(c, i, v, true) + c->d[i].rc * dk[v].read_round);
+            }
+            double lo = (c->d[i].qs * c->d[i].q0 - c->d[c->head].th) / kk;
+            rc = lp_row(&lp, GLP_LO, lo, 0.0, m, cols, vals);
+        }
     }
     /* sum_m w_m = W */
     int m = 0;
@@ -230,22 +244,6 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         cols[1] = col[i].y;
         vals[1] = -c->d[i].f;
         rc = lp_row(&lp, GLP_LO, -c->d[c->head].th / kk, 0.0, 2, cols, vals);
-    }
-    /* a CPU quota over the token: k P + t_head >= qs_i (k (cpu_i + reads' CPU) + q0_i) */
-    for (int i = 0; i < n && !rc; i++) {
-        if (!(c->d[i].qs > 1.0) || col[i].cap == 0)
-            continue;
-        m = 0;
-        cols[m] = cP;
-        vals[m++] = 1.0;
-        for (int v = 1; v <= col[i].cap; v++) {
-            hr_sched_disk_at(c, kc, i, v, &dk[v]); /* dk[] holds the last device's */
-            cols[m] = col[i].x0 + v - 1;
-            vals[m++] =
-                -c->d[i].qs * (hr_sched_cpu_raw_ms(c, i, v, true) + c->d[i].rc * dk[v].read_round);
-        }
-        double lo = (c->d[i].qs * c->d[i].q0 - c->d[c->head].th) / kk;
-        rc = lp_row(&lp, GLP_LO, lo, 0.0, m, cols, vals);
     }
     /* ring: P >= sum_i window_i + sum_i h_i y_i (the row built above) */
     if (!rc)
