@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define TAG "pool"
 
@@ -165,6 +166,25 @@ void hr_pool_destroy(hr_pool *p) {
 }
 
 int hr_pool_size(const hr_pool *p) { return p->n; }
+
+static double hr_clock_s(clockid_t id) {
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double hr_pool_cpu_s(const hr_pool *p) {
+    double s = hr_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (int i = 1; p && i < p->n && s >= 0; i++) {
+        clockid_t id;
+        double w = -1;
+        if (pthread_getcpuclockid(p->workers[i - 1].thread, &id) == 0)
+            w = hr_clock_s(id);
+        s = w >= 0 ? s + w : -1;
+    }
+    return s;
+}
 
 void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx) {
     if (nth > p->n)

@@ -41,6 +41,11 @@ unsigned long long hr_pool_backoffs(const hr_pool *p);
  * job): every part then runs on its own thread, and the pool never steps
  * back to fewer threads (pool.c). Default on. */
 void hr_pool_set_steal(hr_pool *p, bool on);
+/* CPU seconds the calling thread (the pool's thread 0 when it runs the
+ * jobs) and the pool's workers have used since they started; -1 where a
+ * thread's clock cannot be read. Other threads of the process (I/O, links)
+ * are not in it. */
+double hr_pool_cpu_s(const hr_pool *p);
 /* Runs with only the first nth threads (1 <= nth <= size); others idle. */
 void hr_pool_run_n(hr_pool *p, int nth, hr_pool_fn fn, void *ctx);
 

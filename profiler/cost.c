@@ -64,9 +64,9 @@ double hr_prof_device_sustain(const hr_prof_device *d, int n_threads) {
 }
 
 bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, double *slope,
-                      double *save_ms) {
+                      double *save_ms, double *wait_ms) {
     *free = 1.0;
-    *slope = *save_ms = 0.0;
+    *slope = *save_ms = *wait_ms = 0.0;
     double q = d->cpu_quota_cores, P = d->cpu_period_ms, s = d->engine_ms, b = d->engine_burst_ms;
     if (!(q > 0 && q < n_threads && P > 0 && d->engine_factor > 0 &&
           d->engine_threads == n_threads && s > 0 && b > 0))
@@ -76,7 +76,8 @@ bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, doub
         return false; /* no throttling measured */
     *free = b / s;
     *slope = s / b;
-    *save_ms = a * (*slope - 1) + (P - a) * (P - a) / (2 * P);
+    *wait_ms = (P - a) * (P - a) / (2 * P);
+    *save_ms = a * (*slope - 1) + *wait_ms;
     return true;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "kernels/pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +90,15 @@ static int hr_probe_step(hr_ctx *c, float *h, const float *h0, int E, int *pos,
     return rc;
 }
 
+/* CPU seconds of the threads that compute c's steps: its pool's (not the
+ * process's other threads: a link measurement or a heartbeat while the
+ * probe runs is not the step's work); the process's where c runs in
+ * thread groups. */
+static double hr_probe_cpu_s(hr_ctx *c) {
+    hr_pool *p = hr_ctx_n_groups(c) == 1 ? hr_ctx_pool(c) : NULL;
+    return p ? hr_pool_cpu_s(p) : hr_prof_cpu_s(false);
+}
+
 /* One attempt of the probe over context c (its window's layers) from
  * hidden state h0 (h: scratch), as hr_prof_engine_probe describes; period_s
  * > 0: paced (a CPU quota of that period). */
@@ -107,13 +117,14 @@ static int hr_probe_attempt(hr_ctx *c, float *h, const float *h0, int E, int n_t
     while (period_s > 0 && n1 < HR_PROBE_MAX_BURSTS &&
            (n1 < HR_PROBE_MIN_BURSTS || bt < 0.5 * window_s)) {
         hr_sleep_s(idle);
-        double t0 = hr_now_s(), c0 = hr_prof_cpu_s(false);
+        double t0 = hr_now_s(), c0 = hr_probe_cpu_s(c);
         if ((rc = hr_probe_step(c, h, h0, E, &pos, err)))
             return rc;
-        double b = hr_now_s() - t0, cpu = (hr_prof_cpu_s(false) - c0) / n_threads;
+        double c1 = hr_probe_cpu_s(c);
+        double b = hr_now_s() - t0, cpu = c0 >= 0 && c1 >= 0 ? (c1 - c0) / n_threads : -1;
         /* its unthrottled time: the CPU time it ran where the quota held
          * it back (a step longer than the period's share) */
-        b1[n1++] = c0 >= 0 && cpu > 0 && cpu < b ? cpu : b;
+        b1[n1++] = cpu > 0 && cpu < b ? cpu : b;
         bt += b;
         idle = 2 * b > period_s ? 2 * b : period_s;
     }

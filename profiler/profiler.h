@@ -389,11 +389,13 @@ int hr_prof_engine_history(hr_prof_device *d, const hr_prof_model *pm, const hr_
  * sustained over the unthrottled step and *save_ms = a (slope - 1) +
  * (period - a)^2 / (2 period), a = quota cores / threads * period: the
  * share of the period a burst starts in runs unthrottled, the phase it
- * starts at averaged out. Returns false, with *free 1 and *slope /
- * *save_ms 0, without a quota that can throttle n_threads, a probe at them
- * under it, or a throttling it measured (slope below 1.05). */
+ * starts at averaged out. *wait_ms = (period - a)^2 / (2 period): what a
+ * round that reaches the device at a random phase with the period's share
+ * spent waits for the next period, on average. Returns false, with *free 1
+ * and the others 0, without a quota that can throttle n_threads, a probe
+ * at them under it, or a throttling it measured (slope below 1.05). */
 bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, double *slope,
-                      double *save_ms);
+                      double *save_ms, double *wait_ms);
 /* The probe's window for d: ten quota periods, 0.3 to 2 s. */
 double hr_prof_probe_window_s(const hr_prof_device *d);
 

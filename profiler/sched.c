@@ -220,14 +220,15 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
     }
     /* a CPU quota: unthrottled CPU times and the quota's term (the cost
      * model's Q); prefill stays at the sustained rate (a batch is long) */
-    double free = 1, slope = 0, save = 0;
-    if (hr_prof_throttle(d, d->engine_threads, &free, &slope, &save)) {
+    double free = 1, slope = 0, save = 0, wait = 0;
+    if (hr_prof_throttle(d, d->engine_threads, &free, &slope, &save, &wait)) {
         for (int t = 0; t < out->n_thread_rates; t++)
             out->decode_ms[t] *= free;
         out->t_head_ms *= free;
         out->t_round_ms = 0;
         out->throttle_slope = slope;
         out->throttle_save_ms = save;
+        out->throttle_wait_ms = wait;
         /* the page faults of what it streams run on the same share */
         out->read_cpu_ms_mb = d->disk.read_cpu_ms_mb > 0 ? d->disk.read_cpu_ms_mb : 0;
     }

@@ -296,6 +296,10 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
                          who, d->throttle_slope, d->throttle_save_ms);
     c->d[i].qs = d->throttle_slope > 1.0 ? d->throttle_slope : 0.0;
     c->d[i].qk = c->d[i].qs > 0.0 ? d->throttle_save_ms : 0.0;
+    if (!finite_ge0(d->throttle_wait_ms) || d->throttle_wait_ms > 1e4)
+        return hr_seterr(err, HR_EINVAL, "%s: throttle_wait_ms = %g must be finite, 0..10000", who,
+                         d->throttle_wait_ms);
+    c->d[i].qw = c->d[i].qs > 0.0 && n_dev > 1 ? d->throttle_wait_ms : 0.0;
     if (!finite_ge0(d->read_cpu_ms_mb) || d->read_cpu_ms_mb > 1e4)
         return hr_seterr(err, HR_EINVAL, "%s: read_cpu_ms_mb = %g must be finite, 0..10000", who,
                          d->read_cpu_ms_mb);
@@ -640,13 +644,14 @@ static double head_ms(const hr_sched_ctx *c, bool ring) {
  * exposed time (-1: none). Returns ms per token, INFINITY when a device
  * breaks a memory rule or the windows do not cover n_layer once. */
 static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win,
-                          const int *ng, double *P, double *S, int *bneck, double *H_out) {
+                          const int *ng, double *P, double *S, int *bneck, double *H_out,
+                          double *W_out) {
     const int k = kc->k, n = c->n;
     int sum = 0, n_active = 0;
-    double Hs = 0.0, fmax = 0.0, worst_load[HR_SCHED_MAX_ROUNDS], worst_stall[HR_SCHED_MAX_ROUNDS];
+    double Hs = 0.0, Ws = 0.0, Wr[HR_SCHED_MAX_ROUNDS], fmax = 0.0, worst_load[HR_SCHED_MAX_ROUNDS], worst_stall[HR_SCHED_MAX_ROUNDS];
     int who_load[HR_SCHED_MAX_ROUNDS], who_stall[HR_SCHED_MAX_ROUNDS];
     for (int r = 0; r < k; r++) {
-        S[r] = worst_load[r] = worst_stall[r] = 0.0;
+        S[r] = Wr[r] = worst_load[r] = worst_stall[r] = 0.0;
         who_load[r] = who_stall[r] = -1;
     }
     hr_sched_dev_rounds dr;
@@ -665,9 +670,12 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
             double q = c->d[i].qs * (dr.cpu + c->d[i].q0);
             qfloor = q > qfloor ? q : qfloor;
         }
+        int cap = ng ? ng[i] : 0;
         for (int r = 0; r < k; r++) {
             if (active)
                 S[r] += dr.cp[r];
+            if (win[r * n + i] > cap) /* it computes on its CPU this round */
+                Wr[r] += c->d[i].qw;
             if (dr.load[r] > worst_load[r]) {
                 worst_load[r] = dr.load[r];
                 who_load[r] = i;
@@ -680,15 +688,18 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
     }
     if (sum != c->L)
         return INFINITY;
+    /* hops, and a quota's wait where a round has a device compute (none alone) */
     double H = n_active >= 2 ? Hs : 0.0, lat = head_ms(c, ring);
     for (int r = 0; r < k; r++) {
-        S[r] += H;
+        Ws += n_active >= 2 ? Wr[r] : 0.0;
+        S[r] += H + (n_active >= 2 ? Wr[r] : 0.0);
         /* a device's disk reads at most one round's bytes per round */
         P[r] = worst_load[r] > S[r] ? worst_load[r] : S[r];
         bneck[r] = worst_load[r] > S[r] ? who_load[r] : who_stall[r];
         lat += P[r];
     }
     *H_out = H;
+    *W_out = Ws; /* per token, all rounds */
     /* the links' throughput: k hidden states per token over each link */
     double floor_ms = n_active >= 2 ? k * fmax : 0.0;
     floor_ms = qfloor > floor_ms ? qfloor : floor_ms;
@@ -696,8 +707,8 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
 }
 
 static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win, const int *ng,
-                      const double *P, const double *S, const int *bneck, double H, double lat,
-                      hr_sched_plan *p) {
+                      const double *P, const double *S, const int *bneck, double H, double W,
+                      double lat, hr_sched_plan *p) {
     int k = kc->k, n_active = 0;
     memset(p, 0, sizeof *p);
     p->k = k;
@@ -710,6 +721,7 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
     p->head_ms = head_ms(c, many_in_ring(c, k, win));
     p->round_ms = (lat - p->head_ms) / k;
     p->link_ms = k * H;
+    p->quota_wait_ms = W;
     p->optimal = true;
     p->uniform = true;
     double C = 0.0, Psum = 0.0;
@@ -743,6 +755,8 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
         d->ring_pos = n_active;
         p->order[n_active++] = i;
         d->link_ms = H > 0.0 ? k * c->d[i].h : 0.0;
+        for (int r = 0; W > 0.0 && r < k; r++)
+            d->quota_wait_ms += d->win[r] > d->n_gpu ? c->d[i].qw : 0.0;
         d->overloaded = dr.overloaded;
         double kv = dr.lc * c->kv, out = d->is_head ? c->out : 0.0;
         d->mem_bytes =
@@ -769,7 +783,7 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
                 p->dev[i].first[r] = at;
     }
     p->compute_ms = C;
-    p->disk_exposed_ms = Psum - C - k * H;
+    p->disk_exposed_ms = Psum - C - k * H - W;
     p->link_floor_dev = -1;
     for (int j = 0; n_active >= 2 && j < n_active; j++) {
         int i = p->order[j];
@@ -807,13 +821,13 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
 
 double hr_sched_eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int *win,
                             const int *ng, hr_sched_plan *plan) {
-    double P[HR_SCHED_MAX_ROUNDS], S[HR_SCHED_MAX_ROUNDS], H = 0.0;
+    double P[HR_SCHED_MAX_ROUNDS], S[HR_SCHED_MAX_ROUNDS], H = 0.0, W = 0.0;
     int bneck[HR_SCHED_MAX_ROUNDS];
     if (kc->k < 1 || kc->k > HR_SCHED_MAX_ROUNDS)
         return INFINITY;
-    double lat = eval_rounds(c, kc, win, ng, P, S, bneck, &H);
+    double lat = eval_rounds(c, kc, win, ng, P, S, bneck, &H, &W);
     if (plan && isfinite(lat))
-        fill_plan(c, kc, win, ng, P, S, bneck, H, lat, plan);
+        fill_plan(c, kc, win, ng, P, S, bneck, H, W, lat, plan);
     return lat;
 }
 

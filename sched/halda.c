@@ -84,7 +84,8 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
     if (i == c->head || j == c->head)
         return false;
     return c->d[i].t == c->d[j].t && c->d[i].g == c->d[j].g && c->d[i].h == c->d[j].h &&
-           c->d[i].f == c->d[j].f && c->d[i].tr == c->d[j].tr &&
+           c->d[i].f == c->d[j].f && c->d[i].tr == c->d[j].tr && c->d[i].qs == c->d[j].qs &&
+           c->d[i].qk == c->d[j].qk && c->d[i].qw == c->d[j].qw && c->d[i].rc == c->d[j].rc &&
            c->d[i].mem_eff == c->d[j].mem_eff && c->d[i].disk == c->d[j].disk &&
            c->d[i].vram == c->d[j].vram && c->d[i].lru == c->d[j].lru &&
            kc->d[i].cap == kc->d[j].cap && kc->d[i].gcap == kc->d[j].gcap;
@@ -167,7 +168,8 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             hr_sched_disk_at(c, kc, i, v, &dk[v]);
             any_load = any_load || dk[v].load > 0.0;
             rcols[rm] = col[i].x0 + v - 1;
-            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v], true); /* >= 2 in the ring */
+            /* >= 2 in the ring: its window, and its quota's wait */
+            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v], true) - c->d[i].qw;
         }
         if (col[i].n) {
             rcols[rm] = col[i].n;

@@ -83,10 +83,13 @@ static void format_plan(const hr_sched_plan *p, hr_sink *s) {
     put(s, "hearth plan: k = %d rounds %s, %d of %d devices, %.2f ms/token (%.2f tok/s)%s\n", p->k,
         shape, p->n_active, p->n_dev, p->latency_ms, p->tokens_per_s,
         p->optimal ? ", optimal" : ", not proven optimal");
+    char qw[64] = "";
+    if (p->quota_wait_ms > 0)
+        snprintf(qw, sizeof qw, " + quota waits %.2f ms", p->quota_wait_ms);
     put(s,
-        "  compute %.2f ms + links %.2f ms + disk exposed %.2f ms + head %.2f ms "
+        "  compute %.2f ms + links %.2f ms%s + disk exposed %.2f ms + head %.2f ms "
         "(overlap model %s, solved in %.1f ms, %d programs)\n",
-        p->compute_ms, p->link_ms, p->disk_exposed_ms, p->head_ms, overlap_name(p->overlap),
+        p->compute_ms, p->link_ms, qw, p->disk_exposed_ms, p->head_ms, overlap_name(p->overlap),
         p->solve_ms, p->n_ilp);
     put(s, "  %3s  %-20s %4s %4s %6s %10s %8s %9s %9s %8s %8s %7s  %s\n", "pos", "device", "w",
         "gpu", "layers", "compute_ms", "link_ms", "disk_ms", "exposed", "read_GiB", "mem_GiB",
@@ -209,8 +212,10 @@ static json_t *dev_json(const hr_sched_plan *p, int i, bool *bad) {
     jset(o, "read_bytes", jnum(d->read_bytes), bad);
     jset(o, "mem_bytes", jnum(d->mem_bytes), bad);
     jset(o, "t_layer_ms", jnum(d->t_layer_ms), bad);
-    if (d->throttle_slope > 0) /* a CPU quota's term in its rounds */
+    if (d->throttle_slope > 0) { /* a CPU quota's term in its rounds */
         jset(o, "throttle_slope", jnum(d->throttle_slope), bad);
+        jset(o, "quota_wait_ms", jnum(d->quota_wait_ms), bad);
+    }
     jset(o, "prefill_threads", json_integer(d->prefill_threads), bad);
     jset(o, "decode_threads", json_integer(d->decode_threads), bad);
     jset(o, "rtt_ms", jnum(d->rtt_ms), bad);
@@ -246,6 +251,7 @@ int hr_sched_plan_json(const hr_sched_plan *p, char **json, char err[HR_ERR_LEN]
         json_t *br = json_object();
         jset(br, "compute_ms", jnum(p->compute_ms), &bad);
         jset(br, "link_ms", jnum(p->link_ms), &bad);
+        jset(br, "quota_wait_ms", jnum(p->quota_wait_ms), &bad);
         jset(br, "disk_exposed_ms", jnum(p->disk_exposed_ms), &bad);
         jset(br, "head_ms", jnum(p->head_ms), &bad);
         jset(br, "round_ms", jnum(p->round_ms), &bad);

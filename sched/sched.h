@@ -32,6 +32,12 @@
  *           (a round trip measured with messages of rtt_bytes already carries
  *           that much of a hidden state each way; 0 for an assumed rtt)
  *   H     = sum over active m of h_m, or 0 with one active   hops, ms/round
+ *   W     = sum over m computing on its CPU this round of w_m, or 0 with
+ *           one active: w_m = throttle_wait_ms under a CPU quota (0
+ *           without): a round that reaches the device when its period's
+ *           share is spent waits for the next period, (P - a)^2 / (2 P) on
+ *           average for periods of P ms of which a run unthrottled (a
+ *           device that only forwards spends none of its share)
  *   f_m   = 1000 * hidden_bytes / link_bps                   a hidden state at the
  *                                                            link's sustained rate, ms
  *   (the disk terms below add to these)
@@ -67,7 +73,7 @@
  *   window_m = max(c_m, stall_m)  (HR_SCHED_OVERLAP_MAX, default: reads and
  *              compute of one device overlap) or c_m + stall_m
  *              (HR_SCHED_OVERLAP_SUM, pessimistic)
- *   S = sum over active m of window_m + H
+ *   S = sum over active m of window_m + H + W
  *   P = max(S, max_m load_m)       (a disk reads one round's bytes per round)
  *
  *   latency (ms per token) = k * P + t_head_ms(head)
@@ -88,7 +94,7 @@
  * round's windows (n_rm = min(n_m, w_rm) on the accelerator, wc_rm = w_rm -
  * n_rm), memory over the device's windows of all rounds together:
  *
- *   S_r = sum over active m of window_rm + H,  P_r = max(S_r, max_m load_rm)
+ *   S_r = sum over active m of window_rm + H + W_r,  P_r = max(S_r, max_m load_rm)
  *   latency = max(sum_r P_r + t_head_ms(head), k * max_m f_m)
  *   resident: sum_r wc_rm * (layer_bytes + kv) <= mem_eff_m; GPU likewise
  *   pinned streaming: hr_sched_stream_split_rounds() over the window bytes
@@ -206,6 +212,9 @@ typedef struct {
      * throttle_slope times its CPU work (see the cost model). */
     double throttle_slope;   /* >= 1: sustained over unthrottled time, measured; 0 none */
     double throttle_save_ms; /* >= 0: what the first period's share saves a long burst */
+    double throttle_wait_ms; /* >= 0: what a round waits for the next period, on average, when
+                                it reaches the device with the period's share spent (with
+                                throttle_slope; none alone) */
     double read_cpu_ms_mb;   /* CPU ms its reads from disk take per MB (10^6 bytes), 0 unknown;
                                 counted with its CPU work under a quota (throttle_slope) */
     double mem_bytes;        /* bytes available to hearth for weights + KV (after OS, other
@@ -279,6 +288,7 @@ typedef struct {
     int layers;                     /* sum of win[] */
     double compute_ms;              /* k * c_m, ms per token */
     double link_ms;                 /* k * h_m, ms per token */
+    double quota_wait_ms;           /* k * throttle_wait_ms, ms per token (0: none) */
     double disk_load_ms;            /* k * load_m, ms per token, before overlap */
     double disk_exposed_ms;         /* ms per token of it not hidden behind the ring */
     double read_bytes;              /* bytes read from disk per token */
@@ -307,6 +317,7 @@ typedef struct {
     double tokens_per_s;     /* 1000 / latency_ms */
     double compute_ms;       /* per token: k * sum c_m */
     double link_ms;          /* per token: k * H */
+    double quota_wait_ms;    /* per token: k * the active devices' throttle_wait_ms */
     double link_floor_ms;    /* per token: k * max f_m, the links' throughput bound (0 alone) */
     int link_floor_dev;      /* whose link sets it (-1: none); it binds when it equals latency_ms */
     double disk_exposed_ms;  /* per token: k * (P - compute - links) */

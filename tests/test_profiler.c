@@ -584,15 +584,17 @@ static void test_sched(const hr_prof_model *pm) {
     q->engine_pred_ms = 8.0;
     q->engine_factor = 1.25;
     q->engine_burst_ms = 4.0;
-    double fr, slope, save;
-    CHECK(hr_prof_throttle(q, 1, &fr, &slope, &save));
+    double fr, slope, save, wait;
+    CHECK(hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     CHECK_NEAR(fr, 0.4, 1e-12);
     CHECK_NEAR(slope, 2.5, 1e-12);
     CHECK_NEAR(save, 2.5 * 1.5 + 2.5 * 2.5 / 10, 1e-12);
+    CHECK_NEAR(wait, 2.5 * 2.5 / 10, 1e-12); /* (5 - 2.5)^2 / (2 * 5) */
     hr_sched_device sq, s0;
     CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &sq, err), 0);
     CHECK_NEAR(sq.throttle_slope, 2.5, 1e-12);
     CHECK_NEAR(sq.throttle_save_ms, save, 1e-12);
+    CHECK_NEAR(sq.throttle_wait_ms, wait, 1e-12);
     CHECK_NEAR(sq.t_round_ms, 0.0, 0);
     CHECK_NEAR(sq.read_cpu_ms_mb, 0.0, 0); /* the synthetic disk's is unknown */
     q->disk.read_cpu_ms_mb = 1.25;
@@ -601,21 +603,23 @@ static void test_sched(const hr_prof_model *pm) {
     q->engine_burst_ms = 0;                 /* no single steps: the sustained rates as they are */
     CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &s0, err), 0);
     CHECK_NEAR(s0.throttle_slope, 0.0, 0);
+    CHECK_NEAR(s0.throttle_wait_ms, 0.0, 0);
     CHECK_NEAR(s0.read_cpu_ms_mb, 0.0, 0); /* no quota term: reads run beside */
     CHECK_NEAR(sq.decode_ms[0], 0.4 * s0.decode_ms[0], 1e-9 * s0.decode_ms[0]);
     CHECK_NEAR(sq.t_head_ms, 0.4 * s0.t_head_ms, 1e-9 * s0.t_head_ms);
     CHECK_NEAR(sq.prefill_ms[0], s0.prefill_ms[0], 0); /* a batch is long: sustained */
-    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     CHECK_NEAR(fr, 1.0, 0);
     q->engine_burst_ms = 9.8; /* within 5% of back to back: no throttling measured */
-    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     q->engine_burst_ms = 4.0;
-    CHECK(!hr_prof_throttle(q, 2, &fr, &slope, &save)); /* not probed at 2 threads */
+    CHECK(!hr_prof_throttle(q, 2, &fr, &slope, &save, &wait)); /* not probed at 2 threads */
     q->cpu_quota_cores = 1.0;                           /* cannot throttle one thread */
-    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     q->cpu_quota_cores = -1.0;
-    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save));
+    CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     CHECK_NEAR(slope, 0.0, 0);
+    CHECK_NEAR(wait, 0.0, 0);
     free(q);
     /* the scheduler takes what we give it */
     hr_sched_device devs[2] = {sd, sd};

@@ -132,6 +132,7 @@ static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int 
             d[i].throttle_slope = urand(1.2, 4);
             d[i].throttle_save_ms = urand(0, 3) * t;
             d[i].read_cpu_ms_mb = chance(0.5) ? urand(0, 3) : 0;
+            d[i].throttle_wait_ms = chance(0.5) ? urand(0, 1) * t : 0;
         }
         rng_quota = rng;
         rng = keep;
@@ -447,6 +448,16 @@ static void test_quota_costs(void) {
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 18, 1e-9);
     d[1].throttle_slope = 1.5; /* the floor 9 < 3 * (2 + 2) */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 12, 1e-9);
+    /* a round that finds b's share spent waits 0.5 ms for the period:
+     * each of the 3 rounds wakes b */
+    d[1].throttle_wait_ms = 0.5;
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * (2 + 2 + 0.5), 1e-9);
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 6 + 6 + 0.5, 1e-9); /* floor 9 */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 12, 1e-9);     /* b not woken */
+    d[1].throttle_slope = 0; /* without a quota, no wait */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 12, 1e-9);
+    d[1].throttle_slope = 1.5;
+    d[1].throttle_wait_ms = 0;
     /* the head: its output burst of 1 ms is throttled in a ring only */
     d[0].throttle_slope = 2;
     d[0].throttle_save_ms = 0.5;
@@ -455,6 +466,11 @@ static void test_quota_costs(void) {
     d[1].throttle_save_ms = 0;
     /* a's 6 ms round takes 12 - 0.5; floor 2 * (6 + 1) = 14 < 1.5 + 11.5 + 6 */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 1.5 + 11.5 + 6, 1e-9);
+    d[0].throttle_wait_ms = 0.25; /* the round wakes the head too; alone, nothing */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 1.5 + 11.5 + 6 + 0.25, 1e-9);
+    int fwd[2] = {0, 6}; /* the head only forwards: b's 12 ms and the head's 1.5, no wait */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, fwd, NULL), 1.5 + 12, 1e-9);
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 26, 1e-9);
     /* alone: back to back, 1 + 12 raw, at least 2 * 13 */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 26, 1e-9);
     int alone3[6] = {2, 0, 2, 0, 2, 0};
@@ -470,6 +486,12 @@ static void test_quota_costs(void) {
     char *js = NULL;
     CHECK_EQ(hr_sched_plan_json(&p, &js, NULL), 0);
     CHECK(js && strstr(js, "\"throttle_slope\": 2") != NULL);
+    CHECK(js && strstr(js, "\"quota_wait_ms\"") != NULL);
+    int computes = 0; /* the head's rounds on its CPU: a forwarding round waits for nothing */
+    for (int r = 0; r < p.k; r++)
+        computes += p.dev[0].win[r] > 0;
+    CHECK_NEAR(p.quota_wait_ms, computes * 0.25, 1e-12);
+    CHECK_NEAR(p.dev[0].quota_wait_ms, computes * 0.25, 1e-12);
     free(js);
     /* unthrottled, the same devices tie the ring with the head alone */
     d[0].throttle_slope = 0;
@@ -504,6 +526,9 @@ static void test_quota_costs(void) {
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
     d[1].throttle_slope = 2;
     d[1].throttle_save_ms = -1;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+    d[1].throttle_save_ms = 0;
+    d[1].throttle_wait_ms = NAN;
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
 }
 
