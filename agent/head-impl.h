@@ -464,6 +464,12 @@ bool hr_head_adapt_due(const hr_head *hd, double now, double *held, double *hold
  * least the mildest of them when those are above 1 (at most, below), and
  * why (*wl of cap used) a note; else nothing changes. dev_mu held. */
 void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl);
+/* The unthrottled CPU ms of a round of ms under sd's CPU quota (the
+ * inverse of the cost model's Q): min(ms, (ms + throttle_save_ms) /
+ * throttle_slope); ms without one. An adaptive rate scale is a ratio of
+ * these, so a round throttled past the period's share does not read as a
+ * slower CPU, which the model would throttle once more. */
+double hr_adapt_unthrottled_ms(const hr_sched_device *sd, double ms);
 /* Every turn of the plan timer: the head's own sample; decides an adaptive
  * re-plan (sets replan and hd->adapt) or only new predictions. */
 void hr_head_adapt_check(hr_head *hd);

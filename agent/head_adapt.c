@@ -161,11 +161,26 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
     }
 }
 
+/* The unthrottled CPU ms behind a round of ms under d's CPU quota: the
+ * inverse of the cost model's Q(x) = max(x, slope x - save), min(ms, (ms +
+ * save) / slope); ms where it has none. */
+double hr_adapt_unthrottled_ms(const hr_sched_device *sd, double ms) {
+    if (!(sd->throttle_slope > 1.0) || !(ms > 0))
+        return ms;
+    double x = (ms + sd->throttle_save_ms) / sd->throttle_slope;
+    return x < ms ? x : ms;
+}
+
 /* The scale that makes d's prediction what was measured: only the compute
- * part of the predicted round scales (its exposed disk time stays). */
+ * part of the predicted round scales (its exposed disk time stays). Under
+ * a CPU quota the scale is of its unthrottled CPU times, which the model
+ * throttles again (Q): a round measured 2x its prediction past the
+ * period's share is not a CPU 2x slower. */
 static double hr_adapt_new_scale(const hr_dev *d) {
     double c = d->pred_compute_ms_round, e = d->pred_ms_round - c;
-    double f = c > 0 ? (d->adapt_ratio * d->pred_ms_round - (e > 0 ? e : 0)) / c : 1.0;
+    double m = d->adapt_ratio * d->pred_ms_round - (e > 0 ? e : 0);
+    double cu = hr_adapt_unthrottled_ms(&d->sd, c), mu = hr_adapt_unthrottled_ms(&d->sd, m);
+    double f = cu > 0 ? mu / cu : 1.0;
     return hr_adapt_clamp_scale(hr_dev_scale(d) * (f > 0 ? f : HR_ADAPT_SCALE_MIN));
 }
 

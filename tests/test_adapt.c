@@ -402,6 +402,24 @@ static void test_hold_rule(void) {
     CHECK_DBL_(hr_head_adapt_gap_s(false, NAN), ==, 10.0);
 }
 
+/* Under a CPU quota, a measured round is brought back through the cost
+ * model's Q before it scales the CPU rates. */
+static void test_unthrottle(void) {
+    hr_sched_device sd = {0};
+    CHECK_DBL_(hr_adapt_unthrottled_ms(&sd, 7.0), ==, 7.0); /* no quota */
+    sd.throttle_slope = 2.5;
+    sd.throttle_save_ms = 4.0; /* Q(x) = max(x, 2.5 x - 4): x beyond 8/3 ms is throttled */
+    CHECK_DBL_(hr_adapt_unthrottled_ms(&sd, 2.0), ==, 2.0);    /* within the share */
+    CHECK_NEAR(hr_adapt_unthrottled_ms(&sd, 11.0), 6.0, 1e-12); /* Q(6) = 15 - 4 */
+    for (double x = 0.25; x < 40; x *= 1.7) {                   /* the inverse of Q */
+        double q = fmax(x, 2.5 * x - 4.0);
+        CHECK_NEAR(hr_adapt_unthrottled_ms(&sd, q), x, 1e-9 * x);
+    }
+    /* a plan predicted 6 ms (Q(4)) and measured 11 (Q(6)): rates x1.5, not x1.83 */
+    CHECK_NEAR(hr_adapt_unthrottled_ms(&sd, 11.0) / hr_adapt_unthrottled_ms(&sd, 6.0), 1.5, 1e-12);
+    CHECK(isnan(hr_adapt_unthrottled_ms(&sd, NAN)));
+}
+
 /* The model's bias on this machine: every device with layers off the same
  * way passes its mildest correction to the devices without layers; one
  * device off alone (a neighbour) passes nothing. */
@@ -536,6 +554,7 @@ static void test_bias_rule(void) {
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     test_hold_rule();
+    test_unthrottle();
     test_bias_rule();
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
     char slow[32];

@@ -1,8 +1,8 @@
 /* test_numa.c - thread groups over (synthetic) NUMA topologies, the pool's
- * pinning / per-phase thread counts / barrier, the tensor-parallel split of
- * every weight type, and tensor-parallel logits against plain execution
- * for every shared model and for generated models whose head counts do not
- * divide evenly. */
+ * pinning / per-phase thread counts / barrier / CPU clock, the
+ * tensor-parallel split of every weight type, and tensor-parallel logits
+ * against plain execution for every shared model and for generated models
+ * whose head counts do not divide evenly. */
 #include "tests/check.h"
 
 #include "common/log.h"
@@ -15,7 +15,9 @@
 #include "model/tp.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- pool ---- */
@@ -76,6 +78,54 @@ static void test_pool(void) {
     }
     CHECK_EQ(atomic_load(&j.bad), 0);
     hr_pool_destroy(p);
+}
+
+/* CPU time: each part burns 30 ms of its own thread's CPU; the pool's
+ * clock counts them all, and not a thread outside the pool. */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void burn(double s) {
+    double t0 = thread_cpu_s();
+    volatile double x = 1;
+    while (thread_cpu_s() - t0 < s)
+        for (int i = 0; i < 1000; i++)
+            x = x * 1.0000001 + 1e-9;
+}
+
+static void pool_burn(void *ctx, int ith, int nth) {
+    (void)ctx, (void)ith, (void)nth;
+    burn(0.03);
+}
+
+static void *outside_burn(void *arg) {
+    (void)arg;
+    burn(0.1);
+    return NULL;
+}
+
+static void test_pool_cpu(void) {
+    hr_pool *p = hr_pool_create(2);
+    CHECK(p != NULL);
+    double c0 = hr_pool_cpu_s(p);
+    CHECK(c0 >= 0);
+    hr_pool_run(p, pool_burn, NULL); /* two parts, whoever runs them */
+    double c1 = hr_pool_cpu_s(p);
+    CHECK(c1 - c0 >= 0.06 - 1e-3);
+    CHECK(c1 - c0 < 0.06 + 0.05); /* a worker's spin after the job is short */
+    usleep(20000);                /* the workers sleep again */
+    double c2 = hr_pool_cpu_s(p);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, outside_burn, NULL), 0);
+    pthread_join(th, NULL);
+    double c3 = hr_pool_cpu_s(p);
+    CHECK(c3 - c2 >= 0);
+    CHECK(c3 - c2 < 0.02); /* 100 ms of another thread is not the pool's */
+    hr_pool_destroy(p);
+    CHECK(hr_pool_cpu_s(NULL) >= 0); /* no pool: the calling thread alone */
 }
 
 /* ---- topology -> groups ---- */
@@ -572,6 +622,7 @@ static void test_uneven(const char *arch, const char *ftype, int E, int H, int K
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     test_pool();
+    test_pool_cpu();
     test_plan();
     test_kunpeng();
     test_split();
