@@ -403,6 +403,12 @@ int hr_sched_ctx_init(hr_sched_ctx *c, const hr_sched_model *m, const hr_sched_d
         c->d[c->head].th_alone += 1e3 * short_b / c->d[c->head].disk;
         c->d[c->head].q0 += c->d[c->head].rc * short_b;
     }
+    /* the head's burst in a ring is one idle spell a token of every other
+     * device: a quota refills one period's share in it (what qk saves), no
+     * more, so the rest of it adds to that device's floor */
+    for (int i = 0; i < c->n; i++)
+        if (i != c->head && c->d[i].qs > 0.0 && c->d[c->head].th > c->d[i].qk)
+            c->d[i].qg = c->d[c->head].th - c->d[i].qk;
     bool uneven = o->uneven_rounds;
     if (o->k_fixed > 0 &&
         (o->k_fixed > c->L || o->k_fixed > HR_SCHED_MAX_ROUNDS || (!uneven && c->L % o->k_fixed)))
@@ -667,7 +673,7 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
             n_active++;
             Hs += c->d[i].h;
             fmax = c->d[i].f > fmax ? c->d[i].f : fmax;
-            double q = c->d[i].qs * (dr.cpu + c->d[i].q0);
+            double q = c->d[i].qs * (dr.cpu + c->d[i].q0) + (dr.lc > 0 ? c->d[i].qg : 0.0);
             qfloor = q > qfloor ? q : qfloor;
         }
         int cap = ng ? ng[i] : 0;

@@ -96,8 +96,9 @@ static bool same_device(const hr_sched_ctx *c, const hr_sched_kctx *kc, int i, i
  * hr_sched_disk_at, piecewise in wc) enters exactly. Minimises k * P with
  *   P >= sum_i (max(t_i wc_i, stall_i(wc_i)) + g_i n_i + h_i y_i),  P >= load_i(wc_i),
  *   k P + t_head >= k f_i y_i (the links' throughput),
- *   k P + t_head >= qs_i (k (cpu_i(wc_i) + rc_i read_i(wc_i)) + q0_i) (a CPU quota
- *   over the token, its reads' CPU included)
+ *   k P + t_head >= qs_i (k (cpu_i(wc_i) + rc_i read_i(wc_i)) + q0_i) + qg_i [wc_i > 0]
+ *   (a CPU quota over the token, its reads' CPU included, and the head's
+ *   burst beyond what the quota's share saves)
  * (SUM: t_i wc_i + stall_i(wc_i) in place of the max).
  * Returns 0 with w/ng/obj filled, 1 when no multi-device plan exists for
  * this k, or a negative code. */
@@ -197,7 +198,8 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             for (int v = 1; v <= col[i].cap; v++) {
                 cols[m] = col[i].x0 + v - 1;
                 vals[m++] = -c->d[i].qs *
-                            (hr_sched_cpu_raw_ms(c, i, v, true) + c->d[i].rc * dk[v].read_round);
+                                (hr_sched_cpu_raw_ms(c, i, v, true) + c->d[i].rc * dk[v].read_round) -
+                            c->d[i].qg / kk; /* the head's burst past its share, once a token */
             }
             double lo = (c->d[i].qs * c->d[i].q0 - c->d[c->head].th) / kk;
             rc = lp_row(&lp, GLP_LO, lo, 0.0, m, cols, vals);

@@ -32,6 +32,7 @@ typedef struct {
         double th_alone; /* th when the head computes alone (no Q on its burst) */
         double qs, qk;   /* throttle_slope (0: none), throttle_save_ms */
         double qw;       /* throttle_wait_ms: a round's wait for the period (0: none) */
+        double qg;       /* its floor's share of the head's burst: th - qk, >= 0 (0: none) */
         double rc;       /* CPU ms per byte read (under a quota only, else 0) */
         double q0;       /* CPU ms a token besides its windows: th_cpu, the head's reads */
         bool lru;        /* lru reclaim (else pinned) */

@@ -82,9 +82,15 @@
  * in a ring), and the quota caps a device over a whole token: latency >=
  * throttle_slope * (its unthrottled CPU ms per token, t_head_ms included on
  * the head, and read_cpu_ms_mb for every MB it reads from disk a token: the
- * page faults of streamed windows run on its CPU share too). The head alone
- * has no idle spells at all: its latency is at least throttle_slope times
- * all of its CPU work.
+ * page faults of streamed windows run on its CPU share too), plus, for a
+ * device other than the head with CPU layers, max(0, Q(t_head_ms) -
+ * throttle_save_ms): the head's burst is an idle spell of that device once
+ * a token, in which its quota refills one period's share and no more (an
+ * idle spell of g ms saves a throttled device at most min(g,
+ * throttle_save_ms) of its throttled time, so a token takes at least
+ * throttle_slope times its CPU work plus every spell's excess). The head
+ * alone has no idle spells at all: its latency is at least throttle_slope
+ * times all of its CPU work.
  *
  * So k > 1 pays only when memory is short: with k = 1 every streamed byte is
  * read while the device computes; larger k lets the buffer fill while the

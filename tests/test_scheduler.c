@@ -517,6 +517,26 @@ static void test_quota_costs(void) {
     CHECK_EQ(hr_sched_solve(&ms, e2, 2, NULL, &p2, NULL), 0);
     CHECK_EQ(hr_sched_exhaustive(&ms, e2, 2, NULL, &e2p, NULL), 0);
     CHECK_NEAR(p2.latency_ms, e2p.latency_ms, 1e-9);
+    /* the head's burst is an idle spell of b's that refills one share, no
+     * more: b's 6 ms of CPU take at least 2 * 6 plus the burst's 10 - 1 */
+    hr_sched_device g[2] = {dev("h", 100, 100e9, 0, 0, 1e9), dev("b", 1, 100e9, 0, 0, 1e9)};
+    g[0].t_head_ms = 10;
+    g[1].throttle_slope = 2;
+    g[1].throttle_save_ms = 1;
+    int g1[2] = {0, 6}, g3[6] = {0, 2, 0, 2, 0, 2};
+    /* k 1: 10 + Q(6) = 10 + 11, its floor 12 + 9 as much */
+    CHECK_NEAR(hr_sched_cost(&m, g, 2, NULL, 1, g1, NULL), 21, 1e-9);
+    /* k 3: 10 + 3 Q(2) = 19 rounds back to back, short of the floor's 21 */
+    CHECK_NEAR(hr_sched_cost_rounds(&m, g, 2, NULL, 3, g3, NULL), 21, 1e-9);
+    g[0].t_head_ms = 0.5; /* a burst within the share adds nothing: 0.5 + 9, floor 12 */
+    CHECK_NEAR(hr_sched_cost_rounds(&m, g, 2, NULL, 3, g3, NULL), 12, 1e-9);
+    g[0].t_head_ms = 10;
+    static hr_sched_plan gp, ge;
+    CHECK_EQ(hr_sched_solve(&m, g, 2, NULL, &gp, NULL), 0);
+    CHECK_EQ(hr_sched_exhaustive(&m, g, 2, NULL, &ge, NULL), 0);
+    CHECK_NEAR(gp.latency_ms, ge.latency_ms, 1e-9);
+    CHECK_NEAR(gp.latency_ms, 21, 1e-9);
+    CHECK_EQ(gp.k, 1); /* a tie at the floor: the fewest rounds */
     /* bad values */
     char err[HR_ERR_LEN] = "";
     d[1].throttle_slope = 0.5;
