@@ -654,7 +654,8 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
                           double *W_out) {
     const int k = kc->k, n = c->n;
     int sum = 0, n_active = 0;
-    double Hs = 0.0, Ws = 0.0, Wr[HR_SCHED_MAX_ROUNDS], fmax = 0.0, worst_load[HR_SCHED_MAX_ROUNDS], worst_stall[HR_SCHED_MAX_ROUNDS];
+    double Hs = 0.0, Ws = 0.0, Wr[HR_SCHED_MAX_ROUNDS], fmax = 0.0, worst_load[HR_SCHED_MAX_ROUNDS],
+           worst_stall[HR_SCHED_MAX_ROUNDS];
     int who_load[HR_SCHED_MAX_ROUNDS], who_stall[HR_SCHED_MAX_ROUNDS];
     for (int r = 0; r < k; r++) {
         S[r] = Wr[r] = worst_load[r] = worst_stall[r] = 0.0;

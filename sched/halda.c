@@ -197,8 +197,8 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             vals[m++] = 1.0;
             for (int v = 1; v <= col[i].cap; v++) {
                 cols[m] = col[i].x0 + v - 1;
-                vals[m++] = -c->d[i].qs *
-                                (hr_sched_cpu_raw_ms(c, i, v, true) + c->d[i].rc * dk[v].read_round) -
+                vals[m++] = -c->d[i].qs * (hr_sched_cpu_raw_ms(c, i, v, true) +
+                                           c->d[i].rc * dk[v].read_round) -
                             c->d[i].qg / kk; /* the head's burst past its share, once a token */
             }
             double lo = (c->d[i].qs * c->d[i].q0 - c->d[c->head].th) / kk;

@@ -409,7 +409,7 @@ static void test_unthrottle(void) {
     CHECK_DBL_(hr_adapt_unthrottled_ms(&sd, 7.0), ==, 7.0); /* no quota */
     sd.throttle_slope = 2.5;
     sd.throttle_save_ms = 4.0; /* Q(x) = max(x, 2.5 x - 4): x beyond 8/3 ms is throttled */
-    CHECK_DBL_(hr_adapt_unthrottled_ms(&sd, 2.0), ==, 2.0);    /* within the share */
+    CHECK_DBL_(hr_adapt_unthrottled_ms(&sd, 2.0), ==, 2.0);     /* within the share */
     CHECK_NEAR(hr_adapt_unthrottled_ms(&sd, 11.0), 6.0, 1e-12); /* Q(6) = 15 - 4 */
     for (double x = 0.25; x < 40; x *= 1.7) {                   /* the inverse of Q */
         double q = fmax(x, 2.5 * x - 4.0);

@@ -614,7 +614,7 @@ static void test_sched(const hr_prof_model *pm) {
     CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     q->engine_burst_ms = 4.0;
     CHECK(!hr_prof_throttle(q, 2, &fr, &slope, &save, &wait)); /* not probed at 2 threads */
-    q->cpu_quota_cores = 1.0;                           /* cannot throttle one thread */
+    q->cpu_quota_cores = 1.0;                                  /* cannot throttle one thread */
     CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     q->cpu_quota_cores = -1.0;
     CHECK(!hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));

@@ -453,7 +453,7 @@ static void test_quota_costs(void) {
     d[1].throttle_wait_ms = 0.5;
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * (2 + 2 + 0.5), 1e-9);
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 6 + 6 + 0.5, 1e-9); /* floor 9 */
-    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 12, 1e-9);     /* b not woken */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 12, 1e-9);       /* b not woken */
     d[1].throttle_slope = 0; /* without a quota, no wait */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 12, 1e-9);
     d[1].throttle_slope = 1.5;
