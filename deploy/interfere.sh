@@ -226,7 +226,8 @@ echo "adaptive plan (lab A): $(cat "$OUT/reason.txt")"
 echo "  plan after it: $(jq -r '[.devices[] | "\(.name) \(.layers) (x\(.rate_scale * 1000 | round / 1000))"] | join(", ")' "$OUT/statusA2.json")"
 echo "hog started at token $k_hog; re-plan decided after $decide_s s, plan $planB ready after $ready_s s"
 echo "replay of the request on plan $planB: $replay_s s from ready to the next token (the token history fed again: the prompt in chunks, generated tokens as decode rows; the first steps also fault in the weights of windows that moved); $n_replans adaptive re-plans during the request in all"
-replayed=$(grep -h "replayed [0-9]* positions" "$OUT"/*.log 2>/dev/null | head -1 | sed 's/.*session [0-9]*: //')
+# (no such line when the re-plan had nothing to replay)
+replayed=$(grep -h "replayed [0-9]* positions" "$OUT"/*.log 2>/dev/null | head -1 | sed 's/.*session [0-9]*: //' || true)
 [ -z "$replayed" ] || echo "  the head: $replayed"
 echo "load average (1 min) at the start of the measured requests: lab A $loadA, lab B $loadB"
 echo "tokens/s lab A: before the hog $r_before (tokens 2-$k_hog), with the hog before the re-plan $r_hog, after the re-plan $r_after (tokens $from-$nA)"
