@@ -30,7 +30,9 @@
 #    light head, taken in turn across k and cut at --max candidates
 #    (default 12); the head left out of the ring (0 layers: it keeps the
 #    embeddings and the output head) is tried with the head-alone ones, and
-#    the head's own k is swept too when it is above 4. Rounds with windows
+#    the head's own k is swept too when it is above 4 (when the head's own
+#    plan gives the head no layer, the even, CPU and memory splits over the
+#    other devices come before every split that gives it some). Rounds with windows
 #    of their own (`--windows 3,2,2/2,3,2`): for k > 1 dividing L the CPU
 #    and memory splits in turn, and for k = 3, 5 and the head's own k when
 #    they do not divide L rounds of L / k or one more split by memory and
@@ -227,7 +229,11 @@ candidates() {
     case "$own_k" in '' | *[!0-9]*) ;; *)
         [ "$own_k" -gt 4 ] && [ $((L % own_k)) = 0 ] && ks+=("$own_k") ;;
     esac
-    local weak=1 i ws=()
+    local weak=1 i ws=() hz=0
+    # the head's own plan gives the head no layer in any round
+    if [ -n "${own_ws:-}" ] && echo "$own_ws" | tr '/' '\n' | awk -F, '$1 != 0 { bad = 1 } END { exit bad }'; then
+        hz=1
+    fi
     for i in $(seq 1 $((n - 1))); do # the weakest worker: smallest cpu x memory
         awk -v a="${cpus[i]}" -v b="${mems[i]}" -v c="${cpus[weak]}" -v d="${mems[weak]}" \
             'BEGIN { exit !(a * b < c * d) }' && weak=$i
@@ -251,14 +257,27 @@ candidates() {
             rest=$(alloc $((W - light)) "${ones[@]:1}")
             ws[6]=$light,$rest
         fi
-        for i in "${!ws[@]}"; do echo "$i $k ${ws[i]}"; done
+        # a head whose own plan holds no layer (its memory went to the
+        # output head, say) cannot hold these windows either: the same
+        # splits over the other devices come first, these after them all
+        local off=0
+        if [ "$hz" = 1 ] && [ "$n" -gt 1 ]; then
+            off=10
+            echo "0 $k $(alloc "$W" 0 "${ones[@]:1}")"
+            echo "1 $k $(alloc "$W" 0 "${cpus[@]:1}")"
+            echo "2 $k $(alloc "$W" 0 "${mems[@]:1}")"
+            [ "$k" -gt 1 ] && echo "2 $k $(rounds_ws "$L" "$k" mix 0 "${cpus[@]:1}" -- 0 "${mems[@]:1}")"
+        fi
+        for i in "${!ws[@]}"; do
+            if [ "$i" = 3 ]; then echo "$i $k ${ws[i]}"; else echo "$((i + off)) $k ${ws[i]}"; fi
+        done
         # the head left out (it keeps the embeddings and the output head):
         # taken with the head-alone candidates
         if [ "$n" -gt 1 ]; then
             echo "3 $k 0,$(alloc "$W" "${ones[@]:1}")"
         fi
         # rounds of their own: the CPU and the memory split in turn
-        [ "$k" -gt 1 ] && echo "2 $k $(rounds_ws "$L" "$k" mix "${cpus[@]}" -- "${mems[@]}")"
+        [ "$k" -gt 1 ] && echo "$((2 + off)) $k $(rounds_ws "$L" "$k" mix "${cpus[@]}" -- "${mems[@]}")"
     done
     # k that do not divide L: rounds of L / k or one more, by memory; rounds
     # of ceil(L / k) and a shorter last one, by CPU
@@ -268,8 +287,14 @@ candidates() {
     esac
     for k in "${uk[@]}"; do
         if [ "$k" -lt "$L" ] && [ $((L % k)) != 0 ]; then
-            echo "1 $k $(rounds_ws "$L" "$k" even "${mems[@]}")"
-            echo "2 $k $(rounds_ws "$L" "$k" short "${cpus[@]}")"
+            local off=0
+            if [ "$hz" = 1 ] && [ "$n" -gt 1 ]; then
+                off=10
+                echo "1 $k $(rounds_ws "$L" "$k" even 0 "${mems[@]:1}")"
+                echo "2 $k $(rounds_ws "$L" "$k" short 0 "${cpus[@]:1}")"
+            fi
+            echo "$((1 + off)) $k $(rounds_ws "$L" "$k" even "${mems[@]}")"
+            echo "$((2 + off)) $k $(rounds_ws "$L" "$k" short "${cpus[@]}")"
         fi
     done
     } | awk 'NF == 3' | sort -n -s -k1,1 | awk '!seen[$2 " " $3]++ { print $2, $3 }' | head -n "$max"
@@ -351,6 +376,13 @@ selftest() {
           if (22 % k) uneven[k] = 1 }
         END { print (bad + 0), (3 in uneven), (5 in uneven), (7 in uneven) }')" "0 1 1 1"
     want "candidates: some with rounds of their own" "$(echo "$got" | grep -c '/' | awk '{ print ($1 >= 4) }')" 1
+    got=$(
+        n=3 cpus=(1 1 0.5) mems=(120 300 200) own_k=2 own_ws=0,6,5 max=8
+        candidates 22
+    )
+    want "candidates: a head its plan left without layers gets none first" \
+        "$(echo "$got" | awk '{ nr = split($2, rows, "/"); for (i = 1; i <= nr; i++) if (rows[i] !~ /^0,/) bad++ }
+                              END { print NR, (bad + 0) }')" "8 0"
     want "windows from a status, per round" \
         "$(windows_of '{"devices": [{"w": 3, "windows": [3, 2]}, {"w": 2, "windows": [1, 2]}]}')" "3,1/2,2"
     want "windows from a status, uniform" \
