@@ -30,9 +30,11 @@
 #    light head, taken in turn across k and cut at --max candidates
 #    (default 12); the head left out of the ring (0 layers: it keeps the
 #    embeddings and the output head) is tried with the head-alone ones, and
-#    the head's own k is swept too when it is above 4 (when the head's own
-#    plan gives the head no layer, the even, CPU and memory splits over the
-#    other devices come before every split that gives it some). Rounds with windows
+#    the head's own k is swept too when it is above 4 (where a split gives
+#    the head more layers a round than its own plan holds over a round, the
+#    same split with the head capped at that comes first, the uncapped one
+#    after every capped one: a head whose memory went to the output head
+#    cannot hold them). Rounds with windows
 #    of their own (`--windows 3,2,2/2,3,2`): for k > 1 dividing L the CPU
 #    and memory splits in turn, and for k = 3, 5 and the head's own k when
 #    they do not divide L rounds of L / k or one more split by memory and
@@ -220,6 +222,20 @@ rounds_ws() {
     fi
 }
 
+# alloc_cap W CAP WEIGHT...: alloc, with the first device's share at most
+# CAP (the rest split over the others by their weights)
+alloc_cap() {
+    local W=$1 cap=$2 a
+    shift 2
+    a=$(alloc "$W" "$@")
+    if [ "${a%%,*}" -gt "$cap" ]; then
+        shift
+        echo "$cap,$(alloc $((W - cap)) "$@")"
+    else
+        echo "$a"
+    fi
+}
+
 # candidates L: "k windows" lines, interleaved across k, unique, at most $max
 # (windows "a,b,c", or rounds of their own "a,b,c/d,e,f").
 candidates() {
@@ -229,11 +245,12 @@ candidates() {
     case "$own_k" in '' | *[!0-9]*) ;; *)
         [ "$own_k" -gt 4 ] && [ $((L % own_k)) = 0 ] && ks+=("$own_k") ;;
     esac
-    local weak=1 i ws=() hz=0
-    # the head's own plan gives the head no layer in any round
-    if [ -n "${own_ws:-}" ] && echo "$own_ws" | tr '/' '\n' | awk -F, '$1 != 0 { bad = 1 } END { exit bad }'; then
-        hz=1
-    fi
+    local weak=1 i ws=() hown
+    # the layers the head's own plan gives the head, all rounds together
+    # (empty: unknown); its memory went to the output head and the others
+    hown=$(echo "${own_ws:-}" | awk -F/ -v k="${own_k:-}" 'NF && k ~ /^[0-9]+$/ {
+        for (r = 1; r <= NF; r++) { split($r, w, ","); s += w[1] }
+        print (NF == 1 ? s * k : s) }')
     for i in $(seq 1 $((n - 1))); do # the weakest worker: smallest cpu x memory
         awk -v a="${cpus[i]}" -v b="${mems[i]}" -v c="${cpus[weak]}" -v d="${mems[weak]}" \
             'BEGIN { exit !(a * b < c * d) }' && weak=$i
@@ -257,19 +274,29 @@ candidates() {
             rest=$(alloc $((W - light)) "${ones[@]:1}")
             ws[6]=$light,$rest
         fi
-        # a head whose own plan holds no layer (its memory went to the
-        # output head, say) cannot hold these windows either: the same
-        # splits over the other devices come first, these after them all
-        local off=0
-        if [ "$hz" = 1 ] && [ "$n" -gt 1 ]; then
-            off=10
-            echo "0 $k $(alloc "$W" 0 "${ones[@]:1}")"
-            echo "1 $k $(alloc "$W" 0 "${cpus[@]:1}")"
-            echo "2 $k $(alloc "$W" 0 "${mems[@]:1}")"
-            [ "$k" -gt 1 ] && echo "2 $k $(rounds_ws "$L" "$k" mix 0 "${cpus[@]:1}" -- 0 "${mems[@]:1}")"
+        # a head given more layers a round than its own plan holds over a
+        # round (its memory went to the output head, say) may not hold
+        # them: the same splits with the head at that (the rest over the
+        # others) come first, the uncapped ones after every capped one
+        local cap="" off=0
+        if [ -n "$hown" ] && [ "$n" -gt 1 ]; then
+            cap=$((hown / k))
+            echo "0 $k $(alloc_cap "$W" "$cap" "${ones[@]}")"
+            echo "1 $k $(alloc_cap "$W" "$cap" "${cpus[@]}")"
+            echo "2 $k $(alloc_cap "$W" "$cap" "${mems[@]}")"
+            echo "4 $k $(alloc_cap "$W" "$cap" "${drop[@]}")"
+            if [ "$cap" = 0 ]; then
+                off=10
+                [ "$k" -gt 1 ] && echo "2 $k $(rounds_ws "$L" "$k" mix 0 "${cpus[@]:1}" -- 0 "${mems[@]:1}")"
+            fi
         fi
         for i in "${!ws[@]}"; do
-            if [ "$i" = 3 ]; then echo "$i $k ${ws[i]}"; else echo "$((i + off)) $k ${ws[i]}"; fi
+            local head=${ws[i]%%,*}
+            if [ "$i" = 3 ] || [ -z "$cap" ] || [ "$head" -le "$cap" ]; then
+                echo "$i $k ${ws[i]}"
+            else
+                echo "$((i + 10)) $k ${ws[i]}"
+            fi
         done
         # the head left out (it keeps the embeddings and the output head):
         # taken with the head-alone candidates
@@ -288,7 +315,7 @@ candidates() {
     for k in "${uk[@]}"; do
         if [ "$k" -lt "$L" ] && [ $((L % k)) != 0 ]; then
             local off=0
-            if [ "$hz" = 1 ] && [ "$n" -gt 1 ]; then
+            if [ -n "$hown" ] && [ "$n" -gt 1 ] && [ $((hown / k)) = 0 ]; then
                 off=10
                 echo "1 $k $(rounds_ws "$L" "$k" even 0 "${mems[@]:1}")"
                 echo "2 $k $(rounds_ws "$L" "$k" short 0 "${cpus[@]:1}")"
@@ -383,6 +410,14 @@ selftest() {
     want "candidates: a head its plan left without layers gets none first" \
         "$(echo "$got" | awk '{ nr = split($2, rows, "/"); for (i = 1; i <= nr; i++) if (rows[i] !~ /^0,/) bad++ }
                               END { print NR, (bad + 0) }')" "8 0"
+    got=$(
+        n=3 cpus=(1 1 0.5) mems=(120 300 200) own_k=2 own_ws=1,3,3/1,4,10 max=4
+        candidates 22
+    )
+    want "candidates: the head capped at what its own plan holds a round, first" \
+        "$(echo "$got" | awk '{ k = $1; nr = split($2, rows, "/")
+                                for (i = 1; i <= nr; i++) { split(rows[i], w, ","); if (w[1] > int(2 / k)) bad++ } }
+                              END { print NR, (bad + 0) }')" "4 0"
     want "windows from a status, per round" \
         "$(windows_of '{"devices": [{"w": 3, "windows": [3, 2]}, {"w": 2, "windows": [1, 2]}]}')" "3,1/2,2"
     want "windows from a status, uniform" \
