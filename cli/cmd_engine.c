@@ -945,8 +945,13 @@ static int hr_bench_isas(const char *list, hr_isa *out) {
 
 /* Bytes for the bandwidth probe: at least 1 GiB and four times the
  * last-level cache (one L3 per domain, every domain), so the probe reads
- * memory rather than cache; at most a quarter of what this machine (or its
- * memory cgroup) can still hold, so bench runs in small cgroups. */
+ * memory rather than cache, but at most HR_BENCH_PROBE_MAX (a virtual
+ * machine may report its host's whole L3 for each virtual CPU: 508 MB
+ * each on a 2-CPU guest, and a 4 GiB probe took a minute of page faults
+ * there; above that the note says part of it may come from cache); at
+ * most a quarter of what this machine (or its memory cgroup) can still
+ * hold, so bench runs in small cgroups. */
+#define HR_BENCH_PROBE_MAX ((size_t)2 << 30)
 static size_t hr_bench_probe_bytes(const hr_prof_device *dev, int64_t *l3_total) {
     int64_t l3 = dev->topo.l3_bytes > 0
                      ? dev->topo.l3_bytes * (dev->topo.n_l3 > 0 ? dev->topo.n_l3 : 1)
@@ -954,7 +959,7 @@ static size_t hr_bench_probe_bytes(const hr_prof_device *dev, int64_t *l3_total)
     *l3_total = l3;
     size_t probe = (size_t)1 << 30;
     if (l3 > 0 && (size_t)l3 * 4 > probe)
-        probe = (size_t)l3 * 4;
+        probe = (size_t)l3 * 4 < HR_BENCH_PROBE_MAX ? (size_t)l3 * 4 : HR_BENCH_PROBE_MAX;
     int64_t avail = dev->mem.weights_avail_bytes;
     if (avail > 0 && (uint64_t)avail / 4 < probe)
         probe = (size_t)avail / 4 > ((size_t)64 << 20) ? (size_t)avail / 4 : (size_t)64 << 20;
