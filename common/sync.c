@@ -26,6 +26,13 @@ double hr_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double hr_clock_s(clockid_t id) {
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 void hr_sleep_s(double s) {
     if (!(s > 0))
         return;

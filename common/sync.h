@@ -8,6 +8,9 @@
 
 /* Seconds on CLOCK_MONOTONIC (durations, timeouts, rates). */
 double hr_now_s(void);
+/* Seconds on clock id (a thread's or the process's CPU clock, say); -1
+ * where it cannot be read. */
+double hr_clock_s(clockid_t id);
 
 /* Sleeps s seconds (resumed after signals); nothing for s <= 0. */
 void hr_sleep_s(double s);

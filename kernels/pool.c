@@ -8,7 +8,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define TAG "pool"
 
@@ -166,13 +165,6 @@ void hr_pool_destroy(hr_pool *p) {
 }
 
 int hr_pool_size(const hr_pool *p) { return p->n; }
-
-static double hr_clock_s(clockid_t id) {
-    struct timespec ts;
-    if (clock_gettime(id, &ts) != 0)
-        return -1;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 double hr_pool_cpu_s(const hr_pool *p) {
     double s = hr_clock_s(CLOCK_THREAD_CPUTIME_ID);

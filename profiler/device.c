@@ -365,10 +365,7 @@ int hr_prof_write_atomic(const char *dir, const char *path, const char *text) {
 }
 
 double hr_prof_cpu_s(bool thread) {
-    struct timespec ts;
-    if (clock_gettime(thread ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-        return -1;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return hr_clock_s(thread ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID);
 }
 
 static void hr_cache_write(const char *dir, const char *path, const hr_prof_device *d) {
