@@ -139,6 +139,8 @@ typedef struct {
     double adapt_since;           /* s, monotonic: the first of them */
     double adapt_seen;            /* s, monotonic: the last fresh sample */
     bool adapt_rated;             /* measured in a ring since it joined (a warm sample) */
+    double adapt_first;           /* its rate scale once first measured (matched, or the first
+                                     decision's): the model's bias; 0 = not yet */
     double adapt_fast_at;         /* s, monotonic: its last re-plan not held (0 = none) */
 } hr_dev;
 
@@ -460,9 +462,10 @@ double hr_head_adapt_gap_s(bool moved, double hold_s);
 bool hr_head_adapt_due(const hr_head *hd, double now, double *held, double *hold);
 /* With scale[] the rates an adaptive check would plan with: when every
  * device measured in the ring since it joined (adapt_rated; two at least)
- * has a scale on the same side of 1, the devices not yet measured get at
- * least the mildest of them when those are above 1 (at most, below), and
- * why (*wl of cap used) a note; else nothing changes. dev_mu held. */
+ * had a first scale (adapt_first; scale[] for one this check measures
+ * first) on the same side of 1, the devices not yet measured get at least
+ * the mildest of them when those are above 1 (at most, below), and why
+ * (*wl of cap used) a note; else nothing changes. dev_mu held. */
 void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl);
 /* The unthrottled CPU ms of a round of ms under sd's CPU quota (the
  * inverse of the cost model's Q): min(ms, (ms + throttle_save_ms) /

@@ -157,6 +157,8 @@ void hr_head_adapt_sample(hr_head *hd, int di, uint32_t plan_id, double ms, uint
         if (d->adapt_off++ == 0)
             d->adapt_since = prev; /* off since its rounds began */
     } else {
+        if (!(d->adapt_first > 0)) /* matched when first measured */
+            d->adapt_first = hr_dev_scale(d);
         hr_adapt_reset(d);
     }
 }
@@ -185,16 +187,23 @@ static double hr_adapt_new_scale(const hr_dev *d) {
 }
 
 /* The cost model's bias on this machine: when the devices measured in a
- * ring since they joined (two at least) all err the same way, at their
- * rates after this decision (scale[]: all slower than their profiles, or
- * all faster), a device never measured is assumed to err as much as the
- * mildest of them: no better than the least-corrected measured device
- * when they are slower (no worse when faster). scale[] in place; why gets
- * a note. Otherwise an unmeasured device keeps its profile's rates while
- * the measured ones were scaled up 2-5x, and the next plan moves layers
- * onto it (seen: all 22 layers on the node left out, which then measured
- * 2.6x its prediction). A hog on one device leaves the others on their
- * profiles (scale 1), and moves nothing here. */
+ * ring since they joined (two at least) all erred the same way when first
+ * measured (adapt_first, or scale[] for a device this decision rates for
+ * the first time: all slower than their profiles, or all faster), a device
+ * never measured is assumed to err as much as the mildest of them: no
+ * better than the least-corrected measured device when they are slower (no
+ * worse when faster). scale[] in place; why gets a note. Otherwise an
+ * unmeasured device keeps its profile's rates while the measured ones were
+ * scaled up 2-5x, and the next plan moves layers onto it (seen: all 22
+ * layers on the node left out, which then measured 2.6x its prediction).
+ * Only first measurements count: a device that matched its prediction
+ * before a hog (or any later load) slowed it is evidence of a load, not of
+ * the model's bias. Seen with the current scales instead: a hog in one
+ * device of two cores slowed the other device too (x4.03 its prediction,
+ * the hog's loop sharing its core), the device left out got x2.34, and the
+ * re-plan kept the hogged device (0.43 of a fresh plan). A hog on one
+ * device leaves the others on their profiles (scale 1), and moves nothing
+ * here. */
 void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap, size_t *wl) {
     int n_rated = 0;
     double lo = INFINITY, hi = 0; /* the measured devices' scales */
@@ -203,8 +212,9 @@ void hr_head_adapt_bias(const hr_head *hd, double *scale, char *why, size_t cap,
         if (d->lost || !d->adapt_rated)
             continue;
         n_rated++;
-        lo = fmin(lo, scale[i]);
-        hi = fmax(hi, scale[i]);
+        double first = d->adapt_first > 0 ? d->adapt_first : scale[i];
+        lo = fmin(lo, first);
+        hi = fmax(hi, first);
     }
     double f = n_rated < 2 ? 1.0 : lo > 1 ? lo : hi < 1 ? hi : 1.0;
     if (f == 1.0)
@@ -497,8 +507,11 @@ void hr_head_adapt_check(hr_head *hd) {
         free(np);
         return;
     }
-    for (int i = 0; i < hd->n_devs; i++)
+    for (int i = 0; i < hd->n_devs; i++) {
         hd->devs[i].rate_scale = scale[i];
+        if (hd->devs[i].adapt_rated && !(hd->devs[i].adapt_first > 0))
+            hd->devs[i].adapt_first = scale[i]; /* its first decision */
+    }
     char gain[192] = "";
     if (cur->status == 0)
         snprintf(gain, sizeof gain,

@@ -494,6 +494,25 @@ static void test_bias_rule(void) {
     BIAS(2.0, 3.0, 1.0, 1.0);
     CHECK_DBL_(scale[2], ==, 1.0);
     CHECK_DBL_(scale[3], ==, 2.0);
+    hd->devs[2].lost = false;
+    /* only first measurements are the model's bias: both measured devices
+     * matched (x1, x1.27 after a warm-up update) before a hog slowed them */
+    hd->devs[0].adapt_first = 1.27;
+    hd->devs[1].adapt_first = 1.0;
+    BIAS(2.34, 2.43, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+    CHECK_DBL_(scale[3], ==, 1.0);
+    CHECK_INT((int)wl, ==, 0);
+    hd->devs[1].adapt_first = 1.6; /* both slower when first measured: their bias */
+    BIAS(2.34, 2.43, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.27);
+    CHECK_DBL_(scale[3], ==, 1.27);
+    hd->devs[1].adapt_first = 0; /* this decision is its first: its new scale counts */
+    BIAS(2.34, 0.8, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.0);
+    BIAS(2.34, 1.9, 1.0, 1.0);
+    CHECK_DBL_(scale[2], ==, 1.27);
+    hd->devs[0].adapt_first = hd->devs[1].adapt_first = 0;
 #undef BIAS
     /* the hold-skipping re-plan a minute is each device's own: a device
      * far off that skipped the hold 20 s ago waits; another does not */
@@ -546,8 +565,16 @@ static void test_bias_rule(void) {
     CHECK(!d->adapt_rated);
     hr_head_adapt_sample(hd, 3, 5, 10, 3, 30); /* warm from the 3rd token on */
     CHECK(!d->adapt_rated);
+    d->rate_scale = 1.3;
     hr_head_adapt_sample(hd, 3, 5, 10, 5, 50);
     CHECK(d->adapt_rated);
+    CHECK_DBL_(d->adapt_first, ==, 1.3); /* matched when first measured: its scale then */
+    d->rate_scale = 2.0;
+    hr_head_adapt_sample(hd, 3, 5, 10, 6, 60);
+    CHECK_DBL_(d->adapt_first, ==, 1.3); /* later samples do not move it */
+    d->adapt_first = 0;
+    hr_head_adapt_sample(hd, 3, 5, 30, 7, 90); /* off: the decision sets it, not the sample */
+    CHECK_DBL_(d->adapt_first, ==, 0.0);
     free(hd);
 }
 
