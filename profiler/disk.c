@@ -103,11 +103,13 @@ void hr_prof_disk_info(hr_prof_disk *dk, const char *path, const char *sysroot) 
     dk->read_ahead_kb = (int)v;
 }
 
-/* Elapsed seconds since t0 less the time our threads spent waiting for a
- * CPU since w0 (other programs, not the disk): never below half of it. */
+/* Elapsed seconds since t0 less the time this thread spent waiting for a
+ * CPU since w0 (other programs or a CPU quota, not the disk; not the
+ * process's other threads' waits: hr_prof_thread_run_delay_ns): never
+ * below half of it. */
 static double hr_io_elapsed(double t0, int64_t w0) {
     double dt = hr_now_s() - t0;
-    int64_t w1 = hr_prof_run_delay_ns();
+    int64_t w1 = hr_prof_thread_run_delay_ns();
     double wait = w0 >= 0 && w1 >= w0 ? (double)(w1 - w0) * 1e-9 : 0.0;
     return dt - wait > 0.5 * dt ? dt - wait : 0.5 * dt;
 }
@@ -170,7 +172,7 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
          * disk (cgroup blkio) lets a burst through at first */
         unsigned sum = 0;
         size_t faulted = 0, i = 0, half = n_pages / 2, f_half = 0;
-        int64_t w0 = hr_prof_run_delay_ns();
+        int64_t w0 = hr_prof_thread_run_delay_ns();
         double t0 = hr_now_s(), t_half = t0, c0 = hr_prof_cpu_s(true);
         while (i < n_pages) {
             size_t end = i + 256 < n_pages ? i + 256 : n_pages; /* 1 MiB of 4 KiB pages */
@@ -180,7 +182,7 @@ static double hr_mmap_chunk(int fd, uint64_t off, uint64_t len, long pg, double 
             }
             if (i >= half && f_half == 0 && faulted > 0) {
                 f_half = faulted;
-                w0 = hr_prof_run_delay_ns();
+                w0 = hr_prof_thread_run_delay_ns();
                 t_half = hr_now_s();
             }
             if (hr_now_s() - t0 > budget_s)
@@ -279,7 +281,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)st.st_ino;
     int max_reads = quick ? 300 : 2000, n = 0;
     uint64_t n_slots = size / HR_DISK_RAND;
-    int64_t w0 = hr_prof_run_delay_ns();
+    int64_t w0 = hr_prof_thread_run_delay_ns();
     double t0 = hr_now_s();
     double rb = quick ? 0.1 : 0.3;
     for (; n < max_reads; n++) {
@@ -321,7 +323,7 @@ void hr_prof_disk_measure(hr_prof_disk *dk, const char *path, bool quick) {
         if (got >= 0) {
             double budget = quick ? 0.2 : 0.5;
             uint64_t cap = quick ? (256ull << 20) : (1ull << 30);
-            w0 = hr_prof_run_delay_ns();
+            w0 = hr_prof_thread_run_delay_ns();
             t0 = hr_now_s();
             got = hr_read_seq(fd, buf, &pos, span, bs, direct, cap, t0 + budget);
             dt = hr_io_elapsed(t0, w0);

@@ -41,6 +41,13 @@ uint64_t hr_prof_hash(const char *s, uint64_t h);
  * CPU (sum of /proc/self/task/N/schedstat run_delay); -1 when unavailable.
  * A repetition during which this grows was slowed by other programs. */
 int64_t hr_prof_run_delay_ns(void);
+/* The same for the calling thread alone (/proc/thread-self/schedstat): a
+ * disk test's own waits. The process's sum also counts its other threads'
+ * waits for a CPU quota while this one read (an agent's ZeroMQ and link
+ * threads as it profiled): subtracted from the read's time, they flattered
+ * a 300 MB/s throttled disk to 429 MB/s (sequential) and 639 (mmap). -1
+ * unknown. */
+int64_t hr_prof_thread_run_delay_ns(void);
 
 /* sysinfo.c: /proc, /sys, uname. Each degrades to unknown with a warning. */
 void hr_prof_read_os(hr_prof_os *os, const char *sysroot);

@@ -105,6 +105,15 @@ int64_t hr_prof_run_delay_ns(void) {
     return any ? sum : -1;
 }
 
+int64_t hr_prof_thread_run_delay_ns(void) {
+    char buf[128];
+    unsigned long long run = 0, wait = 0;
+    if (hr_prof_read_text("/proc/thread-self/schedstat", buf, sizeof buf) > 0 &&
+        sscanf(buf, "%llu %llu", &run, &wait) == 2)
+        return (int64_t)wait;
+    return -1;
+}
+
 static void hr_rstrip(char *s) {
     size_t n = strlen(s);
     while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))

@@ -10,10 +10,12 @@
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "model/model.h"
+#include "profiler/profiler-impl.h"
 #include "profiler/profiler.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1113,8 +1115,53 @@ static void test_link(void) {
     zmq_ctx_term(zc);
 }
 
+/* Two threads spinning on one CPU wait for it half the time each; the
+ * calling thread sleeps meanwhile. A disk test's elapsed time is less its
+ * own waits only (hr_prof_thread_run_delay_ns): the process's sum counts
+ * the two spinners' waits too. */
+static void *spin_on_cpu0(void *arg) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(*(int *)arg, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    double t0 = now_s();
+    volatile unsigned long x = 0;
+    while (now_s() - t0 < 0.3)
+        x++;
+    return NULL;
+}
+
+static void test_run_delay(void) {
+    cpu_set_t mine;
+    int cpu = -1;
+    if (sched_getaffinity(0, sizeof mine, &mine) == 0)
+        for (int i = 0; i < CPU_SETSIZE && cpu < 0; i++)
+            if (CPU_ISSET(i, &mine))
+                cpu = i;
+    int64_t p0 = hr_prof_run_delay_ns(), t0 = hr_prof_thread_run_delay_ns();
+    if (cpu < 0 || p0 < 0 || t0 < 0) {
+        hr_check_skip("run delays: no CPU affinity or no /proc schedstat here");
+        return;
+    }
+    pthread_t th[2];
+    int ok = 0;
+    for (int i = 0; i < 2; i++)
+        ok += pthread_create(&th[i], NULL, spin_on_cpu0, &cpu) == 0;
+    struct timespec nap = {0, 250000000}; /* read while they run: a joined thread's
+                                              schedstat is gone */
+    nanosleep(&nap, NULL);
+    int64_t p1 = hr_prof_run_delay_ns(), t1 = hr_prof_thread_run_delay_ns();
+    for (int i = 0; i < ok; i++)
+        pthread_join(th[i], NULL);
+    CHECK_INT(ok, ==, 2);
+    CHECK(p1 - p0 >= 100000000); /* the spinners waited ~0.12 s each by then */
+    CHECK(t1 - t0 >= 0);
+    CHECK(t1 - t0 < 50000000); /* this thread slept: none of theirs */
+}
+
 int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_ERROR);
+    test_run_delay();
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hr_test_profiler.%ld", (long)getpid());
     mkdir(g_tmp, 0700);
     test_fake_root_v1();
