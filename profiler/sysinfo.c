@@ -82,6 +82,15 @@ uint64_t hr_prof_hash(const char *s, uint64_t h) {
     return h;
 }
 
+/* The run delay (ns waited for a CPU) in a schedstat file; -1 unreadable. */
+static int64_t hr_schedstat_wait_ns(const char *path) {
+    char buf[128];
+    unsigned long long run = 0, wait = 0;
+    if (hr_prof_read_text(path, buf, sizeof buf) > 0 && sscanf(buf, "%llu %llu", &run, &wait) == 2)
+        return (int64_t)wait;
+    return -1;
+}
+
 int64_t hr_prof_run_delay_ns(void) {
     DIR *d = opendir("/proc/self/task");
     if (!d)
@@ -92,12 +101,11 @@ int64_t hr_prof_run_delay_ns(void) {
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char path[300], buf[128];
+        char path[300];
         snprintf(path, sizeof path, "/proc/self/task/%.32s/schedstat", e->d_name);
-        unsigned long long run = 0, wait = 0;
-        if (hr_prof_read_text(path, buf, sizeof buf) > 0 &&
-            sscanf(buf, "%llu %llu", &run, &wait) == 2) {
-            sum += (int64_t)wait;
+        int64_t w = hr_schedstat_wait_ns(path);
+        if (w >= 0) {
+            sum += w;
             any = true;
         }
     }
@@ -106,12 +114,7 @@ int64_t hr_prof_run_delay_ns(void) {
 }
 
 int64_t hr_prof_thread_run_delay_ns(void) {
-    char buf[128];
-    unsigned long long run = 0, wait = 0;
-    if (hr_prof_read_text("/proc/thread-self/schedstat", buf, sizeof buf) > 0 &&
-        sscanf(buf, "%llu %llu", &run, &wait) == 2)
-        return (int64_t)wait;
-    return -1;
+    return hr_schedstat_wait_ns("/proc/thread-self/schedstat");
 }
 
 static void hr_rstrip(char *s) {

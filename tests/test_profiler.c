@@ -1119,7 +1119,7 @@ static void test_link(void) {
  * calling thread sleeps meanwhile. A disk test's elapsed time is less its
  * own waits only (hr_prof_thread_run_delay_ns): the process's sum counts
  * the two spinners' waits too. */
-static void *spin_on_cpu0(void *arg) {
+static void *spin_on_cpu(void *arg) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(*(int *)arg, &set);
@@ -1146,7 +1146,7 @@ static void test_run_delay(void) {
     pthread_t th[2];
     int ok = 0;
     for (int i = 0; i < 2; i++)
-        ok += pthread_create(&th[i], NULL, spin_on_cpu0, &cpu) == 0;
+        ok += pthread_create(&th[i], NULL, spin_on_cpu, &cpu) == 0;
     struct timespec nap = {0, 250000000}; /* read while they run: a joined thread's
                                               schedstat is gone */
     nanosleep(&nap, NULL);
