@@ -654,6 +654,28 @@ int hr_gguf_open_memory(hr_gguf **out, const void *data, size_t size, char err[H
     return parse(out, data ? data : empty, size, "<memory>", err);
 }
 
+/* Asks for the file's pages in 2 MiB folios mapped by one page-table entry
+ * each (MADV_HUGEPAGE on a file mapping). Where the kernel's page cache
+ * keeps large folios for the file system (ext4 from Linux 6.16, XFS from
+ * 5.18), a fault then reads the aligned 2 MiB around it and maps it whole.
+ * Weights are streamed through once per token, and with 4 KiB pages each
+ * page costs a TLB miss: on a 2-core Zen 5 guest (nested paging) a pass
+ * over a 607 MiB model took 35 ms of CPU in 4 KiB pages against 21 ms in
+ * 2 MiB ones, and under a CPU quota 54 ms against 25 (the quota's idle
+ * spells cost the cached translations). Pages cached before the mapping
+ * keep the size they were read in; elsewhere the advice only widens a
+ * fault's read. HEARTH_NO_HUGEPAGE set turns it off. */
+static bool advise_huge(void *map, size_t size) {
+#ifdef MADV_HUGEPAGE
+    if (getenv("HEARTH_NO_HUGEPAGE") == NULL && madvise(map, size, MADV_HUGEPAGE) == 0)
+        return true;
+#else
+    (void)map;
+    (void)size;
+#endif
+    return false;
+}
+
 int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]) {
     if (!out || !path)
         return hr_seterr(err, HR_EINVAL, "hr_gguf_open: NULL argument");
@@ -680,6 +702,7 @@ int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]) {
     }
     size_t size = (size_t)st.st_size;
     void *map = NULL;
+    bool huge = false;
     if (size > 0) {
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
@@ -688,6 +711,7 @@ int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]) {
             return hr_seterr(err, e == ENOMEM ? HR_ENOMEM : HR_EIO, "%s: cannot map %zu bytes: %s",
                              path, size, strerror(e));
         }
+        huge = advise_huge(map, size);
     }
     if (!map)
         close(fd);
@@ -702,6 +726,7 @@ int hr_gguf_open(hr_gguf **out, const char *path, char err[HR_ERR_LEN]) {
     }
     (*out)->mapped = map != NULL;
     (*out)->fd = map ? fd : -1;
+    (*out)->huge = huge;
     return 0;
 }
 

@@ -94,9 +94,16 @@ static int hr_pump_warm(hr_stream_pump *p, hr_pump_local *L) {
     bool split = false;
     for (int i = 0; i < L->n; i++)
         split = split || L->part[i].stream_len > 0;
-    if (!split) { /* everything stays: ask for it once */
+    /* 2 MiB folios only where nothing streams: a fault in a huge range
+     * reads the aligned 2 MiB about it and 2 MiB more ahead, across the
+     * windows' bounds, which a plan that streams counts page by page */
+    hr_stream_small(p->g, 0, UINT64_MAX, split);
+    if (!split) { /* everything stays: ask for it once (read it, for huge pages) */
         for (int i = 0; i < L->n; i++)
-            hr_stream_prefetch(p->g, L->part[i].off, L->part[i].len);
+            if (hr_stream_huge(p->g))
+                hr_stream_keep(p->g, L->part[i].off, L->part[i].len);
+            else
+                hr_stream_prefetch(p->g, L->part[i].off, L->part[i].len);
         return 0;
     }
     int all = 1, refused = 0;

@@ -87,9 +87,25 @@ int hr_stream_release(const hr_gguf *g, uint64_t off, uint64_t len) {
 }
 
 int hr_stream_random(const hr_gguf *g, uint64_t off, uint64_t len, bool random) {
-    return random ? advise(g, off, len, MADV_RANDOM, "RANDOM")
-                  : advise(g, off, len, MADV_NORMAL, "NORMAL");
+    int rc = random ? advise(g, off, len, MADV_RANDOM, "RANDOM")
+                    : advise(g, off, len, MADV_NORMAL, "NORMAL");
+    /* a fault in a huge range reads its aligned 2 MiB whatever MADV_RANDOM
+     * says: a range read in scattered pieces goes back to small pages */
+    return rc ? rc : hr_stream_small(g, off, len, random);
 }
+
+int hr_stream_small(const hr_gguf *g, uint64_t off, uint64_t len, bool small) {
+    if (!g || !g->mapped)
+        return HR_EINVAL;
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+    if (g->huge)
+        return small ? advise(g, off, len, MADV_NOHUGEPAGE, "NOHUGEPAGE")
+                     : advise(g, off, len, MADV_HUGEPAGE, "HUGEPAGE");
+#endif
+    return page_range(g, off, len, &(uint64_t){0}, &(uint64_t){0});
+}
+
+bool hr_stream_huge(const hr_gguf *g) { return g && g->mapped && g->huge; }
 
 double hr_stream_residency(const hr_gguf *g, const uint64_t *off, const uint64_t *len, int n) {
     if (!g || !g->mapped || n < 0 || (n > 0 && (!off || !len)))
@@ -221,18 +237,33 @@ int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len) {
     return rc ? rc : rc2;
 }
 
-int hr_stream_fetch(const hr_gguf *g, uint64_t off, uint64_t len) {
-    uint64_t start, n;
-    int rc = page_range(g, off, len, &start, &n);
-    if (rc || n == 0)
-        return rc;
-    rc = advise(g, start, n, MADV_WILLNEED, "WILLNEED");
+/* Reads (faults) one byte of every page of [start, start + n). */
+static void touch(const hr_gguf *g, uint64_t start, uint64_t n) {
     volatile const uint8_t *p = g->base + start;
     uint8_t sum = 0;
     for (uint64_t at = 0; at < n; at += page_size())
         sum ^= p[at];
     (void)sum;
+}
+
+/* hr_stream_fetch, or with will_need false the faults alone read it. */
+static int bring_in(const hr_gguf *g, uint64_t off, uint64_t len, bool will_need) {
+    uint64_t start, n;
+    int rc = page_range(g, off, len, &start, &n);
+    if (rc || n == 0)
+        return rc;
+    if (will_need)
+        rc = advise(g, start, n, MADV_WILLNEED, "WILLNEED");
+    touch(g, start, n);
     return rc;
+}
+
+int hr_stream_fetch(const hr_gguf *g, uint64_t off, uint64_t len) {
+    return bring_in(g, off, len, true);
+}
+
+int hr_stream_keep(const hr_gguf *g, uint64_t off, uint64_t len) {
+    return bring_in(g, off, len, !hr_stream_huge(g));
 }
 
 static int lock_range(const hr_gguf *g, uint64_t off, uint64_t len, bool lock) {

@@ -55,8 +55,15 @@ int hr_stream_release(const hr_gguf *g, uint64_t off, uint64_t len);
  * per fault). For ranges read in small scattered pieces, each piece asked
  * for with hr_stream_prefetch / hr_stream_fetch: a piece reclaimed before
  * use then faults back in alone, not with the megabytes around it.
- * Same returns as hr_stream_prefetch. */
+ * A random range is also made small (hr_stream_small), a normal one
+ * huge again. Same returns as hr_stream_prefetch. */
 int hr_stream_random(const hr_gguf *g, uint64_t off, uint64_t len, bool random);
+
+/* On a mapping advised huge (hr_stream_huge): takes the advice back from
+ * [off, off + len) (small: true, MADV_NOHUGEPAGE; a fault there reads the
+ * kernel's read-around, not the aligned 2 MiB about it) or gives it again
+ * (false). Does nothing on other mappings. Same returns. */
+int hr_stream_small(const hr_gguf *g, uint64_t off, uint64_t len, bool small);
 
 /* Fraction in [0, 1] of the pages of the n ranges off[i], len[i] that are
  * resident (mincore; pages are counted once per range, so overlapping
@@ -106,6 +113,16 @@ int hr_stream_evict(const hr_gguf *g, uint64_t off, uint64_t len);
  * is touched, so the call returns when the range is resident and mapped.
  * Blocks for the disk: for a thread off the critical path. Same returns. */
 int hr_stream_fetch(const hr_gguf *g, uint64_t off, uint64_t len);
+
+/* hr_stream_fetch for a range that stays resident. On a mapping advised
+ * huge (hr_stream_huge), without MADV_WILLNEED: its read-ahead fills the
+ * page cache in small folios, where the faults alone read 2 MiB folios
+ * that one page-table entry maps. Same returns. */
+int hr_stream_keep(const hr_gguf *g, uint64_t off, uint64_t len);
+
+/* True when g's mapping was advised MADV_HUGEPAGE at open (the default;
+ * HEARTH_NO_HUGEPAGE set turns it off; mmap/gguf.c says why). */
+bool hr_stream_huge(const hr_gguf *g);
 
 /* mlock / munlock of [off, off + len) of the mapping (whole pages). 0,
  * HR_EINVAL as hr_stream_prefetch, HR_EDENIED when the kernel refuses

@@ -2,14 +2,16 @@
  * the tensor table (a generated file with out-of-order layers and a gap,
  * and the shared model fixtures against the first/last-layer formula the
  * agent used), residency after touching pages, prefetch / release round
- * trips, clamped and refused ranges, in-memory files refused, and calls
- * from several threads at once. */
+ * trips, clamped and refused ranges, in-memory files refused, calls
+ * from several threads at once, and the 2 MiB pages a kept range is read
+ * in (where the kernel keeps the file system's page cache in such folios). */
 #include "tests/check.h"
 
 #include "kernels/quant.h"
 #include "mmap/gguf.h"
 #include "mmap/stream.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -677,6 +679,122 @@ static void test_pump(void) {
     pump_race(1, 9, 2.0 * (double)layer, layer / pg * pg, layer);
 }
 
+/* ---- huge pages ---- */
+
+/* KiB that file-backed 2 MiB entries map in this process in the mappings
+ * (smaps blocks) that overlap [lo, hi), or -1 without smaps. */
+static long pmd_mapped_kib(const void *lo, const void *hi) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false;
+    long kib = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        long v;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = a < (uintptr_t)hi && b > (uintptr_t)lo;
+        else if (in && sscanf(line, "FilePmdMapped: %ld kB", &v) == 1)
+            kib += v;
+    }
+    fclose(f);
+    return kib;
+}
+
+/* Drops the file's pages from the page cache (no process maps it). */
+static void uncache_file(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+/* A 12 MiB tensor: opened, the mapping is advised huge; a kept range is
+ * read in 2 MiB folios and mapped whole, and reads back what was written;
+ * a range made random is not; HEARTH_NO_HUGEPAGE set leaves the advice
+ * out. The 2 MiB mappings need a kernel whose page cache holds large
+ * folios for this file system (ext4 from 6.16): where even the kept
+ * range maps none, that part is skipped. */
+static void test_huge(void) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/huge.gguf", tmpdir);
+    hr_gguf_writer *w = hr_gguf_writer_create();
+    CHECK(w != NULL);
+    if (!w)
+        return;
+    const int64_t n = 3 << 20; /* f32: 12 MiB */
+    float *data = malloc((size_t)n * sizeof *data);
+    CHECK(data != NULL);
+    if (!data) {
+        hr_gguf_writer_destroy(w);
+        return;
+    }
+    for (int64_t k = 0; k < n; k++)
+        data[k] = (float)(k % 1000003);
+    int64_t ne[1] = {n};
+    char err[HR_ERR_LEN];
+    CHECK_EQ(hr_gguf_writer_set_str(w, "general.architecture", "llama"), 0);
+    CHECK_EQ(hr_gguf_writer_add_tensor(w, "blk.0.ffn_up.weight", HR_TYPE_F32, 1, ne, data,
+                                       (uint64_t)n * sizeof *data),
+             0);
+    int rc = hr_gguf_writer_write(w, path, err);
+    hr_gguf_writer_destroy(w);
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        free(data);
+        return;
+    }
+    for (int pass = 0; pass < 2; pass++) { /* 0: by default, 1: HEARTH_NO_HUGEPAGE */
+        if (pass)
+            setenv("HEARTH_NO_HUGEPAGE", "1", 1);
+        uncache_file(path);
+        hr_gguf *g = NULL;
+        rc = hr_gguf_open(&g, path, err);
+        CHECK_EQ(rc, 0);
+        if (rc)
+            break;
+        CHECK_EQ(hr_stream_huge(g), pass == 0);
+        const hr_gguf_tensor *t = hr_gguf_find_tensor(g, "blk.0.ffn_up.weight");
+        CHECK(t != NULL);
+        const uint8_t *base = hr_gguf_base(g);
+        uint64_t size = hr_gguf_file_size(g);
+        if (t) {
+            /* the last third random, the first two thirds kept */
+            uint64_t third = t->size / 3, rnd = t->offset + 2 * third;
+            CHECK_EQ(hr_stream_random(g, rnd, t->size - 2 * third, true), 0);
+            CHECK_EQ(hr_stream_keep(g, t->offset, 2 * third), 0);
+            uint64_t o = t->offset, l = 2 * third;
+            CHECK_NEAR(hr_stream_residency(g, &o, &l, 1), 1.0, 0.0);
+            long kept = pmd_mapped_kib(base + t->offset, base + rnd);
+            (void)touch(g, rnd, t->size - 2 * third);
+            long random = pmd_mapped_kib(base + rnd, base + size);
+            const float *f = (const float *)(const void *)(base + t->offset);
+            int wrong = 0;
+            for (int64_t k = 0; k < n; k += 4093)
+                wrong += f[k] != data[k];
+            CHECK_EQ(wrong, 0);
+            if (pass == 1 || kept > 0) {
+                /* 8 MiB kept hold at least two whole aligned 2 MiB blocks */
+                if (pass == 0)
+                    CHECK(kept >= 4096);
+                else
+                    CHECK_EQ(kept, 0);
+                CHECK_EQ(random, 0);
+            } else {
+                hr_check_skip("2 MiB mappings of a kept range (this kernel keeps the file "
+                              "system's page cache in small folios)");
+            }
+        }
+        hr_gguf_close(g);
+    }
+    unsetenv("HEARTH_NO_HUGEPAGE");
+    free(data);
+    unlink(path);
+}
+
 int main(void) {
     long p = sysconf(_SC_PAGESIZE);
     pg = p > 0 ? (uint64_t)p : 4096;
@@ -692,6 +810,7 @@ int main(void) {
         test_residency();
         test_memory();
         test_threads();
+        test_huge();
     }
     snprintf(pump_path, sizeof pump_path, "%s/pump.gguf", tmpdir);
     test_pump();
