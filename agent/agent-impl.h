@@ -98,6 +98,10 @@ typedef struct {
      * set), since the agent started */
     int ex_keep;
     uint64_t ex_routed, ex_hits, ex_fetched, ex_moved;
+    /* the pump's own reads of tails (mmap/stream.h hr_stream_pump_stats
+     * disk_bytes, disk_s): bytes from storage and the seconds they took,
+     * since the agent started; 0 none */
+    double pump_bytes, pump_s;
 } hr_stream_stats;
 
 typedef struct {

@@ -125,6 +125,10 @@ typedef struct {
     uint64_t ex_fetched, ex_moved; /* ... bytes of experts read on demand, by reranks */
     double ex_miss;                /* measured misses over even routing's (sched expert_miss); 0:
                                       too few routes yet */
+    /* the disk as its pump gets it (heartbeat pump_bytes / pump_s, since it
+     * started), and the same at its first sample under pump_plan */
+    double pump_bytes, pump_s, pump_base_bytes, pump_base_s;
+    uint32_t pump_plan;
     /* model bytes it fetches from us (no model file there; heartbeat): verified of
      * wanted, received in all; -1 unknown / has the file */
     double fetch_done, fetch_total, fetch_wire;
@@ -438,6 +442,13 @@ void hr_head_link_status(const hr_dev *d, bool is_head, double now, hr_status_li
 double hr_head_expert_miss(const hr_hparams *hp, int keep, uint64_t routed, uint64_t hits);
 /* head_adapt.c: the head's own measured routing into devs[0].ex_miss (dev_mu held). */
 void hr_head_own_experts(hr_head *hd);
+/* A sample of d's pump totals (bytes, s since it started; negative: none)
+ * under plan; hr_head_pump_rate: bytes/s of its reads under the plan of
+ * the samples, NAN until they read HR_PUMP_RATE_MIN bytes (*bytes: what
+ * they read, may be NULL). */
+#define HR_PUMP_RATE_MIN (16.0 * 1048576.0)
+void hr_head_pump_sample(hr_dev *d, uint32_t plan, double bytes, double s);
+double hr_head_pump_rate(const hr_dev *d, double *bytes);
 /* The scheduler's view of d at its current rate_scale (what plans use). */
 void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
 /* A measurement of device di: rounds decode rounds of plan plan_id took

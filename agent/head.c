@@ -176,6 +176,7 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->ex_moved = hb.ex_moved;
     d->ex_miss =
         hr_head_expert_miss(hr_model_hparams(hd->a->m), hb.ex_keep, hb.ex_routed, hb.ex_hits);
+    hr_head_pump_sample(d, h->plan_id, hb.pump_bytes, hb.pump_s);
     hr_head_adapt_sample(hd, di, h->plan_id, hb.ms_round, hb.rounds, hb.ms_total);
 }
 

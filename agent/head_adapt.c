@@ -90,6 +90,25 @@ double hr_head_expert_miss(const hr_hparams *hp, int keep, uint64_t routed, uint
     return r < 0.25 ? 0.25 : r > 4.0 ? 4.0 : r;
 }
 
+void hr_head_pump_sample(hr_dev *d, uint32_t plan, double bytes, double s) {
+    if (!(bytes >= 0 && s >= 0))
+        return;
+    if (d->pump_plan != plan || bytes < d->pump_bytes || s < d->pump_s) { /* or it restarted */
+        d->pump_plan = plan;
+        d->pump_base_bytes = bytes;
+        d->pump_base_s = s;
+    }
+    d->pump_bytes = bytes;
+    d->pump_s = s;
+}
+
+double hr_head_pump_rate(const hr_dev *d, double *bytes) {
+    double b = d->pump_bytes - d->pump_base_bytes, s = d->pump_s - d->pump_base_s;
+    if (bytes)
+        *bytes = b > 0 ? b : 0;
+    return b >= HR_PUMP_RATE_MIN && s > 0 ? b / s : NAN;
+}
+
 void hr_head_own_experts(hr_head *hd) {
     hr_stream_stats ss;
     hr_node_stream_stats(hd->a, &ss);

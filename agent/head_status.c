@@ -77,6 +77,8 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->disk.ex_hits = d->ex_hits;
     o->disk.ex_fetched = d->ex_fetched;
     o->disk.ex_moved = d->ex_moved;
+    o->disk.plan_bps = d->has_sched && d->sd.disk_bps > 0 ? d->sd.disk_bps : NAN;
+    o->disk.meas_bps = hr_head_pump_rate(d, &o->disk.meas_bytes);
     o->fetch_done_bytes = hr_known(d->fetch_done);
     o->fetch_total_bytes = hr_known(d->fetch_total);
     o->fetch_wire_bytes = hr_known(d->fetch_wire);
@@ -125,6 +127,11 @@ int hr_head_status(hr_agent *a, hr_status *st) {
     p->pred_fastest_active = simpler ? hd->sched.fastest_active : 0;
     p->layer_read_bytes = hr_layer_read_bytes(hd);
     for (int i = 0; i < hd->n_devs && i < HR_AGENT_MAX_DEV; i++) {
+        if (i == 0) { /* its own pump's reads, sampled here */
+            hr_stream_stats ss;
+            hr_node_stream_stats(a, &ss);
+            hr_head_pump_sample(&hd->devs[0], hd->plan_id, ss.pump_bytes, ss.pump_s);
+        }
         hr_dev d = hd->devs[i];
         if (i == 0) { /* the head's own figures */
             hr_lock(&a->st.mu, HR_RANK_STATS);

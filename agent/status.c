@@ -48,6 +48,7 @@ hr_status_dev hr_status_dev_default(void) {
     d.link.plan_rtt_ms = d.link.plan_bps = NAN;
     d.disk.pred_read_bytes_token = d.disk.meas_read_bytes_token = NAN;
     d.disk.stream_bytes_token = d.disk.pinned_bytes = NAN;
+    d.disk.plan_bps = d.disk.meas_bps = NAN;
     d.disk.locked = -1;
     d.disk.ex_keep = -1;
     d.fetch_done_bytes = d.fetch_total_bytes = d.fetch_wire_bytes = NAN;
@@ -162,6 +163,9 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_fig(o, "meas_read_bytes_token", dk->meas_read_bytes_token);
     hr_put_fig(o, "stream_bytes_token", dk->stream_bytes_token);
     hr_put_fig(o, "pinned_bytes", dk->pinned_bytes);
+    hr_put_fig(o, "plan_disk_bps", dk->plan_bps);
+    hr_put_fig(o, "meas_disk_bps", dk->meas_bps);
+    hr_put_fig(o, "meas_disk_bytes", dk->meas_bytes);
     hr_put_str(o, "pinned_by", dk->locked > 0 ? "mlock" : dk->locked == 0 ? "advice" : "unknown");
     if (dk->ex_keep >= 0)
         hr_put(o, "experts",

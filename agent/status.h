@@ -60,6 +60,10 @@ typedef struct {
     int ex_keep, ex_of;            /* streams by expert: experts kept per layer of ex_of; -1: not */
     uint64_t ex_routed, ex_hits;   /* experts routed to, and of them resident (kept) */
     uint64_t ex_fetched, ex_moved; /* bytes of experts read on demand, and by reranks */
+    double plan_bps;               /* the read rate the plan's cost model took (its profile's
+                                      disk test), bytes/s; NAN: none */
+    double meas_bps, meas_bytes;   /* its pump's reads of streamed tails under the plan in use:
+                                      bytes/s (NAN: fewer than 16 MiB yet) over meas_bytes */
 } hr_status_disk;
 
 typedef struct {

@@ -423,10 +423,13 @@ void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
         out->ex_moved = es.rerank_bytes;
         out->locked = es.locked;
     }
-    if (s->pump && out->stream_round > 0 && out->ex_keep < 0) {
+    if (s->pump) {
         hr_stream_pump_stats ps;
         hr_stream_pump_get_stats(s->pump, &ps);
-        out->locked = ps.locked;
+        if (out->stream_round > 0 && out->ex_keep < 0)
+            out->locked = ps.locked;
+        out->pump_bytes = (double)ps.disk_bytes;
+        out->pump_s = ps.disk_s;
     }
 }
 

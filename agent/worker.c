@@ -270,7 +270,9 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .ex_routed = ss.ex_routed,
                            .ex_hits = ss.ex_hits,
                            .ex_fetched = ss.ex_fetched,
-                           .ex_moved = ss.ex_moved};
+                           .ex_moved = ss.ex_moved,
+                           .pump_bytes = ss.pump_bytes,
+                           .pump_s = ss.pump_s};
     if (a->cache && a->fetch.want_bytes) {
         hb.fetch_done = (double)a->fetch.done_bytes;
         hb.fetch_total = (double)a->fetch.want_bytes;

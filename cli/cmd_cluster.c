@@ -573,6 +573,29 @@ static void hr_print_disk(json_t *d) {
            strcmp(by, "mlock") == 0    ? "pinned by mlock"
            : strcmp(by, "advice") == 0 ? "kept by advice"
                                        : "pinning unknown");
+    /* the read rate: the plan's (its profile's) against its pump's while
+     * it reads (a disk that lets bursts through after idle spells, as a
+     * cgroup's throttle does, shows more than it sustains), and a token's
+     * reads at each */
+    double plan_bps = json_number_value(json_object_get(d, "plan_disk_bps")),
+           meas_bps = json_number_value(json_object_get(d, "meas_disk_bps")),
+           meas_b = json_number_value(json_object_get(d, "meas_disk_bytes")),
+           pred_rd = json_number_value(json_object_get(d, "pred_read_bytes_token")),
+           meas_rd = json_number_value(json_object_get(d, "meas_read_bytes_token"));
+    if (meas_b > 0 || (pred_rd > 0 && plan_bps > 0)) {
+        char pa[48] = "no rate", ma[96] = "not measured yet (its pump read under 16 MiB)";
+        if (plan_bps > 0)
+            snprintf(pa, sizeof pa, "%.0f MB/s", plan_bps / 1e6);
+        if (meas_bps > 0)
+            snprintf(ma, sizeof ma, "%.0f MB/s measured while its pump reads (%.0f MiB this plan)",
+                     meas_bps / 1e6, meas_b / 1048576.0);
+        printf("      disk rate: %s planned (its profile's), %s", pa, ma);
+        if (pred_rd > 0 && plan_bps > 0)
+            printf("; a token's reads: %.0f ms predicted", 1e3 * pred_rd / plan_bps);
+        if (meas_rd > 0 && meas_bps > 0)
+            printf(", %.0f ms at the measured rate", 1e3 * meas_rd / meas_bps);
+        printf("\n");
+    }
     json_int_t keep = -1, of = 0, routed = 0, hits = 0, fetched = 0, moved = 0;
     if (json_unpack(json_object_get(d, "experts"), "{s:I,s:I,s:I,s:I,s?I,s?I}", "keep", &keep, "of",
                     &of, "routed", &routed, "hits", &hits, "fetched_bytes", &fetched, "moved_bytes",

@@ -6,6 +6,7 @@
 #include "mmap/stream.h"
 
 #include "common/log.h"
+#include "common/sync.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -221,7 +222,8 @@ static void *hr_pump_main(void *arg) {
         }
         /* where the buffer lies now: [lo, hi) of the active tail */
         bool work = false;
-        uint64_t fetched = 0;
+        uint64_t fetched = 0, disk_bytes = 0;
+        double disk_s = 0;
         if (L.act >= 0) {
             const hr_stream_part *w = &L.part[L.act];
             uint64_t lo = w->stream_off, end = tail_end(w);
@@ -242,7 +244,14 @@ static void *hr_pump_main(void *arg) {
                 L.fe = L.ev;
             if ((L.flags & HR_STREAM_PREFETCH) && L.fe < hi) {
                 uint64_t c = hi - L.fe < HR_PUMP_CHUNK ? hi - L.fe : HR_PUMP_CHUNK;
+                int64_t io0 = hr_stream_thread_io_read_bytes();
+                double t0 = hr_now_s();
                 hr_stream_fetch(p->g, L.fe, c);
+                int64_t io1 = hr_stream_thread_io_read_bytes();
+                if (io0 >= 0 && io1 > io0) { /* pages another thread read cost it nothing */
+                    disk_bytes = (uint64_t)(io1 - io0);
+                    disk_s = hr_now_s() - t0;
+                }
                 L.fe += c;
                 fetched = c;
                 work = true;
@@ -250,6 +259,8 @@ static void *hr_pump_main(void *arg) {
         }
         pthread_mutex_lock(&p->mu);
         p->st.fetched += fetched;
+        p->st.disk_bytes += disk_bytes;
+        p->st.disk_s += disk_s;
         p->st.evicted += evicted;
         if (L.act >= 0 && L.fe - L.ev > p->st.max_span)
             p->st.max_span = L.fe - L.ev;

@@ -288,8 +288,8 @@ int hr_stream_unlock(const hr_gguf *g, uint64_t off, uint64_t len) {
     return lock_range(g, off, len, false);
 }
 
-int64_t hr_stream_io_read_bytes(void) {
-    FILE *f = fopen("/proc/self/io", "r");
+static int64_t io_read_bytes(const char *path) {
+    FILE *f = fopen(path, "r");
     if (!f)
         return -1;
     char line[128];
@@ -300,3 +300,7 @@ int64_t hr_stream_io_read_bytes(void) {
     fclose(f);
     return v;
 }
+
+int64_t hr_stream_io_read_bytes(void) { return io_read_bytes("/proc/self/io"); }
+
+int64_t hr_stream_thread_io_read_bytes(void) { return io_read_bytes("/proc/thread-self/io"); }

@@ -141,6 +141,8 @@ int64_t hr_stream_mapped(const hr_gguf *g, const uint64_t *off, const uint64_t *
 /* Bytes this process has caused to be read from storage so far
  * (read_bytes of /proc/self/io, all threads); -1 when unknown. */
 int64_t hr_stream_io_read_bytes(void);
+/* The same for the calling thread alone (/proc/thread-self/io). */
+int64_t hr_stream_thread_io_read_bytes(void);
 
 /* ---- the pump: one device's streamed parts, read ahead and dropped ----
  *
@@ -183,6 +185,12 @@ typedef struct {
     uint64_t evicted;    /* bytes of tails dropped, all plans */
     uint64_t max_span;   /* most streamed bytes the pump held mapped at once (its own
                             reads, since the last plan) */
+    /* the disk as the pump gets it: bytes its own reads of tails took from
+     * storage (/proc/thread-self/io), and the wall time of the reads that
+     * took any (CPU waits under a quota and other readers of the disk
+     * included), all plans */
+    uint64_t disk_bytes;
+    double disk_s;
 } hr_stream_pump_stats;
 
 /* Starts the pump thread for the mapping of g (borrowed; it must outlive

@@ -477,6 +477,10 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
                                       (json_int_t)m->ex_routed, "hits", (json_int_t)m->ex_hits,
                                       "fetched", (json_int_t)m->ex_fetched, "moved",
                                       (json_int_t)m->ex_moved));
+    if (j && m->pump_bytes > 0 && m->pump_s > 0) {
+        json_object_set_new(j, "pump_bytes", json_real(m->pump_bytes));
+        json_object_set_new(j, "pump_s", json_real(m->pump_s));
+    }
     if (j && m->fetch_total > 0) {
         json_object_set_new(j, "fetch_done", json_real(m->fetch_done));
         json_object_set_new(j, "fetch_total", json_real(m->fetch_total));
@@ -506,6 +510,8 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
         (rc = hr_msg_opt_num(j, "fetch_done", 0, 1e15, &m->fetch_done, HR_RING_HEARTBEAT, err)) ||
         (rc = hr_msg_opt_num(j, "fetch_total", 0, 1e15, &m->fetch_total, HR_RING_HEARTBEAT, err)) ||
         (rc = hr_msg_opt_num(j, "fetch_wire", 0, 1e15, &m->fetch_wire, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "pump_bytes", 0, 1e18, &m->pump_bytes, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "pump_s", 0, 1e12, &m->pump_s, HR_RING_HEARTBEAT, err)) ||
         (lk && !json_is_boolean(lk) &&
          (rc = hr_seterr(err, HR_EFORMAT, "HEARTBEAT: locked must be true or false")))) {
         json_decref(j);

@@ -169,6 +169,10 @@ typedef struct {
      * read on demand and by reranks (0 / absent: none or not sent) */
     int ex_keep;
     uint64_t ex_routed, ex_hits, ex_fetched, ex_moved;
+    /* the disk as its pump gets it: bytes its reads of streamed tails took
+     * from storage and the seconds those reads took, since it started
+     * (-1 / absent: none) */
+    double pump_bytes, pump_s;
 } hr_msg_heartbeat;
 int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_ERR_LEN]);
 int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbeat *m,

@@ -423,6 +423,35 @@ static void test_unthrottle(void) {
 /* The model's bias on this machine: every device with layers off the same
  * way passes its mildest correction to the devices without layers; one
  * device off alone (a neighbour) passes nothing. */
+/* A device's pump rate: over the samples of one plan only (a new plan or a
+ * restarted agent starts over), none before HR_PUMP_RATE_MIN bytes, none
+ * from a heartbeat without the figures. */
+static void test_pump_rate(void) {
+    hr_dev d;
+    memset(&d, 0, sizeof d);
+    double b = -1;
+    CHECK(isnan(hr_head_pump_rate(&d, &b)));
+    CHECK_DBL_(b, ==, 0.0);
+    const double mib = 1048576.0;
+    hr_head_pump_sample(&d, 3, 100 * mib, 2.0); /* before plan 3: 100 MiB in 2 s */
+    hr_head_pump_sample(&d, 3, 110 * mib, 2.1);
+    CHECK(isnan(hr_head_pump_rate(&d, &b))); /* 10 MiB: too few */
+    CHECK_DBL_(b, ==, 10 * mib);
+    hr_head_pump_sample(&d, 3, 140 * mib, 2.4);
+    CHECK_NEAR(hr_head_pump_rate(&d, &b), 40 * mib / 0.4, 1.0); /* not 140 MiB / 2.4 s */
+    hr_head_pump_sample(&d, 3, -1, -1);                         /* a heartbeat without them: kept */
+    CHECK_NEAR(hr_head_pump_rate(&d, NULL), 40 * mib / 0.4, 1.0);
+    hr_head_pump_sample(&d, 4, 150 * mib, 2.5); /* plan 4: over again */
+    CHECK(isnan(hr_head_pump_rate(&d, &b)));
+    CHECK_DBL_(b, ==, 0.0);
+    hr_head_pump_sample(&d, 4, 182 * mib, 3.5);
+    CHECK_NEAR(hr_head_pump_rate(&d, NULL), 32 * mib, 1.0);
+    hr_head_pump_sample(&d, 4, 20 * mib, 0.5); /* restarted: its totals went back */
+    CHECK(isnan(hr_head_pump_rate(&d, NULL)));
+    hr_head_pump_sample(&d, 4, 60 * mib, 1.5);
+    CHECK_NEAR(hr_head_pump_rate(&d, NULL), 40 * mib, 1.0);
+}
+
 static void test_bias_rule(void) {
     hr_head *hd = calloc(1, sizeof *hd);
     if (!hd)
@@ -582,6 +611,7 @@ int main(void) {
     hr_log_set_level(HR_LOG_LEVEL_WARN);
     test_hold_rule();
     test_unthrottle();
+    test_pump_rate();
     test_bias_rule();
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
     char slow[32];

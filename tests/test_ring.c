@@ -495,7 +495,21 @@ static void test_msg_roundtrip(const char *key) {
     CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
     CHECK(hbd.ex_keep == 17 && hbd.ex_routed == 4000 && hbd.ex_hits == 400);
     CHECK(hbd.ex_fetched == 5000000000ull && hbd.ex_moved == 12345);
+    CHECK(hbd.pump_bytes == -1 && hbd.pump_s == -1); /* none read: not sent */
     free(f);
+    /* its pump's reads travel as two totals */
+    hb.pump_bytes = 3.5e9;
+    hb.pump_s = 17.25;
+    CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
+    CHECK(hbd.pump_bytes == 3.5e9 && hbd.pump_s == 17.25);
+    free(f);
+    static const char *const hb_pump_neg =
+        "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1,"
+        "\"pump_bytes\":1e6,\"pump_s\":-0.5}";
+    hr_ring_hdr hp = {.type = HR_RING_HEARTBEAT, .len = (uint32_t)strlen(hb_pump_neg)};
+    CHECK_EQ(hr_msg_heartbeat_decode(&hp, hb_pump_neg, &hbd, err), HR_EFORMAT);
     static const char *const hb_ex_old =
         "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1,"
         "\"experts\":{\"keep\":3,\"routed\":9,\"hits\":2}}";

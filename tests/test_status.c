@@ -71,6 +71,9 @@ static void build(hr_status *st) {
     h->disk.pred_read_bytes_token = 1024;
     h->disk.meas_read_bytes_token = 2048;
     h->disk.locked = 1;
+    h->disk.plan_bps = 2e8;
+    h->disk.meas_bps = 1.5e8;
+    h->disk.meas_bytes = 64.0 * 1048576;
     h->gpu.present = true;
     snprintf(h->gpu.name, sizeof h->gpu.name, "%s", "iGPU");
     snprintf(h->gpu.type, sizeof h->gpu.type, "%s", "integrated");
@@ -156,6 +159,9 @@ static void test_document(void) {
     CHECK_EQ(json_integer_value(get(h, "link_measurements")), 3);
     CHECK_EQ(json_real_value(get(h, "pred_read_bytes_token")), 1024.0);
     CHECK_EQ(json_real_value(get(h, "meas_read_bytes_token")), 2048.0);
+    CHECK_EQ(json_real_value(get(h, "plan_disk_bps")), 2e8);
+    CHECK_EQ(json_real_value(get(h, "meas_disk_bps")), 1.5e8);
+    CHECK_EQ(json_real_value(get(h, "meas_disk_bytes")), 64.0 * 1048576);
     CHECK(json_is_null(get(h, "stream_bytes_token")));
     CHECK_STR(json_string_value(get(h, "pinned_by")), "mlock");
     CHECK(get(h, "left_out") == NULL);
@@ -167,6 +173,8 @@ static void test_document(void) {
     CHECK(json_is_null(get(w, "meas_ms_round")));
     CHECK(json_is_null(get(w, "meas_read_bytes_token")));
     CHECK(json_is_null(get(w, "pred_read_bytes_token")));
+    CHECK(json_is_null(get(w, "plan_disk_bps")));
+    CHECK(json_is_null(get(w, "meas_disk_bps")));
     CHECK(json_is_null(get(w, "fetch_total_bytes")));
     CHECK(json_is_null(get(w, "gpu")));
     CHECK_EQ(json_object_size(get(w, "info")), 0);

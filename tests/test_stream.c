@@ -441,6 +441,7 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
         return -1;
     }
     int W = PUMP_LAYERS / k, offset = W - w;
+    int64_t io0 = hr_stream_io_read_bytes();
     hr_stream_part part[HR_STREAM_MAX_WINDOWS];
     memset(part, 0, sizeof part);
     for (int r = 0; r < k; r++) {
@@ -537,6 +538,20 @@ static double pump_run(int k, int w, double resident, uint64_t buffer, unsigned 
            (double)(st.fetched - st0.fetched) / (tokens * k) / 1024.0);
     CHECK_INT(worst, <=, lim);
     CHECK_INT(st.max_span, <=, buffer);
+    /* the disk as the pump got it: its own reads from storage, of tails it
+     * read ahead (each dropped before it comes round again), and a time
+     * for them; none where it reads nothing ahead */
+    printf("%s: the pump's reads took %.0f KiB from storage in %.1f ms\n", label,
+           (double)st.disk_bytes / 1024.0, 1e3 * st.disk_s);
+    CHECK_INT(st.disk_bytes, <=, st.fetched + pg);
+    if (!(flags & HR_STREAM_PREFETCH))
+        CHECK_INT(st.disk_bytes, ==, 0);
+    else if (hr_stream_thread_io_read_bytes() >= 0 && hr_stream_io_read_bytes() > io0 &&
+             st.fetched > 0)
+        CHECK(st.disk_bytes > 0 && st.disk_s > 0 && isfinite(st.disk_s));
+    else /* a file in memory (tmpfs) reads nothing from storage */
+        hr_check_skip("the pump's reads from storage (no /proc/thread-self/io, or a file "
+                      "system without storage)");
     CHECK_EQ(bad_drop, 0);
     if (flags & HR_STREAM_PREFETCH)
         CHECK_EQ(bad_ahead, 0);
