@@ -48,7 +48,7 @@ struct hr_gguf {
     uint64_t size;
     bool mapped; /* base is our own mmap of a file (not a caller buffer) */
     int fd;      /* the mapped file, kept open for page-cache advice; -1 for a buffer */
-    bool huge;   /* the mapping is advised MADV_HUGEPAGE (see hr_gguf_open) */
+    bool huge;   /* the mapping is advised MADV_HUGEPAGE (gguf.c advise_huge) */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
