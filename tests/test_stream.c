@@ -792,9 +792,11 @@ static void test_huge(void) {
                 wrong += f[k] != data[k];
             CHECK_EQ(wrong, 0);
             if (pass == 1 || kept > 0) {
-                /* 8 MiB kept hold at least two whole aligned 2 MiB blocks */
+                /* 8 MiB kept hold three whole aligned 2 MiB blocks: one
+                 * mapped whole at least (a fragmented machine may give
+                 * small folios for some) */
                 if (pass == 0)
-                    CHECK(kept >= 4096);
+                    CHECK(kept >= 2048);
                 else
                     CHECK_EQ(kept, 0);
                 CHECK_EQ(random, 0);
