@@ -783,6 +783,11 @@ static void test_huge(void) {
             CHECK_EQ(hr_stream_keep(g, t->offset, 2 * third), 0);
             uint64_t o = t->offset, l = 2 * third;
             CHECK_NEAR(hr_stream_residency(g, &o, &l, 1), 1.0, 0.0);
+            if (hr_advice_honoured()) { /* the advice as the kernel holds it (VmFlags) */
+                CHECK_EQ(hr_vma_flag(base + t->offset + third, "hg"), pass == 0);
+                CHECK_EQ(hr_vma_flag(base + rnd + third / 2, "nh"), pass == 0);
+                CHECK_EQ(hr_vma_flag(base + rnd + third / 2, "hg"), 0);
+            }
             long kept = pmd_mapped_kib(base + t->offset, base + rnd);
             (void)touch(g, rnd, t->size - 2 * third);
             long random = pmd_mapped_kib(base + rnd, base + size);
@@ -800,6 +805,9 @@ static void test_huge(void) {
                 else
                     CHECK_EQ(kept, 0);
                 CHECK_EQ(random, 0);
+            } else if (!hr_advice_honoured()) {
+                hr_check_skip("2 MiB mappings of a kept range (madvise advice does not reach "
+                              "the kernel here)");
             } else {
                 hr_check_skip("2 MiB mappings of a kept range (this kernel keeps the file "
                               "system's page cache in small folios)");
