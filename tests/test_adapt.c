@@ -420,9 +420,6 @@ static void test_unthrottle(void) {
     CHECK(isnan(hr_adapt_unthrottled_ms(&sd, NAN)));
 }
 
-/* The model's bias on this machine: every device with layers off the same
- * way passes its mildest correction to the devices without layers; one
- * device off alone (a neighbour) passes nothing. */
 /* A device's pump rate: over the samples of one plan only (a new plan or a
  * restarted agent starts over), none before HR_PUMP_RATE_MIN bytes, none
  * from a heartbeat without the figures. */
@@ -450,8 +447,18 @@ static void test_pump_rate(void) {
     CHECK(isnan(hr_head_pump_rate(&d, NULL)));
     hr_head_pump_sample(&d, 4, 60 * mib, 1.5);
     CHECK_NEAR(hr_head_pump_rate(&d, NULL), 40 * mib, 1.0);
+    hr_head_pump_sample(&d, 4, NAN, 2.0); /* not a figure: kept */
+    CHECK_NEAR(hr_head_pump_rate(&d, NULL), 40 * mib, 1.0);
+    hr_dev z;
+    memset(&z, 0, sizeof z);
+    hr_head_pump_sample(&z, 1, 10 * mib, 1.0);
+    hr_head_pump_sample(&z, 1, 50 * mib, 1.0); /* bytes without time: no rate */
+    CHECK(isnan(hr_head_pump_rate(&z, NULL)));
 }
 
+/* The model's bias on this machine: every device with layers off the same
+ * way passes its mildest correction to the devices without layers; one
+ * device off alone (a neighbour) passes nothing. */
 static void test_bias_rule(void) {
     hr_head *hd = calloc(1, sizeof *hd);
     if (!hd)
