@@ -8,7 +8,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libnuma-dev libhwloc-dev
       hwloc libglpk-dev libpcre2-dev libjansson-dev libmicrohttpd-dev clang
       libclang-rt-14-dev clang-format curl iproute2 jq chromium
-      libvulkan-dev glslc mesa-vulkan-drivers)
+      libvulkan-dev glslc mesa-vulkan-drivers fuse3 libfuse3-dev)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if [ "${HR_NO_ARM64:-0}" != 1 ] && [ "$(dpkg --print-architecture)" = amd64 ]; then

@@ -25,7 +25,7 @@
 #       "cpu": 1.0,                   cores (cfs quota / period); absent or 0: no limit
 #       "mem_mb": 300,                memory.limit_in_bytes in MiB (anonymous memory
 #                                     and page cache, so it bounds the resident weights)
-#       "disk_mbps": 400,             read MB/s from the model's disk (blkio throttle)
+#       "disk_mbps": 400,             read MB/s from the model's disk (a paced disk, below)
 #       "link_mbit": 1000,            link rate in Mbit/s, both directions (tbf)
 #       "threads": 1}, ...]}          agent threads (-t), default 1
 #
@@ -39,7 +39,14 @@
 # memory or disk limit each device maps its own copy of the model (kept in
 # $HR_LAB_CACHE, default /tmp/hearth-lab-cache) and `up` drops those copies
 # from the page cache: pages cached by another process would be charged to it
-# and escape the device's limits. Profiles are cached per device spec (each
+# and escape the device's limits. A device with a disk rate maps the model
+# from a disk of its own instead: an ext4 image of the model (made once per
+# model in $HR_LAB_CACHE/disks) served by build/hearth-lab-disk, whose reads
+# wait for the rate with no burst, through a loop device mounted at
+# $HR_LAB_DIR/disk<i>/fs. Where that cannot run (no libfuse3 build, no
+# /dev/fuse, no loop devices) or HR_LAB_BLKIO=1, a blkio throttle stands in,
+# with a warning: it grants each 100 ms slice's bytes at once, so short reads
+# after an idle spell pass at the host disk's speed. Profiles are cached per device spec (each
 # emulated device measures itself once under its limits). Security is on: a
 # key folder per device under $HR_LAB_DIR/keys (default /tmp/hearth-lab),
 # every device trusting every other. `down` undoes everything `up` recorded,
@@ -50,6 +57,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LAB_DIR=${HR_LAB_DIR:-/tmp/hearth-lab}
 CACHE=${HR_LAB_CACHE:-/tmp/hearth-lab-cache}
 BIN=${HEARTH:-$ROOT/build/hearth}
+DISKBIN=${HEARTH_LAB_DISK:-$(dirname "$BIN")/hearth-lab-disk}
 PORT=7700
 PFX=${HR_LAB_PREFIX:-hl-}   # names of namespaces and links
 CGNAME=${HR_LAB_CGROUP:-hearth-lab}
@@ -132,7 +140,7 @@ up() {
     jq -e '.devices | length > 0' "$spec" >/dev/null || die "$spec: no devices"
     down >/dev/null
     mkdir -p "$LAB_DIR"
-    rm -f "$LAB_DIR"/*.log "$LAB_DIR/copies" "$LAB_DIR/insecure"
+    rm -f "$LAB_DIR"/*.log "$LAB_DIR/copies" "$LAB_DIR/insecure" "$LAB_DIR"/disk*/mbps
     cp "$spec" "$LAB_DIR/spec.json"
     [ -n "$model" ] || model=$(jq -r '.model // ""' "$spec")
     [ -f "$model" ] || die "no model file '$model' (give -m MODEL.gguf)"
@@ -150,6 +158,16 @@ up() {
         jq -e '[.devices[] | (.mem_mb // 0) + (.disk_mbps // 0)] | add > 0' "$spec" >/dev/null && copies=1
     fi
     [ "$copies" = 1 ] && touch "$LAB_DIR/copies"
+    # paced disks for the devices with a disk rate (lib-lab.sh)
+    local paced_why="" img=""
+    if jq -e '[.devices[] | .disk_mbps // 0] | add > 0' "$spec" >/dev/null; then
+        if [ "${HR_LAB_BLKIO:-0}" = 1 ]; then paced_why="HR_LAB_BLKIO=1"; else paced_why=$(lab_disk_why); fi
+        if [ -n "$paced_why" ]; then
+            echo "lab.sh: WARNING: no paced disks ($paced_why): blkio throttles stand in, and they pass short reads after an idle spell at the host disk's speed" >&2
+        else
+            img=$(lab_disk_image "$model" "$CACHE/disks") || die "cannot make a disk image of $model in $CACHE/disks"
+        fi
+    fi
     if [ "$insecure" = 1 ]; then
         echo "lab.sh: WARNING: --insecure: plaintext links, no authentication" >&2
         touch "$LAB_DIR/insecure"
@@ -206,8 +224,16 @@ up() {
             echo "$q" >"$cgc/$CGNAME/$i-$name/cpu.cfs_quota_us"
             cgs+=" $cgc/$CGNAME/$i-$name"
         fi
-        mf=$(model_for "$i" "$model")
-        if awk -v d="$disk" 'BEGIN { exit !(d > 0) }'; then
+        local paced=""
+        if [ -n "$img" ] && awk -v d="$disk" 'BEGIN { exit !(d > 0) }'; then
+            lab_disk_up "$img" "$disk" "$LAB_DIR/disk$i" || die "device $i: the paced disk did not come up (run lab.sh down)"
+            echo "$disk" >"$LAB_DIR/disk$i/mbps"
+            mf=$LAB_DIR/disk$i/fs/$(basename "$model")
+            paced="disk-paced"
+        else
+            mf=$(model_for "$i" "$model")
+        fi
+        if [ -z "$paced" ] && awk -v d="$disk" 'BEGIN { exit !(d > 0) }'; then
             [ -n "$blk" ] || blk=$(lab_blkdev "$mf") || die "cannot find the block device holding $mf"
             lab_cg_make "$cgb/$CGNAME"
             lab_cg_make "$cgb/$CGNAME/$i-$name"
@@ -236,7 +262,7 @@ up() {
             hog_start "$i" "$cgs"
             hogged="hog"
         fi
-        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged${hogged:+${HR_LAB_HOG_THREADS:-1}}") | md5sum | cut -c1-12)
+        key=$(jq -c --argjson i "$i" '.devices[$i]' "$LAB_DIR/spec.json" | cat - <(echo "cpu-period-v2 $(stat -c %s "$model")$hogged${hogged:+${HR_LAB_HOG_THREADS:-1}}$paced") | md5sum | cut -c1-12)
         mkdir -p "$CACHE/profiles/$key"
         XDG_CACHE_HOME=$CACHE/profiles/$key lab_spawn "$i" "$LAB_DIR/$name.log" "$ns" "$cgs" -- \
             "$BIN" "${args[@]}"
@@ -290,6 +316,7 @@ limits() {
             */blkio/*) disk=$(awk '{ printf "%s %.0fMB/s", $1, $2 / 1e6 }' "$g/blkio.throttle.read_bps_device") ;;
             esac
         done
+        [ -f "$LAB_DIR/disk$i/mbps" ] && disk="paced $(cat "$LAB_DIR/disk$i/mbps")MB/s"
         link=$(tc -n "$ns" qdisc show dev "${PFX}v$i" | awk '$2 == "tbf" { for (j = 1; j <= NF; j++) if ($j == "rate") print $(j + 1) }')
         local in
         in=$(tc -n "${PFX}nsbr" qdisc show dev "${PFX}b$i" | awk '$2 == "tbf" { for (j = 1; j <= NF; j++) if ($j == "rate") print $(j + 1) }')
@@ -363,7 +390,19 @@ EOF
         cgs=$(awk '$2 == 0 { for (i = 8; i <= NF; i++) print $i }' "$LAB_DIR/devices")
         check "memory.limit_in_bytes 200 MiB" '[ "$(cat $(echo "$cgs" | grep /memory/)/memory.limit_in_bytes)" = 209715200 ]'
         check "cfs quota 1.0 core" '[ "$(cat $(echo "$cgs" | grep /cpu/)/cpu.cfs_quota_us)" = 20000 ] && [ "$(cat $(echo "$cgs" | grep /cpu/)/cpu.cfs_period_us)" = 20000 ]'
-        check "blkio read 200 MB/s" 'grep -q " 200000000$" $(echo "$cgs" | grep /blkio/)/blkio.throttle.read_bps_device'
+        if [ -f "$LAB_DIR/disk0/mbps" ]; then
+            local mf0 rate
+            mf0=$(awk '$2 == 0 { print $7 }' "$LAB_DIR/devices")
+            check "device 0 maps its model from its paced disk" '[ "$mf0" = "$LAB_DIR/disk0/fs/$(basename "$model")" ] && mountpoint -q "$LAB_DIR/disk0/fs"'
+            # 12 MiB, direct, after an idle spell: a blkio throttle would
+            # pass it at the host disk's speed, the paced disk at 200 MB/s
+            sleep 0.3
+            rate=$(dd if="$mf0" of=/dev/null bs=4M count=3 iflag=direct 2>&1 | awk '/copied/ { printf "%.0f", $1 / $(NF - 3) / 1e6 }')
+            echo "     paced disk: 12 MiB read at ${rate:-?} MB/s after 0.3 s idle"
+            check "paced disk: 12 MiB after an idle spell at 150-250 MB/s" '[ -n "$rate" ] && [ "$rate" -ge 150 ] && [ "$rate" -le 250 ]'
+        else
+            check "blkio read 200 MB/s" 'grep -q " 200000000$" $(echo "$cgs" | grep /blkio/)/blkio.throttle.read_bps_device'
+        fi
         check "tbf 100Mbit on device 0 (out)" 'tc -n ${PFX}ns0 qdisc show dev ${PFX}v0 | grep -q "tbf.*rate 100Mbit"'
         check "tbf 20Mbit on device 1 (in)" 'tc -n ${PFX}nsbr qdisc show dev ${PFX}b1 | grep -q "tbf.*rate 20Mbit"'
         local p1
@@ -374,7 +413,7 @@ EOF
     fi
     down >/dev/null
     local left
-    left=$(lab_leftovers "$PFX" "$CGNAME")
+    left=$(lab_leftovers "$PFX" "$CGNAME" "$LAB_DIR")
     check "nothing left after down" '[ -z "$left" ]'
     [ -z "$left" ] || echo "$left"
     rm -rf "$tmp"

@@ -120,6 +120,77 @@ lab_blkdev() {
     echo "$mm"
 }
 
+# ---- paced disks ----
+
+# lab_disk_image MODEL DIR: prints the path of an ext4 image (in DIR) that
+# holds a copy of MODEL under its own name, made on first use and again when
+# MODEL changes (size or time; the stamp beside it). No journal: mounted
+# read-only, it has nothing to replay.
+lab_disk_image() {
+    local model=$1 dir=$2 img stamp want
+    img=$dir/$(basename "$model" .gguf).img
+    stamp=$img.stamp
+    want="$(stat -c '%s %Y' "$model") $(basename "$model")"
+    if [ -f "$img" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        echo "$img"
+        return 0
+    fi
+    mkdir -p "$dir"
+    local src=$dir/src.$$ kib
+    rm -rf "$src" "$img" "$stamp"
+    mkdir "$src"
+    ln "$model" "$src/" 2>/dev/null || cp "$model" "$src/"
+    # the file, 2% of it for the file system's own blocks, and 64 MiB
+    kib=$(stat -c %s "$model" | awk '{ printf "%d", $1 / 1024 * 1.02 + 65536 }')
+    echo "lab.sh: making a disk image of $(basename "$model") (once per model)" >&2
+    if ! mkfs.ext4 -q -F -b 4096 -m 0 -O ^has_journal -L hearth-lab -d "$src" "$img.tmp" "${kib}K" >&2; then
+        rm -rf "$src" "$img.tmp"
+        return 1
+    fi
+    rm -rf "$src"
+    mv "$img.tmp" "$img"
+    echo "$want" >"$stamp"
+    echo "$img"
+}
+
+# lab_disk_why: why this machine cannot give paced disks (empty: it can).
+# They need the hearth-lab-disk helper ($DISKBIN, built with libfuse3),
+# /dev/fuse, loop devices, losetup and mkfs.ext4.
+lab_disk_why() {
+    if [ ! -x "${DISKBIN:-}" ]; then
+        echo "no ${DISKBIN:-hearth-lab-disk} (build with libfuse3-dev: deploy/install-deps.sh)"
+    elif [ ! -c /dev/fuse ]; then
+        echo "no /dev/fuse"
+    elif ! command -v losetup >/dev/null || ! command -v mkfs.ext4 >/dev/null; then
+        echo "needs losetup and mkfs.ext4"
+    elif [ ! -e /dev/loop-control ]; then
+        echo "no loop devices (/dev/loop-control)"
+    fi
+}
+
+# lab_disk_up IMAGE MBPS DIR: a disk of MBPS MB/s holding IMAGE's files at
+# DIR/fs: the helper serves IMAGE at DIR/dev with its reads paced, a loop
+# device (direct I/O) reads that, and DIR/fs mounts the loop device read-only.
+# The device's page cache is its own (DIR/fs), and every read that misses it
+# waits for the rate. Each part is recorded for teardown.
+lab_disk_up() {
+    local img=$1 mbps=$2 dir=$3 pid loop
+    mkdir -p "$dir/dev" "$dir/fs"
+    "$DISKBIN" "$img" "$dir/dev" "$mbps" -f >"$dir/disk.log" 2>&1 </dev/null &
+    pid=$!
+    lab_rec fuse "$dir/dev" "$pid"
+    for _ in $(seq 50); do
+        [ -f "$dir/dev/$(basename "$img")" ] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$dir/disk.log" >&2; return 1; }
+        sleep 0.1
+    done
+    [ -f "$dir/dev/$(basename "$img")" ] || { echo "paced disk at $dir/dev did not come up" >&2; return 1; }
+    loop=$(losetup -f --show -r --direct-io=on "$dir/dev/$(basename "$img")") || return 1
+    lab_rec loop "$loop"
+    lab_rec mount "$dir/fs"
+    mount -t ext4 -o ro,noatime "$loop" "$dir/fs"
+}
+
 # ---- agents ----
 
 # lab_spawn I LOG NS CGDIRS -- CMD...: starts CMD in the background inside
@@ -175,6 +246,19 @@ lab_teardown() {
     tac "$LAB_DIR/resources" | while read -r kind a b; do
         case "$kind" in
         qdisc) tc -n "$a" qdisc del dev "$b" root 2>/dev/null || true ;;
+        mount)
+            for _ in $(seq 30); do
+                mountpoint -q "$a" || break
+                umount "$a" 2>/dev/null && break
+                sleep 0.1
+            done
+            mountpoint -q "$a" && umount -l "$a"
+            ;;
+        loop) losetup -d "$a" 2>/dev/null || true ;;
+        fuse)
+            umount "$a" 2>/dev/null || umount -l "$a" 2>/dev/null || true
+            kill "$b" 2>/dev/null || true
+            ;;
         link) ip -n "$a" link del "$b" 2>/dev/null || true ;;
         netns) ip netns del "$a" 2>/dev/null || true ;;
         cg)
@@ -199,4 +283,9 @@ lab_leftovers() {
     ip -o link show 2>/dev/null | awk -F': ' -v p="$p" 'index($2, p) == 1 { print "link " $2 }'
     tc qdisc show 2>/dev/null | awk -v p="$p" '$2 == "tbf" && index($5, p) == 1 { print "qdisc " $0 }'
     find /sys/fs/cgroup -maxdepth 4 -type d -name "$cg" 2>/dev/null | sed 's/^/cgroup /'
+    # paced disks under the lab's folder (a third argument: that folder)
+    if [ -n "${3:-}" ]; then
+        findmnt -rn -o TARGET 2>/dev/null | awk -v d="$3/" 'index($1, d) == 1 { print "mount " $1 }'
+        losetup -n -l -O NAME,BACK-FILE 2>/dev/null | awk -v d="$3/" 'index($2, d) == 1 { print "loop " $1 " " $2 }'
+    fi
 }
