@@ -187,6 +187,11 @@ lab_disk_up() {
     [ -f "$dir/dev/$(basename "$img")" ] || { echo "paced disk at $dir/dev did not come up" >&2; return 1; }
     loop=$(losetup -f --show -r --direct-io=on "$dir/dev/$(basename "$img")") || return 1
     lab_rec loop "$loop"
+    # the read-ahead of the disk holding the image (a loop device starts at 128 KiB)
+    local mm ra
+    if mm=$(lab_blkdev "$img") && ra=$(cat "/sys/dev/block/$mm/queue/read_ahead_kb" 2>/dev/null); then
+        echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb" || true
+    fi
     lab_rec mount "$dir/fs"
     mount -t ext4 -o ro,noatime "$loop" "$dir/fs"
 }

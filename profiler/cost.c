@@ -77,7 +77,7 @@ bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, doub
     *free = b / s;
     *slope = s / b;
     *wait_ms = (P - a) * (P - a) / (2 * P);
-    *save_ms = a * (*slope - 1) + *wait_ms;
+    *save_ms = a * (*slope - 1);
     return true;
 }
 

@@ -384,14 +384,16 @@ int hr_prof_engine_history(hr_prof_device *d, const hr_prof_model *pm, const hr_
 /* What d's CPU quota does to a ring's rounds at n_threads threads, from its
  * engine probe: *free (<= 1) times its sustained CPU times are its
  * unthrottled ones (engine_burst_ms over engine_ms); a burst of c
- * unthrottled ms after an idle spell takes max(c, *slope * c - *save_ms)
- * (the cost model's Q, hr_sched_device's throttle_*), with *slope the
- * sustained over the unthrottled step and *save_ms = a (slope - 1) +
- * (period - a)^2 / (2 period), a = quota cores / threads * period: the
- * share of the period a burst starts in runs unthrottled, the phase it
- * starts at averaged out. *wait_ms = (period - a)^2 / (2 period): what a
- * round that reaches the device at a random phase with the period's share
- * spent waits for the next period, on average. Returns false, with *free 1
+ * unthrottled ms after an idle spell that held a period's start takes
+ * max(c, *slope * c - *save_ms) (the cost model's Q, hr_sched_device's
+ * throttle_*), with *slope the sustained over the unthrottled step and
+ * *save_ms = a (slope - 1), a = quota cores / threads * period: the burst
+ * starts with the period's whole share, at a random phase (with slope =
+ * period / a that is the mean over the phase, within a's fraction of a
+ * period either way). *wait_ms = (period - a)^2 / (2 period): what a round
+ * that reaches the device at a random phase with the period's share spent
+ * waits for the next period, on average (a gap between its rounds shorter
+ * than a period; the cost model weighs it by that chance). Returns false, with *free 1
  * and the others 0, without a quota that can throttle n_threads, a probe
  * at them under it, or a throttling it measured (slope below 1.05). */
 bool hr_prof_throttle(const hr_prof_device *d, int n_threads, double *free, double *slope,

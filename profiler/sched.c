@@ -229,6 +229,7 @@ int hr_prof_to_sched_device(const hr_prof_device *d, const hr_prof_model *m,
         out->throttle_slope = slope;
         out->throttle_save_ms = save;
         out->throttle_wait_ms = wait;
+        out->throttle_period_ms = d->cpu_period_ms;
         /* the page faults of what it streams run on the same share */
         out->read_cpu_ms_mb = d->disk.read_cpu_ms_mb > 0 ? d->disk.read_cpu_ms_mb : 0;
     }

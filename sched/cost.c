@@ -300,6 +300,10 @@ static int check_device(hr_sched_ctx *c, const hr_sched_device *d, int i, int n_
         return hr_seterr(err, HR_EINVAL, "%s: throttle_wait_ms = %g must be finite, 0..10000", who,
                          d->throttle_wait_ms);
     c->d[i].qw = c->d[i].qs > 0.0 && n_dev > 1 ? d->throttle_wait_ms : 0.0;
+    if (!finite_ge0(d->throttle_period_ms) || d->throttle_period_ms > 1e4)
+        return hr_seterr(err, HR_EINVAL, "%s: throttle_period_ms = %g must be finite, 0..10000",
+                         who, d->throttle_period_ms);
+    c->d[i].qp = c->d[i].qw > 0.0 ? d->throttle_period_ms : 0.0;
     if (!finite_ge0(d->read_cpu_ms_mb) || d->read_cpu_ms_mb > 1e4)
         return hr_seterr(err, HR_EINVAL, "%s: read_cpu_ms_mb = %g must be finite, 0..10000", who,
                          d->read_cpu_ms_mb);
@@ -646,6 +650,16 @@ static double head_ms(const hr_sched_ctx *c, bool ring) {
     return ring ? c->d[c->head].th : c->d[c->head].th_alone;
 }
 
+double hr_sched_round_wait(const hr_sched_ctx *c, int i, double gap_ms) {
+    const double qw = c->d[i].qw, qp = c->d[i].qp;
+    if (qw <= 0.0)
+        return 0.0;
+    if (qp <= 0.0)
+        return qw;
+    double f = 1.0 - gap_ms / qp;
+    return f > 0.0 ? qw * f : 0.0;
+}
+
 /* The ring's rounds: P_r per round and which device sets each round's
  * exposed time (-1: none). Returns ms per token, INFINITY when a device
  * breaks a memory rule or the windows do not cover n_layer once. */
@@ -664,6 +678,9 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
     hr_sched_dev_rounds dr;
     bool ring = many_in_ring(c, k, win);
     double qfloor = 0.0; /* a CPU quota's cap over the whole token */
+    /* windows (ms) of the devices that wait for a quota's period, by round */
+    double qcp[HR_SCHED_MAX_DEV][HR_SCHED_MAX_ROUNDS];
+    int qdev[HR_SCHED_MAX_DEV], nq = 0;
     for (int i = 0; i < n; i++) {
         hr_sched_dev_at(c, kc, i, win + i, n, ng ? ng[i] : 0, ring, &dr);
         if (!dr.ok)
@@ -678,11 +695,13 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
             qfloor = q > qfloor ? q : qfloor;
         }
         int cap = ng ? ng[i] : 0;
+        bool waits = active && c->d[i].qw > 0.0;
         for (int r = 0; r < k; r++) {
             if (active)
                 S[r] += dr.cp[r];
-            if (win[r * n + i] > cap) /* it computes on its CPU this round */
-                Wr[r] += c->d[i].qw;
+            /* -1: it does not compute on its CPU this round */
+            if (waits)
+                qcp[nq][r] = win[r * n + i] > cap ? dr.cp[r] : -1.0;
             if (dr.load[r] > worst_load[r]) {
                 worst_load[r] = dr.load[r];
                 who_load[r] = i;
@@ -692,11 +711,19 @@ static double eval_rounds(const hr_sched_ctx *c, const hr_sched_kctx *kc, const 
                 who_stall[r] = i;
             }
         }
+        if (waits)
+            qdev[nq++] = i;
     }
     if (sum != c->L)
         return INFINITY;
-    /* hops, and a quota's wait where a round has a device compute (none alone) */
+    /* hops, and a quota's wait where a round has a device compute (none
+     * alone), by the gap since its last round: the round's other windows
+     * and the hops */
     double H = n_active >= 2 ? Hs : 0.0, lat = head_ms(c, ring);
+    for (int q = 0; q < nq && n_active >= 2; q++)
+        for (int r = 0; r < k; r++)
+            if (qcp[q][r] >= 0.0)
+                Wr[r] += hr_sched_round_wait(c, qdev[q], S[r] - qcp[q][r] + H);
     for (int r = 0; r < k; r++) {
         Ws += n_active >= 2 ? Wr[r] : 0.0;
         S[r] += H + (n_active >= 2 ? Wr[r] : 0.0);
@@ -736,6 +763,13 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
         Psum += P[r];
     hr_sched_dev_rounds dr;
     bool ring = many_in_ring(c, k, win);
+    /* each round's windows, for the gaps a quota's wait depends on */
+    double Sw[HR_SCHED_MAX_ROUNDS] = {0};
+    for (int i = 0; W > 0.0 && i < c->n; i++) {
+        hr_sched_dev_at(c, kc, i, win + i, c->n, ng ? ng[i] : 0, ring, &dr);
+        for (int r = 0; r < k && (i == c->head || dr.layers > 0); r++)
+            Sw[r] += dr.cp[r];
+    }
     for (int step = 0; step < c->n; step++) {
         /* ring order: head first, then the others in input order */
         int i = step == 0 ? c->head : (step <= c->head ? step - 1 : step);
@@ -763,7 +797,8 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
         p->order[n_active++] = i;
         d->link_ms = H > 0.0 ? k * c->d[i].h : 0.0;
         for (int r = 0; W > 0.0 && r < k; r++)
-            d->quota_wait_ms += d->win[r] > d->n_gpu ? c->d[i].qw : 0.0;
+            d->quota_wait_ms +=
+                d->win[r] > d->n_gpu ? hr_sched_round_wait(c, i, Sw[r] - dr.cp[r] + H) : 0.0;
         d->overloaded = dr.overloaded;
         double kv = dr.lc * c->kv, out = d->is_head ? c->out : 0.0;
         d->mem_bytes =

@@ -63,6 +63,8 @@ static void col_int(glp_prob *P, int j, int kind, double lb, double ub) {
  * "this device computes v CPU layers per round", v = 1..cap. */
 typedef struct {
     int x0, cap, n, y;
+    int z;          /* its quota's wait a round (continuous), 0: none */
+    int r0, r1, rx; /* its entries of the ring row: [r0, r1), the first rx of them its own window */
 } hr_cols;
 
 /* Appends the terms of w_i = n_i + sum_v v x_iv, each times f. */
@@ -117,6 +119,8 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         if (kc->d[i].gcap > 0)
             col[i].n = ++nc;
         col[i].y = ++nc;
+        if (c->d[i].qw > 0.0 && col[i].cap > 0)
+            col[i].z = ++nc;
     }
     int cP = ++nc;
     hr_lp lp = {0};
@@ -150,6 +154,8 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         }
         double ylo = head ? 1.0 : 0.0, yhi = head || kc->d[i].ub > 0 ? 1.0 : 0.0;
         col_int(lp.P, col[i].y, GLP_BV, ylo, yhi);
+        if (col[i].z)
+            glp_set_col_bnds(lp.P, col[i].z, GLP_LO, 0.0, 0.0);
         /* at most one CPU layer count */
         int m = 0;
         for (int v = 1; v <= col[i].cap; v++) {
@@ -165,19 +171,26 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
             rcols[rm] = cP;
             rvals[rm++] = 1.0;
         }
+        col[i].r0 = rm;
         for (int v = 1; v <= col[i].cap; v++) {
             hr_sched_disk_at(c, kc, i, v, &dk[v]);
             any_load = any_load || dk[v].load > 0.0;
             rcols[rm] = col[i].x0 + v - 1;
-            /* >= 2 in the ring: its window, and its quota's wait */
-            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v], true) - c->d[i].qw;
+            /* >= 2 in the ring: its window */
+            rvals[rm++] = -hr_sched_window_ms(c, i, v, 0, &dk[v], true);
         }
         if (col[i].n) {
             rcols[rm] = col[i].n;
             rvals[rm++] = -c->d[i].g;
         }
+        col[i].rx = rm - col[i].r0;
         rcols[rm] = col[i].y;
         rvals[rm++] = -c->d[i].h;
+        col[i].r1 = rm;
+        if (col[i].z) { /* and its quota's wait */
+            rcols[rm] = col[i].z;
+            rvals[rm++] = -1.0;
+        }
         /* a disk reads at most one round's bytes per round: P >= load_i */
         if (!rc && any_load) {
             m = 0;
@@ -249,9 +262,30 @@ static int solve_k(const hr_sched_ctx *c, const hr_sched_kctx *kc, const hr_sche
         vals[1] = -c->d[i].f;
         rc = lp_row(&lp, GLP_LO, -c->d[c->head].th / kk, 0.0, 2, cols, vals);
     }
-    /* ring: P >= sum_i window_i + sum_i h_i y_i (the row built above) */
+    /* ring: P >= sum_i window_i + sum_i h_i y_i + sum_i z_i (the row built above) */
     if (!rc)
         rc = lp_row(&lp, GLP_LO, 0.0, 0.0, rm, rcols, rvals);
+    /* a quota's wait where it computes, less as the gap since its last round
+     * (the others' windows and every hop) nears the period (cost.c):
+     * z_i >= qw_i sum_v x_iv - qw_i / qp_i * gap_i, z_i >= 0 */
+    for (int i = 0; i < n && !rc; i++) {
+        if (!col[i].z)
+            continue;
+        m = 0;
+        cols[m] = col[i].z;
+        vals[m++] = 1.0;
+        for (int v = 1; v <= col[i].cap; v++) {
+            cols[m] = col[i].x0 + v - 1;
+            vals[m++] = -c->d[i].qw;
+        }
+        double per = c->d[i].qp > 0.0 ? c->d[i].qw / c->d[i].qp : 0.0;
+        for (int j = 0; j < n && per > 0.0; j++)
+            for (int e = col[j].r0 + (j == i ? col[j].rx : 0); e < col[j].r1; e++) {
+                cols[m] = rcols[e];
+                vals[m++] = -per * rvals[e];
+            }
+        rc = lp_row(&lp, GLP_LO, 0.0, 0.0, m, cols, vals);
+    }
     /* symmetry: of two interchangeable devices the earlier takes at least as many layers */
     for (int i = 0; i < n && !rc; i++) {
         for (int j = i + 1; j < n && !rc; j++) {

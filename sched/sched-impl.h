@@ -32,6 +32,7 @@ typedef struct {
         double th_alone; /* th when the head computes alone (no Q on its burst) */
         double qs, qk;   /* throttle_slope (0: none), throttle_save_ms */
         double qw;       /* throttle_wait_ms: a round's wait for the period (0: none) */
+        double qp;       /* throttle_period_ms: a gap this long has the share back (0: unknown) */
         double qg;       /* its floor's share of the head's burst: th - qk, >= 0 (0: none) */
         double rc;       /* CPU ms per byte read (under a quota only, else 0) */
         double q0;       /* CPU ms a token besides its windows: th_cpu, the head's reads */
@@ -95,6 +96,10 @@ double hr_sched_cpu_ms(const hr_sched_ctx *c, int i, int wc, bool ring);
 double hr_sched_throttle_ms(const hr_sched_ctx *c, int i, double ms);
 /* Unthrottled CPU ms of wc layers in one round (hr_sched_cpu_ms before Q). */
 double hr_sched_cpu_raw_ms(const hr_sched_ctx *c, int i, int wc, bool ring);
+
+/* What a round waits for device i's quota period (ms) after a gap of gap_ms
+ * since its last round (the cost model's w_m); 0 without a wait. */
+double hr_sched_round_wait(const hr_sched_ctx *c, int i, double gap_ms);
 double hr_sched_window_ms(const hr_sched_ctx *c, int i, int wc, int n, const hr_sched_disk *dk,
                           bool ring);
 /* Device i's side of a plan with per-round windows: win[r * stride]

@@ -33,11 +33,16 @@
  *           that much of a hidden state each way; 0 for an assumed rtt)
  *   H     = sum over active m of h_m, or 0 with one active   hops, ms/round
  *   W     = sum over m computing on its CPU this round of w_m, or 0 with
- *           one active: w_m = throttle_wait_ms under a CPU quota (0
- *           without): a round that reaches the device when its period's
- *           share is spent waits for the next period, (P - a)^2 / (2 P) on
- *           average for periods of P ms of which a run unthrottled (a
- *           device that only forwards spends none of its share)
+ *           one active: w_m = throttle_wait_ms * max(0, 1 - g_m /
+ *           throttle_period_ms) under a CPU quota (0 without; the factor 1
+ *           where the period is unknown): a round that reaches the device
+ *           when its period's share is spent waits for the next period,
+ *           (P - a)^2 / (2 P) on average for periods of P ms of which a run
+ *           unthrottled, and it reaches it so only when no period began in
+ *           the gap since its last round, g_m = the round's other windows
+ *           and H (a round after a gap holding a period's start has the
+ *           whole share, which Q counts; a device that only forwards spends
+ *           none of it)
  *   f_m   = 1000 * hidden_bytes / link_bps                   a hidden state at the
  *                                                            link's sustained rate, ms
  *   (the disk terms below add to these)
@@ -221,6 +226,8 @@ typedef struct {
     double throttle_wait_ms; /* >= 0: what a round waits for the next period, on average, when
                                 it reaches the device with the period's share spent (with
                                 throttle_slope; none alone) */
+    double throttle_period_ms; /* > 0: the quota's period, ms (a gap between its rounds this
+                                  long holds a period's start); 0 unknown: every round waits */
     double read_cpu_ms_mb;   /* CPU ms its reads from disk take per MB (10^6 bytes), 0 unknown;
                                 counted with its CPU work under a quota (throttle_slope) */
     double mem_bytes;        /* bytes available to hearth for weights + KV (after OS, other

@@ -575,7 +575,8 @@ static void test_sched(const hr_prof_model *pm) {
     /* a CPU quota of half a core in 5 ms periods, probed at one thread:
      * 10 ms a step back to back, 4 ms single steps. Unthrottled times are
      * 4 / 10 of the sustained ones; a burst takes max(c, 2.5 c - save),
-     * save = a (2.5 - 1) + (5 - a)^2 / 10 with a = 2.5 ms */
+     * save = a (2.5 - 1) with a = 2.5 ms (a burst after a period's start
+     * has the whole share); a round with the share spent waits (5 - a)^2 / 10 */
     hr_prof_device *q = calloc(1, sizeof *q);
     *q = *d;
     q->cpu_quota_cores = 0.5;
@@ -590,13 +591,14 @@ static void test_sched(const hr_prof_model *pm) {
     CHECK(hr_prof_throttle(q, 1, &fr, &slope, &save, &wait));
     CHECK_NEAR(fr, 0.4, 1e-12);
     CHECK_NEAR(slope, 2.5, 1e-12);
-    CHECK_NEAR(save, 2.5 * 1.5 + 2.5 * 2.5 / 10, 1e-12);
+    CHECK_NEAR(save, 2.5 * 1.5, 1e-12);
     CHECK_NEAR(wait, 2.5 * 2.5 / 10, 1e-12); /* (5 - 2.5)^2 / (2 * 5) */
     hr_sched_device sq, s0;
     CHECK_EQ(hr_prof_to_sched_device(q, pm, &l, &sp, &sq, err), 0);
     CHECK_NEAR(sq.throttle_slope, 2.5, 1e-12);
     CHECK_NEAR(sq.throttle_save_ms, save, 1e-12);
     CHECK_NEAR(sq.throttle_wait_ms, wait, 1e-12);
+    CHECK_NEAR(sq.throttle_period_ms, 5.0, 0);
     CHECK_NEAR(sq.t_round_ms, 0.0, 0);
     CHECK_NEAR(sq.read_cpu_ms_mb, 0.0, 0); /* the synthetic disk's is unknown */
     q->disk.read_cpu_ms_mb = 1.25;

@@ -133,6 +133,7 @@ static void gen_instance(hr_sched_model *m, hr_sched_device *d, int *n_dev, int 
             d[i].throttle_save_ms = urand(0, 3) * t;
             d[i].read_cpu_ms_mb = chance(0.5) ? urand(0, 3) : 0;
             d[i].throttle_wait_ms = chance(0.5) ? urand(0, 1) * t : 0;
+            d[i].throttle_period_ms = chance(0.5) ? urand(0, 4) * t : 0;
         }
         rng_quota = rng;
         rng = keep;
@@ -454,6 +455,15 @@ static void test_quota_costs(void) {
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * (2 + 2 + 0.5), 1e-9);
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 6 + 6 + 0.5, 1e-9); /* floor 9 */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, alone, NULL), 12, 1e-9);       /* b not woken */
+    /* with its period known: a round reaches b with its share spent only when
+     * no period began in the gap since b's last round (a's 2 ms window) */
+    d[1].throttle_period_ms = 4; /* a period began in half of such gaps */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * (2 + 2 + 0.25), 1e-9);
+    d[1].throttle_period_ms = 2; /* one always began: the whole share, no wait */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 3 * (2 + 2), 1e-9);
+    d[1].throttle_period_ms = 4; /* after a's 6 ms window: none either (the floor 9 < 12) */
+    CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL), 6 + 6, 1e-9);
+    d[1].throttle_period_ms = 0;
     d[1].throttle_slope = 0; /* without a quota, no wait */
     CHECK_NEAR(hr_sched_cost(&m, d, 2, NULL, 3, w3, NULL), 12, 1e-9);
     d[1].throttle_slope = 1.5;
@@ -549,6 +559,11 @@ static void test_quota_costs(void) {
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
     d[1].throttle_save_ms = 0;
     d[1].throttle_wait_ms = NAN;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+    d[1].throttle_wait_ms = 0.5;
+    d[1].throttle_period_ms = NAN;
+    CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
+    d[1].throttle_period_ms = -1;
     CHECK(isinf(hr_sched_cost(&m, d, 2, NULL, 1, w1, NULL)));
 }
 
