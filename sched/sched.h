@@ -221,26 +221,26 @@ typedef struct {
      * bursts run within the quota's share of a period, long ones at the
      * throttled rate); over a token it cannot compute faster than
      * throttle_slope times its CPU work (see the cost model). */
-    double throttle_slope;   /* >= 1: sustained over unthrottled time, measured; 0 none */
-    double throttle_save_ms; /* >= 0: what the first period's share saves a long burst */
-    double throttle_wait_ms; /* >= 0: what a round waits for the next period, on average, when
-                                it reaches the device with the period's share spent (with
-                                throttle_slope; none alone) */
+    double throttle_slope;     /* >= 1: sustained over unthrottled time, measured; 0 none */
+    double throttle_save_ms;   /* >= 0: what the first period's share saves a long burst */
+    double throttle_wait_ms;   /* >= 0: what a round waits for the next period, on average, when
+                                  it reaches the device with the period's share spent (with
+                                  throttle_slope; none alone) */
     double throttle_period_ms; /* > 0: the quota's period, ms (a gap between its rounds this
                                   long holds a period's start); 0 unknown: every round waits */
-    double read_cpu_ms_mb;   /* CPU ms its reads from disk take per MB (10^6 bytes), 0 unknown;
-                                counted with its CPU work under a quota (throttle_slope) */
-    double mem_bytes;        /* bytes available to hearth for weights + KV (after OS, other
-                                programs, work buffers and ~1 layer of streaming slack) */
-    double disk_bps;         /* bytes/s sequential read of the model file; 0 = never stream */
-    double rtt_ms;           /* ms round trip to the next device */
-    double link_bps;         /* bytes/s to the next device (> 0 when n_dev > 1) */
-    double rtt_bytes;        /* bytes each way in the messages rtt_ms was measured with (0: an
-                                empty or assumed round trip); see h_m */
-    double t_head_ms;        /* ms per token for embedding + output head + sampling (head only) */
-    double vram_bytes;       /* accelerator memory for layers; 0 = none */
-    double t_layer_gpu_ms;   /* ms per layer on the accelerator (> 0 when vram is used) */
-    bool link_assumed;       /* rtt_ms / link_bps are assumed, not measured (reported) */
+    double read_cpu_ms_mb;     /* CPU ms its reads from disk take per MB (10^6 bytes), 0 unknown;
+                                  counted with its CPU work under a quota (throttle_slope) */
+    double mem_bytes;          /* bytes available to hearth for weights + KV (after OS, other
+                                  programs, work buffers and ~1 layer of streaming slack) */
+    double disk_bps;           /* bytes/s sequential read of the model file; 0 = never stream */
+    double rtt_ms;             /* ms round trip to the next device */
+    double link_bps;           /* bytes/s to the next device (> 0 when n_dev > 1) */
+    double rtt_bytes;          /* bytes each way in the messages rtt_ms was measured with (0: an
+                                  empty or assumed round trip); see h_m */
+    double t_head_ms;          /* ms per token for embedding + output head + sampling (head only) */
+    double vram_bytes;         /* accelerator memory for layers; 0 = none */
+    double t_layer_gpu_ms;     /* ms per layer on the accelerator (> 0 when vram is used) */
+    bool link_assumed;         /* rtt_ms / link_bps are assumed, not measured (reported) */
     /* experts (hr_sched_model.expert_frac > 0): the share of routed experts
      * this device measured not resident, over the share even routing gives
      * for the experts it kept; its streamed experts cost expert_read times
