@@ -15,7 +15,10 @@
 #
 # Every measurement below is one visit: a fresh lab (`lab.sh up`, for a
 # candidate `-- --k K --windows a,b,c`) after the page cache is dropped
-# (memory-limited labs), one unmeasured 2-token prompt (the cold start),
+# (memory-limited labs), one unmeasured 2-token prompt (the cold start), a
+# wait until every device that keeps its windows resident holds them all
+# (`resident` of `hearth status --json`, at most 120 s; the row's note says
+# when that ran out),
 # then R greedy prompts (--reps, default 1) of TOKENS tokens (default 8),
 # each giving the client's generation tok/s; the plan's predicted ms/token
 # is `pred_ms_token` of `hearth status --json` after the prompts.
@@ -528,6 +531,21 @@ gen_of() {
     echo "$1" | sed -n 's/.*generation: \([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\1 \2/p' | tail -1
 }
 
+# warm: waits (at most 120 s) until every device that keeps its windows
+# resident has them in memory: the cold prompt starts those reads, and from a
+# slow disk they outlast its two tokens (a 142 MiB window at 200 MB/s: 0.7 s),
+# which is not the steady state the planner predicts. Prints the seconds.
+warm() {
+    local t0=$SECONDS st
+    while [ $((SECONDS - t0)) -lt 120 ]; do
+        st=$(bash "$LAB" status --json 2>/dev/null) || break
+        echo "$st" | jq -e '[.devices[] | select((.w // 0) > 0 and (.overloaded // false) == false
+                             and (.resident // 1) < 0.99)] | length == 0' >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    echo $((SECONDS - t0))
+}
+
 # run_plan LABEL [head options...]: one visit (a fresh lab, the cold
 # prompt, the prompts); prints
 # "LABEL|k|windows|tok/s|pred_ms|note|rates|evaluated" (rates: each
@@ -554,6 +572,9 @@ run_plan() {
     # one short unmeasured prompt first: the first request faults the cold
     # weights in, which is not the steady state the planner predicts
     bash "$LAB" prompt -n 2 --temp 0 --seed 1 --timeout 900 "$PROMPT" >/dev/null 2>&1 || true
+    local waited
+    waited=$(warm)
+    [ "$waited" -lt 120 ] || note="not warm after 120 s"
     local nrep=$reps
     if [ "$race" = 1 ] && [ "$screen" -gt 0 ]; then
         perr=$(bash "$LAB" prompt -n "$screen" --temp 0 --seed 1 --timeout 900 "$PROMPT" 2>&1 >/dev/null) || true
