@@ -135,6 +135,8 @@ typedef struct {
     /* adaptive plans (head_adapt.c) */
     double pred_compute_ms_round; /* compute part of pred_ms_round, ms */
     double rate_scale;            /* the profile's CPU times x this when planning; 0 = 1 */
+    double disk_scale;            /* its profile's disk rate x this when planning (its pump's
+                                     measured rate over the profile's); 0 = 1 */
     double adapt_ratio;           /* last measured / predicted ms per round, 0 = none */
     uint64_t adapt_rounds;        /* decode rounds at its last sample */
     double adapt_ms_total;        /* ... and the ms they took in all */

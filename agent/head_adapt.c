@@ -53,7 +53,9 @@
 #define HR_ADAPT_HOLD_S 10.0       /* ... with the slowdown behind it lasting this long */
 #define HR_ADAPT_FAST 1.5          /* a device this far off its prediction (either way) ... */
 #define HR_ADAPT_FAST_EVERY_S 60.0 /* ... is not held, once per this */
-#define HR_ADAPT_SCALE_MIN 0.02    /* bounds of rate_scale */
+#define HR_ADAPT_DISK_OFF 0.15     /* a pump's read rate this far off the plan's ... */
+#define HR_ADAPT_DISK_MIN_BYTES (64.0 * 1048576) /* ... over this much read: its disk rate */
+#define HR_ADAPT_SCALE_MIN 0.02                  /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0
 
 static double hr_dev_scale(const hr_dev *d) { return d->rate_scale > 0 ? d->rate_scale : 1.0; }
@@ -69,6 +71,8 @@ static double hr_adapt_clamp_scale(double s) {
 static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out) {
     *out = d->sd;
     out->expert_miss = d->ex_miss; /* its measured routing, where it streams by expert */
+    if (d->disk_scale > 0)
+        out->disk_bps *= d->disk_scale; /* its pump's measured rate */
     if (scale == 1.0)
         return;
     out->t_layer_ms *= scale; /* 0 (take decode_ms) stays 0 */
@@ -442,6 +446,36 @@ double hr_head_adapt_gap_s(bool moved, double hold_s) {
     return moved || !(hold_s <= 0) ? HR_ADAPT_HOLDOFF_S : 0.0;
 }
 
+/* The disks of the devices that stream: where a pump has read at least
+ * HR_ADAPT_DISK_MIN_BYTES under the plan in use at a rate more than
+ * HR_ADAPT_DISK_OFF off the rate the plan took, that measured rate becomes
+ * the device's disk rate (disk_scale). It is how the runtime reads (the
+ * pump's tails, beside the ring's compute and the other devices' reads),
+ * which a profile's disk test, run alone, does not see. Returns how many
+ * changed, described in why. */
+static int hr_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl) {
+    int n = 0;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hr_dev *d = &hd->devs[i];
+        double bytes = 0, r = hr_head_pump_rate(d, &bytes);
+        if (d->lost || d->ring_pos < 0 || !d->has_sched || !(d->sd.disk_bps > 0) ||
+            d->pump_plan != hd->plan_id || !(bytes >= HR_ADAPT_DISK_MIN_BYTES) || !(r > 0))
+            continue;
+        double was = d->sd.disk_bps * (d->disk_scale > 0 ? d->disk_scale : 1.0);
+        if (fabs(r / was - 1.0) <= HR_ADAPT_DISK_OFF)
+            continue;
+        d->disk_scale = r / d->sd.disk_bps;
+        n++;
+        if (*wl < cap)
+            *wl += (size_t)snprintf(why + *wl, cap - *wl,
+                                    "%sdevice '%.40s' read %.0f MiB at %.0f MB/s, planned at %.0f: "
+                                    "its disk rate x%.3g of its profile",
+                                    *wl ? "; " : "", d->name, bytes / 1048576.0, r / 1e6, was / 1e6,
+                                    d->disk_scale);
+    }
+    return n;
+}
+
 void hr_head_adapt_check(hr_head *hd) {
     hr_agent *a = hd->a;
     double now = hr_now_s();
@@ -466,32 +500,40 @@ void hr_head_adapt_check(hr_head *hd) {
         hr_unlock(&a->st.mu, HR_RANK_STATS);
         hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
     }
-    if (atomic_load(&hd->adapt) || a->p.windows || !hd->have_sched || hd->replan || hd->lost_di ||
-        !hd->ready)
+    if (atomic_load(&hd->adapt) || !hd->have_sched || hd->replan || hd->lost_di || !hd->ready)
         return;
-    double held, hold;
-    bool due = hr_head_adapt_due(hd, now, &held, &hold);
-    if (!due) { /* a streak that ended cancels a pending look */
+    char why[sizeof hd->adapt_reason] = "";
+    size_t wl = 0;
+    /* a disk measured off its rate: predictions at once (a plan forced
+     * with --windows keeps its windows, its predictions follow) */
+    int n_disk = hr_adapt_disk(hd, why, sizeof why, &wl);
+    if (a->p.windows && !n_disk)
+        return;
+    double held = 0, hold = 0;
+    bool due = !a->p.windows && hr_head_adapt_due(hd, now, &held, &hold);
+    if (!due && !n_disk) { /* a streak that ended cancels a pending look */
         hd->adapt_recheck_at = 0;
         return;
     }
-    /* decisions HR_ADAPT_HOLDOFF_S apart, except a far-off device after one
-     * that only updated predictions (hr_head_adapt_gap_s) */
-    if (hd->adapt_at > 0 && now - hd->adapt_at < hr_head_adapt_gap_s(hd->adapt_moved, hold))
-        return;
-    /* a better plan waits for its hold, unless the device is far off now */
-    if (hd->adapt_recheck_at > 0 && now < hd->adapt_recheck_at && held < hold)
-        return;
+    if (n_disk) {
+        held = hold; /* a rate measured over this many bytes is no passing noise */
+    } else {
+        /* decisions HR_ADAPT_HOLDOFF_S apart, except a far-off device after one
+         * that only updated predictions (hr_head_adapt_gap_s) */
+        if (hd->adapt_at > 0 && now - hd->adapt_at < hr_head_adapt_gap_s(hd->adapt_moved, hold))
+            return;
+        /* a better plan waits for its hold, unless the device is far off now */
+        if (hd->adapt_recheck_at > 0 && now < hd->adapt_recheck_at && held < hold)
+            return;
+    }
     hd->adapt_recheck_at = 0;
     double scale[HR_AGENT_MAX_DEV];
-    char why[sizeof hd->adapt_reason] = "";
-    size_t wl = 0;
     int n_off = 0;
     bool far[HR_AGENT_MAX_DEV] = {false}; /* off enough to skip the hold now */
     for (int i = 0; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
         scale[i] = hr_dev_scale(d);
-        if (!hr_adapt_off_window(hd, d, now))
+        if (!due || !hr_adapt_off_window(hd, d, now))
             continue;
         scale[i] = hr_adapt_new_scale(d);
         far[i] = hr_head_adapt_hold_s(d->adapt_ratio, hr_adapt_since_fast(d, now)) <= 0;
@@ -504,15 +546,24 @@ void hr_head_adapt_check(hr_head *hd) {
                 wl ? "; " : "", d->name, d->adapt_ratio * d->pred_ms_round, d->pred_ms_round,
                 d->adapt_ratio, now - d->adapt_since, scale[i], hr_dev_scale(d));
     }
-    if (!n_off)
+    if (!n_off && !n_disk)
         return;
-    hr_head_adapt_bias(hd, scale, why, sizeof why, &wl);
+    if (n_off)
+        hr_head_adapt_bias(hd, scale, why, sizeof why, &wl);
     hr_sched_plan *np = malloc(2 * sizeof *np), *cur = np ? np + 1 : NULL;
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";
     int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
     hr_adapt_weight w =
         rc == 0 ? hr_adapt_weigh(hd, np, cur, cand, n, scale) : (hr_adapt_weight){0};
+    if (rc == 0 && a->p.windows) { /* forced windows: the plan in use, at the new rates */
+        w.keep = true;
+        w.same = w.idle = false;
+        if (cur->status != 0) {
+            free(np);
+            return;
+        }
+    }
     if (rc == 0 && !w.keep && held < hold) {
         /* a better plan, but its cause is young (a noisy neighbour comes
          * and goes): look again when it has held long enough; the samples

@@ -164,6 +164,8 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
     hr_put_fig(o, "stream_bytes_token", dk->stream_bytes_token);
     hr_put_fig(o, "pinned_bytes", dk->pinned_bytes);
     hr_put_fig(o, "plan_disk_bps", dk->plan_bps);
+    if (isfinite(dk->plan_bps))
+        hr_put_bool(o, "plan_disk_adapted", dk->plan_adapted);
     hr_put_fig(o, "meas_disk_bps", dk->meas_bps);
     hr_put_fig(o, "meas_disk_bytes", dk->meas_bytes);
     hr_put_str(o, "pinned_by", dk->locked > 0 ? "mlock" : dk->locked == 0 ? "advice" : "unknown");

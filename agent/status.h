@@ -61,7 +61,8 @@ typedef struct {
     uint64_t ex_routed, ex_hits;   /* experts routed to, and of them resident (kept) */
     uint64_t ex_fetched, ex_moved; /* bytes of experts read on demand, and by reranks */
     double plan_bps;               /* the read rate the plan's cost model took (its profile's
-                                      disk test), bytes/s; NAN: none */
+                                      disk test, or its pump's once adapted), bytes/s; NAN: none */
+    bool plan_adapted;             /* plan_bps is its pump's measured rate (head_adapt.c) */
     double meas_bps, meas_bytes;   /* its pump's reads of streamed tails under the plan in use:
                                       bytes/s (NAN: fewer than 16 MiB yet) over meas_bytes */
 } hr_status_disk;

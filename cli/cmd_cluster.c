@@ -589,7 +589,9 @@ static void hr_print_disk(json_t *d) {
         if (meas_bps > 0)
             snprintf(ma, sizeof ma, "%.0f MB/s measured while its pump reads (%.0f MiB this plan)",
                      meas_bps / 1e6, meas_b / 1048576.0);
-        printf("      disk rate: %s planned (its profile's), %s", pa, ma);
+        bool adapted = json_is_true(json_object_get(d, "plan_disk_adapted"));
+        printf("      disk rate: %s planned (%s), %s", pa,
+               adapted ? "its pump's, measured" : "its profile's", ma);
         if (pred_rd > 0 && plan_bps > 0)
             printf("; a token's reads: %.0f ms predicted", 1e3 * pred_rd / plan_bps);
         if (meas_rd > 0 && meas_bps > 0)
