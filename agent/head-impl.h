@@ -451,6 +451,12 @@ void hr_head_own_experts(hr_head *hd);
 #define HR_PUMP_RATE_MIN (16.0 * 1048576.0)
 void hr_head_pump_sample(hr_dev *d, uint32_t plan, double bytes, double s);
 double hr_head_pump_rate(const hr_dev *d, double *bytes);
+/* The streaming devices' disk rates from their pumps (head_adapt.c): where
+ * a pump read at least 64 MiB under the plan in use at a rate more than 15%
+ * off the one the plan took, d->disk_scale makes it the device's rate (what
+ * hr_head_dev_rates gives the scheduler). Returns how many changed; each is
+ * described in why (cap bytes, *wl used so far). Control thread. */
+int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* The scheduler's view of d at its current rate_scale (what plans use). */
 void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
 /* A measurement of device di: rounds decode rounds of plan plan_id took

@@ -453,7 +453,7 @@ double hr_head_adapt_gap_s(bool moved, double hold_s) {
  * pump's tails, beside the ring's compute and the other devices' reads),
  * which a profile's disk test, run alone, does not see. Returns how many
  * changed, described in why. */
-static int hr_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl) {
+int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl) {
     int n = 0;
     for (int i = 0; i < hd->n_devs; i++) {
         hr_dev *d = &hd->devs[i];
@@ -506,7 +506,7 @@ void hr_head_adapt_check(hr_head *hd) {
     size_t wl = 0;
     /* a disk measured off its rate: predictions at once (a plan forced
      * with --windows keeps its windows, its predictions follow) */
-    int n_disk = hr_adapt_disk(hd, why, sizeof why, &wl);
+    int n_disk = hr_head_adapt_disk(hd, why, sizeof why, &wl);
     if (a->p.windows && !n_disk)
         return;
     double held = 0, hold = 0;

@@ -456,6 +456,53 @@ static void test_pump_rate(void) {
     CHECK(isnan(hr_head_pump_rate(&z, NULL)));
 }
 
+/* A streaming device's disk rate follows its pump: 64 MiB or more under
+ * the plan in use, more than 15% off the rate the plan took. */
+static void test_disk_rate(void) {
+    hr_head *hd = calloc(1, sizeof *hd);
+    CHECK(hd != NULL);
+    if (!hd)
+        return;
+    const double mib = 1048576.0;
+    hd->plan_id = 7;
+    hd->n_devs = 5;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hr_dev *d = &hd->devs[i];
+        snprintf(d->name, sizeof d->name, "d%d", i);
+        d->has_sched = true;
+        d->ring_pos = i;
+        d->sd.disk_bps = 300e6;
+        hr_head_pump_sample(d, 7, 0, 0);
+    }
+    hr_head_pump_sample(&hd->devs[0], 7, 100 * mib, 0.5); /* 210 MB/s: 30% off */
+    hr_head_pump_sample(&hd->devs[1], 7, 32 * mib, 0.16); /* as slow, over too few bytes */
+    hr_head_pump_sample(&hd->devs[2], 6, 0, 0);           /* under an older plan */
+    hr_head_pump_sample(&hd->devs[2], 6, 100 * mib, 0.5);
+    hr_head_pump_sample(&hd->devs[3], 7, 100 * mib, 0.38); /* 276 MB/s: within 15% */
+    hd->devs[4].ring_pos = -1;                             /* out of the ring */
+    hr_head_pump_sample(&hd->devs[4], 7, 100 * mib, 0.5);
+    char why[512] = "";
+    size_t wl = 0;
+    CHECK_EQ(hr_head_adapt_disk(hd, why, sizeof why, &wl), 1);
+    CHECK(strstr(why, "device 'd0' read 100 MiB at 210 MB/s, planned at 300") != NULL);
+    CHECK_NEAR(hd->devs[0].disk_scale, 100 * mib / 0.5 / 300e6, 1e-9);
+    for (int i = 1; i < hd->n_devs; i++)
+        CHECK_DBL_(hd->devs[i].disk_scale, ==, 0.0);
+    hr_sched_device sd;
+    hr_head_dev_rates(&hd->devs[0], &sd);
+    CHECK_NEAR(sd.disk_bps, 100 * mib / 0.5, 1.0);
+    hr_head_dev_rates(&hd->devs[3], &sd);
+    CHECK_DBL_(sd.disk_bps, ==, 300e6);
+    /* the same rate again: the plan took it already */
+    wl = 0;
+    CHECK_EQ(hr_head_adapt_disk(hd, why, sizeof why, &wl), 0);
+    /* faster later (255 MB/s over the plan's 200 MiB, 21% above): follows */
+    hr_head_pump_sample(&hd->devs[0], 7, 200 * mib, 200 * mib / 255e6);
+    CHECK_EQ(hr_head_adapt_disk(hd, why, sizeof why, &wl), 1);
+    CHECK_NEAR(hd->devs[0].disk_scale, 0.85, 1e-9);
+    free(hd);
+}
+
 /* The model's bias on this machine: every device with layers off the same
  * way passes its mildest correction to the devices without layers; one
  * device off alone (a neighbour) passes nothing. */
@@ -619,6 +666,7 @@ int main(void) {
     test_hold_rule();
     test_unthrottle();
     test_pump_rate();
+    test_disk_rate();
     test_bias_rule();
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
     char slow[32];

@@ -160,6 +160,7 @@ static void test_document(void) {
     CHECK_EQ(json_real_value(get(h, "pred_read_bytes_token")), 1024.0);
     CHECK_EQ(json_real_value(get(h, "meas_read_bytes_token")), 2048.0);
     CHECK_EQ(json_real_value(get(h, "plan_disk_bps")), 2e8);
+    CHECK(json_is_false(get(h, "plan_disk_adapted"))); /* its profile's */
     CHECK_EQ(json_real_value(get(h, "meas_disk_bps")), 1.5e8);
     CHECK_EQ(json_real_value(get(h, "meas_disk_bytes")), 64.0 * 1048576);
     CHECK(json_is_null(get(h, "stream_bytes_token")));
@@ -174,6 +175,7 @@ static void test_document(void) {
     CHECK(json_is_null(get(w, "meas_read_bytes_token")));
     CHECK(json_is_null(get(w, "pred_read_bytes_token")));
     CHECK(json_is_null(get(w, "plan_disk_bps")));
+    CHECK(get(w, "plan_disk_adapted") == NULL);
     CHECK(json_is_null(get(w, "meas_disk_bps")));
     CHECK(json_is_null(get(w, "fetch_total_bytes")));
     CHECK(json_is_null(get(w, "gpu")));
