@@ -174,18 +174,19 @@ lab_disk_why() {
 # The device's page cache is its own (DIR/fs), and every read that misses it
 # waits for the rate. Each part is recorded for teardown.
 lab_disk_up() {
-    local img=$1 mbps=$2 dir=$3 pid loop
+    local img=$1 mbps=$2 dir=$3 pid loop served
+    served=$dir/dev/$(basename "$img") # the image as the helper serves it
     mkdir -p "$dir/dev" "$dir/fs"
     "$DISKBIN" "$img" "$dir/dev" "$mbps" -f >"$dir/disk.log" 2>&1 </dev/null &
     pid=$!
     lab_rec fuse "$dir/dev" "$pid"
     for _ in $(seq 50); do
-        [ -f "$dir/dev/$(basename "$img")" ] && break
+        [ -f "$served" ] && break
         kill -0 "$pid" 2>/dev/null || { cat "$dir/disk.log" >&2; return 1; }
         sleep 0.1
     done
-    [ -f "$dir/dev/$(basename "$img")" ] || { echo "paced disk at $dir/dev did not come up" >&2; return 1; }
-    loop=$(losetup -f --show -r --direct-io=on "$dir/dev/$(basename "$img")") || return 1
+    [ -f "$served" ] || { echo "paced disk at $dir/dev did not come up" >&2; return 1; }
+    loop=$(losetup -f --show -r --direct-io=on "$served") || return 1
     lab_rec loop "$loop"
     # the read-ahead of the disk holding the image (a loop device starts at 128 KiB)
     local mm ra
