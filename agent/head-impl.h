@@ -457,6 +457,11 @@ double hr_head_pump_rate(const hr_dev *d, double *bytes);
  * hr_head_dev_rates gives the scheduler). Returns how many changed; each is
  * described in why (cap bytes, *wl used so far). Control thread. */
 int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl);
+/* d's disk rate as plans take it (bytes/s): its profile's, times disk_scale
+ * where its pump's measured rate replaced it. */
+static inline double hr_head_disk_bps(const hr_dev *d) {
+    return d->sd.disk_bps * (d->disk_scale > 0 ? d->disk_scale : 1.0);
+}
 /* The scheduler's view of d at its current rate_scale (what plans use). */
 void hr_head_dev_rates(const hr_dev *d, hr_sched_device *out);
 /* A measurement of device di: rounds decode rounds of plan plan_id took

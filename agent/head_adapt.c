@@ -70,9 +70,8 @@ static double hr_adapt_clamp_scale(double s) {
 /* d's profile rates with its CPU times multiplied by scale. */
 static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out) {
     *out = d->sd;
-    out->expert_miss = d->ex_miss; /* its measured routing, where it streams by expert */
-    if (d->disk_scale > 0)
-        out->disk_bps *= d->disk_scale; /* its pump's measured rate */
+    out->expert_miss = d->ex_miss;       /* its measured routing, where it streams by expert */
+    out->disk_bps = hr_head_disk_bps(d); /* its pump's measured rate, where adapted */
     if (scale == 1.0)
         return;
     out->t_layer_ms *= scale; /* 0 (take decode_ms) stays 0 */
@@ -461,7 +460,7 @@ int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl) {
         if (d->lost || d->ring_pos < 0 || !d->has_sched || !(d->sd.disk_bps > 0) ||
             d->pump_plan != hd->plan_id || !(bytes >= HR_ADAPT_DISK_MIN_BYTES) || !(r > 0))
             continue;
-        double was = d->sd.disk_bps * (d->disk_scale > 0 ? d->disk_scale : 1.0);
+        double was = hr_head_disk_bps(d);
         if (fabs(r / was - 1.0) <= HR_ADAPT_DISK_OFF)
             continue;
         d->disk_scale = r / d->sd.disk_bps;

@@ -77,9 +77,7 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->disk.ex_hits = d->ex_hits;
     o->disk.ex_fetched = d->ex_fetched;
     o->disk.ex_moved = d->ex_moved;
-    o->disk.plan_bps = d->has_sched && d->sd.disk_bps > 0
-                           ? d->sd.disk_bps * (d->disk_scale > 0 ? d->disk_scale : 1.0)
-                           : NAN;
+    o->disk.plan_bps = d->has_sched && d->sd.disk_bps > 0 ? hr_head_disk_bps(d) : NAN;
     o->disk.plan_adapted = d->disk_scale > 0;
     o->disk.meas_bps = hr_head_pump_rate(d, &o->disk.meas_bytes);
     o->fetch_done_bytes = hr_known(d->fetch_done);
