@@ -873,6 +873,7 @@ int hr_head_run(hr_agent *a, char err[HR_ERR_LEN]) {
     hr_knock_listener_close(hd->knock);
     hd->knock = NULL;
     hr_head_solve_stop(hd); /* a plan being solved is dropped with the loop */
+    hr_sched_thread_done(); /* this thread's re-plans (hr_adapt_solve) used GLPK */
     hr_ring_loop_destroy(hl.loop);
     free(hl.buf);
     return rc;

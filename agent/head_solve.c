@@ -103,6 +103,7 @@ static void *hr_solver_main(void *arg) {
         hr_lock(&hd->solve_mu, HR_RANK_SOLVE);
     }
     hr_unlock(&hd->solve_mu, HR_RANK_SOLVE);
+    hr_sched_thread_done(); /* GLPK's environment of this thread */
     return NULL;
 }
 

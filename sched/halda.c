@@ -532,6 +532,8 @@ static int cand_pick(const hr_sched_ctx *c, const hr_sched_cand *cs, int nc, int
     return pick;
 }
 
+void hr_sched_thread_done(void) { glp_free_env(); }
+
 int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
                    const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]) {
     double t0 = hr_sched_now_ms();

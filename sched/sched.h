@@ -370,6 +370,11 @@ hr_sched_device hr_sched_device_default(void);
 int hr_sched_solve(const hr_sched_model *model, const hr_sched_device *devs, int n_dev,
                    const hr_sched_opts *opts, hr_sched_plan *out, char err[HR_ERR_LEN]);
 
+/* Frees the calling thread's GLPK environment (GLPK keeps one per thread).
+ * A thread that called hr_sched_solve calls this before it exits; the next
+ * hr_sched_solve on the same thread makes a new one. */
+void hr_sched_thread_done(void);
+
 /* The cost model for one assignment: k rounds, w[n_dev] layers per round,
  * n_gpu[n_dev] of them on the accelerator (NULL = none). Returns ms per token,
  * or INFINITY when the inputs are invalid or the assignment breaks a memory

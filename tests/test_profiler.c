@@ -738,6 +738,34 @@ static void test_probe_history(const hr_prof_model *pm) {
     free(d);
 }
 
+/* The cache hit expected of hr_prof_device_measure(d, p), the cache written
+ * with `then` bytes of available memory: a cached profile is measured again when the available
+ * memory moved by over 256 MiB and 20% since it was taken (hr_mem_changed), which other tests
+ * running beside this one can cause. So a miss must come with such a move (its measure is then
+ * cached, and the next call is tried); up to three calls. */
+static double g_hit_s; /* seconds of hits_cache's last call */
+
+static bool hits_cache(hr_prof_device *d, const hr_prof_params *p, int64_t then) {
+    char err[HR_ERR_LEN] = "";
+    for (int i = 0; i < 3; i++, then = d->mem.weights_avail_bytes) {
+        double t0 = now_s();
+        int rc = hr_prof_device_measure(d, p, err);
+        g_hit_s = now_s() - t0;
+        if (rc != 0)
+            return false;
+        if (d->from_cache)
+            return true;
+        int64_t now = d->mem.weights_avail_bytes, diff = now > then ? now - then : then - now;
+        int64_t big = now > then ? now : then;
+        if (then < 0 || now < 0 || diff <= (256ll << 20) || (double)diff <= 0.2 * (double)big) {
+            fprintf(stderr, "cache missed with the available memory at %lld then %lld bytes\n",
+                    (long long)then, (long long)now);
+            return false;
+        }
+    }
+    return false;
+}
+
 static void test_device_and_cache(void) {
     char cache[400], model[512], err[HR_ERR_LEN] = "";
     snprintf(cache, sizeof cache, "%s/cache", g_tmp);
@@ -815,12 +843,9 @@ static void test_device_and_cache(void) {
         unload(&l);
     }
     /* second run: the cache, fast */
-    t0 = now_s();
-    rc = hr_prof_device_measure(d2, &p, err);
-    double t_second = now_s() - t0;
+    CHECK(hits_cache(d2, &p, d->mem.weights_avail_bytes));
+    double t_second = g_hit_s;
     printf("cached device profile: %.3f s\n", t_second);
-    CHECK_EQ(rc, 0);
-    CHECK(d2->from_cache);
     /* from_cache above is the assertion; this only guards against a hang
      * (the time is printed; sanitizer builds on a busy machine are slow) */
     CHECK(t_second < 10.0);
@@ -851,8 +876,7 @@ static void test_device_and_cache(void) {
         rc = hr_prof_device_measure(d2, &p, err);
         CHECK_EQ(rc, 0);
         CHECK(!d2->from_cache);
-        rc = hr_prof_device_measure(d2, &p, err); /* rewritten: hits again */
-        CHECK(d2->from_cache);
+        CHECK(hits_cache(d2, &p, d2->mem.weights_avail_bytes)); /* rewritten: hits again */
         free(j);
         free(text);
         free(c);
@@ -881,8 +905,7 @@ static void test_device_and_cache(void) {
     CHECK_EQ(rc, 0);
     CHECK(!d2->from_cache);
     /* and the rewritten one hits again */
-    rc = hr_prof_device_measure(d2, &p, err);
-    CHECK(d2->from_cache);
+    CHECK(hits_cache(d2, &p, d2->mem.weights_avail_bytes));
     /* no types at all */
     hr_prof_params p3 = p;
     p3.types[0] = 999;
