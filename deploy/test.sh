@@ -15,8 +15,9 @@
 #   sanitizer build    one clang build with AddressSanitizer +
 #                      UndefinedBehaviorSanitizer + libFuzzer coverage
 #                      (build-san/): the tests and the fuzz targets
-#   sanitizer tests    the unit tests and two multi-agent tests (service,
-#                      api_health: agents are the sanitized hearth binary),
+#   sanitizer tests    the unit tests and three multi-agent tests (service,
+#                      api_health: agents are the sanitized hearth binary;
+#                      adapt: agents in threads, re-plans on GLPK),
 #                      leaks on (tests/lsan.supp suppresses only the Vulkan
 #                      loader's and drivers')
 #   format check       clang-format on every tracked .c / .h; no two files of
@@ -125,7 +126,7 @@ san_tests() {
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
         LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=1" \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest_run build-san "sanitizer ctest" -R '^(service|api_health)$'
+        ctest_run build-san "sanitizer ctest" -R '^(service|api_health|adapt)$'
 }
 
 format_check() {
