@@ -89,6 +89,9 @@ typedef struct {
     double read_round;   /* bytes read from storage per window computed, measured over steps
                             of one row where there were any (a prompt's step reads the union
                             of its rows' experts); -1 unknown */
+    double cpu_round;    /* the process's CPU ms per window computed (every thread: compute,
+                            the pump's reads, the kernel's page cache work for them), over
+                            the same steps as read_round; -1 unknown */
     double stream_round; /* bytes the split streams per round (mean over the k windows) */
     double pinned;       /* bytes of the windows kept resident */
     int locked;          /* 1 mlock'ed, 0 kept by advice, -1 not yet known */

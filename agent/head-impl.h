@@ -118,6 +118,9 @@ typedef struct {
     /* disk: predicted (plan) and measured / done (heartbeat) */
     double pred_read_token;        /* bytes per token the cost model says it reads; -1 n/a */
     double meas_read_round;        /* bytes per window computed, measured; -1 unknown */
+    double pred_cpu_token;         /* CPU ms per token the cost model says it spends; -1 n/a */
+    double meas_cpu_round;         /* CPU ms per window computed, measured; -1 unknown */
+    uint32_t cpu_plan;             /* the plan meas_cpu_round was measured under */
     double stream_round, pinned;   /* the runtime's split: bytes per round, bytes kept */
     int locked;                    /* pinned by mlock (1), by advice (0), -1 unknown */
     int ex_keep;                   /* streaming by expert: experts kept per layer, -1: not */
@@ -137,6 +140,8 @@ typedef struct {
     double rate_scale;            /* the profile's CPU times x this when planning; 0 = 1 */
     double disk_scale;            /* its profile's disk rate x this when planning (its pump's
                                      measured rate over the profile's); 0 = 1 */
+    double read_cpu_ms_mb;        /* CPU ms per MB read when planning, where its runtime's CPU
+                                     replaced the profile's figure; < 0 = the profile's */
     double adapt_ratio;           /* last measured / predicted ms per round, 0 = none */
     uint64_t adapt_rounds;        /* decode rounds at its last sample */
     double adapt_ms_total;        /* ... and the ms they took in all */
@@ -457,6 +462,14 @@ double hr_head_pump_rate(const hr_dev *d, double *bytes);
  * hr_head_dev_rates gives the scheduler). Returns how many changed; each is
  * described in why (cap bytes, *wl used so far). Control thread. */
 int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl);
+/* A streaming device under a CPU quota whose process spends more than 15%
+ * off the CPU a token its plan predicts gets the difference on its reads
+ * (read_cpu_ms_mb); same evidence floor as hr_head_adapt_disk. Returns how
+ * many changed, described in why. */
+int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl);
+/* d's CPU ms per MB read as plans take it: its runtime's where adapted, else
+ * its profile's */
+double hr_head_read_cpu(const hr_dev *d);
 /* d's disk rate as plans take it (bytes/s): its profile's, times disk_scale
  * where its pump's measured rate replaced it. */
 static inline double hr_head_disk_bps(const hr_dev *d) {

@@ -135,6 +135,7 @@ static void hr_head_join(hr_agent *a, const uint8_t *id, size_t idl, const hr_ri
     d->ring_pos = -1;
     snprintf(d->echo_ep, sizeof d->echo_ep, "%s", jm.echo);
     d->pred_read_token = d->meas_read_round = d->stream_round = d->pinned = -1;
+    d->pred_cpu_token = d->meas_cpu_round = d->read_cpu_ms_mb = -1;
     d->ex_keep = -1;
     d->fetch_done = d->fetch_total = d->fetch_wire = -1;
     d->locked = -1;
@@ -163,6 +164,8 @@ static void hr_head_heartbeat(hr_agent *a, int di, const hr_ring_hdr *h, const c
     d->tokens = hb.tokens;
     d->mem_avail = hb.mem_avail;
     d->meas_read_round = hb.read_round;
+    d->meas_cpu_round = hb.cpu_round;
+    d->cpu_plan = h->plan_id;
     d->stream_round = hb.stream_round;
     d->pinned = hb.pinned;
     d->locked = hb.locked;
@@ -658,7 +661,7 @@ static void hr_head_self(hr_agent *a, char err[HR_ERR_LEN]) {
     snprintf(me->name, sizeof me->name, "%s", a->name);
     snprintf(me->ctrl_ep, sizeof me->ctrl_ep, "%s", a->ctrl_ep);
     snprintf(me->data_ep, sizeof me->data_ep, "%s", a->data_ep);
-    me->pred_read_token = -1;
+    me->pred_read_token = me->pred_cpu_token = me->meas_cpu_round = me->read_cpu_ms_mb = -1;
     if (a->keys)
         snprintf(me->pubkey, sizeof me->pubkey, "%s", hr_ring_keys_public(a->keys));
     if (hr_prof_model_build(&hd->pm, a->m, a->g, err) == 0) {

@@ -72,6 +72,8 @@ static void hr_dev_rates_at(const hr_dev *d, double scale, hr_sched_device *out)
     *out = d->sd;
     out->expert_miss = d->ex_miss;       /* its measured routing, where it streams by expert */
     out->disk_bps = hr_head_disk_bps(d); /* its pump's measured rate, where adapted */
+    if (d->read_cpu_ms_mb >= 0)          /* its runtime's CPU per MB read, where adapted */
+        out->read_cpu_ms_mb = d->read_cpu_ms_mb;
     if (scale == 1.0)
         return;
     out->t_layer_ms *= scale; /* 0 (take decode_ms) stays 0 */
@@ -313,6 +315,7 @@ static void hr_adapt_repredict(hr_head *hd, const hr_sched_plan *np, const int *
         int n_win = hr_head_windows_computed(np->dev[i].win, np->k);
         d->pred_ms_round = (np->dev[i].compute_ms + np->dev[i].disk_exposed_ms) / n_win;
         d->pred_compute_ms_round = np->dev[i].compute_ms / n_win;
+        d->pred_cpu_token = np->dev[i].cpu_ms;
         d->adapt_plan = 0; /* samples start over against the new predictions */
     }
     hd->sched = *np;
@@ -475,6 +478,50 @@ int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl) {
     return n;
 }
 
+double hr_head_read_cpu(const hr_dev *d) {
+    return d->read_cpu_ms_mb >= 0 ? d->read_cpu_ms_mb : d->sd.read_cpu_ms_mb;
+}
+
+/* The CPU of the devices that stream under a CPU quota: where one has read
+ * at least HR_ADAPT_DISK_MIN_BYTES under the plan in use and its process
+ * spent more than HR_ADAPT_DISK_OFF off the CPU a token the plan predicts
+ * (its windows' compute, its reads', the head's output head), the
+ * difference is put on its reads: its CPU per MB read becomes what makes
+ * the two agree. Streaming through the page cache under a memory limit
+ * costs the reader more than a profile's read of a cold file (faults,
+ * the limit's reclaim, dropping what was computed), and a quota caps
+ * compute and reads together. Returns how many changed, described in why. */
+int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
+    int n = 0;
+    int k = hd->plan_k > 0 ? hd->plan_k : 1;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hr_dev *d = &hd->devs[i];
+        double bytes = 0;
+        (void)hr_head_pump_rate(d, &bytes);
+        if (d->lost || d->ring_pos < 0 || !d->has_sched || !(d->sd.throttle_slope > 0) ||
+            d->cpu_plan != hd->plan_id || d->pump_plan != hd->plan_id ||
+            !(bytes >= HR_ADAPT_DISK_MIN_BYTES) || !(d->meas_cpu_round > 0) ||
+            !(d->pred_cpu_token > 0) || !(d->pred_read_token >= 1048576))
+            continue;
+        double meas = d->meas_cpu_round * hr_head_windows_computed(d->win, k);
+        if (fabs(meas / d->pred_cpu_token - 1.0) <= HR_ADAPT_DISK_OFF)
+            continue;
+        double was = hr_head_read_cpu(d);
+        double now = was + (meas - d->pred_cpu_token) / (d->pred_read_token / 1e6);
+        now = now < 0 ? 0 : now > 1e3 ? 1e3 : now;
+        if (fabs(now - was) < 1e-3)
+            continue;
+        d->read_cpu_ms_mb = now;
+        n++;
+        if (*wl < cap)
+            *wl += (size_t)snprintf(why + *wl, cap - *wl,
+                                    "%sdevice '%.40s' spent %.0f ms of CPU a token, planned %.0f: "
+                                    "its reads' CPU %.3g ms per MB (was %.3g)",
+                                    *wl ? "; " : "", d->name, meas, d->pred_cpu_token, now, was);
+    }
+    return n;
+}
+
 void hr_head_adapt_check(hr_head *hd) {
     hr_agent *a = hd->a;
     double now = hr_now_s();
@@ -498,6 +545,11 @@ void hr_head_adapt_check(hr_head *hd) {
         uint32_t pid = a->st.plan_id;
         hr_unlock(&a->st.mu, HR_RANK_STATS);
         hr_head_adapt_sample(hd, 0, pid, ms, rounds, ms_total);
+        hr_stream_stats ss; /* its own pump and CPU, as a heartbeat brings a worker's */
+        hr_node_stream_stats(a, &ss);
+        hr_head_pump_sample(&hd->devs[0], hd->plan_id, ss.pump_bytes, ss.pump_s);
+        hd->devs[0].meas_cpu_round = ss.cpu_round;
+        hd->devs[0].cpu_plan = hd->plan_id;
     }
     if (atomic_load(&hd->adapt) || !hd->have_sched || hd->replan || hd->lost_di || !hd->ready)
         return;
@@ -506,6 +558,7 @@ void hr_head_adapt_check(hr_head *hd) {
     /* a disk measured off its rate: predictions at once (a plan forced
      * with --windows keeps its windows, its predictions follow) */
     int n_disk = hr_head_adapt_disk(hd, why, sizeof why, &wl);
+    n_disk += hr_head_adapt_read_cpu(hd, why, sizeof why, &wl);
     if (a->p.windows && !n_disk)
         return;
     double held = 0, hold = 0;

@@ -409,6 +409,7 @@ static void hr_head_layout(hr_head *hd, const int *cand, int n, int k, const int
         d->n_gpu = ng[i] > wmax ? wmax : ng[i];
         plan_gpu = plan_gpu || d->n_gpu > 0;
         d->pred_read_token = hd->have_sched ? hd->sched.dev[i].read_bytes : -1;
+        d->pred_cpu_token = hd->have_sched ? hd->sched.dev[i].cpu_ms : -1;
         if (have_sm && d->has_sched && d->layers > 0 &&
             (d->sd.os == HR_SCHED_OS_LINUX || d->sd.os == HR_SCHED_OS_ANDROID))
         /* what its runtime streams: the same hr_sched_stream_split_rounds, on the budget the

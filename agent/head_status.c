@@ -80,6 +80,10 @@ static void hr_head_dev_status(const hr_head *hd, const hr_dev *d, bool is_head,
     o->disk.plan_bps = d->has_sched && d->sd.disk_bps > 0 ? hr_head_disk_bps(d) : NAN;
     o->disk.plan_adapted = d->disk_scale > 0;
     o->disk.meas_bps = hr_head_pump_rate(d, &o->disk.meas_bytes);
+    o->disk.pred_cpu_ms_token = hr_known(d->pred_cpu_token);
+    o->disk.meas_cpu_ms_token = d->meas_cpu_round >= 0 ? d->meas_cpu_round * n_win : NAN;
+    o->disk.plan_read_cpu_ms_mb = d->has_sched ? hr_head_read_cpu(d) : NAN;
+    o->disk.plan_read_cpu_adapted = d->read_cpu_ms_mb >= 0;
     o->fetch_done_bytes = hr_known(d->fetch_done);
     o->fetch_total_bytes = hr_known(d->fetch_total);
     o->fetch_wire_bytes = hr_known(d->fetch_wire);

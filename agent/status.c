@@ -49,6 +49,7 @@ hr_status_dev hr_status_dev_default(void) {
     d.disk.pred_read_bytes_token = d.disk.meas_read_bytes_token = NAN;
     d.disk.stream_bytes_token = d.disk.pinned_bytes = NAN;
     d.disk.plan_bps = d.disk.meas_bps = NAN;
+    d.disk.pred_cpu_ms_token = d.disk.meas_cpu_ms_token = d.disk.plan_read_cpu_ms_mb = NAN;
     d.disk.locked = -1;
     d.disk.ex_keep = -1;
     d.fetch_done_bytes = d.fetch_total_bytes = d.fetch_wire_bytes = NAN;
@@ -168,6 +169,11 @@ static json_t *hr_dev_json(const hr_status *st, const hr_status_dev *d, bool *ok
         hr_put_bool(o, "plan_disk_adapted", dk->plan_adapted);
     hr_put_fig(o, "meas_disk_bps", dk->meas_bps);
     hr_put_fig(o, "meas_disk_bytes", dk->meas_bytes);
+    hr_put_fig(o, "pred_cpu_ms_token", dk->pred_cpu_ms_token);
+    hr_put_fig(o, "meas_cpu_ms_token", dk->meas_cpu_ms_token);
+    hr_put_fig(o, "plan_read_cpu_ms_mb", dk->plan_read_cpu_ms_mb);
+    if (isfinite(dk->plan_read_cpu_ms_mb))
+        hr_put_bool(o, "plan_read_cpu_adapted", dk->plan_read_cpu_adapted);
     hr_put_str(o, "pinned_by", dk->locked > 0 ? "mlock" : dk->locked == 0 ? "advice" : "unknown");
     if (dk->ex_keep >= 0)
         hr_put(o, "experts",

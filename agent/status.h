@@ -65,6 +65,13 @@ typedef struct {
     bool plan_adapted;             /* plan_bps is its pump's measured rate (head_adapt.c) */
     double meas_bps, meas_bytes;   /* its pump's reads of streamed tails under the plan in use:
                                       bytes/s (NAN: fewer than 16 MiB yet) over meas_bytes */
+    double pred_cpu_ms_token;      /* CPU ms a token the plan predicts (compute, reads, the
+                                      head's output head), NAN: none */
+    double meas_cpu_ms_token;      /* its process's CPU ms a token, measured over the same
+                                      steps as meas_read_bytes_token; NAN: none yet */
+    double plan_read_cpu_ms_mb;    /* CPU ms per MB read the plan took, NAN: none */
+    bool plan_read_cpu_adapted;    /* ... from its runtime's CPU (head_adapt.c), not its
+                                      profile's */
 } hr_status_disk;
 
 typedef struct {

@@ -34,6 +34,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TAG "stream"
@@ -67,6 +68,8 @@ struct hr_streamer {
     bool multi_before;           /* the previous sample had steps of several rows */
     double acc_io, acc_rounds;   /* every step */
     double acc1_io, acc1_rounds; /* samples of one-row steps only */
+    double last_cpu;             /* the process's CPU s at the last sample; < 0 none */
+    double acc_cpu, acc1_cpu;    /* CPU s over the same samples as acc_io, acc1_io */
     /* ---- the controlling thread (plans) ---- */
     bool out_locked; /* the output head is mlock'ed (head, streaming plans) */
 };
@@ -183,8 +186,10 @@ int hr_node_streamer_start(hr_agent *a, char err[HR_ERR_LEN]) {
     const char *mode = getenv("HEARTH_STREAM"), *ml = getenv("HEARTH_MLOCK");
     s->legacy = mode && strcmp(mode, "legacy") == 0;
     s->try_mlock = !(ml && strcmp(ml, "0") == 0);
-    s->st = (hr_stream_stats){.read_round = -1, .stream_round = 0, .pinned = 0, .locked = -1};
+    s->st = (hr_stream_stats){
+        .read_round = -1, .cpu_round = -1, .stream_round = 0, .pinned = 0, .locked = -1};
     s->last_io = -1;
+    s->last_cpu = -1;
     pthread_mutex_init(&s->mu, NULL);
     int rc = s->legacy ? 0 : hr_stream_pump_create(&s->pump, a->g, err);
     if (rc == 0 && !s->legacy && (rc = hr_node_experts_start(s, a, err)))
@@ -291,7 +296,7 @@ static double hr_node_expert_plan(hr_agent *a, hr_stream_part *part, int n, doub
     s->st.stream_round = sc.read_round;
     s->st.pinned = sc.resident;
     s->st.locked = -1;
-    s->st.read_round = -1;
+    s->st.read_round = s->st.cpu_round = -1;
     s->rebase = true;
     hr_unlock(&s->mu, HR_RANK_STREAM);
     return sc.read_round;
@@ -390,7 +395,7 @@ static double hr_node_stream_windows(hr_agent *a, const hr_local_plan *lp, doubl
     s->st.stream_round = split && n ? total / n : 0;
     s->st.pinned = split ? kept : all;
     s->st.locked = split ? -1 : 0;
-    s->st.read_round = -1;
+    s->st.read_round = s->st.cpu_round = -1;
     s->rebase = true;
     hr_unlock(&s->mu, HR_RANK_STREAM);
     atomic_store(&s->windows, split || whole);
@@ -406,7 +411,7 @@ static double hr_node_stream_windows(hr_agent *a, const hr_local_plan *lp, doubl
 
 void hr_node_stream_stats(const hr_agent *a, hr_stream_stats *out) {
     hr_streamer *s = a->streamer;
-    *out = (hr_stream_stats){.read_round = -1, .locked = -1, .ex_keep = -1};
+    *out = (hr_stream_stats){.read_round = -1, .cpu_round = -1, .locked = -1, .ex_keep = -1};
     if (!s)
         return;
     hr_lock(&s->mu, HR_RANK_STREAM);
@@ -441,6 +446,10 @@ void hr_node_io_sample(hr_agent *a) {
     uint64_t multi = atomic_load(&s->multi), rounds = atomic_load(&s->rounds);
     if (io < 0)
         return;
+    struct timespec ts;
+    double cpu = clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0
+                     ? (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9
+                     : -1.0;
     hr_lock(&s->mu, HR_RANK_STREAM);
     bool rebase = s->rebase && s->legacy;
     if (s->legacy)
@@ -463,6 +472,7 @@ void hr_node_io_sample(hr_agent *a) {
     bool multi_now = multi != s->last_multi || atomic_load(&s->rows_now) > 1;
     if (s->last_io < 0 || rebase) { /* from the end of the warm-up */
         s->acc_io = s->acc_rounds = s->acc1_io = s->acc1_rounds = 0;
+        s->acc_cpu = s->acc1_cpu = 0;
         s->last_active = 0;
     } else {
         /* reads trail their window by up to a ring's turn, and the pump
@@ -475,8 +485,12 @@ void hr_node_io_sample(hr_agent *a) {
          * /proc/PID/io grew by 1892 MiB over 8 steps, ~236 MiB each, 249
          * predicted.) */
         double d_io = (double)(io - s->last_io), d_r = (double)(rounds - s->last_rounds);
+        /* the CPU of the same spans: the windows' compute, the pump's reads
+         * and the page cache's work for them (a CPU quota caps their sum) */
+        double d_cpu = cpu >= 0 && s->last_cpu >= 0 && cpu >= s->last_cpu ? cpu - s->last_cpu : 0;
         if (d_r > 0 || (s->last_active > 0 && now - s->last_active < HR_IO_TRAIL_S)) {
             s->acc_io += d_io;
+            s->acc_cpu += d_cpu;
             s->acc_rounds += d_r;
             /* A step of several rows (a prompt, requests batched together)
              * reads the union of its rows' experts: the per-token figure,
@@ -485,6 +499,7 @@ void hr_node_io_sample(hr_agent *a) {
              * counted) nor right after such a step. */
             if (!multi_now && !s->multi_before) {
                 s->acc1_io += d_io;
+                s->acc1_cpu += d_cpu;
                 s->acc1_rounds += d_r;
             }
         }
@@ -493,12 +508,15 @@ void hr_node_io_sample(hr_agent *a) {
     }
     s->multi_before = s->last_io < 0 || multi_now;
     s->last_io = io;
+    s->last_cpu = cpu;
     s->last_rounds = rounds;
     s->last_multi = multi;
     if (s->acc_rounds >= 1) { /* steps of several rows alone: every step */
         hr_lock(&s->mu, HR_RANK_STREAM);
-        s->st.read_round =
-            s->acc1_rounds >= 1 ? s->acc1_io / s->acc1_rounds : s->acc_io / s->acc_rounds;
+        bool one = s->acc1_rounds >= 1;
+        s->st.read_round = one ? s->acc1_io / s->acc1_rounds : s->acc_io / s->acc_rounds;
+        s->st.cpu_round =
+            cpu < 0 ? -1 : 1e3 * (one ? s->acc1_cpu / s->acc1_rounds : s->acc_cpu / s->acc_rounds);
         hr_unlock(&s->mu, HR_RANK_STREAM);
     }
 }

@@ -258,6 +258,7 @@ static void hr_worker_heartbeat(hr_worker *w, double t_sent) {
                            .mem_avail = avail,
                            .t = t_sent,
                            .read_round = ss.read_round,
+                           .cpu_round = ss.cpu_round,
                            .stream_round = ss.stream_round,
                            .pinned = ss.pinned,
                            .locked = ss.locked,

@@ -598,6 +598,25 @@ static void hr_print_disk(json_t *d) {
             printf(", %.0f ms at the measured rate", 1e3 * meas_rd / meas_bps);
         printf("\n");
     }
+    /* its CPU a token, predicted and measured: a CPU quota caps compute and
+     * reads together, and reads through the page cache cost CPU */
+    double pred_cpu = json_number_value(json_object_get(d, "pred_cpu_ms_token")),
+           meas_cpu = json_number_value(json_object_get(d, "meas_cpu_ms_token")),
+           rcpu = json_number_value(json_object_get(d, "plan_read_cpu_ms_mb"));
+    if (pred_cpu > 0 || meas_cpu > 0) {
+        char pc[32] = "n/a", mc[32] = "n/a (no token yet)";
+        if (pred_cpu > 0)
+            snprintf(pc, sizeof pc, "%.0f ms", pred_cpu);
+        if (meas_cpu > 0)
+            snprintf(mc, sizeof mc, "%.0f ms", meas_cpu);
+        printf("      CPU per token: %s predicted, %s measured", pc, mc);
+        if (rcpu > 0 && pred_rd > 0)
+            printf("; reads at %.2f ms per MB (%s)", rcpu,
+                   json_is_true(json_object_get(d, "plan_read_cpu_adapted"))
+                       ? "its runtime's, measured"
+                       : "its profile's");
+        printf("\n");
+    }
     json_int_t keep = -1, of = 0, routed = 0, hits = 0, fetched = 0, moved = 0;
     if (json_unpack(json_object_get(d, "experts"), "{s:I,s:I,s:I,s:I,s?I,s?I}", "keep", &keep, "of",
                     &of, "routed", &routed, "hits", &hits, "fetched_bytes", &fetched, "moved_bytes",

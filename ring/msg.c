@@ -461,6 +461,8 @@ int hr_msg_heartbeat_encode(hr_msg *out, const hr_msg_heartbeat *m, char err[HR_
                   (json_int_t)m->mem_avail, "t", m->t);
     if (j && m->read_round >= 0)
         json_object_set_new(j, "read_round", json_real(m->read_round));
+    if (j && m->cpu_round >= 0)
+        json_object_set_new(j, "cpu_round", json_real(m->cpu_round));
     if (j && m->stream_round >= 0)
         json_object_set_new(j, "stream_round", json_real(m->stream_round));
     if (j && m->pinned >= 0)
@@ -504,6 +506,7 @@ int hr_msg_heartbeat_decode(const hr_ring_hdr *h, const void *pl, hr_msg_heartbe
     int rc;
     json_t *lk = json_object_get(j, "locked");
     if ((rc = hr_msg_opt_num(j, "read_round", 0, 1e15, &m->read_round, HR_RING_HEARTBEAT, err)) ||
+        (rc = hr_msg_opt_num(j, "cpu_round", 0, 1e9, &m->cpu_round, HR_RING_HEARTBEAT, err)) ||
         (rc = hr_msg_opt_num(j, "stream_round", 0, 1e15, &m->stream_round, HR_RING_HEARTBEAT,
                              err)) ||
         (rc = hr_msg_opt_num(j, "pinned", 0, 1e15, &m->pinned, HR_RING_HEARTBEAT, err)) ||

@@ -155,6 +155,7 @@ typedef struct {
     double t;          /* sender's monotonic clock, s */
     /* streaming (all optional on the wire: -1 = unknown / absent) */
     double read_round;   /* bytes read from storage per window computed, measured (/proc/self/io) */
+    double cpu_round;    /* the process's CPU ms per window computed, over the same steps */
     double stream_round; /* bytes per round the runtime's split streams (mmap/stream.h) */
     double pinned;       /* bytes of the windows kept resident */
     int locked;          /* 1: the resident part is mlock'ed, 0: kept by advice, -1 unknown */

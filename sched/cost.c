@@ -800,6 +800,7 @@ static void fill_plan(const hr_sched_ctx *c, const hr_sched_kctx *kc, const int 
             d->quota_wait_ms +=
                 d->win[r] > d->n_gpu ? hr_sched_round_wait(c, i, Sw[r] - dr.cp[r] + H) : 0.0;
         d->overloaded = dr.overloaded;
+        d->cpu_ms = dr.cpu + c->d[i].q0;
         double kv = dr.lc * c->kv, out = d->is_head ? c->out : 0.0;
         d->mem_bytes =
             d->overloaded ? dr.resident + dr.buffer + kv + out : dr.lc * (c->b + c->kv) + out;

@@ -305,8 +305,10 @@ typedef struct {
     double disk_load_ms;            /* k * load_m, ms per token, before overlap */
     double disk_exposed_ms;         /* ms per token of it not hidden behind the ring */
     double read_bytes;              /* bytes read from disk per token */
-    double mem_bytes;      /* resident demand: weights kept + stream buffer + KV (+output) */
-    double t_layer_ms;     /* ms per CPU layer used by the model */
+    double cpu_ms;     /* CPU ms per token, unthrottled: its windows' compute, its reads' and (the
+                          head) its output head's (a CPU quota's floor is about cpu_ms / cores) */
+    double mem_bytes;  /* resident demand: weights kept + stream buffer + KV (+output) */
+    double t_layer_ms; /* ms per CPU layer used by the model */
     double throttle_slope; /* its CPU quota's throttled over unthrottled time, 0 none */
     int prefill_threads;   /* 0 = not measured, runtime default */
     int decode_threads;

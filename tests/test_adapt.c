@@ -503,6 +503,72 @@ static void test_disk_rate(void) {
     free(hd);
 }
 
+/* A streaming device under a CPU quota whose process spends more CPU a
+ * token than its plan predicts gets the difference on its reads: its CPU
+ * per MB read then makes the two agree. Same evidence floor as the disk. */
+static void test_read_cpu(void) {
+    hr_head *hd = calloc(1, sizeof *hd);
+    CHECK(hd != NULL);
+    if (!hd)
+        return;
+    const double mib = 1048576.0;
+    hd->plan_id = 3;
+    hd->plan_k = 4;
+    hd->n_devs = 6;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hr_dev *d = &hd->devs[i];
+        snprintf(d->name, sizeof d->name, "d%d", i);
+        d->has_sched = true;
+        d->ring_pos = i;
+        d->sd.disk_bps = 200e6;
+        d->sd.throttle_slope = 2.86; /* a 0.35-core quota */
+        d->sd.read_cpu_ms_mb = 0.8;
+        d->read_cpu_ms_mb = -1;
+        d->win[0] = 2, d->win[1] = 2, d->win[2] = 1, d->win[3] = 1; /* 4 windows computed */
+        d->pred_cpu_token = 200;                                    /* ms */
+        d->pred_read_token = 175e6;                                 /* bytes */
+        d->meas_cpu_round = 345.0 / 4;                              /* 345 ms a token */
+        d->cpu_plan = 3;
+        hr_head_pump_sample(d, 3, 0, 0);
+        hr_head_pump_sample(d, 3, 100 * mib, 0.5);
+    }
+    hd->devs[1].sd.throttle_slope = 0;          /* no quota: its CPU caps nothing */
+    hr_head_pump_sample(&hd->devs[2], 3, 0, 0); /* too few bytes read yet */
+    hr_head_pump_sample(&hd->devs[2], 3, 32 * mib, 0.16);
+    hd->devs[3].cpu_plan = 2;               /* measured under an older plan */
+    hd->devs[4].meas_cpu_round = 220.0 / 4; /* within 15% */
+    hd->devs[5].win[0] = 0;                 /* 3 windows: 258.75 ms, +29% */
+    char why[1024] = "";
+    size_t wl = 0;
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 2);
+    CHECK(strstr(why, "device 'd0' spent 345 ms of CPU a token, planned 200") != NULL);
+    CHECK_NEAR(hd->devs[0].read_cpu_ms_mb, 0.8 + 145.0 / 175.0, 1e-9);
+    CHECK_NEAR(hd->devs[5].read_cpu_ms_mb, 0.8 + 58.75 / 175.0, 1e-9);
+    for (int i = 1; i < 5; i++)
+        CHECK_DBL_(hd->devs[i].read_cpu_ms_mb, ==, -1.0);
+    hr_sched_device sd;
+    hr_head_dev_rates(&hd->devs[0], &sd);
+    CHECK_NEAR(sd.read_cpu_ms_mb, 0.8 + 145.0 / 175.0, 1e-9);
+    CHECK_NEAR(hr_head_read_cpu(&hd->devs[0]), sd.read_cpu_ms_mb, 0.0);
+    hr_head_dev_rates(&hd->devs[4], &sd);
+    CHECK_DBL_(sd.read_cpu_ms_mb, ==, 0.8); /* its profile's */
+    /* the plan re-predicted at it agrees: nothing more */
+    hd->devs[0].pred_cpu_token = 345;
+    hd->devs[5].pred_cpu_token = 258.75;
+    wl = 0;
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
+    /* less CPU later (its page cache warmed): follows down, never below 0 */
+    hd->devs[0].meas_cpu_round = 20.0 / 4;
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 1);
+    CHECK_DBL_(hd->devs[0].read_cpu_ms_mb, ==, 0.0);
+    /* a figure that is not a number changes nothing */
+    hd->devs[0].meas_cpu_round = NAN;
+    hd->devs[0].read_cpu_ms_mb = 1.5;
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
+    CHECK_DBL_(hd->devs[0].read_cpu_ms_mb, ==, 1.5);
+    free(hd);
+}
+
 /* The model's bias on this machine: every device with layers off the same
  * way passes its mildest correction to the devices without layers; one
  * device off alone (a neighbour) passes nothing. */
@@ -667,6 +733,7 @@ int main(void) {
     test_unthrottle();
     test_pump_rate();
     test_disk_rate();
+    test_read_cpu();
     test_bias_rule();
     /* test only: every window of the agent named w2 takes SLOW_MS longer */
     char slow[32];

@@ -474,6 +474,7 @@ static void test_msg_roundtrip(const char *key) {
                            .t = 12.5,
                            .rounds = 40,
                            .ms_total = 52.5,
+                           .cpu_round = -1,
                            .ex_keep = -1},
                      hbd;
     CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
@@ -482,7 +483,8 @@ static void test_msg_roundtrip(const char *key) {
     CHECK(hbd.ms_round == 1.25 && hbd.resident == 0.5 && hbd.t == 12.5);
     CHECK(hbd.tokens == 77 && hbd.rejected == 3 && hbd.mem_avail == 1ll << 32);
     CHECK(hbd.rounds == 40 && hbd.ms_total == 52.5);
-    CHECK_EQ(hbd.ex_keep, -1); /* no experts object: not streamed by expert */
+    CHECK_EQ(hbd.ex_keep, -1);  /* no experts object: not streamed by expert */
+    CHECK(hbd.cpu_round == -1); /* unknown: not sent */
     free(f);
     /* streamed by expert: the cache's figures travel, fetched / moved bytes too */
     hb.ex_keep = 17;
@@ -505,6 +507,18 @@ static void test_msg_roundtrip(const char *key) {
     CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
     CHECK(hbd.pump_bytes == 3.5e9 && hbd.pump_s == 17.25);
     free(f);
+    /* and its CPU per window computed */
+    hb.cpu_round = 42.5;
+    CHECK_EQ(hr_msg_heartbeat_encode(&m, &hb, err), 0);
+    f = roundtrip(&m, &h);
+    CHECK_EQ(hr_msg_heartbeat_decode(&h, f + HR_RING_HDR_SIZE, &hbd, err), 0);
+    CHECK(hbd.cpu_round == 42.5);
+    free(f);
+    static const char *const hb_cpu_neg =
+        "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1,"
+        "\"cpu_round\":-3}";
+    hr_ring_hdr hcn = {.type = HR_RING_HEARTBEAT, .len = (uint32_t)strlen(hb_cpu_neg)};
+    CHECK_EQ(hr_msg_heartbeat_decode(&hcn, hb_cpu_neg, &hbd, err), HR_EFORMAT);
     static const char *const hb_pump_neg =
         "{\"ms_round\":1.0,\"resident\":1.0,\"tokens\":1,\"rejected\":0,\"mem_avail\":-1,"
         "\"pump_bytes\":1e6,\"pump_s\":-0.5}";

@@ -516,6 +516,12 @@ static void test_quota_costs(void) {
      * token (15 ms at 10 GB/s), 75 ms of CPU: its floor 2 * (2 + 75) = 154 */
     double with = hr_sched_cost(&ms, e2, 2, NULL, 1, w22, NULL);
     CHECK_NEAR(with, 154, 1e-6);
+    { /* the plan's CPU a token for s: its 2 ms of compute and its reads' 75 */
+        static hr_sched_plan pe;
+        CHECK_EQ(hr_sched_evaluate(&ms, e2, 2, NULL, 1, w22, NULL, &pe, NULL), 0);
+        CHECK_NEAR(pe.dev[1].cpu_ms, 77, 1e-6);
+        CHECK_NEAR(pe.dev[0].cpu_ms, 2, 1e-6); /* h: its 2 layers; no quota, no reads' CPU */
+    }
     e2[1].read_cpu_ms_mb = 0; /* unknown: the disk's 15 ms a round set the pace */
     double without = hr_sched_cost(&ms, e2, 2, NULL, 1, w22, NULL);
     CHECK_NEAR(without, 15, 1e-6);

@@ -74,6 +74,10 @@ static void build(hr_status *st) {
     h->disk.plan_bps = 2e8;
     h->disk.meas_bps = 1.5e8;
     h->disk.meas_bytes = 64.0 * 1048576;
+    h->disk.pred_cpu_ms_token = 200;
+    h->disk.meas_cpu_ms_token = 345;
+    h->disk.plan_read_cpu_ms_mb = 1.63;
+    h->disk.plan_read_cpu_adapted = true;
     h->gpu.present = true;
     snprintf(h->gpu.name, sizeof h->gpu.name, "%s", "iGPU");
     snprintf(h->gpu.type, sizeof h->gpu.type, "%s", "integrated");
@@ -163,6 +167,10 @@ static void test_document(void) {
     CHECK(json_is_false(get(h, "plan_disk_adapted"))); /* its profile's */
     CHECK_EQ(json_real_value(get(h, "meas_disk_bps")), 1.5e8);
     CHECK_EQ(json_real_value(get(h, "meas_disk_bytes")), 64.0 * 1048576);
+    CHECK_EQ(json_real_value(get(h, "pred_cpu_ms_token")), 200.0);
+    CHECK_EQ(json_real_value(get(h, "meas_cpu_ms_token")), 345.0);
+    CHECK_EQ(json_real_value(get(h, "plan_read_cpu_ms_mb")), 1.63);
+    CHECK(json_is_true(get(h, "plan_read_cpu_adapted"))); /* its runtime's */
     CHECK(json_is_null(get(h, "stream_bytes_token")));
     CHECK_STR(json_string_value(get(h, "pinned_by")), "mlock");
     CHECK(get(h, "left_out") == NULL);
@@ -176,6 +184,9 @@ static void test_document(void) {
     CHECK(json_is_null(get(w, "pred_read_bytes_token")));
     CHECK(json_is_null(get(w, "plan_disk_bps")));
     CHECK(get(w, "plan_disk_adapted") == NULL);
+    CHECK(json_is_null(get(w, "pred_cpu_ms_token")));
+    CHECK(json_is_null(get(w, "meas_cpu_ms_token")));
+    CHECK(get(w, "plan_read_cpu_adapted") == NULL);
     CHECK(json_is_null(get(w, "meas_disk_bps")));
     CHECK(json_is_null(get(w, "fetch_total_bytes")));
     CHECK(json_is_null(get(w, "gpu")));
