@@ -255,6 +255,9 @@ struct hr_agent {
     pthread_mutex_t plan_mu;
     hr_local_plan lp;
     hr_stats st;
+    /* CPU ns its planning took (the head's GLPK solves, on any thread):
+     * left out of the CPU a window measures (hr_stream_stats cpu_round) */
+    atomic_ullong cpu_aside_ns;
 
     /* worker */
     pthread_t data_thread;

@@ -61,6 +61,7 @@
 
 #include "agent/agent-impl.h"
 #include "agent/status.h"
+#include "common/sync.h"
 
 /* A device as the head sees it (index 0 is the head itself). */
 typedef struct {
@@ -121,6 +122,7 @@ typedef struct {
     double pred_cpu_token;         /* CPU ms per token the cost model says it spends; -1 n/a */
     double meas_cpu_round;         /* CPU ms per window computed, measured; -1 unknown */
     uint32_t cpu_plan;             /* the plan meas_cpu_round was measured under */
+    uint32_t cpu_adapt_plan;       /* the plan read_cpu_ms_mb was last adapted under; 0 none */
     double stream_round, pinned;   /* the runtime's split: bytes per round, bytes kept */
     int locked;                    /* pinned by mlock (1), by advice (0), -1 unknown */
     int ex_keep;                   /* streaming by expert: experts kept per layer, -1: not */
@@ -464,12 +466,20 @@ double hr_head_pump_rate(const hr_dev *d, double *bytes);
 int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* A streaming device under a CPU quota whose process spends more than 15%
  * off the CPU a token its plan predicts gets the difference on its reads
- * (read_cpu_ms_mb); same evidence floor as hr_head_adapt_disk. Returns how
- * many changed, described in why. */
+ * (read_cpu_ms_mb), once a plan, over at least 64 MiB and four tokens'
+ * reads. Returns how many changed, described in why. */
 int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* d's CPU ms per MB read as plans take it: its runtime's where adapted, else
  * its profile's */
 double hr_head_read_cpu(const hr_dev *d);
+
+/* Adds this thread's CPU since c0 (hr_clock_s(CLOCK_THREAD_CPUTIME_ID)) to
+ * a->cpu_aside_ns: planning, which the CPU a window measures leaves out. */
+static inline void hr_head_cpu_aside(hr_agent *a, double c0) {
+    double c1 = hr_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    if (c0 >= 0 && c1 > c0)
+        atomic_fetch_add(&a->cpu_aside_ns, (unsigned long long)((c1 - c0) * 1e9));
+}
 /* d's disk rate as plans take it (bytes/s): its profile's, times disk_scale
  * where its pump's measured rate replaced it. */
 static inline double hr_head_disk_bps(const hr_dev *d) {

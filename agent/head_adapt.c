@@ -55,7 +55,9 @@
 #define HR_ADAPT_FAST_EVERY_S 60.0 /* ... is not held, once per this */
 #define HR_ADAPT_DISK_OFF 0.15     /* a pump's read rate this far off the plan's ... */
 #define HR_ADAPT_DISK_MIN_BYTES (64.0 * 1048576) /* ... over this much read: its disk rate */
-#define HR_ADAPT_SCALE_MIN 0.02                  /* bounds of rate_scale */
+#define HR_ADAPT_CPU_TOKENS 4   /* a device's CPU a token: over this many tokens' reads, */
+#define HR_ADAPT_CPU_OFF 0.15   /* ... this far off the plan's: its reads' CPU per MB */
+#define HR_ADAPT_SCALE_MIN 0.02 /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0
 
 static double hr_dev_scale(const hr_dev *d) { return d->rate_scale > 0 ? d->rate_scale : 1.0; }
@@ -483,14 +485,17 @@ double hr_head_read_cpu(const hr_dev *d) {
 }
 
 /* The CPU of the devices that stream under a CPU quota: where one has read
- * at least HR_ADAPT_DISK_MIN_BYTES under the plan in use and its process
- * spent more than HR_ADAPT_DISK_OFF off the CPU a token the plan predicts
+ * at least HR_ADAPT_DISK_MIN_BYTES and HR_ADAPT_CPU_TOKENS tokens' reads
+ * under the plan in use and its process spent more than HR_ADAPT_CPU_OFF
+ * off the CPU a token the plan predicts
  * (its windows' compute, its reads', the head's output head), the
  * difference is put on its reads: its CPU per MB read becomes what makes
  * the two agree. Streaming through the page cache under a memory limit
  * costs the reader more than a profile's read of a cold file (faults,
  * the limit's reclaim, dropping what was computed), and a quota caps
- * compute and reads together. Returns how many changed, described in why. */
+ * compute and reads together. Once a plan and device: a figure measured
+ * right after a change (the cold start, a replay, the head's own solving)
+ * is chased no further. Returns how many changed, described in why. */
 int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
     int n = 0;
     int k = hd->plan_k > 0 ? hd->plan_k : 1;
@@ -500,11 +505,12 @@ int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
         (void)hr_head_pump_rate(d, &bytes);
         if (d->lost || d->ring_pos < 0 || !d->has_sched || !(d->sd.throttle_slope > 0) ||
             d->cpu_plan != hd->plan_id || d->pump_plan != hd->plan_id ||
-            !(bytes >= HR_ADAPT_DISK_MIN_BYTES) || !(d->meas_cpu_round > 0) ||
+            d->cpu_adapt_plan == hd->plan_id || !(bytes >= HR_ADAPT_DISK_MIN_BYTES) ||
+            !(bytes >= HR_ADAPT_CPU_TOKENS * d->pred_read_token) || !(d->meas_cpu_round > 0) ||
             !(d->pred_cpu_token > 0) || !(d->pred_read_token >= 1048576))
             continue;
         double meas = d->meas_cpu_round * hr_head_windows_computed(d->win, k);
-        if (fabs(meas / d->pred_cpu_token - 1.0) <= HR_ADAPT_DISK_OFF)
+        if (fabs(meas / d->pred_cpu_token - 1.0) <= HR_ADAPT_CPU_OFF)
             continue;
         double was = hr_head_read_cpu(d);
         double now = was + (meas - d->pred_cpu_token) / (d->pred_read_token / 1e6);
@@ -512,6 +518,7 @@ int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
         if (fabs(now - was) < 1e-3)
             continue;
         d->read_cpu_ms_mb = now;
+        d->cpu_adapt_plan = hd->plan_id;
         n++;
         if (*wl < cap)
             *wl += (size_t)snprintf(why + *wl, cap - *wl,
@@ -605,7 +612,9 @@ void hr_head_adapt_check(hr_head *hd) {
     hr_sched_plan *np = malloc(2 * sizeof *np), *cur = np ? np + 1 : NULL;
     int cand[HR_AGENT_MAX_DEV], n = 0;
     char err[HR_ERR_LEN] = "out of memory";
+    double c0 = hr_clock_s(CLOCK_THREAD_CPUTIME_ID);
     int rc = np ? hr_adapt_solve(hd, scale, cand, &n, np, cur, err) : HR_ENOMEM;
+    hr_head_cpu_aside(a, c0);
     hr_adapt_weight w =
         rc == 0 ? hr_adapt_weigh(hd, np, cur, cand, n, scale) : (hr_adapt_weight){0};
     if (rc == 0 && a->p.windows) { /* forced windows: the plan in use, at the new rates */

@@ -92,7 +92,9 @@ static void *hr_solver_main(void *arg) {
         hd->solve_pending = false;
         hr_unlock(&hd->solve_mu, HR_RANK_SOLVE);
         double t0 = hr_now_s();
+        double c0 = hr_clock_s(CLOCK_THREAD_CPUTIME_ID);
         hr_solve_run(&hd->pm, &hd->solve_job); /* the job is the solver's until done */
+        hr_head_cpu_aside(hd->a, c0);
         uint64_t gen = hd->solve_job.gen;
         HR_LOG_DEBUG(TAG, "plan job %llu solved in %.1f ms off the control thread",
                      (unsigned long long)gen, (hr_now_s() - t0) * 1000.0);

@@ -446,10 +446,10 @@ void hr_node_io_sample(hr_agent *a) {
     uint64_t multi = atomic_load(&s->multi), rounds = atomic_load(&s->rounds);
     if (io < 0)
         return;
-    struct timespec ts;
-    double cpu = clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0
-                     ? (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9
-                     : -1.0;
+    /* the process's CPU less its planning's (the head's solves) */
+    double cpu = hr_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (cpu >= 0)
+        cpu -= (double)atomic_load(&a->cpu_aside_ns) * 1e-9;
     hr_lock(&s->mu, HR_RANK_STREAM);
     bool rebase = s->rebase && s->legacy;
     if (s->legacy)

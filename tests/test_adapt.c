@@ -530,11 +530,11 @@ static void test_read_cpu(void) {
         d->meas_cpu_round = 345.0 / 4;                              /* 345 ms a token */
         d->cpu_plan = 3;
         hr_head_pump_sample(d, 3, 0, 0);
-        hr_head_pump_sample(d, 3, 100 * mib, 0.5);
+        hr_head_pump_sample(d, 3, 800 * mib, 4.0); /* over four tokens' 175 MB */
     }
     hd->devs[1].sd.throttle_slope = 0;          /* no quota: its CPU caps nothing */
-    hr_head_pump_sample(&hd->devs[2], 3, 0, 0); /* too few bytes read yet */
-    hr_head_pump_sample(&hd->devs[2], 3, 32 * mib, 0.16);
+    hr_head_pump_sample(&hd->devs[2], 3, 0, 0); /* three tokens' reads only */
+    hr_head_pump_sample(&hd->devs[2], 3, 525e6, 2.6);
     hd->devs[3].cpu_plan = 2;               /* measured under an older plan */
     hd->devs[4].meas_cpu_round = 220.0 / 4; /* within 15% */
     hd->devs[5].win[0] = 0;                 /* 3 windows: 258.75 ms, +29% */
@@ -552,16 +552,32 @@ static void test_read_cpu(void) {
     CHECK_NEAR(hr_head_read_cpu(&hd->devs[0]), sd.read_cpu_ms_mb, 0.0);
     hr_head_dev_rates(&hd->devs[4], &sd);
     CHECK_DBL_(sd.read_cpu_ms_mb, ==, 0.8); /* its profile's */
-    /* the plan re-predicted at it agrees: nothing more */
+    /* once a plan: a later figure under the same plan is not chased */
     hd->devs[0].pred_cpu_token = 345;
-    hd->devs[5].pred_cpu_token = 258.75;
+    hd->devs[0].meas_cpu_round = 600.0 / 4;
     wl = 0;
     CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
-    /* less CPU later (its page cache warmed): follows down, never below 0 */
+    CHECK_NEAR(hd->devs[0].read_cpu_ms_mb, 0.8 + 145.0 / 175.0, 1e-9);
+    /* the next plan, re-predicted at it, agrees: nothing more */
+    hd->plan_id = 4;
+    for (int i = 0; i < hd->n_devs; i++) {
+        hd->devs[i].cpu_plan = 4;
+        hr_head_pump_sample(&hd->devs[i], 4, 0, 0);
+        hr_head_pump_sample(&hd->devs[i], 4, 800 * mib, 4.0);
+    }
+    hd->devs[0].meas_cpu_round = 345.0 / 4;
+    hd->devs[5].pred_cpu_token = 258.75;
+    hd->devs[2].meas_cpu_round = hd->devs[3].meas_cpu_round = 200.0 / 4; /* as planned */
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
+    /* less CPU under it (its page cache warmed): follows down, never below 0 */
     hd->devs[0].meas_cpu_round = 20.0 / 4;
     CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 1);
     CHECK_DBL_(hd->devs[0].read_cpu_ms_mb, ==, 0.0);
+    hd->plan_id = 5; /* and the next plan: */
     /* a figure that is not a number changes nothing */
+    hd->devs[0].cpu_plan = 5;
+    hr_head_pump_sample(&hd->devs[0], 5, 0, 0);
+    hr_head_pump_sample(&hd->devs[0], 5, 800 * mib, 4.0);
     hd->devs[0].meas_cpu_round = NAN;
     hd->devs[0].read_cpu_ms_mb = 1.5;
     CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
