@@ -57,6 +57,7 @@
 #define HR_ADAPT_DISK_MIN_BYTES (64.0 * 1048576) /* ... over this much read: its disk rate */
 #define HR_ADAPT_CPU_TOKENS 4   /* a device's CPU a token: over this many tokens' reads, */
 #define HR_ADAPT_CPU_OFF 0.15   /* ... this far off the plan's: its reads' CPU per MB */
+#define HR_ADAPT_CPU_MAX 4.0    /* ... at most this x its profile's */
 #define HR_ADAPT_SCALE_MIN 0.02 /* bounds of rate_scale */
 #define HR_ADAPT_SCALE_MAX 100.0
 
@@ -512,9 +513,13 @@ int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
         double meas = d->meas_cpu_round * hr_head_windows_computed(d->win, k);
         if (fabs(meas / d->pred_cpu_token - 1.0) <= HR_ADAPT_CPU_OFF)
             continue;
-        double was = hr_head_read_cpu(d);
+        /* at most HR_ADAPT_CPU_MAX x its profile's figure (or
+         * HR_ADAPT_CPU_MAX ms per MB where it has none): CPU the model
+         * misses elsewhere is not put on a few MB of reads */
+        double was = hr_head_read_cpu(d), prof = d->sd.read_cpu_ms_mb;
+        double most = prof > 0 ? HR_ADAPT_CPU_MAX * prof : HR_ADAPT_CPU_MAX;
         double now = was + (meas - d->pred_cpu_token) / (d->pred_read_token / 1e6);
-        now = now < 0 ? 0 : now > 1e3 ? 1e3 : now;
+        now = now < 0 ? 0 : now > most ? most : now;
         if (fabs(now - was) < 1e-3)
             continue;
         d->read_cpu_ms_mb = now;

@@ -42,6 +42,10 @@
  * as that window's (a ring's turn, and the pump's reading ahead, are
  * shorter on any ring that streams usefully) */
 #define HR_IO_TRAIL_S 5.0
+/* windows of one-row steps (decode) the CPU a window is measured over at
+ * least: a prompt's steps are not counted (their rows' compute is not a
+ * token's), and a few windows alone are noise */
+#define HR_CPU_MIN_ROUNDS 16
 
 _Static_assert(HR_AGENT_MAX_K <= HR_STREAM_MAX_WINDOWS, "the pump takes every window");
 
@@ -515,8 +519,9 @@ void hr_node_io_sample(hr_agent *a) {
         hr_lock(&s->mu, HR_RANK_STREAM);
         bool one = s->acc1_rounds >= 1;
         s->st.read_round = one ? s->acc1_io / s->acc1_rounds : s->acc_io / s->acc_rounds;
-        s->st.cpu_round =
-            cpu < 0 ? -1 : 1e3 * (one ? s->acc1_cpu / s->acc1_rounds : s->acc_cpu / s->acc_rounds);
+        s->st.cpu_round = cpu >= 0 && s->acc1_rounds >= HR_CPU_MIN_ROUNDS
+                              ? 1e3 * s->acc1_cpu / s->acc1_rounds
+                              : -1;
         hr_unlock(&s->mu, HR_RANK_STREAM);
     }
 }

@@ -582,6 +582,17 @@ static void test_read_cpu(void) {
     hd->devs[0].read_cpu_ms_mb = 1.5;
     CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
     CHECK_DBL_(hd->devs[0].read_cpu_ms_mb, ==, 1.5);
+    /* 145 ms more than planned over 2 MB of reads a token: not 73 ms per MB,
+     * at most 4x its profile's 0.8 */
+    hd->plan_id = 6;
+    hd->devs[0].cpu_plan = 6;
+    hr_head_pump_sample(&hd->devs[0], 6, 0, 0);
+    hr_head_pump_sample(&hd->devs[0], 6, 100 * mib, 0.5);
+    hd->devs[0].meas_cpu_round = 345.0 / 4;
+    hd->devs[0].pred_cpu_token = 200;
+    hd->devs[0].pred_read_token = 2e6;
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 1);
+    CHECK_NEAR(hd->devs[0].read_cpu_ms_mb, 3.2, 1e-12);
     free(hd);
 }
 
