@@ -123,6 +123,7 @@ typedef struct {
     double meas_cpu_round;         /* CPU ms per window computed, measured; -1 unknown */
     uint32_t cpu_plan;             /* the plan meas_cpu_round was measured under */
     uint32_t cpu_adapt_plan;       /* the plan read_cpu_ms_mb was last adapted under; 0 none */
+    double cpu_adapt_bytes;        /* ... over this many bytes its pump read under it */
     double stream_round, pinned;   /* the runtime's split: bytes per round, bytes kept */
     int locked;                    /* pinned by mlock (1), by advice (0), -1 unknown */
     int ex_keep;                   /* streaming by expert: experts kept per layer, -1: not */
@@ -466,8 +467,9 @@ double hr_head_pump_rate(const hr_dev *d, double *bytes);
 int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* A streaming device under a CPU quota whose process spends more than 15%
  * off the CPU a token its plan predicts gets the difference on its reads
- * (read_cpu_ms_mb), once a plan, over at least 64 MiB and four tokens'
- * reads. Returns how many changed, described in why. */
+ * (read_cpu_ms_mb), over at least 64 MiB and four tokens' reads (again
+ * under the same plan: over twice the reads of the last time). Returns how many changed, described
+ * in why. */
 int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* d's CPU ms per MB read as plans take it: its runtime's where adapted, else
  * its profile's */

@@ -494,9 +494,10 @@ double hr_head_read_cpu(const hr_dev *d) {
  * the two agree. Streaming through the page cache under a memory limit
  * costs the reader more than a profile's read of a cold file (faults,
  * the limit's reclaim, dropping what was computed), and a quota caps
- * compute and reads together. Once a plan and device: a figure measured
- * right after a change (the cold start, a replay, the head's own solving)
- * is chased no further. Returns how many changed, described in why. */
+ * compute and reads together. Under one plan a device's figure is taken
+ * again only over twice the reads it was last taken over: the figure
+ * settles as it accumulates, and noise early on is not chased. Returns how many changed, described
+ * in why. */
 int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
     int n = 0;
     int k = hd->plan_k > 0 ? hd->plan_k : 1;
@@ -506,7 +507,8 @@ int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
         (void)hr_head_pump_rate(d, &bytes);
         if (d->lost || d->ring_pos < 0 || !d->has_sched || !(d->sd.throttle_slope > 0) ||
             d->cpu_plan != hd->plan_id || d->pump_plan != hd->plan_id ||
-            d->cpu_adapt_plan == hd->plan_id || !(bytes >= HR_ADAPT_DISK_MIN_BYTES) ||
+            (d->cpu_adapt_plan == hd->plan_id && !(bytes >= 2 * d->cpu_adapt_bytes)) ||
+            !(bytes >= HR_ADAPT_DISK_MIN_BYTES) ||
             !(bytes >= HR_ADAPT_CPU_TOKENS * d->pred_read_token) || !(d->meas_cpu_round > 0) ||
             !(d->pred_cpu_token > 0) || !(d->pred_read_token >= 1048576))
             continue;
@@ -524,6 +526,7 @@ int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
             continue;
         d->read_cpu_ms_mb = now;
         d->cpu_adapt_plan = hd->plan_id;
+        d->cpu_adapt_bytes = bytes;
         n++;
         if (*wl < cap)
             *wl += (size_t)snprintf(why + *wl, cap - *wl,

@@ -552,12 +552,21 @@ static void test_read_cpu(void) {
     CHECK_NEAR(hr_head_read_cpu(&hd->devs[0]), sd.read_cpu_ms_mb, 0.0);
     hr_head_dev_rates(&hd->devs[4], &sd);
     CHECK_DBL_(sd.read_cpu_ms_mb, ==, 0.8); /* its profile's */
-    /* once a plan: a later figure under the same plan is not chased */
+    /* a later figure under the same plan: taken over twice the reads only */
     hd->devs[0].pred_cpu_token = 345;
     hd->devs[0].meas_cpu_round = 600.0 / 4;
     wl = 0;
+    hr_head_pump_sample(&hd->devs[0], 3, 1500 * mib, 7.5);
     CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0);
     CHECK_NEAR(hd->devs[0].read_cpu_ms_mb, 0.8 + 145.0 / 175.0, 1e-9);
+    hd->devs[0].meas_cpu_round = 390.0 / 4; /* over 1600 MiB */
+    hr_head_pump_sample(&hd->devs[0], 3, 1600 * mib, 8.0);
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 0); /* within 15% of 345 */
+    hd->devs[0].meas_cpu_round = 280.0 / 4;
+    CHECK_EQ(hr_head_adapt_read_cpu(hd, why, sizeof why, &wl), 1);
+    CHECK_NEAR(hd->devs[0].read_cpu_ms_mb, 0.8 + 145.0 / 175.0 - 65.0 / 175.0, 1e-9);
+    hd->devs[0].pred_cpu_token = 345;
+    hd->devs[0].read_cpu_ms_mb = 0.8 + 145.0 / 175.0; /* as before, for what follows */
     /* the next plan, re-predicted at it, agrees: nothing more */
     hd->plan_id = 4;
     for (int i = 0; i < hd->n_devs; i++) {
