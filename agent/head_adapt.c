@@ -573,7 +573,11 @@ void hr_head_adapt_check(hr_head *hd) {
     /* a disk measured off its rate: predictions at once (a plan forced
      * with --windows keeps its windows, its predictions follow) */
     int n_disk = hr_head_adapt_disk(hd, why, sizeof why, &wl);
-    n_disk += hr_head_adapt_read_cpu(hd, why, sizeof why, &wl);
+    /* a device's reads' CPU: predictions only, the plan stays (a re-plan on
+     * it alone chose plans that measured slower on five-small) */
+    int n_cpu = hr_head_adapt_read_cpu(hd, why, sizeof why, &wl);
+    bool cpu_only = n_cpu > 0 && n_disk == 0;
+    n_disk += n_cpu;
     if (a->p.windows && !n_disk)
         return;
     double held = 0, hold = 0;
@@ -625,7 +629,7 @@ void hr_head_adapt_check(hr_head *hd) {
     hr_head_cpu_aside(a, c0);
     hr_adapt_weight w =
         rc == 0 ? hr_adapt_weigh(hd, np, cur, cand, n, scale) : (hr_adapt_weight){0};
-    if (rc == 0 && a->p.windows) { /* forced windows: the plan in use, at the new rates */
+    if (rc == 0 && (a->p.windows || (cpu_only && !n_off))) { /* the plan in use, new rates */
         w.keep = true;
         w.same = w.idle = false;
         if (cur->status != 0) {
