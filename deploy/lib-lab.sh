@@ -68,12 +68,17 @@ lab_node() {
 }
 
 # lab_shape NS DEV MBIT: token bucket on DEV's egress at MBIT Mbit/s (burst
-# 10 ms of traffic, at least 32 KiB; packets wait at most 50 ms).
+# 10 ms of traffic, at least 32 KiB) behind a queue of 50 ms of traffic, at
+# least 256 KiB: a slow link's 50 ms is a few packets (2 Mbit/s: 12.5 KB),
+# and dropping the rest of a burst (a prompt's rows) made TCP retransmit,
+# 978 of 2520 packets on slow-middle's 2 Mbit/s link, where a home link's
+# buffer holds them and only delays them.
 lab_shape() {
-    local ns=$1 dev=$2 mbit=$3 burst
+    local ns=$1 dev=$2 mbit=$3 burst limit
     burst=$(awk -v m="$mbit" 'BEGIN { b = m * 1e6 / 8 / 100; if (b < 32768) b = 32768; printf "%d", b }')
+    limit=$(awk -v m="$mbit" -v b="$burst" 'BEGIN { q = m * 1e6 / 8 * 0.05; if (q < 262144) q = 262144; printf "%d", q + b }')
     lab_rec qdisc "$ns" "$dev"
-    tc -n "$ns" qdisc replace dev "$dev" root tbf rate "${mbit}mbit" burst "$burst" latency 50ms
+    tc -n "$ns" qdisc replace dev "$dev" root tbf rate "${mbit}mbit" burst "$burst" limit "$limit"
 }
 
 # ---- cgroups (v1) ----
