@@ -468,8 +468,8 @@ int hr_head_adapt_disk(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* A streaming device under a CPU quota whose process spends more than 15%
  * off the CPU a token its plan predicts gets the difference on its reads
  * (read_cpu_ms_mb), over at least 64 MiB and four tokens' reads (again
- * under the same plan: over twice the reads of the last time). Returns how many changed, described
- * in why. */
+ * under the same plan: over twice the reads of the last time). Returns
+ * how many changed, described in why. */
 int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl);
 /* d's CPU ms per MB read as plans take it: its runtime's where adapted, else
  * its profile's */

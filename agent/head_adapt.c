@@ -488,16 +488,13 @@ double hr_head_read_cpu(const hr_dev *d) {
 /* The CPU of the devices that stream under a CPU quota: where one has read
  * at least HR_ADAPT_DISK_MIN_BYTES and HR_ADAPT_CPU_TOKENS tokens' reads
  * under the plan in use and its process spent more than HR_ADAPT_CPU_OFF
- * off the CPU a token the plan predicts
- * (its windows' compute, its reads', the head's output head), the
- * difference is put on its reads: its CPU per MB read becomes what makes
- * the two agree. Streaming through the page cache under a memory limit
- * costs the reader more than a profile's read of a cold file (faults,
- * the limit's reclaim, dropping what was computed), and a quota caps
- * compute and reads together. Under one plan a device's figure is taken
- * again only over twice the reads it was last taken over: the figure
- * settles as it accumulates, and noise early on is not chased. Returns how many changed, described
- * in why. */
+ * off the CPU a token the plan predicts (its windows' compute, its reads',
+ * the head's output head), the difference is put on its reads: its CPU per MB read becomes what
+ * makes the two agree. Streaming through the page cache under a memory limit costs the reader more
+ * than a profile's read of a cold file (faults, the limit's reclaim, dropping what was computed),
+ * and a quota caps compute and reads together. Under one plan a device's figure is taken again only
+ * over twice the reads it was last taken over: the figure settles as it accumulates, and noise
+ * early on is not chased. Returns how many changed, described in why. */
 int hr_head_adapt_read_cpu(hr_head *hd, char *why, size_t cap, size_t *wl) {
     int n = 0;
     int k = hd->plan_k > 0 ? hd->plan_k : 1;

@@ -73,7 +73,7 @@ struct hr_streamer {
     double acc_io, acc_rounds;   /* every step */
     double acc1_io, acc1_rounds; /* samples of one-row steps only */
     double last_cpu;             /* the process's CPU s at the last sample; < 0 none */
-    double acc_cpu, acc1_cpu;    /* CPU s over the same samples as acc_io, acc1_io */
+    double acc1_cpu;             /* CPU s over the same samples as acc1_io */
     /* ---- the controlling thread (plans) ---- */
     bool out_locked; /* the output head is mlock'ed (head, streaming plans) */
 };
@@ -476,7 +476,7 @@ void hr_node_io_sample(hr_agent *a) {
     bool multi_now = multi != s->last_multi || atomic_load(&s->rows_now) > 1;
     if (s->last_io < 0 || rebase) { /* from the end of the warm-up */
         s->acc_io = s->acc_rounds = s->acc1_io = s->acc1_rounds = 0;
-        s->acc_cpu = s->acc1_cpu = 0;
+        s->acc1_cpu = 0;
         s->last_active = 0;
     } else {
         /* reads trail their window by up to a ring's turn, and the pump
@@ -494,7 +494,6 @@ void hr_node_io_sample(hr_agent *a) {
         double d_cpu = cpu >= 0 && s->last_cpu >= 0 && cpu >= s->last_cpu ? cpu - s->last_cpu : 0;
         if (d_r > 0 || (s->last_active > 0 && now - s->last_active < HR_IO_TRAIL_S)) {
             s->acc_io += d_io;
-            s->acc_cpu += d_cpu;
             s->acc_rounds += d_r;
             /* A step of several rows (a prompt, requests batched together)
              * reads the union of its rows' experts: the per-token figure,
